@@ -1,0 +1,185 @@
+"""Typed, frozen settings.
+
+The environment (and an optional ``.env`` file) is read exactly once, at the edge, by
+:func:`load_settings`; the core receives the resulting :class:`Settings` object (or parts of it)
+explicitly. Nothing in ``workbench`` reads ``os.environ`` at import time.
+
+Names follow the interface spec (``SVC_KNOWLEDGE_*`` plus ``LOG_LEVEL``); every field below maps
+to ``SVC_KNOWLEDGE_<FIELD NAME IN UPPER CASE>`` unless it says otherwise.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+from urllib.parse import urlparse
+
+from pydantic import Field, SecretStr, ValidationError, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from workbench.errors import ConfigError
+
+ENV_PREFIX = "SVC_KNOWLEDGE_"
+DEFAULT_DB_PATH = "data/knowledge.duckdb"
+LOCAL_EMBEDDER_MODEL = "all-MiniLM-L6-v2"
+
+
+def _check_url(value: str | None) -> str | None:
+    if value is None or value == "":
+        return None
+    parsed = urlparse(value)
+    if parsed.scheme not in ("http", "https") or not parsed.netloc:
+        raise ValueError("expected an http(s) URL with a host, e.g. http://127.0.0.1:8001/v1")
+    return value.rstrip("/")
+
+
+class Settings(BaseSettings):
+    """Every setting of the service. Frozen: a change takes effect after a restart."""
+
+    model_config = SettingsConfigDict(
+        env_prefix=ENV_PREFIX,
+        frozen=True,
+        extra="ignore",
+        case_sensitive=False,
+        populate_by_name=True,
+    )
+
+    # --- the spec's table -------------------------------------------------------------
+    llm_provider: Literal["compat"] | None = None
+    model_name: str | None = None
+    compat_base_url: str | None = None
+    compat_api_key: SecretStr | None = None
+    embedder_provider: Literal["compat", "local"] | None = None
+    embedder_base_url: str | None = None
+    embedder_model: str | None = None
+    embedder_dimensions: int | None = Field(default=None, gt=0, le=65536)
+    prompt_cache_metrics_enabled: bool = True
+    prompt_cache_log_requests: bool = False
+    prompt_cache_enabled: bool = False
+    log_level: str = Field(default="INFO", validation_alias="LOG_LEVEL")
+
+    # --- ours: storage and servers ------------------------------------------------------
+    db_path: str = DEFAULT_DB_PATH
+    host: str = "127.0.0.1"
+    port: int = Field(default=8000, ge=0, le=65535)
+    metrics_port: int | None = Field(default=None, ge=0, le=65535)
+    embed_server_port: int = Field(default=8001, ge=0, le=65535)
+    api_token: SecretStr | None = None
+    default_group_id: str = "main"
+    max_episode_chars: int = Field(default=50_000, gt=0)
+    rate_limit_per_minute: int = Field(default=600, ge=0)
+
+    # --- ours: LLM behaviour ------------------------------------------------------------
+    llm_structured_output: Literal["json_schema", "json_object", "tool"] = "json_schema"
+    llm_requests_per_minute: int = Field(default=120, ge=0)
+    llm_timeout_seconds: float = Field(default=60.0, gt=0)
+    llm_max_retries: int = Field(default=4, ge=0, le=20)
+    llm_max_tokens: int = Field(default=4096, gt=0)
+    price_table_path: str | None = None
+
+    # --- ours: local embedder -----------------------------------------------------------
+    local_embedder_model: str = LOCAL_EMBEDDER_MODEL
+    local_embedder_threads: int = Field(default=1, ge=1, le=64)
+
+    # --- ours: queue --------------------------------------------------------------------
+    queue_concurrency: int = Field(default=4, ge=1, le=256)
+    queue_lease_seconds: float = Field(default=300.0, gt=0)
+    queue_max_attempts: int = Field(default=6, ge=1, le=100)
+    queue_poll_seconds: float = Field(default=0.5, gt=0)
+
+    # --- ours: decay and lifecycle (DESIGN.md) ------------------------------------------
+    decay_enabled: bool = True
+    decay_half_life_days: float = Field(default=180.0, gt=0)
+    decay_dormant_days: float = Field(default=30.0, ge=0)
+    decay_archived_days: float = Field(default=90.0, ge=0)
+    decay_expire_threshold: float = Field(default=0.9, ge=0, le=1)
+    decay_expire_max_importance: int = Field(default=3, ge=1, le=5)
+    decay_purge_days: float = Field(default=90.0, ge=0)
+    decay_permanent_min_importance: int = Field(default=4, ge=1, le=5)
+    decay_permanent_min_stability: int = Field(default=4, ge=1, le=5)
+    maintenance_interval_hours: float = Field(default=24.0, gt=0)
+    maintenance_first_run_seconds: float = Field(default=60.0, ge=0)
+
+    # --- ours: search -------------------------------------------------------------------
+    search_weight_similarity: float = Field(default=0.60, ge=0)
+    search_weight_freshness: float = Field(default=0.25, ge=0)
+    search_weight_importance: float = Field(default=0.15, ge=0)
+    search_max_results: int = Field(default=100, ge=1, le=10_000)
+
+    @field_validator("compat_base_url", "embedder_base_url", mode="before")
+    @classmethod
+    def _urls(cls, value: Any) -> str | None:
+        return _check_url(value)
+
+    @field_validator("log_level", mode="before")
+    @classmethod
+    def _level(cls, value: Any) -> str:
+        text = str(value or "INFO").upper()
+        if text not in ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"):
+            raise ValueError("expected one of DEBUG, INFO, WARNING, ERROR, CRITICAL")
+        return text
+
+    # --- derived views ------------------------------------------------------------------
+    @property
+    def llm_configured(self) -> bool:
+        return bool(self.compat_base_url and self.model_name)
+
+    @property
+    def embedder_kind(self) -> Literal["compat", "local"]:
+        """``compat`` when an embedder base URL is set (or asked for), else ``local``."""
+        if self.embedder_provider == "local":
+            return "local"
+        if self.embedder_provider == "compat" or self.embedder_base_url:
+            return "compat"
+        return "local"
+
+    def resolved_metrics_port(self, dev: bool = False) -> int:
+        if self.metrics_port is not None:
+            return self.metrics_port
+        return 9091 if dev else 9090
+
+    def db_location(self) -> str:
+        if self.db_path == ":memory:":
+            return self.db_path
+        return str(Path(self.db_path).expanduser())
+
+
+def _env_name(loc: tuple[Any, ...]) -> str:
+    field = str(loc[0]) if loc else "?"
+    if field in ("log_level", "LOG_LEVEL"):
+        return "LOG_LEVEL"
+    return ENV_PREFIX + field.upper()
+
+
+def load_settings(
+    environ: Mapping[str, str] | None = None,
+    env_file: str | Path | None = ".env",
+    **overrides: Any,
+) -> Settings:
+    """Read settings once. ``environ`` replaces the process environment (tests pass a dict).
+
+    A bad value raises :class:`ConfigError` with one line naming the variable and what is
+    expected; secrets never appear in the message.
+    """
+    try:
+        if environ is not None:
+            data = {
+                k[len(ENV_PREFIX):].lower(): v
+                for k, v in environ.items()
+                if k.upper().startswith(ENV_PREFIX)
+            }
+            if "LOG_LEVEL" in environ:
+                data["LOG_LEVEL"] = environ["LOG_LEVEL"]
+            data.update({k: v for k, v in overrides.items() if v is not None})
+            return Settings.model_validate(data)
+        clean = {k: v for k, v in overrides.items() if v is not None}
+        env_file_arg = str(env_file) if env_file and Path(env_file).is_file() else None
+        return Settings(_env_file=env_file_arg, **clean)  # type: ignore[call-arg]
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        name = _env_name(tuple(err.get("loc", ())))
+        msg = str(err.get("msg", "invalid value")).removeprefix("Value error, ")
+        if err.get("type") == "literal_error":
+            msg = msg.replace("Input should be", "expected")
+        raise ConfigError(f"{name}: {msg}") from None

@@ -1,0 +1,115 @@
+"""One error tree for the whole core. The service maps it to HTTP in one place.
+
+    WorkbenchError                 base; ``kind`` is the short name shown to users
+    ├── ConfigError                a setting is missing or malformed (start-up stops)
+    ├── InvalidInput               a caller sent something unusable           -> 400
+    ├── NotFound                   the named episode/entity/fact does not exist -> 404
+    ├── Conflict                   the request clashes with the current state   -> 409
+    ├── StoreError                 the DuckDB file cannot be opened/used        -> 503
+    │   └── StoreLocked            another process holds the database file
+    ├── EmbedderError              the embedder failed or is unreachable       -> 503
+    │   └── DimensionMismatch      the embedder returns vectors of another size
+    └── LLMError                   a chat-completion call failed                -> 502
+        ├── LLMNotConfigured       no LLM settings; episodes wait in the queue  -> 503
+        ├── LLMTransientError      rate limit, timeout, connection: retryable
+        │   ├── LLMRateLimited
+        │   └── LLMTimeout
+        └── StructuredOutputError  the reply does not conform to the requested structure
+            ├── SchemaEchoError    the reply is a JSON schema instead of data
+            └── TruncatedOutput    the reply was cut off (finish_reason == "length")
+
+Every message says what was wrong and, where it helps, what to do.
+"""
+
+from __future__ import annotations
+
+
+class WorkbenchError(Exception):
+    kind = "error"
+    http_status = 500
+
+    def __init__(self, message: str):
+        super().__init__(message)
+        self.message = message
+
+
+class ConfigError(WorkbenchError):
+    kind = "config_error"
+    http_status = 500
+
+
+class InvalidInput(WorkbenchError):
+    kind = "invalid_input"
+    http_status = 400
+
+
+class NotFound(WorkbenchError):
+    kind = "not_found"
+    http_status = 404
+
+
+class Conflict(WorkbenchError):
+    kind = "conflict"
+    http_status = 409
+
+
+class StoreError(WorkbenchError):
+    kind = "store_error"
+    http_status = 503
+
+
+class StoreLocked(StoreError):
+    kind = "store_locked"
+
+
+class EmbedderError(WorkbenchError):
+    kind = "embedder_error"
+    http_status = 503
+
+
+class DimensionMismatch(EmbedderError):
+    kind = "dimension_mismatch"
+
+
+class LLMError(WorkbenchError):
+    kind = "llm_error"
+    http_status = 502
+
+
+class LLMNotConfigured(LLMError):
+    kind = "llm_not_configured"
+    http_status = 503
+
+
+class LLMTransientError(LLMError):
+    kind = "llm_unavailable"
+    error_type = "ConnectionError"
+
+
+class LLMRateLimited(LLMTransientError):
+    kind = "llm_rate_limited"
+    error_type = "RateLimitError"
+
+
+class LLMTimeout(LLMTransientError):
+    kind = "llm_timeout"
+    error_type = "TimeoutError"
+
+
+class StructuredOutputError(LLMError):
+    """The reply does not conform to ``structure`` (e.g. ``ExtractedEntities``)."""
+
+    kind = "validation_error"
+
+    def __init__(self, structure: str, detail: str):
+        super().__init__(f"{structure}: {detail}")
+        self.structure = structure
+        self.detail = detail
+
+
+class SchemaEchoError(StructuredOutputError):
+    kind = "schema_echo"
+
+
+class TruncatedOutput(StructuredOutputError):
+    kind = "truncated_output"

@@ -1,0 +1,235 @@
+"""The DuckDB store: one database file (or ``:memory:``), schema-versioned, thread-safe.
+
+All SQL of the project lives in this package. Domain modules (``graph``, ``queue``,
+``llm_calls``, ``decay`` …) are plain functions taking a :class:`Store` as first argument.
+A single connection is shared behind a re-entrant lock: DuckDB serialises writers anyway, and
+our statements are short. ``transaction()`` holds the lock for the whole unit of work.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import duckdb
+
+from workbench.errors import DimensionMismatch, StoreError, StoreLocked
+from workbench.store.schema import MIGRATIONS, SCHEMA_VERSION
+
+TABLES = (
+    "episodes",
+    "entities",
+    "facts",
+    "mentions",
+    "entity_embeddings",
+    "fact_embeddings",
+    "llm_calls",
+    "queue",
+    "maintenance_runs",
+    "decay_history",
+)
+
+__all__ = ["Store", "TABLES", "SCHEMA_VERSION"]
+
+
+class Store:
+    """A DuckDB database with the workbench schema."""
+
+    def __init__(self, con: duckdb.DuckDBPyConnection, path: str, dim: int, read_only: bool):
+        self._con = con
+        self._lock = threading.RLock()
+        self.path = path
+        self.dim = dim
+        self.read_only = read_only
+
+    # --- opening -----------------------------------------------------------------------
+    @classmethod
+    def open(
+        cls,
+        path: str | Path = ":memory:",
+        dim: int = 384,
+        embedding_model: str = "",
+        read_only: bool = False,
+    ) -> Store:
+        """Open (creating and migrating when needed) the database at ``path``.
+
+        Raises :class:`StoreLocked` when another process holds the file, and
+        :class:`DimensionMismatch` when the file was built for vectors of another size.
+        """
+        path = str(path)
+        if path != ":memory:":
+            Path(path).expanduser().parent.mkdir(parents=True, exist_ok=True)
+        config = {"autoinstall_known_extensions": "false", "autoload_known_extensions": "false"}
+        try:
+            con = duckdb.connect(path, read_only=read_only, config=config)
+        except duckdb.IOException as exc:
+            text = str(exc)
+            if "lock" in text.lower():
+                raise StoreLocked(
+                    f"the database file {path} is locked by another process "
+                    "(stop the other workbench process, or use a snapshot for analysis)"
+                ) from None
+            raise StoreError(f"cannot open the database file {path}: {text}") from None
+        store = cls(con, path, dim, read_only)
+        if not read_only:
+            store._migrate(dim, embedding_model)
+        store._check_dimension(dim, embedding_model)
+        return store
+
+    def _migrate(self, dim: int, embedding_model: str) -> None:
+        with self.transaction():
+            version = self._schema_version()
+            for step in MIGRATIONS[version:]:
+                for statement in step(self._stored_dim() or dim):
+                    self._con.execute(statement)
+            self._set_meta("schema_version", str(SCHEMA_VERSION))
+            if self._stored_dim() is None:
+                self._set_meta("embedding_dim", str(dim))
+                self._set_meta("embedding_model", embedding_model)
+
+    def _schema_version(self) -> int:
+        exists = self._con.execute(
+            "SELECT count(*) FROM information_schema.tables WHERE table_name = 'meta'"
+        ).fetchone()
+        if not exists or not exists[0]:
+            return 0
+        return int(self.meta("schema_version") or 0)
+
+    def _stored_dim(self) -> int | None:
+        try:
+            value = self.meta("embedding_dim")
+        except duckdb.CatalogException:
+            return None
+        return int(value) if value else None
+
+    def _check_dimension(self, dim: int, embedding_model: str) -> None:
+        stored = self._stored_dim()
+        if stored is not None and stored != dim:
+            model = self.meta("embedding_model") or "unknown"
+            raise DimensionMismatch(
+                f"the database {self.path} holds {stored}-dimensional embeddings "
+                f"(model {model!r}) but the embedder produces {dim} dimensions "
+                f"({embedding_model or 'configured model'}); use the same embedder, or a new "
+                "database file and re-import"
+            )
+
+    def meta(self, key: str) -> str | None:
+        row = self.fetchone("SELECT value FROM meta WHERE key = ?", [key])
+        return row[0] if row else None
+
+    def _set_meta(self, key: str, value: str) -> None:
+        self.execute(
+            "INSERT INTO meta VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+            [key, value],
+        )
+
+    # --- executing ---------------------------------------------------------------------
+    def execute(self, sql: str, params: Sequence[Any] | dict[str, Any] | None = None) -> None:
+        with self._lock:
+            self._con.execute(sql, params)
+
+    def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+        if not rows:
+            return
+        with self._lock:
+            self._con.executemany(sql, rows)
+
+    def fetchall(self, sql: str, params: Sequence[Any] | dict[str, Any] | None = None) -> list:
+        with self._lock:
+            return self._con.execute(sql, params).fetchall()
+
+    def fetchone(self, sql: str, params: Sequence[Any] | dict[str, Any] | None = None):
+        with self._lock:
+            return self._con.execute(sql, params).fetchone()
+
+    def fetch_dicts(
+        self, sql: str, params: Sequence[Any] | dict[str, Any] | None = None
+    ) -> list[dict[str, Any]]:
+        with self._lock:
+            cur = self._con.execute(sql, params)
+            cols = [d[0] for d in cur.description]
+            return [dict(zip(cols, row)) for row in cur.fetchall()]
+
+    def df(self, sql: str, params: Sequence[Any] | dict[str, Any] | None = None):
+        """The result as a pandas DataFrame."""
+        with self._lock:
+            return self._con.execute(sql, params).df()
+
+    def fetch_numpy(self, sql: str, params: Sequence[Any] | dict[str, Any] | None = None):
+        """The result as a dict of numpy arrays (fast path for vectors)."""
+        with self._lock:
+            return self._con.execute(sql, params).fetchnumpy()
+
+    def register(self, name: str, frame: Any) -> None:
+        with self._lock:
+            self._con.register(name, frame)
+
+    def unregister(self, name: str) -> None:
+        with self._lock:
+            self._con.unregister(name)
+
+    @contextmanager
+    def transaction(self) -> Iterator[Store]:
+        """Run a unit of work atomically; the lock is held throughout."""
+        with self._lock:
+            self._con.execute("BEGIN TRANSACTION")
+            try:
+                yield self
+            except BaseException:
+                self._con.execute("ROLLBACK")
+                raise
+            else:
+                self._con.execute("COMMIT")
+
+    # --- lifecycle and export ----------------------------------------------------------
+    def checkpoint(self) -> None:
+        if self.path != ":memory:" and not self.read_only:
+            with self._lock:
+                self._con.execute("CHECKPOINT")
+
+    def close(self) -> None:
+        with self._lock:
+            try:
+                self.checkpoint()
+            finally:
+                self._con.close()
+
+    def export_parquet(self, directory: str | Path) -> dict[str, Path]:
+        """Write every table to ``directory/<table>.parquet`` (a consistent snapshot).
+
+        A notebook can analyse the snapshot while the service keeps the write lock on the
+        database file; :meth:`open_snapshot` reads it back.
+        """
+        out = Path(directory)
+        out.mkdir(parents=True, exist_ok=True)
+        written: dict[str, Path] = {}
+        with self.transaction():
+            for table in TABLES:
+                target = out / f"{table}.parquet"
+                self._con.execute(f"COPY {table} TO '{_sql_path(target)}' (FORMAT parquet)")
+                written[table] = target
+        return written
+
+    @classmethod
+    def open_snapshot(cls, directory: str | Path) -> Store:
+        """An in-memory store whose tables are loaded from an :meth:`export_parquet` folder."""
+        folder = Path(directory)
+        if not (folder / "episodes.parquet").is_file():
+            raise StoreError(f"{folder} holds no snapshot (expected episodes.parquet and others)")
+        con = duckdb.connect(":memory:")
+        for table in TABLES:
+            src = folder / f"{table}.parquet"
+            if src.is_file():
+                con.execute(f"CREATE TABLE {table} AS SELECT * FROM '{_sql_path(src)}'")
+        dim_row = con.execute(
+            "SELECT len(vector) FROM entity_embeddings UNION ALL "
+            "SELECT len(vector) FROM fact_embeddings LIMIT 1"
+        ).fetchone()
+        return cls(con, f"snapshot:{folder}", int(dim_row[0]) if dim_row else 0, read_only=True)
+
+
+def _sql_path(path: Path) -> str:
+    return str(path).replace("'", "''")

@@ -1,0 +1,163 @@
+"""The DuckDB schema and its forward migrations.
+
+``MIGRATIONS[i]`` brings a database from schema version ``i`` to ``i + 1``. A migration is a
+function of the embedding dimension (vectors are stored as fixed-size ``FLOAT[dim]`` arrays)
+returning SQL statements. Never edit a released migration: append a new one.
+
+Lifecycle states: ACTIVE, DORMANT, ARCHIVED, EXPIRED, SOFT_DELETED, PERMANENT.
+Queue states: queued, processing, done, failed.
+Priorities: 0 = high, 1 = normal, 2 = low.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+# Columns every memory (entity or fact) carries; kept in one place so both tables agree.
+_MEMORY_COLUMNS = """
+    importance INTEGER NOT NULL DEFAULT 3,
+    stability INTEGER NOT NULL DEFAULT 3,
+    classification_status VARCHAR,
+    decay_score DOUBLE NOT NULL DEFAULT 0.0,
+    lifecycle_state VARCHAR NOT NULL DEFAULT 'ACTIVE',
+    last_accessed_at TIMESTAMPTZ,
+    access_count BIGINT NOT NULL DEFAULT 0,
+    soft_deleted_at TIMESTAMPTZ
+"""
+
+
+def _v1(dim: int) -> list[str]:
+    return [
+        """CREATE TABLE IF NOT EXISTS meta (
+            key VARCHAR PRIMARY KEY,
+            value VARCHAR NOT NULL
+        )""",
+        """CREATE TABLE IF NOT EXISTS episodes (
+            uuid VARCHAR PRIMARY KEY,
+            group_id VARCHAR NOT NULL,
+            name VARCHAR NOT NULL,
+            body VARCHAR NOT NULL,
+            source VARCHAR NOT NULL DEFAULT 'text',
+            source_description VARCHAR NOT NULL DEFAULT '',
+            reference_time TIMESTAMPTZ NOT NULL,
+            created_at TIMESTAMPTZ NOT NULL,
+            priority INTEGER NOT NULL DEFAULT 1,
+            status VARCHAR NOT NULL DEFAULT 'queued',
+            status_detail VARCHAR,
+            processed_at TIMESTAMPTZ,
+            entity_count INTEGER NOT NULL DEFAULT 0,
+            fact_count INTEGER NOT NULL DEFAULT 0
+        )""",
+        f"""CREATE TABLE IF NOT EXISTS entities (
+            uuid VARCHAR PRIMARY KEY,
+            group_id VARCHAR NOT NULL,
+            name VARCHAR NOT NULL,
+            name_norm VARCHAR NOT NULL,
+            entity_type VARCHAR NOT NULL DEFAULT 'Entity',
+            summary VARCHAR NOT NULL DEFAULT '',
+            created_at TIMESTAMPTZ NOT NULL,
+            updated_at TIMESTAMPTZ NOT NULL,
+            {_MEMORY_COLUMNS}
+        )""",
+        "CREATE INDEX IF NOT EXISTS entities_group_name ON entities(group_id, name_norm)",
+        f"""CREATE TABLE IF NOT EXISTS facts (
+            uuid VARCHAR PRIMARY KEY,
+            group_id VARCHAR NOT NULL,
+            source_uuid VARCHAR NOT NULL,
+            target_uuid VARCHAR NOT NULL,
+            relation VARCHAR NOT NULL DEFAULT 'RELATES_TO',
+            fact VARCHAR NOT NULL,
+            episode_uuid VARCHAR,
+            created_at TIMESTAMPTZ NOT NULL,
+            valid_at TIMESTAMPTZ,
+            invalid_at TIMESTAMPTZ,
+            expired_at TIMESTAMPTZ,
+            {_MEMORY_COLUMNS}
+        )""",
+        "CREATE INDEX IF NOT EXISTS facts_group ON facts(group_id)",
+        """CREATE TABLE IF NOT EXISTS mentions (
+            episode_uuid VARCHAR NOT NULL,
+            entity_uuid VARCHAR NOT NULL,
+            PRIMARY KEY (episode_uuid, entity_uuid)
+        )""",
+        f"""CREATE TABLE IF NOT EXISTS entity_embeddings (
+            uuid VARCHAR PRIMARY KEY,
+            model VARCHAR NOT NULL,
+            vector FLOAT[{dim}] NOT NULL
+        )""",
+        f"""CREATE TABLE IF NOT EXISTS fact_embeddings (
+            uuid VARCHAR PRIMARY KEY,
+            model VARCHAR NOT NULL,
+            vector FLOAT[{dim}] NOT NULL
+        )""",
+        """CREATE SEQUENCE IF NOT EXISTS llm_calls_seq""",
+        """CREATE TABLE IF NOT EXISTS llm_calls (
+            id BIGINT PRIMARY KEY DEFAULT nextval('llm_calls_seq'),
+            ts TIMESTAMPTZ NOT NULL,
+            prompt_name VARCHAR NOT NULL,
+            model VARCHAR NOT NULL,
+            episode_uuid VARCHAR,
+            attempt INTEGER NOT NULL DEFAULT 1,
+            status VARCHAR NOT NULL,
+            error_type VARCHAR,
+            error_message VARCHAR,
+            prompt_tokens BIGINT NOT NULL DEFAULT 0,
+            completion_tokens BIGINT NOT NULL DEFAULT 0,
+            cached_tokens BIGINT NOT NULL DEFAULT 0,
+            cache_write_tokens BIGINT NOT NULL DEFAULT 0,
+            input_cost DOUBLE NOT NULL DEFAULT 0,
+            output_cost DOUBLE NOT NULL DEFAULT 0,
+            total_cost DOUBLE NOT NULL DEFAULT 0,
+            cache_cost_saved DOUBLE NOT NULL DEFAULT 0,
+            latency_seconds DOUBLE NOT NULL DEFAULT 0,
+            finish_reason VARCHAR
+        )""",
+        """CREATE TABLE IF NOT EXISTS queue (
+            episode_uuid VARCHAR PRIMARY KEY,
+            group_id VARCHAR NOT NULL,
+            priority INTEGER NOT NULL DEFAULT 1,
+            state VARCHAR NOT NULL DEFAULT 'queued',
+            enqueued_at TIMESTAMPTZ NOT NULL,
+            available_at TIMESTAMPTZ NOT NULL,
+            leased_until TIMESTAMPTZ,
+            lease_owner VARCHAR,
+            attempts INTEGER NOT NULL DEFAULT 0,
+            validation_failures INTEGER NOT NULL DEFAULT 0,
+            error_type VARCHAR,
+            error_message VARCHAR,
+            started_at TIMESTAMPTZ,
+            finished_at TIMESTAMPTZ
+        )""",
+        "CREATE INDEX IF NOT EXISTS queue_state ON queue(state, priority, enqueued_at)",
+        """CREATE SEQUENCE IF NOT EXISTS maintenance_runs_seq""",
+        """CREATE TABLE IF NOT EXISTS maintenance_runs (
+            id BIGINT PRIMARY KEY DEFAULT nextval('maintenance_runs_seq'),
+            started_at TIMESTAMPTZ NOT NULL,
+            finished_at TIMESTAMPTZ,
+            status VARCHAR NOT NULL,
+            dry_run BOOLEAN NOT NULL DEFAULT FALSE,
+            duration_seconds DOUBLE,
+            scores_updated BIGINT NOT NULL DEFAULT 0,
+            transitions BIGINT NOT NULL DEFAULT 0,
+            purged BIGINT NOT NULL DEFAULT 0,
+            error VARCHAR
+        )""",
+        """CREATE TABLE IF NOT EXISTS decay_history (
+            run_id BIGINT NOT NULL,
+            memory_kind VARCHAR NOT NULL,
+            memory_uuid VARCHAR NOT NULL,
+            from_state VARCHAR NOT NULL,
+            to_state VARCHAR NOT NULL,
+            old_decay DOUBLE,
+            new_decay DOUBLE
+        )""",
+    ]
+
+
+MIGRATIONS: list[Callable[[int], list[str]]] = [_v1]
+SCHEMA_VERSION = len(MIGRATIONS)
+
+LIFECYCLE_STATES = ("ACTIVE", "DORMANT", "ARCHIVED", "EXPIRED", "SOFT_DELETED", "PERMANENT")
+QUEUE_STATES = ("queued", "processing", "done", "failed")
+PRIORITIES = {"high": 0, "normal": 1, "low": 2}
+PRIORITY_NAMES = {v: k for k, v in PRIORITIES.items()}
