@@ -41,6 +41,7 @@ class Store:
     def __init__(self, con: duckdb.DuckDBPyConnection, path: str, dim: int, read_only: bool):
         self._con = con
         self._lock = threading.RLock()
+        self._depth = 0
         self.path = path
         self.dim = dim
         self.read_only = read_only
@@ -173,15 +174,28 @@ class Store:
 
     @contextmanager
     def transaction(self) -> Iterator[Store]:
-        """Run a unit of work atomically; the lock is held throughout."""
+        """Run a unit of work atomically; the lock is held throughout.
+
+        Re-entrant: a nested ``transaction()`` joins the outer one.
+        """
         with self._lock:
+            if self._depth:
+                self._depth += 1
+                try:
+                    yield self
+                finally:
+                    self._depth -= 1
+                return
             self._con.execute("BEGIN TRANSACTION")
+            self._depth = 1
             try:
                 yield self
             except BaseException:
+                self._depth = 0
                 self._con.execute("ROLLBACK")
                 raise
             else:
+                self._depth = 0
                 self._con.execute("COMMIT")
 
     # --- lifecycle and export ----------------------------------------------------------

@@ -112,8 +112,10 @@ def _v1(dim: int) -> list[str]:
             latency_seconds DOUBLE NOT NULL DEFAULT 0,
             finish_reason VARCHAR
         )""",
+        """CREATE SEQUENCE IF NOT EXISTS queue_seq""",
         """CREATE TABLE IF NOT EXISTS queue (
             episode_uuid VARCHAR PRIMARY KEY,
+            seq BIGINT NOT NULL DEFAULT nextval('queue_seq'),
             group_id VARCHAR NOT NULL,
             priority INTEGER NOT NULL DEFAULT 1,
             state VARCHAR NOT NULL DEFAULT 'queued',

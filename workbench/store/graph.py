@@ -1,0 +1,309 @@
+"""SQL for the knowledge graph: episodes, entities, facts, mentions and their embeddings."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from workbench.store import Store
+
+EPISODE_COLUMNS = (
+    "uuid, group_id, name, body, source, source_description, reference_time, created_at, "
+    "priority, status, status_detail, processed_at, entity_count, fact_count"
+)
+
+FACT_SELECT = """
+    SELECT f.*, s.name AS source_name, t.name AS target_name
+    FROM facts f
+    LEFT JOIN entities s ON s.uuid = f.source_uuid
+    LEFT JOIN entities t ON t.uuid = f.target_uuid
+"""
+
+
+# --- episodes -----------------------------------------------------------------------------
+def insert_episode(store: Store, ep: dict[str, Any]) -> None:
+    store.execute(
+        """INSERT INTO episodes (uuid, group_id, name, body, source, source_description,
+               reference_time, created_at, priority, status, status_detail)
+           VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
+        [ep["uuid"], ep["group_id"], ep["name"], ep["body"], ep["source"],
+         ep["source_description"], ep["reference_time"], ep["created_at"], ep["priority"],
+         ep.get("status", "queued"), ep.get("status_detail")],
+    )
+
+
+def get_episode(store: Store, uuid: str) -> dict[str, Any] | None:
+    rows = store.fetch_dicts(f"SELECT {EPISODE_COLUMNS} FROM episodes WHERE uuid = ?", [uuid])
+    return rows[0] if rows else None
+
+
+def list_episodes(
+    store: Store, group_ids: Sequence[str] | None, limit: int
+) -> list[dict[str, Any]]:
+    where, params = _group_filter(group_ids)
+    return store.fetch_dicts(
+        f"SELECT {EPISODE_COLUMNS} FROM episodes {where} "
+        "ORDER BY reference_time DESC, created_at DESC LIMIT ?",
+        [*params, limit],
+    )
+
+
+def recent_episodes(
+    store: Store, group_id: str, before: datetime, exclude: str, limit: int
+) -> list[dict[str, Any]]:
+    """The group's latest processed episodes before ``before`` (context for extraction)."""
+    return store.fetch_dicts(
+        """SELECT uuid, name, body, reference_time FROM episodes
+           WHERE group_id = ? AND uuid <> ? AND status = 'done' AND reference_time <= ?
+           ORDER BY reference_time DESC LIMIT ?""",
+        [group_id, exclude, before, limit],
+    )
+
+
+def set_episode_status(
+    store: Store,
+    uuid: str,
+    status: str,
+    detail: str | None = None,
+    processed_at: datetime | None = None,
+    entity_count: int | None = None,
+    fact_count: int | None = None,
+) -> None:
+    store.execute(
+        """UPDATE episodes SET status = ?, status_detail = ?,
+               processed_at = coalesce(?, processed_at),
+               entity_count = coalesce(?, entity_count),
+               fact_count = coalesce(?, fact_count)
+           WHERE uuid = ?""",
+        [status, detail, processed_at, entity_count, fact_count, uuid],
+    )
+
+
+def delete_episode(store: Store, uuid: str) -> dict[str, list[str]]:
+    """Remove an episode, the facts it created and the entities only it mentioned.
+
+    Returns the uuids removed per kind (the caller updates the search indexes).
+    Runs inside the caller's transaction when there is one.
+    """
+    facts = [r[0] for r in store.fetchall("SELECT uuid FROM facts WHERE episode_uuid = ?", [uuid])]
+    orphans = [
+        r[0]
+        for r in store.fetchall(
+            """SELECT m.entity_uuid FROM mentions m
+               WHERE m.episode_uuid = ?
+                 AND NOT EXISTS (SELECT 1 FROM mentions o
+                                 WHERE o.entity_uuid = m.entity_uuid AND o.episode_uuid <> ?)""",
+            [uuid, uuid],
+        )
+    ]
+    if orphans:
+        # facts touching an orphan entity go too (an edge needs both ends)
+        facts += [
+            r[0]
+            for r in store.fetchall(
+                "SELECT uuid FROM facts WHERE (list_contains(?, source_uuid) "
+                "OR list_contains(?, target_uuid)) AND NOT list_contains(?, uuid)",
+                [orphans, orphans, facts],
+            )
+        ]
+    delete_facts(store, facts)
+    delete_entities(store, orphans)
+    store.execute("DELETE FROM mentions WHERE episode_uuid = ?", [uuid])
+    store.execute("DELETE FROM queue WHERE episode_uuid = ?", [uuid])
+    store.execute("DELETE FROM episodes WHERE uuid = ?", [uuid])
+    return {"entity": orphans, "fact": facts}
+
+
+def clear_groups(store: Store, group_ids: Sequence[str]) -> dict[str, list[str]]:
+    groups = list(group_ids)
+    entities = [r[0] for r in store.fetchall(
+        "SELECT uuid FROM entities WHERE list_contains(?, group_id)", [groups])]
+    facts = [r[0] for r in store.fetchall(
+        "SELECT uuid FROM facts WHERE list_contains(?, group_id)", [groups])]
+    delete_facts(store, facts)
+    delete_entities(store, entities)
+    store.execute(
+        "DELETE FROM mentions WHERE episode_uuid IN "
+        "(SELECT uuid FROM episodes WHERE list_contains(?, group_id))", [groups])
+    store.execute("DELETE FROM queue WHERE list_contains(?, group_id)", [groups])
+    episodes = store.fetchone(
+        "SELECT count(*) FROM episodes WHERE list_contains(?, group_id)", [groups])[0]
+    store.execute("DELETE FROM episodes WHERE list_contains(?, group_id)", [groups])
+    return {"entity": entities, "fact": facts, "episodes": episodes}
+
+
+# --- entities -----------------------------------------------------------------------------
+def entities_by_norm(
+    store: Store, group_id: str, names_norm: Sequence[str]
+) -> dict[str, dict[str, Any]]:
+    """Existing (non-purged) entities of a group keyed by normalised name."""
+    if not names_norm:
+        return {}
+    rows = store.fetch_dicts(
+        """SELECT uuid, name, name_norm, entity_type, summary, lifecycle_state
+           FROM entities WHERE group_id = ? AND list_contains(?, name_norm)
+           ORDER BY created_at""",
+        [group_id, list(names_norm)],
+    )
+    found: dict[str, dict[str, Any]] = {}
+    for row in rows:
+        found.setdefault(row["name_norm"], row)
+    return found
+
+
+def entities_by_uuid(store: Store, uuids: Sequence[str]) -> dict[str, dict[str, Any]]:
+    if not uuids:
+        return {}
+    rows = store.fetch_dicts(
+        "SELECT * FROM entities WHERE list_contains(?, uuid)", [list(uuids)])
+    return {row["uuid"]: row for row in rows}
+
+
+def insert_entities(store: Store, rows: Sequence[dict[str, Any]]) -> None:
+    store.executemany(
+        """INSERT INTO entities (uuid, group_id, name, name_norm, entity_type, summary,
+               created_at, updated_at, importance, stability, classification_status,
+               lifecycle_state)
+           VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
+        [[r["uuid"], r["group_id"], r["name"], r["name_norm"], r["entity_type"], r["summary"],
+          r["created_at"], r["created_at"], r["importance"], r["stability"],
+          r["classification_status"], r["lifecycle_state"]] for r in rows],
+    )
+
+
+def update_entity_summary(store: Store, uuid: str, summary: str, now: datetime) -> None:
+    store.execute(
+        "UPDATE entities SET summary = ?, updated_at = ? WHERE uuid = ?", [summary, now, uuid])
+
+
+def delete_entities(store: Store, uuids: Sequence[str]) -> None:
+    if uuids:
+        store.execute("DELETE FROM entity_embeddings WHERE list_contains(?, uuid)", [list(uuids)])
+        store.execute("DELETE FROM mentions WHERE list_contains(?, entity_uuid)", [list(uuids)])
+        store.execute("DELETE FROM entities WHERE list_contains(?, uuid)", [list(uuids)])
+
+
+def insert_mentions(store: Store, episode_uuid: str, entity_uuids: Sequence[str]) -> None:
+    store.executemany(
+        "INSERT INTO mentions VALUES (?, ?) ON CONFLICT DO NOTHING",
+        [[episode_uuid, uuid] for uuid in dict.fromkeys(entity_uuids)],
+    )
+
+
+# --- facts --------------------------------------------------------------------------------
+def facts_between(
+    store: Store, entity_uuids: Sequence[str], limit: int = 50
+) -> list[dict[str, Any]]:
+    """Current (not invalidated, not expired) facts touching any of the entities."""
+    if not entity_uuids:
+        return []
+    ids = list(entity_uuids)
+    return store.fetch_dicts(
+        FACT_SELECT + """
+        WHERE (list_contains(?, f.source_uuid) OR list_contains(?, f.target_uuid))
+          AND f.invalid_at IS NULL AND f.expired_at IS NULL
+          AND f.lifecycle_state NOT IN ('EXPIRED', 'SOFT_DELETED')
+        ORDER BY f.created_at DESC LIMIT ?""",
+        [ids, ids, limit],
+    )
+
+
+def fact_exists(store: Store, group_id: str, source: str, target: str, fact: str) -> str | None:
+    row = store.fetchone(
+        """SELECT uuid FROM facts WHERE group_id = ? AND source_uuid = ? AND target_uuid = ?
+             AND lower(trim(fact)) = lower(trim(?)) AND expired_at IS NULL LIMIT 1""",
+        [group_id, source, target, fact],
+    )
+    return row[0] if row else None
+
+
+def insert_facts(store: Store, rows: Sequence[dict[str, Any]]) -> None:
+    store.executemany(
+        """INSERT INTO facts (uuid, group_id, source_uuid, target_uuid, relation, fact,
+               episode_uuid, created_at, valid_at, invalid_at, importance, stability,
+               classification_status, lifecycle_state)
+           VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
+        [[r["uuid"], r["group_id"], r["source_uuid"], r["target_uuid"], r["relation"],
+          r["fact"], r.get("episode_uuid"), r["created_at"], r.get("valid_at"),
+          r.get("invalid_at"), r["importance"], r["stability"], r["classification_status"],
+          r["lifecycle_state"]] for r in rows],
+    )
+
+
+def invalidate_facts(
+    store: Store, uuids: Sequence[str], invalid_at: datetime, expired_at: datetime
+) -> None:
+    """Bi-temporal invalidation: the old fact stays, marked as no longer true."""
+    if uuids:
+        store.execute(
+            """UPDATE facts SET invalid_at = coalesce(invalid_at, ?), expired_at = ?
+               WHERE list_contains(?, uuid) AND expired_at IS NULL""",
+            [invalid_at, expired_at, list(uuids)],
+        )
+
+
+def get_fact(store: Store, uuid: str) -> dict[str, Any] | None:
+    rows = store.fetch_dicts(FACT_SELECT + " WHERE f.uuid = ?", [uuid])
+    return rows[0] if rows else None
+
+
+def delete_facts(store: Store, uuids: Sequence[str]) -> None:
+    if uuids:
+        store.execute("DELETE FROM fact_embeddings WHERE list_contains(?, uuid)", [list(uuids)])
+        store.execute("DELETE FROM facts WHERE list_contains(?, uuid)", [list(uuids)])
+
+
+# --- embeddings ---------------------------------------------------------------------------
+def insert_embeddings(
+    store: Store, kind: str, uuids: Sequence[str], vectors: np.ndarray, model: str
+) -> None:
+    """Upsert vectors for ``kind`` ('entity' or 'fact') through an Arrow table (fast path)."""
+    if not len(uuids):
+        return
+    table = f"{kind}_embeddings"
+    vectors = np.asarray(vectors, dtype=np.float32)
+    frame = pa.table({
+        "uuid": pa.array(list(uuids), pa.string()),
+        "model": pa.array([model] * len(uuids), pa.string()),
+        "vector": pa.FixedSizeListArray.from_arrays(
+            pa.array(vectors.reshape(-1), pa.float32()), vectors.shape[1]),
+    })
+    name = f"_incoming_{kind}"
+    with store.transaction():
+        store.register(name, frame)
+        try:
+            store.execute(
+                f"INSERT OR REPLACE INTO {table} SELECT uuid, model, "
+                f"vector::FLOAT[{store.dim}] FROM {name}")
+        finally:
+            store.unregister(name)
+
+
+# --- counts -------------------------------------------------------------------------------
+def graph_counts(store: Store, group_ids: Sequence[str] | None = None) -> dict[str, int]:
+    where, params = _group_filter(group_ids)
+    return {
+        "episodes": store.fetchone(f"SELECT count(*) FROM episodes {where}", params)[0],
+        "entities": store.fetchone(f"SELECT count(*) FROM entities {where}", params)[0],
+        "facts": store.fetchone(f"SELECT count(*) FROM facts {where}", params)[0],
+        "groups": store.fetchone(
+            "SELECT count(DISTINCT group_id) FROM ("
+            "SELECT group_id FROM episodes UNION ALL SELECT group_id FROM entities)")[0],
+    }
+
+
+def group_exists(store: Store, group_id: str) -> bool:
+    row = store.fetchone(
+        "SELECT EXISTS (SELECT 1 FROM episodes WHERE group_id = ?) "
+        "OR EXISTS (SELECT 1 FROM entities WHERE group_id = ?)", [group_id, group_id])
+    return bool(row[0])
+
+
+def _group_filter(group_ids: Sequence[str] | None) -> tuple[str, list[Any]]:
+    if not group_ids:
+        return "", []
+    return "WHERE list_contains(?, group_id)", [list(group_ids)]

@@ -1,0 +1,168 @@
+"""SQL of the durable episode queue (table ``queue``).
+
+States: queued → processing → done | failed. A message is claimed with a lease; a lease that
+runs out (a crashed worker) returns the message to ``queued``. Within one ``group_id`` only the
+oldest unfinished message may run, so a group's episodes are processed in order; groups run in
+parallel. Across groups the order is priority (0 high, 1 normal, 2 low), then age.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+from typing import Any
+
+from workbench.store import Store
+from workbench.store.schema import PRIORITY_NAMES
+
+
+def enqueue(store: Store, episode_uuid: str, group_id: str, priority: int, now: datetime) -> None:
+    store.execute(
+        """INSERT INTO queue (episode_uuid, group_id, priority, state, enqueued_at, available_at)
+           VALUES (?, ?, ?, 'queued', ?, ?)""",
+        [episode_uuid, group_id, priority, now, now],
+    )
+
+
+def requeue_expired_leases(store: Store, now: datetime) -> int:
+    rows = store.fetchall(
+        """UPDATE queue SET state = 'queued', lease_owner = NULL, leased_until = NULL
+           WHERE state = 'processing' AND leased_until < ? RETURNING episode_uuid""",
+        [now],
+    )
+    return len(rows)
+
+
+def release_all(store: Store) -> int:
+    """Return every in-flight message to the queue (start-up after a crash, graceful stop)."""
+    rows = store.fetchall(
+        """UPDATE queue SET state = 'queued', lease_owner = NULL, leased_until = NULL,
+               attempts = greatest(attempts - 1, 0)
+           WHERE state = 'processing' RETURNING episode_uuid"""
+    )
+    return len(rows)
+
+
+def release(store: Store, episode_uuid: str, owner: str) -> None:
+    store.execute(
+        """UPDATE queue SET state = 'queued', lease_owner = NULL, leased_until = NULL,
+               attempts = greatest(attempts - 1, 0)
+           WHERE episode_uuid = ? AND state = 'processing' AND lease_owner = ?""",
+        [episode_uuid, owner],
+    )
+
+
+def claim_next(
+    store: Store, owner: str, now: datetime, lease_seconds: float
+) -> dict[str, Any] | None:
+    """Lease the next runnable message (head of its group, due, highest priority)."""
+    with store.transaction():
+        row = store.fetchone(
+            """WITH heads AS (
+                   SELECT episode_uuid, state, priority, available_at, seq,
+                          row_number() OVER (PARTITION BY group_id ORDER BY seq) AS rn
+                   FROM queue WHERE state IN ('queued', 'processing'))
+               SELECT episode_uuid FROM heads
+               WHERE rn = 1 AND state = 'queued' AND available_at <= ?
+               ORDER BY priority, seq LIMIT 1""",
+            [now],
+        )
+        if row is None:
+            return None
+        leased = store.fetch_dicts(
+            """UPDATE queue SET state = 'processing', lease_owner = ?, leased_until = ?,
+                   attempts = attempts + 1, started_at = ?
+               WHERE episode_uuid = ? AND state = 'queued'
+               RETURNING episode_uuid, group_id, priority, enqueued_at, attempts,
+                         validation_failures""",
+            [owner, now + timedelta(seconds=lease_seconds), now, row[0]],
+        )
+        return leased[0] if leased else None
+
+
+def mark_done(store: Store, episode_uuid: str, now: datetime) -> None:
+    store.execute(
+        """UPDATE queue SET state = 'done', finished_at = ?, leased_until = NULL,
+               error_type = NULL, error_message = NULL
+           WHERE episode_uuid = ?""",
+        [now, episode_uuid],
+    )
+
+
+def schedule_retry(
+    store: Store,
+    episode_uuid: str,
+    available_at: datetime,
+    error_type: str,
+    message: str,
+    validation_failure: bool,
+) -> None:
+    store.execute(
+        """UPDATE queue SET state = 'queued', available_at = ?, lease_owner = NULL,
+               leased_until = NULL, error_type = ?, error_message = ?,
+               validation_failures = validation_failures + ?
+           WHERE episode_uuid = ?""",
+        [available_at, error_type, message, 1 if validation_failure else 0, episode_uuid],
+    )
+
+
+def mark_failed(
+    store: Store, episode_uuid: str, now: datetime, error_type: str, message: str
+) -> None:
+    store.execute(
+        """UPDATE queue SET state = 'failed', finished_at = ?, leased_until = NULL,
+               lease_owner = NULL, error_type = ?, error_message = ?
+           WHERE episode_uuid = ?""",
+        [now, error_type, message, episode_uuid],
+    )
+
+
+def requeue_failed(
+    store: Store, now: datetime, episode_uuids: Sequence[str] | None, group_id: str | None
+) -> list[str]:
+    """Put failed messages back (all, by uuid, or by group); returns their uuids."""
+    sql = """UPDATE queue SET state = 'queued', available_at = ?, attempts = 0,
+                 validation_failures = 0, finished_at = NULL
+             WHERE state = 'failed'"""
+    params: list[Any] = [now]
+    if episode_uuids:
+        sql += " AND list_contains(?, episode_uuid)"
+        params.append(list(episode_uuids))
+    if group_id:
+        sql += " AND group_id = ?"
+        params.append(group_id)
+    return [r[0] for r in store.fetchall(sql + " RETURNING episode_uuid", params)]
+
+
+def depth_by_priority(store: Store) -> dict[str, int]:
+    counts = {name: 0 for name in PRIORITY_NAMES.values()}
+    for priority, count in store.fetchall(
+        "SELECT priority, count(*) FROM queue WHERE state = 'queued' GROUP BY priority"
+    ):
+        counts[PRIORITY_NAMES.get(priority, str(priority))] = count
+    return counts
+
+
+def status(store: Store, now: datetime) -> dict[str, Any]:
+    counts = {"queued": 0, "processing": 0, "done": 0, "failed": 0}
+    for state, count in store.fetchall("SELECT state, count(*) FROM queue GROUP BY state"):
+        counts[state] = count
+    oldest = store.fetchone(
+        "SELECT min(enqueued_at) FROM queue WHERE state IN ('queued', 'processing')")[0]
+    failed = store.fetch_dicts(
+        """SELECT q.episode_uuid, q.group_id, e.name, q.attempts, q.error_type,
+                  q.error_message, q.finished_at
+           FROM queue q LEFT JOIN episodes e ON e.uuid = q.episode_uuid
+           WHERE q.state = 'failed' ORDER BY q.finished_at DESC LIMIT 20"""
+    )
+    return {
+        "counts": counts,
+        "depth_by_priority": depth_by_priority(store),
+        "oldest_waiting_seconds": (now - oldest).total_seconds() if oldest else 0.0,
+        "failed": failed,
+    }
+
+
+def get_message(store: Store, episode_uuid: str) -> dict[str, Any] | None:
+    rows = store.fetch_dicts("SELECT * FROM queue WHERE episode_uuid = ?", [episode_uuid])
+    return rows[0] if rows else None
