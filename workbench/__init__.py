@@ -1,0 +1,43 @@
+"""Knowledge Workbench core: a memory service for AI assistants.
+
+Importing this package loads no web framework, no Jupyter and no model: heavy pieces load
+lazily when used.
+"""
+
+from workbench.clock import ManualClock, utcnow
+from workbench.config import Settings, load_settings
+from workbench.errors import (
+    ConfigError,
+    InvalidInput,
+    LLMError,
+    NotFound,
+    StoreError,
+    WorkbenchError,
+)
+from workbench.metrics import Metrics
+from workbench.store import Store
+
+
+def __getattr__(name: str):
+    if name == "Workbench":
+        from workbench.workbench import Workbench
+
+        return Workbench
+    raise AttributeError(name)
+
+
+__all__ = sorted([
+    "ConfigError",
+    "InvalidInput",
+    "LLMError",
+    "ManualClock",
+    "Metrics",
+    "NotFound",
+    "Settings",
+    "Store",
+    "StoreError",
+    "Workbench",
+    "WorkbenchError",
+    "load_settings",
+    "utcnow",
+])

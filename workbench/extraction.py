@@ -1,0 +1,303 @@
+"""Episode → entities and facts, in two LLM calls (three when deduplication is ambiguous).
+
+1. ``extract_entities`` lists the episode's entities with importance and stability.
+2. Entities are resolved against the group's existing ones: exact normalised name first,
+   then embedding similarity; only ambiguous candidates go to ``resolve_nodes`` (one call).
+3. ``extract_edges`` states the facts between them, classified, and names the current facts
+   they invalidate (bi-temporal: the old fact gets ``invalid_at``/``expired_at``, it is not
+   deleted).
+
+Everything the episode changes is written in ONE transaction together with marking the
+episode done, so a crash mid-episode leaves nothing behind and a redelivery starts clean.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+import uuid as uuidlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+import numpy as np
+
+from workbench.clock import Clock, as_utc
+from workbench.embedder import Embedder
+from workbench.metrics import Metrics
+from workbench.prompts import extract_edges, extract_entities, resolve_nodes
+from workbench.store import Store
+from workbench.store import graph as g
+
+log = logging.getLogger("workbench.extraction")
+
+# similar(kind, vectors, group_id, k) -> per row a list of (uuid, cosine)
+SimilarFn = Callable[[str, np.ndarray, str, int], list[list[tuple[str, float]]]]
+UpsertFn = Callable[[str, list[dict], np.ndarray], None]
+
+_PUNCT = re.compile(r"[^\w\s]", re.UNICODE)
+_SPACE = re.compile(r"\s+")
+
+
+def normalise_name(name: str) -> str:
+    """Case-, whitespace- and punctuation-insensitive key for entity names."""
+    return _SPACE.sub(" ", _PUNCT.sub(" ", name.casefold())).strip()
+
+
+def entity_text(name: str, entity_type: str, summary: str) -> str:
+    """The text embedded for an entity (shared with import)."""
+    return f"{name} ({entity_type}): {summary}".strip()
+
+
+def merge_summary(old: str, new: str, limit: int = 1200) -> str:
+    old, new = old.strip(), new.strip()
+    if not new or new.lower() in old.lower():
+        return old
+    if not old:
+        return new[:limit]
+    return f"{old} {new}"[-limit:]
+
+
+@dataclass
+class Thresholds:
+    duplicate: float = 0.93   # cosine at or above: same entity, no LLM needed
+    ambiguous: float = 0.80   # cosine in [ambiguous, duplicate): ask resolve_nodes
+
+
+@dataclass
+class EpisodeChanges:
+    new_entities: list[dict] = field(default_factory=list)
+    summary_updates: dict[str, str] = field(default_factory=dict)
+    mentioned: list[str] = field(default_factory=list)
+    new_facts: list[dict] = field(default_factory=list)
+    invalidated: list[str] = field(default_factory=list)
+    llm_calls: int = 0
+
+
+class Extractor:
+    """Runs the extraction prompts for one episode and writes the result."""
+
+    def __init__(
+        self,
+        store: Store,
+        chat: Any,
+        embedder: Embedder,
+        metrics: Metrics,
+        clock: Clock,
+        similar: SimilarFn,
+        on_upsert: UpsertFn | None = None,
+        context_episodes: int = 2,
+        thresholds: Thresholds | None = None,
+    ):
+        self.store = store
+        self.chat = chat
+        self.embedder = embedder
+        self.metrics = metrics
+        self.clock = clock
+        self.similar = similar
+        self.on_upsert = on_upsert
+        self.context_episodes = context_episodes
+        self.thresholds = thresholds or Thresholds()
+
+    # --- the pipeline -------------------------------------------------------------------
+    def process(self, episode: dict) -> EpisodeChanges:
+        changes = EpisodeChanges()
+        extracted = self._extract_entities(episode, changes)
+        resolved = self._resolve(episode, extracted, changes)
+        self._extract_facts(episode, resolved, changes)
+        vectors = self._embed(changes)
+        self._write(episode, changes, vectors)
+        return changes
+
+    def _call(self, prompt_name: str, messages, model, episode_uuid: str, changes):
+        started = time.perf_counter()
+        changes.llm_calls += 1
+        result = self.chat.complete(prompt_name, messages, model, episode_uuid=episode_uuid)
+        return result, time.perf_counter() - started
+
+    def _extract_entities(self, episode: dict, changes: EpisodeChanges) -> list[dict]:
+        context = g.recent_episodes(
+            self.store, episode["group_id"], episode["reference_time"], episode["uuid"],
+            self.context_episodes,
+        ) if self.context_episodes else []
+        reply, latency = self._call(
+            extract_entities.PROMPT_NAME,
+            extract_entities.build_messages(episode, context),
+            extract_entities.ExtractedEntities, episode["uuid"], changes,
+        )
+        self.metrics.record_classification("success", latency)
+        unique: dict[str, dict] = {}
+        for item in reply.entities:
+            name = item.name.strip()
+            key = normalise_name(name)
+            if key and key not in unique:
+                unique[key] = {**item.model_dump(), "name": name, "name_norm": key}
+        return list(unique.values())
+
+    def _resolve(self, episode: dict, extracted: list[dict], changes: EpisodeChanges) -> list[dict]:
+        """Attach ``uuid`` (existing or new) to every extracted entity."""
+        group = episode["group_id"]
+        known = g.entities_by_norm(self.store, group, [e["name_norm"] for e in extracted])
+        pending = []
+        for ent in extracted:
+            hit = known.get(ent["name_norm"])
+            if hit:
+                ent["existing"] = hit
+            else:
+                pending.append(ent)
+        if pending:
+            self._resolve_by_similarity(episode, pending, changes)
+        now = self.clock()
+        for ent in extracted:
+            existing = ent.get("existing")
+            if existing:
+                ent["uuid"] = existing["uuid"]
+                merged = merge_summary(existing["summary"], ent["summary"])
+                if merged != existing["summary"]:
+                    changes.summary_updates[existing["uuid"]] = merged
+                ent["name"] = existing["name"]
+                ent["entity_type"] = existing["entity_type"]
+            else:
+                ent["uuid"] = str(uuidlib.uuid4())
+                changes.new_entities.append({
+                    "uuid": ent["uuid"], "group_id": group, "name": ent["name"],
+                    "name_norm": ent["name_norm"], "entity_type": ent["entity_type"],
+                    "summary": ent["summary"], "created_at": now,
+                    "importance": ent["importance"], "stability": ent["stability"],
+                    "classification_status": "success", "lifecycle_state": "ACTIVE",
+                })
+            changes.mentioned.append(ent["uuid"])
+        return extracted
+
+    def _resolve_by_similarity(self, episode: dict, pending: list[dict], changes) -> None:
+        texts = [entity_text(e["name"], e["entity_type"], e["summary"]) for e in pending]
+        vectors = self.embedder.embed(texts)
+        for ent, vec in zip(pending, vectors):
+            ent["vector"] = vec
+        neighbours = self.similar("entity", vectors, episode["group_id"], 3)
+        candidates = {u for row in neighbours for u, _ in row}
+        rows = g.entities_by_uuid(self.store, sorted(candidates))
+        questions = []
+        for i, (ent, row) in enumerate(zip(pending, neighbours)):
+            close = [(u, s) for u, s in row if u in rows and s >= self.thresholds.ambiguous]
+            best = close[0] if close else None
+            if best and best[1] >= self.thresholds.duplicate and \
+                    rows[best[0]]["entity_type"] == ent["entity_type"]:
+                ent["existing"] = rows[best[0]]
+            elif close:
+                questions.append((i, ent, [rows[u] for u, _ in close]))
+        if questions:
+            self._ask_resolutions(episode, questions, changes)
+
+    def _ask_resolutions(self, episode: dict, questions, changes) -> None:
+        payload, index = [], {}
+        for qid, (_, ent, cands) in enumerate(questions):
+            cand_ids = []
+            for c in cands:
+                cid = len(index)
+                index[cid] = c
+                cand_ids.append({"id": cid, "name": c["name"], "entity_type": c["entity_type"],
+                                 "summary": c["summary"][:300]})
+            payload.append({"id": qid, "name": ent["name"], "entity_type": ent["entity_type"],
+                            "summary": ent["summary"], "candidates": cand_ids})
+        reply, _ = self._call(
+            resolve_nodes.PROMPT_NAME, resolve_nodes.build_messages(payload),
+            resolve_nodes.NodeResolutions, episode["uuid"], changes,
+        )
+        for res in reply.entity_resolutions:
+            if 0 <= res.id < len(questions) and res.duplicate_of in index:
+                questions[res.id][1]["existing"] = index[res.duplicate_of]
+
+    def _extract_facts(self, episode: dict, entities: list[dict], changes) -> None:
+        if len(entities) < 2:
+            return
+        by_name = {normalise_name(e["name"]): e for e in entities}
+        existing_ids = [e["uuid"] for e in entities if e.get("existing")]
+        existing = g.facts_between(self.store, existing_ids, limit=30)
+        reply, latency = self._call(
+            extract_edges.PROMPT_NAME,
+            extract_edges.build_messages(episode, entities, existing),
+            extract_edges.ExtractedEdges, episode["uuid"], changes,
+        )
+        self.metrics.record_classification("success", latency)
+        now = self.clock()
+        seen: set[tuple[str, str, str]] = set()
+        for edge in reply.edges:
+            src = by_name.get(normalise_name(edge.source))
+            dst = by_name.get(normalise_name(edge.target))
+            if not src or not dst or src["uuid"] == dst["uuid"]:
+                log.info("episode %s: skipped a fact naming unknown entities: %s -> %s",
+                         episode["uuid"], edge.source, edge.target)
+                continue
+            key = (src["uuid"], dst["uuid"], edge.fact.strip().lower())
+            if key in seen or g.fact_exists(self.store, episode["group_id"], *key):
+                continue
+            seen.add(key)
+            valid_at = _parse_time(edge.valid_at)
+            changes.new_facts.append({
+                "uuid": str(uuidlib.uuid4()), "group_id": episode["group_id"],
+                "source_uuid": src["uuid"], "target_uuid": dst["uuid"],
+                "relation": _relation(edge.relation), "fact": edge.fact.strip(),
+                "episode_uuid": episode["uuid"], "created_at": now, "valid_at": valid_at,
+                "invalid_at": _parse_time(edge.invalid_at), "importance": edge.importance,
+                "stability": edge.stability, "classification_status": "success",
+                "lifecycle_state": "ACTIVE",
+            })
+            for ref in edge.invalidates:
+                if 1 <= ref <= len(existing):
+                    changes.invalidated.append(existing[ref - 1]["uuid"])
+            if edge.invalidates:
+                changes.new_facts[-1]["_invalid_from"] = valid_at or episode["reference_time"]
+
+    def _embed(self, changes: EpisodeChanges) -> np.ndarray:
+        texts = [entity_text(e["name"], e["entity_type"], e["summary"])
+                 for e in changes.new_entities]
+        texts += [f["fact"] for f in changes.new_facts]
+        return self.embedder.embed(texts) if texts else np.zeros((0, self.embedder.dimensions))
+
+    def _write(self, episode: dict, changes: EpisodeChanges, vectors: np.ndarray) -> None:
+        n_ent = len(changes.new_entities)
+        ent_vecs, fact_vecs = vectors[:n_ent], vectors[n_ent:]
+        now = self.clock()
+        invalid_from = min(
+            (f["_invalid_from"] for f in changes.new_facts if "_invalid_from" in f),
+            default=episode["reference_time"],
+        )
+        facts = [{k: v for k, v in f.items() if not k.startswith("_")}
+                 for f in changes.new_facts]
+        with self.store.transaction():
+            g.insert_entities(self.store, changes.new_entities)
+            for uuid, summary in changes.summary_updates.items():
+                g.update_entity_summary(self.store, uuid, summary, now)
+            g.insert_mentions(self.store, episode["uuid"], changes.mentioned)
+            g.insert_facts(self.store, facts)
+            g.invalidate_facts(self.store, sorted(set(changes.invalidated)), invalid_from, now)
+            model = self.embedder.model
+            g.insert_embeddings(self.store, "entity",
+                                [e["uuid"] for e in changes.new_entities], ent_vecs, model)
+            g.insert_embeddings(self.store, "fact", [f["uuid"] for f in facts], fact_vecs, model)
+            g.set_episode_status(self.store, episode["uuid"], "done", None, now,
+                                 len(set(changes.mentioned)), len(facts))
+        if self.on_upsert:
+            self.on_upsert("entity", [
+                {**e, "text": entity_text(e["name"], e["entity_type"], e["summary"])}
+                for e in changes.new_entities], ent_vecs)
+            self.on_upsert("fact", [{**f, "text": f["fact"]} for f in facts], fact_vecs)
+
+
+def _relation(text: str) -> str:
+    rel = re.sub(r"[^A-Za-z0-9]+", "_", text.strip()).strip("_").upper()
+    return rel[:80] or "RELATES_TO"
+
+
+def _parse_time(value: str | None) -> datetime | None:
+    if not value:
+        return None
+    try:
+        return as_utc(value)
+    except (TypeError, ValueError):
+        return None
+
+
