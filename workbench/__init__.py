@@ -26,7 +26,7 @@ def __getattr__(name: str):
     raise AttributeError(name)
 
 
-__all__ = sorted([
+__all__ = [
     "ConfigError",
     "InvalidInput",
     "LLMError",
@@ -40,4 +40,4 @@ __all__ = sorted([
     "WorkbenchError",
     "load_settings",
     "utcnow",
-])
+]

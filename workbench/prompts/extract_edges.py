@@ -20,7 +20,9 @@ class ExtractedEdge(BaseModel):
     importance: Score = 3
     stability: Score = 3
     invalidates: list[int] = Field(
-        default_factory=list, description="ids of EXISTING FACTS this fact shows are no longer true")
+        default_factory=list,
+        description="ids of EXISTING FACTS this fact shows are no longer true",
+    )
 
 
 class ExtractedEdges(BaseModel):
