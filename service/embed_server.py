@@ -1,0 +1,178 @@
+"""``workbench embed-server``: the OpenAI embeddings wire format on a local model.
+
+``POST /v1/embeddings`` takes ``{"input": str | [str], "model"?, "encoding_format"?: "float" |
+"base64", "dimensions"?}`` and answers ``{"object": "list", "data": [{"object": "embedding",
+"index", "embedding"}], "model", "usage": {"prompt_tokens", "total_tokens"}}``. With
+``encoding_format=base64`` each embedding is the base64 of little-endian float32 bytes, as the
+OpenAI API sends it. ``GET /v1/models`` lists the one model; ``GET /health`` says it is up.
+
+Bad input answers 4xx with the OpenAI error body
+``{"error": {"message", "type", "param", "code"}}``; nothing a caller sends reaches a
+traceback.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+from typing import Any
+
+import numpy as np
+from litestar import Litestar, MediaType, Request, Response, get, post
+from litestar.exceptions import HTTPException
+from litestar.params import FromPath, RawBody
+
+from service.logging import RequestContextMiddleware
+from workbench.embedder import Embedder, check_texts
+from workbench.errors import EmbedderError, InvalidInput
+
+log = logging.getLogger("service.embed_server")
+
+DEFAULT_MAX_ITEMS = 512
+DEFAULT_MAX_CHARS = 32_000
+MAX_BODY_BYTES = 16 * 1024 * 1024
+
+
+class OpenAIError(Exception):
+    """An error answered in the OpenAI shape."""
+
+    def __init__(self, status: int, message: str, type_: str = "invalid_request_error",
+                 param: str | None = None, code: str | None = None):
+        super().__init__(message)
+        self.status, self.message, self.type, self.param, self.code = (
+            status, message, type_, param, code)
+
+
+def openai_error_body(message: str, type_: str, param: str | None, code: str | None) -> dict:
+    return {"error": {"message": message, "type": type_, "param": param, "code": code}}
+
+
+def model_aliases(name: str) -> set[str]:
+    """The names a caller may use for the served model."""
+    base = name.rstrip("/").rsplit("/", 1)[-1]
+    return {name, base, f"sentence-transformers/{base}"}
+
+
+def parse_request(payload: Any, model: str, dimensions: int, max_items: int,
+                  max_chars: int) -> tuple[list[str], str]:
+    """Validate a request body; return ``(texts, encoding_format)`` or raise OpenAIError."""
+    if not isinstance(payload, dict):
+        raise OpenAIError(400, "the request body must be a JSON object")
+    if "input" not in payload:
+        raise OpenAIError(400, "'input' is required", param="input")
+    raw = payload["input"]
+    if isinstance(raw, list) and raw and all(isinstance(t, int) for t in raw):
+        raise OpenAIError(400, "token arrays are not supported; send strings", param="input")
+    try:
+        texts = check_texts(raw, max_items=max_items, max_chars=max_chars)
+    except InvalidInput as exc:
+        raise OpenAIError(400, exc.message, param="input") from None
+    requested = payload.get("model")
+    if requested is not None and requested not in model_aliases(model):
+        raise OpenAIError(404, f"the model {requested!r} is not served here; this server "
+                          f"serves {model!r}", param="model", code="model_not_found")
+    fmt = payload.get("encoding_format") or "float"
+    if fmt not in ("float", "base64"):
+        raise OpenAIError(400, "'encoding_format' must be 'float' or 'base64'",
+                          param="encoding_format")
+    wanted = payload.get("dimensions")
+    if wanted is not None and wanted != dimensions:
+        raise OpenAIError(400, f"this model produces {dimensions} dimensions; 'dimensions' "
+                          f"{wanted!r} is not supported", param="dimensions")
+    return texts, fmt
+
+
+def encode_vector(vector: np.ndarray, fmt: str) -> list[float] | str:
+    if fmt == "base64":
+        return base64.b64encode(np.asarray(vector, dtype="<f4").tobytes()).decode("ascii")
+    return [float(x) for x in vector]
+
+
+def count_tokens(embedder: Embedder, texts: list[str]) -> int:
+    """Tokens as the model's tokenizer counts them (word pieces), else a word estimate."""
+    tokenizer = getattr(getattr(embedder, "_st", None), "tokenizer", None)
+    if tokenizer is not None:
+        try:
+            return sum(len(ids) for ids in tokenizer(texts)["input_ids"])
+        except Exception as exc:  # noqa: BLE001 - a count is not worth failing a request
+            log.debug("tokenizer count failed (%s); estimating from words", exc)
+    return sum(max(1, len(t.split())) for t in texts)
+
+
+def embeddings_response(embedder: Embedder, texts: list[str], fmt: str) -> dict[str, Any]:
+    vectors = embedder.embed(texts)
+    tokens = count_tokens(embedder, texts)
+    return {
+        "object": "list",
+        "data": [
+            {"object": "embedding", "index": i, "embedding": encode_vector(v, fmt)}
+            for i, v in enumerate(vectors)
+        ],
+        "model": embedder.model,
+        "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
+    }
+
+
+def _handle_error(_request: Request, exc: Exception) -> Response:
+    if isinstance(exc, OpenAIError):
+        status, body = exc.status, openai_error_body(exc.message, exc.type, exc.param, exc.code)
+    elif isinstance(exc, EmbedderError):
+        status, body = 503, openai_error_body(exc.message, "server_error", None, exc.kind)
+    elif isinstance(exc, HTTPException) and exc.status_code < 500:
+        detail = str(exc.detail)
+        if exc.status_code == 413:
+            detail = "the request body is larger than this server accepts"
+        status = exc.status_code
+        body = openai_error_body(detail, "invalid_request_error", None, None)
+    else:
+        log.error("embedding request failed", exc_info=exc)
+        status, body = 500, openai_error_body("internal error", "server_error", None, None)
+    return Response(content=body, status_code=status, media_type=MediaType.JSON)
+
+
+def create_embed_app(
+    embedder: Embedder,
+    max_items: int = DEFAULT_MAX_ITEMS,
+    max_chars: int = DEFAULT_MAX_CHARS,
+    max_body_bytes: int = MAX_BODY_BYTES,
+) -> Litestar:
+    """The embeddings server around one embedder (usually a warmed-up LocalEmbedder)."""
+
+    @post("/v1/embeddings", sync_to_thread=True, status_code=200)
+    def embeddings(body: RawBody) -> dict[str, Any]:
+        try:
+            payload = json.loads(body)
+        except (ValueError, UnicodeDecodeError):
+            raise OpenAIError(400, "the request body is not valid JSON") from None
+        texts, fmt = parse_request(payload, embedder.model, embedder.dimensions,
+                                   max_items, max_chars)
+        return embeddings_response(embedder, texts, fmt)
+
+    @get("/v1/models")
+    async def models() -> dict[str, Any]:
+        return {"object": "list", "data": [_model_card(embedder)]}
+
+    @get("/v1/models/{model_id:path}")
+    async def model(model_id: FromPath[str]) -> dict[str, Any]:
+        if model_id.lstrip("/") not in model_aliases(embedder.model):
+            raise OpenAIError(404, f"the model {model_id.lstrip('/')!r} is not served here",
+                              param="model", code="model_not_found")
+        return _model_card(embedder)
+
+    @get("/health")
+    async def health() -> dict[str, Any]:
+        return {"status": "ok", "model": embedder.model, "dimensions": embedder.dimensions}
+
+    return Litestar(
+        route_handlers=[embeddings, models, model, health],
+        exception_handlers={Exception: _handle_error},
+        middleware=[RequestContextMiddleware],
+        request_max_body_size=max_body_bytes,
+        openapi_config=None,
+    )
+
+
+def _model_card(embedder: Embedder) -> dict[str, Any]:
+    return {"id": embedder.model, "object": "model", "created": 0, "owned_by": "workbench",
+            "dimensions": embedder.dimensions}

@@ -1,0 +1,169 @@
+"""Structured logs (one JSON object a line) with request ids, secrets redacted.
+
+* :data:`REQUEST_ID` holds the id of the request being served (a context variable, so it
+  follows the request into worker threads started with ``anyio.to_thread``).
+* :class:`RequestContextMiddleware` (pure ASGI) takes a well-formed ``X-Request-ID`` from the
+  caller or makes one, echoes it in the response and logs one access line per request.
+* :func:`setup_logging` installs one handler on the root logger whose formatter redacts every
+  registered secret value and anything that looks like a bearer token or API key, in the
+  message and in tracebacks alike.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import sys
+import time
+import uuid
+from collections.abc import Iterable
+from contextvars import ContextVar
+from datetime import UTC, datetime
+from typing import Any
+
+REQUEST_ID: ContextVar[str] = ContextVar("workbench_request_id", default="-")
+REQUEST_ID_HEADER = "x-request-id"
+_VALID_ID = re.compile(r"^[A-Za-z0-9._:-]{1,64}$")
+
+_PATTERNS = (
+    re.compile(r"(?i)(bearer\s+)[A-Za-z0-9._~+/=-]+"),
+    re.compile(r"(?i)((?:api[_-]?key|token|password|secret|authorization)[\"']?\s*[:=]\s*[\"']?)"
+               r"[^\s\"',;]+"),
+    re.compile(r"\bsk-[A-Za-z0-9_-]{8,}"),
+)
+REDACTED = "[REDACTED]"
+
+access_log = logging.getLogger("service.access")
+
+
+class Redactor:
+    """Replace registered secret values and secret-looking patterns by ``[REDACTED]``."""
+
+    def __init__(self, secrets: Iterable[str | None] = ()):
+        self._secrets: set[str] = set()
+        for secret in secrets:
+            self.add(secret)
+
+    def add(self, secret: str | None) -> None:
+        if secret and len(secret) >= 4:
+            self._secrets.add(secret)
+
+    def __call__(self, text: str) -> str:
+        for secret in sorted(self._secrets, key=len, reverse=True):
+            text = text.replace(secret, REDACTED)
+        for pattern in _PATTERNS:
+            text = pattern.sub(_keep_prefix, text)
+        return text
+
+
+def _keep_prefix(match: re.Match[str]) -> str:
+    return (match.group(1) if match.groups() else "") + REDACTED
+
+
+_STANDARD_ATTRS = set(vars(logging.LogRecord("", 0, "", 0, "", (), None))) | {"message", "asctime"}
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line: ts, level, logger, msg, request_id, extras, exc."""
+
+    def __init__(self, redactor: Redactor | None = None):
+        super().__init__()
+        self.redactor = redactor or Redactor()
+
+    def format(self, record: logging.LogRecord) -> str:
+        entry: dict[str, Any] = {
+            "ts": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
+            "level": record.levelname,
+            "logger": record.name,
+            "msg": record.getMessage(),
+            "request_id": getattr(record, "request_id", None) or REQUEST_ID.get(),
+        }
+        for key, value in vars(record).items():
+            if key not in _STANDARD_ATTRS and key != "request_id":
+                entry[key] = value
+        if record.exc_info:
+            entry["exc"] = self.formatException(record.exc_info)
+        return self.redactor(json.dumps(entry, default=str, ensure_ascii=False))
+
+
+class PlainFormatter(logging.Formatter):
+    """Human-readable lines (``--log-format text``), redacted the same way."""
+
+    def __init__(self, redactor: Redactor | None = None):
+        super().__init__("%(asctime)s %(levelname)s %(name)s [%(request_id)s] %(message)s")
+        self.redactor = redactor or Redactor()
+
+    def format(self, record: logging.LogRecord) -> str:
+        if not hasattr(record, "request_id"):
+            record.request_id = REQUEST_ID.get()
+        return self.redactor(super().format(record))
+
+
+def setup_logging(
+    level: str = "INFO", secrets: Iterable[str | None] = (), fmt: str = "json", stream=None
+) -> Redactor:
+    """Send every log record to ``stream`` (stderr) through one redacting formatter."""
+    redactor = Redactor(secrets)
+    handler = logging.StreamHandler(stream or sys.stderr)
+    handler.setFormatter(JsonFormatter(redactor) if fmt == "json" else PlainFormatter(redactor))
+    root = logging.getLogger()
+    for old in list(root.handlers):
+        root.removeHandler(old)
+    root.addHandler(handler)
+    root.setLevel(level)
+    for name in ("uvicorn", "uvicorn.error", "uvicorn.access"):
+        logging.getLogger(name).handlers.clear()
+        logging.getLogger(name).propagate = True
+    for noisy in ("httpx", "httpcore", "mcp.server.streamable_http_manager"):
+        logging.getLogger(noisy).setLevel(max(logging.WARNING, root.level))
+    return redactor
+
+
+def new_request_id() -> str:
+    return uuid.uuid4().hex[:16]
+
+
+class RequestContextMiddleware:
+    """Pure ASGI: set the request id, echo it as ``X-Request-ID``, log an access line."""
+
+    def __init__(self, app):
+        self.app = app
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        rid = _incoming_id(scope) or new_request_id()
+        token = REQUEST_ID.set(rid)
+        state = {"status": 500}
+        started = time.perf_counter()
+
+        async def send_with_id(message) -> None:
+            if message["type"] == "http.response.start":
+                state["status"] = message["status"]
+                headers = list(message.get("headers", []))
+                headers.append((REQUEST_ID_HEADER.encode(), rid.encode()))
+                message = {**message, "headers": headers}
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_with_id)
+        finally:
+            access_log.info(
+                "%s %s -> %s", scope.get("method"), scope.get("path"), state["status"],
+                extra={
+                    "status": state["status"],
+                    "duration_ms": round((time.perf_counter() - started) * 1000, 2),
+                    "client": (scope.get("client") or ("-",))[0],
+                },
+            )
+            REQUEST_ID.reset(token)
+
+
+def _incoming_id(scope) -> str | None:
+    for key, value in scope.get("headers", []):
+        if key == REQUEST_ID_HEADER.encode():
+            text = value.decode("latin-1")
+            return text if _VALID_ID.match(text) else None
+    return None
