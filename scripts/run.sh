@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# Set up (idempotent) and run the knowledge service on the embedded default:
+# DuckDB file data/knowledge.duckdb, the in-process local embedder, tools on 127.0.0.1:8000,
+# metrics and /health/decay on 127.0.0.1:9090. Extra arguments go to `workbench serve`.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/setup.sh
+exec .venv/bin/workbench serve "$@"

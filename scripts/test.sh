@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Set up (idempotent, including the voice engine and its model) and run every test:
+# unit and integration tests, the notebooks under nbval, and the docs build.
+# Extra arguments go to pytest (e.g. scripts/test.sh -x -k search).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+WITH_VOICE=${WITH_VOICE:-1} scripts/setup.sh
+export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 OMP_WAIT_POLICY=PASSIVE
+set +e
+.venv/bin/python -m pytest --nbval-lax -p no:cacheprovider tests notebooks "$@"
+code=$?
+set -e
+if [ "$code" -eq 5 ]; then
+  echo "pytest collected no tests: that is a failure" >&2
+  exit 1
+fi
+exit "$code"

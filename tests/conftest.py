@@ -1,0 +1,62 @@
+"""Shared fixtures: settings, embedders (a deterministic one for speed, the real local model
+once per session), and the fake chat-completions server (tests/fakes)."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+
+import numpy as np
+import pytest
+
+from workbench.config import load_settings
+from workbench.embedder import normalise
+
+try:  # the fake LLM server and its fixture (a real HTTP server on loopback)
+    from tests.fakes.fixtures import *  # noqa: F401,F403
+except ImportError:  # pragma: no cover - while the module is being written
+    pass
+
+
+class HashEmbedder:
+    """Deterministic bag-of-words embedder: texts sharing words get similar vectors.
+
+    Not a mock: it satisfies the Embedder protocol with real vectors, so stores, indexes and
+    ranking code run unchanged; it only avoids loading the 7-second model in fast tests.
+    """
+
+    model = "hash-bow"
+
+    def __init__(self, dimensions: int = 384):
+        self.dimensions = dimensions
+        self.calls = 0
+
+    def embed(self, texts):
+        self.calls += 1
+        out = np.zeros((len(texts), self.dimensions), dtype=np.float32)
+        for i, text in enumerate(texts):
+            for word in re.findall(r"\w+", text.lower()):
+                h = int(hashlib.blake2b(word.encode(), digest_size=8).hexdigest(), 16)
+                out[i, h % self.dimensions] += 1.0
+            if not out[i].any():
+                out[i, 0] = 1.0
+        return normalise(out)
+
+
+@pytest.fixture
+def hash_embedder():
+    return HashEmbedder()
+
+
+@pytest.fixture(scope="session")
+def local_embedder():
+    from workbench.embedder import LocalEmbedder
+
+    embedder = LocalEmbedder()
+    embedder.warm_up()
+    return embedder
+
+
+@pytest.fixture
+def settings():
+    return load_settings({"SVC_KNOWLEDGE_DB_PATH": ":memory:"}, env_file=None)

@@ -1,0 +1,67 @@
+import pytest
+
+from workbench.config import load_settings
+from workbench.errors import ConfigError
+
+
+def test_defaults_follow_the_spec():
+    s = load_settings({}, env_file=None)
+    assert s.prompt_cache_metrics_enabled is True
+    assert s.prompt_cache_log_requests is False
+    assert s.prompt_cache_enabled is False
+    assert s.llm_provider is None and s.model_name is None
+    assert s.embedder_kind == "local"
+    assert s.resolved_metrics_port() == 9090
+    assert s.resolved_metrics_port(dev=True) == 9091
+    assert s.port == 8000 and s.embed_server_port == 8001
+    assert not s.llm_configured
+
+
+@pytest.mark.parametrize(
+    ("env", "name", "expected"),
+    [
+        ({"SVC_KNOWLEDGE_EMBEDDER_DIMENSIONS": "abc"}, "SVC_KNOWLEDGE_EMBEDDER_DIMENSIONS",
+         "integer"),
+        ({"SVC_KNOWLEDGE_EMBEDDER_DIMENSIONS": "-3"}, "SVC_KNOWLEDGE_EMBEDDER_DIMENSIONS",
+         "greater than 0"),
+        ({"SVC_KNOWLEDGE_LLM_PROVIDER": "openai"}, "SVC_KNOWLEDGE_LLM_PROVIDER", "compat"),
+        ({"SVC_KNOWLEDGE_EMBEDDER_PROVIDER": "x"}, "SVC_KNOWLEDGE_EMBEDDER_PROVIDER", "compat"),
+        ({"SVC_KNOWLEDGE_COMPAT_BASE_URL": "localhost:8000/v1"},
+         "SVC_KNOWLEDGE_COMPAT_BASE_URL", "http(s) URL"),
+        ({"SVC_KNOWLEDGE_EMBEDDER_BASE_URL": "ftp://x/v1"}, "SVC_KNOWLEDGE_EMBEDDER_BASE_URL",
+         "http(s) URL"),
+        ({"SVC_KNOWLEDGE_PROMPT_CACHE_ENABLED": "maybe"}, "SVC_KNOWLEDGE_PROMPT_CACHE_ENABLED",
+         "boolean"),
+        ({"LOG_LEVEL": "loud"}, "LOG_LEVEL", "DEBUG"),
+    ],
+)
+def test_a_bad_value_names_the_variable_and_the_expectation(env, name, expected):
+    with pytest.raises(ConfigError) as info:
+        load_settings(env, env_file=None)
+    line = str(info.value)
+    assert line.startswith(name + ":")
+    assert expected in line
+    assert "\n" not in line
+
+
+def test_the_api_key_never_shows():
+    s = load_settings({"SVC_KNOWLEDGE_COMPAT_API_KEY": "sk-very-secret",
+                       "SVC_KNOWLEDGE_COMPAT_BASE_URL": "http://127.0.0.1:9/v1",
+                       "SVC_KNOWLEDGE_MODEL_NAME": "m"}, env_file=None)
+    assert "sk-very-secret" not in repr(s)
+    assert "sk-very-secret" not in str(s.model_dump())
+    assert s.compat_api_key.get_secret_value() == "sk-very-secret"
+    assert s.llm_configured
+
+
+def test_settings_are_frozen_and_read_from_a_dotenv(tmp_path, monkeypatch):
+    env = tmp_path / ".env"
+    env.write_text("SVC_KNOWLEDGE_EMBEDDER_BASE_URL=http://127.0.0.1:8001/v1/\n"
+                   "SVC_KNOWLEDGE_EMBEDDER_DIMENSIONS=384\n")
+    for key in ("SVC_KNOWLEDGE_EMBEDDER_BASE_URL", "SVC_KNOWLEDGE_EMBEDDER_DIMENSIONS"):
+        monkeypatch.delenv(key, raising=False)
+    s = load_settings(env_file=env)
+    assert s.embedder_base_url == "http://127.0.0.1:8001/v1"
+    assert s.embedder_kind == "compat" and s.embedder_dimensions == 384
+    with pytest.raises(Exception):
+        s.port = 1  # type: ignore[misc]

@@ -1,0 +1,67 @@
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from workbench.errors import DimensionMismatch, StoreLocked
+from workbench.store import SCHEMA_VERSION, TABLES, Store
+from workbench.store import graph as g
+
+
+def test_schema_is_created_and_versioned(tmp_path):
+    path = tmp_path / "kb.duckdb"
+    store = Store.open(path, dim=8, embedding_model="m")
+    names = {r[0] for r in store.fetchall("SELECT table_name FROM information_schema.tables")}
+    assert set(TABLES) <= names
+    assert store.meta("schema_version") == str(SCHEMA_VERSION)
+    store.close()
+    again = Store.open(path, dim=8)  # re-opening migrates nothing and keeps data
+    assert again.meta("embedding_dim") == "8"
+    again.close()
+
+
+def test_a_file_built_for_another_dimension_is_refused(tmp_path):
+    path = tmp_path / "kb.duckdb"
+    Store.open(path, dim=8, embedding_model="small").close()
+    with pytest.raises(DimensionMismatch, match="8-dimensional"):
+        Store.open(path, dim=16, embedding_model="big")
+
+
+def test_a_locked_file_names_its_path(tmp_path):
+    path = tmp_path / "kb.duckdb"
+    Store.open(path, dim=8).close()
+    holder = subprocess.Popen(
+        [sys.executable, "-c",
+         f"import duckdb,time; c=duckdb.connect({str(path)!r}); print('ok', flush=True); "
+         "time.sleep(30)"],
+        stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "ok"
+        with pytest.raises(StoreLocked, match=str(path)):
+            Store.open(path, dim=8)
+    finally:
+        holder.kill()
+
+
+def test_transactions_roll_back_as_a_whole():
+    store = Store.open(":memory:", dim=4)
+    with pytest.raises(RuntimeError), store.transaction():
+        store.execute("INSERT INTO meta VALUES ('a', '1')")
+        with store.transaction():  # nested joins the outer one
+            store.execute("INSERT INTO meta VALUES ('b', '2')")
+        raise RuntimeError("boom")
+    assert store.meta("a") is None and store.meta("b") is None
+
+
+def test_embeddings_round_trip_and_parquet_snapshot(tmp_path):
+    store = Store.open(":memory:", dim=4)
+    vecs = np.eye(4, dtype=np.float32)[:2]
+    g.insert_embeddings(store, "entity", ["a", "b"], vecs, "m")
+    g.insert_embeddings(store, "entity", ["a"], vecs[1:], "m")  # upsert
+    rows = dict(store.fetchall("SELECT uuid, vector FROM entity_embeddings ORDER BY uuid"))
+    assert list(rows["a"]) == [0.0, 1.0, 0.0, 0.0]
+    store.export_parquet(tmp_path / "snap")
+    snap = Store.open_snapshot(tmp_path / "snap")
+    assert snap.fetchone("SELECT count(*) FROM entity_embeddings")[0] == 2
+    assert snap.read_only and snap.dim == 4
