@@ -1,0 +1,216 @@
+"""Pure pieces: voices, sentences, pronunciation rules, payloads, rate limit, WAV, settings."""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+import time
+
+import numpy as np
+import pytest
+
+from voice.errors import PronunciationFileInvalid, RequestInvalid
+from voice.payloads import parse_notify, parse_speech
+from voice.pronunciation import RulesFile, apply_rules, compile_rules, parse_rules
+from voice.ratelimit import RateLimiter
+from voice.settings import Settings, settings_from_env
+from voice.speech import shape_chunk
+from voice.text import split_sentences
+from voice.voices import KOKORO_VOICES, NUMBERED_VOICES, numbered_voices, resolve_voice
+from voice.wav import to_pcm16, wav_header
+
+# -- voices --------------------------------------------------------------------------------
+
+
+def test_fixed_voice_ids_hold():
+    fixed = {"1": "af_heart", "4": "af_sky", "12": "am_michael", "13": "am_adam", "21": "bf_emma"}
+    assert {k: resolve_voice(k).name for k in fixed} == fixed
+
+
+def test_41_numbered_voices_by_language_block():
+    langs = [v.language for v in numbered_voices()]
+    assert len(NUMBERED_VOICES) == len(set(NUMBERED_VOICES)) == 41
+    assert langs == ["en-us"] * 20 + ["en-gb"] * 8 + ["ja"] * 5 + ["zh"] * 5 + ["pt-br"] * 3
+    assert [v.id for v in numbered_voices()] == [str(i) for i in range(1, 42)]
+    assert (resolve_voice("29").name, resolve_voice("34").name, resolve_voice("41").name) == (
+        "jf_alpha", "zf_xiaoxiao", "pm_santa")  # fmt: skip
+
+
+def test_all_54_kokoro_voices_can_be_named():
+    assert len(KOKORO_VOICES) == 54
+    assert resolve_voice("zm_yunxi").id is None
+    assert resolve_voice("ff_siwis").language == "fr-fr"
+    assert resolve_voice("am_adam").id == "13"
+    assert resolve_voice(13).name == "am_adam"
+
+
+@pytest.mark.parametrize("bad", ["0", "42", "-1", "abc", "", "1.5", None, True, 3.0, [], {}])
+def test_invalid_voice_id_names_valid_range(bad):
+    with pytest.raises(RequestInvalid, match="'1' to '41'"):
+        resolve_voice(bad)
+
+
+# -- sentences -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("One. Two! Three?", ["One.", "Two!", "Three?"]),
+        ("Version 3.5 is out. Dr. Smith approves.", ["Version 3.5 is out.", "Dr. Smith approves."]),
+        ("こんにちは。今日の説明を始めます。", ["こんにちは。", "今日の説明を始めます。"]),
+        ("你好！今天天气很好。", ["你好！", "今天天气很好。"]),
+        ("No end mark", ["No end mark"]),
+        ("  ", []),
+        ('He said "stop." Then left.', ['He said "stop."', "Then left."]),
+    ],
+)
+def test_split_sentences(text, expected):
+    assert split_sentences(text) == expected
+
+
+def test_long_sentence_is_cut_at_clauses():
+    text = ", ".join(["word " * 10] * 10) + "."
+    parts = split_sentences(text, max_chars=120)
+    assert len(parts) > 1 and all(len(p) <= 120 for p in parts)
+    assert " ".join(parts).split() == text.split()
+
+
+# -- pronunciation -------------------------------------------------------------------------
+
+
+def test_rules_whole_word_case_insensitive_longest_first():
+    rules = compile_rules({"SQL": "sequel", "PostgreSQL": "post gres", "k8s": "kubernetes", "C++": "C plus plus"})
+    text = "PostgreSQL and sql, not MySQLx; k8s runs C++."
+    assert apply_rules(text, rules) == "post gres and sequel, not MySQLx; kubernetes runs C plus plus."
+
+
+def test_no_rules_is_identity():
+    assert apply_rules("Anything.", compile_rules({})) == "Anything."
+
+
+@pytest.mark.parametrize(
+    ("raw", "message"),
+    [
+        ("{not json", "not valid JSON"),
+        ("[1, 2]", "must be one JSON object"),
+        ('{"a": 1}', "spoken form must be a string"),
+        ('{" ": "x"}', "empty term"),
+    ],
+)
+def test_bad_rules_are_reported(raw, message):
+    with pytest.raises(PronunciationFileInvalid, match=message):
+        parse_rules(raw, "rules.json")
+
+
+def test_comment_keys_are_ignored():
+    assert len(parse_rules('{"// note": "x", "API": "A P I"}')) == 1
+
+
+def test_rules_file_reloads_and_keeps_last_good(tmp_path):
+    path = tmp_path / "p.json"
+    source = RulesFile(path)
+    assert len(source.rules()) == 0 and source.error is None  # missing file: no rules
+    path.write_text(json.dumps({"API": "A P I"}))
+    assert apply_rules("the API", source.rules()) == "the A P I"
+    path.write_text("{broken")
+    os.utime(path, (time.time() + 5, time.time() + 5))
+    assert apply_rules("the API", source.rules()) == "the A P I"  # last good rules stay
+    assert "not valid JSON" in source.error and "keeping the previous 1 rules" in source.error
+    path.write_text(json.dumps({"API": "application interface", "CLI": "command line"}))
+    os.utime(path, (time.time() + 10, time.time() + 10))
+    assert source.status() == {"path": str(path), "rules": 2, "error": None}
+
+
+# -- payloads ------------------------------------------------------------------------------
+
+
+def notify(body, max_chars=100):
+    return parse_notify(json.dumps(body).encode() if not isinstance(body, bytes) else body, max_chars)
+
+
+def test_notify_payload_defaults_and_fields():
+    req = notify({"message": " Hi ", "voice_settings": {"speed": 1.2, "stability": 0.5}, "extra": 1})
+    assert (req.message, req.voice.name, req.speed, req.volume, req.title) == ("Hi", "af_heart", 1.2, 1.0, None)
+    req = notify({"message": "Hi", "voice_id": "21", "title": "CI", "volume": 0.5})
+    assert (req.voice.name, req.title, req.volume) == ("bf_emma", "CI", 0.5)
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        (b"", "empty"),
+        (b"{nope", "not valid JSON"),
+        (b"\xff\xfe", "not valid JSON"),
+        ([1], "must be a JSON object"),
+        ({}, "'message' is required"),
+        ({"message": 5}, "must be a string"),
+        ({"message": "   "}, "must not be empty"),
+        ({"message": "x" * 101}, "limit is 100"),
+        ({"message": "x", "voice_id": "99"}, "'1' to '41'"),
+        ({"message": "x", "voice_settings": 1.2}, "'voice_settings' must be an object"),
+        ({"message": "x", "voice_settings": {"speed": 3}}, "from 0.5 to 2.0"),
+        ({"message": "x", "voice_settings": {"speed": "fast"}}, "must be a number"),
+        ({"message": "x", "voice_settings": {"speed": True}}, "must be a number"),
+        ({"message": "x", "volume": 2}, "'volume' must be from 0.0 to 1.0"),
+        ({"message": "x", "title": 7}, "'title' must be a string"),
+    ],
+)
+def test_notify_payload_rejections(body, message):
+    with pytest.raises(RequestInvalid, match=message):
+        notify(body)
+
+
+def test_speech_payload():
+    req = parse_speech(b'{"input": "Hi", "voice": "jf_alpha", "speed": 0.8, "response_format": "pcm"}', 50)
+    assert (req.voice.name, req.speed, req.response_format) == ("jf_alpha", 0.8, "pcm")
+    with pytest.raises(RequestInvalid, match="response_format"):
+        parse_speech(b'{"input": "Hi", "response_format": "mp3"}', 50)
+
+
+# -- rate limit ----------------------------------------------------------------------------
+
+
+def test_token_bucket_per_client():
+    now = [0.0]
+    limiter = RateLimiter(per_minute=60, burst=2, clock=lambda: now[0])
+    assert [limiter.allow("a") for _ in range(3)] == [True, True, False]
+    assert limiter.allow("b")  # another client has its own bucket
+    assert limiter.retry_after("a") == pytest.approx(1.0)
+    now[0] = 1.0
+    assert limiter.allow("a") and not limiter.allow("a")
+
+
+def test_zero_rate_means_unlimited():
+    limiter = RateLimiter(per_minute=0, burst=1)
+    assert all(limiter.allow("a") for _ in range(100))
+
+
+# -- audio helpers -------------------------------------------------------------------------
+
+
+def test_wav_header_is_valid_riff():
+    header = wav_header(24000, data_bytes=480)
+    assert len(header) == 44 and header[:4] == b"RIFF" and header[8:16] == b"WAVEfmt "
+    assert struct.unpack("<HHII", header[20:32]) == (1, 1, 24000, 48000)
+    assert struct.unpack("<I", header[40:44]) == (480,)
+
+
+def test_pcm16_and_volume_and_pause():
+    assert to_pcm16(np.array([0.0, 1.0, -1.0, 2.0], dtype=np.float32)) == struct.pack("<4h", 0, 32767, -32767, 32767)
+    chunk = shape_chunk(np.ones(4, dtype=np.float32), volume=0.5, pause_samples=3)
+    assert chunk.tolist() == [0.5] * 4 + [0.0] * 3
+
+
+# -- settings ------------------------------------------------------------------------------
+
+
+def test_settings_from_env(tmp_path):
+    env = {"PORT": "9000", "VOICE_ASSETS_DIR": str(tmp_path), "VOICE_AUDIO": "0", "VOICE_QUEUE_SIZE": "3"}
+    s = settings_from_env(env)
+    assert (s.port, s.assets_dir, s.audio_enabled, s.queue_size, s.host) == (9000, tmp_path, False, 3, "127.0.0.1")
+    assert settings_from_env({"PORT": "9000", "VOICE_PORT": "9001"}).port == 9001
+    assert settings_from_env({}) == Settings()
+    with pytest.raises(SystemExit, match="VOICE_PORT"):
+        settings_from_env({"VOICE_PORT": "eighty"})

@@ -1,0 +1,56 @@
+"""Local voice notification server: Kokoro-82M speech, 41 numbered voices, 4 languages, offline.
+
+Heavy pieces (onnxruntime, kokoro-onnx, phonemizers, sounddevice, Litestar) are imported only
+when used, so ``import voice`` stays cheap.
+"""
+
+from voice.audio import AudioSink, AudioStatus, DropSink, RecordingSink, SoundDeviceSink
+from voice.engine import Engine, KokoroEngine
+from voice.errors import (
+    AudioUnavailable,
+    BackendMissing,
+    PronunciationFileInvalid,
+    QueueFull,
+    RateLimited,
+    RequestInvalid,
+    SynthesisFailed,
+    VoiceError,
+)
+from voice.fakes import ToneEngine
+from voice.pronunciation import apply_rules, compile_rules, parse_rules
+from voice.settings import Settings, settings_from_env
+from voice.speech import Speech, sentences_for, stream_speech
+from voice.text import split_sentences
+from voice.voices import NUMBERED_VOICES, Voice, numbered_voices, resolve_voice
+
+__all__ = [
+    "NUMBERED_VOICES",
+    "AudioSink",
+    "AudioStatus",
+    "AudioUnavailable",
+    "BackendMissing",
+    "DropSink",
+    "Engine",
+    "KokoroEngine",
+    "PronunciationFileInvalid",
+    "QueueFull",
+    "RateLimited",
+    "RecordingSink",
+    "RequestInvalid",
+    "SoundDeviceSink",
+    "Settings",
+    "Speech",
+    "SynthesisFailed",
+    "ToneEngine",
+    "Voice",
+    "VoiceError",
+    "apply_rules",
+    "compile_rules",
+    "numbered_voices",
+    "parse_rules",
+    "resolve_voice",
+    "sentences_for",
+    "settings_from_env",
+    "split_sentences",
+    "stream_speech",
+]

@@ -1,0 +1,161 @@
+"""The playback queue: notifications are spoken one at a time, in the order they arrived.
+
+``submit`` never blocks: a full queue raises QueueFull. One worker thread takes each notification,
+streams its sentences from the engine into the audio sink, and records how long the first sound
+took. With no audio output the speech is still synthesized, then dropped with a log line.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from voice.audio import AudioSink
+from voice.engine import Engine
+from voice.errors import AudioUnavailable, BackendMissing, QueueFull
+from voice.pronunciation import NO_RULES, Rules
+from voice.speech import Speech, sentences_for, stream_speech
+
+log = logging.getLogger(__name__)
+_STOP = object()
+
+
+@dataclass(frozen=True)
+class Notification:
+    id: str
+    speech: Speech
+    title: str | None = None
+    received_at: float = field(default_factory=time.perf_counter)
+
+
+@dataclass
+class Outcome:
+    """What happened to one notification."""
+
+    id: str
+    result: str  # "played" | "dropped" | "failed"
+    sentences: int = 0
+    audio_seconds: float = 0.0
+    first_audio_seconds: float | None = None  # from dequeue to first chunk handed to the sink
+    queue_wait_seconds: float = 0.0
+    error: str | None = None
+
+
+class Notifier:
+    def __init__(
+        self,
+        engine: Engine,
+        sink: AudioSink,
+        rules: Callable[[], Rules] = lambda: NO_RULES,
+        capacity: int = 16,
+        history: int = 50,
+    ) -> None:
+        self.engine, self.sink, self.rules = engine, sink, rules
+        self.capacity = capacity
+        self._queue: queue.Queue = queue.Queue(maxsize=capacity)
+        self._history_size = history
+        self.outcomes: list[Outcome] = []
+        self.current: str | None = None
+        self._changed = threading.Condition()
+        self._thread: threading.Thread | None = None
+
+    # -- control -----------------------------------------------------------------------------
+    def start(self) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="voice-notifier", daemon=True)
+            self._thread.start()
+
+    def stop(self, timeout: float = 5.0) -> None:
+        if self._thread is not None:
+            self._queue.put(_STOP)
+            self._thread.join(timeout)
+            self._thread = None
+
+    def submit(self, notification: Notification) -> None:
+        try:
+            self._queue.put_nowait(notification)
+        except queue.Full:
+            raise QueueFull(
+                f"the playback queue is full ({self.capacity} notifications waiting); retry later"
+            ) from None
+
+    # -- state -------------------------------------------------------------------------------
+    @property
+    def depth(self) -> int:
+        return self._queue.qsize()
+
+    def wait_idle(self, timeout: float = 30.0) -> bool:
+        """Block until nothing is queued or playing; False on timeout."""
+        with self._changed:
+            return self._changed.wait_for(lambda: self.depth == 0 and self.current is None, timeout)
+
+    def last(self) -> Outcome | None:
+        return self.outcomes[-1] if self.outcomes else None
+
+    # -- worker ------------------------------------------------------------------------------
+    def _run(self) -> None:
+        try:
+            self.engine.load()
+        except BackendMissing as exc:
+            log.error("%s", exc)
+        while (item := self._queue.get()) is not _STOP:
+            with self._changed:
+                self.current = item.id
+            outcome = self._speak(item)
+            with self._changed:
+                self.current = None
+                self.outcomes = [*self.outcomes, outcome][-self._history_size :]
+                self._changed.notify_all()
+
+    def _speak(self, note: Notification) -> Outcome:
+        started = time.perf_counter()
+        outcome = Outcome(note.id, "played", queue_wait_seconds=started - note.received_at)
+        sentences = sentences_for(note.speech.text, self.rules())
+        outcome.sentences = len(sentences)
+        chunks = self._measured(stream_speech(self.engine, note.speech, sentences), outcome, started)
+        try:
+            self._play(chunks, outcome)
+        except Exception as exc:  # a notification must never stop the worker
+            outcome.result, outcome.error = "failed", str(exc)
+            log.error("notification %s failed: %s", note.id, exc)
+        finally:
+            chunks.close()
+        log.info(
+            "notification %s %s: %d sentence(s), %.2fs audio, first audio after %s",
+            note.id, outcome.result, outcome.sentences, outcome.audio_seconds,
+            f"{outcome.first_audio_seconds:.2f}s" if outcome.first_audio_seconds is not None else "-",
+        )  # fmt: skip
+        return outcome
+
+    def _play(self, chunks: Iterator[np.ndarray], outcome: Outcome) -> None:
+        status = self.sink.status()
+        if not status.available:
+            _drain(chunks)
+            outcome.result = "dropped"
+            log.warning("audio unavailable (%s): notification %s synthesized and dropped",
+                        status.detail, outcome.id)  # fmt: skip
+            return
+        try:
+            self.sink.play(chunks, self.engine.sample_rate)
+        except AudioUnavailable as exc:
+            _drain(chunks)
+            outcome.result, outcome.error = "dropped", str(exc)
+            log.warning("audio unavailable (%s): notification %s dropped", exc, outcome.id)
+
+    def _measured(self, chunks: Iterable[np.ndarray], outcome: Outcome, started: float) -> Iterator[np.ndarray]:
+        for chunk in chunks:
+            if outcome.first_audio_seconds is None:
+                outcome.first_audio_seconds = time.perf_counter() - started
+            outcome.audio_seconds += len(chunk) / self.engine.sample_rate
+            yield chunk
+
+
+def _drain(chunks: Iterable[np.ndarray]) -> None:
+    for _ in chunks:
+        pass

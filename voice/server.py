@@ -1,0 +1,152 @@
+"""The HTTP server: ``create_app`` (Litestar) and the ``voice-server`` command.
+
+Routes: ``POST /notify`` (queue a spoken notification, 202), ``GET /health``, and
+``POST /v1/audio/speech`` (OpenAI-style; streams WAV or raw 16-bit PCM as it is synthesized).
+Errors are JSON ``{"status": "error", "message": ...}``; ``status_for`` is the one mapping from
+the error tree to HTTP status codes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from pathlib import Path
+
+from litestar import Litestar, Request, Response, get, post
+from litestar.di import Provide
+from litestar.exceptions import HTTPException
+from litestar.response import Stream
+
+from voice.audio import AudioSink, DropSink, SoundDeviceSink
+from voice.engine import Engine, KokoroEngine
+from voice.errors import BackendMissing, QueueFull, RateLimited, RequestInvalid, VoiceError
+from voice.payloads import parse_notify, parse_speech
+from voice.pronunciation import RulesFile
+from voice.ratelimit import RateLimiter
+from voice.service import VoiceService
+from voice.settings import Settings, settings_from_env
+
+log = logging.getLogger("voice.server")
+
+_STATUS: dict[type[VoiceError], int] = {
+    RequestInvalid: 400,
+    QueueFull: 429,
+    RateLimited: 429,
+    BackendMissing: 503,
+}
+
+
+def status_for(exc: VoiceError) -> int:
+    """HTTP status of an error of the tree (500 for anything not meant for the client)."""
+    return next((code for cls, code in _STATUS.items() if isinstance(exc, cls)), 500)
+
+
+def _error(message: str, status: int, headers: dict[str, str] | None = None) -> Response:
+    return Response({"status": "error", "message": message}, status_code=status, headers=headers)
+
+
+def _voice_error(_: Request, exc: VoiceError) -> Response:
+    status = status_for(exc)
+    if status == 500:
+        log.exception("unexpected voice error", exc_info=exc)
+    headers = {"Retry-After": "1"} if status == 429 else None
+    return _error(str(exc), status, headers)
+
+
+def _http_error(_: Request, exc: HTTPException) -> Response:
+    return _error(str(exc.detail), exc.status_code, exc.headers)
+
+
+def _unexpected(_: Request, exc: Exception) -> Response:
+    log.exception("unexpected error", exc_info=exc)
+    return _error(f"internal error ({type(exc).__name__}); see the server log", 500)
+
+
+def _client(request: Request) -> str:
+    return request.client.host if request.client else "unknown"
+
+
+@post("/notify", status_code=202)
+async def notify(request: Request, service: VoiceService) -> dict[str, str]:
+    service.check_rate(_client(request))
+    payload = parse_notify(await request.body(), service.settings.max_message_chars,
+                           service.settings.default_voice_id)  # fmt: skip
+    note_id = service.notify(payload)
+    return {"status": "success", "message": f"Notification queued (voice {payload.voice.name})", "id": note_id}
+
+
+@get("/health")
+async def health(service: VoiceService) -> dict[str, object]:
+    return service.health()
+
+
+@post("/v1/audio/speech", status_code=200)
+async def speech(request: Request, service: VoiceService) -> Stream:
+    service.check_rate(_client(request))
+    payload = parse_speech(await request.body(), service.settings.max_message_chars,
+                           service.settings.default_voice_id)  # fmt: skip
+    media_type = "audio/wav" if payload.response_format == "wav" else "audio/pcm"
+    headers = {"X-Sample-Rate": str(service.engine.sample_rate)}
+    return Stream(service.speech(payload), media_type=media_type, headers=headers)
+
+
+def default_sink(settings: Settings) -> AudioSink:
+    if not settings.audio_enabled:
+        return DropSink("audio output disabled (VOICE_AUDIO=0)")
+    return SoundDeviceSink()
+
+
+def create_app(
+    settings: Settings | None = None,
+    engine: Engine | None = None,
+    sink: AudioSink | None = None,
+    limiter: RateLimiter | None = None,
+) -> Litestar:
+    """The app; every outside thing can be injected (defaults: Kokoro engine, sound device)."""
+    settings = settings or Settings()
+    service = VoiceService(
+        settings,
+        engine or KokoroEngine(settings.resolved_assets_dir(), settings.threads),
+        sink or default_sink(settings),
+        RulesFile(settings.resolved_pronunciations()),
+        limiter or RateLimiter(settings.rate_per_minute, settings.rate_burst),
+    )
+    return Litestar(
+        route_handlers=[notify, health, speech],
+        dependencies={"service": Provide(lambda: service, sync_to_thread=False)},
+        exception_handlers={VoiceError: _voice_error, HTTPException: _http_error, Exception: _unexpected},
+        on_startup=[service.start],
+        on_shutdown=[service.stop],
+        state={"service": service},  # type: ignore[arg-type]
+    )
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="voice-server", description="Local Kokoro voice notification server")
+    parser.add_argument("--host", help="bind address (env VOICE_HOST; default 127.0.0.1)")
+    parser.add_argument("--port", type=int, help="port (env VOICE_PORT or PORT; default 8888)")
+    parser.add_argument("--assets-dir", type=Path, help="model + voices directory (env VOICE_ASSETS_DIR)")
+    parser.add_argument("--pronunciations", type=Path, help="rules file (env VOICE_PRONUNCIATIONS)")
+    parser.add_argument("--threads", type=int, help="onnxruntime threads (env VOICE_THREADS)")
+    parser.add_argument("--no-audio", action="store_true", help="never open an audio device")
+    parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> None:
+    import uvicorn
+
+    args = parse_args(argv)
+    settings = settings_from_env().with_overrides(
+        host=args.host, port=args.port, assets_dir=args.assets_dir,
+        pronunciations=args.pronunciations, threads=args.threads,
+        audio_enabled=False if args.no_audio else None,
+    )  # fmt: skip
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    log.info("voice-server on http://%s:%d (assets: %s)", settings.host, settings.port,
+             settings.resolved_assets_dir())  # fmt: skip
+    uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level=args.log_level)
+
+
+if __name__ == "__main__":
+    main()
