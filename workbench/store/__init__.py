@@ -74,6 +74,7 @@ class Store:
                     "(stop the other workbench process, or use a snapshot for analysis)"
                 ) from None
             raise StoreError(f"cannot open the database file {path}: {text}") from None
+        con.execute("SET TimeZone = 'UTC'")
         store = cls(con, path, dim, read_only)
         if not read_only:
             store._migrate(dim, embedding_model)
@@ -234,6 +235,7 @@ class Store:
         if not (folder / "episodes.parquet").is_file():
             raise StoreError(f"{folder} holds no snapshot (expected episodes.parquet and others)")
         con = duckdb.connect(":memory:")
+        con.execute("SET TimeZone = 'UTC'")
         for table in TABLES:
             src = folder / f"{table}.parquet"
             if src.is_file():

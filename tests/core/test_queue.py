@@ -1,0 +1,163 @@
+"""The durable queue on a real DuckDB store: ordering, priorities, leases, retries, metrics."""
+
+from datetime import timedelta
+
+import pytest
+
+from workbench import errors
+from workbench.clock import ManualClock
+from workbench.metrics import Metrics
+from workbench.queue import EpisodeQueue
+from workbench.store import Store
+from workbench.store import graph as g
+from workbench.store import queue as q
+
+
+def sample(text: str, name: str, labels: dict | None = None) -> float | None:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            if s.name == name and (labels is None or all(
+                    s.labels.get(k) == v for k, v in labels.items())):
+                return s.value
+    return None
+
+
+@pytest.fixture
+def env():
+    store = Store.open(":memory:", dim=4)
+    clock = ManualClock()
+    metrics = Metrics()
+    seen: list[str] = []
+    behaviour: dict[str, list[BaseException]] = {}
+
+    def processor(message):
+        uuid = message["episode_uuid"]
+        failures = behaviour.get(uuid)
+        if failures:
+            raise failures.pop(0)
+        seen.append(uuid)
+        q.mark_done(store, uuid, clock())
+
+    queue = EpisodeQueue(store, processor, metrics, clock, concurrency=2, base_delay=2.0)
+
+    def add(uuid: str, group: str, priority: int = 1):
+        g.insert_episode(store, {
+            "uuid": uuid, "group_id": group, "name": uuid, "body": "b", "source": "text",
+            "source_description": "", "reference_time": clock(), "created_at": clock(),
+            "priority": priority})
+        q.enqueue(store, uuid, group, priority, clock())
+        queue.notify_enqueued(priority)
+        clock.advance(seconds=1)
+
+    return store, clock, metrics, queue, seen, behaviour, add
+
+
+def test_a_group_runs_in_order_while_groups_run_in_parallel(env):
+    store, clock, _, _, _, _, add = env
+    add("a1", "A"); add("a2", "A"); add("b1", "B")  # noqa: E702
+    first = q.claim_next(store, "w1", clock(), 60)
+    second = q.claim_next(store, "w2", clock(), 60)
+    assert (first["episode_uuid"], second["episode_uuid"]) == ("a1", "b1")
+    assert q.claim_next(store, "w3", clock(), 60) is None  # a2 waits for a1
+    q.mark_done(store, "a1", clock())
+    assert q.claim_next(store, "w3", clock(), 60)["episode_uuid"] == "a2"
+
+
+def test_priority_orders_groups(env):
+    store, clock, _, _, _, _, add = env
+    add("low", "L", priority=2); add("normal", "N", 1); add("high", "H", 0)  # noqa: E702
+    order = [q.claim_next(store, "w", clock(), 60)["episode_uuid"] for _ in range(3)]
+    assert order == ["high", "normal", "low"]
+
+
+def test_a_crashed_workers_message_returns_after_its_lease(env):
+    store, clock, _, queue, seen, _, add = env
+    add("e1", "A")
+    assert q.claim_next(store, "dead-worker", clock(), 60)["episode_uuid"] == "e1"
+    assert queue.drain() == 0           # leased: nothing to do yet
+    clock.advance(seconds=61)           # the lease runs out
+    assert queue.drain() == 1 and seen == ["e1"]
+
+
+def test_start_returns_in_flight_messages_of_a_previous_run(env):
+    store, clock, _, queue, _, _, add = env
+    add("e1", "A")
+    q.claim_next(store, "previous-process", clock(), 600)
+    assert q.release_all(store) == 1
+    assert q.get_message(store, "e1")["state"] == "queued"
+
+
+def test_transient_failures_retry_with_backoff_and_count(env):
+    store, clock, metrics, queue, seen, behaviour, add = env
+    add("e1", "A")
+    behaviour["e1"] = [errors.LLMRateLimited("429"), errors.LLMTimeout("slow")]
+    assert queue.drain() == 1                   # first attempt fails, retry scheduled
+    msg = q.get_message(store, "e1")
+    assert msg["state"] == "queued" and msg["error_type"] == "RateLimitError"
+    assert msg["available_at"] > clock()
+    assert queue.drain() == 0                   # not due yet
+    clock.advance(seconds=10)
+    queue.drain()
+    clock.advance(seconds=20)
+    queue.drain()
+    assert seen == ["e1"]
+    text = metrics.exposition().decode()
+    assert sample(text, "messaging_retries_total", {"queue_name": "episodes"}) == 2
+    assert sample(text, "messaging_messages_processed_total",
+                  {"queue_name": "episodes", "status": "success"}) == 1
+    assert sample(text, "messaging_wait_time_seconds_count") == 3
+
+
+def test_validation_failures_retry_once_then_fail_and_can_be_requeued(env):
+    store, clock, metrics, queue, seen, behaviour, add = env
+    add("e1", "A")
+    add("e2", "A")
+    behaviour["e1"] = [errors.StructuredOutputError("ExtractedEntities", "missing 'entities'")] * 2
+    queue.drain()
+    msg = q.get_message(store, "e1")
+    assert msg["state"] == "failed" and msg["error_type"] == "ValidationError"
+    assert "ExtractedEntities" in msg["error_message"]
+    assert g.get_episode(store, "e1")["status"] == "failed"
+    assert seen == ["e2"]                       # a failed head does not block its group
+    text = metrics.exposition().decode()
+    assert sample(text, "messaging_messages_failed_total",
+                  {"queue_name": "episodes", "error_type": "ValidationError"}) == 1
+    assert sample(text, "messaging_messages_processed_total", {"status": "failure"}) == 1
+    status = q.status(store, clock())
+    assert status["counts"]["failed"] == 1 and status["failed"][0]["episode_uuid"] == "e1"
+    assert queue.retry_failed(["e1"]) == ["e1"]
+    queue.drain()
+    assert seen == ["e2", "e1"]
+
+
+def test_queue_gauges_follow_the_table(env):
+    store, clock, metrics, queue, _, _, add = env
+    add("h", "A", 0); add("n1", "B", 1); add("n2", "C", 1)  # noqa: E702
+    queue.refresh_gauges()
+    text = metrics.exposition().decode()
+    assert sample(text, "messaging_queue_depth", {"priority": "normal"}) == 2
+    assert sample(text, "messaging_queue_depth", {"priority": "high"}) == 1
+    assert sample(text, "messaging_consumer_lag_seconds") > 0
+    queue.drain()
+    text = metrics.exposition().decode()
+    assert sample(text, "messaging_queue_depth", {"priority": "normal"}) == 0
+    assert sample(text, "messaging_active_consumers") == 0
+    assert sample(text, "messaging_consumer_saturation") == 0
+
+
+def test_workers_process_in_the_background_and_stop_cleanly(env):
+    store, clock, _, queue, seen, _, add = env
+    for i in range(5):
+        add(f"e{i}", f"G{i % 2}")
+    queue.start()
+    import time
+    deadline = time.monotonic() + 10
+    while len(seen) < 5 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    queue.stop(timeout=5)
+    assert sorted(seen) == [f"e{i}" for i in range(5)]
+    assert [u for u in seen if u in ("e0", "e2", "e4")] == ["e0", "e2", "e4"]
+    assert not queue.running
+    assert clock() - timedelta(seconds=0) == clock()
