@@ -1,0 +1,41 @@
+import json
+
+from workbench.config import load_settings
+from workbench.workbench import Workbench
+
+
+def test_import_creates_endpoints_dedupes_and_reports_bad_lines(tmp_path, hash_embedder):
+    lines = [
+        {"type": "entity", "name": "Maria Keller", "entity_type": "Person",
+         "summary": "Data engineer", "importance": 5, "stability": 5},
+        {"type": "fact", "source": "maria keller", "target": "Acme", "relation": "WORKS_AT",
+         "fact": "Maria Keller works at Acme", "valid_at": "2024-01-01T00:00:00Z"},
+        {"type": "fact", "source": "Maria Keller", "target": "Acme", "relation": "WORKS_AT",
+         "fact": "Maria Keller works at Acme"},
+        {"type": "fact", "source": "Tom", "target": "Acme", "fact": "Tom works at Acme",
+         "group_id": "other", "created_at": "2023-01-01T00:00:00Z"},
+        {"type": "widget", "name": "x"},
+        {"type": "fact", "source": "A"},
+    ]
+    path = tmp_path / "in.jsonl"
+    path.write_text("\n".join(json.dumps(x) for x in lines) + "\nnot json\n\n")
+    settings = load_settings({"SVC_KNOWLEDGE_DB_PATH": ":memory:"}, env_file=None)
+    with Workbench.open(settings, embedder=hash_embedder) as wb:
+        report = wb.import_jsonl(path)
+        assert report["entities_created"] == 4      # Maria, Acme (main), Tom, Acme (other)
+        assert report["facts_created"] == 2 and report["facts_existing"] == 1
+        assert report["error_count"] == 3
+        assert report["errors"][0].startswith("line 5:")
+        assert "line 7" in report["errors"][2]
+        maria = wb.store.fetch_dicts("SELECT * FROM entities WHERE name = 'Maria Keller'")[0]
+        assert (maria["importance"], maria["stability"]) == (5, 5)
+        assert maria["classification_status"] == "provided"
+        tom_fact = wb.store.fetch_dicts("SELECT * FROM facts WHERE group_id = 'other'")[0]
+        assert tom_fact["created_at"].year == 2023
+        assert tom_fact["classification_status"] is None   # left for the classifier
+        assert wb.store.fetchone("SELECT count(*) FROM fact_embeddings")[0] == 2
+        hits = wb.search_memory_facts("where does Maria work", group_ids=["main"])["facts"]
+        assert hits and hits[0]["fact"] == "Maria Keller works at Acme"
+        # importing the same file again creates nothing new
+        again = wb.import_jsonl(path)
+        assert again["entities_created"] == 0 and again["facts_created"] == 0

@@ -1,0 +1,227 @@
+"""Ingestion end to end: add_memory → durable queue → extraction through the real openai
+client against the fake chat-completions server → entities, facts, embeddings in DuckDB."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from tests.fakes.fake_llm import FakeReply
+from tests.fakes.fixtures import chat_settings_env
+from tests.ingest import rule_llm
+from workbench.config import load_settings
+from workbench.errors import InvalidInput
+from workbench.metrics import Metrics
+from workbench.store import queue as q
+from workbench.workbench import Workbench
+
+
+def sample(wb: Workbench, name: str, **labels) -> float | None:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    for family in text_string_to_metric_families(wb.metrics.exposition().decode()):
+        for s in family.samples:
+            if s.name == name and all(s.labels.get(k) == v for k, v in labels.items()):
+                return s.value
+    return None
+
+
+def open_wb(fake_llm, embedder, db=":memory:", **extra) -> Workbench:
+    env = chat_settings_env(fake_llm, SVC_KNOWLEDGE_DB_PATH=str(db),
+                            SVC_KNOWLEDGE_LLM_MAX_RETRIES="2", **extra)
+    settings = load_settings(env, env_file=None)
+    return Workbench.open(settings, embedder=embedder, metrics=Metrics())
+
+
+@pytest.fixture
+def wb(fake_llm, hash_embedder):
+    fake_llm.set_responder(rule_llm.respond)
+    workbench = open_wb(fake_llm, hash_embedder)
+    yield workbench
+    workbench.close()
+
+
+def count(wb, table):
+    return wb.store.fetchone(f"SELECT count(*) FROM {table}")[0]
+
+
+def test_an_episode_becomes_entities_facts_and_embeddings(wb, fake_llm):
+    out = wb.add_memory("intro", "Maria Keller works at Acme. Maria Keller lives in Munich.",
+                        group_id="g1")
+    assert out["status"] == "queued"
+    assert wb.process_pending() == 1
+    names = {r[0] for r in wb.store.fetchall("SELECT name FROM entities")}
+    assert names == {"Maria Keller", "Acme", "Munich"}
+    facts = wb.store.fetch_dicts("SELECT relation, fact, group_id FROM facts ORDER BY relation")
+    assert [f["relation"] for f in facts] == ["LIVES_IN", "WORKS_AT"]
+    assert count(wb, "entity_embeddings") == 3 and count(wb, "fact_embeddings") == 2
+    episode = wb.get_episodes(["g1"])["episodes"][0]
+    assert episode["status"] == "done" and episode["entity_count"] == 3
+    assert episode["fact_count"] == 2
+    # two LLM calls for this episode, each a priced row
+    assert len(fake_llm.requests) == 2
+    calls = wb.store.fetch_dicts("SELECT prompt_name, status, episode_uuid FROM llm_calls")
+    assert {c["prompt_name"] for c in calls} == {"extract_entities", "extract_edges"}
+    assert all(c["episode_uuid"] == out["episode_uuid"] for c in calls)
+    assert sample(wb, "graph_episodes_processed_total", group_id="g1") == 1
+    assert sample(wb, "graph_episodes_processed_all_groups_total") == 1
+    assert sample(wb, "knowledge_classification_requests_total", status="success") == 2
+    assert sample(wb, "messaging_messages_processed_total", status="success") == 1
+
+
+def test_entities_are_deduplicated_across_episodes(wb):
+    wb.add_memory("a", "Maria Keller works at Acme.", group_id="g1")
+    wb.add_memory("b", "maria keller uses Neovim. Maria Keller uses Neovim.", group_id="g1")
+    wb.add_memory("c", "Maria Keller works at Acme.", group_id="other")
+    wb.process_pending()
+    rows = wb.store.fetchall(
+        "SELECT group_id, count(*) FROM entities WHERE name = 'Maria Keller' GROUP BY 1")
+    assert dict(rows) == {"g1": 1, "other": 1}
+    assert count(wb, "mentions") == 5
+
+
+def test_a_contradicting_fact_invalidates_the_old_one_without_deleting_it(wb):
+    wb.add_memory("old", "User lives in Munich.", reference_time="2025-01-01T00:00:00Z")
+    wb.add_memory("new", "User moved to Berlin.", reference_time="2025-06-01T00:00:00Z")
+    wb.process_pending()
+    rows = {r["fact"]: r for r in wb.store.fetch_dicts("SELECT * FROM facts")}
+    old, new = rows["User lives in Munich."], rows["User lives in Berlin."]
+    assert old["invalid_at"] is not None and old["expired_at"] is not None
+    assert new["invalid_at"] is None and new["expired_at"] is None
+
+
+def test_a_redelivered_message_changes_nothing(wb):
+    out = wb.add_memory("a", "Maria Keller works at Acme. Tom uses Python.")
+    wb.process_pending()
+    before = [count(wb, t) for t in ("entities", "facts", "mentions", "entity_embeddings")]
+    calls = count(wb, "llm_calls")
+    # the message is delivered again (at-least-once): the written episode is skipped
+    wb.store.execute("UPDATE queue SET state = 'queued' WHERE episode_uuid = ?",
+                     [out["episode_uuid"]])
+    wb.process_pending()
+    assert [count(wb, t) for t in ("entities", "facts", "mentions", "entity_embeddings")] == before
+    assert count(wb, "llm_calls") == calls
+    # even a full re-extraction of the same episode duplicates nothing
+    wb.store.execute("UPDATE episodes SET status = 'queued'")
+    wb.store.execute("UPDATE queue SET state = 'queued'")
+    wb.process_pending()
+    assert [count(wb, t) for t in ("entities", "facts", "mentions", "entity_embeddings")] == before
+
+
+def test_a_crash_mid_episode_loses_nothing(fake_llm, hash_embedder, tmp_path):
+    fake_llm.set_responder(rule_llm.respond)
+    db = tmp_path / "kb.duckdb"
+    first = open_wb(fake_llm, hash_embedder, db)
+    out = first.add_memory("a", "Tom works at Globex.")
+    # a worker leases the message and dies before writing anything
+    assert q.claim_next(first.store, "doomed-worker", first.clock(), 600)
+    first.store.close()
+    second = open_wb(fake_llm, hash_embedder, db)
+    second.start()  # returns in-flight messages of the dead process to the queue
+    try:
+        import time
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            if second.get_queue_status()["counts"]["done"] == 1:
+                break
+            time.sleep(0.05)
+    finally:
+        second.close()
+    third = open_wb(fake_llm, hash_embedder, db)
+    assert third.get_episodes()["episodes"][0]["status"] == "done"
+    assert third.store.fetchone("SELECT count(*) FROM facts")[0] == 1
+    assert out["episode_uuid"] == third.get_episodes()["episodes"][0]["uuid"]
+    third.close()
+
+
+def test_rate_limit_then_success_is_retried_and_counted(wb, fake_llm):
+    fake_llm.script(FakeReply.rate_limited(retry_after=0))
+    wb.add_memory("a", "Tom works at Globex.")
+    wb.process_pending()
+    assert count(wb, "facts") == 1
+    assert sample(wb, "graph_llm_errors_total", error_type="rate_limit") == 1
+    assert wb.store.fetchone(
+        "SELECT count(*) FROM llm_calls WHERE status <> 'success'")[0] == 1
+
+
+@pytest.mark.parametrize(
+    ("reply", "structure"),
+    [
+        (FakeReply.schema_echo(), "ExtractedEntities"),
+        (FakeReply.truncated(), "ExtractedEntities"),
+        (FakeReply.ok({"wrong": "shape", "entities": "not a list"}), "ExtractedEntities"),
+    ],
+)
+def test_bad_structured_output_fails_the_episode_naming_the_structure(
+        wb, fake_llm, reply, structure, caplog):
+    fake_llm.set_responder(lambda req: reply)
+    out = wb.add_memory("a", "Tom works at Globex.")
+    with caplog.at_level(logging.ERROR, logger="workbench.queue"):
+        wb.process_pending()
+    status = wb.get_queue_status()
+    failed = status["failed"][0]
+    assert failed["episode_uuid"] == out["episode_uuid"]
+    assert failed["error_type"] == "ValidationError"
+    assert structure in failed["error_message"]
+    assert any(out["episode_uuid"] in r.getMessage() for r in caplog.records)
+    episode = wb.get_episodes()["episodes"][0]
+    assert episode["status"] == "failed" and structure in episode["status_detail"]
+    assert sample(wb, "messaging_messages_failed_total", error_type="ValidationError") == 1
+    # the operator fixes the model and re-queues: nothing was lost
+    fake_llm.set_responder(rule_llm.respond)
+    assert wb.retry_failed_episodes()["episode_uuids"] == [out["episode_uuid"]]
+    wb.process_pending()
+    assert count(wb, "facts") == 1
+
+
+def test_schema_echo_names_the_missing_required_field(wb, fake_llm):
+    fake_llm.set_responder(lambda req: FakeReply.schema_echo()
+                           if "NodeResolutions" in str(req) else rule_llm.respond(req))
+    from workbench.errors import SchemaEchoError
+    from workbench.prompts.resolve_nodes import NodeResolutions
+
+    with pytest.raises(SchemaEchoError, match="entity_resolutions"):
+        wb.chat.complete("resolve_nodes", [{"role": "user", "content": "x"}], NodeResolutions)
+
+
+def test_a_groups_episodes_are_extracted_in_order(wb, fake_llm):
+    for i in range(4):
+        wb.add_memory(f"e{i}", f"Tom uses Python. Step {i}.", group_id="g",
+                      priority="low" if i % 2 else "high")
+    wb.process_pending()
+    steps = [rule_llm.episode_text(r).split("Step ")[-1][:1]
+             for r in fake_llm.requests if "ExtractedEntities" in str(r.get("response_format"))]
+    assert steps == ["0", "1", "2", "3"]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"name": "", "episode_body": "x"}, "'name'"),
+        ({"name": "n", "episode_body": "  "}, "'episode_body'"),
+        ({"name": "n", "episode_body": "x" * 60_000}, "at most 50000"),
+        ({"name": "n", "episode_body": "x", "source": "pdf"}, "'source'"),
+        ({"name": "n", "episode_body": "{bad", "source": "json"}, "not valid JSON"),
+        ({"name": "n", "episode_body": "x", "group_id": "bad group!"}, "'group_id'"),
+        ({"name": "n", "episode_body": "x", "priority": "urgent"}, "'priority'"),
+        ({"name": "n", "episode_body": "x", "uuid": "nope"}, "not a valid uuid"),
+        ({"name": "n", "episode_body": "x", "reference_time": "yesterday"}, "ISO 8601"),
+    ],
+)
+def test_bad_input_is_refused_with_a_clear_message(wb, kwargs, message):
+    with pytest.raises(InvalidInput, match=message):
+        wb.add_memory(**kwargs)
+    assert count(wb, "episodes") == 0
+
+
+def test_without_an_llm_episodes_wait_and_status_says_why(hash_embedder):
+    settings = load_settings({"SVC_KNOWLEDGE_DB_PATH": ":memory:"}, env_file=None)
+    with Workbench.open(settings, embedder=hash_embedder) as wb:
+        out = wb.add_memory("a", "Tom works at Globex.")
+        assert "no LLM is configured" in out["detail"]
+        status = wb.get_status()
+        assert status["llm"]["configured"] is False
+        assert "SVC_KNOWLEDGE_COMPAT_BASE_URL" in status["llm"]["detail"]
+        assert wb.get_queue_status()["counts"]["queued"] == 1
+        assert wb.get_episodes()["episodes"][0]["status_detail"].startswith("waiting")
