@@ -67,7 +67,9 @@ class Metrics:
         self._lazy: dict[str, Counter] = {}
         self._cache_hits = 0
         self._cache_requests = 0
-        r = self.registry
+        # Disabled: the families exist (so recording code needs no checks) but are not
+        # registered, so the exposition is empty - not even the unlabelled gauges.
+        r = self.registry if enabled else None
 
         # --- graph_: tokens, cost, latency (labelled: no series before the first call) ---
         self.prompt_tokens = Counter("graph_prompt_tokens", "Prompt tokens", ["model"], registry=r)

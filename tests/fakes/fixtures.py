@@ -1,0 +1,36 @@
+"""Pytest fixtures for the fakes. Import them into a conftest::
+
+    from tests.fakes.fixtures import fake_llm  # noqa: F401
+
+``fake_llm`` yields a started :class:`~tests.fakes.fake_llm.FakeLLMServer` (one per test):
+``.base_url`` (ends in ``/v1``), ``.requests`` (every chat request body), ``.script(...)``,
+``.set_responder(...)``, ``.on_structure(...)``, ``.latency``. ``chat_settings_env(fake_llm)``
+gives the environment that points the workbench at it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from tests.fakes.fake_llm import FakeLLMServer
+
+
+@pytest.fixture
+def fake_llm() -> Iterator[FakeLLMServer]:
+    with FakeLLMServer() as server:
+        yield server
+
+
+def chat_settings_env(server: FakeLLMServer, **extra: str) -> dict[str, str]:
+    """``SVC_KNOWLEDGE_*`` variables for ``load_settings(environ=...)`` using ``server``."""
+    env = {
+        "SVC_KNOWLEDGE_LLM_PROVIDER": "compat",
+        "SVC_KNOWLEDGE_MODEL_NAME": server.model,
+        "SVC_KNOWLEDGE_COMPAT_BASE_URL": server.base_url,
+        "SVC_KNOWLEDGE_COMPAT_API_KEY": "test-key",
+        "SVC_KNOWLEDGE_LLM_REQUESTS_PER_MINUTE": "0",
+    }
+    env.update(extra)
+    return env

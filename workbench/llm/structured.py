@@ -1,0 +1,277 @@
+"""Structured output: how a pydantic model is requested, and how a reply becomes one.
+
+Three request modes (setting ``SVC_KNOWLEDGE_LLM_STRUCTURED_OUTPUT``):
+
+``json_schema`` (default)
+    ``response_format={"type": "json_schema", "json_schema": {"name", "schema", "strict"}}``;
+    ``strict`` is true when the schema allows it (every property required), the schema is made
+    strict-compatible (``additionalProperties: false``, no ``default``).
+``json_object``
+    ``response_format={"type": "json_object", "schema": <grammar schema>}`` (llama-cpp-python's
+    server turns it into a grammar; it answers HTTP 500 to ``json_schema``) and the schema,
+    named, in the system prompt. The schema's ``title`` is the structure name.
+``tool``
+    one function tool named after the structure, forced by ``tool_choice``; its arguments are
+    the JSON.
+
+All functions here are pure. :func:`parse_reply` strips ``<think>…</think>`` preambles and code
+fences, decodes leniently (raw newlines inside strings are accepted) and validates; it raises
+:class:`StructuredOutputError`, or :class:`SchemaEchoError` when the reply is a JSON schema
+instead of data.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from workbench.errors import SchemaEchoError, StructuredOutputError
+
+MODES = ("json_schema", "json_object", "tool")
+
+# Keywords grammar engines (llama.cpp's json-schema-to-grammar) ignore or reject.
+_UNSUPPORTED = {
+    "default", "examples", "discriminator", "readOnly", "writeOnly", "deprecated", "$schema",
+    "$id", "$comment", "exclusiveMinimum", "exclusiveMaximum", "multipleOf", "contentEncoding",
+    "contentMediaType",
+}
+_GRAMMAR_FORMATS = {"date", "time", "date-time", "uuid"}
+_MAX_ENUM_RANGE = 100
+_SCHEMA_KEYS = {"properties", "$defs", "$schema", "definitions"}
+
+_THINK = re.compile(r"<think(?:ing)?>.*?</think(?:ing)?>", re.DOTALL | re.IGNORECASE)
+_FENCE = re.compile(r"^```[a-zA-Z0-9_-]*\s*\n?(.*?)\n?```\s*$", re.DOTALL)
+
+
+# --- schemas ---------------------------------------------------------------------------------
+def model_schema(model: type[BaseModel]) -> dict[str, Any]:
+    """Pydantic's JSON schema of ``model`` with every ``$ref`` inlined."""
+    return inline_refs(model.model_json_schema())
+
+
+def inline_refs(schema: dict[str, Any]) -> dict[str, Any]:
+    """Replace every local ``#/$defs/X`` reference by its definition; drop ``$defs``."""
+    defs = {**schema.get("definitions", {}), **schema.get("$defs", {})}
+
+    def walk(node: Any, seen: tuple[str, ...]) -> Any:
+        if isinstance(node, list):
+            return [walk(item, seen) for item in node]
+        if not isinstance(node, dict):
+            return node
+        ref = node.get("$ref")
+        if isinstance(ref, str) and ref.rsplit("/", 1)[-1] in defs:
+            name = ref.rsplit("/", 1)[-1]
+            if name in seen:
+                raise ValueError(f"recursive schema reference {name!r} cannot be inlined")
+            merged = {**defs[name], **{k: v for k, v in node.items() if k != "$ref"}}
+            return walk(merged, (*seen, name))
+        return {k: walk(v, seen) for k, v in node.items() if k not in ("$defs", "definitions")}
+
+    return walk(copy.deepcopy(schema), ())
+
+
+def grammar_schema(
+    schema: dict[str, Any],
+    max_items: int | None = 64,
+    max_string_length: int | None = 2000,
+) -> dict[str, Any]:
+    """A schema grammar engines honour: refs inlined, small integer ranges as ``enum``,
+    ignored keywords removed, arrays and strings bounded (so a weak model cannot run on)."""
+
+    def walk(node: Any) -> Any:
+        if isinstance(node, list):
+            return [walk(item) for item in node]
+        if not isinstance(node, dict):
+            return node
+        out = {k: walk(v) for k, v in node.items() if k not in _UNSUPPORTED}
+        if out.get("format") not in _GRAMMAR_FORMATS:
+            out.pop("format", None)
+        kind = out.get("type")
+        if kind == "integer":
+            _integer_range_to_enum(out)
+        elif kind == "number":
+            out.pop("minimum", None)
+            out.pop("maximum", None)
+        elif kind == "array" and max_items is not None and "maxItems" not in out:
+            out["maxItems"] = max_items
+        elif (kind == "string" and max_string_length is not None and "maxLength" not in out
+              and "enum" not in out and "format" not in out):
+            out["maxLength"] = max_string_length
+        return out
+
+    return walk(inline_refs(schema))
+
+
+def _integer_range_to_enum(node: dict[str, Any]) -> None:
+    low, high = node.pop("minimum", None), node.pop("maximum", None)
+    if "enum" in node or low is None or high is None:
+        return
+    if 0 <= high - low <= _MAX_ENUM_RANGE:
+        node["enum"] = list(range(int(low), int(high) + 1))
+
+
+def strict_schema(schema: dict[str, Any]) -> tuple[dict[str, Any], bool]:
+    """``(schema for OpenAI strict mode, strict possible)``. Strict needs every property of
+    every object required; the returned schema closes objects and drops ``default``."""
+    possible = True
+
+    def walk(node: Any) -> Any:
+        nonlocal possible
+        if isinstance(node, list):
+            return [walk(item) for item in node]
+        if not isinstance(node, dict):
+            return node
+        out = {k: walk(v) for k, v in node.items() if k != "default"}
+        if out.get("type") == "object" and "properties" in out:
+            out.setdefault("additionalProperties", False)
+            if set(out.get("required", [])) != set(out["properties"]):
+                possible = False
+        return out
+
+    result = walk(inline_refs(schema))
+    return (result if possible else inline_refs(schema)), possible
+
+
+# --- requests --------------------------------------------------------------------------------
+def schema_instruction(name: str, schema: dict[str, Any]) -> str:
+    return (
+        f"Respond with one JSON object named {name} that conforms to this JSON schema. "
+        "Output the data only, not the schema, with no commentary:\n"
+        + json.dumps(schema, separators=(",", ":"))
+    )
+
+
+def with_system_instruction(messages: list[dict], text: str) -> list[dict]:
+    """Append ``text`` to the system message (after the stable prompt), or add one."""
+    out = [dict(m) for m in messages]
+    for msg in out:
+        if msg.get("role") == "system":
+            content = msg.get("content")
+            if isinstance(content, list):
+                msg["content"] = [*content, {"type": "text", "text": text}]
+            else:
+                msg["content"] = f"{content or ''}\n\n{text}".lstrip()
+            return out
+    return [{"role": "system", "content": text}, *out]
+
+
+def request_options(
+    mode: str, messages: list[dict], response_model: type[BaseModel]
+) -> tuple[list[dict], dict[str, Any]]:
+    """``(messages, extra create() kwargs)`` asking for ``response_model`` in ``mode``."""
+    name = response_model.__name__
+    if mode == "json_schema":
+        schema, strict = strict_schema(model_schema(response_model))
+        fmt = {"type": "json_schema",
+               "json_schema": {"name": name, "schema": schema, "strict": strict}}
+        return messages, {"response_format": fmt}
+    schema = grammar_schema(model_schema(response_model))
+    schema["title"] = name
+    if mode == "json_object":
+        msgs = with_system_instruction(messages, schema_instruction(name, schema))
+        return msgs, {"response_format": {"type": "json_object", "schema": schema}}
+    if mode == "tool":
+        tool = {"type": "function", "function": {
+            "name": name, "description": f"Record the {name}.", "parameters": schema}}
+        choice = {"type": "function", "function": {"name": name}}
+        return messages, {"tools": [tool], "tool_choice": choice}
+    raise ValueError(f"structured output mode must be one of {', '.join(MODES)}, not {mode!r}")
+
+
+# --- replies ---------------------------------------------------------------------------------
+def clean_reply(text: str) -> str:
+    """Remove ``<think>…</think>`` reasoning (also an unclosed leading one) and code fences."""
+    text = _THINK.sub("", text or "")
+    if "</think>" in text.lower():
+        text = text[text.lower().rindex("</think>") + len("</think>"):]
+    text = text.strip()
+    match = _FENCE.match(text)
+    if match:
+        return match.group(1).strip()
+    start = text.find("```")
+    if start >= 0:
+        inner = _FENCE.match(text[start:].strip())
+        if inner:
+            return inner.group(1).strip()
+    return text
+
+
+def decode_json(text: str) -> Any:
+    """Lenient decoding: raw control characters in strings; leading/trailing prose."""
+    decoder = json.JSONDecoder(strict=False)
+    try:
+        return decoder.decode(text)
+    except json.JSONDecodeError as first:
+        starts = [i for i in (text.find("{"), text.find("[")) if i >= 0]
+        if not starts:
+            raise first from None
+        try:
+            value, _ = decoder.raw_decode(text, min(starts))
+        except json.JSONDecodeError:
+            raise first from None
+        return value
+
+
+def looks_like_schema(data: Any) -> bool:
+    """A JSON schema rather than data: schema keywords at the top level."""
+    if not isinstance(data, dict):
+        return False
+    if _SCHEMA_KEYS & data.keys():
+        return True
+    return data.get("type") == "object"
+
+
+def required_fields(model: type[BaseModel]) -> list[str]:
+    return [name for name, f in model.model_fields.items() if f.is_required()]
+
+
+def parse_reply(text: str | None, response_model: type[BaseModel]) -> BaseModel:
+    """Validate a reply into ``response_model`` or raise a structured-output error."""
+    structure = response_model.__name__
+    cleaned = clean_reply(text or "")
+    if not cleaned:
+        raise StructuredOutputError(structure, "the reply is empty (expected a JSON object)")
+    try:
+        data = decode_json(cleaned)
+    except json.JSONDecodeError as exc:
+        raise StructuredOutputError(
+            structure, f"the reply is not valid JSON ({exc.msg} at char {exc.pos}): "
+            f"{_excerpt(cleaned)}") from None
+    data = _unwrap(data, structure)
+    missing = [f for f in required_fields(response_model)
+               if not (isinstance(data, dict) and f in data)]
+    if missing and looks_like_schema(data):
+        raise SchemaEchoError(
+            structure, f"the reply is a JSON schema instead of data: the required field "
+            f"`{missing[0]}` of {structure} is missing")
+    try:
+        return response_model.model_validate(data)
+    except ValidationError as exc:
+        raise StructuredOutputError(structure, _validation_detail(exc)) from None
+
+
+def _unwrap(data: Any, structure: str) -> Any:
+    """``{"NodeResolutions": {...}}`` → ``{...}`` (small models like to name the object)."""
+    if isinstance(data, dict) and len(data) == 1:
+        (key, value), = data.items()
+        if key == structure and isinstance(value, dict):
+            return value
+    return data
+
+
+def _validation_detail(exc: ValidationError) -> str:
+    parts = []
+    for err in exc.errors()[:3]:
+        loc = ".".join(str(p) for p in err.get("loc", ())) or "(root)"
+        parts.append(f"{loc}: {err.get('msg')}")
+    more = exc.error_count() - len(parts)
+    suffix = f" (+{more} more)" if more > 0 else ""
+    return "the reply does not conform: " + "; ".join(parts) + suffix
+
+
+def _excerpt(text: str, limit: int = 200) -> str:
+    return text if len(text) <= limit else text[:limit] + "…"
