@@ -1,0 +1,253 @@
+"""The ``workbench`` command.
+
+    workbench serve          tools over REST + MCP (127.0.0.1:8000), metrics (9090 / 9091 --dev)
+    workbench mcp            MCP over stdio, for a client that spawns the server
+    workbench embed-server   OpenAI-style embeddings on the local model (127.0.0.1:8001)
+    workbench maintenance    one decay maintenance run
+    workbench import FILE    import pre-extracted entities and facts (JSON lines, no LLM)
+    workbench export DIR     Parquet snapshot of every table, for notebooks
+    workbench status         the service status as JSON
+
+Settings come from the environment (``SVC_KNOWLEDGE_*``, ``LOG_LEVEL``, an optional ``.env``);
+flags override them. Every start-up problem is one clear ``error:`` line and a non-zero exit.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from workbench.config import Settings, load_settings
+from workbench.errors import ConfigError, WorkbenchError
+
+log = logging.getLogger("service.cli")
+
+EXIT_USAGE = 2
+EXIT_FAILURE = 1
+
+
+class StartupError(Exception):
+    """A start-up problem with its one-line explanation."""
+
+
+# --- helpers ------------------------------------------------------------------------------
+def settings_from(args: argparse.Namespace, **extra: Any) -> Settings:
+    overrides = {"db_path": getattr(args, "db", None), **extra}
+    return load_settings(**{k: v for k, v in overrides.items() if v is not None})
+
+
+def secrets_of(settings: Settings) -> list[str | None]:
+    return [s.get_secret_value() if s else None
+            for s in (settings.api_token, settings.compat_api_key)]
+
+
+def open_workbench(settings: Settings, embedder=None, start: bool = False):
+    from workbench.workbench import Workbench
+
+    workbench = Workbench.open(settings, embedder=embedder)
+    if start:
+        workbench.start()
+    return workbench
+
+
+def print_json(value: Any) -> None:
+    print(json.dumps(value, indent=2, default=str, ensure_ascii=False))
+
+
+# --- commands -----------------------------------------------------------------------------
+def cmd_serve(args: argparse.Namespace) -> int:
+    from service.runner import serve
+
+    settings = settings_from(args, host=args.host, port=args.port,
+                             metrics_port=args.metrics_port)
+    return serve(settings, dev=args.dev, log_format=args.log_format or
+                 ("text" if args.dev else "json"))
+
+
+def cmd_mcp(args: argparse.Namespace) -> int:
+    import anyio
+
+    from service.logging import setup_logging
+    from service.mcp_server import run_stdio
+
+    settings = settings_from(args)
+    setup_logging(settings.log_level, secrets_of(settings), fmt="text")
+    workbench = open_workbench(settings, start=True)
+    try:
+        anyio.run(run_stdio, workbench)
+    finally:
+        workbench.close()
+    return 0
+
+
+def cmd_embed_server(args: argparse.Namespace) -> int:
+    from service.runner import serve_embeddings
+
+    settings = settings_from(args)
+    port = args.port if args.port is not None else settings.embed_server_port
+    model = args.model or settings.local_embedder_model
+    return serve_embeddings(settings, host=args.host or "127.0.0.1", port=port, model=model)
+
+
+def cmd_maintenance(args: argparse.Namespace) -> int:
+    from service.logging import setup_logging
+
+    settings = settings_from(args)
+    setup_logging(settings.log_level, secrets_of(settings), fmt="text")
+    workbench = open_workbench(settings)
+    try:
+        report = workbench.run_decay_maintenance(dry_run=args.dry_run)
+    finally:
+        workbench.close()
+    print_json(report)
+    return 0 if report.get("status", "success") != "failure" else EXIT_FAILURE
+
+
+def cmd_import(args: argparse.Namespace) -> int:
+    from service.logging import setup_logging
+
+    settings = settings_from(args)
+    setup_logging(settings.log_level, secrets_of(settings), fmt="text")
+    workbench = open_workbench(settings)
+    try:
+        summary = workbench.import_jsonl(args.file, progress=not args.quiet,
+                                         group_id=args.group_id)
+    finally:
+        workbench.close()
+    print_json(summary)
+    return 0
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    settings = settings_from(args)
+    workbench = open_workbench(settings)
+    try:
+        written = workbench.export_parquet(args.dir)
+    finally:
+        workbench.close()
+    print_json(written)
+    return 0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    settings = settings_from(args)
+    workbench = open_workbench(settings)
+    try:
+        print_json(workbench.get_status())
+    finally:
+        workbench.close()
+    return 0
+
+
+# --- parser -------------------------------------------------------------------------------
+def _add_db(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--db", metavar="PATH",
+                        help="DuckDB file (default: SVC_KNOWLEDGE_DB_PATH or "
+                             "data/knowledge.duckdb; ':memory:' for a throw-away store)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="workbench",
+        description="Knowledge Workbench: long-term memory for AI assistants.",
+        epilog="Settings: SVC_KNOWLEDGE_* environment variables (or .env); flags override.")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    serve = sub.add_parser(
+        "serve", help="run the knowledge service (REST + MCP tools, metrics, health)",
+        description="Serve the tools over REST (POST /tools/<name>) and MCP streamable HTTP "
+                    "(/mcp), GET /health, the OpenAPI schema (/schema), and metrics plus "
+                    "decay health on the metrics port. Stops gracefully on SIGTERM/SIGINT.")
+    serve.add_argument("--host", help="address to bind (default 127.0.0.1; anything but "
+                                      "loopback requires SVC_KNOWLEDGE_API_TOKEN)")
+    serve.add_argument("--port", type=int, help="tools port (default 8000)")
+    serve.add_argument("--metrics-port", type=int,
+                       help="metrics port (default 9090, or 9091 with --dev)")
+    serve.add_argument("--dev", action="store_true",
+                       help="development mode: metrics on 9091, human-readable logs")
+    serve.add_argument("--log-format", choices=("json", "text"),
+                       help="log line format (default json; text with --dev)")
+    _add_db(serve)
+    serve.set_defaults(func=cmd_serve)
+
+    mcp = sub.add_parser("mcp", help="serve the tools over MCP on stdin/stdout",
+                         description="MCP over stdio for a client that spawns the server "
+                                     "(logs go to stderr).")
+    _add_db(mcp)
+    mcp.set_defaults(func=cmd_mcp)
+
+    embed = sub.add_parser(
+        "embed-server", help="run the local OpenAI-compatible embeddings server",
+        description="POST /v1/embeddings and GET /v1/models (OpenAI wire format) on a local "
+                    "sentence-transformers model; point SVC_KNOWLEDGE_EMBEDDER_BASE_URL at "
+                    "http://HOST:PORT/v1.")
+    embed.add_argument("--host", help="address to bind (default 127.0.0.1)")
+    embed.add_argument("--port", type=int,
+                       help="port (default 8001 or SVC_KNOWLEDGE_EMBED_SERVER_PORT)")
+    embed.add_argument("--model", help="sentence-transformers model name or path "
+                                       "(default all-MiniLM-L6-v2, 384 dimensions)")
+    embed.set_defaults(func=cmd_embed_server)
+
+    maint = sub.add_parser("maintenance", help="run one decay maintenance pass and exit",
+                           description="Recompute decay scores, apply lifecycle transitions "
+                                       "and purge expired soft-deleted memories; prints the "
+                                       "report as JSON.")
+    maint.add_argument("--dry-run", action="store_true",
+                       help="report what would change without changing anything")
+    _add_db(maint)
+    maint.set_defaults(func=cmd_maintenance)
+
+    imp = sub.add_parser("import", help="import entities and facts from a JSON-lines file",
+                         description="Import pre-extracted entities and facts (JSON lines, "
+                                     "see the import format in the docs); no LLM is used.")
+    imp.add_argument("file", metavar="FILE", help="the .jsonl file")
+    imp.add_argument("--group-id", help="group for records that name none")
+    imp.add_argument("--quiet", action="store_true", help="no progress bar")
+    _add_db(imp)
+    imp.set_defaults(func=cmd_import)
+
+    exp = sub.add_parser("export", help="write a Parquet snapshot of every table",
+                         description="Write DIR/<table>.parquet for every table (a consistent "
+                                     "snapshot a notebook can read while the service runs "
+                                     "elsewhere).")
+    exp.add_argument("dir", metavar="DIR", help="output folder (created when missing)")
+    _add_db(exp)
+    exp.set_defaults(func=cmd_export)
+
+    status = sub.add_parser("status", help="print the service status as JSON",
+                            description="Database, embedder, LLM, graph and queue counts.")
+    _add_db(status)
+    status.set_defaults(func=cmd_status)
+    return parser
+
+
+def run_guarded(func: Callable[[argparse.Namespace], int], args: argparse.Namespace) -> int:
+    """Run a command; any failure is one ``error:`` line on stderr, never a traceback."""
+    try:
+        return func(args)
+    except (ConfigError, StartupError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except WorkbenchError as exc:
+        print(f"error: {exc.message}", file=sys.stderr)
+        return EXIT_FAILURE
+    except KeyboardInterrupt:
+        return 130
+    except Exception as exc:  # noqa: BLE001 - the last line of defence
+        log.debug("unexpected failure", exc_info=True)
+        print(f"error: unexpected {type(exc).__name__}: {exc} "
+              "(LOG_LEVEL=DEBUG shows details)", file=sys.stderr)
+        return EXIT_FAILURE
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return run_guarded(args.func, args)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

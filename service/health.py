@@ -1,0 +1,71 @@
+"""``GET /health`` on the main port: liveness and readiness in one answer.
+
+Ready means the store answers and the embedder embeds (probed at most every ``ttl`` seconds).
+No LLM is not "unready": episodes are accepted and wait, so the status is ``degraded`` and
+the answer says how to configure one.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+LLM_HOWTO = "not configured: set SVC_KNOWLEDGE_COMPAT_BASE_URL and SVC_KNOWLEDGE_MODEL_NAME"
+
+
+class EmbedderProbe:
+    """Embed one short text, remembering the verdict for ``ttl`` seconds."""
+
+    def __init__(self, embedder: Any, ttl: float = 30.0,
+                 clock: Callable[[], float] = time.monotonic):
+        self.embedder = embedder
+        self.ttl = ttl
+        self.clock = clock
+        self._lock = threading.Lock()
+        self._verdict: tuple[float, dict[str, Any]] | None = None
+
+    def check(self) -> dict[str, Any]:
+        with self._lock:
+            now = self.clock()
+            if self._verdict is None or now - self._verdict[0] > self.ttl:
+                self._verdict = (now, self._probe())
+            return self._verdict[1]
+
+    def _probe(self) -> dict[str, Any]:
+        info: dict[str, Any] = {"model": self.embedder.model,
+                                "dimensions": self.embedder.dimensions}
+        url = getattr(self.embedder, "base_url", None)
+        if url:
+            info["url"] = url
+        try:
+            self.embedder.embed(["health check"])
+        except Exception as exc:  # noqa: BLE001 - reported, not raised
+            return {"ok": False, **info, "detail": getattr(exc, "message", str(exc))}
+        return {"ok": True, **info}
+
+
+def store_check(workbench: Any) -> dict[str, Any]:
+    try:
+        workbench.store.fetchone("SELECT 1")
+    except Exception as exc:  # noqa: BLE001 - reported, not raised
+        return {"ok": False, "path": workbench.store.path,
+                "detail": getattr(exc, "message", str(exc))}
+    return {"ok": True, "path": workbench.store.path}
+
+
+def llm_check(workbench: Any) -> dict[str, Any]:
+    chat = getattr(workbench, "chat", None)
+    if chat is None:
+        return {"ok": False, "configured": False, "detail": LLM_HOWTO}
+    return {"ok": True, "configured": True, "model": getattr(chat, "model", None)}
+
+
+def health(workbench: Any, probe: EmbedderProbe) -> tuple[dict[str, Any], bool]:
+    """``(body, ready)``: ``status`` is ok, degraded (no LLM) or unavailable (not ready)."""
+    checks = {"store": store_check(workbench), "embedder": probe.check(),
+              "llm": llm_check(workbench)}
+    ready = checks["store"]["ok"] and checks["embedder"]["ok"]
+    status = "unavailable" if not ready else ("ok" if checks["llm"]["ok"] else "degraded")
+    return {"status": status, "live": True, "ready": ready, "checks": checks}, ready

@@ -1,0 +1,134 @@
+"""The tools over MCP (official ``mcp`` SDK, low-level ``Server``): streamable HTTP mounted at
+``/mcp`` on the service app, and stdio for ``workbench mcp``.
+
+Tools, names, descriptions and input schemas all come from :data:`service.tools.TOOLS`, the
+same table REST uses. A tool result is the facade's dict as ``structuredContent`` plus the same
+JSON as text; a failure is ``isError`` with ``{"error": {"type", "message"}}``.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+from typing import Any
+
+import anyio
+import mcp_types as types
+from mcp.server import Server
+from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+from mcp.server.transport_security import TransportSecuritySettings
+
+from service.errors import describe, error_payload
+from service.logging import REQUEST_ID, new_request_id
+from service.tools import TOOLS, TOOLS_BY_NAME, Tool
+
+log = logging.getLogger("service.mcp")
+
+SERVER_NAME = "knowledge-workbench"
+INSTRUCTIONS = (
+    "Long-term memory. Use add_memory to remember information (processed in the background), "
+    "search_memory_facts for relationships and events, search_memory_nodes for entities. "
+    "Searches need no LLM and are cheap; prefer specific queries."
+)
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
+def mcp_tool(tool: Tool) -> types.Tool:
+    return types.Tool(
+        name=tool.name,
+        description=tool.description,
+        input_schema=tool.input_schema(),
+        annotations=types.ToolAnnotations(
+            read_only_hint=tool.read_only,
+            destructive_hint=tool.destructive,
+            idempotent_hint=tool.read_only,
+            open_world_hint=False,
+        ),
+    )
+
+
+def _result(payload: dict[str, Any], is_error: bool = False) -> types.CallToolResult:
+    text = json.dumps(payload, default=str, ensure_ascii=False)
+    return types.CallToolResult(content=[types.TextContent(text=text)],
+                                structured_content=payload, is_error=is_error)
+
+
+async def call_tool(workbench: Any, name: str, arguments: dict[str, Any] | None
+                    ) -> types.CallToolResult:
+    """Run one tool in a worker thread; every failure becomes an ``isError`` result."""
+    token = REQUEST_ID.set(f"mcp-{new_request_id()}")
+    try:
+        tool = TOOLS_BY_NAME.get(name)
+        if tool is None:
+            return _result(error_payload(
+                "not_found", f"no tool named {name!r}; tools: {', '.join(TOOLS_BY_NAME)}"), True)
+        try:
+            result = await anyio.to_thread.run_sync(
+                functools.partial(tool.invoke, workbench, arguments))
+        except Exception as exc:  # noqa: BLE001 - mapped like HTTP errors, logged when a fault
+            status, kind, message = describe(exc)
+            if status == 500:
+                log.error("tool %s failed", name, exc_info=exc)
+                message = f"internal error; see the server log for request id {REQUEST_ID.get()}"
+            elif status >= 500:
+                log.warning("tool %s: %s: %s", name, kind, message)
+            return _result(error_payload(kind, message), True)
+        log.info("tool %s ok", name, extra={"transport": "mcp"})
+        return _result(result)
+    finally:
+        REQUEST_ID.reset(token)
+
+
+def build_mcp_server(workbench: Any, version: str = "0.1.0") -> Server:
+    tools = [mcp_tool(t) for t in TOOLS]
+    schemas = {t.name: t.input_schema() for t in TOOLS}
+
+    async def on_list_tools(_ctx, _params) -> types.ListToolsResult:
+        return types.ListToolsResult(tools=tools)
+
+    async def on_call_tool(_ctx, params: types.CallToolRequestParams) -> types.CallToolResult:
+        return await call_tool(workbench, params.name, params.arguments)
+
+    return Server(
+        SERVER_NAME,
+        version=version,
+        instructions=INSTRUCTIONS,
+        on_list_tools=on_list_tools,
+        on_call_tool=on_call_tool,
+        get_tool_input_schema=schemas.get,
+    )
+
+
+def transport_security(host: str, extra_hosts: tuple[str, ...] = ()) -> TransportSecuritySettings:
+    """DNS-rebinding protection on loopback (a web page cannot drive the tools); off when the
+    service is bound elsewhere (the bearer token protects it then)."""
+    if host not in LOOPBACK:
+        return TransportSecuritySettings(enable_dns_rebinding_protection=False)
+    hosts = ["127.0.0.1", "localhost", "[::1]", *extra_hosts]
+    return TransportSecuritySettings(
+        enable_dns_rebinding_protection=True,
+        allowed_hosts=[h for name in hosts for h in (name, f"{name}:*")],
+        allowed_origins=[f"http://{name}:*" for name in hosts],
+    )
+
+
+def build_session_manager(server: Server, host: str, max_body_bytes: int,
+                          extra_hosts: tuple[str, ...] = ()) -> StreamableHTTPSessionManager:
+    """Stateless JSON-response streamable HTTP: every POST is self-contained."""
+    return StreamableHTTPSessionManager(
+        app=server,
+        json_response=True,
+        stateless=True,
+        security_settings=transport_security(host, extra_hosts),
+        max_request_body_size=max_body_bytes,
+    )
+
+
+async def run_stdio(workbench: Any) -> None:
+    """Serve MCP over this process's stdin/stdout until the client closes it."""
+    from mcp.server.stdio import stdio_server
+
+    server = build_mcp_server(workbench)
+    async with stdio_server() as (read_stream, write_stream):
+        await server.run(read_stream, write_stream, server.create_initialization_options())

@@ -1,0 +1,48 @@
+"""The metrics port (9090, or 9091 with ``--dev``): ``GET /metrics`` and ``GET /health/decay``.
+
+A separate small Litestar app so that Prometheus scrapes never queue behind tool calls and the
+port can be firewalled differently from the tools. No authentication: bind it to loopback or
+a private network.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from litestar import Litestar, Response, get
+
+from service.errors import exception_handler
+from workbench.metrics import CONTENT_TYPE
+
+log = logging.getLogger("service.metrics")
+
+METRICS_PATH = "/metrics"
+
+
+def scrape(workbench: Any) -> bytes:
+    """The text exposition of the workbench registry, gauges refreshed first when possible."""
+    refresh = getattr(workbench, "refresh_gauges", None)
+    if callable(refresh):
+        try:
+            refresh()
+        except Exception as exc:  # noqa: BLE001 - a stale gauge must not fail the scrape
+            log.warning("gauge refresh failed before a scrape: %s", exc)
+    return workbench.metrics.exposition()
+
+
+def create_metrics_app(workbench: Any) -> Litestar:
+    @get(METRICS_PATH, sync_to_thread=True)
+    def metrics() -> Response[bytes]:
+        return Response(content=scrape(workbench), media_type=CONTENT_TYPE)
+
+    @get("/health/decay", sync_to_thread=True)
+    def health_decay() -> dict[str, Any]:
+        # always 200: the spec's JSON carries the verdict in "status" (healthy/degraded/...)
+        return workbench.get_knowledge_health()
+
+    return Litestar(
+        route_handlers=[metrics, health_decay],
+        exception_handlers={Exception: exception_handler},
+        openapi_config=None,
+    )

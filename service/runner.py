@@ -1,0 +1,201 @@
+"""Running the servers: start-up checks, uvicorn on pre-bound sockets, graceful shutdown.
+
+Start-up order (each problem is one :class:`StartupError` line, never a traceback): exposure
+rule (non-loopback needs a token) → ports (bound before anything slow, so "in use" is
+immediate) → embedder (compat: probed, the error names its URL; local: loaded) → store
+(``StoreLocked`` names the file) → workers → serving.
+
+Shutdown on SIGTERM/SIGINT: uvicorn stops accepting and finishes in-flight requests, then the
+workbench stops (the queue finishes or releases its episodes, access updates are flushed) and
+the store is checkpointed and closed. An accepted episode is a committed queue row before its
+request is answered, so even SIGKILL loses nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import errno
+import ipaddress
+import logging
+import signal
+import socket
+import time
+from typing import Any
+
+import uvicorn
+
+from service.cli import StartupError, open_workbench, secrets_of
+from service.logging import setup_logging
+from workbench.config import Settings
+from workbench.errors import EmbedderError
+
+log = logging.getLogger("service")
+
+MIN_TOKEN_CHARS = 16
+GRACEFUL_SECONDS = 10
+QUEUE_STOP_SECONDS = 30.0
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def check_exposure(settings: Settings) -> None:
+    """Bound beyond loopback, the tools need a bearer token (and a strong one)."""
+    if is_loopback(settings.host):
+        return
+    token = settings.api_token.get_secret_value() if settings.api_token else ""
+    if not token:
+        raise StartupError(
+            f"--host {settings.host} is not a loopback address: set SVC_KNOWLEDGE_API_TOKEN "
+            "so that callers must send 'Authorization: Bearer <token>' (or bind 127.0.0.1)")
+    if len(token) < MIN_TOKEN_CHARS:
+        raise StartupError(
+            f"SVC_KNOWLEDGE_API_TOKEN has {len(token)} characters; use at least "
+            f"{MIN_TOKEN_CHARS} random ones when binding {settings.host}")
+
+
+def bind_socket(host: str, port: int, what: str, flag: str) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host.strip("[]"), port))
+    except OSError as exc:
+        sock.close()
+        if exc.errno == errno.EADDRINUSE:
+            raise StartupError(
+                f"port {port} on {host} is already in use ({what}): stop the other process "
+                f"or choose another port with {flag}") from None
+        raise StartupError(f"cannot bind {what} to {host}:{port}: {exc.strerror}") from None
+    return sock
+
+
+def prepare_embedder(settings: Settings):
+    """Build the embedder and make sure it works before serving."""
+    from workbench.embedder import build_embedder
+
+    embedder = build_embedder(settings)
+    if hasattr(embedder, "probe"):
+        embedder.probe()  # EmbedderError / DimensionMismatch name the URL and the sizes
+    elif hasattr(embedder, "warm_up"):
+        embedder.warm_up()
+    else:  # pragma: no cover - any other Embedder
+        embedder.embed(["warm up"])
+    return embedder
+
+
+class _Server(uvicorn.Server):
+    """uvicorn without its own signal handling: :func:`serve_all` owns the signals (uvicorn's
+    would re-raise SIGTERM after serving and kill the process before the queue is drained)."""
+
+    @contextlib.contextmanager
+    def capture_signals(self):
+        yield
+
+
+def make_server(app: Any, graceful: int = GRACEFUL_SECONDS) -> _Server:
+    return _Server(uvicorn.Config(
+        app, log_config=None, access_log=False, lifespan="on", server_header=False,
+        timeout_graceful_shutdown=graceful, proxy_headers=False))
+
+
+async def serve_all(pairs: list[tuple[_Server, socket.socket]]) -> None:
+    """Serve every (server, socket) until a signal, or until one of them stops."""
+    loop = asyncio.get_running_loop()
+    servers = [server for server, _ in pairs]
+
+    def request_exit(sig: signal.Signals) -> None:
+        if sig == signal.SIGINT and any(s.should_exit for s in servers):
+            for server in servers:
+                server.force_exit = True
+        log.info("received %s: stopping (in-flight requests finish, the queue drains)",
+                 sig.name)
+        for server in servers:
+            server.should_exit = True
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, request_exit, sig)
+    tasks = [asyncio.create_task(server.serve(sockets=[sock])) for server, sock in pairs]
+    try:
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+        for server in servers:
+            server.should_exit = True
+        await asyncio.gather(*tasks)
+    finally:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(sig)
+
+
+def serve(settings: Settings, dev: bool = False, log_format: str = "json") -> int:
+    """``workbench serve``."""
+    from service.app import create_app
+    from service.metrics_server import METRICS_PATH, create_metrics_app
+
+    started = time.monotonic()
+    check_exposure(settings)
+    setup_logging(settings.log_level, secrets_of(settings), fmt=log_format)
+    metrics_port = settings.resolved_metrics_port(dev)
+    main_sock = bind_socket(settings.host, settings.port, "the tools port", "--port")
+    metrics_sock = bind_socket(settings.host, metrics_port, "the metrics port",
+                               "--metrics-port")
+    try:
+        embedder = prepare_embedder(settings)
+        workbench = open_workbench(settings, embedder=embedder)
+    except BaseException:
+        main_sock.close()
+        metrics_sock.close()
+        raise
+    try:
+        workbench.start()
+        pairs = [(make_server(create_app(workbench, settings)), main_sock),
+                 (make_server(create_metrics_app(workbench), 2), metrics_sock)]
+        base = f"http://{_url_host(settings.host)}"
+        log.info("ready in %.1f s: tools %s:%d (REST /tools, MCP /mcp, /health, /schema), "
+                 "metrics %s:%d%s, database %s, embedder %s (%d dims), LLM %s",
+                 time.monotonic() - started, base, settings.port, base, metrics_port,
+                 METRICS_PATH, workbench.store.path, embedder.model, embedder.dimensions,
+                 getattr(workbench.chat, "model", None) or
+                 "not configured (episodes wait in the queue)")
+        asyncio.run(serve_all(pairs))
+    finally:
+        log.info("stopping the workbench: finishing or releasing queued work")
+        try:
+            workbench.stop(timeout=QUEUE_STOP_SECONDS)
+        finally:
+            workbench.close()
+        log.info("stopped; the database is checkpointed and closed")
+    return 0
+
+
+def serve_embeddings(settings: Settings, host: str, port: int, model: str) -> int:
+    """``workbench embed-server``."""
+    from service.embed_server import create_embed_app
+    from workbench.embedder import LocalEmbedder
+
+    started = time.monotonic()
+    setup_logging(settings.log_level, secrets_of(settings), fmt="text")
+    sock = bind_socket(host, port, "the embeddings port", "--port")
+    try:
+        embedder = LocalEmbedder(model, threads=settings.local_embedder_threads)
+        embedder.warm_up()
+    except EmbedderError:
+        sock.close()
+        raise
+    if not is_loopback(host):
+        log.warning("the embeddings server has no authentication and is bound to %s", host)
+    log.info("ready in %.1f s: embeddings http://%s:%d/v1 (model %s, %d dims)",
+             time.monotonic() - started, _url_host(host), port, embedder.model,
+             embedder.dimensions)
+    asyncio.run(serve_all([(make_server(create_embed_app(embedder)), sock)]))
+    return 0
+
+
+def _url_host(host: str) -> str:
+    return f"[{host}]" if ":" in host and not host.startswith("[") else host

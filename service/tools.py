@@ -1,0 +1,244 @@
+"""THE tool table: one definition per tool, shared by REST (``POST /tools/<name>``) and MCP so
+the two cannot drift.
+
+Each :class:`Tool` has the name and argument names of the Graphiti MCP server (clients written
+for it keep working), a description written for an assistant choosing among tools, a pydantic
+model of its arguments (the JSON schema both transports publish) and the facade method it
+calls. :meth:`Tool.invoke` validates and calls; the facade raises ``workbench.errors``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from workbench.errors import NotFound
+
+GroupIds = list[str] | None
+_GROUPS = ("Groups (namespaces) to search; omit to search all groups.")
+
+
+class Args(BaseModel):
+    """Base of every argument model: unknown arguments are an error, not silently dropped."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+class NoArgs(Args):
+    pass
+
+
+class AddMemoryArgs(Args):
+    name: str = Field(min_length=1, max_length=500, description="Short title of the episode.")
+    episode_body: str = Field(
+        min_length=1,
+        description="The content to remember: plain text, a chat transcript (source "
+        "'message', lines like 'user: ...'), or a JSON document (source 'json').")
+    group_id: str | None = Field(
+        None, description="Group (namespace) to store the episode in; default group if omitted.")
+    source: Literal["text", "message", "json"] = Field(
+        "text", description="How to read episode_body: text, message or json.")
+    source_description: str = Field("", max_length=500,
+                                    description="Where the content came from.")
+    uuid: str | None = Field(None, description="Optional uuid to give the episode.")
+    reference_time: str | None = Field(
+        None, description="When the content happened (ISO 8601, e.g. 2025-03-01T12:00:00Z); "
+        "default now.")
+    priority: Literal["high", "normal", "low"] = Field(
+        "normal", description="Queue priority of the extraction.")
+
+
+class SearchNodesArgs(Args):
+    query: str = Field(min_length=1, description="What to look for, in natural language.")
+    group_ids: GroupIds = Field(None, description=_GROUPS)
+    max_nodes: int = Field(10, ge=1, le=1000, description="Maximum number of entities.")
+    entity_types: list[str] | None = Field(
+        None, description="Only entities of these types (e.g. Person, Organization).")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _legacy_entity(cls, data: Any) -> Any:
+        """Older Graphiti clients send ``entity`` (one type, '' for any)."""
+        if isinstance(data, dict) and "entity" in data:
+            data = dict(data)
+            entity = data.pop("entity")
+            if entity and not data.get("entity_types"):
+                data["entity_types"] = [entity]
+        return data
+
+
+class SearchFactsArgs(Args):
+    query: str = Field(min_length=1, description="What to look for, in natural language.")
+    group_ids: GroupIds = Field(None, description=_GROUPS)
+    max_facts: int = Field(10, ge=1, le=1000, description="Maximum number of facts.")
+    center_node_uuid: str | None = Field(
+        None, description="Rank facts near this entity first (uuid of an entity).")
+
+
+class GetEpisodesArgs(Args):
+    group_ids: GroupIds = Field(None, description="Groups to list; omit for all groups.")
+    max_episodes: int = Field(10, ge=1, le=1000, description="Most recent episodes to return.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _legacy_names(cls, data: Any) -> Any:
+        """Older Graphiti clients send ``group_id`` and ``last_n``."""
+        if isinstance(data, dict) and ("group_id" in data or "last_n" in data):
+            data = dict(data)
+            group = data.pop("group_id", None)
+            if group and not data.get("group_ids"):
+                data["group_ids"] = [group]
+            last_n = data.pop("last_n", None)
+            if last_n is not None and "max_episodes" not in data:
+                data["max_episodes"] = last_n
+        return data
+
+
+class UuidArgs(Args):
+    uuid: str = Field(min_length=1, description="The uuid of the item.")
+
+
+class ClearGraphArgs(Args):
+    group_ids: list[str] = Field(
+        min_length=1, description="Groups to erase completely (required: nothing is cleared "
+        "without naming its group).")
+
+
+class RetryArgs(Args):
+    episode_uuids: list[str] | None = Field(
+        None, description="Failed episodes to re-queue; omit to re-queue every failed one.")
+    group_id: str | None = Field(None, description="Only failed episodes of this group.")
+
+
+class MaintenanceArgs(Args):
+    dry_run: bool = Field(False, description="Report what would change without changing it.")
+
+
+class ClassifyArgs(Args):
+    text: str = Field(min_length=1, description="The memory text to rate.")
+
+
+@dataclass(frozen=True)
+class Tool:
+    name: str
+    description: str
+    args: type[Args]
+    method: str
+    read_only: bool = False
+    destructive: bool = False
+
+    @property
+    def takes_args(self) -> bool:
+        return bool(self.args.model_fields)
+
+    @property
+    def args_optional(self) -> bool:
+        return all(not f.is_required() for f in self.args.model_fields.values())
+
+    def input_schema(self) -> dict[str, Any]:
+        schema = self.args.model_json_schema()
+        schema.pop("title", None)
+        schema.setdefault("properties", {})
+        return schema
+
+    def parse(self, arguments: Mapping[str, Any] | Args | None) -> Args:
+        """Validate raw arguments (raises ``pydantic.ValidationError``)."""
+        if isinstance(arguments, self.args):
+            return arguments
+        return self.args.model_validate(dict(arguments or {}))
+
+    def invoke(self, workbench: Any, arguments: Mapping[str, Any] | Args | None) -> dict:
+        """Validate ``arguments`` and call the facade method (blocking: run it in a thread)."""
+        args = self.parse(arguments)
+        kwargs = args.model_dump(exclude_none=True)
+        return getattr(workbench, self.method)(**kwargs)
+
+
+TOOLS: tuple[Tool, ...] = (
+    Tool(
+        "add_memory",
+        "Remember something: store an episode (text, a conversation, or JSON) in the knowledge "
+        "graph. Returns at once; entities and facts are extracted in the background by the LLM "
+        "(see get_queue_status). Use one episode per coherent piece of information.",
+        AddMemoryArgs, "add_memory"),
+    Tool(
+        "search_memory_nodes",
+        "Search remembered entities (people, organisations, projects, concepts...) by meaning. "
+        "Returns entity summaries with a relevance score and its parts (similarity, freshness, "
+        "importance). Use for 'who/what is X'. No LLM call.",
+        SearchNodesArgs, "search_memory_nodes", read_only=True),
+    Tool(
+        "search_memory_facts",
+        "Search remembered facts (relationships between entities, e.g. 'Alice works at Acme') "
+        "by meaning. Returns facts with validity dates and a relevance score. Use for questions "
+        "about relationships and events. No LLM call.",
+        SearchFactsArgs, "search_memory_facts", read_only=True),
+    Tool(
+        "get_episodes",
+        "List the most recent episodes (the raw stored inputs) with their processing status.",
+        GetEpisodesArgs, "get_episodes", read_only=True),
+    Tool(
+        "delete_episode",
+        "Delete one episode and the entities and facts only it supports. Cannot be undone.",
+        UuidArgs, "delete_episode", destructive=True),
+    Tool(
+        "get_entity_edge",
+        "Get one fact (entity edge) by uuid, with its endpoints, validity and decay state.",
+        UuidArgs, "get_entity_edge", read_only=True),
+    Tool(
+        "delete_entity_edge",
+        "Delete one fact (entity edge) by uuid. Cannot be undone.",
+        UuidArgs, "delete_entity_edge", destructive=True),
+    Tool(
+        "clear_graph",
+        "Erase everything (episodes, entities, facts) in the named groups. Cannot be undone; "
+        "group_ids is required and must be non-empty.",
+        ClearGraphArgs, "clear_graph", destructive=True),
+    Tool(
+        "get_status",
+        "Service status: database, embedder, whether an LLM is configured, graph and queue "
+        "counts.",
+        NoArgs, "get_status", read_only=True),
+    Tool(
+        "get_queue_status",
+        "Extraction queue status: episodes queued, processing, done and failed (with the "
+        "failure reasons), workers running.",
+        NoArgs, "get_queue_status", read_only=True),
+    Tool(
+        "retry_failed_episodes",
+        "Re-queue failed episodes for extraction (all, some by uuid, or one group's).",
+        RetryArgs, "retry_failed_episodes"),
+    Tool(
+        "run_decay_maintenance",
+        "Run one decay maintenance pass now: recompute decay scores, move memories through "
+        "their lifecycle (ACTIVE, DORMANT, ARCHIVED, EXPIRED, SOFT_DELETED) and purge expired "
+        "soft-deleted ones. dry_run reports without changing anything.",
+        MaintenanceArgs, "run_decay_maintenance"),
+    Tool(
+        "get_knowledge_health",
+        "Health of the memory decay system: status, last maintenance run, memories per "
+        "lifecycle state, average decay score, importance and stability.",
+        NoArgs, "get_knowledge_health", read_only=True),
+    Tool(
+        "classify_memory",
+        "Rate a piece of text for importance and stability (1-5 each) as the service would "
+        "for a new memory; reports whether the LLM or the defaults were used.",
+        ClassifyArgs, "classify_memory", read_only=True),
+    Tool(
+        "recover_soft_deleted",
+        "Recover a soft-deleted memory (entity or fact) by uuid before it is purged; it "
+        "becomes ACTIVE again.",
+        UuidArgs, "recover_soft_deleted"),
+)
+
+TOOLS_BY_NAME: dict[str, Tool] = {tool.name: tool for tool in TOOLS}
+
+
+def get_tool(name: str) -> Tool:
+    try:
+        return TOOLS_BY_NAME[name]
+    except KeyError:
+        raise NotFound(f"no tool named {name!r}; tools: {', '.join(TOOLS_BY_NAME)}") from None
