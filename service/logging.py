@@ -107,9 +107,9 @@ def setup_logging(
     redactor = Redactor(secrets)
     handler = logging.StreamHandler(stream or sys.stderr)
     handler.setFormatter(JsonFormatter(redactor) if fmt == "json" else PlainFormatter(redactor))
+    handler._workbench = True  # type: ignore[attr-defined]
     root = logging.getLogger()
-    for old in list(root.handlers):
-        root.removeHandler(old)
+    remove_handlers()
     root.addHandler(handler)
     root.setLevel(level)
     for name in ("uvicorn", "uvicorn.error", "uvicorn.access"):
@@ -118,6 +118,14 @@ def setup_logging(
     for noisy in ("httpx", "httpcore", "mcp.server.streamable_http_manager"):
         logging.getLogger(noisy).setLevel(max(logging.WARNING, root.level))
     return redactor
+
+
+def remove_handlers() -> None:
+    """Remove the handlers :func:`setup_logging` installed (and only those)."""
+    root = logging.getLogger()
+    for old in list(root.handlers):
+        if getattr(old, "_workbench", False):
+            root.removeHandler(old)
 
 
 def new_request_id() -> str:

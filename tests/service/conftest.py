@@ -1,30 +1,16 @@
-"""Fixtures of the service tests: a fast deterministic embedder, the real local model (one per
-session), and real uvicorn servers on free loopback ports."""
+"""Fixtures of the service tests (``hash_embedder``, ``local_embedder``, ``fake_llm`` and
+``settings`` come from tests/conftest.py): real uvicorn servers on free loopback ports."""
 
 from __future__ import annotations
 
 import pytest
-from svc_helpers import HashEmbedder, ServerThread
 
-
-@pytest.fixture
-def hash_embedder() -> HashEmbedder:
-    return HashEmbedder()
-
-
-@pytest.fixture(scope="session")
-def local_embedder():
-    """The real all-MiniLM-L6-v2, loaded once per session (~7 s)."""
-    from workbench.embedder import LocalEmbedder
-
-    embedder = LocalEmbedder()
-    embedder.warm_up()
-    return embedder
+from tests.service.svc_helpers import ServerThread
 
 
 @pytest.fixture
 def server_thread():
-    """``with server_thread(app) as srv: srv.url``."""
+    """``srv = server_thread(app)``: a started uvicorn server (``srv.url``), stopped after."""
     started: list[ServerThread] = []
 
     def start(app, port: int | None = None) -> ServerThread:
@@ -41,4 +27,3 @@ def server_thread():
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
-

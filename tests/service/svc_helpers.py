@@ -1,38 +1,13 @@
-"""Helpers of the service tests: a fast deterministic embedder, free ports, and real uvicorn
-servers in threads on loopback."""
+"""Helpers of the service tests: free ports and real uvicorn servers in threads on loopback."""
 
 from __future__ import annotations
 
-import hashlib
 import socket
 import threading
 import time
-from collections.abc import Sequence
 from typing import Self
 
-import numpy as np
 import uvicorn
-
-
-class HashEmbedder:
-    """Deterministic unit vectors from a hash of each word (similar texts share words).
-
-    Fine for HTTP-contract tests; semantic quality is the real model's job."""
-
-    def __init__(self, dimensions: int = 384, model: str = "hash-embedder"):
-        self.model = model
-        self.dimensions = dimensions
-
-    def embed(self, texts: Sequence[str]) -> np.ndarray:
-        out = np.zeros((len(texts), self.dimensions), dtype=np.float32)
-        for row, text in enumerate(texts):
-            for word in (text.lower().split() or [""]):
-                digest = hashlib.sha256(word.encode()).digest()
-                seed = int.from_bytes(digest[:8], "little")
-                out[row] += np.random.default_rng(seed).standard_normal(self.dimensions)
-            norm = np.linalg.norm(out[row])
-            out[row] /= norm if norm else 1.0
-        return out
 
 
 def free_port() -> int:

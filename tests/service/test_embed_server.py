@@ -8,9 +8,9 @@ import base64
 import numpy as np
 import pytest
 from litestar.testing import TestClient
-from svc_helpers import ServerThread, free_port
 
 from service.embed_server import create_embed_app
+from tests.service.svc_helpers import ServerThread, free_port
 from workbench.embedder import CompatEmbedder
 from workbench.errors import DimensionMismatch, EmbedderError
 

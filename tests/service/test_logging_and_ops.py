@@ -1,0 +1,100 @@
+"""Structured logs redact secrets; the operations kit refers to real metric names."""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import re
+from pathlib import Path
+
+import pytest
+
+from service.logging import (
+    REQUEST_ID,
+    JsonFormatter,
+    Redactor,
+    remove_handlers,
+    setup_logging,
+)
+from workbench.metrics import Metrics
+
+OPS = Path(__file__).resolve().parents[2] / "ops"
+
+
+def test_redactor_hides_registered_secrets_and_secret_patterns():
+    redact = Redactor(["s3cr3t-token-value", None, ""])
+    text = redact("token s3cr3t-token-value; Authorization: Bearer abc.def-123 "
+                  "api_key=sk-abcdefghijkl password: hunter22")
+    assert "s3cr3t" not in text and "abc.def" not in text
+    assert "sk-abcdefghijkl" not in text and "hunter22" not in text
+    assert text.count("[REDACTED]") >= 4
+
+
+def test_json_lines_carry_the_request_id_and_never_a_secret():
+    stream = io.StringIO()
+    setup_logging("INFO", secrets=["top-secret-key"], stream=stream)
+    try:
+        token = REQUEST_ID.set("req-123")
+        log = logging.getLogger("test.service")
+        log.info("calling with top-secret-key", extra={"tool": "add_memory"})
+        try:
+            raise ValueError("boom with top-secret-key")
+        except ValueError:
+            log.exception("failed")
+        REQUEST_ID.reset(token)
+    finally:
+        remove_handlers()
+    lines = [json.loads(line) for line in stream.getvalue().splitlines()]
+    assert lines[0]["request_id"] == "req-123" and lines[0]["tool"] == "add_memory"
+    assert lines[0]["msg"] == "calling with [REDACTED]"
+    assert "Traceback" in lines[1]["exc"] and "top-secret-key" not in lines[1]["exc"]
+
+
+def test_formatter_survives_odd_extras():
+    record = logging.LogRecord("x", logging.INFO, __file__, 1, "m %s", ("a",), None)
+    record.payload = object()
+    assert json.loads(JsonFormatter().format(record))["msg"] == "m a"
+
+
+def _exposed_families() -> set[str]:
+    """Every metric family name the registry can expose (after one of each record)."""
+    m = Metrics(cache_enabled=True)
+    m.record_llm_call("m", 10, 5, 0.001, 0.002, 0.3)
+    m.record_cache("m", True, 10, 0.0001, 3)
+    m.record_llm_error("m", "timeout")
+    m.record_episode_processed("g")
+    m.record_enqueue("episodes", "normal")
+    m.record_retry("episodes")
+    m.record_processing_complete("episodes", 0.1, False, "UnknownError")
+    names = set()
+    for line in m.exposition().decode().splitlines():
+        if line.startswith("# TYPE"):
+            _, _, name, kind = line.split()
+            names.add(name)
+            if kind == "counter":
+                names.add(name + "_total")
+            if kind == "histogram":
+                names.add(name + "_bucket")
+    return names
+
+
+def test_dashboard_queries_use_existing_metrics():
+    dashboard = json.loads((OPS / "grafana" / "dashboard.json").read_text())
+    exprs = [t["expr"] for p in dashboard["panels"] for t in p.get("targets", [])]
+    used = {name for e in exprs for name in re.findall(r"\b(?:graph|knowledge|messaging)_\w+", e)}
+    missing = used - _exposed_families()
+    assert not missing, f"dashboard uses unknown metrics: {sorted(missing)}"
+    titles = " ".join(p["title"].lower() for p in dashboard["panels"])
+    for topic in ("tokens", "cost", "cache", "errors", "queue", "decay"):
+        assert topic in titles
+
+
+def test_prometheus_config_scrapes_every_15_s_and_loads_the_alert_rules():
+    yaml = pytest.importorskip("yaml")
+    config = yaml.safe_load((OPS / "prometheus" / "prometheus.yml").read_text())
+    assert config["global"]["scrape_interval"] == "15s"
+    assert "alerts.yml" in config["rule_files"]
+    targets = [t for job in config["scrape_configs"] for sc in job["static_configs"]
+               for t in sc["targets"]]
+    assert "127.0.0.1:9090" in targets

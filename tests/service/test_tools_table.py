@@ -1,0 +1,75 @@
+"""The tool table is the single source of REST and MCP: it must match the facade and the
+design's tool contract."""
+
+from __future__ import annotations
+
+import inspect
+
+import pytest
+from pydantic import ValidationError
+
+from service.tools import TOOLS, TOOLS_BY_NAME, get_tool
+from workbench.errors import NotFound
+from workbench.workbench import Workbench
+
+DESIGN_TOOLS = {
+    "add_memory", "search_memory_nodes", "search_memory_facts", "get_episodes",
+    "delete_episode", "get_entity_edge", "delete_entity_edge", "clear_graph", "get_status",
+    "get_queue_status", "retry_failed_episodes", "run_decay_maintenance",
+    "get_knowledge_health", "classify_memory", "recover_soft_deleted",
+}
+
+
+def test_the_table_has_exactly_the_designed_tools():
+    assert set(TOOLS_BY_NAME) == DESIGN_TOOLS
+    assert len(TOOLS) == len(DESIGN_TOOLS)
+
+
+@pytest.mark.parametrize("tool", TOOLS, ids=lambda t: t.name)
+def test_every_argument_is_a_parameter_of_the_facade_method(tool):
+    method = getattr(Workbench, tool.method)
+    params = inspect.signature(method).parameters
+    takes_kwargs = any(p.kind is p.VAR_KEYWORD for p in params.values())
+    for field in tool.args.model_fields:
+        assert field in params or takes_kwargs, f"{tool.name}: {field} not in {method}"
+    for name, param in params.items():
+        required = param.default is param.empty and param.kind is param.POSITIONAL_OR_KEYWORD
+        if name != "self" and required:
+            assert tool.args.model_fields[name].is_required(), f"{tool.name}.{name}"
+
+
+@pytest.mark.parametrize("tool", TOOLS, ids=lambda t: t.name)
+def test_schemas_and_descriptions_are_fit_for_an_assistant(tool):
+    schema = tool.input_schema()
+    assert schema["type"] == "object"
+    assert "properties" in schema
+    assert len(tool.description) >= 40
+    for name, prop in schema["properties"].items():
+        assert prop.get("description"), f"{tool.name}.{name} has no description"
+    assert not (tool.read_only and tool.destructive)
+
+
+def test_unknown_and_legacy_arguments():
+    search = get_tool("search_memory_nodes")
+    with pytest.raises(ValidationError, match="Extra inputs"):
+        search.parse({"query": "x", "max_node": 3})
+    assert search.parse({"query": "x", "entity": "Person"}).entity_types == ["Person"]
+    assert search.parse({"query": "x", "entity": ""}).entity_types is None
+    episodes = get_tool("get_episodes").parse({"group_id": "g", "last_n": 3})
+    assert episodes.group_ids == ["g"] and episodes.max_episodes == 3
+    with pytest.raises(ValidationError):
+        get_tool("clear_graph").parse({"group_ids": []})
+    with pytest.raises(NotFound, match="add_memory"):
+        get_tool("nope")
+
+
+def test_invoke_passes_only_given_arguments():
+    calls = []
+
+    class Recorder:
+        def get_episodes(self, **kwargs):
+            calls.append(kwargs)
+            return {"episodes": []}
+
+    assert get_tool("get_episodes").invoke(Recorder(), {"group_ids": ["a"]}) == {"episodes": []}
+    assert calls == [{"group_ids": ["a"], "max_episodes": 10}]
