@@ -13,7 +13,7 @@ import logging
 from pathlib import Path
 
 from litestar import Litestar, Request, Response, get, post
-from litestar.di import Provide
+from litestar.di import NamedDependency, Provide
 from litestar.exceptions import HTTPException
 from litestar.response import Stream
 
@@ -67,7 +67,7 @@ def _client(request: Request) -> str:
 
 
 @post("/notify", status_code=202)
-async def notify(request: Request, service: VoiceService) -> dict[str, str]:
+async def notify(request: Request, service: NamedDependency[VoiceService]) -> dict[str, str]:
     service.check_rate(_client(request))
     payload = parse_notify(await request.body(), service.settings.max_message_chars,
                            service.settings.default_voice_id)  # fmt: skip
@@ -76,12 +76,12 @@ async def notify(request: Request, service: VoiceService) -> dict[str, str]:
 
 
 @get("/health")
-async def health(service: VoiceService) -> dict[str, object]:
+async def health(service: NamedDependency[VoiceService]) -> dict[str, object]:
     return service.health()
 
 
 @post("/v1/audio/speech", status_code=200)
-async def speech(request: Request, service: VoiceService) -> Stream:
+async def speech(request: Request, service: NamedDependency[VoiceService]) -> Stream:
     service.check_rate(_client(request))
     payload = parse_speech(await request.body(), service.settings.max_message_chars,
                            service.settings.default_voice_id)  # fmt: skip

@@ -38,6 +38,11 @@ class GateSink(RecordingSink):
 
 
 @pytest.fixture
+def gate_sink() -> GateSink:
+    return GateSink()
+
+
+@pytest.fixture
 def tone() -> ToneEngine:
     return ToneEngine()
 

@@ -1,0 +1,143 @@
+"""Streaming and the playback queue, with the tone engine and a recording sink (no model)."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+
+from voice.audio import DropSink, RecordingSink
+from voice.errors import QueueFull, SynthesisFailed
+from voice.fakes import ToneEngine
+from voice.notifier import Notification, Notifier
+from voice.pronunciation import compile_rules
+from voice.speech import SENTENCE_PAUSE, Speech, sentences_for, stream_speech
+from voice.voices import resolve_voice
+
+VOICE = resolve_voice("1")
+
+
+def test_stream_yields_one_chunk_per_sentence_in_order(tone):
+    sentences = ["a" * 10, "b" * 20, "c" * 30]
+    chunks = list(stream_speech(tone, Speech("", VOICE), sentences))
+    pause = int(SENTENCE_PAUSE * tone.sample_rate)
+    sizes = [int(n * tone.seconds_per_char * tone.sample_rate) for n in (10, 20, 30)]
+    assert [len(c) for c in chunks] == [sizes[0] + pause, sizes[1] + pause, sizes[2]]
+    assert [text for text, _, _ in tone.calls] == sentences
+
+
+def test_first_chunk_arrives_before_the_rest_is_synthesized():
+    slow = ToneEngine(seconds_per_char=0.01, rtf=1.0)  # 0.5 s of work per 50-char sentence
+    started = time.perf_counter()
+    stream = stream_speech(slow, Speech("", VOICE), ["x" * 50] * 4)
+    next(stream)
+    first = time.perf_counter() - started
+    list(stream)
+    total = time.perf_counter() - started
+    assert first < 0.9 and total > 1.9, (first, total)
+
+
+def test_stream_hands_on_engine_errors(tone):
+    failing = ToneEngine(fail_on="boom")
+    stream = stream_speech(failing, Speech("", VOICE), ["fine.", "boom."])
+    assert len(next(stream)) > 0
+    with pytest.raises(SynthesisFailed, match="boom"):
+        next(stream)
+
+
+def test_abandoned_stream_stops_synthesizing():
+    slow = ToneEngine(seconds_per_char=0.01, rtf=0.5)
+    stream = stream_speech(slow, Speech("", VOICE), ["x" * 20] * 20)
+    next(stream)
+    stream.close()
+    time.sleep(0.5)
+    assert len(slow.calls) <= 4
+
+
+def test_speed_and_volume_are_applied(tone):
+    speech = Speech("", VOICE, speed=2.0, volume=0.5)
+    (chunk,) = stream_speech(tone, speech, ["x" * 48])
+    assert len(chunk) == int(48 * 0.01 / 2.0 * tone.sample_rate)
+    assert np.abs(chunk).max() == pytest.approx(0.15, abs=1e-3)
+    assert tone.calls == [("x" * 48, "af_heart", 2.0)]
+
+
+def test_sentences_apply_pronunciation_rules():
+    rules = compile_rules({"CI": "continuous integration"})
+    assert sentences_for("CI passed. Deploy next.", rules) == ["continuous integration passed.", "Deploy next."]
+
+
+# -- the notifier --------------------------------------------------------------------------
+
+
+def run(notifier: Notifier, *notes: Notification) -> None:
+    notifier.start()
+    try:
+        for note in notes:
+            notifier.submit(note)
+        assert notifier.wait_idle(10)
+    finally:
+        notifier.stop()
+
+
+def note(i: int, text: str, **speech) -> Notification:
+    return Notification(str(i), Speech(text, VOICE, **speech))
+
+
+def test_notifications_play_one_at_a_time_in_order(tone):
+    sink = RecordingSink(realtime=True)
+    notifier = Notifier(tone, sink)
+    run(notifier, *(note(i, f"Message {i}. Second sentence.") for i in range(3)))
+    recordings = sink.recordings
+    assert [o.id for o in notifier.outcomes] == ["0", "1", "2"]
+    assert all(o.result == "played" and o.sentences == 2 for o in notifier.outcomes)
+    # no overlap: each recording starts after the previous one finished
+    for before, after in zip(recordings, recordings[1:], strict=False):
+        assert after.chunk_times[0] >= before.chunk_times[-1] + len(before.chunks[-1]) / before.sample_rate - 0.01
+    assert [t for t, _, _ in tone.calls][:2] == ["Message 0.", "Second sentence."]
+
+
+def test_first_audio_latency_is_measured(tone, sink):
+    notifier = Notifier(tone, sink)
+    run(notifier, note(1, "Hello. World."))
+    outcome = notifier.last()
+    assert outcome.first_audio_seconds is not None and 0 <= outcome.first_audio_seconds < 1
+    assert outcome.audio_seconds == pytest.approx(sink.recordings[0].seconds)
+
+
+def test_full_queue_raises(tone):
+    notifier = Notifier(tone, RecordingSink(), capacity=2)  # not started: nothing is taken
+    notifier.submit(note(1, "a"))
+    notifier.submit(note(2, "b"))
+    with pytest.raises(QueueFull, match="2 notifications waiting"):
+        notifier.submit(note(3, "c"))
+    assert notifier.depth == 2
+
+
+def test_no_audio_device_synthesizes_and_drops(tone, caplog):
+    notifier = Notifier(tone, DropSink("no device here"))
+    run(notifier, note(1, "One. Two."))
+    assert notifier.last().result == "dropped"
+    assert len(tone.calls) == 2  # still synthesized
+    assert "audio unavailable (no device here)" in caplog.text
+
+
+def test_unavailable_sink_drops(tone):
+    notifier = Notifier(tone, RecordingSink(available=False))
+    run(notifier, note(1, "One."))
+    assert notifier.last().result == "dropped"
+
+
+def test_a_failing_notification_does_not_stop_the_worker(sink):
+    engine = ToneEngine(fail_on="boom")
+    notifier = Notifier(engine, sink)
+    run(notifier, note(1, "boom."), note(2, "fine."))
+    assert [(o.id, o.result) for o in notifier.outcomes] == [("1", "failed"), ("2", "played")]
+    assert "boom" in notifier.outcomes[0].error
+
+
+def test_notifier_applies_current_rules(tone, sink):
+    notifier = Notifier(tone, sink, rules=lambda: compile_rules({"k8s": "kubernetes"}))
+    run(notifier, note(1, "k8s is up."))
+    assert tone.calls[0][0] == "kubernetes is up."
