@@ -221,6 +221,8 @@ def minimal_instance(schema: dict | None, root: dict | None = None) -> Any:
 # --- the server ------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class RecordedRequest:
+    """One received request; header names are lower-case."""
+
     method: str
     path: str
     headers: dict[str, str]
@@ -404,6 +406,10 @@ def _usage(request: dict, reply: FakeReply, text: str) -> dict:
     return usage
 
 
+def _headers(headers: Any) -> dict[str, str]:
+    return {k.lower(): v for k, v in headers.items()}
+
+
 class _Handler(BaseHTTPRequestHandler):
     fake: FakeLLMServer
     protocol_version = "HTTP/1.1"
@@ -413,7 +419,7 @@ class _Handler(BaseHTTPRequestHandler):
         return
 
     def do_GET(self) -> None:  # noqa: N802 - stdlib naming
-        self.fake._record("GET", self.path, dict(self.headers), None)
+        self.fake._record("GET", self.path, _headers(self.headers), None)
         if self.path.rstrip("/").endswith("/models"):
             self._send(200, {}, {"object": "list", "data": [
                 {"id": self.fake.model, "object": "model", "owned_by": "fake"}]})
@@ -428,7 +434,7 @@ class _Handler(BaseHTTPRequestHandler):
         except json.JSONDecodeError:
             self._send(400, {}, {"error": {"message": "body is not JSON"}})
             return
-        self.fake._record("POST", self.path, dict(self.headers), body)
+        self.fake._record("POST", self.path, _headers(self.headers), body)
         if not self.path.rstrip("/").endswith("/chat/completions"):
             self._send(404, {}, {"error": {"message": f"no route {self.path}"}})
             return
