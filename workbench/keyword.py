@@ -1,0 +1,303 @@
+"""BM25 keyword index over memory texts (entity ``name + summary``, fact text), in memory.
+
+Why our own and not ``bm25s`` / ``tantivy`` / duckdb ``fts``: memories arrive one episode at a
+time and are deleted by maintenance, so the index must follow inserts and deletes
+incrementally. duckdb ``fts`` and ``bm25s`` build a static index (a rebuild per insert: 2 s at
+100k docs); ``tantivy`` follows updates but keeps a second on-disk copy next to DuckDB with its
+own commit/reload cycle. An inverted index of numpy posting arrays is ~250 lines, has no
+dependency, and answers in ~1 ms at 100k docs (``bench/bench_search.py``); it is rebuilt from
+the store at open (the store stays the single source of truth).
+
+Details: lower-cased word tokens, English stop words removed, a light suffix stemmer
+(``prefers``/``preferred`` -> ``prefer``), Okapi BM25 (k1 = 1.2, b = 0.75). A deleted document
+leaves dead postings that are skipped at query time and dropped by a compaction once they are
+more than a third of all postings. Thread-safe (one lock).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import threading
+from collections import Counter
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+__all__ = ["KeywordIndex", "tokenize", "stem", "entity_text", "fact_text", "STOP_WORDS"]
+
+STOP_WORDS = frozenset(
+    """a about above after again against all am an and any are aren't as at be because been
+    before being below between both but by can can't cannot could couldn't did didn't do does
+    doesn't doing don't down during each few for from further had hadn't has hasn't have
+    haven't having he he'd he'll he's her here here's hers herself him himself his how how's i
+    i'd i'll i'm i've if in into is isn't it it's its itself let's me more most mustn't my
+    myself no nor not of off on once only or other ought our ours ourselves out over own same
+    shan't she she'd she'll she's should shouldn't so some such than that that's the their
+    theirs them themselves then there there's these they they'd they'll they're they've this
+    those through to too under until up very was wasn't we we'd we'll we're we've were weren't
+    what what's when when's where where's which while who who's whom why why's will with won't
+    would wouldn't you you'd you'll you're you've your yours yourself yourselves
+    also just any anything something tell know remember recall please use using used
+    s t d ll m re ve""".split()
+)
+
+_TOKEN = re.compile(r"[^\W_]+(?:'[^\W_]+)?", re.UNICODE)
+_VOWEL = re.compile(r"[aeiouy]")
+
+K1 = 1.2
+B = 0.75
+
+
+def stem(word: str) -> str:
+    """A light, deterministic English suffix stripper (same for documents and queries)."""
+    if len(word) <= 3 or not word.isalpha():
+        return word
+    if word.endswith("ies") and len(word) > 4:
+        return word[:-3] + "y"
+    if word.endswith("sses"):
+        return word[:-2]
+    if word.endswith("s") and not word.endswith(("ss", "us", "is")):
+        word = word[:-1]
+    for suffix in ("ing", "ed"):
+        if word.endswith(suffix) and len(word) - len(suffix) >= 3:
+            root = word[: -len(suffix)]
+            if _VOWEL.search(root):
+                if len(root) > 3 and root[-1] == root[-2] and root[-1] not in "lsz":
+                    root = root[:-1]
+                return root
+    return word
+
+
+def tokenize(text: str) -> list[str]:
+    """Stemmed content tokens of ``text`` (stop words and possessives removed)."""
+    out: list[str] = []
+    for raw in _TOKEN.findall(text.lower()):
+        token = raw[:-2] if raw.endswith("'s") else raw
+        if token in STOP_WORDS or (len(token) == 1 and not token.isdigit()):
+            continue
+        out.append(stem(token))
+    return out
+
+
+def entity_text(name: str, summary: str | None) -> str:
+    """What the keyword index (and the entity embedding) sees of an entity."""
+    summary = (summary or "").strip()
+    return f"{name}: {summary}" if summary else name
+
+
+def fact_text(fact: str) -> str:
+    return fact
+
+
+class KeywordIndex:
+    """Incremental BM25 over documents keyed by uuid, with a group per document."""
+
+    def __init__(self, k1: float = K1, b: float = B):
+        self.k1 = k1
+        self.b = b
+        self._lock = threading.RLock()
+        self._reset()
+
+    def _reset(self) -> None:
+        self._terms: dict[str, int] = {}
+        self._df: list[int] = []
+        self._post_slots: list[list[int]] = []
+        self._post_tfs: list[list[int]] = []
+        self._post_np: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        self._dead_postings = 0
+        self._total_postings = 0
+        self._uuids: list[str | None] = []
+        self._doc_terms: list[tuple[np.ndarray, np.ndarray] | None] = []
+        self._doc_len = np.zeros(1024, dtype=np.float32)
+        self._alive = np.zeros(1024, dtype=bool)
+        self._group = np.full(1024, -1, dtype=np.int32)
+        self._slot: dict[str, int] = {}
+        self._group_codes: dict[str, int] = {}
+        self._total_len = 0.0
+
+    def __len__(self) -> int:
+        return len(self._slot)
+
+    def __contains__(self, uuid: object) -> bool:
+        return uuid in self._slot
+
+    def uuids(self) -> list[str]:
+        with self._lock:
+            return list(self._slot)
+
+    def groups(self) -> set[str]:
+        """The group ids that hold at least one live document."""
+        with self._lock:
+            codes = set(np.unique(self._group[: len(self._uuids)][self._alive[: len(self._uuids)]]))
+            return {g for g, c in self._group_codes.items() if c in codes}
+
+    # --- writing ------------------------------------------------------------------------
+    def add(self, uuids: Sequence[str], texts: Sequence[str], group_ids: Sequence[str]) -> None:
+        """Insert or replace the documents."""
+        if not (len(uuids) == len(texts) == len(group_ids)):
+            raise ValueError("add() needs one text and one group_id per uuid")
+        with self._lock:
+            for uuid, text, group in zip(uuids, texts, group_ids):
+                if uuid in self._slot:
+                    self._delete(uuid)
+                self._insert(uuid, text, group)
+            self._maybe_compact()
+
+    def remove(self, uuids: Sequence[str]) -> None:
+        with self._lock:
+            for uuid in uuids:
+                if uuid in self._slot:
+                    self._delete(uuid)
+            self._maybe_compact()
+
+    def _insert(self, uuid: str, text: str, group: str) -> None:
+        self._insert_counts(uuid, Counter(tokenize(text)), group)
+
+    def _insert_counts(self, uuid: str, counts: Counter, group: str) -> None:
+        slot = len(self._uuids)
+        self._ensure_capacity(slot + 1)
+        term_ids = np.empty(len(counts), dtype=np.int32)
+        term_tfs = np.fromiter(counts.values(), dtype=np.int32, count=len(counts))
+        for i, (term, tf) in enumerate(counts.items()):
+            tid = self._terms.get(term)
+            if tid is None:
+                tid = self._terms[term] = len(self._df)
+                self._df.append(0)
+                self._post_slots.append([])
+                self._post_tfs.append([])
+            self._df[tid] += 1
+            self._post_slots[tid].append(slot)
+            self._post_tfs[tid].append(tf)
+            self._post_np.pop(tid, None)
+            term_ids[i] = tid
+        length = float(sum(counts.values()))
+        self._uuids.append(uuid)
+        self._doc_terms.append((term_ids, term_tfs))
+        self._doc_len[slot] = length
+        self._alive[slot] = True
+        self._group[slot] = self._group_codes.setdefault(group, len(self._group_codes))
+        self._slot[uuid] = slot
+        self._total_len += length
+        self._total_postings += len(counts)
+
+    def _delete(self, uuid: str) -> None:
+        slot = self._slot.pop(uuid)
+        term_ids, _tfs = self._doc_terms[slot]
+        for tid in term_ids:
+            self._df[int(tid)] -= 1
+        self._dead_postings += len(term_ids)
+        self._total_len -= float(self._doc_len[slot])
+        self._alive[slot] = False
+        self._uuids[slot] = None
+        self._doc_terms[slot] = None
+
+    def _ensure_capacity(self, needed: int) -> None:
+        if needed <= self._alive.size:
+            return
+        cap = max(needed, self._alive.size * 2)
+        self._doc_len = np.concatenate([self._doc_len, np.zeros(cap - self._doc_len.size,
+                                                                dtype=np.float32)])
+        self._alive = np.concatenate([self._alive, np.zeros(cap - self._alive.size, dtype=bool)])
+        self._group = np.concatenate([self._group, np.full(cap - self._group.size, -1,
+                                                           dtype=np.int32)])
+
+    def _maybe_compact(self) -> None:
+        if self._dead_postings > max(1000, self._total_postings // 3):
+            self._compact()
+
+    def _compact(self) -> None:
+        """Renumber live documents and rebuild the postings without the dead ones."""
+        live = [(u, s) for s, u in enumerate(self._uuids) if u is not None]
+        terms = {tid: term for term, tid in self._terms.items()}
+        codes = {c: g for g, c in self._group_codes.items()}
+        docs = []
+        for uuid, slot in live:
+            tids, tfs = self._doc_terms[slot]
+            counts = Counter({terms[int(t)]: int(f) for t, f in zip(tids, tfs)})
+            docs.append((uuid, codes[int(self._group[slot])], counts))
+        self._reset()
+        for uuid, group, counts in docs:
+            self._insert_counts(uuid, counts, group)
+
+    # --- searching ----------------------------------------------------------------------
+    def search(
+        self,
+        query: str,
+        k: int,
+        group_ids: Sequence[str] | None = None,
+        allowed: Callable[[str], bool] | set[str] | None = None,
+    ) -> list[tuple[str, float, float]]:
+        """The ``k`` best documents: ``[(uuid, bm25, keyword_score), ...]`` best first.
+
+        ``keyword_score`` = bm25 / (sum of the idf of the query's known terms), clipped to 1:
+        roughly the idf-weighted share of the query found in the document, comparable across
+        queries (a document that contains every query term once, at average length, scores 1).
+        """
+        with self._lock:
+            terms = [self._terms[t] for t in dict.fromkeys(tokenize(query)) if t in self._terms]
+            terms = [t for t in terms if self._df[t] > 0]
+            if not terms or k <= 0:
+                return []
+            slots, scores, idf_sum = self._score(terms)
+            keep = self._alive[slots]
+            if group_ids is not None:
+                codes = [self._group_codes[g] for g in group_ids if g in self._group_codes]
+                keep &= np.isin(self._group[slots], np.asarray(codes, dtype=np.int32))
+            slots, scores = slots[keep], scores[keep]
+            return self._top(slots, scores, k, allowed, idf_sum)
+
+    def _score(self, terms: list[int]) -> tuple[np.ndarray, np.ndarray, float]:
+        n_docs = max(len(self._slot), 1)
+        avgdl = max(self._total_len / n_docs, 1e-9)
+        all_slots, all_scores, idf_sum = [], [], 0.0
+        for tid in terms:
+            slots, tfs = self._postings(tid)
+            df = self._df[tid]
+            idf = math.log(1.0 + (n_docs - df + 0.5) / (df + 0.5))
+            idf_sum += idf
+            dl = self._doc_len[slots]
+            norm = self.k1 * (1.0 - self.b + self.b * dl / avgdl)
+            all_slots.append(slots)
+            all_scores.append(idf * tfs * (self.k1 + 1.0) / (tfs + norm))
+        slots = np.concatenate(all_slots)
+        scores = np.concatenate(all_scores)
+        if len(terms) > 1:
+            slots, inverse = np.unique(slots, return_inverse=True)
+            scores = np.bincount(inverse, weights=scores).astype(np.float32)
+        return slots, scores, idf_sum
+
+    def _postings(self, tid: int) -> tuple[np.ndarray, np.ndarray]:
+        cached = self._post_np.get(tid)
+        if cached is None:
+            cached = (
+                np.asarray(self._post_slots[tid], dtype=np.int64),
+                np.asarray(self._post_tfs[tid], dtype=np.float32),
+            )
+            self._post_np[tid] = cached
+        return cached
+
+    def _top(self, slots, scores, k, allowed, idf_sum) -> list[tuple[str, float, float]]:
+        if allowed is None:
+            order = _top_positions(scores, k)
+        else:
+            order = _top_positions(scores, scores.size)
+        out: list[tuple[str, float, float]] = []
+        test = allowed.__contains__ if isinstance(allowed, set | frozenset) else allowed
+        for pos in order:
+            uuid = self._uuids[int(slots[pos])]
+            if uuid is None or (test is not None and not test(uuid)):
+                continue
+            score = float(scores[pos])
+            out.append((uuid, score, min(1.0, score / idf_sum) if idf_sum > 0 else 0.0))
+            if len(out) == k:
+                break
+        return out
+
+
+def _top_positions(scores: np.ndarray, n: int) -> np.ndarray:
+    n = min(n, scores.size)
+    if n <= 0:
+        return np.zeros(0, dtype=np.int64)
+    part = np.argpartition(-scores, n - 1)[:n] if n < scores.size else np.arange(scores.size)
+    return part[np.argsort(-scores[part], kind="stable")]

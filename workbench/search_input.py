@@ -1,0 +1,122 @@
+"""Validation of search arguments: every problem is an :class:`InvalidInput` saying what was
+wrong and what is accepted."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+
+from workbench.clock import as_utc
+from workbench.errors import InvalidInput
+from workbench.store import Store
+from workbench.store import search as sql
+from workbench.store.schema import LIFECYCLE_STATES
+
+__all__ = [
+    "MAX_QUERY_CHARS",
+    "DEFAULT_STATES",
+    "check_query",
+    "check_max",
+    "check_states",
+    "check_window",
+    "check_date",
+    "clean_list",
+    "check_groups_known",
+]
+
+MAX_QUERY_CHARS = 2000
+DEFAULT_STATES = tuple(s for s in LIFECYCLE_STATES if s not in ("EXPIRED", "SOFT_DELETED"))
+
+
+def check_query(query: object) -> str:
+    if not isinstance(query, str):
+        raise InvalidInput("'query' must be a string")
+    text = query.strip()
+    if not text:
+        raise InvalidInput("'query' is empty; give the words or question to search for")
+    if len(text) > MAX_QUERY_CHARS:
+        raise InvalidInput(
+            f"'query' has {len(text)} characters; at most {MAX_QUERY_CHARS} are accepted "
+            "(search with a shorter question)"
+        )
+    return text
+
+
+def check_max(name: str, value: object, bound: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidInput(f"'{name}' must be an integer from 1 to {bound}")
+    if not 1 <= value <= bound:
+        raise InvalidInput(f"'{name}' is {value}; it must be from 1 to {bound}")
+    return value
+
+
+def check_states(states: Sequence[str] | str | None) -> tuple[str, ...]:
+    """The lifecycle states to include; None -> every state but EXPIRED and SOFT_DELETED."""
+    if states is None:
+        return DEFAULT_STATES
+    listed = clean_list("states", states) or ()
+    upper = tuple(dict.fromkeys(s.strip().upper() for s in listed))
+    unknown = [s for s in upper if s not in LIFECYCLE_STATES]
+    if unknown:
+        raise InvalidInput(
+            f"unknown lifecycle state(s) {', '.join(unknown)} in 'states'; "
+            f"expected some of {', '.join(LIFECYCLE_STATES)}"
+        )
+    if not upper:
+        raise InvalidInput(
+            f"'states' is empty; name at least one of {', '.join(LIFECYCLE_STATES)}"
+        )
+    return upper
+
+
+def check_date(name: str, value: object) -> datetime | None:
+    if value is None or value == "":
+        return None
+    if not isinstance(value, str | datetime):
+        raise InvalidInput(f"'{name}' must be an ISO 8601 date-time string")
+    try:
+        return as_utc(value)
+    except (ValueError, TypeError):
+        raise InvalidInput(
+            f"'{name}' is not an ISO 8601 date-time: {str(value)[:60]!r} "
+            "(e.g. 2026-01-31 or 2026-01-31T12:00:00Z)"
+        ) from None
+
+
+def check_window(after: object, before: object) -> tuple[datetime | None, datetime | None]:
+    start, end = check_date("created_after", after), check_date("created_before", before)
+    if start is not None and end is not None and start >= end:
+        raise InvalidInput(
+            f"'created_after' ({start.isoformat()}) must be earlier than "
+            f"'created_before' ({end.isoformat()})"
+        )
+    return start, end
+
+
+def clean_list(name: str, values: Sequence[str] | str | None) -> tuple[str, ...] | None:
+    """A list of non-empty strings (a single string is one item); None or [] -> None."""
+    if values is None:
+        return None
+    if isinstance(values, str):
+        values = [values]
+    if not isinstance(values, list | tuple | set | frozenset):
+        raise InvalidInput(f"'{name}' must be a list of strings")
+    out = []
+    for value in values:
+        if not isinstance(value, str) or not value.strip():
+            raise InvalidInput(f"'{name}' must hold non-empty strings; got {value!r}")
+        out.append(value.strip())
+    return tuple(dict.fromkeys(out)) or None
+
+
+def check_groups_known(store: Store, group_ids: Sequence[str], indexed: set[str]) -> None:
+    """Raise when a requested group holds no episode, entity or fact at all."""
+    unknown = [g for g in group_ids if g not in indexed]
+    if not unknown:
+        return
+    missing = [g for g in unknown if g not in sql.known_groups(store, unknown)]
+    if missing:
+        raise InvalidInput(
+            f"unknown group_id(s): {', '.join(missing)} (no episodes or memories in them); "
+            "check the spelling, or omit group_ids to search every group"
+        )

@@ -1,0 +1,95 @@
+"""Search score: pure functions over values (DESIGN.md "Search score").
+
+``score = w_similarity * similarity + w_keyword * keyword
+        + w_freshness * freshness + w_importance * importance``
+
+* ``similarity`` — the real cosine between the query and the memory embedding (never a rank
+  proxy); 0 when the memory has no embedding.
+* ``keyword`` — the BM25 score normalised by the idf mass of the query (0..1, see
+  :meth:`workbench.keyword.KeywordIndex.search`); 0 when no query word occurs.
+* ``freshness`` — ``1 - decay_score``.
+* ``importance`` — ``(importance - 1) / 4`` (1 -> 0, 3 -> 0.5, 5 -> 1).
+
+Fusion: candidates are the union of the vector top-N and the BM25 top-N; they are ordered by
+this weighted sum of the *normalised scores* rather than by reciprocal rank — on our
+conversational retrieval set (``data/retrieval_set.jsonl``) naive RRF ranks worse than vector
+alone, while the score sum beats both signals (``workbench.search_eval``).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+__all__ = ["Weights", "freshness", "importance_score", "score_parts", "combine", "rrf"]
+
+# Tuned on data/retrieval_set.jsonl (workbench.search_eval); see the module docstring.
+DEFAULT_KEYWORD_WEIGHT = 0.15
+
+
+@dataclass(frozen=True)
+class Weights:
+    similarity: float = 0.60
+    freshness: float = 0.25
+    importance: float = 0.15
+    keyword: float = DEFAULT_KEYWORD_WEIGHT
+
+    @classmethod
+    def from_settings(cls, settings, keyword: float = DEFAULT_KEYWORD_WEIGHT) -> Weights:
+        return cls(
+            similarity=settings.search_weight_similarity,
+            freshness=settings.search_weight_freshness,
+            importance=settings.search_weight_importance,
+            keyword=getattr(settings, "search_weight_keyword", keyword),
+        )
+
+    def relevance_only(self) -> Weights:
+        """The weights without freshness and importance (``include_weighted_scores=False``)."""
+        return Weights(self.similarity, 0.0, 0.0, self.keyword)
+
+    def as_dict(self) -> dict[str, float]:
+        return asdict(self)
+
+
+def _clip(value: float, low: float = 0.0, high: float = 1.0) -> float:
+    return min(high, max(low, value))
+
+
+def freshness(decay_score: float | None) -> float:
+    return 1.0 - _clip(float(decay_score or 0.0))
+
+
+def importance_score(importance: int | float | None) -> float:
+    return (_clip(float(importance if importance is not None else 3), 1.0, 5.0) - 1.0) / 4.0
+
+
+def score_parts(
+    similarity: float | None, keyword: float | None, decay_score: float | None,
+    importance: int | float | None,
+) -> dict[str, float]:
+    sim = 0.0 if similarity is None or math.isnan(similarity) else float(similarity)
+    return {
+        "similarity": round(sim, 6),
+        "keyword": round(_clip(float(keyword or 0.0)), 6),
+        "freshness": round(freshness(decay_score), 6),
+        "importance": round(importance_score(importance), 6),
+    }
+
+
+def combine(parts: dict[str, float], weights: Weights) -> float:
+    return (
+        weights.similarity * parts["similarity"]
+        + weights.keyword * parts["keyword"]
+        + weights.freshness * parts["freshness"]
+        + weights.importance * parts["importance"]
+    )
+
+
+def rrf(rankings: list[list[str]], k: int = 60, weights: list[float] | None = None) -> list[str]:
+    """Reciprocal-rank fusion (for comparison in the evaluation only)."""
+    weights = weights or [1.0] * len(rankings)
+    scores: dict[str, float] = {}
+    for ranking, w in zip(rankings, weights):
+        for rank, uuid in enumerate(ranking):
+            scores[uuid] = scores.get(uuid, 0.0) + w / (k + rank + 1)
+    return sorted(scores, key=lambda u: -scores[u])
