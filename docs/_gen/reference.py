@@ -1,0 +1,328 @@
+"""Regenerate the reference tables of the docs from the code.
+
+    .venv/bin/python docs/_gen/reference.py          # rewrite the generated blocks
+    .venv/bin/python docs/_gen/reference.py --check  # exit 1 when a block is stale
+
+Blocks live between ``<!-- BEGIN GENERATED: <name> -->`` and ``<!-- END GENERATED: <name> -->``
+in ``docs/configuration.md`` (settings), ``docs/metrics.md`` (metrics) and ``docs/tools.md``
+(tools). Names, types, defaults, labels and buckets come from ``workbench.config.Settings``,
+``workbench.metrics.Metrics`` and ``service.tools.TOOLS``; only the prose meaning of a setting
+lives here (a setting without one is an error, so a new setting cannot go undocumented).
+This file is excluded from the site (``exclude_docs`` in mkdocs.yml).
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+import types
+import typing
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+DOCS = ROOT / "docs"
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from pydantic import SecretStr  # noqa: E402
+
+from workbench.config import ENV_PREFIX, Settings  # noqa: E402
+from workbench.metrics import Metrics  # noqa: E402
+
+SETTING_MEANINGS: dict[str, str] = {
+    "llm_provider": "API format of the LLM backend; `compat` = chat-completions compatible. "
+                    "Names the wire format only, not the backend.",
+    "model_name": "LLM model identifier in the backend's own naming (also the key into the "
+                  "price table). With `SVC_KNOWLEDGE_COMPAT_BASE_URL` it enables extraction.",
+    "compat_base_url": "Base address of the LLM backend (`<llm_base_url>`, usually ends in "
+                       "`/v1`). Unset: no LLM; episodes wait in the queue.",
+    "compat_api_key": "Credential sent to the LLM backend (`<API_KEY>`). Never logged.",
+    "embedder_provider": "API format of the embedder: `compat` = an OpenAI-style "
+                         "`/v1/embeddings` server at `SVC_KNOWLEDGE_EMBEDDER_BASE_URL`; "
+                         "`local` = the in-process model. Unset: `compat` when a base URL "
+                         "is set, else `local`.",
+    "embedder_base_url": "Base address of the embedder (`<embedder_base_url>`, path ends in "
+                         "`/v1`); requests go to `POST <embedder_base_url>/embeddings`.",
+    "embedder_model": "Embedding model identifier sent to a `compat` embedder (for `local`, "
+                      "see `SVC_KNOWLEDGE_LOCAL_EMBEDDER_MODEL`).",
+    "embedder_dimensions": "Vector size; must equal the embedding model's output size (384 for "
+                           "the local all-MiniLM-L6-v2, 1536 for a typical hosted embedder). "
+                           "Fixed when the database is created.",
+    "prompt_cache_metrics_enabled": "Collect the Prometheus metrics; `false` makes every "
+                                    "metric operation a no-op.",
+    "prompt_cache_log_requests": "Log one line per LLM request (tokens, cost, input and "
+                                 "output cost in USD); visible only with `LOG_LEVEL=DEBUG`.",
+    "prompt_cache_enabled": "Enable prompt caching (only for the caching model family "
+                            "through the hosted aggregator); enables the cache metrics.",
+    "log_level": "Log level: DEBUG, INFO, WARNING, ERROR or CRITICAL. DEBUG enables the "
+                 "per-request metric line.",
+    "db_path": "DuckDB database file (`:memory:` for a throwaway database). CLI: `--db`.",
+    "host": "Address the servers bind to. CLI: `--host`.",
+    "port": "Port of the knowledge service (REST tools, `/mcp`, `/health`). CLI: `--port`.",
+    "metrics_port": "Port of `/metrics` and `/health/decay`. Unset: 9090, or 9091 with "
+                    "`--dev`. CLI: `--metrics-port`.",
+    "embed_server_port": "Port of `workbench embed-server`.",
+    "api_token": "When set, every request except `GET /health` needs "
+                 "`Authorization: Bearer <token>` (REST tools and `/mcp`).",
+    "default_group_id": "Group an episode goes to when `add_memory` names none.",
+    "max_episode_chars": "Largest accepted `episode_body` (characters); larger bodies are "
+                         "rejected with an `invalid_input` error.",
+    "rate_limit_per_minute": "Requests per minute per client address on the service port "
+                             "(token bucket; over it: HTTP 429 with `Retry-After`). 0 "
+                             "disables the limit.",
+    "llm_structured_output": "How structured output is requested: `json_schema` "
+                             "(response_format json_schema, strict), `json_object` (for "
+                             "llama.cpp-style local servers: schema turned into a grammar) or "
+                             "`tool` (a forced tool call).",
+    "llm_requests_per_minute": "Client-side throttle of LLM requests, so bulk imports do not "
+                               "turn into 429 storms. 0 disables it.",
+    "llm_timeout_seconds": "Timeout of one LLM request.",
+    "llm_max_retries": "Retries of one LLM request on rate limits, timeouts and connection "
+                       "errors (exponential backoff with jitter).",
+    "llm_max_tokens": "`max_tokens` of each completion; a reply cut at this length is a "
+                      "truncation error.",
+    "price_table_path": "A JSON price table merged over the shipped one (USD per million "
+                        "input/output/cached-read/cache-write tokens; its entries win).",
+    "local_embedder_model": "Model of the in-process embedder (loaded from the installed "
+                            "package, offline).",
+    "local_embedder_threads": "CPU threads the in-process embedder may use.",
+    "queue_concurrency": "Episodes processed in parallel (one group at a time each: episodes "
+                         "of one group stay in order).",
+    "queue_lease_seconds": "How long a worker holds an episode before a crashed worker's "
+                           "episode returns to the queue.",
+    "queue_max_attempts": "Attempts before a transiently failing episode is marked failed "
+                          "(a validation failure is retried once).",
+    "queue_poll_seconds": "How often idle workers look for new episodes.",
+    "decay_enabled": "Run the maintenance scheduler (decay scores, lifecycle, purge).",
+    "decay_half_life_days": "Half-life of a default (importance 3, stability 3) memory.",
+    "decay_dormant_days": "Days without access before ACTIVE becomes DORMANT.",
+    "decay_archived_days": "Days without access before DORMANT becomes ARCHIVED.",
+    "decay_expire_threshold": "Decay score at which an ARCHIVED memory expires.",
+    "decay_expire_max_importance": "Only memories with importance at most this expire.",
+    "decay_purge_days": "Recovery period of a soft-deleted memory before it is purged.",
+    "decay_permanent_min_importance": "Importance needed (with the stability below) for "
+                                      "PERMANENT.",
+    "decay_permanent_min_stability": "Stability needed (with the importance above) for "
+                                     "PERMANENT.",
+    "maintenance_interval_hours": "Hours between scheduled maintenance runs.",
+    "maintenance_first_run_seconds": "Delay of the first scheduled run after start-up.",
+    "search_weight_similarity": "Weight of semantic similarity in the search score.",
+    "search_weight_freshness": "Weight of freshness (1 − decay score) in the search score.",
+    "search_weight_importance": "Weight of importance in the search score.",
+    "search_max_results": "Upper bound on `max_nodes` / `max_facts` of one search.",
+}
+
+
+# --- settings ---------------------------------------------------------------------------
+def env_name(field_name: str) -> str:
+    alias = Settings.model_fields[field_name].validation_alias
+    return alias if isinstance(alias, str) else ENV_PREFIX + field_name.upper()
+
+
+def type_name(annotation: Any) -> str:
+    origin = typing.get_origin(annotation)
+    args = typing.get_args(annotation)
+    if origin in (typing.Union, types.UnionType):
+        parts = [type_name(a) for a in args if a is not type(None)]
+        return " or ".join(parts)
+    if origin is list:
+        return "list of " + (type_name(args[0]) + "s" if args else "values")
+    if origin is typing.Literal:
+        return "one of " + ", ".join(f"`{a}`" for a in args)
+    return {bool: "boolean", int: "integer", float: "number", str: "string",
+            SecretStr: "string (secret)"}.get(annotation, getattr(annotation, "__name__",
+                                                                   str(annotation)))
+
+
+def default_text(value: Any) -> str:
+    if value is None:
+        return "unset"
+    if value == "":
+        return "empty"
+    if isinstance(value, bool):
+        return f"`{str(value).lower()}`"
+    return f"`{value}`"
+
+
+def settings_table() -> str:
+    missing = [n for n in Settings.model_fields if n not in SETTING_MEANINGS]
+    if missing:
+        raise SystemExit(f"add a meaning for these settings to {__file__}: {missing}")
+    lines = ["| Environment variable | Type | Default | Meaning |", "|---|---|---|---|"]
+    for name, field in Settings.model_fields.items():
+        lines.append(f"| `{env_name(name)}` | {type_name(field.annotation)} | "
+                     f"{default_text(field.default)} | {SETTING_MEANINGS[name]} |")
+    return "\n".join(lines)
+
+
+# --- metrics ----------------------------------------------------------------------------
+def exercised_metrics() -> Metrics:
+    """A registry in which every family exists, the lazily registered twins included."""
+    m = Metrics(enabled=True, cache_enabled=True)
+    m.record_llm_call("m", 1, 1, 0.0, 0.0, 0.1)
+    m.record_cache("m", True, 1, 0.0, 1)
+    m.record_llm_error("m", "timeout")
+    m.record_episode_processed("g")
+    return m
+
+
+def metric_rows(metrics: Metrics | None = None) -> list[dict[str, Any]]:
+    m = metrics or exercised_metrics()
+    rows = []
+    # prometheus_client keeps no public list of collectors; this mapping is the registry.
+    for collector in list(m.registry._collector_to_names):  # noqa: SLF001
+        kind = type(collector).__name__.lower()
+        name = collector._name  # noqa: SLF001
+        exposed = name + "_total" if kind == "counter" else name
+        bounds = getattr(collector, "_upper_bounds", None)
+        rows.append({
+            "name": exposed, "type": kind,
+            "labels": tuple(getattr(collector, "_labelnames", ())),
+            "buckets": tuple(b for b in bounds if b != float("inf")) if bounds else (),
+            "help": collector._documentation,  # noqa: SLF001
+        })
+    return sorted(rows, key=lambda r: r["name"])
+
+
+def _bucket_text(buckets: tuple[float, ...]) -> str:
+    return ", ".join(f"{b:f}".rstrip("0").rstrip(".") for b in buckets)
+
+
+def metrics_table() -> str:
+    lines = ["| Metric | Type | Labels | Buckets | Meaning |", "|---|---|---|---|---|"]
+    for row in metric_rows():
+        labels = ", ".join(f"`{x}`" for x in row["labels"]) or "—"
+        buckets = _bucket_text(row["buckets"]) if row["buckets"] else "—"
+        lines.append(f"| `{row['name']}` | {row['type']} | {labels} | {buckets} | "
+                     f"{row['help']} |")
+    return "\n".join(lines)
+
+
+# --- tools ------------------------------------------------------------------------------
+def tools_sections() -> str:
+    from service.tools import TOOLS
+
+    out = []
+    for tool in TOOLS:
+        flags = [x for x, on in (("read-only", tool.read_only),
+                                 ("destructive", tool.destructive)) if on]
+        out.append(f"### `{tool.name}`\n")
+        out.append(tool.description + (f" *({', '.join(flags)})*" if flags else "") + "\n")
+        out.append(f"REST: `POST /tools/{tool.name}`\n")
+        fields = tool.args.model_fields
+        if not fields:
+            out.append("Arguments: none.\n")
+            continue
+        out.append("| Argument | Type | Default | Meaning |\n|---|---|---|---|")
+        for name, field in fields.items():
+            default = "required" if field.is_required() else default_text(field.default)
+            desc = (field.description or "").replace("|", "\\|")
+            out.append(f"| `{name}` | {type_name(field.annotation)} | {default} | {desc} |")
+        out.append("")
+    return "\n".join(out).rstrip()
+
+
+# --- CLI --------------------------------------------------------------------------------
+def cli_commands() -> dict[str, Any]:
+    """Subcommand name -> its argparse parser, from ``service.cli.build_parser()``."""
+    import argparse
+
+    from service.cli import build_parser
+
+    parser = build_parser()
+    for action in parser._actions:  # noqa: SLF001 - argparse has no public accessor
+        if isinstance(action, argparse._SubParsersAction):  # noqa: SLF001
+            return dict(action.choices)
+    return {}
+
+
+def _flag_row(action: Any) -> str:
+    name = (", ".join(f"`{o}`" for o in action.option_strings)
+            or f"`{action.metavar or action.dest}`")
+    value = ""
+    if action.option_strings and action.nargs != 0:
+        value = action.metavar or (", ".join(action.choices) if action.choices else
+                                   action.dest.upper())
+    helptext = (action.help or "").replace("|", "\\|")
+    return f"| {name} | {('`' + value + '`') if value else ''} | {helptext} |"
+
+
+def cli_sections() -> str:
+    out = []
+    for name, sub in cli_commands().items():
+        out.append(f"### `workbench {name}`\n")
+        usage = " ".join(sub.format_usage().split()).removeprefix("usage: ")
+        out.append(f"```text\n{usage}\n```\n")
+        if sub.description:
+            out.append(sub.description + "\n")
+        actions = [a for a in sub._actions if a.dest != "help"]  # noqa: SLF001
+        if actions:
+            out.append("| Argument | Value | Meaning |\n|---|---|---|")
+            out.extend(_flag_row(a) for a in actions)
+            out.append("")
+    return "\n".join(out).rstrip()
+
+
+# --- data model -----------------------------------------------------------------------
+def data_model_sections() -> str:
+    from workbench.store import TABLES, Store
+
+    store = Store.open(":memory:", dim=384)
+    try:
+        out = []
+        for table in TABLES:
+            rows = store.fetchall(
+                "SELECT column_name, data_type, is_nullable, column_default "
+                "FROM information_schema.columns WHERE table_name = ? ORDER BY ordinal_position",
+                [table])
+            out.append(f"### `{table}`\n")
+            out.append("| Column | Type | Null | Default |\n|---|---|---|---|")
+            for name, dtype, nullable, default in rows:
+                dtype = dtype.replace("[384]", "[dim]")
+                out.append(f"| `{name}` | {dtype} | {'yes' if nullable == 'YES' else 'no'} | "
+                           f"{'`' + str(default) + '`' if default is not None else ''} |")
+            out.append("")
+        return "\n".join(out).rstrip()
+    finally:
+        store.close()
+
+
+# --- blocks -----------------------------------------------------------------------------
+BLOCKS = {
+    "settings": ("configuration.md", settings_table),
+    "metrics": ("metrics.md", metrics_table),
+    "tools": ("tools.md", tools_sections),
+    "data-model": ("data-model.md", data_model_sections),
+    "cli": ("cli.md", cli_sections),
+}
+
+
+def render(text: str, name: str, body: str) -> str:
+    pattern = re.compile(
+        rf"(<!-- BEGIN GENERATED: {name} -->\n).*?(<!-- END GENERATED: {name} -->)", re.S)
+    if not pattern.search(text):
+        raise SystemExit(f"no generated block {name!r} in the docs")
+    return pattern.sub(lambda m: m.group(1) + body + "\n" + m.group(2), text)
+
+
+def main(argv: list[str]) -> int:
+    check = "--check" in argv
+    stale = []
+    for name, (page, make) in BLOCKS.items():
+        path = DOCS / page
+        old = path.read_text(encoding="utf-8")
+        new = render(old, name, make())
+        if new != old:
+            stale.append(page)
+            if not check:
+                path.write_text(new, encoding="utf-8")
+    if check and stale:
+        print("stale generated docs: " + ", ".join(stale)
+              + " (run: .venv/bin/python docs/_gen/reference.py)")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
