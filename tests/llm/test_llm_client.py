@@ -94,7 +94,7 @@ def test_successful_call_is_validated_priced_recorded_and_counted(h):
     assert row["prompt_name"] == "extract_entities"
     assert row["model"] == "gpt-4o-mini"
     assert row["episode_uuid"] == "ep-1"
-    assert (row["status"], row["attempt"], row["finish_reason"]) == ("ok", 1, "stop")
+    assert (row["status"], row["attempt"], row["finish_reason"]) == ("success", 1, "stop")
     assert (row["prompt_tokens"], row["completion_tokens"]) == (1000, 200)
     assert row["input_cost"] == pytest.approx(0.00015)
     assert row["output_cost"] == pytest.approx(0.00012)
@@ -171,7 +171,7 @@ def test_rate_limit_honours_retry_after_then_succeeds(h):
     assert h.sleeps == [7.0]
     assert len(h.fake.requests) == 2
     assert [(r["status"], r["attempt"], r["error_type"]) for r in h.rows()] == [
-        ("error", 1, "rate_limit"), ("ok", 2, None)]
+        ("error", 1, "rate_limit"), ("success", 2, None)]
     t = h.text
     assert value(t, "graph_llm_errors_total", model="gpt-4o-mini", error_type="rate_limit") == 1
     assert value(t, "graph_llm_errors_all_models_total") == 1
@@ -288,7 +288,7 @@ def test_truncation_is_retried_once_with_a_larger_budget(h):
     assert h.complete(max_tokens=100).entities[0].name == "Alice"
     assert [r["max_tokens"] for r in h.fake.requests] == [100, 200]
     assert [(r["status"], r["finish_reason"]) for r in h.rows()] == [
-        ("truncated", "length"), ("ok", "stop")]
+        ("truncated", "length"), ("success", "stop")]
 
 
 def test_truncation_twice_raises_truncated_output(h):

@@ -186,6 +186,17 @@ def test_schema_echo_is_detected():
         "`entity_resolutions` of NodeResolutions is missing")
 
 
+class Optional_(BaseModel):
+    entities: list[Entity] = Field(default_factory=list)
+
+
+def test_schema_echo_of_a_model_whose_fields_all_have_defaults():
+    schema = json.dumps(Optional_.model_json_schema())
+    with pytest.raises(SchemaEchoError, match="the field `entities` of Optional_ is missing"):
+        parse_reply(schema, Optional_)
+    assert parse_reply("{}", Optional_).entities == []
+
+
 def test_schema_like_reply_with_the_data_is_not_an_echo():
     assert not looks_like_schema({"entity_resolutions": []})
     parse_reply('{"entity_resolutions": [], "type": "object"}', NodeResolutions)

@@ -6,7 +6,7 @@ request (provider ``compat``: the wire format, whatever the backend), validates 
 
 * every answered attempt adds tokens and USD to the ``graph_*`` metrics
   (``Metrics.record_llm_call``; ``record_cache`` when prompt caching applies) and a row to
-  ``llm_calls`` (status ``ok``, ``invalid`` or ``truncated``);
+  ``llm_calls`` (status ``success``, ``invalid`` or ``truncated``);
 * every failed attempt counts in ``graph_llm_errors_total{model,error_type}`` and is a row with
   status ``error``; transient ones (429, 5xx, timeouts, connection) are retried with backoff,
   honouring ``Retry-After``, up to ``max_retries``, then raise ``LLMRateLimited``/``LLMTimeout``/
@@ -250,7 +250,7 @@ class CompatChatModel:
         if self.caching:
             self.metrics.record_cache(self.model, usage.cached_tokens > 0, usage.cached_tokens,
                                       cost.cache_saved, usage.cache_write_tokens)
-        status = "ok"
+        status = "success"
         if error is not None:
             status = "truncated" if isinstance(error, TruncatedOutput) else "invalid"
             self.metrics.record_llm_error(self.model, type(error).__name__)

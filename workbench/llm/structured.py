@@ -229,6 +229,30 @@ def required_fields(model: type[BaseModel]) -> list[str]:
     return [name for name, f in model.model_fields.items() if f.is_required()]
 
 
+def schema_echo_detail(data: Any, model: type[BaseModel]) -> str | None:
+    """Why ``data`` is a schema rather than data of ``model``, or None when it is not.
+
+    A schema-shaped reply is an echo when a required field is missing, or when no field of the
+    model is present at all (a model whose fields all have defaults would otherwise accept
+    the schema as empty data)."""
+    if not looks_like_schema(data):
+        return None
+    structure = model.__name__
+    missing = [f for f in required_fields(model) if f not in data]
+    if missing:
+        return (f"the reply is a JSON schema instead of data: the required field "
+                f"`{missing[0]}` of {structure} is missing")
+    fields = [_alias(name, info) for name, info in model.model_fields.items()]
+    if fields and not any(f in data for f in fields):
+        return (f"the reply is a JSON schema instead of data: the field `{fields[0]}` of "
+                f"{structure} is missing")
+    return None
+
+
+def _alias(name: str, info: Any) -> str:
+    return info.alias or name
+
+
 def parse_reply(text: str | None, response_model: type[BaseModel]) -> BaseModel:
     """Validate a reply into ``response_model`` or raise a structured-output error."""
     structure = response_model.__name__
@@ -242,12 +266,9 @@ def parse_reply(text: str | None, response_model: type[BaseModel]) -> BaseModel:
             structure, f"the reply is not valid JSON ({exc.msg} at char {exc.pos}): "
             f"{_excerpt(cleaned)}") from None
     data = _unwrap(data, structure)
-    missing = [f for f in required_fields(response_model)
-               if not (isinstance(data, dict) and f in data)]
-    if missing and looks_like_schema(data):
-        raise SchemaEchoError(
-            structure, f"the reply is a JSON schema instead of data: the required field "
-            f"`{missing[0]}` of {structure} is missing")
+    echo = schema_echo_detail(data, response_model)
+    if echo:
+        raise SchemaEchoError(structure, echo)
     try:
         return response_model.model_validate(data)
     except ValidationError as exc:

@@ -2,7 +2,7 @@
 
 ``status`` is one of
 
-* ``ok``        — the reply was valid and returned to the caller;
+* ``success`` — the reply was valid and returned to the caller;
 * ``invalid``   — the reply arrived but did not conform (error_type = the error class name,
   e.g. ``StructuredOutputError`` or ``SchemaEchoError``);
 * ``truncated`` — the reply was cut off (``finish_reason == "length"``);
@@ -21,7 +21,7 @@ from typing import Any
 
 from workbench.store import Store
 
-STATUSES = ("ok", "invalid", "truncated", "error")
+STATUSES = ("success", "invalid", "truncated", "error")
 
 
 @dataclass(frozen=True)
@@ -78,7 +78,7 @@ def cost_summary(store: Store, *, episode_uuid: str | None = None) -> dict[str, 
     where, params = _filters(episode_uuid=episode_uuid)
     row = store.fetch_dicts(
         f"""SELECT count(*) AS calls,
-                   count(*) FILTER (WHERE status <> 'ok') AS failed_attempts,
+                   count(*) FILTER (WHERE status <> 'success') AS failed_attempts,
                    coalesce(sum(prompt_tokens), 0) AS prompt_tokens,
                    coalesce(sum(completion_tokens), 0) AS completion_tokens,
                    coalesce(sum(cached_tokens), 0) AS cached_tokens,
