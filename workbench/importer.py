@@ -142,6 +142,7 @@ class Importer:
         entities: dict[tuple[str, str], dict] = {}   # (group, norm) -> row (new or existing)
         new_entities: list[dict] = []
         facts: list[dict] = []
+        seen_facts: set[tuple[str, str, str, str]] = set()
 
         def entity(group: str, name: str, line: EntityLine | None = None) -> dict:
             key = (group, normalise_name(name))
@@ -164,9 +165,11 @@ class Importer:
                 entity(group, line.name, line)
                 continue
             src, dst = entity(group, line.source), entity(group, line.target)
-            if g.fact_exists(self.store, group, src["uuid"], dst["uuid"], line.fact):
+            key = (group, src["uuid"], dst["uuid"], line.fact.strip().lower())
+            if key in seen_facts or g.fact_exists(self.store, *key):
                 report.facts_existing += 1
                 continue
+            seen_facts.add(key)
             facts.append(_fact_row(group, src["uuid"], dst["uuid"], line, now))
             report.facts_created += 1
         self._write(new_entities, facts)

@@ -87,11 +87,8 @@ class Workbench:
             store, self._process_message, metrics, clock,
             concurrency=settings.queue_concurrency, lease_seconds=settings.queue_lease_seconds,
             max_attempts=settings.queue_max_attempts, poll_seconds=settings.queue_poll_seconds)
-        self.scheduler = MaintenanceScheduler(
-            store, self.policy, metrics, clock,
-            interval_hours=settings.maintenance_interval_hours,
-            first_run_seconds=settings.maintenance_first_run_seconds,
-            chat=chat)
+        self.scheduler = MaintenanceScheduler.from_settings(
+            store, settings, metrics, clock, chat=chat)
 
     # --- construction -------------------------------------------------------------------
     @classmethod
@@ -357,7 +354,7 @@ class Workbench:
 
     # --- decay, classification ----------------------------------------------------------
     def run_decay_maintenance(self, dry_run: bool = False) -> dict[str, Any]:
-        report = self.scheduler.run_now(dry_run=dry_run)
+        report = self.scheduler.run_now(dry_run=dry_run, classify=not dry_run)
         self.search.refresh_states()
         return jsonable(_as_dict(report))
 

@@ -29,7 +29,7 @@ EXISTING = re.compile(r"^\[(\d+)\] (.+?) ([A-Z_]+) (.+?): ", re.M)
 
 def episode_text(request: dict) -> str:
     text = message_text(request)
-    return text.split("CURRENT EPISODE", 1)[-1].split("):", 1)[-1]
+    return text.rsplit("CURRENT EPISODE", 1)[-1].split("):", 1)[-1]
 
 
 def _entity(name: str, text: str) -> str | None:

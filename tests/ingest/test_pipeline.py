@@ -78,7 +78,7 @@ def test_entities_are_deduplicated_across_episodes(wb):
     rows = wb.store.fetchall(
         "SELECT group_id, count(*) FROM entities WHERE name = 'Maria Keller' GROUP BY 1")
     assert dict(rows) == {"g1": 1, "other": 1}
-    assert count(wb, "mentions") == 5
+    assert count(wb, "mentions") == 6  # a: Maria, Acme; b: Maria, Neovim; c: Maria, Acme
 
 
 def test_a_contradicting_fact_invalidates_the_old_one_without_deleting_it(wb):

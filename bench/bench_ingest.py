@@ -1,0 +1,119 @@
+"""Ingestion pipeline benchmark.
+
+1. Throughput with an instant fake LLM (target ≥ 100 episodes/s), inline and with workers.
+2. Throughput with a fake LLM of fixed latency L and C workers (target ≈ C / L episodes/s
+   divided by the calls per episode).
+3. LLM calls and prompt/completion tokens per episode on data/sample_episodes.jsonl.
+
+The fake LLM is the rule-based responder of the tests behind the real HTTP fake server, so
+the full wire path (openai client, JSON, validation, rows, metrics) is measured.
+
+    .venv/bin/python bench/bench_ingest.py [--episodes 300] [--latency 0.2] [--workers 4]
+        [--local-embedder]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from tests.conftest import HashEmbedder  # noqa: E402
+from tests.fakes.fake_llm import FakeLLMServer  # noqa: E402
+from tests.fakes.fixtures import chat_settings_env  # noqa: E402
+from tests.ingest import rule_llm  # noqa: E402
+from workbench.config import load_settings  # noqa: E402
+from workbench.metrics import Metrics  # noqa: E402
+from workbench.workbench import Workbench  # noqa: E402
+
+PEOPLE = ["Maria Keller", "Tom", "User"]
+ORGS = ["Acme", "Globex"]
+TOOLS = ["Neovim", "VS Code", "Python"]
+
+
+def episode(i: int) -> str:
+    return (f"{PEOPLE[i % 3]} works at {ORGS[i % 2]}. {PEOPLE[(i + 1) % 3]} uses "
+            f"{TOOLS[i % 3]}. Note {i}.")
+
+
+def open_wb(server, embedder, workers: int) -> Workbench:
+    env = chat_settings_env(server, SVC_KNOWLEDGE_DB_PATH=":memory:",
+                            SVC_KNOWLEDGE_QUEUE_CONCURRENCY=str(workers),
+                            SVC_KNOWLEDGE_QUEUE_POLL_SECONDS="0.01",
+                            SVC_KNOWLEDGE_DECAY_ENABLED="false")
+    return Workbench.open(load_settings(env, env_file=None), embedder=embedder,
+                          metrics=Metrics())
+
+
+def run(server, embedder, n: int, workers: int, groups: int, inline: bool) -> float:
+    wb = open_wb(server, embedder, workers)
+    for i in range(n):
+        wb.add_memory(f"e{i}", episode(i), group_id=f"g{i % groups}")
+    started = time.perf_counter()
+    if inline:
+        wb.process_pending()
+    else:
+        wb.start()
+        while wb.get_queue_status()["counts"]["done"] < n:
+            time.sleep(0.01)
+    elapsed = time.perf_counter() - started
+    wb.close()
+    return n / elapsed
+
+
+def sample_tokens(server, embedder) -> dict:
+    wb = open_wb(server, embedder, 1)
+    lines = [json.loads(x) for x in (ROOT / "data/sample_episodes.jsonl").read_text().splitlines()
+             if x.strip()]
+    for item in lines:
+        wb.add_memory(item["name"], item["episode_body"], group_id=item.get("group_id"),
+                      source=item.get("source", "text"),
+                      source_description=item.get("source_description", ""),
+                      reference_time=item.get("reference_time"))
+    wb.process_pending()
+    row = wb.store.fetchone(
+        "SELECT count(*), sum(prompt_tokens), sum(completion_tokens) FROM llm_calls")
+    wb.close()
+    n = len(lines)
+    return {"episodes": n, "calls_per_episode": row[0] / n,
+            "prompt_tokens_per_episode": row[1] / n,
+            "completion_tokens_per_episode": row[2] / n}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--episodes", type=int, default=300)
+    parser.add_argument("--latency", type=float, default=0.2)
+    parser.add_argument("--workers", type=int, default=4)
+    parser.add_argument("--local-embedder", action="store_true")
+    args = parser.parse_args()
+    if args.local_embedder:
+        from workbench.embedder import LocalEmbedder
+
+        embedder = LocalEmbedder()
+        embedder.warm_up()
+    else:
+        embedder = HashEmbedder()
+    with FakeLLMServer() as server:
+        server.set_responder(rule_llm.respond)
+        inline = run(server, embedder, args.episodes, 1, 8, inline=True)
+        print(f"instant LLM, inline: {inline:.1f} episodes/s ({args.episodes} episodes)")
+        pooled = run(server, embedder, args.episodes, args.workers, 8, inline=False)
+        print(f"instant LLM, {args.workers} workers: {pooled:.1f} episodes/s")
+        server.latency = args.latency
+        n = max(args.workers * 5, 20)
+        slow = run(server, embedder, n, args.workers, args.workers * 2, inline=False)
+        ideal = args.workers / (args.latency * 2)  # two LLM calls per episode
+        print(f"LLM latency {args.latency}s, {args.workers} workers: {slow:.2f} episodes/s "
+              f"(ideal C/(2L) = {ideal:.2f}, ratio {slow / ideal:.2f})")
+        server.latency = 0.0
+        print("sample data:", json.dumps(sample_tokens(server, embedder)))
+
+
+if __name__ == "__main__":
+    main()
