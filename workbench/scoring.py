@@ -30,6 +30,9 @@ Matching rules (one place, so a notebook reader can check them):
   ``fact_links`` score ignores the relation (endpoints and direction only) so a notebook can
   tell "wrong relation name" from "missed the link". ``relation_synonyms`` maps predicted
   relation names onto gold ones before comparison (e.g. ``{"EMPLOYED_BY": "WORKS_AT"}``).
+* **Ended facts** (``invalid_at`` set: "Alex used VS Code until November") are facts like any
+  other. ``ended_facts=False`` drops them from both sides first, for pipelines that record an
+  ended relationship by invalidating the older fact instead of restating it.
 * **Zero division**: precision with no predictions is 1.0 when there is also nothing to find,
   else 0.0; recall with nothing to find is 1.0 when nothing was predicted, else 0.0; F1 is 0.0
   when precision + recall is 0. An empty prediction of an empty episode scores 1/1/1.
@@ -88,10 +91,18 @@ class Entity:
 
 @dataclass(frozen=True)
 class Fact:
+    """A directed fact. ``fact``, ``valid_at`` and ``invalid_at`` are carried, not compared."""
+
     source: str
     target: str
     relation: str = "RELATES_TO"
     fact: str = ""
+    valid_at: str | None = None
+    invalid_at: str | None = None
+
+    @property
+    def ended(self) -> bool:
+        return bool(self.invalid_at)
 
 
 @dataclass(frozen=True)
@@ -120,6 +131,8 @@ class Extraction:
                     target=str(f["target"]),
                     relation=str(f.get("relation") or f.get("relation_type") or "RELATES_TO"),
                     fact=str(f.get("fact") or ""),
+                    valid_at=_time_text(f.get("valid_at")),
+                    invalid_at=_time_text(f.get("invalid_at")),
                 )
                 for f in data.get("facts") or ()
             )
@@ -128,6 +141,17 @@ class Extraction:
                 f"extraction is malformed ({exc!r}): entities need 'name', facts need "
                 "'source' and 'target'") from None
         return cls(entities, facts)
+
+
+def _time_text(value: Any) -> str | None:
+    if value is None or value == "":
+        return None
+    return value.isoformat() if hasattr(value, "isoformat") else str(value)
+
+
+def without_ended_facts(extraction: Extraction) -> Extraction:
+    """The extraction minus facts with ``invalid_at``."""
+    return Extraction(extraction.entities, tuple(f for f in extraction.facts if not f.ended))
 
 
 @dataclass(frozen=True)
@@ -286,8 +310,11 @@ def score_episode(
     episode_id: str = "",
     relation_synonyms: Mapping[str, str] | None = None,
     symmetric_relations: Iterable[str] = (),
+    ended_facts: bool = True,
 ) -> EpisodeScore:
     """Score one episode's predicted extraction against its gold extraction."""
+    if not ended_facts:
+        predicted, gold = without_ended_facts(predicted), without_ended_facts(gold)
     resolver = _Resolver(gold.entities)
     synonyms = {normalize_relation(k): normalize_relation(v)
                 for k, v in (relation_synonyms or {}).items()}
@@ -365,13 +392,14 @@ def score_set(
     gold: Mapping[str, Extraction],
     relation_synonyms: Mapping[str, str] | None = None,
     symmetric_relations: Iterable[str] = (),
+    ended_facts: bool = True,
 ) -> SetScore:
     """Score every gold episode (a missing prediction counts as an empty one); predictions
     for episodes without gold are listed in ``unscored`` and otherwise ignored."""
     symmetric = tuple(symmetric_relations)
     scores = [
         score_episode(predicted.get(eid, Extraction()), gold[eid], eid,
-                      relation_synonyms, symmetric)
+                      relation_synonyms, symmetric, ended_facts)
         for eid in sorted(gold)
     ]
     return aggregate(scores, [eid for eid in predicted if eid not in gold])
@@ -456,6 +484,56 @@ def to_frame(rows: Iterable[Any]) -> Any:
                 record[f.name] = value
         records.append(record)
     return pd.DataFrame.from_records(records)
+
+
+# --- predictions from stored rows -------------------------------------------------------
+def episode_key(group_id: str, name: str) -> str:
+    """The key that joins stored episodes to labelled ones: ``"<group_id>/<name>"``."""
+    return f"{group_id}/{name}"
+
+
+def predictions_from_rows(
+    episodes: Iterable[Mapping[str, Any]],
+    entities: Iterable[Mapping[str, Any]],
+    facts: Iterable[Mapping[str, Any]],
+    mentions: Iterable[Mapping[str, Any]],
+) -> dict[str, Extraction]:
+    """What the pipeline extracted per episode, from rows of the store's tables.
+
+    An episode's entities are those it mentions (``mentions``); its facts are those created
+    from it (``facts.episode_uuid``), with their endpoints' names. Keys are
+    :func:`episode_key`. Rows are mappings (``DataFrame.to_dict("records")`` works).
+    """
+    names = {e["uuid"]: (e["name"], e.get("entity_type")) for e in entities}
+    by_episode: dict[str, list[Entity]] = {}
+    for m in mentions:
+        if m["entity_uuid"] in names:
+            name, etype = names[m["entity_uuid"]]
+            by_episode.setdefault(m["episode_uuid"], []).append(Entity(name, etype))
+    facts_by: dict[str, list[Fact]] = {}
+    for f in facts:
+        src, dst = names.get(f["source_uuid"]), names.get(f["target_uuid"])
+        if f.get("episode_uuid") and src and dst:
+            facts_by.setdefault(f["episode_uuid"], []).append(Fact(
+                src[0], dst[0], str(f.get("relation") or "RELATES_TO"), str(f.get("fact") or ""),
+                _time_text(_none_if_nat(f.get("valid_at"))),
+                _time_text(_none_if_nat(f.get("invalid_at")))))
+    return {
+        episode_key(ep["group_id"], ep["name"]): Extraction(
+            tuple(by_episode.get(ep["uuid"], ())), tuple(facts_by.get(ep["uuid"], ())))
+        for ep in episodes
+    }
+
+
+def _none_if_nat(value: Any) -> Any:
+    """pandas gives NaT/NaN for missing timestamps; both are "no value" here."""
+    return None if value is None or value != value else value  # NaN/NaT != themselves
+
+
+def gold_by_key(labelled: Iterable[LabelledEpisode]) -> dict[str, Extraction]:
+    """The gold extractions keyed by :func:`episode_key`, to score against
+    :func:`predictions_from_rows`."""
+    return {episode_key(ep.group_id, ep.name): ep.gold for ep in labelled}
 
 
 # --- the labelled set -------------------------------------------------------------------
