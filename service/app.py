@@ -18,7 +18,7 @@ from litestar import Litestar, Response, get, post
 from litestar.handlers import asgi
 from litestar.middleware import DefineMiddleware
 from litestar.openapi import OpenAPIConfig
-from litestar.params import FromPath
+from litestar.params import FromPath, JSONBody
 from litestar.types import Receive, Scope, Send
 
 from service.errors import exception_handler
@@ -59,11 +59,11 @@ def tool_route(workbench: Any, tool: Tool):
     elif tool.args_optional:
         def handler(data: Any = None) -> dict[str, Any]:
             return tool.invoke(workbench, data)
-        handler.__annotations__["data"] = tool.args | None
+        handler.__annotations__["data"] = JSONBody[tool.args | None]
     else:
         def handler(data: Any) -> dict[str, Any]:
             return tool.invoke(workbench, data)
-        handler.__annotations__["data"] = tool.args
+        handler.__annotations__["data"] = JSONBody[tool.args]
     handler.__name__ = handler.__qualname__ = tool.name
     return post(
         f"/tools/{tool.name}", sync_to_thread=True, status_code=200, operation_id=tool.name,
