@@ -1,4 +1,5 @@
 import pytest
+from pydantic import ValidationError
 
 from workbench.config import load_settings
 from workbench.errors import ConfigError
@@ -63,5 +64,5 @@ def test_settings_are_frozen_and_read_from_a_dotenv(tmp_path, monkeypatch):
     s = load_settings(env_file=env)
     assert s.embedder_base_url == "http://127.0.0.1:8001/v1"
     assert s.embedder_kind == "compat" and s.embedder_dimensions == 384
-    with pytest.raises(Exception):
+    with pytest.raises(ValidationError, match="frozen"):
         s.port = 1  # type: ignore[misc]
