@@ -23,6 +23,7 @@ instead of data.
 from __future__ import annotations
 
 import copy
+import functools
 import json
 import re
 from typing import Any
@@ -162,24 +163,37 @@ def with_system_instruction(messages: list[dict], text: str) -> list[dict]:
 def request_options(
     mode: str, messages: list[dict], response_model: type[BaseModel]
 ) -> tuple[list[dict], dict[str, Any]]:
-    """``(messages, extra create() kwargs)`` asking for ``response_model`` in ``mode``."""
+    """``(messages, extra create() kwargs)`` asking for ``response_model`` in ``mode``.
+
+    The schema work is cached per (mode, model): the returned kwargs share it, read-only."""
+    instruction, extra = _structured_parts(mode, response_model)
+    if instruction is not None:
+        messages = with_system_instruction(messages, instruction)
+    return messages, dict(extra)
+
+
+@functools.lru_cache(maxsize=256)
+def _structured_parts(
+    mode: str, response_model: type[BaseModel]
+) -> tuple[str | None, dict[str, Any]]:
     name = response_model.__name__
     if mode == "json_schema":
         schema, strict = strict_schema(model_schema(response_model))
         fmt = {"type": "json_schema",
                "json_schema": {"name": name, "schema": schema, "strict": strict}}
-        return messages, {"response_format": fmt}
+        return None, {"response_format": fmt}
+    if mode not in MODES:
+        raise ValueError(
+            f"structured output mode must be one of {', '.join(MODES)}, not {mode!r}")
     schema = grammar_schema(model_schema(response_model))
     schema["title"] = name
     if mode == "json_object":
-        msgs = with_system_instruction(messages, schema_instruction(name, schema))
-        return msgs, {"response_format": {"type": "json_object", "schema": schema}}
-    if mode == "tool":
-        tool = {"type": "function", "function": {
-            "name": name, "description": f"Record the {name}.", "parameters": schema}}
-        choice = {"type": "function", "function": {"name": name}}
-        return messages, {"tools": [tool], "tool_choice": choice}
-    raise ValueError(f"structured output mode must be one of {', '.join(MODES)}, not {mode!r}")
+        return (schema_instruction(name, schema),
+                {"response_format": {"type": "json_object", "schema": schema}})
+    tool = {"type": "function", "function": {
+        "name": name, "description": f"Record the {name}.", "parameters": schema}}
+    return None, {"tools": [tool], "tool_choice": {"type": "function",
+                                                   "function": {"name": name}}}
 
 
 # --- replies ---------------------------------------------------------------------------------
