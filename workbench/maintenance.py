@@ -369,8 +369,16 @@ class MaintenanceScheduler:
         return self._thread is not None and self._thread.is_alive()
 
     def start(self) -> None:
-        """Start the schedule (a no-op when decay is disabled or already started)."""
+        """Start the schedule (a no-op when decay is disabled or already started).
+
+        The memory gauges are set from the tables at once, so ``/metrics`` shows the counts
+        by state (and the SoftDeleteBacklog alert keeps working) before the first run.
+        """
         self.started_at = as_utc(self.clock())
+        try:
+            refresh_gauges(self.store, self.metrics)
+        except Exception:  # noqa: BLE001 - gauges are informative; never block start-up
+            log.exception("could not read the memory counts for the gauges")
         if not self.enabled:
             log.info("decay maintenance schedule disabled (SVC_KNOWLEDGE_DECAY_ENABLED=false)")
             return

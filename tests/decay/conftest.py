@@ -41,6 +41,10 @@ def policy():
     return DecayPolicy()
 
 
+def _vector(store):
+    return [1.0] + [0.0] * (store.dim - 1)
+
+
 def add_entity(store, now, *, uuid=None, days_old=0.0, accessed_days_ago=None, state="ACTIVE",
                importance=3, stability=3, soft_deleted_days_ago=None, status="success",
                embedding=True, name=None):
@@ -58,7 +62,8 @@ def add_entity(store, now, *, uuid=None, days_old=0.0, accessed_days_ago=None, s
         [uuid, name or uuid, (name or uuid).lower(), created, created, importance, stability,
          status, state, accessed, deleted])
     if embedding:
-        store.execute("INSERT INTO entity_embeddings VALUES (?, 'test', [1, 0, 0, 0])", [uuid])
+        store.execute("INSERT INTO entity_embeddings VALUES (?, 'test', ?)",
+                      [uuid, _vector(store)])
     return uuid
 
 
@@ -78,7 +83,8 @@ def add_fact(store, now, source, target, *, uuid=None, days_old=0.0, accessed_da
         [uuid, source, target, text, created, importance, stability, status, state, accessed,
          deleted])
     if embedding:
-        store.execute("INSERT INTO fact_embeddings VALUES (?, 'test', [0, 1, 0, 0])", [uuid])
+        store.execute("INSERT INTO fact_embeddings VALUES (?, 'test', ?)",
+                      [uuid, _vector(store)])
     return uuid
 
 

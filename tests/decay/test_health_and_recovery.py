@@ -190,3 +190,16 @@ def test_scheduler_from_settings(store, metrics, clock):
                       env_file=None)
     sched = MaintenanceScheduler.from_settings(store, s, metrics, clock)
     assert (sched.interval_hours, sched.first_run_seconds, sched.enabled) == (6.0, 5.0, True)
+
+
+def test_scheduler_start_sets_the_gauges_before_the_first_run(store, policy, metrics, clock):
+    from tests.decay.conftest import sample
+
+    add_entity(store, clock(), state="SOFT_DELETED", soft_deleted_days_ago=1)
+    add_entity(store, clock(), importance=5)
+    sched = MaintenanceScheduler(store, policy, metrics, clock, first_run_seconds=3600)
+    sched.start()
+    sched.stop()
+    assert sample(metrics, "knowledge_memories_by_state", state="SOFT_DELETED") == 1.0
+    assert sample(metrics, "knowledge_memories_total") == 1.0
+    assert sample(metrics, "knowledge_importance_avg") == 5.0
