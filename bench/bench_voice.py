@@ -1,0 +1,119 @@
+"""Voice benchmark: real-time factor, first-audio latency and server start-up.
+
+    .venv/bin/python bench/bench_voice.py                 # 2-sentence English message, 2 threads
+    .venv/bin/python bench/bench_voice.py --threads 1 --repeat 5 --voice 21
+    .venv/bin/python bench/bench_voice.py --skip-server   # engine only
+
+Targets (issue 8): RTF <= 0.5 with 2 threads, first audio <= 1.0 s.
+RTF = synthesis seconds / audio seconds over the whole message (sentences in order).
+First audio = time from the request to the first sentence's chunk, streaming as the server does
+(sentence split, pronunciation rules, G2P and synthesis of sentence one).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+MESSAGE = "The nightly build finished without errors. Three new tests were added to the suite."
+
+
+def bench_engine(args: argparse.Namespace) -> dict[str, object]:
+    from voice.engine import KokoroEngine
+    from voice.settings import settings_from_env
+    from voice.speech import Speech, sentences_for, stream_speech
+    from voice.voices import resolve_voice
+
+    assets = args.assets_dir or settings_from_env().resolved_assets_dir()
+    engine = KokoroEngine(assets, threads=args.threads, warm_languages=())
+    voice = resolve_voice(args.voice)
+    started = time.perf_counter()
+    engine.load()
+    load_s = time.perf_counter() - started
+    started = time.perf_counter()
+    engine.phonemizers.get(voice.language)
+    g2p_s = time.perf_counter() - started
+    engine.synthesize("Warm up.", voice)  # the first inference pays one-off allocation costs
+    sentences = sentences_for(args.message)
+    firsts, rtfs = [], []
+    for _ in range(args.repeat):
+        started = time.perf_counter()
+        stream = stream_speech(engine, Speech(args.message, voice), sentences)
+        samples = len(next(stream))
+        firsts.append(time.perf_counter() - started)
+        samples += sum(len(chunk) for chunk in stream)
+        rtfs.append((time.perf_counter() - started) / (samples / engine.sample_rate))
+    return {
+        "voice": voice.name,
+        "threads": engine.threads,
+        "sentences": len(sentences),
+        "audio_seconds": round(samples / engine.sample_rate, 2),
+        "model_load_s": round(load_s, 2),
+        "g2p_load_s": round(g2p_s, 2),
+        "first_audio_s_median": round(statistics.median(firsts), 3),
+        "first_audio_s_all": [round(x, 3) for x in firsts],
+        "rtf_median": round(statistics.median(rtfs), 3),
+        "rtf_all": [round(x, 3) for x in rtfs],
+    }
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def bench_server_startup(args: argparse.Namespace) -> dict[str, object]:
+    import httpx
+
+    port = _free_port()
+    exe = Path(sys.executable).with_name("voice-server")
+    cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "voice.server"]
+    env = {**os.environ, "VOICE_PORT": str(port), "VOICE_THREADS": str(args.threads)}
+    if args.assets_dir:
+        env["VOICE_ASSETS_DIR"] = str(args.assets_dir)
+    started = time.perf_counter()
+    proc = subprocess.Popen([*cmd, "--no-audio", "--log-level", "warning"], env=env)
+    up = loaded = None
+    try:
+        while time.perf_counter() - started < 120 and proc.poll() is None:
+            try:
+                health = httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).json()
+            except httpx.TransportError:
+                time.sleep(0.02)
+                continue
+            up = up or time.perf_counter() - started
+            if health["model_loaded"] or not health["backend_available"]:
+                loaded = time.perf_counter() - started
+                break
+            time.sleep(0.05)
+    finally:
+        proc.terminate()
+        proc.wait(10)
+    return {"server_up_s": round(up or -1, 2), "server_model_ready_s": round(loaded or -1, 2)}
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--message", default=MESSAGE)
+    parser.add_argument("--voice", default="1", help="voice id or Kokoro name (default 1, af_heart)")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--assets-dir", type=Path)
+    parser.add_argument("--skip-server", action="store_true")
+    args = parser.parse_args(argv)
+    result = {"cpus": os.cpu_count(), "load_average": [round(x, 2) for x in os.getloadavg()], **bench_engine(args)}
+    if not args.skip_server:
+        result.update(bench_server_startup(args))
+    print(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()
