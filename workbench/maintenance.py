@@ -29,7 +29,7 @@ import logging
 import threading
 import time
 import weakref
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -315,6 +315,15 @@ def recover_soft_deleted(store: Store, uuid: str, clock: Clock = utcnow) -> dict
 
 
 # --- the schedule -------------------------------------------------------------------------
+def _call_hook(name: str, hook: Callable[[], Any] | None) -> None:
+    if hook is None:
+        return
+    try:
+        hook()
+    except Exception:  # noqa: BLE001 - a hook must not stop maintenance
+        log.exception("maintenance %s hook failed", name)
+
+
 class MaintenanceScheduler:
     """Runs maintenance in a background thread: first ``first_run_seconds`` after
     :meth:`start`, then every ``interval_hours`` (real time; timestamps come from ``clock``).
@@ -323,7 +332,10 @@ class MaintenanceScheduler:
     :class:`Conflict` and makes a scheduled tick skip (logged). With a ``chat`` model, each
     scheduled tick first classifies up to ``classify_limit`` memories that have no
     classification (:func:`workbench.classification.classify_pending`), so the run applies
-    the PERMANENT rule to them.
+    the PERMANENT rule to them. ``before_run`` is called before every run (e.g. write queued
+    search accesses, so ``last_accessed_at`` is current) and ``after_run`` after every real
+    run that succeeded (e.g. drop purged memories from the search indexes); their errors are
+    logged, never raised.
     """
 
     def __init__(
@@ -338,6 +350,8 @@ class MaintenanceScheduler:
         enabled: bool | None = None,
         chat: Any = None,
         classify_limit: int = 500,
+        before_run: Callable[[], Any] | None = None,
+        after_run: Callable[[], Any] | None = None,
     ):
         if interval_hours <= 0 or first_run_seconds < 0:
             raise InvalidInput("interval_hours must be > 0 and first_run_seconds >= 0")
@@ -347,6 +361,8 @@ class MaintenanceScheduler:
         self.enabled = policy.enabled if enabled is None else enabled
         self.chat = chat
         self.classify_limit = classify_limit
+        self.before_run = before_run
+        self.after_run = after_run
         self.started_at: datetime | None = None
         self.next_scheduled: datetime | None = None
         self.last_report: MaintenanceReport | None = None
@@ -426,6 +442,10 @@ class MaintenanceScheduler:
                             next_scheduled=self.next_scheduled)
 
     def _run(self, dry_run: bool) -> MaintenanceReport:
+        if maintenance_running(self.store):
+            raise Conflict("a decay maintenance run is already in progress; wait for it to "
+                           "finish and try again")
+        _call_hook("before_run", self.before_run)
         try:
             report = run_maintenance(self.store, self.policy, self.metrics, self.clock, dry_run)
         except Conflict:
@@ -435,6 +455,7 @@ class MaintenanceScheduler:
                 self._finished(None, exc)
             raise
         if not dry_run:
+            _call_hook("after_run", self.after_run)
             self._finished(report, None)
         return report
 

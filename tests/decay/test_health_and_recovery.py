@@ -203,3 +203,18 @@ def test_scheduler_start_sets_the_gauges_before_the_first_run(store, policy, met
     assert sample(metrics, "knowledge_memories_by_state", state="SOFT_DELETED") == 1.0
     assert sample(metrics, "knowledge_memories_total") == 1.0
     assert sample(metrics, "knowledge_importance_avg") == 5.0
+
+
+def test_scheduler_hooks_run_around_real_runs(store, policy, metrics, clock):
+    calls = []
+
+    def broken():
+        calls.append("after")
+        raise RuntimeError("index gone")
+
+    sched = MaintenanceScheduler(store, policy, metrics, clock,
+                                 before_run=lambda: calls.append("before"), after_run=broken)
+    sched.run_now(dry_run=True)
+    assert calls == ["before"]
+    assert sched.run_now().status == "success"  # a failing hook is logged, not raised
+    assert calls == ["before", "before", "after"]
