@@ -435,6 +435,18 @@ class VariantRow:
     f1_per_dollar: float | None
 
 
+def usage_from_llm_calls(calls: Iterable[Mapping[str, Any]], episodes: int) -> VariantUsage:
+    """Sum rows of the ``llm_calls`` table (every attempt counts: retries cost money too)."""
+    rows = list(calls)
+    return VariantUsage(
+        episodes=episodes,
+        llm_calls=len(rows),
+        prompt_tokens=int(sum(r.get("prompt_tokens") or 0 for r in rows)),
+        completion_tokens=int(sum(r.get("completion_tokens") or 0 for r in rows)),
+        cost_usd=float(sum(r.get("total_cost") or 0.0 for r in rows)),
+    )
+
+
 def tabulate_variants(
     results: Mapping[str, tuple[SetScore, VariantUsage]],
 ) -> list[VariantRow]:
@@ -501,8 +513,10 @@ def predictions_from_rows(
     """What the pipeline extracted per episode, from rows of the store's tables.
 
     An episode's entities are those it mentions (``mentions``); its facts are those created
-    from it (``facts.episode_uuid``), with their endpoints' names. Keys are
-    :func:`episode_key`. Rows are mappings (``DataFrame.to_dict("records")`` works).
+    from it (``facts.episode_uuid``), with their endpoints' names, as they were extracted: a
+    fact that a later episode expired (``expired_at`` set) is reported without the
+    ``invalid_at`` that expiry gave it. Keys are :func:`episode_key`. Rows are mappings
+    (``DataFrame.to_dict("records")`` works).
     """
     names = {e["uuid"]: (e["name"], e.get("entity_type")) for e in entities}
     by_episode: dict[str, list[Entity]] = {}
@@ -517,7 +531,8 @@ def predictions_from_rows(
             facts_by.setdefault(f["episode_uuid"], []).append(Fact(
                 src[0], dst[0], str(f.get("relation") or "RELATES_TO"), str(f.get("fact") or ""),
                 _time_text(_none_if_nat(f.get("valid_at"))),
-                _time_text(_none_if_nat(f.get("invalid_at")))))
+                None if _none_if_nat(f.get("expired_at")) is not None
+                else _time_text(_none_if_nat(f.get("invalid_at")))))
     return {
         episode_key(ep["group_id"], ep["name"]): Extraction(
             tuple(by_episode.get(ep["uuid"], ())), tuple(facts_by.get(ep["uuid"], ())))

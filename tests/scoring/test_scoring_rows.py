@@ -74,6 +74,12 @@ def rows():
          "fact": "dangling", "episode_uuid": "ep1"},
         {"uuid": "f3", "source_uuid": "a", "target_uuid": "n", "relation": "USES",
          "fact": "imported", "episode_uuid": None},
+        {"uuid": "f4", "source_uuid": "n", "target_uuid": "v", "relation": "REPLACES",
+         "fact": "later expired", "episode_uuid": "ep1", "invalid_at": "2025-01-01",
+         "expired_at": datetime(2025, 1, 1, tzinfo=UTC)},
+        {"uuid": "f5", "source_uuid": "v", "target_uuid": "a", "relation": "USED_BY",
+         "fact": "ended when extracted", "episode_uuid": "ep1", "invalid_at": "2024-11-18",
+         "expired_at": None},
     ]
     mentions = [{"episode_uuid": "ep1", "entity_uuid": "a"},
                 {"episode_uuid": "ep1", "entity_uuid": "n"},
@@ -87,7 +93,11 @@ def test_predictions_from_rows():
     assert set(pred) == {"alex/Switched editor", "alex/Nothing found"}
     ep = pred["alex/Switched editor"]
     assert {e.name for e in ep.entities} == {"Alex Morgan", "Neovim", "VS Code"}
-    assert ep.facts == (Fact("Alex Morgan", "Neovim", "USES", "Alex uses Neovim."),)
+    assert ep.facts == (
+        Fact("Alex Morgan", "Neovim", "USES", "Alex uses Neovim."),
+        Fact("Neovim", "VS Code", "REPLACES", "later expired"),
+        Fact("VS Code", "Alex Morgan", "USED_BY", "ended when extracted",
+             invalid_at="2024-11-18"))
     assert pred["alex/Nothing found"] == Extraction()
 
 
@@ -95,8 +105,9 @@ def test_predictions_from_rows_accepts_dataframe_records():
     pd = pytest.importorskip("pandas")
     frames = [pd.DataFrame(r) for r in rows()]
     pred = predictions_from_rows(*(f.to_dict("records") for f in frames))
-    fact = pred["alex/Switched editor"].facts[0]
-    assert fact.valid_at is None and fact.invalid_at is None
+    facts = pred["alex/Switched editor"].facts
+    assert facts[0].valid_at is None and facts[0].invalid_at is None
+    assert facts[1].invalid_at is None and facts[2].invalid_at == "2024-11-18"
 
 
 def test_keys_join_predictions_to_gold():
@@ -106,5 +117,5 @@ def test_keys_join_predictions_to_gold():
     assert list(gold) == [episode_key("alex", "Switched editor")]
     score = score_set(predictions_from_rows(*rows()), gold, ended_facts=False)
     assert score.entities == PRF(3, 0, 0)
-    assert score.facts == PRF(1, 0, 0)
+    assert score.facts == PRF(1, 1, 0)  # the REPLACES fact is not in this gold
     assert score.unscored == ("alex/Nothing found",)

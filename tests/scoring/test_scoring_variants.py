@@ -17,6 +17,7 @@ from workbench.scoring import (
     score_set,
     tabulate_variants,
     to_frame,
+    usage_from_llm_calls,
 )
 
 GOLD = {
@@ -83,3 +84,13 @@ def test_parse_labelled_skips_blank_lines(tmp_path):
 def test_parse_labelled_names_the_line(bad):
     with pytest.raises(InvalidInput, match="line 2"):
         parse_labelled([_line(), bad])
+
+
+def test_usage_from_llm_calls():
+    calls = [{"prompt_tokens": 100, "completion_tokens": 20, "total_cost": 0.001},
+             {"prompt_tokens": 50, "completion_tokens": None, "total_cost": 0.0005},
+             {"status": "error"}]
+    usage = usage_from_llm_calls(calls, episodes=2)
+    assert usage == VariantUsage(episodes=2, llm_calls=3, prompt_tokens=150,
+                                 completion_tokens=20, cost_usd=pytest.approx(0.0015))
+    assert usage_from_llm_calls([], episodes=1) == VariantUsage(episodes=1)

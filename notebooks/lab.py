@@ -1,0 +1,240 @@
+"""Shared set-up for the notebooks in this folder (not part of the package).
+
+The notebooks hold no logic of their own: they call ``workbench`` and, through this module,
+open a workbench whose LLM is chosen by configuration:
+
+* ``WORKBENCH_NOTEBOOK_LLM=configured`` — the LLM the environment / the repository's ``.env``
+  configures (``SVC_KNOWLEDGE_COMPAT_BASE_URL`` and ``SVC_KNOWLEDGE_MODEL_NAME``);
+* ``WORKBENCH_NOTEBOOK_LLM=recorded`` — offline: the fake chat-completions server of
+  ``tests/fakes/fake_llm.py`` (real HTTP on 127.0.0.1, real wire format) answering from the
+  labelled set ``data/extraction_labelled.jsonl``, i.e. the answers a careful model gives;
+* ``auto`` (the default) — ``configured`` when an LLM is configured, else ``recorded``.
+
+The recorded fake bills as ``gpt-4o-mini`` would (its token counts are the real prompt sizes
+/ 4), and it behaves like a provider with automatic prefix caching: a system prompt it has seen
+before is reported as cached input. The embedder is always the local model (offline).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT / "data"
+if str(ROOT) not in sys.path:  # tests.fakes lives in the repository, not in the package
+    sys.path.insert(0, str(ROOT))
+
+from tests.fakes.fake_llm import FakeLLMServer, FakeReply, message_text, structure_name  # noqa: E402
+from workbench import Workbench, load_settings  # noqa: E402
+from workbench.clock import utcnow  # noqa: E402
+from workbench.scoring import LabelledEpisode, load_labelled, normalize_name  # noqa: E402
+
+RECORDED_MODEL = "gpt-4o-mini"
+ENTITY_SCORES = {"Person": (4, 4), "Organization": (3, 4), "Place": (3, 4), "Project": (3, 3),
+                 "Tool": (2, 3), "Preference": (3, 4), "Event": (2, 2), "Concept": (3, 3)}
+FACT_SCORES = {"PARTNER_OF": (5, 5), "LIVES_IN": (4, 3), "WORKS_AT": (4, 3),
+               "REPORTS_TO": (3, 3), "PREFERS": (3, 4), "DISLIKES": (3, 4), "USES": (2, 3),
+               "ATTENDS": (2, 1), "SPEAKS_AT": (3, 1), "ABOUT": (2, 2), "LOCATED_IN": (2, 5)}
+USERS = {"Alex Morgan", "Nadia Okafor", "Aiko Tanaka"}  # the people the notes are about
+
+_embedder_lock = threading.Lock()
+_embedder: Any = None
+
+
+def shared_embedder():
+    """One local embedder per kernel (loading the model takes seconds)."""
+    global _embedder
+    with _embedder_lock:
+        if _embedder is None:
+            from workbench.embedder import build_embedder
+
+            _embedder = build_embedder(load_settings(environ={}))
+        return _embedder
+
+
+def sample_episodes() -> list[dict]:
+    with open(DATA / "sample_episodes.jsonl", encoding="utf-8") as fh:
+        return [json.loads(line) for line in fh if line.strip()]
+
+
+def labelled_set() -> list[LabelledEpisode]:
+    return load_labelled(DATA / "extraction_labelled.jsonl")
+
+
+# --- the recorded-responses fake ---------------------------------------------------------
+class LabelledResponder:
+    """Answers the extraction prompts from the labelled set (see the module docstring).
+
+    ``drop_every=k`` drops every k-th entity and fact and turns every k-th relation into
+    ``RELATES_TO``: a deliberately worse "model", so that a comparison has something to find.
+    """
+
+    def __init__(self, labelled: list[LabelledEpisode], drop_every: int = 0):
+        self.labelled = labelled
+        self.drop_every = drop_every
+        self._seen: set[str] = set()
+        self._lock = threading.Lock()
+
+    def __call__(self, request: dict) -> FakeReply | None:
+        answer = {"ExtractedEntities": self._entities, "ExtractedEdges": self._edges,
+                  "NodeResolutions": self._resolutions,
+                  "MemoryClassifications": self._classifications}.get(
+                      structure_name(request) or "")
+        if answer is None:
+            return None
+        return FakeReply.ok(answer(request), cached_tokens=self._cached(request))
+
+    def _cached(self, request: dict) -> int:
+        """Automatic prefix caching: a system prompt seen before is read from the cache."""
+        system = [m for m in request.get("messages") or [] if m.get("role") == "system"]
+        key = json.dumps(system)
+        with self._lock:
+            hit = key in self._seen
+            self._seen.add(key)
+        return len(key) // 4 if hit and system else 0
+
+    def _episode(self, request: dict) -> LabelledEpisode | None:
+        current = _user_text(request).rsplit("CURRENT EPISODE", 1)[-1]
+        return next((ep for ep in self.labelled if ep.episode_body in current), None)
+
+    def _keep(self, index: int) -> bool:
+        return not self.drop_every or (index + 1) % self.drop_every != 0
+
+    def _entities(self, request: dict) -> dict:
+        ep = self._episode(request)
+        out = []
+        for i, ent in enumerate(ep.gold.entities if ep else ()):
+            if self._keep(i):
+                imp, stab = (5, 5) if ent.name in USERS else ENTITY_SCORES.get(
+                    ent.entity_type or "", (3, 3))
+                out.append({"name": ent.name, "entity_type": ent.entity_type,
+                            "summary": f"{ent.name} ({ent.entity_type}) in '{ep.name}'.",
+                            "importance": imp, "stability": stab})
+        return {"entities": out}
+
+    def _edges(self, request: dict) -> dict:
+        ep = self._episode(request)
+        text = _user_text(request)
+        listed = {normalize_name(line[2:].rsplit(" (", 1)[0]): line[2:].rsplit(" (", 1)[0]
+                  for line in text.split("EXISTING FACTS:", 1)[0].splitlines()
+                  if line.startswith("- ")}
+        ended = [f for f in (ep.gold.facts if ep else ()) if f.ended]
+        edges = []
+        for i, fact in enumerate(f for f in (ep.gold.facts if ep else ()) if not f.ended):
+            src, dst = listed.get(normalize_name(fact.source)), listed.get(
+                normalize_name(fact.target))
+            if not (src and dst and self._keep(i)):
+                continue
+            relation = fact.relation if not self.drop_every or i % self.drop_every else \
+                "RELATES_TO"
+            imp, stab = FACT_SCORES.get(relation, (3, 3))
+            edges.append({"source": src, "target": dst, "relation": relation,
+                          "fact": fact.fact, "valid_at": fact.valid_at,
+                          "invalid_at": fact.invalid_at, "importance": imp, "stability": stab,
+                          "invalidates": []})
+        ids = _existing_ids(text, ended)
+        if edges and ids:
+            edges[0]["invalidates"] = ids
+        return {"edges": edges}
+
+    def _resolutions(self, request: dict) -> dict:
+        answers, current = [], None
+        for line in _user_text(request).splitlines():
+            kind, _, rest = line.strip().partition(" id=")
+            if kind not in ("NEW", "EXISTING"):
+                continue
+            ident, _, tail = rest.partition(": ")
+            name = normalize_name(tail.rsplit(" (", 1)[0] if " (" in tail else tail)
+            if kind == "NEW":
+                current = {"id": int(ident), "duplicate_of": None, "name": name}
+                answers.append(current)
+            elif current and current["duplicate_of"] is None and name == current["name"]:
+                current["duplicate_of"] = int(ident)
+        return {"entity_resolutions": [{"id": a["id"], "duplicate_of": a["duplicate_of"]}
+                                       for a in answers]}
+
+    def _classifications(self, request: dict) -> dict:
+        count = sum(1 for line in _user_text(request).splitlines()
+                    if line.startswith("MEMORY "))
+        return {"classifications": [{"index": i, "importance": 3, "stability": 3}
+                                    for i in range(1, count + 1)]}
+
+
+def _user_text(request: dict) -> str:
+    """The text of the last user message (the system prompt is instructions only)."""
+    users = [m for m in request.get("messages") or [] if m.get("role") == "user"]
+    return message_text({"messages": users[-1:]})
+
+
+def _existing_ids(text: str, ended: list) -> list[int]:
+    """Ids of EXISTING FACTS lines that state one of the episode's ended facts."""
+    if "EXISTING FACTS:" not in text:
+        return []
+    block = text.split("EXISTING FACTS:", 1)[1].split("CURRENT EPISODE", 1)[0]
+    ids = []
+    for line in block.splitlines():
+        if not line.startswith("["):
+            continue
+        ident, _, rest = line[1:].partition("] ")
+        head = normalize_name(rest.split(": ", 1)[0])
+        for fact in ended:
+            wanted = normalize_name(f"{fact.source} {fact.relation} {fact.target}")
+            if head == wanted and ident.isdigit():
+                ids.append(int(ident))
+    return ids
+
+
+# --- opening a workbench ------------------------------------------------------------------
+@dataclass
+class Lab:
+    """A workbench plus what it runs on; ``close()`` stops both."""
+
+    workbench: Workbench
+    mode: str
+    server: FakeLLMServer | None = None
+
+    def close(self) -> None:
+        self.workbench.close()
+        if self.server is not None:
+            self.server.stop()
+
+
+def llm_mode(requested: str | None = None) -> str:
+    mode = (requested or os.environ.get("WORKBENCH_NOTEBOOK_LLM") or "auto").lower()
+    if mode not in ("auto", "recorded", "configured"):
+        raise ValueError("WORKBENCH_NOTEBOOK_LLM must be auto, recorded or configured")
+    if mode == "auto":
+        configured = load_settings(env_file=ROOT / ".env").llm_configured
+        mode = "configured" if configured else "recorded"
+    return mode
+
+
+def open_lab(db_path: str = ":memory:", llm: str | None = None, clock=utcnow,
+             drop_every: int = 0, **overrides: Any) -> Lab:
+    """A workbench on ``db_path`` with the local embedder and the LLM ``llm`` selects."""
+    mode = llm_mode(llm)
+    server = None
+    settings = load_settings(env_file=ROOT / ".env", db_path=db_path, **overrides)
+    if mode == "recorded":
+        server = FakeLLMServer(model=RECORDED_MODEL).start()
+        server.set_responder(LabelledResponder(labelled_set(), drop_every=drop_every))
+        settings = settings.model_copy(update={
+            "llm_provider": "compat", "model_name": RECORDED_MODEL,
+            "compat_base_url": server.base_url, "llm_requests_per_minute": 0})
+    workbench = Workbench.open(settings, embedder=shared_embedder(), clock=clock)
+    return Lab(workbench, mode, server)
+
+
+def ingest(workbench: Workbench, episodes: list[dict], progress: bool = True) -> int:
+    """``add_memory`` every episode, then process the queue inline; returns episodes done."""
+    from tqdm.auto import tqdm
+
+    for episode in tqdm(episodes, desc="add_memory", disable=not progress):
+        workbench.add_memory(**episode)
+    return workbench.process_pending()
