@@ -467,3 +467,11 @@ def test_cost_summary_per_episode(h):
     assert summary["calls"] == 2 and summary["failed_attempts"] == 1
     assert summary["total_cost"] == pytest.approx(0.00027)
     assert cost_summary(h.store)["prompt_tokens"] == 2000
+
+
+def test_public_api_is_small_sorted_and_satisfies_the_protocol(h):
+    import workbench.llm as llm
+
+    assert llm.__all__ == sorted(llm.__all__)
+    assert all(hasattr(llm, name) for name in llm.__all__)
+    assert isinstance(h.chat, llm.ChatModel)
