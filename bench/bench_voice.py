@@ -101,15 +101,23 @@ def bench_server_startup(args: argparse.Namespace) -> dict[str, object]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--message", default=MESSAGE)
-    parser.add_argument("--voice", default="1", help="voice id or Kokoro name (default 1, af_heart)")
+    parser.add_argument(
+        "--voice", default="1", help="voice id or Kokoro name (default 1, af_heart)"
+    )
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--assets-dir", type=Path)
     parser.add_argument("--skip-server", action="store_true")
     args = parser.parse_args(argv)
-    result = {"cpus": os.cpu_count(), "load_average": [round(x, 2) for x in os.getloadavg()], **bench_engine(args)}
+    result = {
+        "cpus": os.cpu_count(),
+        "load_average": [round(x, 2) for x in os.getloadavg()],
+        **bench_engine(args),
+    }
     if not args.skip_server:
         result.update(bench_server_startup(args))
     print(json.dumps(result, indent=2))

@@ -24,7 +24,6 @@ from voice.text import split_sentences
 from voice.voices import NUMBERED_VOICES, Voice, numbered_voices, resolve_voice
 
 __all__ = [
-    "NUMBERED_VOICES",
     "AudioSink",
     "AudioStatus",
     "AudioUnavailable",
@@ -32,13 +31,14 @@ __all__ = [
     "DropSink",
     "Engine",
     "KokoroEngine",
+    "NUMBERED_VOICES",
     "PronunciationFileInvalid",
     "QueueFull",
     "RateLimited",
     "RecordingSink",
     "RequestInvalid",
-    "SoundDeviceSink",
     "Settings",
+    "SoundDeviceSink",
     "Speech",
     "SynthesisFailed",
     "ToneEngine",

@@ -59,7 +59,9 @@ def check_assets(directory: Path) -> AssetStatus:
         for name in _ENGINE_MODULES
         if importlib.util.find_spec(name) is None
     ]
-    problems += [p for p in (_file_problem(model, MODEL_SIZE), _file_problem(voices, VOICES_SIZE)) if p]
+    problems += [
+        p for p in (_file_problem(model, MODEL_SIZE), _file_problem(voices, VOICES_SIZE)) if p
+    ]
     return AssetStatus(model=model, voices=voices, problems=tuple(problems))
 
 

@@ -52,8 +52,11 @@ class SoundDeviceSink:
         try:
             import sounddevice as sd
         except (ImportError, OSError) as exc:
-            return AudioStatus(False, f"sounddevice/PortAudio not usable ({exc}); "
-                               "install the Debian package libportaudio2 and the voice extra")
+            return AudioStatus(
+                False,
+                f"sounddevice/PortAudio not usable ({exc}); "
+                "install the Debian package libportaudio2 and the voice extra",
+            )
         try:
             info = sd.query_devices(self.device, kind="output")
         except (sd.PortAudioError, ValueError) as exc:
@@ -102,7 +105,9 @@ class RecordingSink:
         self.done = threading.Condition()
 
     def status(self) -> AudioStatus:
-        return AudioStatus(self.available, "recording sink" if self.available else "recording sink off")
+        return AudioStatus(
+            self.available, "recording sink" if self.available else "recording sink off"
+        )
 
     def play(self, chunks: Iterable[np.ndarray], sample_rate: int) -> None:
         if not self.available:
@@ -135,4 +140,6 @@ class DropSink:
 
     def play(self, chunks: Iterable[np.ndarray], sample_rate: int) -> None:
         samples = sum(len(chunk) for chunk in chunks)
-        log.warning("audio unavailable (%s): dropped %.2fs of audio", self.reason, samples / sample_rate)
+        log.warning(
+            "audio unavailable (%s): dropped %.2fs of audio", self.reason, samples / sample_rate
+        )

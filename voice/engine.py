@@ -120,7 +120,11 @@ class KokoroEngine:
         if not phonemes:
             return np.zeros(0, dtype=np.float32)
         try:
-            audio, _ = self._kokoro.create(phonemes, voice=voice.name, speed=speed, is_phonemes=True)
+            audio, _ = self._kokoro.create(
+                phonemes, voice=voice.name, speed=speed, is_phonemes=True
+            )
         except ValueError as exc:
-            raise SynthesisFailed(f"cannot synthesize {text[:40]!r} with {voice.name}: {exc}") from exc
+            raise SynthesisFailed(
+                f"cannot synthesize {text[:40]!r} with {voice.name}: {exc}"
+            ) from exc
         return np.asarray(audio, dtype=np.float32)

@@ -20,7 +20,9 @@ class ToneEngine:
     name = "tone"
     sample_rate = SAMPLE_RATE
 
-    def __init__(self, seconds_per_char: float = 0.01, rtf: float = 0.0, fail_on: str | None = None):
+    def __init__(
+        self, seconds_per_char: float = 0.01, rtf: float = 0.0, fail_on: str | None = None
+    ):
         self.seconds_per_char = seconds_per_char
         self.rtf = rtf  # seconds of (sleeping) work per second of audio
         self.fail_on = fail_on  # a text containing this raises SynthesisFailed

@@ -118,7 +118,9 @@ class Notifier:
         outcome = Outcome(note.id, "played", queue_wait_seconds=started - note.received_at)
         sentences = sentences_for(note.speech.text, self.rules())
         outcome.sentences = len(sentences)
-        chunks = self._measured(stream_speech(self.engine, note.speech, sentences), outcome, started)
+        chunks = self._measured(
+            stream_speech(self.engine, note.speech, sentences), outcome, started
+        )
         try:
             self._play(chunks, outcome)
         except Exception as exc:  # a notification must never stop the worker
@@ -129,7 +131,7 @@ class Notifier:
         log.info(
             "notification %s %s: %d sentence(s), %.2fs audio, first audio after %s",
             note.id, outcome.result, outcome.sentences, outcome.audio_seconds,
-            f"{outcome.first_audio_seconds:.2f}s" if outcome.first_audio_seconds is not None else "-",
+            "-" if outcome.first_audio_seconds is None else f"{outcome.first_audio_seconds:.2f}s",
         )  # fmt: skip
         return outcome
 
@@ -148,7 +150,9 @@ class Notifier:
             outcome.result, outcome.error = "dropped", str(exc)
             log.warning("audio unavailable (%s): notification %s dropped", exc, outcome.id)
 
-    def _measured(self, chunks: Iterable[np.ndarray], outcome: Outcome, started: float) -> Iterator[np.ndarray]:
+    def _measured(
+        self, chunks: Iterable[np.ndarray], outcome: Outcome, started: float
+    ) -> Iterator[np.ndarray]:
         for chunk in chunks:
             if outcome.first_audio_seconds is None:
                 outcome.first_audio_seconds = time.perf_counter() - started

@@ -111,7 +111,9 @@ def parse_speech(raw: bytes, max_chars: int, default_voice_id: str = "1") -> Spe
     body = parse_json_object(raw)
     fmt = body.get("response_format", "wav")
     if fmt not in SPEECH_FORMATS:
-        raise RequestInvalid(f"'response_format' must be one of {', '.join(SPEECH_FORMATS)}, got {fmt!r}")
+        raise RequestInvalid(
+            f"'response_format' must be one of {', '.join(SPEECH_FORMATS)}, got {fmt!r}"
+        )
     return SpeechRequest(
         input=_text(body, "input", max_chars),
         voice=resolve_voice(body.get("voice", default_voice_id)),

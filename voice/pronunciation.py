@@ -43,7 +43,10 @@ NO_RULES = Rules()
 
 
 def compile_rules(mapping: Mapping[str, str]) -> Rules:
-    """Compile term -> spoken form pairs into one whole-word, case-insensitive, longest-first regex."""
+    """Compile term -> spoken form pairs into one whole-word, case-insensitive regex.
+
+    Longer terms come first in the alternation, so the longest match wins.
+    """
     replacements = {term.strip().casefold(): spoken for term, spoken in mapping.items()}
     if not replacements:
         return NO_RULES
@@ -72,7 +75,9 @@ def parse_rules(raw: str, source: str = "rules") -> Rules:
             f"got {type(data).__name__}"
         )
     problems = [
-        f"{key!r}: spoken form must be a string" for key, val in data.items() if not isinstance(val, str)
+        f"{key!r}: spoken form must be a string"
+        for key, val in data.items()
+        if not isinstance(val, str)
     ] + ["empty term" for key in data if not key.strip()]
     if problems:
         raise PronunciationFileInvalid(f"{source}: " + "; ".join(problems))
@@ -100,7 +105,11 @@ class RulesFile:
 
     def status(self) -> dict[str, object]:
         rules = self.rules()
-        return {"path": str(self.path) if self.path else None, "rules": len(rules), "error": self.error}
+        return {
+            "path": str(self.path) if self.path else None,
+            "rules": len(rules),
+            "error": self.error,
+        }
 
     def _reload_if_changed(self) -> None:
         stamp = self._current_stamp()

@@ -8,7 +8,9 @@ from collections.abc import Callable
 
 
 class RateLimiter:
-    def __init__(self, per_minute: float, burst: int, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self, per_minute: float, burst: int, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self.rate = per_minute / 60.0
         self.burst = max(1, burst)
         self.clock = clock

@@ -72,7 +72,11 @@ async def notify(request: Request, service: NamedDependency[VoiceService]) -> di
     payload = parse_notify(await request.body(), service.settings.max_message_chars,
                            service.settings.default_voice_id)  # fmt: skip
     note_id = service.notify(payload)
-    return {"status": "success", "message": f"Notification queued (voice {payload.voice.name})", "id": note_id}
+    return {
+        "status": "success",
+        "message": f"Notification queued (voice {payload.voice.name})",
+        "id": note_id,
+    }
 
 
 @get("/health")
@@ -114,23 +118,37 @@ def create_app(
     return Litestar(
         route_handlers=[notify, health, speech],
         dependencies={"service": Provide(lambda: service, sync_to_thread=False)},
-        exception_handlers={VoiceError: _voice_error, HTTPException: _http_error, Exception: _unexpected},
+        exception_handlers={
+            VoiceError: _voice_error,
+            HTTPException: _http_error,
+            Exception: _unexpected,
+        },
         on_startup=[service.start],
         on_shutdown=[service.stop],
         state={"service": service},  # type: ignore[arg-type]
     )
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="voice-server", description="Local Kokoro voice notification server")
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="voice-server", description="Local Kokoro voice notification server"
+    )
     parser.add_argument("--host", help="bind address (env VOICE_HOST; default 127.0.0.1)")
     parser.add_argument("--port", type=int, help="port (env VOICE_PORT or PORT; default 8888)")
-    parser.add_argument("--assets-dir", type=Path, help="model + voices directory (env VOICE_ASSETS_DIR)")
+    parser.add_argument(
+        "--assets-dir", type=Path, help="model + voices directory (env VOICE_ASSETS_DIR)"
+    )
     parser.add_argument("--pronunciations", type=Path, help="rules file (env VOICE_PRONUNCIATIONS)")
     parser.add_argument("--threads", type=int, help="onnxruntime threads (env VOICE_THREADS)")
     parser.add_argument("--no-audio", action="store_true", help="never open an audio device")
-    parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
-    return parser.parse_args(argv)
+    parser.add_argument(
+        "--log-level", default="info", choices=["debug", "info", "warning", "error"]
+    )
+    return parser
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    return build_parser().parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -142,10 +160,14 @@ def main(argv: list[str] | None = None) -> None:
         pronunciations=args.pronunciations, threads=args.threads,
         audio_enabled=False if args.no_audio else None,
     )  # fmt: skip
-    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
     log.info("voice-server on http://%s:%d (assets: %s)", settings.host, settings.port,
              settings.resolved_assets_dir())  # fmt: skip
-    uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level=args.log_level)
+    uvicorn.run(
+        create_app(settings), host=settings.host, port=settings.port, log_level=args.log_level
+    )
 
 
 if __name__ == "__main__":

@@ -74,7 +74,11 @@ class VoiceService:
         audio = self.sink.status()
         default = resolve_voice(self.settings.default_voice_id)
         last = self.notifier.last()
-        problems = [p for p in (missing, "" if audio.available else f"audio unavailable: {audio.detail}") if p]
+        problems = [
+            p
+            for p in (missing, "" if audio.available else f"audio unavailable: {audio.detail}")
+            if p
+        ]
         return {
             "status": "ok" if not problems else "degraded",
             "message": "; ".join(problems) or "ready",
@@ -84,7 +88,9 @@ class VoiceService:
             "audio_output_available": audio.available,
             "audio_output": audio.detail,
             "default_voice": {"id": default.id, "name": default.name, "language": default.language},
-            "voices": [{"id": v.id, "name": v.name, "language": v.language} for v in numbered_voices()],
+            "voices": [
+                {"id": v.id, "name": v.name, "language": v.language} for v in numbered_voices()
+            ],
             "queue_depth": self.notifier.depth,
             "queue_capacity": self.notifier.capacity,
             "playing": self.notifier.current,

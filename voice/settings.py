@@ -58,7 +58,10 @@ ENVIRONMENT: dict[str, tuple[str, type]] = {
     "VOICE_RATE_PER_MINUTE": ("rate_per_minute", float),
     "VOICE_RATE_BURST": ("rate_burst", int),
     "VOICE_THREADS": ("threads", int),
-    "VOICE_AUDIO": ("audio_enabled", lambda v: v.strip().lower() not in {"0", "false", "no", "off"}),
+    "VOICE_AUDIO": (
+        "audio_enabled",
+        lambda v: v.strip().lower() not in {"0", "false", "no", "off"},
+    ),
 }
 
 

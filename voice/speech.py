@@ -45,7 +45,9 @@ def shape_chunk(audio: np.ndarray, volume: float, pause_samples: int) -> np.ndar
     return np.concatenate([scaled, np.zeros(pause_samples, dtype=np.float32)])
 
 
-def _produce(engine: Engine, speech: Speech, sentences: list[str], out: queue.Queue, stop: threading.Event) -> None:
+def _produce(
+    engine: Engine, speech: Speech, sentences: list[str], out: queue.Queue, stop: threading.Event
+) -> None:
     pause = int(SENTENCE_PAUSE * engine.sample_rate)
     try:
         for index, sentence in enumerate(sentences):
@@ -68,12 +70,17 @@ def _put(out: queue.Queue, item: object, stop: threading.Event) -> None:
             continue
 
 
-def stream_speech(engine: Engine, speech: Speech, sentences: list[str], lookahead: int = 1) -> Iterator[np.ndarray]:
+def stream_speech(
+    engine: Engine, speech: Speech, sentences: list[str], lookahead: int = 1
+) -> Iterator[np.ndarray]:
     """Yield one float32 chunk per sentence, in order, synthesizing ahead on a thread."""
     out: queue.Queue = queue.Queue(maxsize=max(1, lookahead))
     stop = threading.Event()
     worker = threading.Thread(
-        target=_produce, args=(engine, speech, sentences, out, stop), name="voice-synth", daemon=True
+        target=_produce,
+        args=(engine, speech, sentences, out, stop),
+        name="voice-synth",
+        daemon=True,
     )
     worker.start()
     try:

@@ -77,7 +77,9 @@ def _id_of(name: str) -> str | None:
 def voice_by_name(name: str) -> Voice:
     """The voice called ``name`` (one of the 54 Kokoro voices)."""
     if name not in KOKORO_VOICES:
-        raise RequestInvalid(f"unknown voice name {name!r}; use an id {VOICE_ID_RANGE} or a Kokoro name")
+        raise RequestInvalid(
+            f"unknown voice name {name!r}; use an id {VOICE_ID_RANGE} or a Kokoro name"
+        )
     return Voice(name=name, language=_language_of(name), id=_id_of(name))
 
 

@@ -14,9 +14,10 @@ def wav_header(sample_rate: int, data_bytes: int = STREAMING_SIZE, channels: int
     """The 44-byte header of a 16-bit PCM WAV file."""
     block = channels * 2
     riff_size = min(STREAMING_SIZE, data_bytes + 36)
+    fmt = struct.pack("<IHHIIHH", 16, 1, channels, sample_rate, sample_rate * block, block, 16)
     return (
         b"RIFF" + struct.pack("<I", riff_size) + b"WAVE"
-        + b"fmt " + struct.pack("<IHHIIHH", 16, 1, channels, sample_rate, sample_rate * block, block, 16)
+        + b"fmt " + fmt
         + b"data" + struct.pack("<I", data_bytes)
     )  # fmt: skip
 

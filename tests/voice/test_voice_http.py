@@ -29,8 +29,9 @@ def is_error(response, status: int, fragment: str) -> None:
 
 
 def test_notify_accepted(client, sink, tone):
-    r = client.post("/notify", json={"message": "Build finished. All green.", "voice_id": "12",
-                                     "voice_settings": {"speed": 1.5}, "title": "CI", "volume": 0.7})  # fmt: skip
+    body = {"message": "Build finished. All green.", "voice_id": "12",
+            "voice_settings": {"speed": 1.5}, "title": "CI", "volume": 0.7}  # fmt: skip
+    r = client.post("/notify", json=body)
     assert r.status_code == 202
     body = r.json()
     assert body["status"] == "success" and "am_michael" in body["message"] and body["id"]
@@ -91,7 +92,10 @@ def test_queue_full_is_429(settings, tone, gate_sink):
 def test_client_over_its_rate_is_429(settings, tone, sink):
     app = create_app(settings, engine=tone, sink=sink, limiter=RateLimiter(per_minute=1, burst=2))
     with TestClient(app) as client:
-        assert [client.post("/notify", json={"message": "x"}).status_code for _ in range(2)] == [202, 202]
+        assert [client.post("/notify", json={"message": "x"}).status_code for _ in range(2)] == [
+            202,
+            202,
+        ]
         is_error(client.post("/notify", json={"message": "x"}), 429, "too many requests")
 
 
@@ -105,7 +109,9 @@ def test_missing_backend_is_503_and_reported(settings, sink, tmp_path):
         health = client.get("/health").json()
         assert health["status"] == "degraded" and health["backend_available"] is False
         assert "voice backend missing" in health["message"] and health["model_loaded"] is False
-        is_error(client.post("/v1/audio/speech", json={"input": "Hi"}), 503, "voice backend missing")
+        is_error(
+            client.post("/v1/audio/speech", json={"input": "Hi"}), 503, "voice backend missing"
+        )
 
 
 def test_unknown_route_and_wrong_method_keep_the_error_shape(client):
@@ -118,7 +124,11 @@ def test_health(client):
     assert body["status"] == "ok" and body["engine"] == "tone"
     assert body["model_loaded"] is True and body["audio_output_available"] is True
     assert body["default_voice"] == {"id": "1", "name": "af_heart", "language": "en-us"}
-    assert len(body["voices"]) == 41 and body["voices"][20] == {"id": "21", "name": "bf_emma", "language": "en-gb"}
+    assert len(body["voices"]) == 41 and body["voices"][20] == {
+        "id": "21",
+        "name": "bf_emma",
+        "language": "en-gb",
+    }
     assert body["queue_depth"] == 0 and body["pronunciations"]["rules"] == 0
 
 
@@ -147,7 +157,9 @@ def test_pronunciations_are_applied(settings, client, tone):
 
 
 def test_speech_streams_wav(client, tone):
-    r = client.post("/v1/audio/speech", json={"input": "One. Two.", "voice": "af_sky", "speed": 2.0})
+    r = client.post(
+        "/v1/audio/speech", json={"input": "One. Two.", "voice": "af_sky", "speed": 2.0}
+    )
     assert r.status_code == 200 and r.headers["content-type"] == "audio/wav"
     assert r.content[:4] == b"RIFF" and struct.unpack("<I", r.content[24:28]) == (24000,)
     pcm = r.content[44:]
@@ -163,4 +175,11 @@ def test_speech_streams_raw_pcm(client):
 
 
 def test_speech_bad_request(client):
-    is_error(client.post("/v1/audio/speech", json={"input": "x", "voice": "nobody"}), 400, "'1' to '41'")
+    is_error(
+        client.post("/v1/audio/speech", json={"input": "x", "voice": "nobody"}), 400, "'1' to '41'"
+    )
+
+
+def test_openapi_schema_lists_the_routes(client):
+    schema = client.get("/schema/openapi.json").json()
+    assert {"/notify", "/health", "/v1/audio/speech"} <= set(schema["paths"])

@@ -60,7 +60,9 @@ def test_notify_speaks_through_the_real_engine(kokoro, settings):
     sink = RecordingSink()
     app = create_app(settings, engine=kokoro, sink=sink)
     with TestClient(app) as client:
-        r = client.post("/notify", json={"message": "Tests passed. Deploying now.", "voice_id": "13"})
+        r = client.post(
+            "/notify", json={"message": "Tests passed. Deploying now.", "voice_id": "13"}
+        )
         assert r.status_code == 202
         notifier = app.state["service"].notifier
         assert notifier.wait_idle(60)

@@ -37,7 +37,9 @@ def server(home: Path, *args: str, **env: str) -> Iterator[tuple[str, float]]:
     port = free_port()
     environ = {**os.environ, "HOME": str(home), "VOICE_PORT": str(port), **env}
     started = time.perf_counter()
-    proc = subprocess.Popen([*command(), *args], env=environ, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(
+        [*command(), *args], env=environ, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+    )
     url = f"http://127.0.0.1:{port}"
     try:
         while True:
@@ -46,7 +48,9 @@ def server(home: Path, *args: str, **env: str) -> Iterator[tuple[str, float]]:
                 break
             except httpx.TransportError:
                 if proc.poll() is not None or time.perf_counter() - started > 60:
-                    raise AssertionError(f"server did not start: {proc.stdout.read().decode()}") from None
+                    raise AssertionError(
+                        f"server did not start: {proc.stdout.read().decode()}"
+                    ) from None
                 time.sleep(0.05)
         yield url, time.perf_counter() - started
     finally:

@@ -65,7 +65,10 @@ def test_speed_and_volume_are_applied(tone):
 
 def test_sentences_apply_pronunciation_rules():
     rules = compile_rules({"CI": "continuous integration"})
-    assert sentences_for("CI passed. Deploy next.", rules) == ["continuous integration passed.", "Deploy next."]
+    assert sentences_for("CI passed. Deploy next.", rules) == [
+        "continuous integration passed.",
+        "Deploy next.",
+    ]
 
 
 # -- the notifier --------------------------------------------------------------------------
@@ -94,7 +97,10 @@ def test_notifications_play_one_at_a_time_in_order(tone):
     assert all(o.result == "played" and o.sentences == 2 for o in notifier.outcomes)
     # no overlap: each recording starts after the previous one finished
     for before, after in zip(recordings, recordings[1:], strict=False):
-        assert after.chunk_times[0] >= before.chunk_times[-1] + len(before.chunks[-1]) / before.sample_rate - 0.01
+        assert (
+            after.chunk_times[0]
+            >= before.chunk_times[-1] + len(before.chunks[-1]) / before.sample_rate - 0.01
+        )
     assert [t for t, _, _ in tone.calls][:2] == ["Message 0.", "Second sentence."]
 
 

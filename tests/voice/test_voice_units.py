@@ -81,9 +81,13 @@ def test_long_sentence_is_cut_at_clauses():
 
 
 def test_rules_whole_word_case_insensitive_longest_first():
-    rules = compile_rules({"SQL": "sequel", "PostgreSQL": "post gres", "k8s": "kubernetes", "C++": "C plus plus"})
+    rules = compile_rules(
+        {"SQL": "sequel", "PostgreSQL": "post gres", "k8s": "kubernetes", "C++": "C plus plus"}
+    )
     text = "PostgreSQL and sql, not MySQLx; k8s runs C++."
-    assert apply_rules(text, rules) == "post gres and sequel, not MySQLx; kubernetes runs C plus plus."
+    assert (
+        apply_rules(text, rules) == "post gres and sequel, not MySQLx; kubernetes runs C plus plus."
+    )
 
 
 def test_no_rules_is_identity():
@@ -127,12 +131,22 @@ def test_rules_file_reloads_and_keeps_last_good(tmp_path):
 
 
 def notify(body, max_chars=100):
-    return parse_notify(json.dumps(body).encode() if not isinstance(body, bytes) else body, max_chars)
+    return parse_notify(
+        json.dumps(body).encode() if not isinstance(body, bytes) else body, max_chars
+    )
 
 
 def test_notify_payload_defaults_and_fields():
-    req = notify({"message": " Hi ", "voice_settings": {"speed": 1.2, "stability": 0.5}, "extra": 1})
-    assert (req.message, req.voice.name, req.speed, req.volume, req.title) == ("Hi", "af_heart", 1.2, 1.0, None)
+    req = notify(
+        {"message": " Hi ", "voice_settings": {"speed": 1.2, "stability": 0.5}, "extra": 1}
+    )
+    assert (req.message, req.voice.name, req.speed, req.volume, req.title) == (
+        "Hi",
+        "af_heart",
+        1.2,
+        1.0,
+        None,
+    )
     req = notify({"message": "Hi", "voice_id": "21", "title": "CI", "volume": 0.5})
     assert (req.voice.name, req.title, req.volume) == ("bf_emma", "CI", 0.5)
 
@@ -163,7 +177,9 @@ def test_notify_payload_rejections(body, message):
 
 
 def test_speech_payload():
-    req = parse_speech(b'{"input": "Hi", "voice": "jf_alpha", "speed": 0.8, "response_format": "pcm"}', 50)
+    req = parse_speech(
+        b'{"input": "Hi", "voice": "jf_alpha", "speed": 0.8, "response_format": "pcm"}', 50
+    )
     assert (req.voice.name, req.speed, req.response_format) == ("jf_alpha", 0.8, "pcm")
     with pytest.raises(RequestInvalid, match="response_format"):
         parse_speech(b'{"input": "Hi", "response_format": "mp3"}', 50)
@@ -198,7 +214,9 @@ def test_wav_header_is_valid_riff():
 
 
 def test_pcm16_and_volume_and_pause():
-    assert to_pcm16(np.array([0.0, 1.0, -1.0, 2.0], dtype=np.float32)) == struct.pack("<4h", 0, 32767, -32767, 32767)
+    assert to_pcm16(np.array([0.0, 1.0, -1.0, 2.0], dtype=np.float32)) == struct.pack(
+        "<4h", 0, 32767, -32767, 32767
+    )
     chunk = shape_chunk(np.ones(4, dtype=np.float32), volume=0.5, pause_samples=3)
     assert chunk.tolist() == [0.5] * 4 + [0.0] * 3
 
@@ -207,9 +225,20 @@ def test_pcm16_and_volume_and_pause():
 
 
 def test_settings_from_env(tmp_path):
-    env = {"PORT": "9000", "VOICE_ASSETS_DIR": str(tmp_path), "VOICE_AUDIO": "0", "VOICE_QUEUE_SIZE": "3"}
+    env = {
+        "PORT": "9000",
+        "VOICE_ASSETS_DIR": str(tmp_path),
+        "VOICE_AUDIO": "0",
+        "VOICE_QUEUE_SIZE": "3",
+    }
     s = settings_from_env(env)
-    assert (s.port, s.assets_dir, s.audio_enabled, s.queue_size, s.host) == (9000, tmp_path, False, 3, "127.0.0.1")
+    assert (s.port, s.assets_dir, s.audio_enabled, s.queue_size, s.host) == (
+        9000,
+        tmp_path,
+        False,
+        3,
+        "127.0.0.1",
+    )
     assert settings_from_env({"PORT": "9000", "VOICE_PORT": "9001"}).port == 9001
     assert settings_from_env({}) == Settings()
     with pytest.raises(SystemExit, match="VOICE_PORT"):
