@@ -134,7 +134,11 @@ def run_maintenance(
         raise Conflict("a decay maintenance run is already in progress; wait for it to finish "
                        "and try again")
     try:
-        return _run_locked(store, policy, metrics, clock, dry_run)
+        parallel = getattr(store, "parallel", None)
+        if parallel is None:
+            return _run_locked(store, policy, metrics, clock, dry_run)
+        with parallel():  # set-based SQL over every memory: use all cores
+            return _run_locked(store, policy, metrics, clock, dry_run)
     finally:
         lock.release()
 

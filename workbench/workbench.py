@@ -89,6 +89,9 @@ class Workbench:
             max_attempts=settings.queue_max_attempts, poll_seconds=settings.queue_poll_seconds)
         self.scheduler = MaintenanceScheduler.from_settings(
             store, settings, metrics, clock, chat=chat)
+        # accesses are written before a run reads them; purged memories leave the indexes
+        self.scheduler.before_run = self.search.flush
+        self.scheduler.after_run = self.search.refresh_states
 
     # --- construction -------------------------------------------------------------------
     @classmethod

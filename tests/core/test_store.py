@@ -65,3 +65,13 @@ def test_embeddings_round_trip_and_parquet_snapshot(tmp_path):
     snap = Store.open_snapshot(tmp_path / "snap")
     assert snap.fetchone("SELECT count(*) FROM entity_embeddings")[0] == 2
     assert snap.read_only and snap.dim == 4
+
+
+def test_executemany_inserts_every_row_in_chunks():
+    store = Store.open(":memory:", dim=4)
+    rows = [[f"k{i}", str(i)] for i in range(1234)]
+    store.executemany("INSERT INTO meta VALUES (?, ?)", rows)
+    assert store.fetchone("SELECT count(*), sum(value::INT) FROM meta WHERE key LIKE 'k%'") == (
+        1234, sum(range(1234)))
+    store.executemany("UPDATE meta SET value = ? WHERE key = ?", [["x", "k1"], ["y", "k2"]])
+    assert store.meta("k1") == "x" and store.meta("k2") == "y"
