@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import threading
 
 import openai
 import pytest
@@ -25,7 +26,7 @@ from workbench.errors import (
 from workbench.llm import CompatChatModel, PriceTable, build_chat_model
 from workbench.metrics import Metrics
 from workbench.store import Store
-from workbench.store.llm_calls import cost_summary, list_llm_calls
+from workbench.store.llm_calls import cost_by_prompt, cost_summary, list_llm_calls
 
 
 class Entity(BaseModel):
@@ -475,3 +476,49 @@ def test_public_api_is_small_sorted_and_satisfies_the_protocol(h):
     assert llm.__all__ == sorted(llm.__all__)
     assert all(hasattr(llm, name) for name in llm.__all__)
     assert isinstance(h.chat, llm.ChatModel)
+
+
+def test_requests_per_minute_throttle_uses_the_injected_sleep(fake):
+    now, slept = [0.0], []
+
+    def sleep(seconds):
+        slept.append(seconds)
+        now[0] += seconds
+
+    h = Harness(fake, requests_per_minute=6, sleep=sleep, monotonic=lambda: now[0])
+    for _ in range(3):
+        h.complete()
+    assert slept == pytest.approx([10.0, 10.0])  # burst of one, then one per 10 s
+
+
+def test_concurrent_calls_are_all_counted_and_recorded(fake):
+    h = Harness(fake)
+    fake.set_responder(lambda req: FakeReply.ok(ALICE, prompt_tokens=10, completion_tokens=2))
+    errors: list[BaseException] = []
+
+    def work():
+        try:
+            for _ in range(5):
+                h.complete()
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    assert value(h.text, "graph_prompt_tokens_total", model="gpt-4o-mini") == 200
+    assert cost_summary(h.store)["calls"] == 20
+
+
+def test_cost_by_prompt(h):
+    h.fake.script(FakeReply.ok(ALICE, prompt_tokens=1000, completion_tokens=0),
+                  FakeReply.ok(ALICE, prompt_tokens=1000, completion_tokens=0))
+    h.complete()
+    h.chat.complete("classify", MESSAGES, ExtractedEntities)
+    rows = {r["prompt_name"]: r for r in cost_by_prompt(h.store)}
+    assert set(rows) == {"extract_entities", "classify"}
+    assert rows["classify"]["calls"] == 1
+    assert rows["classify"]["total_cost"] == pytest.approx(0.00015)
