@@ -7,6 +7,7 @@ took. With no audio output the speech is still synthesized, then dropped with a 
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import queue
 import threading
@@ -64,18 +65,26 @@ class Notifier:
         self.current: str | None = None
         self._changed = threading.Condition()
         self._thread: threading.Thread | None = None
+        self._stopping = threading.Event()
 
     # -- control -----------------------------------------------------------------------------
     def start(self) -> None:
         if self._thread is None:
+            self._stopping.clear()
             self._thread = threading.Thread(target=self._run, name="voice-notifier", daemon=True)
             self._thread.start()
 
     def stop(self, timeout: float = 5.0) -> None:
-        if self._thread is not None:
-            self._queue.put(_STOP)
-            self._thread.join(timeout)
-            self._thread = None
+        """Stop after the notification being played; the ones still waiting are discarded."""
+        if self._thread is None:
+            return
+        self._stopping.set()
+        with contextlib.suppress(queue.Full):  # a full queue: the worker is busy, sees the flag
+            self._queue.put_nowait(_STOP)
+        self._thread.join(timeout)
+        self._thread = None
+        if waiting := self._queue.qsize():
+            log.warning("voice server stopping: %d queued notification(s) discarded", waiting)
 
     def submit(self, notification: Notification) -> None:
         try:
@@ -104,7 +113,7 @@ class Notifier:
             self.engine.load()
         except BackendMissing as exc:
             log.error("%s", exc)
-        while (item := self._queue.get()) is not _STOP:
+        while not self._stopping.is_set() and (item := self._queue.get()) is not _STOP:
             with self._changed:
                 self.current = item.id
             outcome = self._speak(item)

@@ -147,3 +147,16 @@ def test_notifier_applies_current_rules(tone, sink):
     notifier = Notifier(tone, sink, rules=lambda: compile_rules({"k8s": "kubernetes"}))
     run(notifier, note(1, "k8s is up."))
     assert tone.calls[0][0] == "kubernetes is up."
+
+
+def test_stop_with_a_full_queue_does_not_hang(tone, gate_sink):
+    notifier = Notifier(tone, gate_sink, capacity=1)
+    notifier.start()
+    notifier.submit(note(1, "playing"))
+    assert gate_sink.entered.wait(5)
+    notifier.submit(note(2, "waiting"))  # the queue is now full
+    started = time.perf_counter()
+    gate_sink.gate.set()
+    notifier.stop(timeout=5)
+    assert time.perf_counter() - started < 5
+    assert [o.id for o in notifier.outcomes] == ["1"]  # the waiting one was discarded
