@@ -1,0 +1,59 @@
+"""Fixtures of the search tests: a real DuckDB store, a manual clock, metrics, engines."""
+
+from __future__ import annotations
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.search.helpers import T0
+from workbench.clock import ManualClock
+from workbench.metrics import Metrics
+from workbench.search import SearchEngine
+from workbench.store import Store
+
+
+@pytest.fixture
+def store():
+    s = Store.open(":memory:")
+    yield s
+    s.close()
+
+
+@pytest.fixture
+def clock():
+    return ManualClock(T0)
+
+
+@pytest.fixture
+def metrics():
+    return Metrics()
+
+
+@pytest.fixture
+def make_engine(store, clock, metrics):
+    """Build engines over the test store; all are closed at teardown."""
+    engines = []
+
+    def make(embedder, **options):
+        options.setdefault("access_background", False)
+        engine = SearchEngine(store, embedder, metrics, clock, **options)
+        engines.append(engine)
+        return engine
+
+    yield make
+    for engine in engines:
+        engine.close()
+
+
+def samples(metrics: Metrics) -> dict[tuple[str, tuple], float]:
+    """Every sample of the exposition: (name, sorted labels) -> value."""
+    text = metrics.exposition().decode()
+    out = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            out[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    return out
+
+
+def sample(metrics: Metrics, name: str, **labels) -> float:
+    return samples(metrics).get((name, tuple(sorted(labels.items()))), 0.0)

@@ -1,0 +1,100 @@
+"""The indexes follow the store: inserts, deletes and restarts (a new engine on the file)."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.search.helpers import add, entity, fact
+from workbench.clock import ManualClock
+from workbench.metrics import Metrics
+from workbench.search import SearchEngine
+from workbench.store import Store
+from tests.search.helpers import T0
+
+
+def open_engine(path, embedder):
+    store = Store.open(path)
+    return store, SearchEngine(store, embedder, Metrics(), ManualClock(T0),
+                               access_background=False)
+
+
+def ranking(hits):
+    return [(h["uuid"], h["score_parts"]["similarity"], h["score_parts"]["keyword"],
+             h["score"]) for h in hits]
+
+
+@pytest.fixture
+def db(tmp_path):
+    return str(tmp_path / "kb.duckdb")
+
+
+def test_results_are_identical_after_a_restart(db, hash_embedder):
+    store, engine = open_engine(db, hash_embedder)
+    sam, tea = add(engine, "entity", [entity("Sam", "likes green tea"), entity("Green tea")])
+    add(engine, "fact", [fact(f"Sam drinks green tea number {i}", sam, tea) for i in range(30)])
+    nodes, facts = engine.search_nodes("green tea"), engine.search_facts("green tea drinks")
+    engine.close()
+    store.close()
+
+    store, engine = open_engine(db, hash_embedder)
+    try:
+        assert ranking(engine.search_nodes("green tea")) == ranking(nodes)
+        assert ranking(engine.search_facts("green tea drinks")) == ranking(facts)
+        assert len(engine.vectors["fact"]) == len(engine.keywords["fact"]) == 30
+    finally:
+        engine.close()
+        store.close()
+
+
+def test_deleted_memories_are_gone_now_and_after_restart(db, hash_embedder):
+    store, engine = open_engine(db, hash_embedder)
+    sam, = add(engine, "entity", [entity("Sam")])
+    keep, drop = add(engine, "fact", [fact("Sam plays the piano", sam, sam),
+                                      fact("Sam plays the guitar", sam, sam)])
+    store.execute("DELETE FROM facts WHERE uuid = ?", [drop["uuid"]])
+    store.execute("DELETE FROM fact_embeddings WHERE uuid = ?", [drop["uuid"]])
+    engine.on_delete("fact", [drop["uuid"]])
+    assert [h["uuid"] for h in engine.search_facts("plays guitar")] == [keep["uuid"]]
+    engine.close()
+    store.close()
+
+    store, engine = open_engine(db, hash_embedder)
+    try:
+        assert [h["uuid"] for h in engine.search_facts("plays guitar")] == [keep["uuid"]]
+        assert drop["uuid"] not in engine.vectors["fact"]
+    finally:
+        engine.close()
+        store.close()
+
+
+def test_refresh_states_drops_rows_purged_behind_the_engines_back(store, make_engine,
+                                                                  hash_embedder):
+    engine = make_engine(hash_embedder)
+    a, b = add(engine, "entity", [entity("old receipt"), entity("new receipt")])
+    store.execute("DELETE FROM entities WHERE uuid = ?", [a["uuid"]])  # e.g. a purge
+    assert [h["uuid"] for h in engine.search_nodes("receipt")] == [b["uuid"]]  # SQL filters
+    engine.refresh_states()
+    assert a["uuid"] not in engine.vectors["entity"] and a["uuid"] not in engine.keywords[
+        "entity"]
+    engine.rebuild()
+    assert len(engine.vectors["entity"]) == 1
+
+
+def test_upsert_of_changed_text_replaces_the_old_one(store, make_engine, hash_embedder):
+    engine = make_engine(hash_embedder)
+    memo, = add(engine, "entity", [entity("Sam", "likes coffee")])
+    memo = dict(memo, summary="likes matcha now")
+    store.execute("UPDATE entities SET summary = ? WHERE uuid = ?", [memo["summary"],
+                                                                     memo["uuid"]])
+    vector = hash_embedder.embed(["Sam: likes matcha now"])
+    engine.on_upsert("entity", [memo], vector)
+    assert engine.search_nodes("matcha")[0]["score_parts"]["keyword"] > 0
+    assert engine.keywords["entity"].search("coffee", 5) == []
+    assert len(engine.vectors["entity"]) == 1
+
+
+def test_search_over_an_empty_graph_returns_nothing(make_engine, hash_embedder, metrics):
+    engine = make_engine(hash_embedder)
+    assert engine.search_nodes("anything") == []
+    assert engine.search_facts("anything", group_ids=["never-seen"]) == []
+    assert hash_embedder.calls == 0  # nothing to compare with: the query is not even embedded

@@ -1,0 +1,166 @@
+"""VectorIndex on synthetic vectors: exact correctness, filters, upserts, deletes, ANN recall."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tests.search.helpers import write_embeddings
+from workbench.errors import DimensionMismatch
+from workbench.index import VectorIndex, load_index
+
+DIM = 32
+
+
+def unit(rows: np.ndarray) -> np.ndarray:
+    return (rows / np.linalg.norm(rows, axis=1, keepdims=True)).astype(np.float32)
+
+
+def clustered(n: int, dim: int, seed: int = 0) -> np.ndarray:
+    """Vectors on a low-rank manifold plus noise: neighbourhoods like sentence embeddings."""
+    rng = np.random.default_rng(seed)
+    basis = rng.standard_normal((16, dim))
+    return unit(rng.standard_normal((n, 16)) @ basis + 0.3 * rng.standard_normal((n, dim)))
+
+
+def brute(vectors, uuids, query, k, keep=None):
+    scores = unit(vectors) @ (query / np.linalg.norm(query))
+    order = [i for i in np.argsort(-scores) if keep is None or keep(i)]
+    return [(uuids[i], float(scores[i])) for i in order[:k]]
+
+
+def same(got, want) -> bool:
+    return [u for u, _ in got] == [u for u, _ in want] and np.allclose(
+        [s for _, s in got], [s for _, s in want], atol=1e-5)
+
+
+@pytest.fixture
+def data():
+    vectors = clustered(500, DIM)
+    uuids = [f"u{i}" for i in range(len(vectors))]
+    groups = ["a" if i % 5 else "b" for i in range(len(vectors))]  # b: 20%
+    return vectors, uuids, groups
+
+
+def test_exact_search_matches_brute_force(data):
+    vectors, uuids, groups = data
+    index = VectorIndex(DIM)
+    index.add(uuids, vectors, groups)
+    query = clustered(1, DIM, seed=9)[0]
+    assert same(index.search(query, 10), brute(vectors, uuids, query, 10))
+    assert len(index) == 500 and not index.uses_ann
+
+
+def test_group_filter_applies_before_top_k(data):
+    vectors, uuids, groups = data
+    index = VectorIndex(DIM)
+    index.add(uuids, vectors, groups)
+    query = vectors[1]  # a member of group "a"
+    got = index.search(query, 10, group_ids=["b"])
+    assert len(got) == 10
+    assert all(groups[int(u[1:])] == "b" for u, _ in got)
+    assert same(got, brute(vectors, uuids, query, 10, keep=lambda i: groups[i] == "b"))
+    assert index.search(query, 5, group_ids=["nope"]) == []
+
+
+def test_allowed_set_and_predicate(data):
+    vectors, uuids, groups = data
+    index = VectorIndex(DIM)
+    index.add(uuids, vectors, groups)
+    allowed = {"u3", "u77", "u400", "missing"}
+    got = index.search(vectors[0], 10, allowed=allowed)
+    assert {u for u, _ in got} == {"u3", "u77", "u400"}
+    odd = index.search(vectors[0], 10, allowed=lambda u: int(u[1:]) % 2 == 1)
+    assert len(odd) == 10 and all(int(u[1:]) % 2 for u, _ in odd)
+
+
+def test_upsert_replaces_vector_and_group(data):
+    vectors, uuids, groups = data
+    index = VectorIndex(DIM)
+    index.add(uuids, vectors, groups)
+    index.add(["u7"], vectors[42:43], ["c"])
+    assert len(index) == 500
+    hits = index.search(vectors[42], 2)
+    assert {u for u, _ in hits} == {"u7", "u42"}
+    assert same(index.search(vectors[42], 5, group_ids=["c"]), [("u7", 1.0)])
+
+
+def test_remove_forgets_and_reuses_slots(data):
+    vectors, uuids, groups = data
+    index = VectorIndex(DIM)
+    index.add(uuids, vectors, groups)
+    index.remove(["u0", "u1", "unknown"])
+    assert len(index) == 498 and "u0" not in index
+    assert all(u not in ("u0", "u1") for u, _ in index.search(vectors[0], 20))
+    index.add(["new"], vectors[0:1], ["a"])
+    assert index.search(vectors[0], 1)[0][0] == "new"
+    sims = index.similarity(vectors[0], ["new", "u0"])
+    assert sims[0] == pytest.approx(1.0) and np.isnan(sims[1])
+
+
+def test_dimension_mismatch_is_reported():
+    index = VectorIndex(DIM)
+    with pytest.raises(DimensionMismatch, match="32-dimensional"):
+        index.add(["x"], np.ones((1, 8), dtype=np.float32), ["g"])
+
+
+def test_empty_index_returns_nothing():
+    index = VectorIndex(DIM)
+    assert index.search(np.ones(DIM), 5) == []
+    assert len(index) == 0
+
+
+def recall(index, vectors, uuids, queries, k=10, groups=None, keep=None):
+    total = 0.0
+    for q in queries:
+        want = {u for u, _ in brute(vectors, uuids, q, k, keep)}
+        got = {u for u, _ in index.search(q, k, group_ids=groups)}
+        total += len(want & got) / k
+    return total / len(queries)
+
+
+def test_ann_recall_against_exact_is_at_least_095():
+    n = 6000
+    vectors = clustered(n, 64, seed=1)
+    uuids = [f"u{i}" for i in range(n)]
+    groups = ["a" if i % 10 else "b" for i in range(n)]  # b: 10%
+    index = VectorIndex(64, ann_threshold=1000, exact_subset_limit=100)
+    index.add(uuids, vectors, groups)
+    assert index.uses_ann
+    queries = clustered(40, 64, seed=2)
+    assert recall(index, vectors, uuids, queries) >= 0.95
+    keep_b = lambda i: groups[i] == "b"  # noqa: E731 - filtered ANN (oversampling)
+    assert recall(index, vectors, uuids, queries[:20], groups=["b"], keep=keep_b) >= 0.95
+    hits = index.search(queries[0], 10)
+    exact = dict(brute(vectors, uuids, queries[0], n))
+    for uuid, score in hits:  # scores are the real cosine, not a quantised estimate
+        assert score == pytest.approx(exact[uuid], abs=1e-5)
+
+
+def test_ann_stays_consistent_after_deletes_and_upserts():
+    n = 3000
+    vectors = clustered(n, DIM, seed=3)
+    uuids = [f"u{i}" for i in range(n)]
+    index = VectorIndex(DIM, ann_threshold=1000)
+    index.add(uuids, vectors, ["g"] * n)
+    gone = [f"u{i}" for i in range(0, n, 3)]
+    index.remove(gone)
+    index.add(["u1"], vectors[2:3], ["g"])
+    assert index.uses_ann and len(index) == n - len(gone)
+    seen = {u for q in vectors[:50] for u, _ in index.search(q, 10)}
+    assert not seen & set(gone)
+    assert index.search(vectors[2], 2)[0][1] == pytest.approx(1.0)
+    index.remove([u for u in uuids if u not in gone][:1600])  # small again: back to exact
+    assert not index.uses_ann
+
+
+def test_load_index_reads_vectors_of_existing_memories(store):
+    from tests.search.helpers import entity, insert
+
+    rows = [entity(f"e{i}") for i in range(3)]
+    vectors = clustered(3, store.dim, seed=4)
+    insert(store, "entity", rows, vectors)
+    write_embeddings(store, "entity", ["orphan"], clustered(1, store.dim))  # no entity row
+    index = load_index(store, "entity")
+    assert sorted(index.uuids()) == sorted(r["uuid"] for r in rows)
+    assert index.search(vectors[1], 1)[0][0] == rows[1]["uuid"]

@@ -1,0 +1,77 @@
+"""The incremental BM25 index: tokens, ranking, groups, updates, deletes, compaction."""
+
+from __future__ import annotations
+
+import pytest
+
+from workbench.keyword import KeywordIndex, stem, tokenize
+
+
+@pytest.mark.parametrize("word, root", [
+    ("prefers", "prefer"), ("preferred", "prefer"), ("running", "run"), ("studies", "study"),
+    ("glasses", "glass"), ("status", "status"), ("duckdb", "duckdb"), ("is", "is"),
+])
+def test_stem(word, root):
+    assert stem(word) == root
+
+
+def test_tokenize_drops_stop_words_and_possessives():
+    assert tokenize("What is Lena's favourite Editor? It's Neovim!") == [
+        "lena", "favourite", "editor", "neovim"]
+    assert tokenize("the and of") == []
+
+
+@pytest.fixture
+def index():
+    idx = KeywordIndex()
+    idx.add(
+        ["a", "b", "c", "d"],
+        ["Sam prefers Rust for services", "Priya prefers Kotlin on Android",
+         "Sam runs along the river", "Rust is a language; Rust Rust Rust"],
+        ["g1", "g1", "g1", "g2"],
+    )
+    return idx
+
+
+def test_rare_terms_rank_first_and_scores_are_normalised(index):
+    hits = index.search("does Sam prefer Rust?", 4)
+    assert hits[0][0] == "a"  # sam + prefer + rust
+    assert {u for u, *_ in hits} == {"a", "b", "c", "d"}
+    assert all(0.0 < norm <= 1.0 for _, _, norm in hits)
+    assert [bm25 for _, bm25, _ in hits] == sorted((b for _, b, _ in hits), reverse=True)
+
+
+def test_group_filter_and_allowed(index):
+    assert [u for u, *_ in index.search("rust", 5, group_ids=["g2"])] == ["d"]
+    assert index.search("rust", 5, group_ids=["unknown"]) == []
+    assert [u for u, *_ in index.search("rust", 5, allowed={"a"})] == ["a"]
+    assert index.groups() == {"g1", "g2"}
+
+
+def test_unknown_words_lower_the_normalised_score(index):
+    (_, _, full), = index.search("kotlin", 1)
+    (_, _, partial), = index.search("kotlin zeppelin", 1)
+    assert partial < full
+
+
+def test_upsert_and_delete_follow_changes(index):
+    index.add(["a"], ["Sam now prefers Zig"], ["g1"])
+    assert "a" not in {u for u, *_ in index.search("rust", 5)}
+    assert [u for u, *_ in index.search("zig", 5)] == ["a"]
+    index.remove(["b", "missing"])
+    assert index.search("kotlin", 5) == []
+    assert len(index) == 3
+    assert index.search("", 5) == [] and index.search("the of", 5) == []
+
+
+def test_compaction_keeps_results():
+    idx = KeywordIndex()
+    n = 3000
+    idx.add([f"u{i}" for i in range(n)], [f"memory number{i} about topic{i % 7}" for i in
+                                           range(n)], ["g"] * n)
+    before = idx.search("topic3 number10", 3)
+    idx.remove([f"u{i}" for i in range(0, n, 2) if i != 10])  # forces a compaction
+    assert idx._dead_postings == 0
+    after = idx.search("topic3 number10", 3)
+    assert after[0][0] == before[0][0] == "u10"
+    assert all(int(u[1:]) % 2 == 1 or u == "u10" for u, *_ in idx.search("topic3", 50))
