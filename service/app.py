@@ -141,6 +141,7 @@ def create_app(
         exception_handlers={Exception: exception_handler},
         request_max_body_size=max_body_bytes(settings),
         lifespan=[mcp_lifespan],
+        logging_config=None,  # service.logging owns the log format
         openapi_config=OpenAPIConfig(
             title="Knowledge Workbench", version=package_version(), path="/schema",
             description="Memory tools for AI assistants over REST; the same tools over MCP "

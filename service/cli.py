@@ -30,10 +30,6 @@ EXIT_USAGE = 2
 EXIT_FAILURE = 1
 
 
-class StartupError(Exception):
-    """A start-up problem with its one-line explanation."""
-
-
 # --- helpers ------------------------------------------------------------------------------
 def settings_from(args: argparse.Namespace, **extra: Any) -> Settings:
     overrides = {"db_path": getattr(args, "db", None), **extra}
@@ -229,7 +225,7 @@ def run_guarded(func: Callable[[argparse.Namespace], int], args: argparse.Namesp
     """Run a command; any failure is one ``error:`` line on stderr, never a traceback."""
     try:
         return func(args)
-    except (ConfigError, StartupError) as exc:
+    except ConfigError as exc:  # a bad setting, or a start-up problem (StartupError)
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except WorkbenchError as exc:

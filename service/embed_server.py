@@ -170,6 +170,7 @@ def create_embed_app(
         middleware=[RequestContextMiddleware],
         request_max_body_size=max_body_bytes,
         openapi_config=None,
+        logging_config=None,  # service.logging owns the log format
     )
 
 

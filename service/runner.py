@@ -25,16 +25,20 @@ from typing import Any
 
 import uvicorn
 
-from service.cli import StartupError, open_workbench, secrets_of
+from service.cli import open_workbench, secrets_of
 from service.logging import setup_logging
 from workbench.config import Settings
-from workbench.errors import EmbedderError
+from workbench.errors import ConfigError, EmbedderError
 
 log = logging.getLogger("service")
 
 MIN_TOKEN_CHARS = 16
 GRACEFUL_SECONDS = 10
 QUEUE_STOP_SECONDS = 30.0
+
+
+class StartupError(ConfigError):
+    """A start-up problem (exposure, port) with its one-line explanation."""
 
 
 def is_loopback(host: str) -> bool:
@@ -135,11 +139,11 @@ async def serve_all(pairs: list[tuple[_Server, socket.socket]]) -> None:
 
 def serve(settings: Settings, dev: bool = False, log_format: str = "json") -> int:
     """``workbench serve``."""
+    started = time.monotonic()
+    check_exposure(settings)
     from service.app import create_app
     from service.metrics_server import METRICS_PATH, create_metrics_app
 
-    started = time.monotonic()
-    check_exposure(settings)
     setup_logging(settings.log_level, secrets_of(settings), fmt=log_format)
     metrics_port = settings.resolved_metrics_port(dev)
     main_sock = bind_socket(settings.host, settings.port, "the tools port", "--port")
