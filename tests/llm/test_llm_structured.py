@@ -78,6 +78,8 @@ def test_grammar_schema_is_grammar_friendly():
     assert schema["properties"]["entities"]["maxItems"] == 64
     assert item["name"]["maxLength"] == 2000
     assert "maxLength" not in item["kind"]  # enums are bounded already
+    assert schema["additionalProperties"] is False
+    assert schema["properties"]["entities"]["items"]["additionalProperties"] is False
     assert not [n for n in _walk(schema) if "default" in n or "$ref" in n]
 
 

@@ -81,7 +81,8 @@ def grammar_schema(
     max_string_length: int | None = 2000,
 ) -> dict[str, Any]:
     """A schema grammar engines honour: refs inlined, small integer ranges as ``enum``,
-    ignored keywords removed, arrays and strings bounded (so a weak model cannot run on)."""
+    ignored keywords removed, objects closed, arrays and strings bounded (so a weak model
+    cannot run on)."""
 
     def walk(node: Any) -> Any:
         if isinstance(node, list):
@@ -92,6 +93,8 @@ def grammar_schema(
         if out.get("format") not in _GRAMMAR_FORMATS:
             out.pop("format", None)
         kind = out.get("type")
+        if kind == "object" and "properties" in out:
+            out.setdefault("additionalProperties", False)  # no rambling extra keys
         if kind == "integer":
             _integer_range_to_enum(out)
         elif kind == "number":
