@@ -61,7 +61,8 @@ def _keep_prefix(match: re.Match[str]) -> str:
     return (match.group(1) if match.groups() else "") + REDACTED
 
 
-_STANDARD_ATTRS = set(vars(logging.LogRecord("", 0, "", 0, "", (), None))) | {"message", "asctime"}
+_STANDARD_ATTRS = set(vars(logging.LogRecord("", 0, "", 0, "", (), None))) | {
+    "message", "asctime", "color_message", "taskName"}
 
 
 class JsonFormatter(logging.Formatter):

@@ -21,6 +21,7 @@ import logging
 import signal
 import socket
 import time
+from collections.abc import Callable
 from typing import Any
 
 import uvicorn
@@ -110,8 +111,10 @@ def make_server(app: Any, graceful: int = GRACEFUL_SECONDS) -> _Server:
         timeout_graceful_shutdown=graceful, proxy_headers=False))
 
 
-async def serve_all(pairs: list[tuple[_Server, socket.socket]]) -> None:
-    """Serve every (server, socket) until a signal, or until one of them stops."""
+async def serve_all(pairs: list[tuple[_Server, socket.socket]],
+                    on_ready: Callable[[], None] | None = None) -> None:
+    """Serve every (server, socket) until a signal, or until one of them stops;
+    ``on_ready`` runs once every server has started."""
     loop = asyncio.get_running_loop()
     servers = [server for server, _ in pairs]
 
@@ -128,6 +131,13 @@ async def serve_all(pairs: list[tuple[_Server, socket.socket]]) -> None:
         loop.add_signal_handler(sig, request_exit, sig)
     tasks = [asyncio.create_task(server.serve(sockets=[sock])) for server, sock in pairs]
     try:
+        while on_ready and not all(s.started for s in servers):
+            if any(t.done() for t in tasks):
+                break
+            await asyncio.sleep(0.02)
+        else:
+            if on_ready:
+                on_ready()
         await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
         for server in servers:
             server.should_exit = True
@@ -161,13 +171,16 @@ def serve(settings: Settings, dev: bool = False, log_format: str = "json") -> in
         pairs = [(make_server(create_app(workbench, settings)), main_sock),
                  (make_server(create_metrics_app(workbench), 2), metrics_sock)]
         base = f"http://{_url_host(settings.host)}"
-        log.info("ready in %.1f s: tools %s:%d (REST /tools, MCP /mcp, /health, /schema), "
-                 "metrics %s:%d%s, database %s, embedder %s (%d dims), LLM %s",
-                 time.monotonic() - started, base, settings.port, base, metrics_port,
-                 METRICS_PATH, workbench.store.path, embedder.model, embedder.dimensions,
-                 getattr(workbench.chat, "model", None) or
-                 "not configured (episodes wait in the queue)")
-        asyncio.run(serve_all(pairs))
+
+        def ready() -> None:
+            log.info("ready in %.1f s: tools %s:%d (REST /tools, MCP /mcp, /health, /schema), "
+                     "metrics %s:%d%s, database %s, embedder %s (%d dims), LLM %s",
+                     time.monotonic() - started, base, settings.port, base, metrics_port,
+                     METRICS_PATH, workbench.store.path, embedder.model, embedder.dimensions,
+                     getattr(workbench.chat, "model", None) or
+                     "not configured (episodes wait in the queue)")
+
+        asyncio.run(serve_all(pairs, ready))
     finally:
         log.info("stopping the workbench: finishing or releasing queued work")
         try:
@@ -194,10 +207,13 @@ def serve_embeddings(settings: Settings, host: str, port: int, model: str) -> in
         raise
     if not is_loopback(host):
         log.warning("the embeddings server has no authentication and is bound to %s", host)
-    log.info("ready in %.1f s: embeddings http://%s:%d/v1 (model %s, %d dims)",
-             time.monotonic() - started, _url_host(host), port, embedder.model,
-             embedder.dimensions)
-    asyncio.run(serve_all([(make_server(create_embed_app(embedder)), sock)]))
+
+    def ready() -> None:
+        log.info("ready in %.1f s: embeddings http://%s:%d/v1 (model %s, %d dims)",
+                 time.monotonic() - started, _url_host(host), port, embedder.model,
+                 embedder.dimensions)
+
+    asyncio.run(serve_all([(make_server(create_embed_app(embedder)), sock)], ready))
     return 0
 
 

@@ -1,0 +1,69 @@
+"""The metrics port: Prometheus text exposition of the workbench registry, and the decay health
+JSON of the spec."""
+
+from __future__ import annotations
+
+import pytest
+from litestar.testing import TestClient
+from prometheus_client.parser import text_string_to_metric_families
+
+from service.metrics_server import create_metrics_app
+from tests.conftest import HashEmbedder
+from workbench.config import load_settings
+from workbench.metrics import Metrics
+from workbench.workbench import Workbench
+
+
+@pytest.fixture(scope="module")
+def wb():
+    settings = load_settings({"SVC_KNOWLEDGE_DB_PATH": ":memory:"}, env_file=None)
+    workbench = Workbench.open(settings, embedder=HashEmbedder(), chat=None, metrics=Metrics())
+    yield workbench
+    workbench.close()
+
+
+@pytest.fixture(scope="module")
+def client(wb):
+    with TestClient(create_metrics_app(wb)) as test_client:
+        yield test_client
+
+
+def test_metrics_is_prometheus_text_with_the_catalog(client, wb):
+    wb.metrics.record_llm_call("m1", 100, 20, 0.001, 0.0004, 0.7)
+    wb.add_memory("n", "Tom uses Python.")
+    response = client.get("/metrics")
+    assert response.status_code == 200
+    assert response.headers["content-type"].startswith("text/plain; version=0.0.4")
+    families = {f.name: f for f in text_string_to_metric_families(response.text)}
+    assert families["graph_prompt_tokens"].type == "counter"
+    samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
+               for f in families.values() for s in f.samples}
+    assert samples[("graph_prompt_tokens_total", (("model", "m1"),))] == 100
+    assert samples[("graph_total_tokens_all_models_total", ())] == 120
+    buckets = [s for s in families["graph_llm_request_duration_seconds"].samples
+               if s.name.endswith("_bucket")]
+    assert [b.labels["le"] for b in buckets][-1] == "+Inf"
+    assert "messaging_queue_depth" in families
+
+
+def test_health_decay_has_the_spec_fields(client):
+    body = client.get("/health/decay").json()
+    assert body["status"] in ("healthy", "degraded", "unhealthy")
+    assert isinstance(body["decay_enabled"], bool)
+    assert body["metrics_endpoint"] == "/metrics"
+    assert "last_maintenance" in body
+
+
+def test_after_a_maintenance_run_health_is_healthy_with_a_utc_timestamp(client, wb):
+    wb.run_decay_maintenance()
+    body = client.get("/health/decay").json()
+    assert body["status"] == "healthy"
+    assert body["last_maintenance"].endswith(("Z", "+00:00"))
+    metrics = client.get("/metrics").text
+    assert 'knowledge_decay_maintenance_runs_total{status="success"} 1.0' in metrics
+
+
+def test_unknown_paths_use_the_error_shape(client):
+    response = client.get("/nope")
+    assert response.status_code == 404
+    assert response.json()["error"]["type"] == "not_found"

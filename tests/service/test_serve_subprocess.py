@@ -1,0 +1,144 @@
+"""``workbench serve`` as a real process on free ports: ingestion through REST with the fake
+LLM, a Prometheus scrape, decay health, and stops (SIGTERM, SIGKILL) during ingestion that lose
+no accepted episode."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from service.embed_server import create_embed_app
+from tests.conftest import HashEmbedder
+from tests.fakes.fixtures import chat_settings_env
+from tests.ingest import rule_llm
+from tests.service.svc_helpers import free_port
+
+pytestmark = pytest.mark.slow
+
+EPISODES = [
+    "Maria Keller works at Acme.", "Tom uses Neovim.", "Maria Keller lives in Munich.",
+    "Tom leads Atlas.", "Tom works at Globex.", "Maria Keller uses Python.",
+]
+
+
+class Service:
+    """One ``workbench serve`` subprocess."""
+
+    def __init__(self, env: dict[str, str], db: Path, log: Path):
+        self.port, self.metrics_port = free_port(), free_port()
+        self.log = log
+        clean = {k: v for k, v in os.environ.items()
+                 if not k.startswith("SVC_KNOWLEDGE_") and k != "LOG_LEVEL"}
+        clean.update(env)
+        with log.open("ab") as sink:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "service.cli", "serve", "--port", str(self.port),
+                 "--metrics-port", str(self.metrics_port), "--db", str(db)],
+                env=clean, cwd=db.parent, stdout=sink, stderr=subprocess.STDOUT)
+        self.http = httpx.Client(base_url=f"http://127.0.0.1:{self.port}", timeout=30)
+        self.metrics = httpx.Client(base_url=f"http://127.0.0.1:{self.metrics_port}",
+                                    timeout=30)
+
+    def wait_ready(self, timeout: float = 120) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise AssertionError(f"serve exited: {self.log.read_text()[-2000:]}")
+            try:
+                if self.http.get("/health").status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass
+            time.sleep(0.2)
+        raise AssertionError(f"serve not ready: {self.log.read_text()[-2000:]}")
+
+    def tool(self, name: str, body: dict | None = None) -> dict:
+        response = self.http.post(f"/tools/{name}", json=body or {})
+        assert response.status_code == 200, response.text
+        return response.json()
+
+    def wait_done(self, total: int, timeout: float = 120) -> dict:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            counts = self.tool("get_queue_status")["counts"]
+            if counts.get("done", 0) >= total:
+                return counts
+            time.sleep(0.3)
+        raise AssertionError(f"not processed: {counts}")
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 60) -> int:
+        self.proc.send_signal(sig)
+        code = self.proc.wait(timeout)
+        self.http.close()
+        self.metrics.close()
+        return code
+
+
+@pytest.fixture
+def env(fake_llm, server_thread):
+    fake_llm.set_responder(rule_llm.respond)
+    embed = server_thread(create_embed_app(HashEmbedder()))
+    return chat_settings_env(
+        fake_llm, SVC_KNOWLEDGE_EMBEDDER_BASE_URL=f"{embed.url}/v1",
+        SVC_KNOWLEDGE_EMBEDDER_MODEL="hash-bow", SVC_KNOWLEDGE_EMBEDDER_DIMENSIONS="384",
+        SVC_KNOWLEDGE_QUEUE_POLL_SECONDS="0.1", SVC_KNOWLEDGE_QUEUE_CONCURRENCY="2")
+
+
+def add_all(service: Service) -> list[str]:
+    return [service.tool("add_memory", {"name": f"e{i}", "episode_body": text,
+                                        "group_id": f"g{i % 2}"})["episode_uuid"]
+            for i, text in enumerate(EPISODES)]
+
+
+def test_ingest_over_rest_then_scrape_metrics_and_decay_health(env, tmp_path):
+    service = Service(env, tmp_path / "kb.duckdb", tmp_path / "serve.log")
+    try:
+        service.wait_ready()
+        add_all(service)
+        service.wait_done(len(EPISODES))
+        facts = service.tool("search_memory_facts", {"query": "Maria Keller Acme"})["facts"]
+        assert any("Acme" in f["fact"] for f in facts)
+        scrape = service.metrics.get("/metrics")
+        assert scrape.headers["content-type"].startswith("text/plain")
+        samples = {s.name: s.value for f in text_string_to_metric_families(scrape.text)
+                   for s in f.samples if not s.labels}
+        assert samples["graph_episodes_processed_all_groups_total"] == len(EPISODES)
+        assert samples["graph_prompt_tokens_all_models_total"] > 0
+        assert samples["knowledge_weighted_searches_total"] >= 1
+        health = service.metrics.get("/health/decay").json()
+        assert health["decay_enabled"] is True and health["metrics_endpoint"] == "/metrics"
+    finally:
+        assert service.stop() == 0
+    log = (tmp_path / "serve.log").read_text()
+    assert "ready in" in log and "stopped" in log and "Traceback" not in log
+    assert "test-key" not in log  # the LLM credential never reaches the log
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL], ids=["sigterm", "sigkill"])
+def test_a_stop_during_ingestion_loses_nothing(env, tmp_path, fake_llm, sig):
+    db, log = tmp_path / "kb.duckdb", tmp_path / "serve.log"
+    fake_llm.latency = 0.4  # every LLM call is slow: the stop lands mid-extraction
+    first = Service(env, db, log)
+    first.wait_ready()
+    uuids = add_all(first)
+    time.sleep(1.0)
+    code = first.stop(sig)
+    assert code == (0 if sig == signal.SIGTERM else -signal.SIGKILL)
+    fake_llm.latency = 0.0
+    second = Service(env, db, log)
+    try:
+        second.wait_ready()
+        second.wait_done(len(EPISODES))
+        listed = second.tool("get_episodes", {"max_episodes": 100})["episodes"]
+        assert {e["uuid"] for e in listed} == set(uuids)
+        assert {e["status"] for e in listed} == {"done"}
+    finally:
+        assert second.stop() == 0
