@@ -17,6 +17,7 @@ from litestar.di import NamedDependency, Provide
 from litestar.exceptions import HTTPException
 from litestar.response import Stream
 
+from voice.assets import VOICES_FILE
 from voice.audio import AudioSink, DropSink, SoundDeviceSink
 from voice.engine import Engine, KokoroEngine
 from voice.errors import BackendMissing, QueueFull, RateLimited, RequestInvalid, VoiceError
@@ -94,6 +95,26 @@ async def speech(request: Request, service: NamedDependency[VoiceService]) -> St
     return Stream(service.speech(payload), media_type=media_type, headers=headers)
 
 
+ENGINES = ("auto", "kokoro-onnx", "kokoro-torch")
+
+
+def default_engine(settings: Settings) -> Engine:
+    """The ONNX engine, or the torch one when asked for or (``auto``) when its weights are there."""
+    from voice.engine_torch import TORCH_CONFIG_FILE, TORCH_MODEL_FILE, TorchKokoroEngine
+
+    assets = settings.resolved_assets_dir()
+    model = settings.torch_model or assets / TORCH_MODEL_FILE
+    config = settings.torch_config or assets / TORCH_CONFIG_FILE
+    if settings.engine not in ENGINES:
+        raise ValueError(f"unknown engine {settings.engine!r}; choose one of {', '.join(ENGINES)}")
+    use_torch = settings.engine == "kokoro-torch" or (
+        settings.engine == "auto" and model.is_file() and config.is_file()
+    )
+    if use_torch:
+        return TorchKokoroEngine(model, config, assets / VOICES_FILE, settings.threads)
+    return KokoroEngine(assets, settings.threads)
+
+
 def default_sink(settings: Settings) -> AudioSink:
     if not settings.audio_enabled:
         return DropSink("audio output disabled (VOICE_AUDIO=0)")
@@ -110,7 +131,7 @@ def create_app(
     settings = settings or Settings()
     service = VoiceService(
         settings,
-        engine or KokoroEngine(settings.resolved_assets_dir(), settings.threads),
+        engine or default_engine(settings),
         sink or default_sink(settings),
         RulesFile(settings.resolved_pronunciations()),
         limiter or RateLimiter(settings.rate_per_minute, settings.rate_burst),
@@ -140,6 +161,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--pronunciations", type=Path, help="rules file (env VOICE_PRONUNCIATIONS)")
     parser.add_argument("--threads", type=int, help="onnxruntime threads (env VOICE_THREADS)")
+    parser.add_argument("--engine", choices=ENGINES, help="synthesis engine (env VOICE_ENGINE)")
     parser.add_argument("--no-audio", action="store_true", help="never open an audio device")
     parser.add_argument(
         "--log-level", default="info", choices=["debug", "info", "warning", "error"]
@@ -157,7 +179,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     settings = settings_from_env().with_overrides(
         host=args.host, port=args.port, assets_dir=args.assets_dir,
-        pronunciations=args.pronunciations, threads=args.threads,
+        pronunciations=args.pronunciations, threads=args.threads, engine=args.engine,
         audio_enabled=False if args.no_audio else None,
     )  # fmt: skip
     logging.basicConfig(

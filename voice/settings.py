@@ -34,6 +34,9 @@ class Settings:
     rate_burst: int = 10
     threads: int = 0  # onnxruntime intra-op threads; 0 = number of CPUs (max 4)
     audio_enabled: bool = True  # False: never open an audio device (synthesize and drop)
+    engine: str = "auto"  # "kokoro-onnx", "kokoro-torch", "auto" (torch if its weights are there)
+    torch_model: Path | None = None  # None: <assets_dir>/kokoro-v1_0.pth
+    torch_config: Path | None = None  # None: <assets_dir>/config.json
 
     def resolved_assets_dir(self) -> Path:
         return self.assets_dir or default_assets_dir()
@@ -58,6 +61,9 @@ ENVIRONMENT: dict[str, tuple[str, type]] = {
     "VOICE_RATE_PER_MINUTE": ("rate_per_minute", float),
     "VOICE_RATE_BURST": ("rate_burst", int),
     "VOICE_THREADS": ("threads", int),
+    "VOICE_ENGINE": ("engine", str),
+    "VOICE_TORCH_MODEL": ("torch_model", Path),
+    "VOICE_TORCH_CONFIG": ("torch_config", Path),
     "VOICE_AUDIO": (
         "audio_enabled",
         lambda v: v.strip().lower() not in {"0", "false", "no", "off"},
