@@ -27,6 +27,7 @@ from tests.conftest import HashEmbedder  # noqa: E402
 from tests.fakes.fake_llm import FakeLLMServer  # noqa: E402
 from tests.fakes.fixtures import chat_settings_env  # noqa: E402
 from tests.ingest import rule_llm  # noqa: E402
+from tests.ingest.replay_llm import ReplayLLM  # noqa: E402
 from workbench.config import load_settings  # noqa: E402
 from workbench.metrics import Metrics  # noqa: E402
 from workbench.workbench import Workbench  # noqa: E402
@@ -78,11 +79,13 @@ def sample_tokens(server, embedder) -> dict:
     wb.process_pending()
     row = wb.store.fetchone(
         "SELECT count(*), sum(prompt_tokens), sum(completion_tokens) FROM llm_calls")
+    graph = wb.store.fetchone("SELECT (SELECT count(*) FROM entities), (SELECT count(*) FROM facts)")
     wb.close()
     n = len(lines)
     return {"episodes": n, "calls_per_episode": row[0] / n,
             "prompt_tokens_per_episode": row[1] / n,
-            "completion_tokens_per_episode": row[2] / n}
+            "completion_tokens_per_episode": row[2] / n,
+            "entities": graph[0], "facts": graph[1]}
 
 
 def main() -> None:
@@ -112,6 +115,7 @@ def main() -> None:
         print(f"LLM latency {args.latency}s, {args.workers} workers: {slow:.2f} episodes/s "
               f"(ideal C/(2L) = {ideal:.2f}, ratio {slow / ideal:.2f})")
         server.latency = 0.0
+        server.set_responder(ReplayLLM())  # gold labels: realistic entity/fact counts
         print("sample data:", json.dumps(sample_tokens(server, embedder)))
 
 

@@ -65,6 +65,12 @@ def resolve_local_model(name: str) -> str:
     return name
 
 
+def _model_dimension(model) -> int:
+    getter = getattr(model, "get_embedding_dimension", None) or \
+        model.get_sentence_embedding_dimension
+    return int(getter())
+
+
 class LocalEmbedder:
     """sentence-transformers in process. The model loads lazily on first use (~7 s import)."""
 
@@ -84,7 +90,7 @@ class LocalEmbedder:
         self._encode_lock = threading.Lock()
         self.dimensions = dimensions or (384 if "MiniLM-L6" in model else 0)
         if not self.dimensions:
-            self.dimensions = self._load().get_sentence_embedding_dimension()
+            self.dimensions = _model_dimension(self._load())
 
     def _load(self):
         if self._st is not None:
@@ -104,7 +110,7 @@ class LocalEmbedder:
                         f"cannot load the local embedding model {self.model!r} from "
                         f"{self._path}: {exc}"
                     ) from None
-                got = self._st.get_sentence_embedding_dimension()
+                got = _model_dimension(self._st)
                 if got != self.dimensions:
                     raise DimensionMismatch(
                         f"the local model {self.model!r} produces {got} dimensions, "

@@ -109,6 +109,8 @@ class EpisodeQueue:
         self._busy = 0
         self._busy_lock = threading.Lock()
         self._avg_seconds = 1.0
+        self._last_lease_check = None
+        self._last_gauges = 0.0
 
     # --- producer side ------------------------------------------------------------------
     def notify_enqueued(self, priority: int) -> None:
@@ -142,6 +144,7 @@ class EpisodeQueue:
                         len(self._threads))
             q.release_all(self.store)
         self._threads = []
+        self.refresh_gauges()
 
     @property
     def running(self) -> bool:
@@ -162,7 +165,7 @@ class EpisodeQueue:
     def run_once(self, owner: str = "inline") -> bool:
         """Claim and process one due message; False when there was none."""
         now = self.clock()
-        q.requeue_expired_leases(self.store, now)
+        self._requeue_expired(now)
         message = q.claim_next(self.store, owner, now, self.lease_seconds)
         if message is None:
             return False
@@ -174,7 +177,16 @@ class EpisodeQueue:
         done = 0
         while done < max_messages and self.run_once():
             done += 1
+        self.refresh_gauges()
         return done
+
+    def _requeue_expired(self, now) -> None:
+        """Return expired leases to the queue, at most every lease/10 (clock time)."""
+        every = min(self.lease_seconds / 10, 5.0)
+        last = self._last_lease_check
+        if last is None or (now - last).total_seconds() >= every:
+            self._last_lease_check = now
+            q.requeue_expired_leases(self.store, now)
 
     def _process(self, message: dict[str, Any], owner: str) -> None:
         started = time.perf_counter()
@@ -196,7 +208,7 @@ class EpisodeQueue:
             self.metrics.record_processing_complete(QUEUE_NAME, duration, True, None, end)
         finally:
             self._set_busy(-1)
-            self.refresh_gauges()
+            self._maybe_refresh_gauges()
 
     def _failed(self, message: dict[str, Any], exc: BaseException, duration: float) -> None:
         category = categorize(exc)
@@ -229,7 +241,12 @@ class EpisodeQueue:
         with self._busy_lock:
             self._busy += delta
 
+    def _maybe_refresh_gauges(self, every: float = 0.25) -> None:
+        if time.monotonic() - self._last_gauges >= every:
+            self.refresh_gauges()
+
     def refresh_gauges(self) -> None:
+        self._last_gauges = time.monotonic()
         depth = q.depth_by_priority(self.store)
         for priority, count in depth.items():
             self.metrics.update_queue_depth(QUEUE_NAME, count, priority)
