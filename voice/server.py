@@ -29,6 +29,8 @@ from voice.settings import Settings, settings_from_env
 
 log = logging.getLogger("voice.server")
 
+MAX_BODY_BYTES = 256 * 1024  # far above the longest message; larger bodies answer 413
+
 _STATUS: dict[type[VoiceError], int] = {
     RequestInvalid: 400,
     QueueFull: 429,
@@ -144,6 +146,7 @@ def create_app(
             HTTPException: _http_error,
             Exception: _unexpected,
         },
+        request_max_body_size=MAX_BODY_BYTES,
         on_startup=[service.start],
         on_shutdown=[service.stop],
         state={"service": service},  # type: ignore[arg-type]

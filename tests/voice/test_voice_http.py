@@ -114,6 +114,11 @@ def test_missing_backend_is_503_and_reported(settings, sink, tmp_path):
         )
 
 
+def test_oversized_body_is_413(client):
+    r = client.post("/notify", content=b'{"message": "' + b"x" * 300_000 + b'"}')
+    is_error(r, 413, "")
+
+
 def test_unknown_route_and_wrong_method_keep_the_error_shape(client):
     is_error(client.get("/nope"), 404, "Not Found")
     is_error(client.get("/notify"), 405, "Method Not Allowed")
