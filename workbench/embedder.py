@@ -111,7 +111,7 @@ class LocalEmbedder:
                         f"{self._path}: {exc}"
                     ) from None
                 got = _model_dimension(self._st)
-                if got != self.dimensions:
+                if self.dimensions and got != self.dimensions:
                     raise DimensionMismatch(
                         f"the local model {self.model!r} produces {got} dimensions, "
                         f"but {self.dimensions} are configured "
