@@ -7,10 +7,13 @@ Every memory a search returns is an access (DESIGN.md): ``last_accessed_at = now
 returned rows) and queues the change; the queue is written with one UPDATE per memory kind
 (:func:`workbench.store.access.apply_accesses`) by a background flusher every
 ``flush_interval`` seconds, synchronously when ``max_pending`` memories wait, and on
-:meth:`flush` / :meth:`close` — so no access is lost on an orderly shutdown. Until a change is
-written, :meth:`overlay` applies it to freshly fetched rows, so a second search sees the
-memory as already accessed (no double reactivation). ``background=False`` writes at the end of
-every search instead.
+:meth:`flush` / :meth:`close` — so no access is lost on an orderly shutdown. The search engine
+applies the new values to its row cache at once; when it re-reads rows from the store it holds
+:meth:`consistent_read` and calls :meth:`overlay`, which re-applies what is not written yet (no
+double reactivation, no lost count). ``background=False`` writes at the end of every search.
+
+Lock order (to stay deadlock-free): the flush lock, then the caller's lock, then this
+tracker's lock, then the store's.
 """
 
 from __future__ import annotations
@@ -100,7 +103,8 @@ class AccessTracker:
                     row["lifecycle_state"] = "ACTIVE"
 
     def record(self, kind: str, rows: list[dict[str, Any]], now: datetime) -> list[dict]:
-        """Account one access of each row at ``now``; return the rows as they are after it."""
+        """Account one access of each row at ``now``; return the rows as they are after it.
+        The write is queued: call :meth:`settle` afterwards (outside the caller's locks)."""
         out = []
         for row in rows:
             updated, reactivated = access_update(row, now)
@@ -123,7 +127,14 @@ class AccessTracker:
                 else:
                     pending.accessed_at = max(pending.accessed_at, now)
                     pending.count += 1
+
+    def settle(self) -> None:
+        """After :meth:`record`, outside any lock of the caller: write now when writing is
+        synchronous or the queue is full, else make sure the background flusher runs."""
+        with self._lock:
             size = len(self._pending)
+        if not size:
+            return
         if not self._background or self._closed or size >= self._max_pending:
             self.flush()
         else:

@@ -1,26 +1,34 @@
 """Search over memories: ``search_nodes`` (entities) and ``search_facts`` (facts). No LLM call.
 
-One :class:`SearchEngine` owns, per memory kind, a :class:`~workbench.index.VectorIndex` and a
-:class:`~workbench.keyword.KeywordIndex`, both loaded from the store at open (the store is the
-source of truth) and kept in step by :meth:`SearchEngine.on_upsert` / :meth:`on_delete`.
+One :class:`SearchEngine` owns, per memory kind, a :class:`~workbench.index.VectorIndex`, a
+:class:`~workbench.keyword.KeywordIndex` and a :class:`~workbench.search_cache.RowCache`, all
+loaded from the store at open (the store is the source of truth) and kept in step by
+:meth:`SearchEngine.on_upsert` / :meth:`on_delete` / :meth:`refresh_states`.
 
 A search:
 
 1. validates its input (:mod:`workbench.search_input`) and embeds the query once;
 2. takes the union of the vector top-N and the BM25 top-N (N = ``candidate_pool``, at least
-   5 x the requested count) within the requested groups, computing the exact cosine for
+   5 x the requested count) within the requested groups, with the exact cosine for
    keyword-only candidates;
-3. fetches those rows with the filters applied in SQL (:mod:`workbench.store.search`); when the
-   filters leave fewer than asked for, it retries once with the uuids passing the filters as
-   an allow-list (exact vector search over just them);
-4. orders them by the weighted score of :mod:`workbench.search_score` and returns the top ones
-   with the score and its parts;
+3. applies the filters to the cached rows; when they leave fewer than asked for, it searches
+   again with the memories passing the filters as an allow-list (exact vector search over just
+   them), or with a 20x wider pool;
+4. orders by the weighted score of :mod:`workbench.search_score` and returns the top ones with
+   the score and its parts;
 5. records the access of every returned memory (:class:`~workbench.access.AccessTracker`).
 
-Facts with a ``center_node_uuid`` (as in Graphiti): facts touching the centre entity come
-first, then facts touching one of its 1-hop neighbours, then the rest, each tier ordered by
-score; the centre's own facts always join the candidates. Each hit reports ``graph_distance``
-(0, 1 or 2 for "further or unknown").
+Facts with a ``center_node_uuid`` (as in Graphiti's centre-node search): facts touching the
+centre entity come first, then facts touching one of its 1-hop neighbours, then the rest, each
+tier ordered by score; the centre's own facts always join the candidates. Each hit then
+reports ``graph_distance`` (0, 1, or 2 for "further").
+
+Keeping in step: call :meth:`on_upsert` after writing or changing memories (it re-reads those
+rows, so a changed summary or an invalidated fact only needs ``[{"uuid": ..., "group_id":
+...}]`` and ``vectors=None``), :meth:`on_delete` after deleting, and :meth:`refresh_states`
+after a maintenance run or a recovery. A maintenance run recorded in ``maintenance_runs`` is
+also noticed by itself (polled at most every ``sync_seconds``) and reloads the rows in the
+background.
 """
 
 from __future__ import annotations
@@ -40,8 +48,9 @@ from workbench.errors import InvalidInput, NotFound
 from workbench.index import KINDS, VectorIndex, load_index
 from workbench.keyword import KeywordIndex
 from workbench.metrics import Metrics
+from workbench.search_cache import RowCache
 from workbench.search_input import (
-    DEFAULT_STATES,
+    SearchFilters,
     check_groups_known,
     check_max,
     check_query,
@@ -49,23 +58,20 @@ from workbench.search_input import (
     check_window,
     clean_list,
 )
+from workbench.search_output import fact_out, node_out
 from workbench.search_score import Weights, combine, score_parts
 from workbench.store import Store
 from workbench.store import search as sql
 
 __all__ = ["SearchEngine", "keyword_text"]
 
-PREFILTER_LIMIT = 50_000  # above this many rows passing the filters, widen the pool instead
-
 
 def keyword_text(kind: str, row: dict[str, Any]) -> str:
     """What the keyword index holds of a memory: entity ``name + summary``, or the fact."""
     if kind == "entity":
-        if "name" in row:
-            summary = (row.get("summary") or "").strip()
-            return f"{row['name']}: {summary}" if summary else str(row["name"])
-        return str(row.get("text") or "")
-    return str(row["fact"] if "fact" in row else row.get("text") or "")
+        summary = (row.get("summary") or "").strip()
+        return f"{row['name']}: {summary}" if summary else str(row["name"])
+    return str(row["fact"])
 
 
 class SearchEngine:
@@ -80,11 +86,12 @@ class SearchEngine:
         settings=None,
         *,
         weights: Weights | None = None,
-        ann_threshold: int = 50_000,
+        ann_threshold: int = 20_000,
         candidate_pool: int = 50,
         max_results: int | None = None,
         access_background: bool = True,
         flush_interval: float = 1.0,
+        sync_seconds: float = 2.0,
         query_cache_size: int = 256,
         index_options: dict[str, Any] | None = None,
     ):
@@ -98,47 +105,72 @@ class SearchEngine:
         self.max_results = max_results or (settings.search_max_results if settings else 100)
         self.ann_threshold = ann_threshold
         self.candidate_pool = candidate_pool
+        self.sync_seconds = sync_seconds
         self._index_options = index_options or {}
         self._query_cache: OrderedDict[str, np.ndarray] = OrderedDict()
         self._query_cache_size = query_cache_size
         self._lock = threading.RLock()
+        self._sync_thread: threading.Thread | None = None
         self.tracker = AccessTracker(
             store, self.metrics, background=access_background, flush_interval=flush_interval
         )
         self.vectors: dict[str, VectorIndex] = {}
         self.keywords: dict[str, KeywordIndex] = {}
+        self.rows: dict[str, RowCache] = {}
         self.rebuild()
 
-    # --- keeping the indexes in step -----------------------------------------------------
+    # --- keeping in step with the store ---------------------------------------------------
     def rebuild(self) -> None:
-        """(Re)load both indexes of both kinds from the store."""
-        vectors, keywords = {}, {}
+        """(Re)load the indexes and rows of both kinds from the store."""
+        marker = sql.maintenance_marker(self.store)
+        vectors, keywords, caches = {}, {}, {}
         for kind in KINDS:
             vectors[kind] = load_index(
                 self.store, kind, self.ann_threshold, **self._index_options
             )
+            with self.tracker.consistent_read():
+                caches[kind] = self._load_rows(kind)
+            rows = list(caches[kind].rows.values())
             keywords[kind] = KeywordIndex()
-            rows = sql.load_texts(self.store, kind)
-            keywords[kind].add(
-                [r[0] for r in rows],
-                [keyword_text(kind, _text_row(kind, r)) for r in rows],
-                [r[1] for r in rows],
-            )
+            keywords[kind].add([r["uuid"] for r in rows],
+                               [keyword_text(kind, r) for r in rows],
+                               [r["group_id"] for r in rows])
         with self._lock:
-            self.vectors, self.keywords = vectors, keywords
+            self.vectors, self.keywords, self.rows = vectors, keywords, caches
+            self._marker, self._checked = marker, time.monotonic()
 
-    def on_upsert(self, kind: str, rows: list[dict], vectors: np.ndarray | None) -> None:
-        """Index new or changed memories (rows: uuid, group_id and name/summary or fact or
-        text); call after they are written to the store."""
+    def _load_rows(self, kind: str) -> RowCache:
+        """All rows of ``kind`` with not-yet-written accesses applied (hold consistent_read)."""
+        cache = RowCache(kind)
+        cache.load(self.store)
+        self.tracker.overlay(kind, cache.rows.values())
+        return cache
+
+    def on_upsert(self, kind: str, rows: list[dict], vectors: np.ndarray | None = None) -> None:
+        """Index new or changed memories of ``kind`` after they are written to the store.
+
+        ``rows`` need ``uuid`` (and ``group_id``); the rest is re-read from the store.
+        ``vectors`` (one per row) replace the stored embeddings in the index; None keeps them.
+        """
         _check_kind(kind)
         if not rows:
             return
         uuids = [r["uuid"] for r in rows]
-        groups = [r["group_id"] for r in rows]
-        with self._lock:
+        with self.tracker.consistent_read(), self._lock:
+            fresh = sql.load_rows(self.store, kind, uuids)
+            self.tracker.overlay(kind, fresh)
+            present = {r["uuid"] for r in fresh}
+            self.rows[kind].put(fresh)
             if vectors is not None and len(vectors):
-                self.vectors[kind].add(uuids, np.asarray(vectors), groups)
-            self.keywords[kind].add(uuids, [keyword_text(kind, r) for r in rows], groups)
+                keep = [i for i, u in enumerate(uuids) if u in present]
+                self.vectors[kind].add([uuids[i] for i in keep], np.asarray(vectors)[keep],
+                                       [self.rows[kind].get(uuids[i])["group_id"] for i in keep])
+            self.keywords[kind].add([r["uuid"] for r in fresh],
+                                    [keyword_text(kind, r) for r in fresh],
+                                    [r["group_id"] for r in fresh])
+            gone = [u for u in uuids if u not in present]
+        if gone:
+            self.on_delete(kind, gone)
 
     def on_delete(self, kind: str, uuids: Sequence[str]) -> None:
         """Forget deleted memories; call after they are removed from the store."""
@@ -147,19 +179,41 @@ class SearchEngine:
         if not uuids:
             return
         with self._lock:
+            self.rows[kind].remove(uuids)
             self.vectors[kind].remove(uuids)
             self.keywords[kind].remove(uuids)
 
     def refresh_states(self) -> None:
-        """After maintenance: write queued accesses and drop index entries whose memory row is
-        gone (purged). Lifecycle states themselves are read from the store at search time."""
+        """Re-read every row (after maintenance or a recovery: states, decay, purges)."""
         self.flush()
+        marker = sql.maintenance_marker(self.store)
         for kind in KINDS:
-            present = set(r[0] for r in sql.load_texts(self.store, kind))
-            gone = [u for u in self.keywords[kind].uuids() if u not in present]
-            gone += [u for u in self.vectors[kind].uuids() if u not in present]
+            with self.tracker.consistent_read():
+                loaded = RowCache(kind)
+                loaded.load(self.store)  # the slow part, without blocking searches
+                with self._lock:  # accesses recorded meanwhile are still queued: re-apply
+                    self.tracker.overlay(kind, loaded.rows.values())
+                    old, self.rows[kind] = self.rows[kind], loaded
+            cache = loaded
+            gone = [u for u in old.rows if u not in cache]
+            gone += [u for u in self.vectors[kind].uuids() if u not in cache]
             if gone:
                 self.on_delete(kind, sorted(set(gone)))
+        with self._lock:
+            self._marker = marker
+
+    def _maybe_sync(self) -> None:
+        """Notice a maintenance run done by someone else; reload the rows in the background."""
+        now = time.monotonic()
+        if now - self._checked < self.sync_seconds:
+            return
+        self._checked = now
+        if sql.maintenance_marker(self.store) == self._marker:
+            return
+        if self._sync_thread is None or not self._sync_thread.is_alive():
+            self._sync_thread = threading.Thread(
+                target=self.refresh_states, name="workbench-search-sync", daemon=True)
+            self._sync_thread.start()
 
     def similar(
         self, kind: str, vectors: np.ndarray, group_id: str | None, k: int
@@ -177,6 +231,9 @@ class SearchEngine:
 
     def close(self) -> None:
         """Stop the access flusher and write what it holds. The store stays open."""
+        thread = self._sync_thread
+        if thread is not None:
+            thread.join(timeout=30)
         self.tracker.close()
 
     # --- the two searches ---------------------------------------------------------------
@@ -196,18 +253,15 @@ class SearchEngine:
         text = check_query(query)
         k = check_max("max_nodes", max_nodes, self.max_results)
         after, before = check_window(created_after, created_before)
-        filters = sql.SearchFilters(
-            group_ids=clean_list("group_ids", group_ids),
-            states=check_states(states),
-            created_after=after,
-            created_before=before,
-            entity_types=clean_list("entity_types", entity_types),
-            now=self.clock(),
+        filters = SearchFilters(
+            group_ids=clean_list("group_ids", group_ids), states=check_states(states),
+            created_after=after, created_before=before,
+            entity_types=clean_list("entity_types", entity_types), now=self.clock(),
         )
         weights = self.weights if include_weighted_scores else self.weights.relevance_only()
         hits = self._search("entity", text, k, filters, weights)
         self.metrics.record_search(time.perf_counter() - started)
-        return [_node_out(row, parts, score, weights) for row, parts, score, _ in hits]
+        return [node_out(row, parts, score, weights) for row, parts, score, _ in hits]
 
     def search_facts(
         self,
@@ -226,19 +280,17 @@ class SearchEngine:
         text = check_query(query)
         k = check_max("max_facts", max_facts, self.max_results)
         after, before = check_window(created_after, created_before)
-        filters = sql.SearchFilters(
-            group_ids=clean_list("group_ids", group_ids),
-            states=check_states(states),
-            created_after=after,
-            created_before=before,
+        filters = SearchFilters(
+            group_ids=clean_list("group_ids", group_ids), states=check_states(states),
+            created_after=after, created_before=before,
             relation_types=clean_list("relation_types", relation_types),
-            include_invalidated=bool(include_invalidated),
-            now=self.clock(),
+            include_invalidated=bool(include_invalidated), now=self.clock(),
         )
         centre = self._centre(center_node_uuid)
         hits = self._search("fact", text, k, filters, self.weights, centre)
         self.metrics.record_search(time.perf_counter() - started)
-        return [_fact_out(row, parts, score, tier, centre is not None, self.weights)
+        names = self.rows["entity"]
+        return [fact_out(row, parts, score, tier if centre else None, self.weights, names)
                 for row, parts, score, tier in hits]
 
     # --- internals ----------------------------------------------------------------------
@@ -247,12 +299,14 @@ class SearchEngine:
             return None
         if not isinstance(center_node_uuid, str):
             raise InvalidInput("'center_node_uuid' must be an entity uuid (a string)")
-        if not sql.entity_exists(self.store, center_node_uuid):
-            raise NotFound(f"no entity with uuid {center_node_uuid} (center_node_uuid)")
-        facts, neighbours = sql.neighbourhood(self.store, center_node_uuid)
+        with self._lock:
+            if center_node_uuid not in self.rows["entity"]:
+                raise NotFound(f"no entity with uuid {center_node_uuid} (center_node_uuid)")
+            facts, neighbours = self.rows["fact"].neighbourhood(center_node_uuid)
         return center_node_uuid, facts, neighbours
 
     def _search(self, kind, text, k, filters, weights, centre=None) -> list[tuple]:
+        self._maybe_sync()
         with self._lock:
             vec, kw = self.vectors[kind], self.keywords[kind]
         if len(vec) == 0 and len(kw) == 0:
@@ -262,26 +316,35 @@ class SearchEngine:
         query_vec = self._embed(text)
         extra = centre[1] if centre else ()
         pool = max(self.candidate_pool, 5 * k)
-        rows, cands, more = self._fetch(kind, text, query_vec, pool, filters, None, extra)
-        if len(rows) < k and more and filters.narrowing(DEFAULT_STATES):
-            allowed = sql.filtered_uuids(self.store, kind, filters, PREFILTER_LIMIT)
-            if len(allowed) <= PREFILTER_LIMIT:
-                rows, cands, more = self._fetch(
-                    kind, text, query_vec, pool, filters, set(allowed), extra)
+        cands, more = self._candidates(kind, text, query_vec, pool, filters.group_ids, None,
+                                       extra)
+        rows = self._passing(kind, cands, filters)
+        if len(rows) < k and more and filters.narrowing():
+            allowed = self._allowed(kind, filters)
+            cands, more = self._candidates(kind, text, query_vec, pool, filters.group_ids,
+                                           allowed, extra)
+            rows = self._passing(kind, cands, filters)
         if len(rows) < k and more:  # the filters hid most candidates: widen the pool once
-            rows, cands, more = self._fetch(kind, text, query_vec, pool * 20, filters, None,
-                                            extra)
+            cands, more = self._candidates(kind, text, query_vec, pool * 20,
+                                           filters.group_ids, None, extra)
+            rows = self._passing(kind, cands, filters)
         ranked = self._rank(rows, cands, weights, centre)[:k]
-        accessed = self.tracker.record(kind, [r for r, *_ in ranked], self.clock())
+        with self._lock:
+            accessed = self.tracker.record(kind, [r for r, *_ in ranked], self.clock())
+            self.rows[kind].put(accessed)
+        self.tracker.settle()
         return [(row, *rest) for row, (_, *rest) in zip(accessed, ranked)]
 
-    def _fetch(self, kind, text, query_vec, pool, filters, allowed, extra):
-        cands, more = self._candidates(kind, text, query_vec, pool, filters.group_ids,
-                                       allowed, extra)
-        with self.tracker.consistent_read():
-            rows = sql.fetch_hits(self.store, kind, list(cands), filters)
-            self.tracker.overlay(kind, rows)
-        return rows, cands, more
+    def _passing(self, kind, cands, filters) -> list[dict]:
+        with self._lock:
+            cache = self.rows[kind]
+            found = (cache.get(u) for u in cands)
+            return [r for r in found if r is not None and filters.accepts(kind, r)]
+
+    def _allowed(self, kind, filters) -> set[str]:
+        with self._lock:
+            rows = list(self.rows[kind].rows.values())
+        return {r["uuid"] for r in rows if filters.accepts(kind, r)}
 
     def _candidates(self, kind, text, query_vec, pool, groups, allowed, extra):
         """uuid -> [cosine, keyword score] over the vector and BM25 top ``pool``, and whether
@@ -322,10 +385,11 @@ class SearchEngine:
                 self._query_cache.move_to_end(text)
                 return cached
         vector = np.asarray(self.embedder.embed([text]), dtype=np.float32)[0]
-        with self._lock:
-            self._query_cache[text] = vector
-            while len(self._query_cache) > self._query_cache_size:
-                self._query_cache.popitem(last=False)
+        if self._query_cache_size:
+            with self._lock:
+                self._query_cache[text] = vector
+                while len(self._query_cache) > self._query_cache_size:
+                    self._query_cache.popitem(last=False)
         return vector
 
 
@@ -334,65 +398,9 @@ def _check_kind(kind: str) -> None:
         raise InvalidInput(f"unknown memory kind {kind!r}; expected one of {', '.join(KINDS)}")
 
 
-def _text_row(kind: str, row: tuple) -> dict[str, Any]:
-    if kind == "entity":
-        return {"name": row[2], "summary": row[3]}
-    return {"fact": row[2]}
-
-
 def _tier(row: dict, centre) -> int:
     uuid, _facts, neighbours = centre
     ends = (row["source_uuid"], row["target_uuid"])
     if uuid in ends:
         return 0
     return 1 if ends[0] in neighbours or ends[1] in neighbours else 2
-
-
-def _iso(value) -> str | None:
-    return None if value is None else value.isoformat()
-
-
-def _memory_out(row: dict, parts: dict, score: float, weights: Weights) -> dict[str, Any]:
-    return {
-        "group_id": row["group_id"],
-        "created_at": _iso(row["created_at"]),
-        "lifecycle_state": row["lifecycle_state"],
-        "importance": int(row["importance"]),
-        "stability": int(row["stability"]),
-        "decay_score": float(row["decay_score"]),
-        "last_accessed_at": _iso(row["last_accessed_at"]),
-        "access_count": int(row["access_count"]),
-        "score": round(float(score), 6),
-        "score_parts": parts,
-        "score_weights": weights.as_dict(),
-    }
-
-
-def _node_out(row, parts, score, weights) -> dict[str, Any]:
-    return {
-        "uuid": row["uuid"],
-        "name": row["name"],
-        "entity_type": row["entity_type"],
-        "summary": row["summary"],
-        **_memory_out(row, parts, score, weights),
-    }
-
-
-def _fact_out(row, parts, score, tier, centred, weights) -> dict[str, Any]:
-    out = {
-        "uuid": row["uuid"],
-        "fact": row["fact"],
-        "relation": row["relation"],
-        "source_node_uuid": row["source_uuid"],
-        "source_node_name": row["source_name"],
-        "target_node_uuid": row["target_uuid"],
-        "target_node_name": row["target_name"],
-        "episode_uuid": row["episode_uuid"],
-        "valid_at": _iso(row["valid_at"]),
-        "invalid_at": _iso(row["invalid_at"]),
-        "expired_at": _iso(row["expired_at"]),
-        **_memory_out(row, parts, score, weights),
-    }
-    if centred:
-        out["graph_distance"] = tier
-    return out

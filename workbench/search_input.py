@@ -4,7 +4,9 @@ wrong and what is accepted."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from workbench.clock import as_utc
 from workbench.errors import InvalidInput
@@ -13,6 +15,7 @@ from workbench.store import search as sql
 from workbench.store.schema import LIFECYCLE_STATES
 
 __all__ = [
+    "SearchFilters",
     "MAX_QUERY_CHARS",
     "DEFAULT_STATES",
     "check_query",
@@ -26,6 +29,50 @@ __all__ = [
 
 MAX_QUERY_CHARS = 2000
 DEFAULT_STATES = tuple(s for s in LIFECYCLE_STATES if s not in ("EXPIRED", "SOFT_DELETED"))
+
+
+@dataclass(frozen=True)
+class SearchFilters:
+    """The validated row filters of one search."""
+
+    group_ids: tuple[str, ...] | None = None
+    states: tuple[str, ...] | None = None
+    created_after: datetime | None = None
+    created_before: datetime | None = None
+    entity_types: tuple[str, ...] | None = None
+    relation_types: tuple[str, ...] | None = None
+    include_invalidated: bool = True
+    now: datetime | None = None
+
+    def accepts(self, kind: str, row: dict[str, Any]) -> bool:
+        if self.group_ids is not None and row["group_id"] not in self.group_ids:
+            return False
+        if self.states is not None and row["lifecycle_state"] not in self.states:
+            return False
+        if self.created_after is not None and row["created_at"] < self.created_after:
+            return False
+        if self.created_before is not None and row["created_at"] >= self.created_before:
+            return False
+        if kind == "entity":
+            return not self.entity_types or row["entity_type"] in self.entity_types
+        if self.relation_types and row["relation"] not in self.relation_types:
+            return False
+        return self.include_invalidated or _still_valid(row, self.now)
+
+    def narrowing(self) -> bool:
+        """True when the filters may drop many rows (worth pre-filtering every row)."""
+        return bool(
+            self.created_after or self.created_before or self.entity_types
+            or self.relation_types
+            or (self.states is not None and set(self.states) < set(DEFAULT_STATES))
+        )
+
+
+def _still_valid(row: dict[str, Any], now: datetime | None) -> bool:
+    if row["expired_at"] is not None:
+        return False
+    invalid = row["invalid_at"]
+    return invalid is None or (now is not None and invalid > now)
 
 
 def check_query(query: object) -> str:

@@ -72,12 +72,34 @@ def test_refresh_states_drops_rows_purged_behind_the_engines_back(store, make_en
     engine = make_engine(hash_embedder)
     a, b = add(engine, "entity", [entity("old receipt"), entity("new receipt")])
     store.execute("DELETE FROM entities WHERE uuid = ?", [a["uuid"]])  # e.g. a purge
-    assert [h["uuid"] for h in engine.search_nodes("receipt")] == [b["uuid"]]  # SQL filters
     engine.refresh_states()
-    assert a["uuid"] not in engine.vectors["entity"] and a["uuid"] not in engine.keywords[
-        "entity"]
+    assert [h["uuid"] for h in engine.search_nodes("receipt")] == [b["uuid"]]
+    assert a["uuid"] not in engine.vectors["entity"]
+    assert a["uuid"] not in engine.keywords["entity"]
     engine.rebuild()
     assert len(engine.vectors["entity"]) == 1
+
+
+def test_a_maintenance_run_is_noticed_without_being_told(store, make_engine, hash_embedder):
+    engine = make_engine(hash_embedder, sync_seconds=0)
+    a, b = add(engine, "entity", [entity("old receipt"), entity("new receipt")])
+    store.execute("UPDATE entities SET lifecycle_state = 'EXPIRED' WHERE uuid = ?", [a["uuid"]])
+    store.execute("INSERT INTO maintenance_runs (id, started_at, status) "
+                  "VALUES (nextval('maintenance_runs_seq'), now(), 'success')")
+    engine.search_nodes("receipt")  # notices the run; reloads the rows in the background
+    engine._sync_thread.join(timeout=30)
+    assert [h["uuid"] for h in engine.search_nodes("receipt")] == [b["uuid"]]
+
+
+def test_on_upsert_of_a_changed_row_rereads_it(store, make_engine, hash_embedder):
+    engine = make_engine(hash_embedder)
+    sam, = add(engine, "entity", [entity("Sam")])
+    job, = add(engine, "fact", [fact("Sam works at Acme", sam, sam)])
+    store.execute("UPDATE facts SET invalid_at = now(), expired_at = now() WHERE uuid = ?",
+                  [job["uuid"]])
+    engine.on_upsert("fact", [{"uuid": job["uuid"], "group_id": "main"}])
+    assert engine.search_facts("works at Acme") == []
+    assert len(engine.search_facts("works at Acme", include_invalidated=True)) == 1
 
 
 def test_upsert_of_changed_text_replaces_the_old_one(store, make_engine, hash_embedder):
