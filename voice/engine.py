@@ -106,6 +106,9 @@ class KokoroEngine:
         options = ort.SessionOptions()
         options.intra_op_num_threads = self.threads
         options.inter_op_num_threads = 1
+        # No busy-waiting between operators: the CPU is shared with playback, the phonemizers
+        # and (here) other work; spinning threads measured slower under load, not faster.
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         session = ort.InferenceSession(
             str(status.model), sess_options=options, providers=["CPUExecutionProvider"]
         )
