@@ -46,12 +46,17 @@ def _split_long(sentence: str, max_chars: int) -> list[str]:
     return parts
 
 
-def split_sentences(text: str, max_chars: int = 300) -> list[str]:
+def split_sentences(text: str, max_chars: int = 300, first_max_chars: int = 80) -> list[str]:
     """Split ``text`` into sentences in order, none longer than ``max_chars`` where avoidable.
+
+    The first sentence is also cut at clause marks when longer than ``first_max_chars``: the
+    first sound waits for its synthesis, the rest is synthesized while it plays.
 
     >>> split_sentences("Build done. Dr. Smith said: all 3.5 tests pass!")
     ['Build done.', 'Dr. Smith said: all 3.5 tests pass!']
     """
     pieces = [p.strip() for p in _BOUNDARY.split(text) if p and p.strip()]
     sentences = _merge_abbreviations(pieces)
+    if sentences:
+        sentences[:1] = _split_long(sentences[0], min(max_chars, first_max_chars))
     return [part.strip() for s in sentences for part in _split_long(s, max_chars)]

@@ -70,6 +70,19 @@ def test_split_sentences(text, expected):
     assert split_sentences(text) == expected
 
 
+def test_a_long_first_sentence_is_cut_early_for_a_quick_first_sound():
+    text = "The deployment to production finished, and all checks passed, after a short wait. Bye."
+    assert split_sentences(text, first_max_chars=40) == [
+        "The deployment to production finished,",
+        "and all checks passed,",
+        "after a short wait.",
+        "Bye.",
+    ]
+    assert split_sentences(
+        "No clause marks in this rather long first sentence at all.", first_max_chars=10
+    ) == ["No clause marks in this rather long first sentence at all."]
+
+
 def test_long_sentence_is_cut_at_clauses():
     text = ", ".join(["word " * 10] * 10) + "."
     parts = split_sentences(text, max_chars=120)
