@@ -122,17 +122,21 @@ def create_app(
     ``allowed_hosts`` adds Host names the MCP endpoint accepts on loopback (DNS-rebinding
     protection allows 127.0.0.1, localhost and ::1 by default).
     """
-    manager = build_session_manager(build_mcp_server(workbench, package_version()), settings.host,
-                                    max_body_bytes(settings), allowed_hosts)
+    mcp_server = build_mcp_server(workbench, package_version())
+    managers: list = []  # a fresh session manager per app start (one may run only once)
 
     @asgi("/mcp", is_mount=True, copy_scope=True)
     async def mcp_endpoint(scope: Scope, receive: Receive, send: Send) -> None:
-        await manager.handle_request(scope, receive, send)
+        await managers[-1].handle_request(scope, receive, send)
 
     @asynccontextmanager
     async def mcp_lifespan(_app: Litestar) -> AsyncIterator[None]:
+        manager = build_session_manager(mcp_server, settings.host, max_body_bytes(settings),
+                                        allowed_hosts)
+        managers.append(manager)
         async with manager.run():
             yield
+        managers.remove(manager)
 
     return Litestar(
         route_handlers=[*(tool_route(workbench, t) for t in TOOLS), unknown_tool, list_tools,

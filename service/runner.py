@@ -122,7 +122,7 @@ async def serve_all(pairs: list[tuple[_Server, socket.socket]],
         if sig == signal.SIGINT and any(s.should_exit for s in servers):
             for server in servers:
                 server.force_exit = True
-        log.info("received %s: stopping (in-flight requests finish, the queue drains)",
+        log.info("received %s: stopping (in-flight requests finish first)",
                  sig.name)
         for server in servers:
             server.should_exit = True

@@ -1,0 +1,40 @@
+"""Schemathesis over the served OpenAPI schema: whatever a caller sends, the service answers
+without a 5xx (the real app in-process, a real Workbench without an LLM)."""
+
+from __future__ import annotations
+
+import pytest
+
+schemathesis = pytest.importorskip("schemathesis")
+
+from hypothesis import HealthCheck, settings  # noqa: E402
+
+from service.app import create_app  # noqa: E402
+from tests.conftest import HashEmbedder  # noqa: E402
+from workbench.config import load_settings  # noqa: E402
+from workbench.workbench import Workbench  # noqa: E402
+
+pytestmark = pytest.mark.slow
+
+_settings = load_settings({"SVC_KNOWLEDGE_DB_PATH": ":memory:",
+                           "SVC_KNOWLEDGE_RATE_LIMIT_PER_MINUTE": "0"}, env_file=None)
+_workbench = Workbench.open(_settings, embedder=HashEmbedder(), chat=None)
+_app = create_app(_workbench, _settings)
+schema = schemathesis.openapi.from_asgi("/schema/openapi.json", _app)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _close_workbench():
+    yield
+    _workbench.close()
+
+
+@schema.parametrize()
+@settings(max_examples=25, deadline=None, derandomize=True, database=None,
+          suppress_health_check=list(HealthCheck))
+def test_no_input_gives_a_server_error(case):
+    response = case.call()
+    assert response.status_code < 500, (case.path, case.body, response.text)
+    if response.status_code >= 400:
+        error = response.json()["error"]
+        assert error["type"] and error["message"] and "Traceback" not in error["message"]
