@@ -9,6 +9,7 @@ return its dict. The facade's lifecycle (``start``/``stop``) belongs to the call
 
 from __future__ import annotations
 
+import hmac
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -18,7 +19,7 @@ from litestar import Litestar, Response, get, post
 from litestar.handlers import asgi
 from litestar.middleware import DefineMiddleware
 from litestar.openapi import OpenAPIConfig
-from litestar.params import FromPath, JSONBody
+from litestar.params import FromHeader, FromPath, JSONBody
 from litestar.types import Receive, Scope, Send
 
 from service.errors import exception_handler
@@ -84,13 +85,19 @@ async def list_tools() -> dict[str, Any]:
                        "destructive": t.destructive} for t in TOOLS]}
 
 
-def health_route(workbench: Any):
+def health_route(workbench: Any, settings: Settings):
+    """``GET /health`` needs no token (probes); with a token configured, only a caller that
+    sends it sees the details (paths, models, URLs)."""
     probe = EmbedderProbe(workbench.embedder)
+    token = settings.api_token.get_secret_value() if settings.api_token else ""
 
     @get("/health", sync_to_thread=True, tags=["health"],
          summary="Liveness and readiness: store, embedder, LLM.")
-    def health_handler() -> Response[dict[str, Any]]:
+    def health_handler(authorization: FromHeader[str | None] = None) -> Response[dict[str, Any]]:
         body, ready = health(workbench, probe)
+        if token and not hmac.compare_digest((authorization or "").encode(),
+                                             f"Bearer {token}".encode()):
+            body = {k: body[k] for k in ("status", "live", "ready")}
         return Response(content=body, status_code=200 if ready else 503)
 
     return health_handler
@@ -140,7 +147,7 @@ def create_app(
 
     return Litestar(
         route_handlers=[*(tool_route(workbench, t) for t in TOOLS), unknown_tool, list_tools,
-                        health_route(workbench), mcp_endpoint],
+                        health_route(workbench, settings), mcp_endpoint],
         middleware=middleware_stack(settings, rate_clock),
         exception_handlers={Exception: exception_handler},
         request_max_body_size=max_body_bytes(settings),

@@ -249,7 +249,12 @@ def test_bearer_token_is_required_when_configured(plain_wb):
         ok = client.post("/tools/get_status",
                          headers={"Authorization": "Bearer t0ken-with-enough-chars"})
         assert ok.status_code == 200
-        assert client.get("/health").status_code == 200
+        anonymous = client.get("/health")
+        assert anonymous.status_code == 200 and set(anonymous.json()) == {"status", "live",
+                                                                         "ready"}
+        detailed = client.get("/health",
+                              headers={"Authorization": "Bearer t0ken-with-enough-chars"})
+        assert "checks" in detailed.json()
 
 
 def test_request_ids_are_echoed_and_generated(plain):

@@ -1,0 +1,69 @@
+"""Pure pieces of the hardening: token buckets, loopback detection, exposure rule, binding."""
+
+from __future__ import annotations
+
+import socket
+
+import pytest
+from pydantic import SecretStr
+
+from service.middleware import TokenBuckets
+from service.runner import StartupError, bind_socket, check_exposure, is_loopback
+from workbench.config import load_settings
+from workbench.errors import ConfigError
+
+
+class Tick:
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_buckets_allow_a_burst_then_refill_at_the_rate():
+    tick = Tick()
+    buckets = TokenBuckets(60, clock=tick)  # one a second, bursts of 60
+    assert all(buckets.take("a") == 0 for _ in range(60))
+    assert buckets.take("a") == pytest.approx(1.0)
+    assert buckets.take("b") == 0  # clients are independent
+    tick.now += 0.5
+    assert buckets.take("a") == pytest.approx(0.5)
+    tick.now += 0.5
+    assert buckets.take("a") == 0
+
+
+def test_buckets_stay_bounded():
+    buckets = TokenBuckets(10, clock=Tick(), max_keys=3)
+    for key in "abcde":
+        buckets.take(key)
+    assert list(buckets._buckets) == ["c", "d", "e"]
+
+
+@pytest.mark.parametrize(("host", "loopback"), [
+    ("127.0.0.1", True), ("127.1.2.3", True), ("::1", True), ("[::1]", True),
+    ("localhost", True), ("0.0.0.0", False), ("192.168.1.5", False), ("::", False),
+    ("example.org", False)])
+def test_is_loopback(host, loopback):
+    assert is_loopback(host) is loopback
+
+
+def test_exposure_rule():
+    base = load_settings({"SVC_KNOWLEDGE_DB_PATH": ":memory:"}, env_file=None)
+    check_exposure(base)
+    with pytest.raises(StartupError, match="SVC_KNOWLEDGE_API_TOKEN"):
+        check_exposure(base.model_copy(update={"host": "0.0.0.0"}))
+    check_exposure(base.model_copy(update={"host": "0.0.0.0",
+                                           "api_token": SecretStr("x" * 16)}))
+    assert issubclass(StartupError, ConfigError)
+
+
+def test_bind_socket_reports_a_busy_port():
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        with pytest.raises(StartupError, match=f"port {port} on 127.0.0.1 is already in use"):
+            bind_socket("127.0.0.1", port, "the tools port", "--port")
+    sock = bind_socket("127.0.0.1", 0, "x", "--port")
+    sock.close()
