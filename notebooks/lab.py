@@ -12,7 +12,8 @@ open a workbench whose LLM is chosen by configuration:
 
 The recorded fake bills as ``gpt-4o-mini`` would (its token counts are the real prompt sizes
 / 4), and it behaves like a provider with automatic prefix caching: a system prompt it has seen
-before is reported as cached input. The embedder is always the local model (offline).
+before is reported as cached input when it is at least 1,024 tokens long (the minimum the
+spec gives for a cache marker to take effect). The embedder is always the local model.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from workbench.clock import utcnow  # noqa: E402
 from workbench.scoring import LabelledEpisode, load_labelled, normalize_name  # noqa: E402
 
 RECORDED_MODEL = "gpt-4o-mini"
+CACHE_MIN_TOKENS = 1024
 ENTITY_SCORES = {"Person": (4, 4), "Organization": (3, 4), "Place": (3, 4), "Project": (3, 3),
                  "Tool": (2, 3), "Preference": (3, 4), "Event": (2, 2), "Concept": (3, 3)}
 FACT_SCORES = {"PARTNER_OF": (5, 5), "LIVES_IN": (4, 3), "WORKS_AT": (4, 3),
@@ -71,7 +73,7 @@ def labelled_set() -> list[LabelledEpisode]:
 class LabelledResponder:
     """Answers the extraction prompts from the labelled set (see the module docstring).
 
-    ``drop_every=k`` drops every k-th entity and fact and turns every k-th relation into
+    ``drop_every=k`` drops every k-th entity and fact and turns another fact in every k into
     ``RELATES_TO``: a deliberately worse "model", so that a comparison has something to find.
     """
 
@@ -97,7 +99,8 @@ class LabelledResponder:
         with self._lock:
             hit = key in self._seen
             self._seen.add(key)
-        return len(key) // 4 if hit and system else 0
+        tokens = len(key) // 4
+        return tokens if hit and system and tokens >= CACHE_MIN_TOKENS else 0
 
     def _episode(self, request: dict) -> LabelledEpisode | None:
         current = _user_text(request).rsplit("CURRENT EPISODE", 1)[-1]
@@ -131,8 +134,8 @@ class LabelledResponder:
                 normalize_name(fact.target))
             if not (src and dst and self._keep(i)):
                 continue
-            relation = fact.relation if not self.drop_every or i % self.drop_every else \
-                "RELATES_TO"
+            renamed = self.drop_every and (i + 2) % self.drop_every == 0
+            relation = "RELATES_TO" if renamed else fact.relation
             imp, stab = FACT_SCORES.get(relation, (3, 3))
             edges.append({"source": src, "target": dst, "relation": relation,
                           "fact": fact.fact, "valid_at": fact.valid_at,

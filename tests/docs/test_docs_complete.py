@@ -293,6 +293,13 @@ def test_nav_and_pages_agree():
     assert absent <= {"voice.md"}, absent
 
 
+def test_every_notebook_is_in_the_nav():
+    text = (ROOT / "mkdocs.yml").read_text(encoding="utf-8")
+    assert "mkdocs-jupyter" in text and (DOCS / "notebooks").resolve() == ROOT / "notebooks"
+    for path in sorted((ROOT / "notebooks").glob("*.ipynb")):
+        assert f"notebooks/{path.name}" in text, path.name
+
+
 def test_voice_page_exists():
     if not (DOCS / "voice.md").exists():
         pytest.skip("docs/voice.md (voice work) not written yet; its nav entry is in place")
