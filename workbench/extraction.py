@@ -69,7 +69,7 @@ class Thresholds:
 @dataclass
 class EpisodeChanges:
     new_entities: list[dict] = field(default_factory=list)
-    summary_updates: dict[str, str] = field(default_factory=dict)
+    summary_updates: dict[str, dict] = field(default_factory=dict)
     mentioned: list[str] = field(default_factory=list)
     new_facts: list[dict] = field(default_factory=list)
     invalidated: list[str] = field(default_factory=list)
@@ -155,10 +155,12 @@ class Extractor:
             if existing:
                 ent["uuid"] = existing["uuid"]
                 merged = merge_summary(existing["summary"], ent["summary"])
-                if merged != existing["summary"]:
-                    changes.summary_updates[existing["uuid"]] = merged
                 ent["name"] = existing["name"]
                 ent["entity_type"] = existing["entity_type"]
+                if merged != existing["summary"]:
+                    changes.summary_updates[existing["uuid"]] = {
+                        "uuid": existing["uuid"], "group_id": group, "name": ent["name"],
+                        "entity_type": ent["entity_type"], "summary": merged}
             else:
                 ent["uuid"] = str(uuidlib.uuid4())
                 changes.new_entities.append({
@@ -253,12 +255,13 @@ class Extractor:
 
     def _embed(self, changes: EpisodeChanges) -> np.ndarray:
         texts = [entity_text(e["name"], e["entity_type"], e["summary"])
-                 for e in changes.new_entities]
+                 for e in [*changes.new_entities, *changes.summary_updates.values()]]
         texts += [f["fact"] for f in changes.new_facts]
         return self.embedder.embed(texts) if texts else np.zeros((0, self.embedder.dimensions))
 
     def _write(self, episode: dict, changes: EpisodeChanges, vectors: np.ndarray) -> None:
-        n_ent = len(changes.new_entities)
+        entities = [*changes.new_entities, *changes.summary_updates.values()]
+        n_ent = len(entities)
         ent_vecs, fact_vecs = vectors[:n_ent], vectors[n_ent:]
         now = self.clock()
         invalid_from = min(
@@ -267,24 +270,28 @@ class Extractor:
         )
         facts = [{k: v for k, v in f.items() if not k.startswith("_")}
                  for f in changes.new_facts]
+        invalidated = sorted(set(changes.invalidated))
         with self.store.transaction():
             g.insert_entities(self.store, changes.new_entities)
-            for uuid, summary in changes.summary_updates.items():
-                g.update_entity_summary(self.store, uuid, summary, now)
+            for uuid, update in changes.summary_updates.items():
+                g.update_entity_summary(self.store, uuid, update["summary"], now)
             g.insert_mentions(self.store, episode["uuid"], changes.mentioned)
             g.insert_facts(self.store, facts)
-            g.invalidate_facts(self.store, sorted(set(changes.invalidated)), invalid_from, now)
+            g.invalidate_facts(self.store, invalidated, invalid_from, now)
             model = self.embedder.model
-            g.insert_embeddings(self.store, "entity",
-                                [e["uuid"] for e in changes.new_entities], ent_vecs, model)
+            g.insert_embeddings(self.store, "entity", [e["uuid"] for e in entities], ent_vecs,
+                                model)
             g.insert_embeddings(self.store, "fact", [f["uuid"] for f in facts], fact_vecs, model)
             g.set_episode_status(self.store, episode["uuid"], "done", None, now,
                                  len(set(changes.mentioned)), len(facts))
         if self.on_upsert:
             self.on_upsert("entity", [
                 {**e, "text": entity_text(e["name"], e["entity_type"], e["summary"])}
-                for e in changes.new_entities], ent_vecs)
+                for e in entities], ent_vecs)
             self.on_upsert("fact", [{**f, "text": f["fact"]} for f in facts], fact_vecs)
+            # invalidated facts changed in the store: the search indexes re-read them
+            self.on_upsert("fact", [{"uuid": u, "group_id": episode["group_id"]}
+                                    for u in invalidated], None)
 
 
 def _relation(text: str) -> str:
@@ -299,5 +306,3 @@ def _parse_time(value: str | None) -> datetime | None:
         return as_utc(value)
     except (TypeError, ValueError):
         return None
-
-

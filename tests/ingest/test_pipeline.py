@@ -225,3 +225,19 @@ def test_without_an_llm_episodes_wait_and_status_says_why(hash_embedder):
         assert "SVC_KNOWLEDGE_COMPAT_BASE_URL" in status["llm"]["detail"]
         assert wb.get_queue_status()["counts"]["queued"] == 1
         assert wb.get_episodes()["episodes"][0]["status_detail"].startswith("waiting")
+
+
+def test_search_follows_ingestion_changes_at_once(wb):
+    wb.add_memory("old", "User lives in Munich.", reference_time="2025-01-01T00:00:00Z")
+    wb.process_pending()
+    hits = wb.search_memory_facts("where does the user live")["facts"]
+    assert [h["fact"] for h in hits] == ["User lives in Munich."]
+    wb.add_memory("new", "User moved to Berlin.", reference_time="2025-06-01T00:00:00Z")
+    wb.process_pending()
+    current = [h["fact"] for h in wb.search_memory_facts("where does the user live")["facts"]]
+    assert current == ["User lives in Berlin."]          # the invalidated fact is hidden
+    both = wb.search_memory_facts("where does the user live", include_invalidated=True)
+    assert {h["fact"] for h in both["facts"]} == {"User lives in Berlin.",
+                                                  "User lives in Munich."}
+    node = wb.search_memory_nodes("User", max_nodes=1)["nodes"][0]
+    assert "Berlin" in node["summary"] and "Munich" in node["summary"]
