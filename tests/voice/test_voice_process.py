@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+import ctypes.util
 import os
-import shutil
 import socket
 import subprocess
 import sys
@@ -77,8 +77,8 @@ def test_notify_is_heard_on_the_host_output(tmp_path):
     if not check_assets(settings_from_env().resolved_assets_dir()).ok:
         pytest.skip("Kokoro assets absent (run scripts/fetch_voice_assets.sh)")
     soundfile = pytest.importorskip("soundfile")
-    if shutil.which("aplay") is None and not Path("/usr/share/alsa").exists():
-        pytest.skip("ALSA configuration not installed")
+    if ctypes.util.find_library("portaudio") is None:
+        pytest.skip("PortAudio missing: apt-get install libportaudio2")
     capture = tmp_path / "capture.wav"
     (tmp_path / ".asoundrc").write_text(
         'pcm.!default { type plug slave { pcm "cap" format S16_LE rate 24000 channels 1 } }\n'
