@@ -28,7 +28,11 @@ class QueueFull(VoiceError):
 
 
 class RateLimited(VoiceError):
-    """A client exceeded its request rate."""
+    """A client exceeded its request rate; ``retry_after`` says when it may send again."""
+
+    def __init__(self, message: str, retry_after: float = 1.0) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
 
 
 class BackendMissing(VoiceError):

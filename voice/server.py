@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import math
 from pathlib import Path
 
 from litestar import Litestar, Request, Response, get, post
@@ -52,7 +53,8 @@ def _voice_error(_: Request, exc: VoiceError) -> Response:
     status = status_for(exc)
     if status == 500:
         log.exception("unexpected voice error", exc_info=exc)
-    headers = {"Retry-After": "1"} if status == 429 else None
+    wait = math.ceil(getattr(exc, "retry_after", 1.0))
+    headers = {"Retry-After": str(max(1, wait))} if status == 429 else None
     return _error(str(exc), status, headers)
 
 

@@ -44,7 +44,7 @@ class VoiceService:
     def check_rate(self, client: str) -> None:
         if not self.limiter.allow(client):
             wait = self.limiter.retry_after(client)
-            raise RateLimited(f"too many requests from {client}; retry in {wait:.1f}s")
+            raise RateLimited(f"too many requests from {client}; retry in {wait:.1f}s", wait)
 
     def _require_backend(self) -> None:
         if missing := self.engine.missing():

@@ -96,7 +96,9 @@ def test_client_over_its_rate_is_429(settings, tone, sink):
             202,
             202,
         ]
-        is_error(client.post("/notify", json={"message": "x"}), 429, "too many requests")
+        r = client.post("/notify", json={"message": "x"})
+        is_error(r, 429, "too many requests")
+        assert 55 <= int(r.headers["retry-after"]) <= 60
 
 
 def test_missing_backend_is_503_and_reported(settings, sink, tmp_path):
