@@ -3,6 +3,7 @@ the fake chat-completions server): every tool and every error path over REST."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 
 import pytest
@@ -267,10 +268,16 @@ def test_request_ids_are_echoed_and_generated(plain):
     assert error["error"]["request_id"] == "trace-7"
 
 
-def test_a_real_fault_is_a_500_with_a_request_id_and_a_logged_traceback(client, wb, caplog):
-    wb.store._con.close()  # the database connection dies under the service
-    with caplog.at_level(logging.ERROR, logger="service.errors"):
-        response = client.post("/tools/get_status", headers={"X-Request-ID": "fault-1"})
+def test_a_real_fault_is_a_500_with_a_request_id_and_a_logged_traceback(caplog):
+    wb = Workbench.open(make_settings(), embedder=HashEmbedder(), chat=None, metrics=Metrics())
+    try:
+        with TestClient(create_app(wb, wb.settings), base_url=BASE) as client:
+            wb.store._con.close()  # the database connection dies under the service
+            with caplog.at_level(logging.ERROR, logger="service.errors"):
+                response = client.post("/tools/get_status", headers={"X-Request-ID": "fault-1"})
+    finally:
+        with contextlib.suppress(Exception):
+            wb.close()
     assert response.status_code in (500, 503)
     body = response.json()
     assert body["error"]["request_id"] == "fault-1"
