@@ -59,6 +59,7 @@ class VectorIndex:
         expansion_add: int = 64,
         ann_dtype: str = "i8",
         build_threads: int = 0,
+        background_build: bool = True,
     ):
         if dim <= 0:
             raise ValueError("dim must be positive")
@@ -71,6 +72,7 @@ class VectorIndex:
             connectivity=connectivity, expansion_add=expansion_add, dtype=ann_dtype
         )
         self._build_threads = build_threads
+        self.background_build = background_build
         self._lock = threading.RLock()
         self._mat = np.zeros((0, dim), dtype=np.float32)
         self._alive = np.zeros(0, dtype=bool)
@@ -83,6 +85,9 @@ class VectorIndex:
         self._group_counts: dict[int, int] = {}
         self._ann = None
         self._ann_tombstones = 0
+        self._builder: threading.Thread | None = None
+        self._build_gen = 0
+        self._dirty: set[int] = set()  # slots changed while a graph was being built
 
     # --- introspection --------------------------------------------------------------------
     def __len__(self) -> int:
@@ -135,14 +140,16 @@ class VectorIndex:
                 dtype=np.int64, count=len(uuids),
             )
             self._mat[slots] = vecs
+            if self._builder is not None:
+                self._dirty.update(int(s) for s in slots)
             if self._ann is not None:
                 if replaced:
                     self._ann.remove(np.asarray(replaced, dtype=np.int64))
                     self._ann_tombstones += len(replaced)
                 self._ann.add(slots, vecs, threads=self._build_threads)
                 self._maybe_compact_ann()
-            elif len(self._slot) >= self.ann_threshold:
-                self._build_ann()
+            elif len(self._slot) >= self.ann_threshold and self._builder is None:
+                self._start_build()
 
     def remove(self, uuids: Sequence[str]) -> None:
         """Forget these uuids (unknown ones are ignored)."""
@@ -150,14 +157,14 @@ class VectorIndex:
             slots = [self._release(u) for u in uuids if u in self._slot]
             if not slots:
                 return
-            if self._ann is not None:
+            if self._builder is not None:
+                self._dirty.update(slots)
+            if len(self._slot) < self.ann_threshold // 2:
+                self._drop_ann()  # small again: exact search is cheaper than the graph
+            elif self._ann is not None:
                 self._ann.remove(np.asarray(slots, dtype=np.int64))
                 self._ann_tombstones += len(slots)
-                if len(self._slot) < self.ann_threshold // 2:
-                    self._ann = None  # small again: exact search is cheaper than the graph
-                    self._ann_tombstones = 0
-                else:
-                    self._maybe_compact_ann()
+                self._maybe_compact_ann()
 
     def _claim(self, uuid: str, group_id: str) -> int:
         code = self._group_codes.setdefault(group_id, len(self._group_codes))
@@ -194,19 +201,60 @@ class VectorIndex:
         self._free.append(slot)
         return slot
 
-    def _build_ann(self) -> None:
+    # --- the approximate graph -----------------------------------------------------------
+    def _start_build(self) -> None:
+        """Build the HNSW graph from a snapshot, in a background thread unless told not to;
+        exact search serves meanwhile. Changes made during the build are replayed on it."""
+        self._build_gen += 1
+        gen = self._build_gen
+        slots = np.flatnonzero(self._alive[: self._size])
+        vectors = self._mat[slots].copy()
+        self._dirty = set()
+        if not self.background_build:
+            self._builder = threading.current_thread()
+            self._finish_build(gen, self._new_graph(slots, vectors))
+            return
+        self._builder = threading.Thread(
+            target=lambda: self._finish_build(gen, self._new_graph(slots, vectors)),
+            name="workbench-ann-build", daemon=True)
+        self._builder.start()
+
+    def _new_graph(self, slots: np.ndarray, vectors: np.ndarray):
         from usearch.index import Index
 
-        index = Index(ndim=self.dim, metric="cos", **self._ann_params)
-        slots = np.flatnonzero(self._alive[: self._size])
+        graph = Index(ndim=self.dim, metric="cos", **self._ann_params)
         if slots.size:
-            index.add(slots, self._mat[slots], threads=self._build_threads)
-        self._ann = index
-        self._ann_tombstones = 0
+            graph.add(slots, vectors, threads=self._build_threads)
+        return graph
+
+    def _finish_build(self, gen: int, graph) -> None:
+        with self._lock:
+            if gen != self._build_gen:
+                return  # dropped meanwhile (the index became small again)
+            dirty = np.fromiter(self._dirty, dtype=np.int64, count=len(self._dirty))
+            if dirty.size:
+                graph.remove(dirty)
+                live = dirty[self._alive[dirty]]
+                if live.size:
+                    graph.add(live, self._mat[live], threads=self._build_threads)
+            self._ann, self._ann_tombstones = graph, int(dirty.size)
+            self._builder, self._dirty = None, set()
+
+    def _drop_ann(self) -> None:
+        self._build_gen += 1
+        self._ann, self._ann_tombstones = None, 0
+        self._builder, self._dirty = None, set()
 
     def _maybe_compact_ann(self) -> None:
-        if self._ann_tombstones > max(10_000, len(self._slot) // 4):
-            self._build_ann()
+        if self._builder is None and self._ann_tombstones > max(10_000, len(self._slot) // 4):
+            self._start_build()  # the current graph keeps serving until the new one is ready
+
+    def wait_ready(self, timeout: float | None = None) -> bool:
+        """Wait for a background graph build; True when none is running any more."""
+        builder = self._builder
+        if builder is not None and builder is not threading.current_thread():
+            builder.join(timeout)
+        return self._builder is None
 
     # --- searching ----------------------------------------------------------------------
     def search(

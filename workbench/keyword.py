@@ -267,9 +267,15 @@ class KeywordIndex:
             all_scores.append(idf * tfs * (self.k1 + 1.0) / (tfs + norm))
         slots = np.concatenate(all_slots)
         scores = np.concatenate(all_scores)
-        if len(terms) > 1:
-            slots, inverse = np.unique(slots, return_inverse=True)
-            scores = np.bincount(inverse, weights=scores).astype(np.float32)
+        if len(terms) > 1:  # sum the terms' contributions per document
+            n_slots = len(self._uuids)
+            if slots.size > n_slots // 16:  # dense: O(documents), no sort
+                dense = np.bincount(slots, weights=scores, minlength=n_slots)
+                slots = np.flatnonzero(dense)
+                scores = dense[slots].astype(np.float32)
+            else:
+                slots, inverse = np.unique(slots, return_inverse=True)
+                scores = np.bincount(inverse, weights=scores).astype(np.float32)
         return slots, scores, idf_sum
 
     def _idf(self, df: int) -> float:

@@ -59,7 +59,7 @@ from workbench.search_input import (
     clean_list,
 )
 from workbench.search_output import fact_out, node_out
-from workbench.search_score import Weights, combine, score_parts
+from workbench.search_score import Weights, score_arrays
 from workbench.store import Store
 from workbench.store import search as sql
 
@@ -328,7 +328,7 @@ class SearchEngine:
             cands, more = self._candidates(kind, text, query_vec, pool * 20,
                                            filters.group_ids, None, extra)
             rows = self._passing(kind, cands, filters)
-        ranked = self._rank(rows, cands, weights, centre)[:k]
+        ranked = self._rank(rows, cands, weights, centre, k)
         with self._lock:
             accessed = self.tracker.record(kind, [r for r, *_ in ranked], self.clock())
             self.rows[kind].put(accessed)
@@ -368,15 +368,21 @@ class SearchEngine:
         more = len(by_vector) >= pool or len(by_keyword) >= pool
         return cands, more
 
-    def _rank(self, rows, cands, weights, centre) -> list[tuple]:
-        ranked = []
-        for row in rows:
-            sim, kw = cands[row["uuid"]]
-            parts = score_parts(sim, kw, row["decay_score"], row["importance"])
-            tier = _tier(row, centre) if centre else 0
-            ranked.append((row, parts, combine(parts, weights), tier))
-        ranked.sort(key=lambda h: (h[3], -h[2], h[0]["uuid"]))
-        return ranked
+    def _rank(self, rows, cands, weights, centre, k) -> list[tuple]:
+        """The best ``k`` rows: (row, score parts, score, graph tier), vectorised."""
+        if not rows:
+            return []
+        sim = np.array([cands[r["uuid"]][0] for r in rows])
+        kw = np.array([cands[r["uuid"]][1] for r in rows])
+        decay = np.array([r["decay_score"] or 0.0 for r in rows])
+        importance = np.array([r["importance"] for r in rows])
+        scores, parts = score_arrays(sim, kw, decay, importance, weights)
+        tiers = np.array([_tier(r, centre) for r in rows]) if centre else np.zeros(len(rows))
+        uuids = np.array([r["uuid"] for r in rows])
+        order = np.lexsort((uuids, -scores, tiers))[:k]
+        names = list(parts)
+        return [(rows[i], {n: float(parts[n][i]) for n in names}, float(scores[i]),
+                 int(tiers[i])) for i in order]
 
     def _embed(self, text: str) -> np.ndarray:
         with self._lock:

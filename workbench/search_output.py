@@ -13,6 +13,18 @@ def _iso(value) -> str | None:
     return None if value is None else value.isoformat()
 
 
+_WEIGHTS: dict[Weights, dict[str, float]] = {}
+
+
+def _weights(weights: Weights) -> dict[str, float]:
+    cached = _WEIGHTS.get(weights)
+    if cached is None:
+        cached = _WEIGHTS[weights] = weights.as_dict()
+        if len(_WEIGHTS) > 64:
+            _WEIGHTS.clear()
+    return dict(cached)
+
+
 def _memory(row: dict, parts: dict, score: float, weights: Weights) -> dict[str, Any]:
     return {
         "group_id": row["group_id"],
@@ -25,7 +37,7 @@ def _memory(row: dict, parts: dict, score: float, weights: Weights) -> dict[str,
         "access_count": int(row["access_count"]),
         "score": round(float(score), 6),
         "score_parts": parts,
-        "score_weights": weights.as_dict(),
+        "score_weights": _weights(weights),
     }
 
 

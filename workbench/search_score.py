@@ -31,7 +31,10 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 
-__all__ = ["Weights", "freshness", "importance_score", "score_parts", "combine", "rrf"]
+import numpy as np
+
+__all__ = ["Weights", "freshness", "importance_score", "score_parts", "combine", "score_arrays",
+           "rrf"]
 
 # Tuned on data/retrieval_set.jsonl (workbench.search_eval); see the module docstring.
 DEFAULT_KEYWORD_WEIGHT = 0.3
@@ -93,6 +96,24 @@ def combine(parts: dict[str, float], weights: Weights) -> float:
         + weights.freshness * parts["freshness"]
         + weights.importance * parts["importance"]
     )
+
+
+def score_arrays(
+    similarity: np.ndarray, keyword: np.ndarray, decay: np.ndarray, importance: np.ndarray,
+    weights: Weights,
+) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """:func:`score_parts` and :func:`combine` over arrays (one entry per candidate)."""
+    parts = {
+        "similarity": np.nan_to_num(similarity.astype(np.float64), nan=0.0),
+        "keyword": np.clip(np.nan_to_num(keyword.astype(np.float64), nan=0.0), 0.0, 1.0),
+        "freshness": 1.0 - np.clip(decay.astype(np.float64), 0.0, 1.0),
+        "importance": (np.clip(importance.astype(np.float64), 1.0, 5.0) - 1.0) / 4.0,
+    }
+    parts = {name: np.round(values, 6) for name, values in parts.items()}
+    score = (weights.similarity * parts["similarity"] + weights.keyword * parts["keyword"]
+             + weights.freshness * parts["freshness"]
+             + weights.importance * parts["importance"])
+    return score, parts
 
 
 def rrf(rankings: list[list[str]], k: int = 60, weights: list[float] | None = None) -> list[str]:

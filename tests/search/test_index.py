@@ -126,7 +126,7 @@ def test_ann_recall_against_exact_is_at_least_095():
     groups = ["a" if i % 10 else "b" for i in range(n)]  # b: 10%
     index = VectorIndex(64, ann_threshold=1000, exact_subset_limit=100)
     index.add(uuids, vectors, groups)
-    assert index.uses_ann
+    assert index.wait_ready(60) and index.uses_ann
     queries = clustered(40, 64, seed=2)
     assert recall(index, vectors, uuids, queries) >= 0.95
     keep_b = lambda i: groups[i] == "b"  # noqa: E731 - filtered ANN (oversampling)
@@ -142,16 +142,27 @@ def test_ann_stays_consistent_after_deletes_and_upserts():
     vectors = clustered(n, DIM, seed=3)
     uuids = [f"u{i}" for i in range(n)]
     index = VectorIndex(DIM, ann_threshold=1000)
-    index.add(uuids, vectors, ["g"] * n)
+    index.add(uuids, vectors, ["g"] * n)  # starts a background build ...
     gone = [f"u{i}" for i in range(0, n, 3)]
-    index.remove(gone)
+    index.remove(gone)  # ... these changes land during (or after) it and are replayed
     index.add(["u1"], vectors[2:3], ["g"])
-    assert index.uses_ann and len(index) == n - len(gone)
+    assert index.wait_ready(60) and index.uses_ann and len(index) == n - len(gone)
+    assert len(index._ann) == len(index)
     seen = {u for q in vectors[:50] for u, _ in index.search(q, 10)}
     assert not seen & set(gone)
     assert index.search(vectors[2], 2)[0][1] == pytest.approx(1.0)
     index.remove([u for u in uuids if u not in gone][:1600])  # small again: back to exact
     assert not index.uses_ann
+
+
+def test_exact_search_serves_while_the_graph_is_built():
+    vectors = clustered(1500, DIM, seed=5)
+    uuids = [f"u{i}" for i in range(1500)]
+    index = VectorIndex(DIM, ann_threshold=1000)
+    index.add(uuids, vectors, ["g"] * 1500)
+    assert same(index.search(vectors[7], 5), brute(vectors, uuids, vectors[7], 5))
+    index.wait_ready(60)
+    assert index.search(vectors[7], 1)[0][0] == "u7"
 
 
 def test_load_index_reads_vectors_of_existing_memories(store):
