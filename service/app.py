@@ -10,6 +10,7 @@ return its dict. The facade's lifecycle (``start``/``stop``) belongs to the call
 from __future__ import annotations
 
 import hmac
+import threading
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -85,10 +86,11 @@ async def list_tools() -> dict[str, Any]:
                        "destructive": t.destructive} for t in TOOLS]}
 
 
-def health_route(workbench: Any, settings: Settings):
+def health_route(workbench: Any, settings: Settings,
+                 embedder_loaded: threading.Event | None = None):
     """``GET /health`` needs no token (probes); with a token configured, only a caller that
     sends it sees the details (paths, models, URLs)."""
-    probe = EmbedderProbe(workbench.embedder)
+    probe = EmbedderProbe(workbench.embedder, loaded=embedder_loaded)
     token = settings.api_token.get_secret_value() if settings.api_token else ""
 
     @get("/health", sync_to_thread=True, tags=["health"],
@@ -123,11 +125,14 @@ def create_app(
     *,
     rate_clock: Callable[[], float] = time.monotonic,
     allowed_hosts: tuple[str, ...] = (),
+    embedder_loaded: threading.Event | None = None,
 ) -> Litestar:
     """The service app around an opened workbench (its workers are started by the caller).
 
     ``allowed_hosts`` adds Host names the MCP endpoint accepts on loopback (DNS-rebinding
-    protection allows 127.0.0.1, localhost and ::1 by default).
+    protection allows 127.0.0.1, localhost and ::1 by default). ``embedder_loaded``, when
+    given, is set once a background-loading local model is ready (``/health`` says "loading"
+    and is 503 until then).
     """
     mcp_server = build_mcp_server(workbench, package_version())
     managers: list = []  # a fresh session manager per app start (one may run only once)
@@ -147,7 +152,7 @@ def create_app(
 
     return Litestar(
         route_handlers=[*(tool_route(workbench, t) for t in TOOLS), unknown_tool, list_tools,
-                        health_route(workbench, settings), mcp_endpoint],
+                        health_route(workbench, settings, embedder_loaded), mcp_endpoint],
         middleware=middleware_stack(settings, rate_clock),
         exception_handlers={Exception: exception_handler},
         request_max_body_size=max_body_bytes(settings),

@@ -19,14 +19,20 @@ class EmbedderProbe:
     """Embed one short text, remembering the verdict for ``ttl`` seconds."""
 
     def __init__(self, embedder: Any, ttl: float = 30.0,
-                 clock: Callable[[], float] = time.monotonic):
+                 clock: Callable[[], float] = time.monotonic,
+                 loaded: threading.Event | None = None):
         self.embedder = embedder
         self.ttl = ttl
         self.clock = clock
+        self.loaded = loaded  # unset while a local model loads in the background
         self._lock = threading.Lock()
         self._verdict: tuple[float, dict[str, Any]] | None = None
 
     def check(self) -> dict[str, Any]:
+        if self.loaded is not None and not self.loaded.is_set():
+            return {"ok": False, "loading": True, "model": self.embedder.model,
+                    "dimensions": self.embedder.dimensions,
+                    "detail": "the local embedding model is loading"}
         with self._lock:
             now = self.clock()
             if self._verdict is None or now - self._verdict[0] > self.ttl:

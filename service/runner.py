@@ -20,6 +20,7 @@ import ipaddress
 import logging
 import signal
 import socket
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -82,18 +83,39 @@ def bind_socket(host: str, port: int, what: str, flag: str) -> socket.socket:
     return sock
 
 
-def prepare_embedder(settings: Settings):
-    """Build the embedder and make sure it works before serving."""
+def prepare_embedder(settings: Settings, background: bool = False):
+    """Build the embedder; a compat one is probed now (its errors name the URL and sizes).
+
+    A local model is loaded now, or with ``background`` returned unloaded: the caller warms it
+    up with :func:`warm_in_background` while already serving (its import costs seconds).
+    """
     from workbench.embedder import build_embedder
 
     embedder = build_embedder(settings)
     if hasattr(embedder, "probe"):
-        embedder.probe()  # EmbedderError / DimensionMismatch name the URL and the sizes
-    elif hasattr(embedder, "warm_up"):
-        embedder.warm_up()
-    else:  # pragma: no cover - any other Embedder
+        embedder.probe()
+    elif not background:
         embedder.embed(["warm up"])
     return embedder
+
+
+def warm_in_background(embedder, loaded: threading.Event,
+                       on_failure: Callable[[str], None]) -> threading.Thread:
+    """Load the model in a thread; ``loaded`` is set when done, ``on_failure(message)`` else."""
+    def warm() -> None:
+        started = time.monotonic()
+        try:
+            embedder.embed(["warm up"])
+        except Exception as exc:  # noqa: BLE001 - reported as one line, then the service stops
+            on_failure(getattr(exc, "message", None) or f"{type(exc).__name__}: {exc}")
+            return
+        loaded.set()
+        log.info("local embedding model %s loaded in %.1f s", embedder.model,
+                 time.monotonic() - started)
+
+    thread = threading.Thread(target=warm, name="embedder-warm-up", daemon=True)
+    thread.start()
+    return thread
 
 
 class _Server(uvicorn.Server):
@@ -160,24 +182,38 @@ def serve(settings: Settings, dev: bool = False, log_format: str = "json") -> in
     metrics_sock = bind_socket(settings.host, metrics_port, "the metrics port",
                                "--metrics-port")
     try:
-        embedder = prepare_embedder(settings)
+        embedder = prepare_embedder(settings, background=True)
         workbench = open_workbench(settings, embedder=embedder)
     except BaseException:
         main_sock.close()
         metrics_sock.close()
         raise
+    loaded = threading.Event()
+    failures: list[str] = []
     try:
         workbench.start()
-        pairs = [(make_server(create_app(workbench, settings)), main_sock),
+        pairs = [(make_server(create_app(workbench, settings, embedder_loaded=loaded)),
+                  main_sock),
                  (make_server(create_metrics_app(workbench), 2), metrics_sock)]
         base = f"http://{_url_host(settings.host)}"
 
+        def embedder_failed(message: str) -> None:
+            failures.append(message)
+            for server, _ in pairs:
+                server.should_exit = True
+
+        if hasattr(embedder, "probe"):
+            loaded.set()
+        else:
+            warm_in_background(embedder, loaded, embedder_failed)
+
         def ready() -> None:
             log.info("ready in %.1f s: tools %s:%d (REST /tools, MCP /mcp, /health, /schema), "
-                     "metrics %s:%d%s, database %s, embedder %s (%d dims), LLM %s",
+                     "metrics %s:%d%s, database %s, embedder %s (%d dims%s), LLM %s",
                      time.monotonic() - started, base, settings.port, base, metrics_port,
                      METRICS_PATH, workbench.store.path, embedder.model, embedder.dimensions,
-                     getattr(workbench.chat, "model", None) or
+                     "" if loaded.is_set() else "; loading in the background, /health is 503 "
+                     "until it is loaded", getattr(workbench.chat, "model", None) or
                      "not configured (episodes wait in the queue)")
 
         asyncio.run(serve_all(pairs, ready))
@@ -188,6 +224,8 @@ def serve(settings: Settings, dev: bool = False, log_format: str = "json") -> in
         finally:
             workbench.close()
         log.info("stopped; the database is checkpointed and closed")
+    if failures:
+        raise StartupError(f"the local embedding model failed to load: {failures[0]}")
     return 0
 
 

@@ -67,3 +67,37 @@ def test_bind_socket_reports_a_busy_port():
             bind_socket("127.0.0.1", port, "the tools port", "--port")
     sock = bind_socket("127.0.0.1", 0, "x", "--port")
     sock.close()
+
+
+def test_health_probe_reports_a_loading_model_without_blocking():
+    import threading
+
+    from service.health import EmbedderProbe
+    from tests.conftest import HashEmbedder
+
+    loaded = threading.Event()
+    probe = EmbedderProbe(HashEmbedder(), loaded=loaded)
+    assert probe.check()["loading"] is True and probe.check()["ok"] is False
+    loaded.set()
+    assert probe.check()["ok"] is True
+
+
+def test_background_warm_up_sets_the_event_or_reports_the_failure():
+    import threading
+
+    from service.runner import warm_in_background
+    from tests.conftest import HashEmbedder
+    from workbench.errors import EmbedderError
+
+    loaded = threading.Event()
+    warm_in_background(HashEmbedder(), loaded, lambda m: None).join(10)
+    assert loaded.is_set()
+
+    class Broken(HashEmbedder):
+        def embed(self, texts):
+            raise EmbedderError("cannot load the local embedding model 'x' from /nowhere")
+
+    failures: list[str] = []
+    loaded = threading.Event()
+    warm_in_background(Broken(), loaded, failures.append).join(10)
+    assert not loaded.is_set() and "/nowhere" in failures[0]
