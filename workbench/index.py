@@ -25,9 +25,12 @@ rebuilt when tombstones pile up. All methods are thread-safe (one lock).
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import json
 import math
 import threading
 from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -249,6 +252,63 @@ class VectorIndex:
         if self._builder is None and self._ann_tombstones > max(10_000, len(self._slot) // 4):
             self._start_build()  # the current graph keeps serving until the new one is ready
 
+    # --- saving the graph (a cache: the store keeps the vectors) ---------------------------
+    def save_graph(self, graph_dir: str | Path, kind: str) -> bool:
+        """Save the HNSW graph and the slot layout with a checksum of the vectors; False when
+        there is no finished graph to save."""
+        with self._lock:
+            if self._ann is None or self._builder is not None:
+                return False
+            folder = Path(graph_dir)
+            folder.mkdir(parents=True, exist_ok=True)
+            self._ann.save(str(folder / f"{kind}.usearch"))
+            manifest = {"slots": self._uuids[: self._size], "checksum": self._checksum(),
+                        "params": {k: str(v) for k, v in self._ann_params.items()}}
+            tmp = folder / f"{kind}.json.tmp"
+            tmp.write_text(json.dumps(manifest))
+            tmp.replace(folder / f"{kind}.json")
+            return True
+
+    def _checksum(self) -> str:
+        digest = hashlib.blake2b(digest_size=16)
+        digest.update("\n".join(u or "" for u in self._uuids[: self._size]).encode())
+        digest.update(np.ascontiguousarray(self._mat[: self._size]).tobytes())
+        return digest.hexdigest()
+
+    def _restore(self, layout, uuids, vectors, groups, graph_path: Path) -> None:
+        """Lay the vectors out in the saved slots; reuse the saved graph if the checksum of
+        the result matches, else build a new graph."""
+        from usearch.index import Index
+
+        where = {u: i for i, u in enumerate(layout) if u is not None}
+        slots = np.array([where[u] for u in uuids], dtype=np.int64)
+        with self._lock:
+            self._size = len(layout)
+            cap = max(1024, self._size)
+            self._mat = np.zeros((cap, self.dim), dtype=np.float32)
+            self._alive = np.zeros(cap, dtype=bool)
+            self._group = np.full(cap, -1, dtype=np.int32)
+            self._uuids = [None] * cap
+            self._mat[slots] = _unit_rows(vectors, self.dim)
+            for uuid, slot, group in zip(uuids, slots, groups):
+                code = self._group_codes.setdefault(group, len(self._group_codes))
+                self._group[slot] = code
+                self._group_counts[code] = self._group_counts.get(code, 0) + 1
+                self._uuids[slot], self._alive[slot] = uuid, True
+                self._slot[uuid] = int(slot)
+            self._free = [i for i in range(self._size) if not self._alive[i]][::-1]
+            manifest = json.loads(graph_path.with_suffix(".json").read_text())
+            graph = None
+            if manifest["checksum"] == self._checksum():
+                try:
+                    graph = Index.restore(str(graph_path))
+                except Exception:  # unreadable file: rebuild
+                    graph = None
+            if graph is not None and len(graph) == len(self._slot):
+                self._ann = graph
+            elif len(self._slot) >= self.ann_threshold:
+                self._start_build()
+
     def wait_ready(self, timeout: float | None = None) -> bool:
         """Wait for a background graph build; True when none is running any more."""
         builder = self._builder
@@ -390,19 +450,39 @@ class VectorIndex:
 
 
 def load_index(
-    store: Store, kind: str, ann_threshold: int = 50_000, **options
+    store: Store, kind: str, ann_threshold: int = 50_000, graph_dir: str | Path | None = None,
+    **options,
 ) -> VectorIndex:
     """A :class:`VectorIndex` holding every stored vector of ``kind`` ("entity" or "fact")
-    whose memory row exists (the store is the source of truth)."""
+    whose memory row exists (the store is the source of truth).
+
+    With ``graph_dir``, an HNSW graph saved there by :meth:`VectorIndex.save_graph` is reused
+    when it was built over exactly these vectors (checked by a checksum); otherwise the graph
+    is rebuilt in the background."""
     from workbench.store.search import load_vectors
 
     if kind not in KINDS:
         raise InvalidInput(f"unknown memory kind {kind!r}; expected one of {', '.join(KINDS)}")
     index = VectorIndex(store.dim, ann_threshold=ann_threshold, **options)
     uuids, groups, vectors = load_vectors(store, kind)
-    if uuids:
+    saved = _saved_layout(graph_dir, kind, uuids) if graph_dir and uuids else None
+    if saved is not None:
+        index._restore(saved, uuids, vectors, groups, Path(graph_dir) / f"{kind}.usearch")
+    elif uuids:
         index.add(uuids, vectors, groups)
     return index
+
+
+def _saved_layout(graph_dir, kind: str, uuids: list[str]) -> list[str | None] | None:
+    manifest = Path(graph_dir) / f"{kind}.json"
+    try:
+        saved = json.loads(manifest.read_text())
+    except (OSError, ValueError):
+        return None
+    layout = saved.get("slots") or []
+    if sum(u is not None for u in layout) != len(uuids) or not set(uuids) <= set(layout):
+        return None
+    return layout if saved.get("checksum") else None
 
 
 def _unit_rows(vectors: np.ndarray, dim: int) -> np.ndarray:

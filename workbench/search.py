@@ -38,6 +38,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Sequence
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -94,6 +95,7 @@ class SearchEngine:
         sync_seconds: float = 2.0,
         query_cache_size: int = 256,
         index_options: dict[str, Any] | None = None,
+        graph_dir: str | Path | None | bool = True,
     ):
         self.store = store
         self.embedder = embedder
@@ -107,6 +109,7 @@ class SearchEngine:
         self.candidate_pool = candidate_pool
         self.sync_seconds = sync_seconds
         self._index_options = index_options or {}
+        self.graph_dir = _graph_dir(store, graph_dir)
         self._query_cache: OrderedDict[str, np.ndarray] = OrderedDict()
         self._query_cache_size = query_cache_size
         self._lock = threading.RLock()
@@ -126,7 +129,7 @@ class SearchEngine:
         vectors, keywords, caches = {}, {}, {}
         for kind in KINDS:
             vectors[kind] = load_index(
-                self.store, kind, self.ann_threshold, **self._index_options
+                self.store, kind, self.ann_threshold, self.graph_dir, **self._index_options
             )
             with self.tracker.consistent_read():
                 caches[kind] = self._load_rows(kind)
@@ -230,11 +233,17 @@ class SearchEngine:
         return self.tracker.flush()
 
     def close(self) -> None:
-        """Stop the access flusher and write what it holds. The store stays open."""
+        """Stop the access flusher and write what it holds; save finished HNSW graphs next to
+        the database file (reused at the next open when the vectors are unchanged). The store
+        stays open."""
         thread = self._sync_thread
         if thread is not None:
             thread.join(timeout=30)
         self.tracker.close()
+        if self.graph_dir is not None:
+            for kind in KINDS:
+                if self.vectors[kind].uses_ann:
+                    self.vectors[kind].save_graph(self.graph_dir, kind)
 
     # --- the two searches ---------------------------------------------------------------
     def search_nodes(
@@ -397,6 +406,15 @@ class SearchEngine:
                 while len(self._query_cache) > self._query_cache_size:
                     self._query_cache.popitem(last=False)
         return vector
+
+
+def _graph_dir(store: Store, graph_dir) -> Path | None:
+    """``True``: ``<database file>.search/`` (none for in-memory or read-only stores)."""
+    if graph_dir is True:
+        if store.path == ":memory:" or store.read_only or ":" in Path(store.path).name:
+            return None
+        return Path(f"{store.path}.search")
+    return Path(graph_dir) if graph_dir else None
 
 
 def _check_kind(kind: str) -> None:

@@ -120,3 +120,40 @@ def test_search_over_an_empty_graph_returns_nothing(make_engine, hash_embedder, 
     assert engine.search_nodes("anything") == []
     assert engine.search_facts("anything", group_ids=["never-seen"]) == []
     assert hash_embedder.calls == 0  # nothing to compare with: the query is not even embedded
+
+
+def test_hnsw_graph_is_saved_and_reused_only_when_the_vectors_match(db, hash_embedder):
+    store, engine = open_engine(db, hash_embedder)
+    engine.ann_threshold = 50
+    sam, = add(engine, "entity", [entity("Sam")])
+    rows = add(engine, "fact", [fact(f"Sam note number {i} about tea", sam, sam)
+                                for i in range(120)])
+    engine.rebuild()  # now above the threshold: builds the graph
+    assert engine.vectors["fact"].wait_ready(60) and engine.vectors["fact"].uses_ann
+    before = ranking(engine.search_facts("note 7 tea"))
+    engine.close()
+    assert (engine.graph_dir / "fact.usearch").is_file()
+    store.close()
+
+    store = Store.open(db)
+    engine = SearchEngine(store, hash_embedder, Metrics(), ManualClock(T0),
+                          access_background=False, ann_threshold=50)
+    try:
+        index = engine.vectors["fact"]
+        assert index.uses_ann and index._builder is None  # reused: no rebuild
+        assert ranking(engine.search_facts("note 7 tea"))[:3] == before[:3]
+        store.execute("DELETE FROM facts WHERE uuid = ?", [rows[0]["uuid"]])
+    finally:
+        engine.close()
+        store.close()
+
+    store = Store.open(db)
+    engine = SearchEngine(store, hash_embedder, Metrics(), ManualClock(T0),
+                          access_background=False, ann_threshold=50)
+    try:  # the store changed behind the saved graph: it is not trusted
+        assert rows[0]["uuid"] not in engine.vectors["fact"]
+        assert engine.vectors["fact"].wait_ready(60)
+        assert len(engine.vectors["fact"]._ann) == 119
+    finally:
+        engine.close()
+        store.close()
