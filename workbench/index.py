@@ -4,27 +4,33 @@ DuckDB (``entity_embeddings`` / ``fact_embeddings``) is the source of truth; thi
 cache loaded at open (:func:`load_index`) and kept in step by the search engine's
 ``on_upsert`` / ``on_delete``.
 
-How it searches (measured on this 2-core machine, see ``bench/bench_search.py``):
+How it searches (measured on this shared 2-core machine, see ``bench/bench_search.py``):
 
 * **Exact** while small: the unit vectors live in one float32 matrix (``slot`` = row); a
-  query is one mat-vec product and an ``argpartition``. 100k x 384 costs ~10 ms, so beyond
-  ``ann_threshold`` rows we switch to:
-* **Approximate** (HNSW from ``usearch``, int8-quantised, M=16): it returns an oversampled
-  candidate list (``max(ann_candidates, 4k)``, ``ef = max(ef_search, candidates)``) which is
-  re-ranked with the exact float32 cosine, so scores are always real cosines and recall@10
-  stays >= 0.95 of exact search (~1 ms a query at 100k).
-* **Filters** (``group_ids``, ``allowed``) are applied *before* the top-k for exact search.
-  For ANN the index oversamples by the inverse selectivity of the filter and filters the
+  query is one mat-vec product (on one BLAS thread) and an ``argpartition``: ~1.5 ms CPU at
+  10k x 384, ~15 ms at 100k. Beyond ``ann_threshold`` rows:
+* **Approximate** (HNSW from ``usearch``, int8-quantised, M=16, ef_add=64): it returns an
+  oversampled candidate list (``max(ann_candidates, 4k)``, ``ef = max(ef_search, count)``)
+  re-ranked with the exact float32 cosine, so scores are always real cosines; recall@10 vs
+  exact >= 0.95 at ~1-3 ms.
+* **Filters** (``group_ids``, ``allowed``) apply *before* the top-k for exact search. For ANN
+  the index oversamples by the inverse selectivity of the group filter and filters the
   candidates; when the filter keeps at most ``exact_subset_limit`` rows (or the ANN pass
-  comes back short) the search runs exact over just the allowed rows instead.
+  comes back short) it runs exact over just the allowed rows instead. An ``allowed`` *set*
+  always runs exact over those rows.
 
-Deleted rows leave a free slot (reused by the next insert); the ANN graph drops the key and is
-rebuilt when tombstones pile up. All methods are thread-safe (one lock).
+The HNSW graph is built in a background thread (``background_build``) from a snapshot while
+exact search keeps serving; inserts and deletes made meanwhile are replayed on it when it is
+ready. :meth:`VectorIndex.save_graph` writes the graph with a checksum of the vectors it was
+built from; :func:`load_index` reuses it only when the store's vectors give the same checksum,
+so a restart of a large store does not rebuild (~45 s per 100k on this machine).
+
+Deleted rows leave a free slot (reused by the next insert); the graph drops the key and is
+rebuilt (in the background) when tombstones pile up. All methods are thread-safe (one lock).
 """
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import math
@@ -35,7 +41,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from workbench.errors import DimensionMismatch, InvalidInput
+from workbench.errors import InvalidInput
+from workbench.vector_math import grow, one_blas_thread, top_positions, unit_rows
 
 if TYPE_CHECKING:
     from workbench.store import Store
@@ -122,7 +129,7 @@ class VectorIndex:
         """Insert or replace (upsert) one vector per uuid."""
         uuids = list(uuids)
         group_ids = list(group_ids)
-        vecs = _unit_rows(vectors, self.dim)
+        vecs = unit_rows(vectors, self.dim)
         if not (len(uuids) == vecs.shape[0] == len(group_ids)):
             raise InvalidInput(
                 f"add() needs one vector and one group_id per uuid; got {len(uuids)} uuids, "
@@ -187,9 +194,9 @@ class VectorIndex:
     def _next_slot(self) -> int:
         if self._size == self._mat.shape[0]:
             cap = max(1024, self._mat.shape[0] * 2)
-            self._mat = _grow(self._mat, cap)
-            self._alive = _grow(self._alive, cap)
-            self._group = _grow(self._group, cap, fill=-1)
+            self._mat = grow(self._mat, cap)
+            self._alive = grow(self._alive, cap)
+            self._group = grow(self._group, cap, fill=-1)
             self._uuids.extend([None] * (cap - len(self._uuids)))
         self._size += 1
         return self._size - 1
@@ -289,7 +296,7 @@ class VectorIndex:
             self._alive = np.zeros(cap, dtype=bool)
             self._group = np.full(cap, -1, dtype=np.int32)
             self._uuids = [None] * cap
-            self._mat[slots] = _unit_rows(vectors, self.dim)
+            self._mat[slots] = unit_rows(vectors, self.dim)
             for uuid, slot, group in zip(uuids, slots, groups):
                 code = self._group_codes.setdefault(group, len(self._group_codes))
                 self._group[slot] = code
@@ -331,7 +338,7 @@ class VectorIndex:
         """
         if k <= 0:
             return []
-        q = _unit_rows(query, self.dim)[0]
+        q = unit_rows(query, self.dim)[0]
         with self._lock:
             if not self._slot:
                 return []
@@ -350,7 +357,7 @@ class VectorIndex:
 
     def similarity(self, query: np.ndarray, uuids: Sequence[str]) -> np.ndarray:
         """Exact cosine of ``query`` with each uuid's vector (NaN when unknown)."""
-        q = _unit_rows(query, self.dim)[0]
+        q = unit_rows(query, self.dim)[0]
         with self._lock:
             slots = np.array([self._slot.get(u, -1) for u in uuids], dtype=np.int64)
             out = np.full(len(slots), np.nan, dtype=np.float32)
@@ -392,7 +399,7 @@ class VectorIndex:
         n_kept = self._count(codes)
         if codes is not None and n_kept < self._size // 2:
             return self._exact_on(q, self._slots_in(codes), k, allowed)
-        with _one_blas_thread():
+        with one_blas_thread():
             scores = self._mat[: self._size] @ q
         if n_kept < self._size:
             scores[~self._group_mask(codes)] = -np.inf
@@ -401,7 +408,7 @@ class VectorIndex:
     def _exact_on(self, q, slots: np.ndarray, k, allowed) -> list[tuple[str, float]]:
         if slots.size == 0:
             return []
-        with _one_blas_thread():
+        with one_blas_thread():
             scores = self._mat[slots] @ q
         return self._top(scores, slots, k, allowed, int(slots.size))
 
@@ -409,7 +416,7 @@ class VectorIndex:
         """Best ``k`` of ``scores`` (positions map through ``slots``), honouring a predicate."""
         want = k if allowed is None else min(n_valid, max(4 * k, 32))
         while True:
-            order = _top_positions(scores, min(want, n_valid))
+            order = top_positions(scores, min(want, n_valid))
             hits = self._accept(order, scores, slots, allowed, k)
             if len(hits) >= k or want >= n_valid:
                 return hits
@@ -483,55 +490,3 @@ def _saved_layout(graph_dir, kind: str, uuids: list[str]) -> list[str | None] | 
     if sum(u is not None for u in layout) != len(uuids) or not set(uuids) <= set(layout):
         return None
     return layout if saved.get("checksum") else None
-
-
-def _unit_rows(vectors: np.ndarray, dim: int) -> np.ndarray:
-    matrix = np.asarray(vectors, dtype=np.float32)
-    if matrix.ndim == 1:
-        matrix = matrix[None, :]
-    if matrix.ndim != 2 or (matrix.shape[0] and matrix.shape[1] != dim):
-        raise DimensionMismatch(
-            f"the index holds {dim}-dimensional vectors but got shape {matrix.shape}"
-        )
-    norms = np.linalg.norm(matrix, axis=1, keepdims=True)
-    if np.all(np.abs(norms - 1.0) < 1e-4):
-        return np.ascontiguousarray(matrix)
-    norms[norms == 0] = 1.0
-    return np.ascontiguousarray(matrix / norms)
-
-
-_BLAS: list = []
-
-
-def _one_blas_thread():
-    """Run a mat-vec on one BLAS thread. A search is one small product; on a busy 2-core
-    machine OpenBLAS's thread hand-off made a 10k x 384 product 10x slower (20 ms vs 2 ms)."""
-    if not _BLAS:
-        try:
-            from threadpoolctl import ThreadpoolController
-
-            _BLAS.append(ThreadpoolController())
-        except ImportError:  # pragma: no cover - threadpoolctl comes with scikit-learn
-            _BLAS.append(None)
-    controller = _BLAS[0]
-    if controller is None:  # pragma: no cover
-        return contextlib.nullcontext()
-    return controller.limit(limits=1, user_api="blas")
-
-
-def _grow(array: np.ndarray, capacity: int, fill=0) -> np.ndarray:
-    shape = (capacity,) + array.shape[1:]
-    grown = np.full(shape, fill, dtype=array.dtype)
-    grown[: array.shape[0]] = array
-    return grown
-
-
-def _top_positions(scores: np.ndarray, n: int) -> np.ndarray:
-    """Positions of the ``n`` largest scores, largest first."""
-    if n <= 0:
-        return np.zeros(0, dtype=np.int64)
-    if n < scores.size:
-        part = np.argpartition(-scores, n - 1)[:n]
-    else:
-        part = np.arange(scores.size)
-    return part[np.argsort(-scores[part], kind="stable")]
