@@ -22,6 +22,7 @@ import json
 import os
 import sys
 import threading
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -50,10 +51,22 @@ _embedder: Any = None
 
 
 def shared_embedder():
-    """One local embedder per kernel (loading the model takes seconds)."""
+    """One local embedder per kernel (loading the model takes seconds). Offline: the model
+    comes from its installed package; loading progress bars and deprecation chatter are
+    silenced so that the rendered notebooks show results, not logs."""
     global _embedder
     with _embedder_lock:
         if _embedder is None:
+            os.environ.setdefault("HF_HUB_OFFLINE", "1")
+            os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+            warnings.filterwarnings("ignore", category=FutureWarning)
+            try:
+                from transformers.utils import logging as hf_logging
+
+                hf_logging.disable_progress_bar()
+                hf_logging.set_verbosity_error()
+            except ImportError:  # pragma: no cover - transformers comes with the embedder
+                pass
             from workbench.embedder import build_embedder
 
             _embedder = build_embedder(load_settings(environ={}))
