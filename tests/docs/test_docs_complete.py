@@ -325,3 +325,13 @@ def test_mkdocs_build_strict(tmp_path):
         cwd=ROOT, capture_output=True, text=True, timeout=240)
     assert result.returncode == 0, result.stderr[-3000:]
     assert (tmp_path / "site" / "configuration" / "index.html").exists()
+
+
+def test_labelled_vocabulary_is_documented():
+    from workbench.scoring import ENTITY_TYPES, load_labelled
+
+    labelled = load_labelled(ROOT / "data" / "extraction_labelled.jsonl")
+    relations = {f.relation for ep in labelled for f in ep.gold.facts}
+    text = page("scoring.md")
+    assert missing(relations, text) == []
+    assert missing(ENTITY_TYPES, text) == []
