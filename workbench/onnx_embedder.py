@@ -183,11 +183,15 @@ def export_onnx(source: Path, target: Path) -> None:
     """Export the Hugging Face model in ``source`` to ``target`` (written atomically)."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-    try:
-        import torch
-        from transformers import AutoModel
-    except ImportError as exc:
-        raise EmbedderError(f"exporting to ONNX needs torch and transformers: {exc}") from None
+    from importlib.util import find_spec
+
+    missing = [m for m in ("torch", "transformers", "onnx") if find_spec(m) is None]
+    if missing:
+        raise EmbedderError(
+            f"exporting to ONNX needs torch, transformers and onnx; missing: {', '.join(missing)}"
+        )
+    import torch
+    from transformers import AutoModel
 
     model = AutoModel.from_pretrained(str(source), attn_implementation="eager")
     model.eval()

@@ -124,6 +124,15 @@ def test_small_batches_and_sorting_keep_the_input_order(onnx_cache, onnx_local):
     assert small.embed([]).shape == (0, 384)
 
 
+def test_threads_may_embed_at_once(onnx_local):
+    from concurrent.futures import ThreadPoolExecutor
+
+    want = onnx_local.embed(TEXTS[:8])
+    with ThreadPoolExecutor(4) as pool:
+        results = list(pool.map(lambda _: onnx_local.embed(TEXTS[:8]), range(8)))
+    assert all(np.allclose(got, want, atol=1e-6) for got in results)
+
+
 def test_batches_group_similar_lengths():
     batches = onnx_embedder.length_batches([3, 250, 4, 240, 100, 5, 120], batch_size=2)
     assert [b.tolist() for b in batches] == [[1, 3], [6, 4], [5, 2], [0]]
@@ -155,7 +164,7 @@ def test_without_an_export_the_automatic_backend_falls_back_to_torch(
     tmp_path, monkeypatch, torch_local
 ):
     def no_torch(source, target):
-        raise EmbedderError("exporting to ONNX needs torch and transformers: no torch")
+        raise EmbedderError("exporting to ONNX needs torch, transformers and onnx; missing: torch")
 
     monkeypatch.setattr(onnx_embedder, "export_onnx", no_torch)
     auto = LocalEmbedder(cache_dir=tmp_path)
@@ -233,9 +242,11 @@ def fake_model(tmp_path, monkeypatch):
     return source, tmp_path / "cache", calls
 
 
-def test_an_export_happens_once_until_the_weights_change(fake_model):
+def test_an_export_happens_once_until_the_weights_change(fake_model, caplog):
     source, cache, calls = fake_model
-    target = ensure_onnx(str(source), cache)
+    with caplog.at_level("INFO", logger="workbench.embedder"):
+        target = ensure_onnx(str(source), cache)
+    assert f"exporting {source} to ONNX at {target}" in caplog.text
     assert target.parent.parent == cache and target.read_bytes() == b"onnx 1"
     assert ensure_onnx(str(source), cache) == target and len(calls) == 1
     weights = source / "model.safetensors"
