@@ -32,6 +32,8 @@ if [ ! -f "$stamp" ]; then
   VIRTUAL_ENV=$PWD/.venv "$VPY" -m uv pip install --python "$VPY" -e ".[$extras]"
   rm -f .venv/.installed-* && touch "$stamp"
 fi
+# the local embedder runs on ONNX Runtime: export the packaged model once (no-op when current)
+"$VPY" -m workbench.onnx_embedder >/dev/null
 if [ "${WITH_VOICE:-0}" = "1" ] && [ -x scripts/fetch_voice_assets.sh ]; then
   scripts/fetch_voice_assets.sh
 fi

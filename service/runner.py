@@ -232,13 +232,13 @@ def serve(settings: Settings, dev: bool = False, log_format: str = "json") -> in
 def serve_embeddings(settings: Settings, host: str, port: int, model: str) -> int:
     """``workbench embed-server``."""
     from service.embed_server import create_embed_app
-    from workbench.embedder import LocalEmbedder
+    from workbench.embedder import local_embedder
 
     started = time.monotonic()
     setup_logging(settings.log_level, secrets_of(settings), fmt="text")
     sock = bind_socket(host, port, "the embeddings port", "--port")
     try:
-        embedder = LocalEmbedder(model, threads=settings.local_embedder_threads)
+        embedder = local_embedder(settings, model)
         embedder.warm_up()
     except EmbedderError:
         sock.close()

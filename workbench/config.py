@@ -54,6 +54,7 @@ class Settings(BaseSettings):
     embedder_base_url: str | None = None
     embedder_model: str | None = None
     embedder_dimensions: int | None = Field(default=None, gt=0, le=65536)
+    embedder_api_key: SecretStr | None = None  # ours: for a hosted embedder
     prompt_cache_metrics_enabled: bool = True
     prompt_cache_log_requests: bool = False
     prompt_cache_enabled: bool = False
@@ -81,6 +82,8 @@ class Settings(BaseSettings):
     # --- ours: local embedder -----------------------------------------------------------
     local_embedder_model: str = LOCAL_EMBEDDER_MODEL
     local_embedder_threads: int = Field(default=1, ge=1, le=64)
+    local_embedder_backend: Literal["onnx", "torch"] | None = None
+    model_cache_dir: str | None = None
 
     # --- ours: queue --------------------------------------------------------------------
     queue_concurrency: int = Field(default=4, ge=1, le=256)

@@ -313,12 +313,22 @@ def build_embedder(settings) -> Embedder:
                 "the compat embedder needs SVC_KNOWLEDGE_EMBEDDER_MODEL and "
                 "SVC_KNOWLEDGE_EMBEDDER_DIMENSIONS"
             )
+        key = settings.embedder_api_key
         return CompatEmbedder(
             settings.embedder_base_url or "",
             settings.embedder_model,
             settings.embedder_dimensions,
+            api_key=key.get_secret_value() if key else None,
         )
-    model = settings.embedder_model or settings.local_embedder_model
+    return local_embedder(settings, settings.embedder_model or settings.local_embedder_model)
+
+
+def local_embedder(settings, model: str) -> LocalEmbedder:
+    """A :class:`LocalEmbedder` for ``model`` with the settings' threads, backend and cache."""
     return LocalEmbedder(
-        model, dimensions=settings.embedder_dimensions, threads=settings.local_embedder_threads
+        model,
+        dimensions=settings.embedder_dimensions,
+        threads=settings.local_embedder_threads,
+        backend=settings.local_embedder_backend,
+        cache_dir=settings.model_cache_dir,
     )

@@ -178,6 +178,15 @@ class Workbench:
             "detail": status,
         }
 
+    def add_memories(self, episodes: Sequence[dict[str, Any]],
+                     progress: bool = False) -> list[dict[str, Any]]:
+        """``add_memory`` for many episodes (dicts of its arguments), with a progress bar."""
+        from tqdm.auto import tqdm
+
+        return [self.add_memory(**episode)
+                for episode in tqdm(episodes, desc="add_memory", unit="episode",
+                                    disable=not progress)]
+
     def _validate_episode(self, name, body, group_id, source, source_description, uuid,
                           reference_time, priority) -> dict[str, Any]:
         if not isinstance(name, str) or not name.strip():

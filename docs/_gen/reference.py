@@ -46,6 +46,11 @@ SETTING_MEANINGS: dict[str, str] = {
                          "`/v1`); requests go to `POST <embedder_base_url>/embeddings`.",
     "embedder_model": "Embedding model identifier sent to a `compat` embedder (for `local`, "
                       "see `SVC_KNOWLEDGE_LOCAL_EMBEDDER_MODEL`).",
+    "embedder_api_key": "Credential sent as a bearer token to a hosted embedder (never logged).",
+    "local_embedder_backend": "Engine of the local embedder: `onnx` (ONNX Runtime, fast start; the "
+                              "default when available) or `torch` (sentence-transformers).",
+    "model_cache_dir": "Folder for the local embedder's exported ONNX model (default "
+                       "`~/.cache/knowledge-workbench/models`).",
     "embedder_dimensions": "Vector size; must equal the embedding model's output size (384 for "
                            "the local all-MiniLM-L6-v2, 1536 for a typical hosted embedder). "
                            "Fixed when the database is created.",

@@ -62,3 +62,13 @@ def test_a_refused_connection_names_the_url():
 def test_embedding_input_is_checked(texts, message):
     with pytest.raises(InvalidInput, match=message):
         check_texts(texts, max_items=4, max_chars=10)
+
+
+def test_a_hosted_embedder_sends_its_key():
+    settings = load_settings({
+        "SVC_KNOWLEDGE_EMBEDDER_BASE_URL": "http://127.0.0.1:9/v1",
+        "SVC_KNOWLEDGE_EMBEDDER_MODEL": "m", "SVC_KNOWLEDGE_EMBEDDER_DIMENSIONS": "8",
+        "SVC_KNOWLEDGE_EMBEDDER_API_KEY": "emb-secret"}, env_file=None)
+    embedder = build_embedder(settings)
+    assert embedder._client.headers["authorization"] == "Bearer emb-secret"
+    assert "emb-secret" not in repr(settings)

@@ -48,7 +48,7 @@ def entities(text: str) -> dict:
 
 def edges(request: dict) -> dict:
     text = episode_text(request)
-    existing = EXISTING.findall(message_text(request))
+    existing = EXISTING.findall(message_text(request).rsplit("EXISTING FACTS:", 1)[-1])
     out = []
     for sentence in re.split(r"[.!?]\s*", text):
         for pattern, relation, exclusive in PATTERNS:

@@ -39,3 +39,11 @@ def test_import_creates_endpoints_dedupes_and_reports_bad_lines(tmp_path, hash_e
         # importing the same file again creates nothing new
         again = wb.import_jsonl(path)
         assert again["entities_created"] == 0 and again["facts_created"] == 0
+
+
+def test_add_memories_queues_every_episode(hash_embedder):
+    settings = load_settings({"SVC_KNOWLEDGE_DB_PATH": ":memory:"}, env_file=None)
+    with Workbench.open(settings, embedder=hash_embedder) as wb:
+        out = wb.add_memories([{"name": f"e{i}", "episode_body": f"note {i}"} for i in range(3)])
+        assert [o["status"] for o in out] == ["queued"] * 3
+        assert wb.get_queue_status()["counts"]["queued"] == 3

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
-from workbench.prompts import SCORING_GUIDE, Score
+from workbench.prompts import SCORING_GUIDE, SOURCE_GUIDE, Score
 
 PROMPT_NAME = "extract_edges"
 
@@ -54,8 +54,16 @@ Rules:
 6. Answer with JSON only, exactly in the requested structure:
    {{"edges": [{{"source": ..., "target": ..., "relation": ..., "fact": ..., "valid_at": null,
    "invalid_at": null, "importance": 1-5, "stability": 1-5, "invalidates": []}}]}}.
-   No prose, no code fences, no schema.
+   No prose, no code fences, no schema. An episode that states no fact between the listed
+   entities gives {{"edges": []}}.
+7. One fact per relation: do not split one statement into several near-identical facts, and
+   do not merge two different statements ("works at Acme and lives in Berlin" is two facts).
+8. Prefer the direction a reader would say: person WORKS_AT organisation, person LIVES_IN
+   place, project USES tool, person MANAGES person. Use the same relation name for the same
+   kind of link across episodes (always WORKS_AT, never EMPLOYED_BY in one and WORKS_AT in
+   another).
 
+{SOURCE_GUIDE}
 Example.
 ENTITIES: User (Person), Berlin (Place), Munich (Place)
 EXISTING FACTS: [1] User LIVES_IN Munich: "The user lives in Munich."
@@ -63,6 +71,17 @@ Episode (2025-03-10): "We finally moved to Berlin last month."
 Answer: {{"edges": [{{"source": "User", "target": "Berlin", "relation": "LIVES_IN",
   "fact": "The user lives in Berlin.", "valid_at": "2025-02-01", "invalid_at": null,
   "importance": 4, "stability": 4, "invalidates": [1]}}]}}
+
+Second example.
+ENTITIES: User (Person), Neovim (Tool), VS Code (Tool), Atlas (Project), DuckDB (Tool)
+EXISTING FACTS: [1] User USES VS Code: "The user writes code in VS Code."
+  [2] Atlas USES DuckDB: "The Atlas project stores its analytics in DuckDB."
+Episode (2025-09-02): "I switched from VS Code to Neovim over the summer. Atlas still runs
+on DuckDB."
+Answer: {{"edges": [{{"source": "User", "target": "Neovim", "relation": "USES",
+  "fact": "The user writes code in Neovim.", "valid_at": "2025-07-01", "invalid_at": null,
+  "importance": 3, "stability": 4, "invalidates": [1]}}]}}
+(The DuckDB fact is unchanged, so it is not restated.)
 """
 
 

@@ -4,7 +4,14 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
-from workbench.prompts import ENTITY_TYPES, SCORING_GUIDE, EntityType, Score
+from workbench.prompts import (
+    ENTITY_TYPES,
+    NAMING_GUIDE,
+    SCORING_GUIDE,
+    SOURCE_GUIDE,
+    EntityType,
+    Score,
+)
 
 PROMPT_NAME = "extract_entities"
 
@@ -47,8 +54,11 @@ Rules:
 {SCORING_GUIDE}
 6. Answer with JSON only, exactly in the requested structure:
    {{"entities": [{{"name": ..., "entity_type": ..., "summary": ..., "importance": 1-5,
-   "stability": 1-5}}]}}. No prose, no code fences, no schema.
+   "stability": 1-5}}]}}. No prose, no code fences, no schema. An episode that mentions
+   nothing worth remembering gives {{"entities": []}}.
 
+{SOURCE_GUIDE}
+{NAMING_GUIDE}
 Example.
 Episode: "Lena told me she is moving the billing service from Flask to FastAPI at Acme. She
 prefers pytest over unittest."
@@ -66,6 +76,23 @@ Answer: {{"entities": [
     "importance": 3, "stability": 4}},
   {{"name": "pytest", "entity_type": "Tool", "summary": "Lena prefers it over unittest.",
     "importance": 2, "stability": 4}}]}}
+
+Second example (source "message").
+Episode: "user: I finally quit Globex, starting at Initech in Lyon next month.
+assistant: Congratulations! Shall I update your calendar?
+user: yes, and remember I'm allergic to peanuts for the welcome lunch."
+Answer: {{"entities": [
+  {{"name": "User", "entity_type": "Person",
+    "summary": "Left Globex; starts at Initech in Lyon next month; allergic to peanuts.",
+    "importance": 4, "stability": 5}},
+  {{"name": "Globex", "entity_type": "Organization", "summary": "The user's former employer.",
+    "importance": 2, "stability": 4}},
+  {{"name": "Initech", "entity_type": "Organization",
+    "summary": "The user's new employer from next month.", "importance": 4, "stability": 4}},
+  {{"name": "Lyon", "entity_type": "Place", "summary": "Where the user's new job is.",
+    "importance": 3, "stability": 4}},
+  {{"name": "peanut allergy", "entity_type": "Preference",
+    "summary": "The user is allergic to peanuts.", "importance": 5, "stability": 5}}]}}
 """
 
 
