@@ -46,7 +46,8 @@ class ReplayLLM:
             return {"edges": [
                 {"source": f["source"], "target": f["target"], "relation": f["relation"],
                  "fact": f["fact"], "importance": 3, "stability": 3, "invalidates": []}
-                for f in facts if f"- {f['source']} (" in listed and f"- {f['target']} (" in listed]}
+                for f in facts
+                if f"- {f['source']} (" in listed and f"- {f['target']} (" in listed]}
         if name == "NodeResolutions":
             return {"entity_resolutions": []}
         return None
