@@ -224,3 +224,18 @@ def test_never_two_runs_at_once(store, policy, metrics, clock, monkeypatch):
     release.set()
     worker.join(10)
     assert results and results[0].status == "success"
+
+
+def test_an_entity_stays_as_fresh_as_its_accessed_live_facts(store, clock, metrics, policy):
+    now = clock()
+    maria = add_entity(store, now, days_old=400)                 # never accessed itself
+    acme = add_entity(store, now, days_old=400)
+    lonely = add_entity(store, now, days_old=700)                # decay 0.93: expires
+    add_fact(store, now, maria, acme, days_old=700, accessed_days_ago=2)
+    stale = add_entity(store, now, days_old=700)
+    add_fact(store, now, stale, lonely, days_old=700, accessed_days_ago=1,
+             state="EXPIRED")                                     # an expired fact keeps nobody
+    run_maintenance(store, policy, metrics, clock)
+    assert state_of(store, maria) == "ACTIVE" and state_of(store, acme) == "ACTIVE"
+    assert row_of(store, maria)["decay_score"] < 0.01
+    assert state_of(store, lonely) == "EXPIRED" and state_of(store, stale) == "EXPIRED"

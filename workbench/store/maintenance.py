@@ -48,12 +48,31 @@ def _days(expr: str) -> str:
     return f"((epoch_us($now) - epoch_us({expr})) / {US_PER_DAY})"
 
 
+# An entity is as fresh as its most recently accessed live fact: finding "Maria works at
+# Acme" uses both ends, so neither Maria nor Acme may decay (and purge the fact) meanwhile.
+_ENTITIES_WITH_FACT_ACCESS = """(
+    SELECT e.*, fa.fact_access FROM entities e LEFT JOIN (
+        SELECT uuid, max(accessed) AS fact_access FROM (
+            SELECT source_uuid AS uuid, last_accessed_at AS accessed FROM facts
+            WHERE last_accessed_at IS NOT NULL
+              AND lifecycle_state NOT IN ('EXPIRED', 'SOFT_DELETED')
+            UNION ALL
+            SELECT target_uuid, last_accessed_at FROM facts
+            WHERE last_accessed_at IS NOT NULL
+              AND lifecycle_state NOT IN ('EXPIRED', 'SOFT_DELETED')) AS touched
+        GROUP BY uuid) fa ON fa.uuid = e.uuid)"""
+
+
 def _base_select(kind: str, table: str) -> str:
+    last = "coalesce(last_accessed_at, created_at)"
+    if kind == "entity":
+        table = _ENTITIES_WITH_FACT_ACCESS
+        last = f"greatest({last}, coalesce(fact_access, created_at))"
     return f"""
         SELECT '{kind}' AS kind, uuid, lifecycle_state AS old_state, decay_score AS old_decay,
                CAST(greatest(1, least(5, importance)) AS DOUBLE) AS imp,
                CAST(greatest(1, least(5, stability)) AS DOUBLE) AS stab,
-               greatest(0.0, {_days('coalesce(last_accessed_at, created_at)')}) AS days,
+               greatest(0.0, {_days(last)}) AS days,
                {_days('coalesce(soft_deleted_at, $now)')} AS sd_days
         FROM {table}"""
 
