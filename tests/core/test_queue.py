@@ -4,6 +4,7 @@ from datetime import timedelta
 
 import pytest
 
+from tests import prom
 from workbench import errors
 from workbench.clock import ManualClock
 from workbench.metrics import Metrics
@@ -14,14 +15,7 @@ from workbench.store import queue as q
 
 
 def sample(text: str, name: str, labels: dict | None = None) -> float | None:
-    from prometheus_client.parser import text_string_to_metric_families
-
-    for family in text_string_to_metric_families(text):
-        for s in family.samples:
-            if s.name == name and (labels is None or all(
-                    s.labels.get(k) == v for k, v in labels.items())):
-                return s.value
-    return None
+    return prom.matching(text, name, **(labels or {}))
 
 
 @pytest.fixture

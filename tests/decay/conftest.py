@@ -7,8 +7,8 @@ import itertools
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
+from tests import prom
 from workbench.clock import ManualClock
 from workbench.decay import DecayPolicy
 from workbench.metrics import Metrics
@@ -108,16 +108,11 @@ def row_of(store, uuid):
 
 def samples(metrics):
     """{(sample name, frozenset(labels)): value} from the text exposition."""
-    text = metrics.exposition().decode()
-    out = {}
-    for family in text_string_to_metric_families(text):
-        for s in family.samples:
-            out[(s.name, frozenset(s.labels.items()))] = s.value
-    return out
+    return prom.parse(metrics.exposition())
 
 
 def sample(metrics, name, **labels):
-    return samples(metrics).get((name, frozenset(labels.items())))
+    return prom.value(metrics.exposition(), name, **labels)
 
 
 def snapshot(store):

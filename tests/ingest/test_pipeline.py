@@ -7,6 +7,7 @@ import logging
 
 import pytest
 
+from tests import prom
 from tests.fakes.fake_llm import FakeReply
 from tests.fakes.fixtures import chat_settings_env
 from tests.ingest import rule_llm
@@ -18,13 +19,7 @@ from workbench.workbench import Workbench
 
 
 def sample(wb: Workbench, name: str, **labels) -> float | None:
-    from prometheus_client.parser import text_string_to_metric_families
-
-    for family in text_string_to_metric_families(wb.metrics.exposition().decode()):
-        for s in family.samples:
-            if s.name == name and all(s.labels.get(k) == v for k, v in labels.items()):
-                return s.value
-    return None
+    return prom.matching(wb.metrics.exposition(), name, **labels)
 
 
 def open_wb(fake_llm, embedder, db=":memory:", **extra) -> Workbench:

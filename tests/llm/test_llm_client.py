@@ -11,7 +11,7 @@ from pydantic import BaseModel, Field
 
 from tests.fakes import FakeLLMServer, FakeReply
 from tests.fakes.fixtures import chat_settings_env
-from tests.llm.prom import sample_names, value
+from tests.prom import sample_names, value
 from workbench.clock import ManualClock
 from workbench.config import load_settings
 from workbench.errors import (

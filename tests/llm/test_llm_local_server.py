@@ -20,7 +20,7 @@ import httpx
 import pytest
 from pydantic import BaseModel, Field
 
-from tests.llm.prom import value
+from tests.prom import value
 from workbench.errors import LLMTransientError, TruncatedOutput
 from workbench.llm import CompatChatModel, PriceTable
 from workbench.metrics import Metrics

@@ -12,7 +12,7 @@ import threading
 
 import pytest
 
-from tests.llm.prom import buckets, family_types, label_sets, parse, sample_names, value
+from tests.prom import buckets, family_types, label_sets, parse, sample_names, value
 from workbench.metrics import Metrics
 
 INF = math.inf

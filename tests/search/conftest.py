@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
+from tests import prom
 from tests.search.helpers import T0
 from workbench.clock import ManualClock
 from workbench.metrics import Metrics
@@ -45,15 +45,6 @@ def make_engine(store, clock, metrics):
         engine.close()
 
 
-def samples(metrics: Metrics) -> dict[tuple[str, tuple], float]:
-    """Every sample of the exposition: (name, sorted labels) -> value."""
-    text = metrics.exposition().decode()
-    out = {}
-    for family in text_string_to_metric_families(text):
-        for s in family.samples:
-            out[(s.name, tuple(sorted(s.labels.items())))] = s.value
-    return out
-
-
 def sample(metrics: Metrics, name: str, **labels) -> float:
-    return samples(metrics).get((name, tuple(sorted(labels.items()))), 0.0)
+    value = prom.value(metrics.exposition(), name, **labels)
+    return 0.0 if value is None else value

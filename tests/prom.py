@@ -43,3 +43,11 @@ def buckets(exposition: bytes | str, name: str, **labels: str) -> list[tuple[flo
         if n == f"{name}_bucket" and found == labels and le is not None:
             rows.append((float(le), val))
     return sorted(rows)
+
+
+def matching(exposition: bytes | str, name: str, **labels: str) -> float | None:
+    """The first sample ``name`` whose labels include ``labels`` (others may differ)."""
+    for (n, lab), val in parse(exposition).items():
+        if n == name and set(labels.items()) <= lab:
+            return val
+    return None
