@@ -16,6 +16,7 @@ from __future__ import annotations
 import base64
 import json
 import logging
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -24,7 +25,7 @@ from litestar.exceptions import HTTPException
 from litestar.params import FromPath, RawBody
 
 from service.logging import RequestContextMiddleware
-from workbench.embedder import Embedder, check_texts
+from workbench.embedder import Embedder, check_texts, resolve_local_model
 from workbench.errors import EmbedderError, InvalidInput
 
 log = logging.getLogger("service.embed_server")
@@ -89,20 +90,32 @@ def encode_vector(vector: np.ndarray, fmt: str) -> list[float] | str:
     return [float(x) for x in vector]
 
 
-def count_tokens(embedder: Embedder, texts: list[str]) -> int:
-    """Tokens as the model's tokenizer counts them (word pieces), else a word estimate."""
-    tokenizer = getattr(getattr(embedder, "_st", None), "tokenizer", None)
-    if tokenizer is not None:
+class TokenCounter:
+    """Tokens as the model's own tokenizer counts them (``tokenizer.json`` of a local model
+    folder, special tokens included), else an estimate of one token a word."""
+
+    def __init__(self, model: str):
+        self._tokenizer = None
         try:
-            return sum(len(ids) for ids in tokenizer(texts)["input_ids"])
-        except Exception as exc:  # noqa: BLE001 - a count is not worth failing a request
-            log.debug("tokenizer count failed (%s); estimating from words", exc)
-    return sum(max(1, len(t.split())) for t in texts)
+            folder = Path(resolve_local_model(model))
+            if (folder / "tokenizer.json").is_file():
+                from tokenizers import Tokenizer
+
+                self._tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
+                self._tokenizer.no_padding()  # count real tokens, not the padded batch
+        except Exception as exc:  # noqa: BLE001 - a count is not worth failing start-up
+            log.debug("no tokenizer for %s (%s); estimating tokens from words", model, exc)
+
+    def __call__(self, texts: list[str]) -> int:
+        if self._tokenizer is not None:
+            return sum(len(e.ids) for e in self._tokenizer.encode_batch(texts))
+        return sum(max(1, len(t.split())) for t in texts)
 
 
-def embeddings_response(embedder: Embedder, texts: list[str], fmt: str) -> dict[str, Any]:
+def embeddings_response(embedder: Embedder, texts: list[str], fmt: str,
+                        count: TokenCounter) -> dict[str, Any]:
     vectors = embedder.embed(texts)
-    tokens = count_tokens(embedder, texts)
+    tokens = count(texts)
     return {
         "object": "list",
         "data": [
@@ -138,6 +151,7 @@ def create_embed_app(
     max_body_bytes: int = MAX_BODY_BYTES,
 ) -> Litestar:
     """The embeddings server around one embedder (usually a warmed-up LocalEmbedder)."""
+    count = TokenCounter(embedder.model)
 
     @post("/v1/embeddings", sync_to_thread=True, status_code=200)
     def embeddings(body: RawBody) -> dict[str, Any]:
@@ -147,7 +161,7 @@ def create_embed_app(
             raise OpenAIError(400, "the request body is not valid JSON") from None
         texts, fmt = parse_request(payload, embedder.model, embedder.dimensions,
                                    max_items, max_chars)
-        return embeddings_response(embedder, texts, fmt)
+        return embeddings_response(embedder, texts, fmt, count)
 
     @get("/v1/models")
     async def models() -> dict[str, Any]:
