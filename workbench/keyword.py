@@ -93,10 +93,13 @@ def fact_text(fact: str) -> str:
 class KeywordIndex:
     """Incremental BM25 over documents keyed by uuid, with a group per document."""
 
-    def __init__(self, k1: float = K1, b: float = B, count_unknown_terms: bool = True):
+    def __init__(self, k1: float = K1, b: float = B, count_unknown_terms: bool = True,
+                 common_fraction: float = 0.1, common_min_df: int = 5_000):
         self.k1 = k1
         self.b = b
         self.count_unknown_terms = count_unknown_terms
+        self.common_fraction = common_fraction
+        self.common_min_df = common_min_df
         self._lock = threading.RLock()
         self._reset()
 
@@ -254,29 +257,50 @@ class KeywordIndex:
             return self._top(slots, scores, k, allowed, idf_sum)
 
     def _score(self, terms: list[int]) -> tuple[np.ndarray, np.ndarray, float]:
+        """Summed BM25 per document. Candidates come from the query's selective terms; a
+        term in more than ``common_fraction`` of the documents (and more than
+        ``common_min_df``) only adds its score to those candidates (a binary search in its
+        sorted postings), so near-stop-words do not cost a pass over most of the corpus."""
         n_docs = max(len(self._slot), 1)
-        avgdl = max(self._total_len / n_docs, 1e-9)
-        all_slots, all_scores, idf_sum = [], [], 0.0
-        for tid in terms:
-            slots, tfs = self._postings(tid)
-            idf = self._idf(self._df[tid])
-            idf_sum += idf
-            dl = self._doc_len[slots]
-            norm = self.k1 * (1.0 - self.b + self.b * dl / avgdl)
-            all_slots.append(slots)
-            all_scores.append(idf * tfs * (self.k1 + 1.0) / (tfs + norm))
-        slots = np.concatenate(all_slots)
-        scores = np.concatenate(all_scores)
-        if len(terms) > 1:  # sum the terms' contributions per document
-            n_slots = len(self._uuids)
-            if slots.size > n_slots // 16:  # dense: O(documents), no sort
-                dense = np.bincount(slots, weights=scores, minlength=n_slots)
-                slots = np.flatnonzero(dense)
-                scores = dense[slots].astype(np.float32)
-            else:
-                slots, inverse = np.unique(slots, return_inverse=True)
-                scores = np.bincount(inverse, weights=scores).astype(np.float32)
+        limit = max(self.common_min_df, self.common_fraction * n_docs)
+        rare = [t for t in terms if self._df[t] <= limit] or terms
+        common = [t for t in terms if t not in rare]
+        parts = [self._term_scores(tid) for tid in rare]
+        idf_sum = sum(idf for _, _, idf in parts)
+        slots = np.concatenate([p[0] for p in parts])
+        scores = np.concatenate([p[1] for p in parts])
+        if len(rare) > 1:  # sum the terms' contributions per document
+            slots, scores = self._sum_by_slot(slots, scores)
+        for tid in common:
+            idf_sum += self._add_common(tid, slots, scores)
         return slots, scores, idf_sum
+
+    def _term_scores(self, tid: int, slots: np.ndarray | None = None,
+                     tfs: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, float]:
+        if slots is None:
+            slots, tfs = self._postings(tid)
+        idf = self._idf(self._df[tid])
+        avgdl = max(self._total_len / max(len(self._slot), 1), 1e-9)
+        norm = self.k1 * (1.0 - self.b + self.b * self._doc_len[slots] / avgdl)
+        return slots, (idf * tfs * (self.k1 + 1.0) / (tfs + norm)).astype(np.float32), idf
+
+    def _sum_by_slot(self, slots, scores) -> tuple[np.ndarray, np.ndarray]:
+        n_slots = len(self._uuids)
+        if slots.size > n_slots // 16:  # dense: O(documents), no sort
+            dense = np.bincount(slots, weights=scores, minlength=n_slots)
+            kept = np.flatnonzero(dense)
+            return kept, dense[kept].astype(np.float32)
+        kept, inverse = np.unique(slots, return_inverse=True)
+        return kept, np.bincount(inverse, weights=scores).astype(np.float32)
+
+    def _add_common(self, tid: int, slots: np.ndarray, scores: np.ndarray) -> float:
+        """Add a common term's score to the candidates holding it (in place); its idf."""
+        post_slots, post_tfs = self._postings(tid)  # sorted by slot: slots only grow
+        pos = np.minimum(np.searchsorted(post_slots, slots), post_slots.size - 1)
+        hit = post_slots[pos] == slots
+        _, extra, idf = self._term_scores(tid, slots[hit], post_tfs[pos[hit]])
+        scores[hit] += extra
+        return idf
 
     def _idf(self, df: int) -> float:
         n_docs = max(len(self._slot), 1)

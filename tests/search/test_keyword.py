@@ -75,3 +75,15 @@ def test_compaction_keeps_results():
     after = idx.search("topic3 number10", 3)
     assert after[0][0] == before[0][0] == "u10"
     assert all(int(u[1:]) % 2 == 1 or u == "u10" for u, *_ in idx.search("topic3", 50))
+
+
+def test_common_terms_only_score_candidates_of_selective_terms():
+    docs = [f"common filler {'rare' if i % 50 == 0 else 'x'}{i % 3}" for i in range(600)]
+    fast = KeywordIndex(common_fraction=0.5, common_min_df=10)  # 'common', 'filler': skipped
+    full = KeywordIndex(common_fraction=1.0, common_min_df=10**9)  # every term everywhere
+    for idx in (fast, full):
+        idx.add([f"u{i}" for i in range(600)], docs, ["g"] * 600)
+    got = {u: round(b, 5) for u, b, _ in fast.search("common rare0 filler", 5)}
+    want = {u: round(b, 5) for u, b, _ in full.search("common rare0 filler", 4)}
+    assert got == want and set(got) == {"u0", "u150", "u300", "u450"}  # same exact scores
+    assert len(fast.search("common filler", 700)) == 600  # only common words: all of them
