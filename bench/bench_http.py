@@ -6,7 +6,7 @@ The store gets N entities and N facts (synthetic texts, clustered synthetic unit
 temporary DuckDB file; ``workbench serve`` then runs on it as a separate process with the real
 local embedder (every query is embedded: unique query texts, no cache hits) and no rate
 limit. The load generator is httpx (REST) and the SDK's MCP client, each worker sending its
-requests back to back.
+requests back to back over a kept-alive connection.
 
     .venv/bin/python bench/bench_http.py [--memories 2000] [--requests 200]
         [--concurrency 1 8 32] [--no-mcp] [--json out.json]
