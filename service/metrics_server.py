@@ -20,14 +20,29 @@ log = logging.getLogger("service.metrics")
 METRICS_PATH = "/metrics"
 
 
+def refresh_gauges(workbench: Any) -> None:
+    """Bring the gauges (memories by state, averages, queue depth) up to the database.
+
+    Uses ``Workbench.refresh_gauges()`` when the facade has one, else the core's public pieces.
+    """
+    own = getattr(workbench, "refresh_gauges", None)
+    if callable(own):
+        own()
+        return
+    from workbench.maintenance import refresh_gauges as memory_gauges
+
+    memory_gauges(workbench.store, workbench.metrics)
+    queue = getattr(workbench, "queue", None)
+    if queue is not None and hasattr(queue, "refresh_gauges"):
+        queue.refresh_gauges()
+
+
 def scrape(workbench: Any) -> bytes:
-    """The text exposition of the workbench registry, gauges refreshed first when possible."""
-    refresh = getattr(workbench, "refresh_gauges", None)
-    if callable(refresh):
-        try:
-            refresh()
-        except Exception as exc:  # noqa: BLE001 - a stale gauge must not fail the scrape
-            log.warning("gauge refresh failed before a scrape: %s", exc)
+    """The text exposition of the workbench registry, gauges refreshed first."""
+    try:
+        refresh_gauges(workbench)
+    except Exception as exc:  # noqa: BLE001 - a stale gauge must not fail the scrape
+        log.warning("gauge refresh failed before a scrape: %s", exc)
     return workbench.metrics.exposition()
 
 

@@ -67,3 +67,12 @@ def test_unknown_paths_use_the_error_shape(client):
     response = client.get("/nope")
     assert response.status_code == 404
     assert response.json()["error"]["type"] == "not_found"
+
+
+def test_gauges_are_refreshed_from_the_database_at_each_scrape(client, wb):
+    wb.import_jsonl([{"type": "entity", "name": "Scrape Gauge", "entity_type": "Thing"}])
+    families = {f.name: f for f in text_string_to_metric_families(client.get("/metrics").text)}
+    total = families["knowledge_memories_total"].samples[0].value
+    assert total >= 1
+    states = {s.labels["state"]: s.value for s in families["knowledge_memories_by_state"].samples}
+    assert states.get("ACTIVE", 0) >= 1
