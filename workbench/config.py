@@ -108,6 +108,7 @@ class Settings(BaseSettings):
     search_weight_similarity: float = Field(default=0.60, ge=0)
     search_weight_freshness: float = Field(default=0.25, ge=0)
     search_weight_importance: float = Field(default=0.15, ge=0)
+    search_weight_keyword: float = Field(default=0.30, ge=0)
     search_max_results: int = Field(default=100, ge=1, le=10_000)
 
     @field_validator("compat_base_url", "embedder_base_url", mode="before")

@@ -51,6 +51,8 @@ SETTING_MEANINGS: dict[str, str] = {
                               "default when available) or `torch` (sentence-transformers).",
     "model_cache_dir": "Folder for the local embedder's exported ONNX model (default "
                        "`~/.cache/knowledge-workbench/models`).",
+    "search_weight_keyword": "Weight of the normalised BM25 keyword score added to the search "
+                             "score (0 turns keyword fusion off).",
     "embedder_dimensions": "Vector size; must equal the embedding model's output size (384 for "
                            "the local all-MiniLM-L6-v2, 1536 for a typical hosted embedder). "
                            "Fixed when the database is created.",
