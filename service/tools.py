@@ -19,6 +19,11 @@ from workbench.errors import NotFound
 
 GroupIds = list[str] | None
 _GROUPS = ("Groups (namespaces) to search; omit to search all groups.")
+State = Literal["ACTIVE", "DORMANT", "ARCHIVED", "EXPIRED", "SOFT_DELETED", "PERMANENT"]
+_STATES = ("Only memories in these lifecycle states; default all but EXPIRED and SOFT_DELETED "
+           "(name them to search forgotten memories).")
+_AFTER = "Only memories created at or after this time (ISO 8601)."
+_BEFORE = "Only memories created before this time (ISO 8601)."
 
 
 class Args(BaseModel):
@@ -57,6 +62,12 @@ class SearchNodesArgs(Args):
     max_nodes: int = Field(10, ge=1, le=1000, description="Maximum number of entities.")
     entity_types: list[str] | None = Field(
         None, description="Only entities of these types (e.g. Person, Organization).")
+    created_after: str | None = Field(None, description=_AFTER)
+    created_before: str | None = Field(None, description=_BEFORE)
+    states: list[State] | None = Field(None, description=_STATES)
+    include_weighted_scores: bool | None = Field(
+        None, description="Rank by similarity, freshness and importance (default true); "
+        "false ranks by relevance only.")
 
     @model_validator(mode="before")
     @classmethod
@@ -76,6 +87,13 @@ class SearchFactsArgs(Args):
     max_facts: int = Field(10, ge=1, le=1000, description="Maximum number of facts.")
     center_node_uuid: str | None = Field(
         None, description="Rank facts near this entity first (uuid of an entity).")
+    created_after: str | None = Field(None, description=_AFTER)
+    created_before: str | None = Field(None, description=_BEFORE)
+    relation_types: list[str] | None = Field(
+        None, description="Only facts of these relations (e.g. WORKS_AT).")
+    include_invalidated: bool | None = Field(
+        None, description="Also return facts no longer valid (superseded); default false.")
+    states: list[State] | None = Field(None, description=_STATES)
 
 
 class GetEpisodesArgs(Args):

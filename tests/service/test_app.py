@@ -113,6 +113,11 @@ def test_search_tools_find_the_ingested_memories(client, ingested):
     assert facts and any("Acme" in f["fact"] for f in facts)
     assert call(client, "search_memory_nodes", {"query": "Acme",
                                                 "entity_types": ["Organization"]})["nodes"]
+    assert call(client, "search_memory_facts", {"query": "Acme", "relation_types": ["LEADS"],
+                                                "include_invalidated": True})["facts"] == []
+    assert call(client, "search_memory_nodes", {"query": "Maria", "states": ["EXPIRED"],
+                                                "created_after": "2000-01-01T00:00:00Z",
+                                                "include_weighted_scores": False})["nodes"] == []
 
 
 def test_entity_edge_get_and_delete(client, ingested):
@@ -177,13 +182,15 @@ def test_tool_table_and_openapi_schema(plain):
         ("search_memory_facts", {"query": "x", "max_facts": 0}, "max_facts"),
         ("search_memory_nodes", {"query": "x", "max_nodes": "many"}, "max_nodes"),
         ("search_memory_nodes", {"query": "x", "group_ids": "g1"}, "group_ids"),
+        ("search_memory_nodes", {"query": "x", "states": ["GONE"]}, "states"),
+        ("search_memory_facts", {"query": "x", "created_after": "soon"}, "created_after"),
         ("get_entity_edge", {"uuid": "not-a-uuid"}, "uuid"),
         ("delete_episode", {}, "uuid"),
         ("classify_memory", {"text": 5}, "text"),
     ],
     ids=["missing-field", "bad-priority", "bad-source", "unknown-arg", "bad-time",
          "bad-group", "bad-json-episode", "empty-query", "zero-max", "non-int",
-         "groups-not-list", "bad-uuid", "no-uuid", "text-not-string"],
+         "groups-not-list", "bad-state", "bad-after", "bad-uuid", "no-uuid", "text-not-string"],
 )
 def test_bad_arguments_are_400_with_a_useful_message(plain, tool, body, fragment):
     assert_error(call(plain, tool, body, 400), "invalid_input", fragment)
