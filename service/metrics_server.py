@@ -21,20 +21,8 @@ METRICS_PATH = "/metrics"
 
 
 def refresh_gauges(workbench: Any) -> None:
-    """Bring the gauges (memories by state, averages, queue depth) up to the database.
-
-    Uses ``Workbench.refresh_gauges()`` when the facade has one, else the core's public pieces.
-    """
-    own = getattr(workbench, "refresh_gauges", None)
-    if callable(own):
-        own()
-        return
-    from workbench.maintenance import refresh_gauges as memory_gauges
-
-    memory_gauges(workbench.store, workbench.metrics)
-    queue = getattr(workbench, "queue", None)
-    if queue is not None and hasattr(queue, "refresh_gauges"):
-        queue.refresh_gauges()
+    """Bring the gauges (memories by state, averages, queue depth) up to the database."""
+    workbench.refresh_gauges()
 
 
 def scrape(workbench: Any) -> bytes:

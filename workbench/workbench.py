@@ -357,6 +357,13 @@ class Workbench:
         status["llm_configured"] = self.chat is not None
         return jsonable(status)
 
+    def refresh_gauges(self) -> None:
+        """Bring the queue and memory gauges up to date (before a metrics scrape)."""
+        from workbench.maintenance import refresh_gauges
+
+        self.queue.refresh_gauges()
+        refresh_gauges(self.store, self.metrics)
+
     def retry_failed_episodes(self, episode_uuids: Sequence[str] | None = None,
                               group_id: str | None = None) -> dict[str, Any]:
         if episode_uuids is not None:
