@@ -129,8 +129,11 @@ def test_dry_run_changes_nothing_and_reports_the_same(store, policy, metrics, cl
     assert sample(metrics, "knowledge_decay_maintenance_runs_total", status="success") is None
     real = run(store, policy, metrics, clock)
     for field in ("transitions", "purged", "purged_detail", "by_state", "total",
-                  "scores_updated", "decay_avg", "importance_avg", "stability_avg"):
+                  "scores_updated"):
         assert getattr(dry, field) == getattr(real, field), field
+    # averages are sums over a multi-threaded scan: equal up to float summation order
+    for field in ("decay_avg", "importance_avg", "stability_avg"):
+        assert getattr(dry, field) == pytest.approx(getattr(real, field), rel=1e-12), field
     assert real.transitions_total > 0 and real.purged == 1
 
 
