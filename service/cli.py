@@ -80,11 +80,8 @@ def cmd_mcp(args: argparse.Namespace) -> int:
 
     settings = settings_from(args)
     setup_logging(settings.log_level, secrets_of(settings), fmt="text")
-    workbench = open_workbench(settings, start=True)
-    try:
+    with open_workbench(settings, start=True) as workbench:
         anyio.run(run_stdio, workbench)
-    finally:
-        workbench.close()
     return 0
 
 
@@ -102,11 +99,8 @@ def cmd_maintenance(args: argparse.Namespace) -> int:
 
     settings = settings_from(args)
     setup_logging(settings.log_level, secrets_of(settings), fmt="text")
-    workbench = open_workbench(settings)
-    try:
+    with open_workbench(settings) as workbench:
         report = workbench.run_decay_maintenance(dry_run=args.dry_run)
-    finally:
-        workbench.close()
     print_json(report)
     return 0 if report.get("status", "success") != "failure" else EXIT_FAILURE
 
@@ -116,34 +110,25 @@ def cmd_import(args: argparse.Namespace) -> int:
 
     settings = settings_from(args)
     setup_logging(settings.log_level, secrets_of(settings), fmt="text")
-    workbench = open_workbench(settings)
-    try:
+    with open_workbench(settings) as workbench:
         summary = workbench.import_jsonl(args.file, progress=not args.quiet,
                                          group_id=args.group_id)
-    finally:
-        workbench.close()
     print_json(summary)
     return 0
 
 
 def cmd_export(args: argparse.Namespace) -> int:
     settings = settings_from(args)
-    workbench = open_workbench(settings)
-    try:
+    with open_workbench(settings) as workbench:
         written = workbench.export_parquet(args.dir)
-    finally:
-        workbench.close()
     print_json(written)
     return 0
 
 
 def cmd_status(args: argparse.Namespace) -> int:
     settings = settings_from(args)
-    workbench = open_workbench(settings)
-    try:
+    with open_workbench(settings) as workbench:
         print_json(workbench.get_status())
-    finally:
-        workbench.close()
     return 0
 
 
