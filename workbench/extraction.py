@@ -69,6 +69,7 @@ class Thresholds:
 @dataclass
 class EpisodeChanges:
     new_entities: list[dict] = field(default_factory=list)
+    new_entity_vectors: list[np.ndarray] = field(default_factory=list)  # from resolution
     summary_updates: dict[str, dict] = field(default_factory=dict)
     mentioned: list[str] = field(default_factory=list)
     new_facts: list[dict] = field(default_factory=list)
@@ -170,6 +171,7 @@ class Extractor:
                     "importance": ent["importance"], "stability": ent["stability"],
                     "classification_status": "success", "lifecycle_state": "ACTIVE",
                 })
+                changes.new_entity_vectors.append(ent["vector"])
             changes.mentioned.append(ent["uuid"])
         return extracted
 
@@ -254,10 +256,13 @@ class Extractor:
                 changes.new_facts[-1]["_invalid_from"] = valid_at or episode["reference_time"]
 
     def _embed(self, changes: EpisodeChanges) -> np.ndarray:
+        """Vectors in write order: new entities (already embedded while resolving them), grown
+        summaries, then new facts."""
         texts = [entity_text(e["name"], e["entity_type"], e["summary"])
-                 for e in [*changes.new_entities, *changes.summary_updates.values()]]
+                 for e in changes.summary_updates.values()]
         texts += [f["fact"] for f in changes.new_facts]
-        return self.embedder.embed(texts) if texts else np.zeros((0, self.embedder.dimensions))
+        fresh = self.embedder.embed(texts) if texts else np.zeros((0, self.embedder.dimensions))
+        return np.vstack([*changes.new_entity_vectors, fresh]).astype(np.float32)
 
     def _write(self, episode: dict, changes: EpisodeChanges, vectors: np.ndarray) -> None:
         entities = [*changes.new_entities, *changes.summary_updates.values()]

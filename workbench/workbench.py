@@ -81,7 +81,7 @@ class Workbench:
         self.policy = DecayPolicy.from_settings(settings)
         self.search = SearchEngine(store, embedder, metrics, clock, settings)
         self.extractor = Extractor(
-            store, chat, embedder, metrics, clock, similar=self._similar,
+            store, chat, embedder, metrics, clock, similar=self.search.similar,
             on_upsert=self.search.on_upsert)
         self.queue = EpisodeQueue(
             store, self._process_message, metrics, clock,
@@ -252,9 +252,6 @@ class Workbench:
             self.extractor.process(episode)
             self.metrics.record_episode_processed(episode["group_id"])
         q.mark_done(self.store, episode["uuid"], self.clock())
-
-    def _similar(self, kind, vectors, group_id, k):
-        return self.search.similar(kind, vectors, group_id, k)
 
     def process_pending(self, max_messages: int = 100_000) -> int:
         """Process queued episodes inline (notebooks, tests, ``workbench`` CLI)."""
