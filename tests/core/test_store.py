@@ -75,3 +75,45 @@ def test_executemany_inserts_every_row_in_chunks():
         1234, sum(range(1234)))
     store.executemany("UPDATE meta SET value = ? WHERE key = ?", [["x", "k1"], ["y", "k2"]])
     assert store.meta("k1") == "x" and store.meta("k2") == "y"
+
+
+LOG_INSERT = "INSERT INTO meta VALUES (?, ?)"
+
+
+def _meta_keys(store) -> set[str]:
+    return {r[0] for r in store.fetchall("SELECT key FROM meta WHERE key LIKE 'log%'")}
+
+
+def test_deferred_rows_are_visible_to_a_read_of_their_table():
+    store = Store.open(":memory:", dim=4)
+    store.defer("meta", LOG_INSERT, ["log1", "a"])
+    store.defer("meta", LOG_INSERT, ["log2", "b"])
+    assert store.deferred_rows == 2
+    store.fetchone("SELECT 1")  # a read of another table leaves them waiting
+    assert store.deferred_rows == 2
+    assert _meta_keys(store) == {"log1", "log2"}
+    assert store.deferred_rows == 0
+
+
+def test_deferred_rows_join_the_next_transaction_and_survive_its_rollback():
+    store = Store.open(":memory:", dim=4)
+    store.defer("meta", LOG_INSERT, ["log1", "a"])
+    with pytest.raises(RuntimeError):
+        with store.transaction():
+            store.execute("CREATE TABLE scratch (x INTEGER)")
+            store.defer("meta", LOG_INSERT, ["log2", "b"])
+            raise RuntimeError("the unit of work fails")
+    assert store.deferred_rows == 2  # rolled back with it, but kept for the next write
+    store.execute("CREATE TABLE scratch (x INTEGER)")  # an autocommit write takes them along
+    assert store.deferred_rows == 0
+    assert _meta_keys(store) == {"log1", "log2"}
+
+
+def test_deferred_rows_are_written_at_close(tmp_path):
+    path = tmp_path / "kb.duckdb"
+    store = Store.open(path, dim=4)
+    store.defer("meta", LOG_INSERT, ["log1", "a"])
+    store.close()
+    again = Store.open(path, dim=4)
+    assert _meta_keys(again) == {"log1"}
+    again.close()

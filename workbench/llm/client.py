@@ -47,7 +47,7 @@ from workbench.llm.retry import (
 from workbench.llm.structured import MODES, parse_reply, request_options
 from workbench.metrics import Metrics
 from workbench.store import Store
-from workbench.store.llm_calls import LLMCallRow, insert_llm_call
+from workbench.store.llm_calls import LLMCallRow, defer_llm_call
 
 log = logging.getLogger("workbench.llm")
 
@@ -283,7 +283,7 @@ class CompatChatModel:
 
     def _insert(self, row: LLMCallRow) -> None:
         if self.store is not None:
-            insert_llm_call(self.store, row)
+            defer_llm_call(self.store, row)
 
 
 def _raw_usage(completion: Any) -> dict[str, Any]:

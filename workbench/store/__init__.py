@@ -46,6 +46,9 @@ class Store:
         self._con = con
         self._lock = threading.RLock()
         self._depth = 0
+        # write-behind rows (append-only logs such as llm_calls): sql -> (table, rows)
+        self._deferred: dict[str, tuple[str, list[Sequence[Any]]]] = {}
+        self._written: list[tuple[str, str, list[Sequence[Any]]]] = []
         self.path = path
         self.dim = dim
         self.read_only = read_only
@@ -138,6 +141,10 @@ class Store:
     # --- executing ---------------------------------------------------------------------
     def execute(self, sql: str, params: Sequence[Any] | dict[str, Any] | None = None) -> None:
         with self._lock:
+            if self._deferred and not self._depth:
+                with self.transaction():
+                    self._con.execute(sql, params)
+                return
             self._con.execute(sql, params)
 
     def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
@@ -148,28 +155,78 @@ class Store:
             return
         match = _VALUES.search(sql)
         with self._lock:
-            if match is None:
-                self._con.executemany(sql, rows)
+            if self._deferred and not self._depth:
+                with self.transaction():
+                    self._executemany(sql, rows, match)
                 return
-            group = match.group(1)
-            for start in range(0, len(rows), _CHUNK):
-                chunk = rows[start : start + _CHUNK]
-                values = ", ".join([group] * len(chunk))
-                statement = sql[: match.start(1)] + values + sql[match.end(1) :]
-                self._con.execute(statement, [v for row in chunk for v in row])
+            self._executemany(sql, rows, match)
+
+    def _executemany(self, sql: str, rows: Sequence[Sequence[Any]], match) -> None:
+        if match is None:
+            self._con.executemany(sql, rows)
+            return
+        group = match.group(1)
+        for start in range(0, len(rows), _CHUNK):
+            chunk = rows[start : start + _CHUNK]
+            values = ", ".join([group] * len(chunk))
+            statement = sql[: match.start(1)] + values + sql[match.end(1) :]
+            self._con.execute(statement, [v for row in chunk for v in row])
+
+    # --- write-behind ------------------------------------------------------------------
+    def defer(self, table: str, sql: str, row: Sequence[Any]) -> None:
+        """Queue one ``INSERT INTO table … VALUES (?, …)`` row to be written with the next
+        write (a transaction or an ``execute``), or before a read that names ``table``.
+
+        A DuckDB commit costs ~1–3 ms; log rows written one by one (an LLM call's row) would
+        pay it each time. Deferred rows join the next commit instead, so they cost one
+        multi-row statement. They are kept if that transaction rolls back, flushed by
+        :meth:`flush` and :meth:`close`, and lost only if the process dies before either.
+        """
+        with self._lock:
+            self._deferred.setdefault(sql, (table, []))[1].append(list(row))
+
+    @property
+    def deferred_rows(self) -> int:
+        with self._lock:
+            return sum(len(rows) for _, rows in self._deferred.values())
+
+    def flush(self) -> None:
+        """Write the deferred rows now (in their own transaction unless inside one)."""
+        with self._lock:
+            if not self._deferred:
+                return
+            if self._depth:
+                self._write_deferred()
+            else:
+                with self.transaction():
+                    pass  # the transaction writes them
+
+    def _write_deferred(self) -> None:
+        while self._deferred:
+            sql, (table, rows) = next(iter(self._deferred.items()))
+            self._executemany(sql, rows, _VALUES.search(sql))
+            del self._deferred[sql]
+            self._written.append((sql, table, rows))
+
+    def _before_read(self, sql: str) -> None:
+        if self._deferred and any(table in sql for table, _ in self._deferred.values()):
+            self.flush()
 
     def fetchall(self, sql: str, params: Sequence[Any] | dict[str, Any] | None = None) -> list:
         with self._lock:
+            self._before_read(sql)
             return self._con.execute(sql, params).fetchall()
 
     def fetchone(self, sql: str, params: Sequence[Any] | dict[str, Any] | None = None):
         with self._lock:
+            self._before_read(sql)
             return self._con.execute(sql, params).fetchone()
 
     def fetch_dicts(
         self, sql: str, params: Sequence[Any] | dict[str, Any] | None = None
     ) -> list[dict[str, Any]]:
         with self._lock:
+            self._before_read(sql)
             cur = self._con.execute(sql, params)
             cols = [d[0] for d in cur.description]
             return [dict(zip(cols, row)) for row in cur.fetchall()]
@@ -177,11 +234,13 @@ class Store:
     def df(self, sql: str, params: Sequence[Any] | dict[str, Any] | None = None):
         """The result as a pandas DataFrame."""
         with self._lock:
+            self._before_read(sql)
             return self._con.execute(sql, params).df()
 
     def fetch_numpy(self, sql: str, params: Sequence[Any] | dict[str, Any] | None = None):
         """The result as a dict of numpy arrays (fast path for vectors)."""
         with self._lock:
+            self._before_read(sql)
             return self._con.execute(sql, params).fetchnumpy()
 
     def register(self, name: str, frame: Any) -> None:
@@ -208,15 +267,24 @@ class Store:
                 return
             self._con.execute("BEGIN TRANSACTION")
             self._depth = 1
+            self._written = []
             try:
+                self._write_deferred()
                 yield self
-            except BaseException:
-                self._depth = 0
-                self._con.execute("ROLLBACK")
-                raise
-            else:
+                self._write_deferred()  # rows deferred inside the unit of work
                 self._depth = 0
                 self._con.execute("COMMIT")
+            except BaseException:
+                self._depth = 0
+                try:
+                    self._con.execute("ROLLBACK")
+                except duckdb.Error:
+                    pass  # a failed COMMIT has already ended the transaction
+                for sql, table, rows in reversed(self._written):  # kept for the next write
+                    self._deferred.setdefault(sql, (table, []))[1][:0] = rows
+                raise
+            finally:
+                self._written = []
 
     @contextmanager
     def parallel(self, threads: int | None = None) -> Iterator[Store]:
@@ -239,6 +307,8 @@ class Store:
     def close(self) -> None:
         with self._lock:
             try:
+                if not self.read_only:
+                    self.flush()
                 self.checkpoint()
             finally:
                 self._con.close()

@@ -58,6 +58,12 @@ def insert_llm_call(store: Store, row: LLMCallRow) -> None:
     store.execute(_INSERT, [values[c] for c in _COLUMNS])
 
 
+def defer_llm_call(store: Store, row: LLMCallRow) -> None:
+    """Write the row with the store's next commit (see :meth:`Store.defer`): the LLM client
+    logs every call, and an episode's calls then cost no commit of their own."""
+    store.defer("llm_calls", _INSERT, [getattr(row, c) for c in _COLUMNS])
+
+
 def list_llm_calls(
     store: Store,
     *,
