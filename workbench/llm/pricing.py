@@ -112,6 +112,9 @@ class PriceTable:
 
     prices: dict[str, ModelPrice] = field(default_factory=dict)
     aliases: dict[str, str] = field(default_factory=dict)
+    # normalised name -> first table key with that name (built on first use, once per table)
+    _normalised: dict[str, str] | None = field(default=None, init=False, repr=False,
+                                               compare=False)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> PriceTable:
@@ -130,6 +133,7 @@ class PriceTable:
 
     def merge(self, data: dict[str, Any]) -> None:
         """Add (or replace) the models of ``data`` (the ``{"models": {...}}`` format)."""
+        self._normalised = None
         for name, entry in (data.get("models") or {}).items():
             try:
                 self.prices[name] = ModelPrice.from_entry(entry)
@@ -155,11 +159,13 @@ class PriceTable:
             return self.prices[name]
         if name in self.aliases:
             return self.prices[self.aliases[name]]
-        wanted = normalize_model_name(name)
-        for key in (*self.prices, *self.aliases):
-            if normalize_model_name(key) == wanted:
-                return self.prices[self.aliases.get(key, key)]
-        return None
+        if self._normalised is None:
+            index: dict[str, str] = {}
+            for key in (*self.prices, *self.aliases):
+                index.setdefault(normalize_model_name(key), key)
+            self._normalised = index
+        key = self._normalised.get(normalize_model_name(name))
+        return None if key is None else self.prices[self.aliases.get(key, key)]
 
     def __contains__(self, name: str) -> bool:
         return self.lookup(name) is not None
