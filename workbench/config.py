@@ -90,6 +90,7 @@ class Settings(BaseSettings):
     queue_lease_seconds: float = Field(default=300.0, gt=0)
     queue_max_attempts: int = Field(default=6, ge=1, le=100)
     queue_poll_seconds: float = Field(default=0.5, gt=0)
+    queue_batch_size: int = Field(default=16, ge=1, le=1000)
 
     # --- ours: decay and lifecycle (DESIGN.md) ------------------------------------------
     decay_enabled: bool = True

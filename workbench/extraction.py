@@ -7,8 +7,12 @@
    they invalidate (bi-temporal: the old fact gets ``invalid_at``/``expired_at``, it is not
    deleted).
 
-Everything the episode changes is written in ONE transaction together with marking the
-episode done, so a crash mid-episode leaves nothing behind and a redelivery starts clean.
+:meth:`Extractor.prepare` makes the LLM calls and reads but writes nothing to the graph;
+:meth:`Extractor.write` writes what one or several prepared episodes change in ONE transaction
+together with marking them done, so a crash mid-episode leaves nothing behind and a redelivery
+starts clean. Several episodes (of different groups: a group's episodes run one at a time)
+share a transaction and its multi-row statements: DuckDB charges per statement and per commit,
+not per row.
 """
 
 from __future__ import annotations
@@ -77,6 +81,18 @@ class EpisodeChanges:
     llm_calls: int = 0
 
 
+@dataclass
+class PreparedEpisode:
+    """An episode's extraction result, ready to be written (``changes`` None: nothing to
+    write, e.g. the episode was deleted while queued or is already done)."""
+
+    episode_uuid: str
+    group_id: str = ""
+    changes: EpisodeChanges | None = None
+    vectors: np.ndarray | None = None
+    reference_time: datetime | None = None
+
+
 class Extractor:
     """Runs the extraction prompts for one episode and writes the result."""
 
@@ -104,13 +120,20 @@ class Extractor:
 
     # --- the pipeline -------------------------------------------------------------------
     def process(self, episode: dict) -> EpisodeChanges:
+        """Extract and write one episode."""
+        prepared = self.prepare(episode)
+        self.write([prepared])
+        return prepared.changes
+
+    def prepare(self, episode: dict) -> PreparedEpisode:
+        """The LLM calls, reads and embeddings of one episode; writes nothing to the graph."""
         changes = EpisodeChanges()
         extracted = self._extract_entities(episode, changes)
         resolved = self._resolve(episode, extracted, changes)
         self._extract_facts(episode, resolved, changes)
         vectors = self._embed(changes)
-        self._write(episode, changes, vectors)
-        return changes
+        return PreparedEpisode(episode["uuid"], episode["group_id"], changes, vectors,
+                               episode["reference_time"])
 
     def _call(self, prompt_name: str, messages, model, episode_uuid: str, changes):
         started = time.perf_counter()
@@ -227,7 +250,7 @@ class Extractor:
         )
         self.metrics.record_classification("success", latency)
         now = self.clock()
-        seen: set[tuple[str, str, str]] = set()
+        keyed = []
         for edge in reply.edges:
             src = by_name.get(normalise_name(edge.source))
             dst = by_name.get(normalise_name(edge.target))
@@ -235,8 +258,10 @@ class Extractor:
                 log.info("episode %s: skipped a fact naming unknown entities: %s -> %s",
                          episode["uuid"], edge.source, edge.target)
                 continue
-            key = (src["uuid"], dst["uuid"], edge.fact.strip().lower())
-            if key in seen or g.fact_exists(self.store, episode["group_id"], *key):
+            keyed.append(((src["uuid"], dst["uuid"], edge.fact.strip().lower()), edge, src, dst))
+        seen = g.existing_fact_keys(self.store, episode["group_id"], [k for k, *_ in keyed])
+        for key, edge, src, dst in keyed:
+            if key in seen:
                 continue
             seen.add(key)
             valid_at = _parse_time(edge.valid_at)
@@ -264,39 +289,64 @@ class Extractor:
         fresh = self.embedder.embed(texts) if texts else np.zeros((0, self.embedder.dimensions))
         return np.vstack([*changes.new_entity_vectors, fresh]).astype(np.float32)
 
-    def _write(self, episode: dict, changes: EpisodeChanges, vectors: np.ndarray) -> None:
-        entities = [*changes.new_entities, *changes.summary_updates.values()]
-        n_ent = len(entities)
-        ent_vecs, fact_vecs = vectors[:n_ent], vectors[n_ent:]
+    def write(self, items: list[PreparedEpisode],
+              also: Callable[[], None] | None = None) -> None:
+        """Write the prepared episodes in one transaction (with ``also()``, e.g. the queue's
+        acknowledgement), then update the search indexes."""
         now = self.clock()
-        invalid_from = min(
-            (f["_invalid_from"] for f in changes.new_facts if "_invalid_from" in f),
-            default=episode["reference_time"],
-        )
-        facts = [{k: v for k, v in f.items() if not k.startswith("_")}
-                 for f in changes.new_facts]
-        invalidated = sorted(set(changes.invalidated))
+        new_entities, summaries, mentions, facts, invalid, done = [], [], [], [], [], []
+        all_entities, ent_vecs, fact_vecs, reread = [], [], [], []
+        for item in items:
+            changes = item.changes
+            if changes is None:
+                continue
+            entities = [*changes.new_entities, *changes.summary_updates.values()]
+            n_ent = len(entities)
+            invalid_from = min(
+                (f["_invalid_from"] for f in changes.new_facts if "_invalid_from" in f),
+                default=item.reference_time,
+            )
+            episode_facts = [{k: v for k, v in f.items() if not k.startswith("_")}
+                             for f in changes.new_facts]
+            invalidated = sorted(set(changes.invalidated))
+            new_entities += changes.new_entities
+            summaries += [(u, upd["summary"]) for u, upd in changes.summary_updates.items()]
+            mentions += [(item.episode_uuid, u) for u in changes.mentioned]
+            facts += episode_facts
+            invalid += [(u, invalid_from) for u in invalidated]
+            done.append((item.episode_uuid, len(set(changes.mentioned)), len(episode_facts)))
+            all_entities += entities
+            ent_vecs.append(item.vectors[:n_ent])
+            fact_vecs.append(item.vectors[n_ent:])
+            reread += [{"uuid": u, "group_id": item.group_id} for u in invalidated]
+        dim = self.embedder.dimensions
+        model = self.embedder.model
+        ent_vecs, fact_vecs = _stack(ent_vecs, dim), _stack(fact_vecs, dim)
         with self.store.transaction():
-            g.insert_entities(self.store, changes.new_entities)
-            for uuid, update in changes.summary_updates.items():
-                g.update_entity_summary(self.store, uuid, update["summary"], now)
-            g.insert_mentions(self.store, episode["uuid"], changes.mentioned)
+            g.insert_entities(self.store, new_entities)
+            g.update_entity_summaries(self.store, summaries, now)
+            g.insert_mention_rows(self.store, mentions)
             g.insert_facts(self.store, facts)
-            g.invalidate_facts(self.store, invalidated, invalid_from, now)
-            model = self.embedder.model
-            g.insert_embeddings(self.store, "entity", [e["uuid"] for e in entities], ent_vecs,
+            g.invalidate_facts_from(self.store, invalid, now)
+            g.insert_embeddings(self.store, "entity", [e["uuid"] for e in all_entities],
+                                ent_vecs, model)
+            g.insert_embeddings(self.store, "fact", [f["uuid"] for f in facts], fact_vecs,
                                 model)
-            g.insert_embeddings(self.store, "fact", [f["uuid"] for f in facts], fact_vecs, model)
-            g.set_episode_status(self.store, episode["uuid"], "done", None, now,
-                                 len(set(changes.mentioned)), len(facts))
+            g.mark_episodes_done(self.store, done, now)
+            if also is not None:
+                also()
         if self.on_upsert:
             self.on_upsert("entity", [
                 {**e, "text": entity_text(e["name"], e["entity_type"], e["summary"])}
-                for e in entities], ent_vecs)
+                for e in all_entities], ent_vecs)
             self.on_upsert("fact", [{**f, "text": f["fact"]} for f in facts], fact_vecs)
             # invalidated facts changed in the store: the search indexes re-read them
-            self.on_upsert("fact", [{"uuid": u, "group_id": episode["group_id"]}
-                                    for u in invalidated], None)
+            self.on_upsert("fact", reread, None)
+
+
+def _stack(parts: list[np.ndarray], dim: int) -> np.ndarray:
+    parts = [p for p in parts if len(p)]
+    return np.vstack(parts).astype(np.float32) if parts else np.zeros((0, dim), np.float32)
 
 
 def _relation(text: str) -> str:

@@ -12,7 +12,7 @@ import json
 import logging
 import re
 import uuid as uuidlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import date, datetime
 from pathlib import Path
 from typing import Any
@@ -23,7 +23,7 @@ from workbench import errors
 from workbench.clock import Clock, as_utc, utcnow
 from workbench.config import Settings, load_settings
 from workbench.embedder import Embedder, build_embedder
-from workbench.extraction import Extractor
+from workbench.extraction import Extractor, PreparedEpisode
 from workbench.importer import Importer
 from workbench.metrics import Metrics
 from workbench.queue import EpisodeQueue
@@ -86,7 +86,8 @@ class Workbench:
         self.queue = EpisodeQueue(
             store, self._process_message, metrics, clock,
             concurrency=settings.queue_concurrency, lease_seconds=settings.queue_lease_seconds,
-            max_attempts=settings.queue_max_attempts, poll_seconds=settings.queue_poll_seconds)
+            max_attempts=settings.queue_max_attempts, poll_seconds=settings.queue_poll_seconds,
+            commit=self._commit_episodes, batch_size=settings.queue_batch_size)
         self.scheduler = MaintenanceScheduler.from_settings(
             store, settings, metrics, clock, chat=chat)
         # accesses are written before a run reads them; purged memories leave the indexes
@@ -240,18 +241,22 @@ class Workbench:
             raise errors.InvalidInput("'group_ids' must be a list of strings")
         return [self._group(gid) for gid in group_ids] or None
 
-    def _process_message(self, message: dict[str, Any]) -> None:
+    def _process_message(self, message: dict[str, Any]) -> PreparedEpisode:
+        """The queue's processor: extraction without writing (see :meth:`_commit_episodes`)."""
         if self.chat is None:
             raise errors.LLMNotConfigured(NO_LLM)
         episode = g.get_episode(self.store, message["episode_uuid"])
-        if episode is None:  # deleted while queued
-            q.mark_done(self.store, message["episode_uuid"], self.clock())
-            return
-        if episode["status"] != "done":  # a redelivered, already-written episode: skip
-            g.set_episode_status(self.store, episode["uuid"], "processing", None)
-            self.extractor.process(episode)
-            self.metrics.record_episode_processed(episode["group_id"])
-        q.mark_done(self.store, episode["uuid"], self.clock())
+        if episode is None or episode["status"] == "done":
+            # deleted while queued, or a redelivered, already-written episode: only ack
+            return PreparedEpisode(message["episode_uuid"])
+        return self.extractor.prepare(episode)
+
+    def _commit_episodes(self, items: list[PreparedEpisode], ack: Callable[[], None]) -> None:
+        """The queue's commit: the episodes' graph changes and ``ack()`` in one transaction."""
+        self.extractor.write(items, also=ack)
+        for item in items:
+            if item.changes is not None:
+                self.metrics.record_episode_processed(item.group_id)
 
     def process_pending(self, max_messages: int = 100_000) -> int:
         """Process queued episodes inline (notebooks, tests, ``workbench`` CLI)."""

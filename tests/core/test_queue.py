@@ -155,3 +155,85 @@ def test_workers_process_in_the_background_and_stop_cleanly(env):
     assert [u for u in seen if u in ("e0", "e2", "e4")] == ["e0", "e2", "e4"]
     assert not queue.running
     assert clock() - timedelta(seconds=0) == clock()
+
+
+def test_group_commit_writes_what_arrived_meanwhile_in_one_batch_and_isolates_failures():
+    import threading
+
+    from workbench.queue import GroupCommit
+
+    batches: list[list[str]] = []
+    first_write_started, release_first = threading.Event(), threading.Event()
+
+    def write(items):
+        if items == ["first"]:
+            first_write_started.set()
+            release_first.wait(5)
+        if "bad" in items:
+            raise ValueError("bad item")
+        batches.append(list(items))
+
+    commit = GroupCommit(write, max_batch=8)
+    errors_seen: dict[str, BaseException] = {}
+
+    def submit(item):
+        try:
+            commit.submit(item)
+        except ValueError as exc:
+            errors_seen[item] = exc
+
+    leader = threading.Thread(target=submit, args=("first",))
+    leader.start()
+    assert first_write_started.wait(5)
+    followers = [threading.Thread(target=submit, args=(x,)) for x in ("a", "bad", "b")]
+    for t in followers:
+        t.start()
+    import time
+    deadline = time.monotonic() + 5
+    while len(commit._pending) < 3 and time.monotonic() < deadline:  # all three waiting
+        time.sleep(0.01)
+    release_first.set()
+    for t in [leader, *followers]:
+        t.join(5)
+    assert batches[0] == ["first"]
+    # the three that waited went as one batch, which failed; then one by one
+    assert sorted(map(tuple, batches[1:])) == [("a",), ("b",)]
+    assert list(errors_seen) == ["bad"]
+
+
+def test_drain_writes_the_heads_of_several_groups_in_one_commit(env):
+    store, clock, metrics, _, _, _, add = env
+    commits: list[list[str]] = []
+
+    def prepare(message):
+        if message["episode_uuid"] == "b1":
+            raise errors.LLMError("refused")  # fails alone, before the write
+        return message["episode_uuid"]
+
+    def commit(results, ack):
+        with store.transaction():
+            ack()
+        commits.append(results)
+
+    queue = EpisodeQueue(store, prepare, metrics, clock, max_attempts=1, commit=commit,
+                         batch_size=8)
+    for uuid, group in (("a1", "A"), ("a2", "A"), ("b1", "B"), ("c1", "C")):
+        add(uuid, group)
+    assert queue.drain() == 4
+    # first round: heads of A, B and C (b1 failed); second round: a2
+    assert commits == [["a1", "c1"], ["a2"]]
+    states = dict(store.fetchall("SELECT episode_uuid, state FROM queue"))
+    assert states == {"a1": "done", "a2": "done", "b1": "failed", "c1": "done"}
+    text = metrics.exposition()
+    assert sample(text, "messaging_messages_processed_total", {"status": "success"}) == 3
+
+
+def test_claim_batch_leases_only_group_heads_in_priority_order(env):
+    store, clock, _, _, _, _, add = env
+    add("a1", "A"); add("a2", "A"); add("b1", "B", priority=2); add("c1", "C", priority=0)  # noqa: E702
+    claimed = q.claim_batch(store, "w", clock(), 60, 10)
+    assert [m["episode_uuid"] for m in claimed] == ["c1", "a1", "b1"]
+    statuses = dict(store.fetchall("SELECT uuid, status FROM episodes"))
+    assert statuses == {"a1": "processing", "a2": "queued", "b1": "processing",
+                        "c1": "processing"}
+    assert q.claim_batch(store, "w", clock(), 60, 10) == []  # a2 waits for a1

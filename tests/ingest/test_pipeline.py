@@ -236,3 +236,44 @@ def test_search_follows_ingestion_changes_at_once(wb):
                                                   "User lives in Munich."}
     node = wb.search_memory_nodes("User", max_nodes=1)["nodes"][0]
     assert "Berlin" in node["summary"] and "Munich" in node["summary"]
+
+
+def test_batched_writes_build_the_same_graph_as_one_episode_at_a_time(fake_llm, hash_embedder):
+    fake_llm.set_responder(rule_llm.respond)
+    bodies = [("g1", "Maria Keller works at Acme. Tom uses Python."),
+              ("g2", "Tom works at Globex. Maria Keller uses Neovim."),
+              ("g1", "Maria Keller works at Globex."),   # contradicts g1's first episode
+              ("g3", "User uses VS Code. Tom lives in Munich."),
+              ("g2", "Tom uses Python. Tom works at Globex.")]
+
+    def build(batch_size: str):
+        wb = open_wb(fake_llm, hash_embedder, SVC_KNOWLEDGE_QUEUE_BATCH_SIZE=batch_size)
+        for i, (group, body) in enumerate(bodies):
+            wb.add_memory(f"e{i}", body, group_id=group)
+        assert wb.process_pending() == len(bodies)
+        graph = {
+            "entities": sorted(wb.store.fetchall(
+                "SELECT group_id, name, summary FROM entities")),
+            "facts": sorted(wb.store.fetchall(
+                "SELECT group_id, fact, invalid_at IS NOT NULL, expired_at IS NOT NULL "
+                "FROM facts")),
+            "mentions": count(wb, "mentions"),
+            "embeddings": (count(wb, "entity_embeddings"), count(wb, "fact_embeddings")),
+            # each vector belongs to its own memory's text
+            "vectors": sorted(wb.store.fetchall(
+                "SELECT e.group_id, e.name, round(v.vector[1], 5), round(v.vector[2], 5) "
+                "FROM entities e JOIN entity_embeddings v USING (uuid)")) + sorted(
+                wb.store.fetchall(
+                    "SELECT f.group_id, f.fact, round(v.vector[1], 5) "
+                    "FROM facts f JOIN fact_embeddings v USING (uuid)")),
+            "episodes": sorted(wb.store.fetchall(
+                "SELECT name, status, entity_count, fact_count FROM episodes")),
+            "llm_calls": count(wb, "llm_calls"),
+            "searchable": len(wb.search_memory_facts("Globex", max_facts=50)["facts"]),
+        }
+        wb.close()
+        return graph
+
+    one_by_one, batched = build("1"), build("16")
+    assert batched == one_by_one
+    assert any(row[2] for row in batched["facts"])  # the contradiction was applied

@@ -83,6 +83,22 @@ def set_episode_status(
     )
 
 
+def mark_episodes_done(
+    store: Store, counts: Sequence[tuple[str, int, int]], now: datetime
+) -> None:
+    """Mark episodes processed: ``counts`` holds (uuid, entity_count, fact_count) rows."""
+    if not counts:
+        return
+    store.execute(
+        """UPDATE episodes SET status = 'done', status_detail = NULL, processed_at = $1,
+               entity_count = v.entity_count, fact_count = v.fact_count
+           FROM (SELECT unnest($2::VARCHAR[]) AS uuid, unnest($3::INTEGER[]) AS entity_count,
+                        unnest($4::INTEGER[]) AS fact_count) AS v
+           WHERE episodes.uuid = v.uuid""",
+        [now, [c[0] for c in counts], [c[1] for c in counts], [c[2] for c in counts]],
+    )
+
+
 def delete_episode(store: Store, uuid: str) -> dict[str, list[str]]:
     """Remove an episode, the facts it created and the entities only it mentioned.
 
@@ -176,8 +192,20 @@ def insert_entities(store: Store, rows: Sequence[dict[str, Any]]) -> None:
 
 
 def update_entity_summary(store: Store, uuid: str, summary: str, now: datetime) -> None:
-    store.execute(
-        "UPDATE entities SET summary = ?, updated_at = ? WHERE uuid = ?", [summary, now, uuid])
+    update_entity_summaries(store, [(uuid, summary)], now)
+
+
+def update_entity_summaries(
+    store: Store, summaries: Sequence[tuple[str, str]], now: datetime
+) -> None:
+    """Set the summary of several entities (uuid, summary) in one statement."""
+    if summaries:
+        store.execute(
+            """UPDATE entities SET summary = v.summary, updated_at = $1
+               FROM (SELECT unnest($2::VARCHAR[]) AS uuid, unnest($3::VARCHAR[]) AS summary) AS v
+               WHERE entities.uuid = v.uuid""",
+            [now, [u for u, _ in summaries], [t for _, t in summaries]],
+        )
 
 
 def delete_entities(store: Store, uuids: Sequence[str]) -> None:
@@ -188,9 +216,14 @@ def delete_entities(store: Store, uuids: Sequence[str]) -> None:
 
 
 def insert_mentions(store: Store, episode_uuid: str, entity_uuids: Sequence[str]) -> None:
+    insert_mention_rows(store, [(episode_uuid, uuid) for uuid in entity_uuids])
+
+
+def insert_mention_rows(store: Store, rows: Sequence[tuple[str, str]]) -> None:
+    """(episode_uuid, entity_uuid) rows; repeats are ignored."""
     store.executemany(
         "INSERT INTO mentions VALUES (?, ?) ON CONFLICT DO NOTHING",
-        [[episode_uuid, uuid] for uuid in dict.fromkeys(entity_uuids)],
+        [list(row) for row in dict.fromkeys(rows)],
     )
 
 
@@ -198,18 +231,43 @@ def insert_mentions(store: Store, episode_uuid: str, entity_uuids: Sequence[str]
 def facts_between(
     store: Store, entity_uuids: Sequence[str], limit: int = 50
 ) -> list[dict[str, Any]]:
-    """Current (not invalidated, not expired) facts touching any of the entities."""
+    """Current (not invalidated, not expired) facts touching any of the entities: uuid,
+    relation, fact text and both ends (what extraction shows the LLM; few columns keep it
+    cheap: DuckDB's conversion of timestamps to Python is slow)."""
     if not entity_uuids:
         return []
     ids = list(entity_uuids)
     return store.fetch_dicts(
-        FACT_SELECT + """
-        WHERE (list_contains(?, f.source_uuid) OR list_contains(?, f.target_uuid))
-          AND f.invalid_at IS NULL AND f.expired_at IS NULL
-          AND f.lifecycle_state NOT IN ('EXPIRED', 'SOFT_DELETED')
-        ORDER BY f.created_at DESC LIMIT ?""",
-        [ids, ids, limit],
+        """SELECT f.uuid, f.relation, f.fact, f.source_uuid, f.target_uuid,
+                  s.name AS source_name, t.name AS target_name
+           FROM facts f
+           LEFT JOIN entities s ON s.uuid = f.source_uuid
+           LEFT JOIN entities t ON t.uuid = f.target_uuid
+           WHERE (list_contains($1, f.source_uuid) OR list_contains($1, f.target_uuid))
+             AND f.invalid_at IS NULL AND f.expired_at IS NULL
+             AND f.lifecycle_state NOT IN ('EXPIRED', 'SOFT_DELETED')
+           ORDER BY f.created_at DESC LIMIT $2""",
+        [ids, limit],
     )
+
+
+def existing_fact_keys(
+    store: Store, group_id: str, keys: Sequence[tuple[str, str, str]]
+) -> set[tuple[str, str, str]]:
+    """Which (source_uuid, target_uuid, lower-cased fact) keys already exist, unexpired, in
+    the group: one query for all of an episode's candidate facts."""
+    if not keys:
+        return set()
+    pairs = sorted({(k[0], k[1]) for k in keys})
+    rows = store.fetchall(
+        """SELECT f.source_uuid, f.target_uuid, lower(trim(f.fact)) FROM facts f
+           JOIN (SELECT unnest($1::VARCHAR[]) AS s, unnest($2::VARCHAR[]) AS t) AS p
+             ON f.source_uuid = p.s AND f.target_uuid = p.t
+           WHERE f.group_id = $3 AND f.expired_at IS NULL""",
+        [[a for a, _ in pairs], [b for _, b in pairs], group_id],
+    )
+    found = {(r[0], r[1], r[2]) for r in rows}
+    return {k for k in keys if (k[0], k[1], k[2].strip().lower()) in found}
 
 
 def fact_exists(store: Store, group_id: str, source: str, target: str, fact: str) -> str | None:
@@ -243,6 +301,21 @@ def invalidate_facts(
             """UPDATE facts SET invalid_at = coalesce(invalid_at, ?), expired_at = ?
                WHERE list_contains(?, uuid) AND expired_at IS NULL""",
             [invalid_at, expired_at, list(uuids)],
+        )
+
+
+def invalidate_facts_from(
+    store: Store, invalid_from: Sequence[tuple[str, datetime]], expired_at: datetime
+) -> None:
+    """:func:`invalidate_facts` for several facts, each with its own ``invalid_at``."""
+    if invalid_from:
+        store.execute(
+            """UPDATE facts SET invalid_at = coalesce(facts.invalid_at, v.invalid_at),
+                   expired_at = $1
+               FROM (SELECT unnest($2::VARCHAR[]) AS uuid,
+                            unnest($3::TIMESTAMPTZ[]) AS invalid_at) AS v
+               WHERE facts.uuid = v.uuid AND facts.expired_at IS NULL""",
+            [expired_at, [u for u, _ in invalid_from], [t for _, t in invalid_from]],
         )
 
 

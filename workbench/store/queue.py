@@ -56,37 +56,56 @@ def claim_next(
     store: Store, owner: str, now: datetime, lease_seconds: float
 ) -> dict[str, Any] | None:
     """Lease the next runnable message (head of its group, due, highest priority)."""
+    claimed = claim_batch(store, owner, now, lease_seconds, 1)
+    return claimed[0] if claimed else None
+
+
+def claim_batch(
+    store: Store, owner: str, now: datetime, lease_seconds: float, limit: int
+) -> list[dict[str, Any]]:
+    """Lease up to ``limit`` runnable messages, each the head of a different group, in
+    priority then age order. One transaction, whatever ``limit`` is."""
     with store.transaction():
-        row = store.fetchone(
+        heads = [r[0] for r in store.fetchall(
             """WITH heads AS (
                    SELECT episode_uuid, state, priority, available_at, seq,
                           row_number() OVER (PARTITION BY group_id ORDER BY seq) AS rn
                    FROM queue WHERE state IN ('queued', 'processing'))
                SELECT episode_uuid FROM heads
                WHERE rn = 1 AND state = 'queued' AND available_at <= ?
-               ORDER BY priority, seq LIMIT 1""",
-            [now],
-        )
-        if row is None:
-            return None
+               ORDER BY priority, seq LIMIT ?""",
+            [now, max(1, int(limit))],
+        )]
+        if not heads:
+            return []
         leased = store.fetch_dicts(
             """UPDATE queue SET state = 'processing', lease_owner = ?, leased_until = ?,
                    attempts = attempts + 1, started_at = ?
-               WHERE episode_uuid = ? AND state = 'queued'
-               RETURNING episode_uuid, group_id, priority, enqueued_at, attempts,
+               WHERE list_contains(?, episode_uuid) AND state = 'queued'
+               RETURNING episode_uuid, group_id, priority, seq, enqueued_at, attempts,
                          validation_failures""",
-            [owner, now + timedelta(seconds=lease_seconds), now, row[0]],
+            [owner, now + timedelta(seconds=lease_seconds), now, heads],
         )
-        return leased[0] if leased else None
+        store.execute(
+            """UPDATE episodes SET status = 'processing', status_detail = NULL
+               WHERE list_contains(?, uuid) AND status <> 'done'""",
+            [[m["episode_uuid"] for m in leased]],
+        )
+        return sorted(leased, key=lambda m: (m["priority"], m["seq"]))
 
 
 def mark_done(store: Store, episode_uuid: str, now: datetime) -> None:
-    store.execute(
-        """UPDATE queue SET state = 'done', finished_at = ?, leased_until = NULL,
-               error_type = NULL, error_message = NULL
-           WHERE episode_uuid = ?""",
-        [now, episode_uuid],
-    )
+    mark_done_many(store, [episode_uuid], now)
+
+
+def mark_done_many(store: Store, episode_uuids: Sequence[str], now: datetime) -> None:
+    if episode_uuids:
+        store.execute(
+            """UPDATE queue SET state = 'done', finished_at = ?, leased_until = NULL,
+                   error_type = NULL, error_message = NULL
+               WHERE list_contains(?, episode_uuid)""",
+            [now, list(episode_uuids)],
+        )
 
 
 def schedule_retry(
