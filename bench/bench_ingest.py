@@ -6,18 +6,22 @@
 3. LLM calls and prompt/completion tokens per episode on data/sample_episodes.jsonl.
 
 The fake LLM is the rule-based responder of the tests behind the real HTTP fake server, so
-the full wire path (openai client, JSON, validation, rows, metrics) is measured.
+the full wire path (openai client, JSON, validation, rows, metrics) is measured. By default the
+fake server runs in its own process, as a real LLM server would (``--fake-in-process`` puts it
+in the benchmark's process, where it competes with the pipeline for the GIL).
 
     .venv/bin/python bench/bench_ingest.py [--episodes 300] [--latency 0.2] [--workers 4]
-        [--local-embedder]
+        [--local-embedder] [--fake-in-process] [--batch-size 16]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -42,10 +46,46 @@ def episode(i: int) -> str:
             f"{TOOLS[i % 3]}. Note {i}.")
 
 
+BATCH_SIZE = "16"
+
+
+@dataclass
+class RemoteFake:
+    """The address of a fake LLM server running in another process."""
+
+    base_url: str
+    model: str = "fake-model"
+
+
+def _serve_fake(latency: float, pipe) -> None:
+    with FakeLLMServer(latency=latency) as server:
+        server.set_responder(rule_llm.respond)
+        pipe.send(server.base_url)
+        pipe.recv()  # until the benchmark says stop
+
+
+class FakeProcess:
+    """The rule-based fake LLM server in a child process."""
+
+    def __init__(self, latency: float):
+        self._pipe, child = multiprocessing.Pipe()
+        self._proc = multiprocessing.get_context("spawn").Process(
+            target=_serve_fake, args=(latency, child), daemon=True)
+
+    def __enter__(self) -> RemoteFake:
+        self._proc.start()
+        return RemoteFake(self._pipe.recv())
+
+    def __exit__(self, *exc) -> None:
+        self._pipe.send("stop")
+        self._proc.join(5)
+
+
 def open_wb(server, embedder, workers: int) -> Workbench:
     env = chat_settings_env(server, SVC_KNOWLEDGE_DB_PATH=":memory:",
                             SVC_KNOWLEDGE_QUEUE_CONCURRENCY=str(workers),
                             SVC_KNOWLEDGE_QUEUE_POLL_SECONDS="0.01",
+                            SVC_KNOWLEDGE_QUEUE_BATCH_SIZE=BATCH_SIZE,
                             SVC_KNOWLEDGE_DECAY_ENABLED="false")
     return Workbench.open(load_settings(env, env_file=None), embedder=embedder,
                           metrics=Metrics())
@@ -79,7 +119,8 @@ def sample_tokens(server, embedder) -> dict:
     wb.process_pending()
     row = wb.store.fetchone(
         "SELECT count(*), sum(prompt_tokens), sum(completion_tokens) FROM llm_calls")
-    graph = wb.store.fetchone("SELECT (SELECT count(*) FROM entities), (SELECT count(*) FROM facts)")
+    graph = wb.store.fetchone(
+        "SELECT (SELECT count(*) FROM entities), (SELECT count(*) FROM facts)")
     wb.close()
     n = len(lines)
     return {"episodes": n, "calls_per_episode": row[0] / n,
@@ -89,12 +130,16 @@ def sample_tokens(server, embedder) -> dict:
 
 
 def main() -> None:
+    global BATCH_SIZE
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--episodes", type=int, default=300)
     parser.add_argument("--latency", type=float, default=0.2)
     parser.add_argument("--workers", type=int, default=4)
+    parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--local-embedder", action="store_true")
+    parser.add_argument("--fake-in-process", action="store_true")
     args = parser.parse_args()
+    BATCH_SIZE = str(args.batch_size)
     if args.local_embedder:
         from workbench.embedder import LocalEmbedder
 
@@ -102,19 +147,29 @@ def main() -> None:
         embedder.warm_up()
     else:
         embedder = HashEmbedder()
-    with FakeLLMServer() as server:
+
+    def fake(latency: float):
+        if not args.fake_in_process:
+            return FakeProcess(latency)
+        server = FakeLLMServer(latency=latency)
         server.set_responder(rule_llm.respond)
+        return server
+
+    where = "in process" if args.fake_in_process else "own process"
+    print(f"fake LLM {where}, batch size {args.batch_size}")
+    with fake(0.0) as server:
         inline = run(server, embedder, args.episodes, 1, 8, inline=True)
         print(f"instant LLM, inline: {inline:.1f} episodes/s ({args.episodes} episodes)")
         pooled = run(server, embedder, args.episodes, args.workers, 8, inline=False)
         print(f"instant LLM, {args.workers} workers: {pooled:.1f} episodes/s")
-        server.latency = args.latency
-        n = max(args.workers * 5, 20)
-        slow = run(server, embedder, n, args.workers, args.workers * 2, inline=False)
+    with fake(args.latency) as server:
+        # enough episodes and groups that the start and the tail do not dominate
+        n = max(args.workers * 20, 40)
+        slow = run(server, embedder, n, args.workers, args.workers * 4, inline=False)
         ideal = args.workers / (args.latency * 2)  # two LLM calls per episode
-        print(f"LLM latency {args.latency}s, {args.workers} workers: {slow:.2f} episodes/s "
-              f"(ideal C/(2L) = {ideal:.2f}, ratio {slow / ideal:.2f})")
-        server.latency = 0.0
+        print(f"LLM latency {args.latency}s, {args.workers} workers, {n} episodes: "
+              f"{slow:.2f} episodes/s (ideal C/(2L) = {ideal:.2f}, ratio {slow / ideal:.2f})")
+    with FakeLLMServer() as server:
         server.set_responder(ReplayLLM())  # gold labels: realistic entity/fact counts
         print("sample data:", json.dumps(sample_tokens(server, embedder)))
 
