@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing
+import os
 import sys
 import time
 from dataclasses import dataclass
@@ -91,18 +92,24 @@ def open_wb(server, embedder, workers: int) -> Workbench:
                           metrics=Metrics())
 
 
+CPU_MS: list[float] = []  # CPU ms of this process per episode, one entry per run
+
+
 def run(server, embedder, n: int, workers: int, groups: int, inline: bool) -> float:
     wb = open_wb(server, embedder, workers)
     for i in range(n):
         wb.add_memory(f"e{i}", episode(i), group_id=f"g{i % groups}")
+    cpu = time.process_time()
     started = time.perf_counter()
     if inline:
         wb.process_pending()
     else:
         wb.start()
-        while wb.get_queue_status()["counts"]["done"] < n:
-            time.sleep(0.01)
+        while wb.store.fetchone(
+                "SELECT count(*) FROM queue WHERE state = 'done'")[0] < n:
+            time.sleep(0.05)  # polling costs the workers the store lock: not too often
     elapsed = time.perf_counter() - started
+    CPU_MS.append((time.process_time() - cpu) / n * 1000)
     wb.close()
     return n / elapsed
 
@@ -156,12 +163,18 @@ def main() -> None:
         return server
 
     where = "in process" if args.fake_in_process else "own process"
-    print(f"fake LLM {where}, batch size {args.batch_size}")
+    print(f"fake LLM {where}, batch size {args.batch_size}, load average "
+          f"{os.getloadavg()[0]:.2f}")
     with fake(0.0) as server:
         inline = run(server, embedder, args.episodes, 1, 8, inline=True)
-        print(f"instant LLM, inline: {inline:.1f} episodes/s ({args.episodes} episodes)")
+        print(f"instant LLM, inline one at a time: {inline:.1f} episodes/s ({args.episodes} "
+              f"episodes; {CPU_MS[-1]:.1f} ms of this process's CPU per episode)")
+        inline = run(server, embedder, args.episodes, args.workers, 8, inline=True)
+        print(f"instant LLM, inline {args.workers} at a time (process_pending): "
+              f"{inline:.1f} episodes/s ({CPU_MS[-1]:.1f} ms CPU per episode)")
         pooled = run(server, embedder, args.episodes, args.workers, 8, inline=False)
-        print(f"instant LLM, {args.workers} workers: {pooled:.1f} episodes/s")
+        print(f"instant LLM, {args.workers} workers: {pooled:.1f} episodes/s "
+              f"({CPU_MS[-1]:.1f} ms CPU per episode)")
     with fake(args.latency) as server:
         # enough episodes and groups that the start and the tail do not dominate
         n = max(args.workers * 20, 40)

@@ -24,6 +24,7 @@ import threading
 import time
 import uuid as uuidlib
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -178,6 +179,7 @@ class EpisodeQueue:
         self.commit = commit
         self.batch_size = max(1, batch_size)
         self._group = GroupCommit(self._write, self.batch_size)
+        self._pool: ThreadPoolExecutor | None = None  # drain's preparers, made on first use
         self.metrics = metrics
         self.clock = clock
         self.concurrency = concurrency
@@ -226,6 +228,9 @@ class EpisodeQueue:
                         len(self._threads))
             q.release_all(self.store)
         self._threads = []
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
         self.refresh_gauges()
 
     @property
@@ -257,8 +262,9 @@ class EpisodeQueue:
     def drain(self, max_messages: int = 100_000) -> int:
         """Process due messages inline until none is left (tests, notebooks, CLI).
 
-        With a ``commit`` function, the heads of up to ``batch_size`` groups are claimed and
-        prepared in priority order, then written in one transaction.
+        With a ``commit`` function, the heads of up to ``batch_size`` groups are claimed,
+        prepared up to ``concurrency`` at a time (their LLM calls overlap), then written in one
+        transaction.
         """
         done = 0
         while done < max_messages:
@@ -308,20 +314,23 @@ class EpisodeQueue:
             self._maybe_refresh_gauges()
 
     def _process_batch(self, messages: list[dict[str, Any]], owner: str) -> None:
-        """Prepare each message in order, then write the prepared ones together."""
+        """Prepare the messages (several at a time, up to ``concurrency``: they are heads of
+        different groups), then write the prepared ones together."""
+        starts = [self._begin(message) for message in messages]
+        try:
+            outcomes = self._prepare_all(messages)
+        except BaseException:  # KeyboardInterrupt, SystemExit: nothing is lost
+            for message in messages:
+                q.release(self.store, message["episode_uuid"], owner)
+            self._set_busy(-len(messages))
+            raise
         prepared: list[tuple[dict[str, Any], Any, float]] = []
-        for i, message in enumerate(messages):
-            started = self._begin(message)
-            try:
-                prepared.append((message, self.processor(message), started))
-            except BaseException as exc:
-                if isinstance(exc, (KeyboardInterrupt, SystemExit)):
-                    for other in [m for m, _, _ in prepared] + messages[i:]:
-                        q.release(self.store, other["episode_uuid"], owner)
-                    self._set_busy(-len(prepared) - 1)
-                    raise
+        for message, started, (ok, value) in zip(messages, starts, outcomes):
+            if ok:
+                prepared.append((message, value, started))
+            else:
                 self._set_busy(-1)
-                self._failed(message, exc, time.perf_counter() - started)
+                self._failed(message, value, time.perf_counter() - started)
         if not prepared:
             return
         tickets = [_Ticket((message, result)) for message, result, _ in prepared]
@@ -333,6 +342,23 @@ class EpisodeQueue:
             else:
                 self._completed(message, started)
         self._maybe_refresh_gauges()
+
+    def _prepare_all(self, messages: list[dict[str, Any]]) -> list[tuple[bool, Any]]:
+        """(True, result) or (False, error) per message, in order."""
+
+        def one(message: dict[str, Any]) -> tuple[bool, Any]:
+            try:
+                return True, self.processor(message)
+            except Exception as exc:
+                return False, exc
+
+        if self.concurrency <= 1 or len(messages) == 1:
+            return [one(message) for message in messages]
+        with self._busy_lock:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(self.concurrency,
+                                                thread_name_prefix="episode-prepare")
+        return list(self._pool.map(one, messages))
 
     def _write(self, items: list[tuple[dict[str, Any], Any]]) -> None:
         """Write results of several messages and mark them done, in one transaction."""

@@ -49,6 +49,7 @@ class Store:
         # write-behind rows (append-only logs such as llm_calls): sql -> (table, rows)
         self._deferred: dict[str, tuple[str, list[Sequence[Any]]]] = {}
         self._written: list[tuple[str, str, list[Sequence[Any]]]] = []
+        self._deferred_lock = threading.Lock()
         self.path = path
         self.dim = dim
         self.read_only = read_only
@@ -182,13 +183,19 @@ class Store:
         multi-row statement. They are kept if that transaction rolls back, flushed by
         :meth:`flush` and :meth:`close`, and lost only if the process dies before either.
         """
-        with self._lock:
+        with self._deferred_lock:  # not the store lock: deferring never waits for a query
             self._deferred.setdefault(sql, (table, []))[1].append(list(row))
 
     @property
     def deferred_rows(self) -> int:
-        with self._lock:
+        with self._deferred_lock:
             return sum(len(rows) for _, rows in self._deferred.values())
+
+    def _restore_deferred(self, items: list[tuple[str, str, list[Sequence[Any]]]]) -> None:
+        """Put rows that were not committed back in front of the waiting ones."""
+        with self._deferred_lock:
+            for sql, table, rows in reversed(items):
+                self._deferred.setdefault(sql, (table, []))[1][:0] = rows
 
     def flush(self) -> None:
         """Write the deferred rows now (in their own transaction unless inside one)."""
@@ -202,15 +209,24 @@ class Store:
                     pass  # the transaction writes them
 
     def _write_deferred(self) -> None:
-        while self._deferred:
-            sql, (table, rows) = next(iter(self._deferred.items()))
-            self._executemany(sql, rows, _VALUES.search(sql))
-            del self._deferred[sql]
+        """Insert the deferred rows (the caller holds the store lock, inside a transaction)."""
+        with self._deferred_lock:
+            pending = [(sql, table, rows) for sql, (table, rows) in self._deferred.items()]
+            self._deferred = {}
+        for i, (sql, table, rows) in enumerate(pending):
+            try:
+                self._executemany(sql, rows, _VALUES.search(sql))
+            except BaseException:
+                self._restore_deferred(pending[i:])
+                raise
             self._written.append((sql, table, rows))
 
     def _before_read(self, sql: str) -> None:
-        if self._deferred and any(table in sql for table, _ in self._deferred.values()):
-            self.flush()
+        if self._deferred:
+            with self._deferred_lock:
+                tables = [table for table, _ in self._deferred.values()]
+            if any(table in sql for table in tables):
+                self.flush()
 
     def fetchall(self, sql: str, params: Sequence[Any] | dict[str, Any] | None = None) -> list:
         with self._lock:
@@ -280,8 +296,7 @@ class Store:
                     self._con.execute("ROLLBACK")
                 except duckdb.Error:
                     pass  # a failed COMMIT has already ended the transaction
-                for sql, table, rows in reversed(self._written):  # kept for the next write
-                    self._deferred.setdefault(sql, (table, []))[1][:0] = rows
+                self._restore_deferred(self._written)  # kept for the next write
                 raise
             finally:
                 self._written = []
