@@ -237,3 +237,27 @@ def test_claim_batch_leases_only_group_heads_in_priority_order(env):
     assert statuses == {"a1": "processing", "a2": "queued", "b1": "processing",
                         "c1": "processing"}
     assert q.claim_batch(store, "w", clock(), 60, 10) == []  # a2 waits for a1
+
+
+def test_drain_prepares_the_heads_of_different_groups_concurrently(env):
+    import threading
+
+    store, clock, metrics, _, _, _, add = env
+    together = threading.Barrier(3, timeout=5)  # broken (an error) unless 3 run at once
+
+    def prepare(message):
+        together.wait()
+        return message["episode_uuid"]
+
+    def commit(results, ack):
+        with store.transaction():
+            ack()
+
+    queue = EpisodeQueue(store, prepare, metrics, clock, concurrency=3, commit=commit)
+    for uuid, group in (("a1", "A"), ("b1", "B"), ("c1", "C")):
+        add(uuid, group)
+    try:
+        assert queue.drain() == 3
+    finally:
+        queue.stop()
+    assert {s for (s,) in store.fetchall("SELECT DISTINCT state FROM queue")} == {"done"}
