@@ -119,12 +119,6 @@ class Extractor:
         self.thresholds = thresholds or Thresholds()
 
     # --- the pipeline -------------------------------------------------------------------
-    def process(self, episode: dict) -> EpisodeChanges:
-        """Extract and write one episode."""
-        prepared = self.prepare(episode)
-        self.write([prepared])
-        return prepared.changes
-
     def prepare(self, episode: dict) -> PreparedEpisode:
         """The LLM calls, reads and embeddings of one episode; writes nothing to the graph."""
         changes = EpisodeChanges()

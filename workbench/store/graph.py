@@ -64,23 +64,6 @@ def recent_episodes(
     )
 
 
-def set_episode_status(
-    store: Store,
-    uuid: str,
-    status: str,
-    detail: str | None = None,
-    processed_at: datetime | None = None,
-    entity_count: int | None = None,
-    fact_count: int | None = None,
-) -> None:
-    store.execute(
-        """UPDATE episodes SET status = ?, status_detail = ?,
-               processed_at = coalesce(?, processed_at),
-               entity_count = coalesce(?, entity_count),
-               fact_count = coalesce(?, fact_count)
-           WHERE uuid = ?""",
-        [status, detail, processed_at, entity_count, fact_count, uuid],
-    )
 
 
 def mark_episodes_done(
@@ -191,8 +174,6 @@ def insert_entities(store: Store, rows: Sequence[dict[str, Any]]) -> None:
     )
 
 
-def update_entity_summary(store: Store, uuid: str, summary: str, now: datetime) -> None:
-    update_entity_summaries(store, [(uuid, summary)], now)
 
 
 def update_entity_summaries(
@@ -215,8 +196,6 @@ def delete_entities(store: Store, uuids: Sequence[str]) -> None:
         store.execute("DELETE FROM entities WHERE list_contains(?, uuid)", [list(uuids)])
 
 
-def insert_mentions(store: Store, episode_uuid: str, entity_uuids: Sequence[str]) -> None:
-    insert_mention_rows(store, [(episode_uuid, uuid) for uuid in entity_uuids])
 
 
 def insert_mention_rows(store: Store, rows: Sequence[tuple[str, str]]) -> None:
@@ -292,22 +271,13 @@ def insert_facts(store: Store, rows: Sequence[dict[str, Any]]) -> None:
     )
 
 
-def invalidate_facts(
-    store: Store, uuids: Sequence[str], invalid_at: datetime, expired_at: datetime
-) -> None:
-    """Bi-temporal invalidation: the old fact stays, marked as no longer true."""
-    if uuids:
-        store.execute(
-            """UPDATE facts SET invalid_at = coalesce(invalid_at, ?), expired_at = ?
-               WHERE list_contains(?, uuid) AND expired_at IS NULL""",
-            [invalid_at, expired_at, list(uuids)],
-        )
 
 
 def invalidate_facts_from(
     store: Store, invalid_from: Sequence[tuple[str, datetime]], expired_at: datetime
 ) -> None:
-    """:func:`invalidate_facts` for several facts, each with its own ``invalid_at``."""
+    """Bi-temporal invalidation: each (uuid, invalid_at) fact stays, marked no longer true
+    from ``invalid_at`` (kept when already set) and no longer believed from ``expired_at``."""
     if invalid_from:
         store.execute(
             """UPDATE facts SET invalid_at = coalesce(facts.invalid_at, v.invalid_at),

@@ -15,7 +15,7 @@ are billed too), so summing ``total_cost`` gives what the provider charges.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -53,9 +53,6 @@ _INSERT = (
 )
 
 
-def insert_llm_call(store: Store, row: LLMCallRow) -> None:
-    values = asdict(row)
-    store.execute(_INSERT, [values[c] for c in _COLUMNS])
 
 
 def defer_llm_call(store: Store, row: LLMCallRow) -> None:
