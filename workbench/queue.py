@@ -173,10 +173,12 @@ class EpisodeQueue:
         base_delay: float = 2.0,
         commit: Callable[[list[Any], Callable[[], None]], None] | None = None,
         batch_size: int = 16,
+        prefetch: Callable[[list[dict[str, Any]]], list[dict[str, Any]]] | None = None,
     ):
         self.store = store
         self.processor = processor
         self.commit = commit
+        self.prefetch = prefetch  # reads a claimed batch needs, in a few queries for all
         self.batch_size = max(1, batch_size)
         self._group = GroupCommit(self._write, self.batch_size)
         self._pool: ThreadPoolExecutor | None = None  # drain's preparers, made on first use
@@ -318,7 +320,7 @@ class EpisodeQueue:
         different groups), then write the prepared ones together."""
         starts = [self._begin(message) for message in messages]
         try:
-            outcomes = self._prepare_all(messages)
+            outcomes = self._prepare_all(self._prefetched(messages))
         except BaseException:  # KeyboardInterrupt, SystemExit: nothing is lost
             for message in messages:
                 q.release(self.store, message["episode_uuid"], owner)
@@ -342,6 +344,15 @@ class EpisodeQueue:
             else:
                 self._completed(message, started)
         self._maybe_refresh_gauges()
+
+    def _prefetched(self, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        if self.prefetch is None or len(messages) < 2:
+            return messages
+        try:
+            return self.prefetch(messages)
+        except Exception:  # the processor reads what it needs itself
+            log.exception("prefetching %d messages failed", len(messages))
+            return messages
 
     def _prepare_all(self, messages: list[dict[str, Any]]) -> list[tuple[bool, Any]]:
         """(True, result) or (False, error) per message, in order."""

@@ -87,7 +87,8 @@ class Workbench:
             store, self._process_message, metrics, clock,
             concurrency=settings.queue_concurrency, lease_seconds=settings.queue_lease_seconds,
             max_attempts=settings.queue_max_attempts, poll_seconds=settings.queue_poll_seconds,
-            commit=self._commit_episodes, batch_size=settings.queue_batch_size)
+            commit=self._commit_episodes, batch_size=settings.queue_batch_size,
+            prefetch=self._prefetch_episodes)
         self.scheduler = MaintenanceScheduler.from_settings(
             store, settings, metrics, clock, chat=chat)
         # accesses are written before a run reads them; purged memories leave the indexes
@@ -245,11 +246,21 @@ class Workbench:
         """The queue's processor: extraction without writing (see :meth:`_commit_episodes`)."""
         if self.chat is None:
             raise errors.LLMNotConfigured(NO_LLM)
-        episode = g.get_episode(self.store, message["episode_uuid"])
+        if "episode" in message:  # prefetched with its batch
+            episode = message["episode"]
+        else:
+            episode = g.get_episode(self.store, message["episode_uuid"])
         if episode is None or episode["status"] == "done":
             # deleted while queued, or a redelivered, already-written episode: only ack
             return PreparedEpisode(message["episode_uuid"])
         return self.extractor.prepare(episode)
+
+    def _prefetch_episodes(self, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The queue's prefetch: a claimed batch's episodes and their context, two queries."""
+        found = g.episodes_by_uuid(self.store, [m["episode_uuid"] for m in messages])
+        todo = self.extractor.with_context([e for e in found.values() if e["status"] != "done"])
+        episodes = {**found, **{e["uuid"]: e for e in todo}}
+        return [{**m, "episode": episodes.get(m["episode_uuid"])} for m in messages]
 
     def _commit_episodes(self, items: list[PreparedEpisode], ack: Callable[[], None]) -> None:
         """The queue's commit: the episodes' graph changes and ``ack()`` in one transaction."""

@@ -52,6 +52,39 @@ def list_episodes(
     )
 
 
+def episodes_by_uuid(store: Store, uuids: Sequence[str]) -> dict[str, dict[str, Any]]:
+    if not uuids:
+        return {}
+    rows = store.fetch_dicts(
+        f"SELECT {EPISODE_COLUMNS} FROM episodes WHERE list_contains(?, uuid)", [list(uuids)])
+    return {row["uuid"]: row for row in rows}
+
+
+def recent_episodes_for(
+    store: Store, episode_uuids: Sequence[str], limit: int
+) -> dict[str, list[dict[str, Any]]]:
+    """:func:`recent_episodes` of several episodes in one query: per episode uuid, its group's
+    latest processed episodes up to its reference time, newest first."""
+    out: dict[str, list[dict[str, Any]]] = {uuid: [] for uuid in episode_uuids}
+    if not episode_uuids or limit <= 0:
+        return out
+    rows = store.fetch_dicts(
+        """SELECT for_uuid, uuid, name, body, reference_time FROM (
+               SELECT c.uuid AS for_uuid, e.uuid, e.name, e.body, e.reference_time,
+                      row_number() OVER (PARTITION BY c.uuid
+                                         ORDER BY e.reference_time DESC, e.uuid) AS rn
+               FROM episodes c
+               JOIN episodes e ON e.group_id = c.group_id AND e.uuid <> c.uuid
+                              AND e.status = 'done' AND e.reference_time <= c.reference_time
+               WHERE list_contains($1, c.uuid))
+           WHERE rn <= $2 ORDER BY for_uuid, rn""",
+        [list(episode_uuids), limit],
+    )
+    for row in rows:
+        out[row.pop("for_uuid")].append(row)
+    return out
+
+
 def recent_episodes(
     store: Store, group_id: str, before: datetime, exclude: str, limit: int
 ) -> list[dict[str, Any]]:
@@ -59,7 +92,7 @@ def recent_episodes(
     return store.fetch_dicts(
         """SELECT uuid, name, body, reference_time FROM episodes
            WHERE group_id = ? AND uuid <> ? AND status = 'done' AND reference_time <= ?
-           ORDER BY reference_time DESC LIMIT ?""",
+           ORDER BY reference_time DESC, uuid LIMIT ?""",
         [group_id, exclude, before, limit],
     )
 
