@@ -21,13 +21,13 @@ from voice.text import Boundary, Chunk, plan_chunks, split_sentences
 from voice.voices import Voice
 
 SENTENCE_PAUSE = 0.2  # seconds of silence between sentences
-CLAUSE_PAUSE = 0.1  # after a chunk cut at a comma (kokoro-onnx's own clause pause)
-WORD_PAUSE = 0.03  # after a head cut between two words: a join, not a pause
-PAUSES: dict[Boundary, float] = {
-    "sentence": SENTENCE_PAUSE,
-    "clause": CLAUSE_PAUSE,
-    "word": WORD_PAUSE,
-}
+# No pause is added at a cut inside a sentence (at a comma or between words), and the quiet edges
+# kokoro-onnx leaves on each side of it (~0.1-0.25 s together, where the whole sentence had
+# 0.01-0.07 s) are trimmed down to JOIN_MARGIN each, so the two chunks join like one phrase.
+CUT_PAUSE = 0.0
+JOIN_MARGIN = 0.02  # seconds of the quiet edge kept on each side of a cut
+QUIET_DB = -40.0  # a 10 ms frame this far below the chunk's loudest counts as quiet
+PAUSES: dict[Boundary, float] = {"sentence": SENTENCE_PAUSE, "clause": CUT_PAUSE, "word": CUT_PAUSE}
 _DONE = object()
 
 
@@ -59,6 +59,25 @@ def pauses_after(chunks: Sequence[Chunk], sample_rate: int) -> list[int]:
     ]
 
 
+def trim_quiet_edges(
+    audio: np.ndarray, sample_rate: int, start: bool, end: bool, margin: float = JOIN_MARGIN
+) -> np.ndarray:
+    """Cut the quiet (``QUIET_DB`` below the loudest 10 ms frame) off the start and/or end of
+    ``audio``, keeping ``margin`` seconds of it; silent or all-loud audio comes back whole."""
+    frame = max(1, sample_rate // 100)
+    usable = len(audio) // frame * frame
+    if not (start or end) or usable == 0:
+        return audio
+    energy = np.sqrt(np.square(audio[:usable], dtype=np.float64).reshape(-1, frame).mean(1))
+    loud = np.flatnonzero(energy > energy.max() * 10 ** (QUIET_DB / 20))
+    if energy.max() == 0 or len(loud) == 0:
+        return audio
+    keep = int(margin * sample_rate)
+    first = max(0, loud[0] * frame - keep) if start else 0
+    last = min(len(audio), (loud[-1] + 1) * frame + keep) if end else len(audio)
+    return audio[first:last]
+
+
 def shape_chunk(audio: np.ndarray, volume: float, pause_samples: int) -> np.ndarray:
     """Scale by ``volume``, clip to [-1, 1] and append ``pause_samples`` of silence."""
     scaled = np.clip(audio * np.float32(volume), -1.0, 1.0).astype(np.float32)
@@ -71,10 +90,14 @@ def _produce(
     engine: Engine, speech: Speech, chunks: list[Chunk], out: queue.Queue, stop: threading.Event
 ) -> None:
     try:
-        for chunk, pause in zip(chunks, pauses_after(chunks, engine.sample_rate), strict=True):
+        pauses = pauses_after(chunks, engine.sample_rate)
+        for index, (chunk, pause) in enumerate(zip(chunks, pauses, strict=True)):
             if stop.is_set():
                 return
             audio = engine.synthesize(chunk.text, speech.voice, speech.speed)
+            cut_before = index > 0 and chunks[index - 1].ends != "sentence"
+            cut_after = chunk.ends != "sentence" and index < len(chunks) - 1
+            audio = trim_quiet_edges(audio, engine.sample_rate, cut_before, cut_after)
             _put(out, shape_chunk(audio, speech.volume, pause), stop)
         _put(out, _DONE, stop)
     except BaseException as exc:  # handed to the consumer, which re-raises it
