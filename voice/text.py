@@ -102,8 +102,10 @@ def split_head(
     (the rest keeps at least ``min_rest_words`` words). The cut goes, in order of preference:
     after the first clause mark within the first ``max_words`` words (and after two at least);
     before the first word that starts a phrase ("and", "without", "to", "is", ...) with
-    ``min_words`` to ``max_words`` words in front; else after ``max_words`` words. Never inside
-    a word. Text written without spaces (Chinese, Japanese) is cut only at a clause mark.
+    ``min_words`` to ``max_words`` words in front; else, when at least as many words follow,
+    after ``max_words`` words (a blind cut only where it halves the first sound's wait at
+    least). Never inside a word. Text written without spaces (Chinese, Japanese) is cut only at
+    a clause mark.
 
     >>> split_head("The nightly build finished without errors.")
     ['The nightly build finished', 'without errors.']
@@ -116,18 +118,18 @@ def split_head(
     cut = next(at_clause, None)
     if cut is None and last >= min_words:
         at_phrase = (n for n in range(min_words, last + 1) if _word(words[n]) in _PHRASE_STARTS)
-        cut = next(at_phrase, last)
+        cut = next(at_phrase, last if len(words) - last >= last else None)
     if cut is None:
         return [sentence]
     return [" ".join(words[:cut]), " ".join(words[cut:])]
 
 
 def _split_head_unspaced(sentence: str, min_chars: int = 4) -> list[str]:
-    match = next((m for m in re.finditer(f"[{_CLAUSE_MARKS}]", sentence) if m.end() >= min_chars),
-                 None)  # fmt: skip
-    if match is None or not sentence[match.end() :].strip():
-        return [sentence]
-    return [sentence[: match.end()], sentence[match.end() :].strip()]
+    for mark in re.finditer(f"[{_CLAUSE_MARKS}]", sentence):
+        head, rest = sentence[: mark.end()], sentence[mark.end() :].strip()
+        if len(head) >= min_chars and rest:
+            return [head, rest]
+    return [sentence]
 
 
 def plan_chunks(text: str, max_chars: int = 300, head: bool = True) -> list[Chunk]:

@@ -92,11 +92,21 @@ def test_split_sentences_keeps_the_first_sentence_whole():
         ("Version 3.5 of the tool is out today.", ["Version 3.5 of the tool", "is out today."]),
         ("Your coffee is ready (with milk) now.", ["Your coffee is ready", "(with milk) now."]),
         ("Hello world, how are you today?", ["Hello world,", "how are you today?"]),
-        # else after six words, never inside a word
+        # else after six words when at least six follow, never inside a word
+        (
+            "Deployment pipeline number seven completed successfully yesterday evening across "
+            "every single region.",
+            [
+                "Deployment pipeline number seven completed successfully",
+                "yesterday evening across every single region.",
+            ],
+        ),
+        # a blind cut that would not halve the wait is not worth it
         (
             "Deployment pipeline completed successfully yesterday evening everywhere.",
-            ["Deployment pipeline completed successfully yesterday", "evening everywhere."],
+            ["Deployment pipeline completed successfully yesterday evening everywhere."],
         ),
+        ("A compilação terminou sem erros hoje.", ["A compilação terminou sem erros hoje."]),
         # too short to be worth a second engine call: whole
         ("Build done.", ["Build done."]),
         ("All five tests passed.", ["All five tests passed."]),
@@ -105,6 +115,7 @@ def test_split_sentences_keeps_the_first_sentence_whole():
         ("今天天气很好，我们去公园散步吧。", ["今天天气很好，", "我们去公园散步吧。"]),
         ("こんにちは。", ["こんにちは。"]),
         ("好，走。", ["好，走。"]),
+        ("好，今天天气很好，走吧。", ["好，今天天气很好，", "走吧。"]),
     ],
 )
 def test_split_head(sentence, expected):
