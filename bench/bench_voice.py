@@ -3,12 +3,16 @@
     .venv/bin/python bench/bench_voice.py                 # 2-sentence English message, 2 threads
     .venv/bin/python bench/bench_voice.py --threads 1 --repeat 5 --voice 21
     .venv/bin/python bench/bench_voice.py --skip-server   # engine only
+    .venv/bin/python bench/bench_voice.py --plan both --repeat 5   # A/B: chunk plan vs sentences
 
 Targets (issue 8): RTF <= 0.5 with 2 threads, first audio <= 1.0 s.
-RTF = synthesis seconds / audio seconds over the whole message (sentences in order); the
-load average is printed because other work on the machine inflates every number.
-First audio = time from the request to the first sentence's chunk, streaming as the server does
-(sentence split, pronunciation rules, G2P and synthesis of sentence one).
+RTF = synthesis seconds / audio seconds over the whole message (chunks in order); the load
+average is printed because other work on the machine inflates every number, and so is the CPU
+time per audio second (all threads), which other load inflates less.
+First audio = time from the request to the first chunk, streaming as the server does
+(``chunks_for``: pronunciation rules, sentence split with a short head cut off the first
+sentence, then G2P and synthesis of that head). ``--plan sentences`` measures the older plan
+(one chunk per whole sentence); ``--plan both`` alternates the two in the same run.
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ MESSAGE = "The nightly build finished without errors. Three new tests were added
 def bench_engine(args: argparse.Namespace) -> dict[str, object]:
     from voice.engine import KokoroEngine
     from voice.settings import settings_from_env
-    from voice.speech import Speech, sentences_for, stream_speech
+    from voice.speech import Speech, chunks_for, sentences_for
     from voice.voices import resolve_voice
 
     assets = args.assets_dir or settings_from_env().resolved_assets_dir()
@@ -42,30 +46,50 @@ def bench_engine(args: argparse.Namespace) -> dict[str, object]:
     engine.phonemizers.get(voice.language)
     g2p_s = time.perf_counter() - started
     engine.synthesize("Warm up.", voice)  # the first inference pays one-off allocation costs
-    sentences = sentences_for(args.message)
-    firsts, rtfs, cpus = [], [], []
+    plans = {"chunks": chunks_for(args.message), "sentences": sentences_for(args.message)}
+    names = list(plans) if args.plan == "both" else [args.plan]
+    runs: dict[str, dict[str, list[float]]] = {
+        n: {"first": [], "rtf": [], "cpu": [], "audio": []} for n in names
+    }
     for _ in range(args.repeat):
-        started, cpu_started = time.perf_counter(), time.process_time()
-        stream = stream_speech(engine, Speech(args.message, voice), sentences)
-        samples = len(next(stream))
-        firsts.append(time.perf_counter() - started)
-        samples += sum(len(chunk) for chunk in stream)
-        audio_s = samples / engine.sample_rate
-        rtfs.append((time.perf_counter() - started) / audio_s)
-        cpus.append((time.process_time() - cpu_started) / audio_s)
-    return {
+        for name in names:
+            _stream_once(engine, Speech(args.message, voice), plans[name], runs[name])
+    result: dict[str, object] = {
         "voice": voice.name,
         "threads": engine.threads,
-        "sentences": len(sentences),
-        "audio_seconds": round(samples / engine.sample_rate, 2),
         "model_load_s": round(load_s, 2),
         "g2p_load_s": round(g2p_s, 2),
-        "first_audio_s_median": round(statistics.median(firsts), 3),
-        "first_audio_s_all": [round(x, 3) for x in firsts],
-        "rtf_median": round(statistics.median(rtfs), 3),
-        "rtf_all": [round(x, 3) for x in rtfs],
+    }
+    for name in names:
+        prefix = "" if len(names) == 1 else f"{name}_"
+        result |= _summary(prefix, plans[name], runs[name])
+    return result
+
+
+def _stream_once(engine, speech, plan, runs: dict[str, list[float]]) -> None:
+    from voice.speech import stream_speech
+
+    started, cpu_started = time.perf_counter(), time.process_time()
+    stream = stream_speech(engine, speech, plan)
+    samples = len(next(stream))
+    runs["first"].append(time.perf_counter() - started)
+    samples += sum(len(chunk) for chunk in stream)
+    audio_s = samples / engine.sample_rate
+    runs["rtf"].append((time.perf_counter() - started) / audio_s)
+    runs["cpu"].append((time.process_time() - cpu_started) / audio_s)
+    runs["audio"].append(audio_s)
+
+
+def _summary(prefix: str, plan: list, runs: dict[str, list[float]]) -> dict[str, object]:
+    return {
+        f"{prefix}chunks": [getattr(c, "text", c) for c in plan],
+        f"{prefix}audio_seconds": round(statistics.median(runs["audio"]), 2),
+        f"{prefix}first_audio_s_median": round(statistics.median(runs["first"]), 3),
+        f"{prefix}first_audio_s_all": [round(x, 3) for x in runs["first"]],
+        f"{prefix}rtf_median": round(statistics.median(runs["rtf"]), 3),
+        f"{prefix}rtf_all": [round(x, 3) for x in runs["rtf"]],
         # CPU seconds (all threads) per second of audio: less sensitive to other load than RTF
-        "cpu_s_per_audio_s_median": round(statistics.median(cpus), 3),
+        f"{prefix}cpu_s_per_audio_s_median": round(statistics.median(runs["cpu"]), 3),
     }
 
 
@@ -115,6 +139,12 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument(
+        "--plan",
+        choices=["chunks", "sentences", "both"],
+        default="chunks",
+        help="chunks: as the server streams (default); sentences: one chunk per sentence",
+    )
     parser.add_argument("--assets-dir", type=Path)
     parser.add_argument("--skip-server", action="store_true")
     args = parser.parse_args(argv)
@@ -122,6 +152,7 @@ def main(argv: list[str] | None = None) -> None:
         "cpus": os.cpu_count(),
         "load_average": [round(x, 2) for x in os.getloadavg()],
         **bench_engine(args),
+        "load_average_after": [round(x, 2) for x in os.getloadavg()],
     }
     if not args.skip_server:
         result.update(bench_server_startup(args))

@@ -19,8 +19,8 @@ from voice.errors import (
 from voice.fakes import ToneEngine
 from voice.pronunciation import apply_rules, compile_rules, parse_rules
 from voice.settings import Settings, settings_from_env
-from voice.speech import Speech, sentences_for, stream_speech
-from voice.text import split_sentences
+from voice.speech import Speech, chunks_for, sentences_for, stream_speech
+from voice.text import Chunk, plan_chunks, split_sentences
 from voice.voices import NUMBERED_VOICES, Voice, numbered_voices, resolve_voice
 
 __all__ = [
@@ -28,6 +28,7 @@ __all__ = [
     "AudioStatus",
     "AudioUnavailable",
     "BackendMissing",
+    "Chunk",
     "DropSink",
     "Engine",
     "KokoroEngine",
@@ -45,9 +46,11 @@ __all__ = [
     "Voice",
     "VoiceError",
     "apply_rules",
+    "chunks_for",
     "compile_rules",
     "numbered_voices",
     "parse_rules",
+    "plan_chunks",
     "resolve_voice",
     "sentences_for",
     "settings_from_env",

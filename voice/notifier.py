@@ -1,8 +1,8 @@
 """The playback queue: notifications are spoken one at a time, in the order they arrived.
 
 ``submit`` never blocks: a full queue raises QueueFull. One worker thread takes each notification,
-streams its sentences from the engine into the audio sink, and records how long the first sound
-took. With no audio output the speech is still synthesized, then dropped with a log line.
+streams its chunks (``chunks_for``) from the engine into the audio sink, and records how long the
+first sound took. With no audio output the speech is still synthesized, then dropped (logged).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from voice.audio import AudioSink
 from voice.engine import Engine
 from voice.errors import AudioUnavailable, BackendMissing, QueueFull
 from voice.pronunciation import NO_RULES, Rules
-from voice.speech import Speech, sentences_for, stream_speech
+from voice.speech import Speech, chunks_for, stream_speech
 
 log = logging.getLogger(__name__)
 _STOP = object()
@@ -125,11 +125,9 @@ class Notifier:
     def _speak(self, note: Notification) -> Outcome:
         started = time.perf_counter()
         outcome = Outcome(note.id, "played", queue_wait_seconds=started - note.received_at)
-        sentences = sentences_for(note.speech.text, self.rules())
-        outcome.sentences = len(sentences)
-        chunks = self._measured(
-            stream_speech(self.engine, note.speech, sentences), outcome, started
-        )
+        plan = chunks_for(note.speech.text, self.rules())
+        outcome.sentences = sum(chunk.ends == "sentence" for chunk in plan)
+        chunks = self._measured(stream_speech(self.engine, note.speech, plan), outcome, started)
         try:
             self._play(chunks, outcome)
         except Exception as exc:  # a notification must never stop the worker

@@ -15,7 +15,7 @@ from voice.payloads import NotifyRequest, SpeechRequest
 from voice.pronunciation import RulesFile
 from voice.ratelimit import RateLimiter
 from voice.settings import Settings
-from voice.speech import Speech, sentences_for, stream_speech
+from voice.speech import Speech, chunks_for, stream_speech
 from voice.voices import numbered_voices, resolve_voice
 from voice.wav import wav_header, to_pcm16
 
@@ -65,9 +65,9 @@ class VoiceService:
         """
         self._require_backend()
         speech = Speech(request.input, request.voice, request.speed)
-        sentences = sentences_for(speech.text, self.rules.rules())
+        plan = chunks_for(speech.text, self.rules.rules())
         header = wav_header(self.engine.sample_rate) if request.response_format == "wav" else b""
-        return _encoded(header, stream_speech(self.engine, speech, sentences))
+        return _encoded(header, stream_speech(self.engine, speech, plan))
 
     def health(self) -> dict[str, object]:
         missing = self.engine.missing()

@@ -1,24 +1,33 @@
-"""From a message to a stream of audio chunks, one per sentence, synthesized ahead of playback.
+"""From a message to a stream of audio chunks, synthesized ahead of playback.
 
-``stream_speech`` synthesizes sentence *n+1* on a worker thread while sentence *n* is being
-played (or sent), so the first sound comes after one sentence's synthesis, not the whole text's.
+``chunks_for`` plans the chunks (``voice.text.plan_chunks``: one per sentence, the first sentence
+cut after a short head); ``stream_speech`` synthesizes chunk *n+1* on a worker thread while chunk
+*n* is being played (or sent), so the first sound comes after a few words' synthesis, not the
+whole text's. Each chunk is followed by the pause its boundary calls for.
 """
 
 from __future__ import annotations
 
 import queue
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from voice.engine import Engine
 from voice.pronunciation import NO_RULES, Rules, apply_rules
-from voice.text import split_sentences
+from voice.text import Boundary, Chunk, plan_chunks, split_sentences
 from voice.voices import Voice
 
 SENTENCE_PAUSE = 0.2  # seconds of silence between sentences
+# No pause is added at a cut inside a sentence (at a comma or between words), and the quiet edges
+# kokoro-onnx leaves on each side of it (~0.1-0.25 s together, where the whole sentence had
+# 0.01-0.07 s) are trimmed down to JOIN_MARGIN each, so the two chunks join like one phrase.
+CUT_PAUSE = 0.0
+JOIN_MARGIN = 0.02  # seconds of the quiet edge kept on each side of a cut
+QUIET_DB = -40.0  # a 10 ms frame this far below the chunk's loudest counts as quiet
+PAUSES: dict[Boundary, float] = {"sentence": SENTENCE_PAUSE, "clause": CUT_PAUSE, "word": CUT_PAUSE}
 _DONE = object()
 
 
@@ -33,8 +42,40 @@ class Speech:
 
 
 def sentences_for(text: str, rules: Rules = NO_RULES) -> list[str]:
-    """The sentences to synthesize, pronunciation rules applied."""
+    """The sentences of ``text``, pronunciation rules applied."""
     return split_sentences(apply_rules(text, rules))
+
+
+def chunks_for(text: str, rules: Rules = NO_RULES) -> list[Chunk]:
+    """The chunks to synthesize, in order, pronunciation rules applied (what the server plays)."""
+    return plan_chunks(apply_rules(text, rules))
+
+
+def pauses_after(chunks: Sequence[Chunk], sample_rate: int) -> list[int]:
+    """Samples of silence after each chunk: its boundary's pause, none after the last."""
+    return [
+        0 if index == len(chunks) - 1 else int(PAUSES[chunk.ends] * sample_rate)
+        for index, chunk in enumerate(chunks)
+    ]
+
+
+def trim_quiet_edges(
+    audio: np.ndarray, sample_rate: int, start: bool, end: bool, margin: float = JOIN_MARGIN
+) -> np.ndarray:
+    """Cut the quiet (``QUIET_DB`` below the loudest 10 ms frame) off the start and/or end of
+    ``audio``, keeping ``margin`` seconds of it; silent or all-loud audio comes back whole."""
+    frame = max(1, sample_rate // 100)
+    usable = len(audio) // frame * frame
+    if not (start or end) or usable == 0:
+        return audio
+    energy = np.sqrt(np.square(audio[:usable], dtype=np.float64).reshape(-1, frame).mean(1))
+    loud = np.flatnonzero(energy > energy.max() * 10 ** (QUIET_DB / 20))
+    if energy.max() == 0 or len(loud) == 0:
+        return audio
+    keep = int(margin * sample_rate)
+    first = max(0, loud[0] * frame - keep) if start else 0
+    last = min(len(audio), (loud[-1] + 1) * frame + keep) if end else len(audio)
+    return audio[first:last]
 
 
 def shape_chunk(audio: np.ndarray, volume: float, pause_samples: int) -> np.ndarray:
@@ -46,16 +87,18 @@ def shape_chunk(audio: np.ndarray, volume: float, pause_samples: int) -> np.ndar
 
 
 def _produce(
-    engine: Engine, speech: Speech, sentences: list[str], out: queue.Queue, stop: threading.Event
+    engine: Engine, speech: Speech, chunks: list[Chunk], out: queue.Queue, stop: threading.Event
 ) -> None:
-    pause = int(SENTENCE_PAUSE * engine.sample_rate)
     try:
-        for index, sentence in enumerate(sentences):
+        pauses = pauses_after(chunks, engine.sample_rate)
+        for index, (chunk, pause) in enumerate(zip(chunks, pauses, strict=True)):
             if stop.is_set():
                 return
-            audio = engine.synthesize(sentence, speech.voice, speech.speed)
-            last = index == len(sentences) - 1
-            _put(out, shape_chunk(audio, speech.volume, 0 if last else pause), stop)
+            audio = engine.synthesize(chunk.text, speech.voice, speech.speed)
+            cut_before = index > 0 and chunks[index - 1].ends != "sentence"
+            cut_after = chunk.ends != "sentence" and index < len(chunks) - 1
+            audio = trim_quiet_edges(audio, engine.sample_rate, cut_before, cut_after)
+            _put(out, shape_chunk(audio, speech.volume, pause), stop)
         _put(out, _DONE, stop)
     except BaseException as exc:  # handed to the consumer, which re-raises it
         _put(out, exc, stop)
@@ -71,14 +114,18 @@ def _put(out: queue.Queue, item: object, stop: threading.Event) -> None:
 
 
 def stream_speech(
-    engine: Engine, speech: Speech, sentences: list[str], lookahead: int = 1
+    engine: Engine, speech: Speech, chunks: Sequence[Chunk | str], lookahead: int = 1
 ) -> Iterator[np.ndarray]:
-    """Yield one float32 chunk per sentence, in order, synthesizing ahead on a thread."""
+    """Yield one float32 array per chunk, in order, synthesizing ahead on a thread.
+
+    ``chunks`` is a plan from ``chunks_for``, or plain sentences (each a whole sentence).
+    """
+    plan = [c if isinstance(c, Chunk) else Chunk(c) for c in chunks]
     out: queue.Queue = queue.Queue(maxsize=max(1, lookahead))
     stop = threading.Event()
     worker = threading.Thread(
         target=_produce,
-        args=(engine, speech, sentences, out, stop),
+        args=(engine, speech, plan, out, stop),
         name="voice-synth",
         daemon=True,
     )

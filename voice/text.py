@@ -1,8 +1,16 @@
-"""Splitting a message into sentences so that the first can play while the rest synthesize."""
+"""Splitting a message into sentences, and into the chunks that are synthesized one by one.
+
+``plan_chunks`` is the streaming plan: every sentence is a chunk, except that a short head is
+cut off the first sentence (at a clause mark, before a linking word, or after a few words; never
+inside a word) so that the first sound only waits for a few words' synthesis. Each chunk says
+what boundary follows it; ``voice.speech`` turns that into a pause.
+"""
 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
+from typing import Literal
 
 # Abbreviations after which a full stop does not end a sentence.
 _ABBREVIATIONS = frozenset(
@@ -13,7 +21,28 @@ _CLOSE = r"[\"'”’)\]]"
 _BOUNDARY = re.compile(
     rf"(?<=[.!?…])\s+|(?<=[.!?…]{_CLOSE})\s+|(?<=[.!?…]{_CLOSE}{_CLOSE})\s+|(?<=[。！？])\s*|\n\s*\n"
 )
-_CLAUSE = re.compile(r"(?<=[,;:，、；：])\s*")
+_CLAUSE_MARKS = ",;:，、；："
+_CLAUSE = re.compile(rf"(?<=[{_CLAUSE_MARKS}])\s*")
+# English words a phrase naturally starts with: linking words and the auxiliary verbs that open
+# a predicate. Cutting just before one keeps both halves whole phrases ("The nightly build
+# finished | without errors.", "Version 3.5 of the tool | is out.").
+_PHRASE_STARTS = frozenset(
+    """and but or nor so yet because since although though while when whenever where after
+    before until unless if than that which who whom whose with without within for from to into
+    onto in on at by of about over under through during against between among via per
+    is are was were has have had will would can could should may might must does did""".split()
+)
+_MIN_CLAUSE_WORDS = 2  # "Hello world, | how are you?" is a natural head
+
+Boundary = Literal["sentence", "clause", "word"]
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """One piece of text synthesized in one engine call, and the boundary that follows it."""
+
+    text: str
+    ends: Boundary = "sentence"
 
 
 def _ends_with_abbreviation(piece: str) -> bool:
@@ -46,17 +75,79 @@ def _split_long(sentence: str, max_chars: int) -> list[str]:
     return parts
 
 
-def split_sentences(text: str, max_chars: int = 300, first_max_chars: int = 80) -> list[str]:
-    """Split ``text`` into sentences in order, none longer than ``max_chars`` where avoidable.
+def _whole_sentences(text: str) -> list[str]:
+    pieces = [p.strip() for p in _BOUNDARY.split(text) if p and p.strip()]
+    return _merge_abbreviations(pieces)
 
-    The first sentence is also cut at clause marks when longer than ``first_max_chars``: the
-    first sound waits for its synthesis, the rest is synthesized while it plays.
+
+def split_sentences(text: str, max_chars: int = 300) -> list[str]:
+    """Split ``text`` into sentences in order, none longer than ``max_chars`` where avoidable.
 
     >>> split_sentences("Build done. Dr. Smith said: all 3.5 tests pass!")
     ['Build done.', 'Dr. Smith said: all 3.5 tests pass!']
     """
-    pieces = [p.strip() for p in _BOUNDARY.split(text) if p and p.strip()]
-    sentences = _merge_abbreviations(pieces)
-    if sentences:
-        sentences[:1] = _split_long(sentences[0], min(max_chars, first_max_chars))
-    return [part.strip() for s in sentences for part in _split_long(s, max_chars)]
+    return [part.strip() for s in _whole_sentences(text) for part in _split_long(s, max_chars)]
+
+
+def _word(token: str) -> str:
+    return token.strip("\"'“”‘’()[]").lower()
+
+
+def split_head(
+    sentence: str, min_words: int = 3, max_words: int = 6, min_rest_words: int = 2
+) -> list[str]:
+    """Cut a short head off ``sentence`` so that it can be synthesized (and heard) first.
+
+    Returns [head, rest], or [sentence] when it is too short to be worth a second engine call
+    (the rest keeps at least ``min_rest_words`` words). The cut goes, in order of preference:
+    after the first clause mark within the first ``max_words`` words (and after two at least);
+    before the first word that starts a phrase ("and", "without", "to", "is", ...) with
+    ``min_words`` to ``max_words`` words in front; else, when at least as many words follow,
+    after ``max_words`` words (a blind cut only where it halves the first sound's wait at
+    least). Never inside a word. Text written without spaces (Chinese, Japanese) is cut only at
+    a clause mark.
+
+    >>> split_head("The nightly build finished without errors.")
+    ['The nightly build finished', 'without errors.']
+    """
+    words = sentence.split()
+    if len(words) == 1:
+        return _split_head_unspaced(sentence)
+    last = min(max_words, len(words) - min_rest_words)
+    at_clause = (n for n in range(_MIN_CLAUSE_WORDS, last + 1) if words[n - 1][-1] in _CLAUSE_MARKS)
+    cut = next(at_clause, None)
+    if cut is None and last >= min_words:
+        at_phrase = (n for n in range(min_words, last + 1) if _word(words[n]) in _PHRASE_STARTS)
+        cut = next(at_phrase, last if len(words) - last >= last else None)
+    if cut is None:
+        return [sentence]
+    return [" ".join(words[:cut]), " ".join(words[cut:])]
+
+
+def _split_head_unspaced(sentence: str, min_chars: int = 4) -> list[str]:
+    for mark in re.finditer(f"[{_CLAUSE_MARKS}]", sentence):
+        head, rest = sentence[: mark.end()], sentence[mark.end() :].strip()
+        if len(head) >= min_chars and rest:
+            return [head, rest]
+    return [sentence]
+
+
+def plan_chunks(text: str, max_chars: int = 300, head: bool = True) -> list[Chunk]:
+    """The chunks to synthesize, in order: sentences (cut at clause marks past ``max_chars``),
+    the first one with a short head cut off when ``head``.
+
+    >>> [c.text for c in plan_chunks("The nightly build finished without errors. Bye.")]
+    ['The nightly build finished', 'without errors.', 'Bye.']
+    """
+    chunks: list[Chunk] = []
+    for index, sentence in enumerate(_whole_sentences(text)):
+        parts = [p.strip() for p in _split_long(sentence, max_chars)]
+        if head and index == 0:
+            parts[:1] = split_head(parts[0])
+        chunks += [Chunk(part, _boundary_after(part)) for part in parts[:-1]]
+        chunks.append(Chunk(parts[-1], "sentence"))
+    return chunks
+
+
+def _boundary_after(part: str) -> Boundary:
+    return "clause" if part[-1] in _CLAUSE_MARKS else "word"

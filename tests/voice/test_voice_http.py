@@ -175,6 +175,16 @@ def test_speech_streams_wav(client, tone):
     assert [(c[1], c[2]) for c in tone.calls] == [("af_sky", 2.0)] * 2
 
 
+def test_speech_streams_the_same_plan_as_notify(client, tone):
+    text = "Hello world, the nightly build finished. Bye."
+    r = client.post("/v1/audio/speech", json={"input": text, "response_format": "pcm"})
+    assert r.status_code == 200
+    texts = ["Hello world,", "the nightly build finished.", "Bye."]
+    assert [c[0] for c in tone.calls] == texts
+    samples = sum(int(len(t) * 0.01 * 24000) for t in texts) + int(0.2 * 24000)  # after "finished."
+    assert len(r.content) == samples * 2
+
+
 def test_speech_streams_raw_pcm(client):
     r = client.post("/v1/audio/speech", json={"input": "Hello.", "response_format": "pcm"})
     assert r.status_code == 200 and r.headers["content-type"] == "audio/pcm"

@@ -72,3 +72,34 @@ def test_notify_speaks_through_the_real_engine(kokoro, settings):
     assert len(recording.chunks) == 2 and rms(recording.samples()) > 0.01
     assert 1.0 < recording.seconds < 6.0
     assert outcome.first_audio_seconds < outcome.first_audio_seconds + recording.seconds
+
+
+def test_streamed_head_is_short_and_keeps_all_the_speech(kokoro):
+    from voice.speech import Speech, chunks_for, sentences_for, stream_speech
+
+    text = "The nightly build finished without errors. Three new tests were added to the suite."
+    speech = Speech(text, resolve_voice("1"))
+    cut = list(stream_speech(kokoro, speech, chunks_for(text)))
+    whole = list(stream_speech(kokoro, speech, sentences_for(text)))
+    assert (len(cut), len(whole)) == (3, 2)
+    assert rms(cut[0]) > 0.01 and rms(cut[1]) > 0.01
+    assert len(cut[0]) < 0.75 * len(whole[0])  # the first sound needs less synthesis
+    # the head and its rest say what the whole sentence said, in a little more time (the model
+    # lengthens the last word of the head); the join is no longer than a gap between two words
+    # (untrimmed, the chunks' quiet edges made it ~0.13 s)
+    assert 1.0 < (len(cut[0]) + len(cut[1])) / len(whole[0]) < 1.3
+    assert 0.01 < longest_quiet(np.concatenate(cut[:2]), kokoro.sample_rate) < 0.1
+    assert len(cut[2]) == len(whole[1])
+
+
+def longest_quiet(audio: np.ndarray, rate: int, frame_s: float = 0.01) -> float:
+    """Longest run of 10 ms frames 40 dB below the loudest, inside the audio (not at its ends)."""
+    frame = int(frame_s * rate)
+    energy = np.sqrt(np.square(audio[: len(audio) // frame * frame]).reshape(-1, frame).mean(1))
+    loud = np.flatnonzero(energy > energy.max() / 100)
+    quiet = energy[loud[0] : loud[-1] + 1] <= energy.max() / 100
+    longest = run = 0
+    for q in quiet:
+        run = run + 1 if q else 0
+        longest = max(longest, run)
+    return longest * frame_s

@@ -12,7 +12,17 @@ from voice.errors import QueueFull, SynthesisFailed
 from voice.fakes import ToneEngine
 from voice.notifier import Notification, Notifier
 from voice.pronunciation import compile_rules
-from voice.speech import SENTENCE_PAUSE, Speech, sentences_for, stream_speech
+from voice.speech import (
+    CUT_PAUSE,
+    SENTENCE_PAUSE,
+    Speech,
+    chunks_for,
+    pauses_after,
+    trim_quiet_edges,
+    sentences_for,
+    stream_speech,
+)
+from voice.text import Chunk
 from voice.voices import resolve_voice
 
 VOICE = resolve_voice("1")
@@ -25,6 +35,67 @@ def test_stream_yields_one_chunk_per_sentence_in_order(tone):
     sizes = [int(n * tone.seconds_per_char * tone.sample_rate) for n in (10, 20, 30)]
     assert [len(c) for c in chunks] == [sizes[0] + pause, sizes[1] + pause, sizes[2]]
     assert [text for text, _, _ in tone.calls] == sentences
+
+
+def test_each_chunk_is_followed_by_its_boundary_pause(tone):
+    plan = [Chunk("a" * 10, "word"), Chunk("b" * 20, "clause"), Chunk("c" * 30), Chunk("d" * 5)]
+    chunks = list(stream_speech(tone, Speech("", VOICE), plan))
+    rate = tone.sample_rate
+    sizes = [int(n * tone.seconds_per_char * rate) for n in (10, 20, 30, 5)]
+    pauses = [int(CUT_PAUSE * rate), int(CUT_PAUSE * rate), int(SENTENCE_PAUSE * rate), 0]
+    assert [len(c) for c in chunks] == [s + p for s, p in zip(sizes, pauses, strict=True)]
+    assert [text for text, _, _ in tone.calls] == [c.text for c in plan]
+    assert all(not c[sizes[i] :].any() for i, c in enumerate(chunks))  # the pause is silence
+
+
+def test_no_pause_is_added_at_a_cut_inside_a_sentence_nor_at_the_end():
+    plan = [Chunk("a", "word"), Chunk("b", "clause"), Chunk("c"), Chunk("d")]
+    assert pauses_after(plan, 1000) == [0, 0, 200, 0]
+    assert pauses_after([Chunk("a", "clause")], 1000) == [0]
+    assert pauses_after([], 1000) == []
+
+
+class PaddedTone(ToneEngine):
+    """The tone engine with 0.2 s of silence on each side, like the model's trimmed chunks."""
+
+    def synthesize(self, text, voice, speed=1.0):
+        pad = np.zeros(int(0.2 * self.sample_rate), dtype=np.float32)
+        return np.concatenate([pad, super().synthesize(text, voice, speed), pad])
+
+
+def test_quiet_edges_are_trimmed_only_at_cuts_inside_a_sentence():
+    padded = PaddedTone()
+    plan = [Chunk("a" * 10, "word"), Chunk("b" * 10), Chunk("c" * 10)]
+    chunks = list(stream_speech(padded, Speech("", VOICE), plan))
+    rate = padded.sample_rate
+    tone, pad, margin, pause = (int(x * rate) for x in (0.1, 0.2, 0.02, SENTENCE_PAUSE))
+    assert [len(c) for c in chunks] == [
+        pad + tone + margin,  # cut after: its quiet tail trimmed to the margin
+        margin + tone + pad + pause,  # cut before: its quiet start trimmed
+        pad + tone + pad,  # after a whole sentence: untouched
+    ]
+
+
+def test_trim_quiet_edges():
+    rate = 1000
+    loud = np.ones(100, dtype=np.float32)
+    audio = np.concatenate([np.zeros(300), 0.001 * loud, loud, np.zeros(200)]).astype(np.float32)
+    assert len(trim_quiet_edges(audio, rate, start=True, end=True)) == 20 + 100 + 20
+    assert len(trim_quiet_edges(audio, rate, start=True, end=False)) == 20 + 100 + 200
+    assert len(trim_quiet_edges(audio, rate, start=False, end=True)) == 400 + 100 + 20
+    assert len(trim_quiet_edges(audio, rate, start=False, end=False)) == len(audio)
+    silent = np.zeros(500, dtype=np.float32)
+    assert len(trim_quiet_edges(silent, rate, start=True, end=True)) == 500
+    assert len(trim_quiet_edges(np.zeros(0, dtype=np.float32), rate, True, True)) == 0
+
+
+def test_chunks_for_applies_rules_then_cuts_a_head_off_the_first_sentence():
+    rules = compile_rules({"CI": "continuous integration"})
+    assert chunks_for("CI passed without any flaky tests. Deploy next.", rules) == [
+        Chunk("continuous integration passed", "word"),
+        Chunk("without any flaky tests.", "sentence"),
+        Chunk("Deploy next.", "sentence"),
+    ]
 
 
 def test_first_chunk_arrives_before_the_rest_is_synthesized():
@@ -102,6 +173,25 @@ def test_notifications_play_one_at_a_time_in_order(tone):
             >= before.chunk_times[-1] + len(before.chunks[-1]) / before.sample_rate - 0.01
         )
     assert [t for t, _, _ in tone.calls][:2] == ["Message 0.", "Second sentence."]
+
+
+def test_notifier_speaks_a_short_head_first(tone, sink):
+    notifier = Notifier(tone, sink)
+    run(notifier, note(1, "The nightly build finished without errors. All good."))
+    assert [t for t, _, _ in tone.calls] == [
+        "The nightly build finished",
+        "without errors.",
+        "All good.",
+    ]
+    outcome = notifier.last()
+    assert outcome.sentences == 2
+    rate, spc = tone.sample_rate, tone.seconds_per_char
+    expected = [
+        int(26 * spc * rate),
+        int(15 * spc * rate) + int(SENTENCE_PAUSE * rate),
+        int(9 * spc * rate),
+    ]
+    assert [len(c) for c in sink.recordings[0].chunks] == expected
 
 
 def test_first_audio_latency_is_measured(tone, sink):

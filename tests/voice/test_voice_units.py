@@ -16,7 +16,7 @@ from voice.pronunciation import RulesFile, apply_rules, compile_rules, parse_rul
 from voice.ratelimit import RateLimiter
 from voice.settings import Settings, settings_from_env
 from voice.speech import shape_chunk
-from voice.text import split_sentences
+from voice.text import Chunk, plan_chunks, split_head, split_sentences
 from voice.voices import KOKORO_VOICES, NUMBERED_VOICES, numbered_voices, resolve_voice
 from voice.wav import to_pcm16, wav_header
 
@@ -70,17 +70,87 @@ def test_split_sentences(text, expected):
     assert split_sentences(text) == expected
 
 
-def test_a_long_first_sentence_is_cut_early_for_a_quick_first_sound():
+def test_split_sentences_keeps_the_first_sentence_whole():
     text = "The deployment to production finished, and all checks passed, after a short wait. Bye."
-    assert split_sentences(text, first_max_chars=40) == [
-        "The deployment to production finished,",
-        "and all checks passed,",
-        "after a short wait.",
-        "Bye.",
+    assert split_sentences(text) == [text[:-5], "Bye."]
+
+
+@pytest.mark.parametrize(
+    ("sentence", "expected"),
+    [
+        # a clause mark in the head range wins, even after an earlier linking word
+        (
+            "The deployment to production finished, and all checks passed.",
+            ["The deployment to production finished,", "and all checks passed."],
+        ),
+        # else just before the first linking word with at least three words in front
+        (
+            "The nightly build finished without errors.",
+            ["The nightly build finished", "without errors."],
+        ),
+        ("Build 1234 failed on the main branch.", ["Build 1234 failed", "on the main branch."]),
+        ("Version 3.5 of the tool is out today.", ["Version 3.5 of the tool", "is out today."]),
+        ("Your coffee is ready (with milk) now.", ["Your coffee is ready", "(with milk) now."]),
+        ("Hello world, how are you today?", ["Hello world,", "how are you today?"]),
+        # else after six words when at least six follow, never inside a word
+        (
+            "Deployment pipeline number seven completed successfully yesterday evening across "
+            "every single region.",
+            [
+                "Deployment pipeline number seven completed successfully",
+                "yesterday evening across every single region.",
+            ],
+        ),
+        # a blind cut that would not halve the wait is not worth it
+        (
+            "Deployment pipeline completed successfully yesterday evening everywhere.",
+            ["Deployment pipeline completed successfully yesterday evening everywhere."],
+        ),
+        ("A compilação terminou sem erros hoje.", ["A compilação terminou sem erros hoje."]),
+        # too short to be worth a second engine call: whole
+        ("Build done.", ["Build done."]),
+        ("All five tests passed.", ["All five tests passed."]),
+        ("Done, and gone.", ["Done, and gone."]),
+        # no spaces (Chinese, Japanese): only at the first clause mark
+        ("今天天气很好，我们去公园散步吧。", ["今天天气很好，", "我们去公园散步吧。"]),
+        ("こんにちは。", ["こんにちは。"]),
+        ("好，走。", ["好，走。"]),
+        ("好，今天天气很好，走吧。", ["好，今天天气很好，", "走吧。"]),
+    ],
+)
+def test_split_head(sentence, expected):
+    parts = split_head(sentence)
+    assert parts == expected
+    assert " ".join(parts).split() == sentence.split() or "".join(parts) == sentence
+
+
+def test_plan_cuts_only_the_first_sentence_and_marks_each_boundary():
+    text = "The nightly build finished without errors. Three new tests were added to the suite."
+    assert plan_chunks(text) == [
+        Chunk("The nightly build finished", "word"),
+        Chunk("without errors.", "sentence"),
+        Chunk("Three new tests were added to the suite.", "sentence"),
     ]
-    assert split_sentences(
-        "No clause marks in this rather long first sentence at all.", first_max_chars=10
-    ) == ["No clause marks in this rather long first sentence at all."]
+    assert [c.text for c in plan_chunks(text, head=False)] == split_sentences(text)
+    assert plan_chunks("Hello world, how are you today?") == [
+        Chunk("Hello world,", "clause"),
+        Chunk("how are you today?", "sentence"),
+    ]
+    assert plan_chunks("Version 3.5 of the tool is out today.\n\nNo end mark here") == [
+        Chunk("Version 3.5 of the tool", "word"),
+        Chunk("is out today.", "sentence"),
+        Chunk("No end mark here", "sentence"),
+    ]
+    assert plan_chunks("  ") == []
+
+
+def test_plan_marks_clause_cuts_of_long_sentences():
+    text = "Short one. " + ", ".join(["word " * 10] * 5) + "."
+    plan = plan_chunks(text, max_chars=120)
+    assert plan[0] == Chunk("Short one.", "sentence")
+    assert [c.ends for c in plan[1:]] == ["clause"] * (len(plan) - 2) + ["sentence"]
+    assert all(len(c.text) <= 120 for c in plan)
+    assert " ".join(c.text for c in plan).split() == text.split()
 
 
 def test_long_sentence_is_cut_at_clauses():
