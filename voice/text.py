@@ -124,6 +124,42 @@ def split_head(
     return [" ".join(words[:cut]), " ".join(words[cut:])]
 
 
+def split_first(sentence: str, growth: float = 1.5, min_words: int = 3) -> list[str]:
+    """The first sentence as a short head (:func:`split_head`) and then pieces that grow by
+    at most ``growth`` times the previous piece's words.
+
+    Each piece is synthesized while the one before it plays. With a real-time factor below
+    1/``growth`` the next piece is ready before the previous one ends, so a long first sentence
+    does not stop for seconds after its head. Cuts prefer the last clause mark, then the last
+    word that starts a phrase, within the allowed length.
+
+    >>> split_first("The nightly build finished without errors.")
+    ['The nightly build finished', 'without errors.']
+    """
+    parts = split_head(sentence)
+    if len(parts) == 1 or len(sentence.split()) == 1:
+        return parts
+    pieces, rest = [parts[0]], parts[1].split()
+    previous = len(parts[0].split())
+    while len(rest) > int(previous * growth):
+        limit = max(min_words, int(previous * growth))
+        cut = None
+        # a natural cut that lets the pieces grow, else any natural cut, else a blind one
+        for window in (range(max(min_words, previous), limit + 1), range(min_words, limit + 1)):
+            cut = (next((n for n in reversed(window) if rest[n - 1][-1] in _CLAUSE_MARKS), None)
+                   or next((n for n in reversed(window) if _word(rest[n]) in _PHRASE_STARTS),
+                           None))
+            if cut:
+                break
+        cut = cut or limit
+        if len(rest) - cut < _MIN_CLAUSE_WORDS:
+            break
+        pieces.append(" ".join(rest[:cut]))
+        rest, previous = rest[cut:], cut
+    pieces.append(" ".join(rest))
+    return pieces
+
+
 def _split_head_unspaced(sentence: str, min_chars: int = 4) -> list[str]:
     for mark in re.finditer(f"[{_CLAUSE_MARKS}]", sentence):
         head, rest = sentence[: mark.end()], sentence[mark.end() :].strip()
@@ -134,7 +170,8 @@ def _split_head_unspaced(sentence: str, min_chars: int = 4) -> list[str]:
 
 def plan_chunks(text: str, max_chars: int = 300, head: bool = True) -> list[Chunk]:
     """The chunks to synthesize, in order: sentences (cut at clause marks past ``max_chars``),
-    the first one with a short head cut off when ``head``.
+    the first one cut into a short head and growing pieces (:func:`split_first`) when
+    ``head``.
 
     >>> [c.text for c in plan_chunks("The nightly build finished without errors. Bye.")]
     ['The nightly build finished', 'without errors.', 'Bye.']
@@ -143,7 +180,7 @@ def plan_chunks(text: str, max_chars: int = 300, head: bool = True) -> list[Chun
     for index, sentence in enumerate(_whole_sentences(text)):
         parts = [p.strip() for p in _split_long(sentence, max_chars)]
         if head and index == 0:
-            parts[:1] = split_head(parts[0])
+            parts[:1] = split_first(parts[0])
         chunks += [Chunk(part, _boundary_after(part)) for part in parts[:-1]]
         chunks.append(Chunk(parts[-1], "sentence"))
     return chunks

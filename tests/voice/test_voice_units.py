@@ -326,3 +326,34 @@ def test_settings_from_env(tmp_path):
     assert settings_from_env({}) == Settings()
     with pytest.raises(SystemExit, match="VOICE_PORT"):
         settings_from_env({"VOICE_PORT": "eighty"})
+
+
+LONG_FIRST = [
+    "The deployment of the new billing service to the production cluster in the European "
+    "region finished after the database migration completed without any errors or warnings "
+    "from the monitoring system.",
+    "Please remember that the quarterly report, which includes the revenue figures for all "
+    "regions and the projected costs for next year, must be submitted by Friday.",
+    " ".join(f"word{i}" for i in range(40)) + ".",  # no natural cut at all
+]
+
+
+@pytest.mark.parametrize("sentence", LONG_FIRST)
+def test_a_long_first_sentence_is_cut_into_pieces_that_grow_slowly(sentence):
+    from voice.text import split_first
+
+    pieces = split_first(sentence, growth=1.5)
+    assert " ".join(pieces) == sentence  # nothing lost, nothing cut inside a word
+    assert len(pieces) >= 3
+    sizes = [len(p.split()) for p in pieces]
+    assert sizes[0] <= 6
+    # each piece is ready before the previous one has played out (at real-time factor < 2/3)
+    assert all(b <= int(a * 1.5) for a, b in zip(sizes, sizes[1:])), sizes
+
+
+def test_short_first_sentences_keep_one_cut_at_most():
+    from voice.text import split_first
+
+    assert split_first("Short one.") == ["Short one."]
+    assert split_first("The nightly build finished without errors.") == [
+        "The nightly build finished", "without errors."]
