@@ -68,6 +68,8 @@ from workbench.store import search as sql
 
 __all__ = ["SearchEngine", "keyword_text"]
 
+SEARCH_WORKERS = 2  # BM25 searches running beside query embeddings; more run inline
+
 
 def keyword_text(kind: str, row: dict[str, Any]) -> str:
     """What the keyword index holds of a memory: entity ``name + summary``, or the fact."""
@@ -117,6 +119,7 @@ class SearchEngine:
         self._lock = threading.RLock()
         self._sync_thread: threading.Thread | None = None
         self._executor: ThreadPoolExecutor | None = None
+        self._workers = threading.BoundedSemaphore(SEARCH_WORKERS)
         self._closed = False
         self.tracker = AccessTracker(
             store, self.metrics, background=access_background, flush_interval=flush_interval
@@ -364,19 +367,31 @@ class SearchEngine:
         return {r["uuid"] for r in rows if filters.accepts(kind, r)}
 
     def _embed_and_match(self, kw: KeywordIndex, text, pool, groups):
-        """The query vector and the BM25 top ``pool``. Unless the vector is cached, BM25 runs
-        in a worker thread while the query is embedded (the embedder waits on a model or a
-        server without holding the GIL), so the keyword search costs no wall time."""
+        """The query vector and the BM25 top ``pool``. Unless the vector is cached (or both
+        workers are busy with other searches), BM25 runs in a worker thread while the query
+        is embedded (the embedder waits on a model or a server without holding the GIL), so
+        on a machine with a free core the keyword search costs no wall time."""
         with self._lock:
             cached = self._query_cache.get(text)
             executor = self._executor_for_search()
-        if cached is not None or executor is None:
+        if cached is not None or executor is None or not self._workers.acquire(blocking=False):
             return self._embed(text), kw.search(text, pool, groups)
-        matching = executor.submit(kw.search, text, pool, groups)
+        def match():
+            try:
+                return kw.search(text, pool, groups)
+            finally:
+                self._workers.release()
+
+        try:
+            matching = executor.submit(match)
+        except BaseException:
+            self._workers.release()
+            raise
         try:
             vector = self._embed(text)
         except BaseException:
-            matching.cancel()
+            if matching.cancel():  # never started: its slot is still taken
+                self._workers.release()
             raise
         return vector, matching.result()
 
@@ -385,7 +400,7 @@ class SearchEngine:
         if self._closed:
             return None
         if self._executor is None:
-            self._executor = ThreadPoolExecutor(max_workers=2,
+            self._executor = ThreadPoolExecutor(max_workers=SEARCH_WORKERS,
                                                 thread_name_prefix="workbench-search")
         return self._executor
 

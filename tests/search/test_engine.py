@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 
@@ -91,7 +92,47 @@ def test_an_embedder_error_reaches_the_caller_and_the_next_search_works(make_eng
     engine = make_engine(embedder, query_cache_size=0)
     corpus(engine)
     embedder.fail = True
-    with pytest.raises(EmbedderError, match="down"):
-        engine.search_facts("green tea")
+    for _ in range(3):  # more failures than workers: none keeps its worker slot
+        with pytest.raises(EmbedderError, match="down"):
+            engine.search_facts("green tea")
     embedder.fail = False
     assert engine.search_facts("green tea")
+    assert free_workers(engine) == 2
+
+
+def free_workers(engine, timeout: float = 5.0) -> int:
+    """How many worker slots can be taken (waiting for BM25 tasks still finishing)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        taken = [engine._workers.acquire(blocking=False) for _ in range(2)]
+        for ok in taken:
+            if ok:
+                engine._workers.release()
+        if all(taken) or time.monotonic() > deadline:
+            return sum(taken)
+        time.sleep(0.01)
+
+
+def test_keyword_search_runs_inline_when_the_workers_are_busy(make_engine, monkeypatch):
+    engine = make_engine(HashEmbedder(), query_cache_size=0)
+    corpus(engine)
+    index = engine.keywords["fact"]
+    search, threads = index.search, []
+
+    def recording(*args, **kwargs):
+        threads.append(threading.current_thread().name)
+        return search(*args, **kwargs)
+
+    monkeypatch.setattr(index, "search", recording)
+    expected = ranking(engine.search_facts("green tea Lisbon"))
+    assert threads[-1].startswith("workbench-search")
+    taken = [engine._workers.acquire(blocking=False) for _ in range(2)]
+    assert all(taken)  # both workers busy (as with two other searches in flight)
+    try:
+        assert ranking(engine.search_facts("green tea Lisbon")) == expected
+        assert threads[-1] == threading.current_thread().name
+    finally:
+        for _ in taken:
+            engine._workers.release()
+    engine.search_facts("green tea Lisbon")
+    assert threads[-1].startswith("workbench-search")
