@@ -9,10 +9,10 @@ How it searches (measured on this shared 2-core machine, see ``bench/bench_searc
 * **Exact** while small: the unit vectors live in one float32 matrix (``slot`` = row); a
   query is one mat-vec product (on one BLAS thread) and an ``argpartition``: ~1.5 ms CPU at
   10k x 384, ~15 ms at 100k. Beyond ``ann_threshold`` rows:
-* **Approximate** (HNSW from ``usearch``, int8-quantised, M=16, ef_add=40): it returns an
-  oversampled candidate list (``max(ann_candidates, 4k)``, ``ef = max(ef_search, count)``)
-  re-ranked with the exact float32 cosine, so scores are always real cosines; recall@10 vs
-  exact >= 0.95 at ~1-3 ms.
+* **Approximate** (HNSW from ``usearch``, int8-quantised, M=24, ef_add=96, ef_search=200):
+  it returns an oversampled candidate list (``max(ann_candidates, 4k)``,
+  ``ef = max(ef_search, count)``) re-ranked with the exact float32 cosine, so scores are
+  always real cosines; recall@10 vs exact ~0.986 at ~2.5-3.5 ms CPU at 100k.
 * **Filters** (``group_ids``, ``allowed``) apply *before* the top-k for exact search. For ANN
   the index oversamples by the inverse selectivity of the group filter and filters the
   candidates; when the filter keeps at most ``exact_subset_limit`` rows (or the ANN pass
@@ -22,14 +22,19 @@ How it searches (measured on this shared 2-core machine, see ``bench/bench_searc
 The HNSW graph is built in a background thread (``background_build``, on one core by
 default) from a snapshot while exact search keeps serving; inserts and deletes made meanwhile
 are replayed on it when it is ready. :meth:`VectorIndex.save_graph` writes the graph with a
-checksum of the vectors it was built from; :func:`load_index` reuses it only when the store's
-vectors give the same checksum, so a restart of a large store does not rebuild it (~15 s CPU
-per 50k vectors on this machine).
+checksum of the vectors it was built from and its parameters; :func:`load_index` reuses it
+only when the store's vectors give the same checksum and the parameters are the same, so a
+restart of a large store does not rebuild it (~55 s CPU per 100k vectors on this machine).
 
-Parameters measured on 50k clustered synthetic vectors (build CPU, recall@10 after re-rank,
-search CPU): M=16/ef_add=64: 26 s, 0.985 at ef 256, 2.7 ms; M=12/ef_add=48: 19.5 s, 0.954,
-2.0 ms; M=16/ef_add=40 (chosen): 15 s, 0.975, 1.6 ms. At 100k (M=16/ef_add=40) recall@10
-is 0.95 at ef 256 (3.1 ms), 0.975 at ef 384 (3.6-4.2 ms, chosen), 0.984 at ef 512 (4.7 ms).
+Parameters measured on 100k clustered synthetic vectors (``bench/bench_search.py`` data; build
+CPU with 2 threads, recall@10 after re-rank for near-duplicate / blended queries, search CPU
+for 200 candidates, on the loaded shared machine): M=16/ef_add=40: 48 s; 0.950/0.926 at ef
+256 (2.2-3.3 ms), 0.976/0.963 at ef 384 (4.2 ms). M=16/ef_add=128: 119 s; 0.976/0.963 at ef
+256 (1.9-2.5 ms). M=32/ef_add=64: 93 s; 0.981/0.964 at ef 150 (2.5-2.9 ms). M=24/ef_add=96
+(chosen): 110 s; 0.986/0.972 at ef 200 (2.4 ms), 0.992/0.985 at ef 256. In the engine, A/B
+against the former M=16/ef_add=40/ef 384: vector search 3.4 vs 4.4 ms CPU (p50), recall@10
+0.986 vs 0.975. The price is a ~2.3x longer graph build (background, one core; reused from
+the saved graph at the next open).
 
 Deleted rows leave a free slot (reused by the next insert); the graph drops the key and is
 rebuilt (in the background) when tombstones pile up. All methods are thread-safe (one lock).
@@ -68,11 +73,11 @@ class VectorIndex:
         dim: int,
         ann_threshold: int = 50_000,
         *,
-        ef_search: int = 384,
+        ef_search: int = 200,
         ann_candidates: int = 100,
         exact_subset_limit: int = 20_000,
-        connectivity: int = 16,
-        expansion_add: int = 40,
+        connectivity: int = 24,
+        expansion_add: int = 96,
         ann_dtype: str = "i8",
         build_threads: int = 1,
         background_build: bool = True,
@@ -276,11 +281,14 @@ class VectorIndex:
             folder.mkdir(parents=True, exist_ok=True)
             self._ann.save(str(folder / f"{kind}.usearch"))
             manifest = {"slots": self._uuids[: self._size], "checksum": self._checksum(),
-                        "params": {k: str(v) for k, v in self._ann_params.items()}}
+                        "params": self._params_key()}
             tmp = folder / f"{kind}.json.tmp"
             tmp.write_text(json.dumps(manifest))
             tmp.replace(folder / f"{kind}.json")
             return True
+
+    def _params_key(self) -> dict[str, str]:
+        return {k: str(v) for k, v in self._ann_params.items()}
 
     def _checksum(self) -> str:
         digest = hashlib.blake2b(digest_size=16)
@@ -290,7 +298,8 @@ class VectorIndex:
 
     def _restore(self, layout, uuids, vectors, groups, graph_path: Path) -> None:
         """Lay the vectors out in the saved slots; reuse the saved graph if the checksum of
-        the result matches, else build a new graph."""
+        the result matches and it was built with this index's parameters, else build a new
+        graph."""
         from usearch.index import Index
 
         where = {u: i for i, u in enumerate(layout) if u is not None}
@@ -312,7 +321,8 @@ class VectorIndex:
             self._free = [i for i in range(self._size) if not self._alive[i]][::-1]
             manifest = json.loads(graph_path.with_suffix(".json").read_text())
             graph = None
-            if manifest["checksum"] == self._checksum():
+            same_params = manifest.get("params") == self._params_key()
+            if same_params and manifest["checksum"] == self._checksum():
                 try:
                     graph = Index.restore(str(graph_path))
                 except Exception:  # unreadable file: rebuild

@@ -265,15 +265,35 @@ class KeywordIndex:
         limit = max(self.common_min_df, self.common_fraction * n_docs)
         rare = [t for t in terms if self._df[t] <= limit] or terms
         common = [t for t in terms if t not in rare]
-        parts = [self._term_scores(tid) for tid in rare]
-        idf_sum = sum(idf for _, _, idf in parts)
-        slots = np.concatenate([p[0] for p in parts])
-        scores = np.concatenate([p[1] for p in parts])
-        if len(rare) > 1:  # sum the terms' contributions per document
-            slots, scores = self._sum_by_slot(slots, scores)
+        if sum(self._df[t] for t in rare) > len(self._uuids) // 16:
+            slots, scores, idf_sum = self._score_dense(rare)
+        else:
+            parts = [self._term_scores(tid) for tid in rare]
+            idf_sum = sum(idf for _, _, idf in parts)
+            slots = np.concatenate([p[0] for p in parts])
+            scores = np.concatenate([p[1] for p in parts])
+            if len(rare) > 1:  # sum the terms' contributions per document
+                kept, inverse = np.unique(slots, return_inverse=True)
+                slots, scores = kept, np.bincount(inverse, weights=scores).astype(np.float32)
         for tid in common:
             idf_sum += self._add_common(tid, slots, scores)
         return slots, scores, idf_sum
+
+    def _score_dense(self, terms: list[int]) -> tuple[np.ndarray, np.ndarray, float]:
+        """:meth:`_score` of terms whose postings cover much of the corpus: accumulate into
+        one float32 array over the slots (no concatenation, sort or float64 pass)."""
+        n_slots = len(self._uuids)
+        avgdl = max(self._total_len / max(len(self._slot), 1), 1e-9)
+        norm = (self.k1 * (1.0 - self.b)) + (self.k1 * self.b / avgdl) * self._doc_len[:n_slots]
+        acc = np.zeros(n_slots, dtype=np.float32)
+        idf_sum = 0.0
+        for tid in terms:
+            slots, tfs = self._postings(tid)
+            idf = self._idf(self._df[tid])
+            idf_sum += idf
+            acc[slots] += (idf * (self.k1 + 1.0)) * tfs / (tfs + norm[slots])
+        slots = np.flatnonzero(acc)
+        return slots, acc[slots], idf_sum
 
     def _term_scores(self, tid: int, slots: np.ndarray | None = None,
                      tfs: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, float]:
@@ -283,15 +303,6 @@ class KeywordIndex:
         avgdl = max(self._total_len / max(len(self._slot), 1), 1e-9)
         norm = self.k1 * (1.0 - self.b + self.b * self._doc_len[slots] / avgdl)
         return slots, (idf * tfs * (self.k1 + 1.0) / (tfs + norm)).astype(np.float32), idf
-
-    def _sum_by_slot(self, slots, scores) -> tuple[np.ndarray, np.ndarray]:
-        n_slots = len(self._uuids)
-        if slots.size > n_slots // 16:  # dense: O(documents), no sort
-            dense = np.bincount(slots, weights=scores, minlength=n_slots)
-            kept = np.flatnonzero(dense)
-            return kept, dense[kept].astype(np.float32)
-        kept, inverse = np.unique(slots, return_inverse=True)
-        return kept, np.bincount(inverse, weights=scores).astype(np.float32)
 
     def _add_common(self, tid: int, slots: np.ndarray, scores: np.ndarray) -> float:
         """Add a common term's score to the candidates holding it (in place); its idf."""

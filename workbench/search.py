@@ -7,7 +7,8 @@ loaded from the store at open (the store is the source of truth) and kept in ste
 
 A search:
 
-1. validates its input (:mod:`workbench.search_input`) and embeds the query once;
+1. validates its input (:mod:`workbench.search_input`) and embeds the query once, running the
+   BM25 search in a worker thread meanwhile;
 2. takes the union of the vector top-N and the BM25 top-N (N = ``candidate_pool``, at least
    5 x the requested count) within the requested groups, with the exact cosine for
    keyword-only candidates;
@@ -36,6 +37,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import OrderedDict
+from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
@@ -65,6 +67,8 @@ from workbench.store import Store
 from workbench.store import search as sql
 
 __all__ = ["SearchEngine", "keyword_text"]
+
+SEARCH_WORKERS = 2  # BM25 searches running beside query embeddings; more run inline
 
 
 def keyword_text(kind: str, row: dict[str, Any]) -> str:
@@ -114,6 +118,9 @@ class SearchEngine:
         self._query_cache_size = query_cache_size
         self._lock = threading.RLock()
         self._sync_thread: threading.Thread | None = None
+        self._executor: ThreadPoolExecutor | None = None
+        self._workers = threading.BoundedSemaphore(SEARCH_WORKERS)
+        self._closed = False
         self.tracker = AccessTracker(
             store, self.metrics, background=access_background, flush_interval=flush_interval
         )
@@ -239,6 +246,10 @@ class SearchEngine:
         thread = self._sync_thread
         if thread is not None:
             thread.join(timeout=30)
+        with self._lock:
+            self._closed, executor, self._executor = True, self._executor, None
+        if executor is not None:
+            executor.shutdown(wait=True)
         self.tracker.close()
         if self.graph_dir is not None:
             for kind in KINDS:
@@ -322,11 +333,11 @@ class SearchEngine:
             return []
         if filters.group_ids is not None:
             check_groups_known(self.store, filters.group_ids, vec.groups() | kw.groups())
-        query_vec = self._embed(text)
-        extra = centre[1] if centre else ()
         pool = max(self.candidate_pool, 5 * k)
+        query_vec, by_keyword = self._embed_and_match(kw, text, pool, filters.group_ids)
+        extra = centre[1] if centre else ()
         cands, more = self._candidates(kind, text, query_vec, pool, filters.group_ids, None,
-                                       extra)
+                                       extra, by_keyword)
         rows = self._passing(kind, cands, filters)
         if len(rows) < k and more and filters.narrowing():
             allowed = self._allowed(kind, filters)
@@ -355,12 +366,53 @@ class SearchEngine:
             rows = list(self.rows[kind].rows.values())
         return {r["uuid"] for r in rows if filters.accepts(kind, r)}
 
-    def _candidates(self, kind, text, query_vec, pool, groups, allowed, extra):
+    def _embed_and_match(self, kw: KeywordIndex, text, pool, groups):
+        """The query vector and the BM25 top ``pool``. Unless the vector is cached (or both
+        workers are busy with other searches), BM25 runs in a worker thread while the query
+        is embedded (the embedder waits on a model or a server without holding the GIL), so
+        on a machine with a free core the keyword search costs no wall time."""
+        with self._lock:
+            cached = self._query_cache.get(text)
+            executor = self._executor_for_search()
+        if cached is not None or executor is None or not self._workers.acquire(blocking=False):
+            return self._embed(text), kw.search(text, pool, groups)
+        def match():
+            try:
+                return kw.search(text, pool, groups)
+            finally:
+                self._workers.release()
+
+        try:
+            matching = executor.submit(match)
+        except BaseException:
+            self._workers.release()
+            raise
+        try:
+            vector = self._embed(text)
+        except BaseException:
+            if matching.cancel():  # never started: its slot is still taken
+                self._workers.release()
+            raise
+        return vector, matching.result()
+
+    def _executor_for_search(self) -> ThreadPoolExecutor | None:
+        """The worker threads of :meth:`_embed_and_match` (None after :meth:`close`)."""
+        if self._closed:
+            return None
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(max_workers=SEARCH_WORKERS,
+                                                thread_name_prefix="workbench-search")
+        return self._executor
+
+    def _candidates(self, kind, text, query_vec, pool, groups, allowed, extra,
+                    by_keyword=None):
         """uuid -> [cosine, keyword score] over the vector and BM25 top ``pool``, and whether
-        either index may hold more candidates."""
+        either index may hold more candidates. ``by_keyword``: the BM25 top ``pool`` when
+        already known."""
         vec, kw = self.vectors[kind], self.keywords[kind]
         by_vector = vec.search(query_vec, pool, groups, allowed)
-        by_keyword = kw.search(text, pool, groups, allowed)
+        if by_keyword is None:
+            by_keyword = kw.search(text, pool, groups, allowed)
         cands: dict[str, list[float]] = {u: [s, 0.0] for u, s in by_vector}
         for uuid, _bm25, norm in by_keyword:
             cands.setdefault(uuid, [float("nan"), 0.0])[1] = norm

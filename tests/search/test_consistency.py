@@ -157,3 +157,27 @@ def test_hnsw_graph_is_saved_and_reused_only_when_the_vectors_match(db, hash_emb
     finally:
         engine.close()
         store.close()
+
+
+def test_a_saved_graph_built_with_other_hnsw_parameters_is_rebuilt(db, hash_embedder):
+    store, engine = open_engine(db, hash_embedder)
+    engine.ann_threshold = 50
+    (sam,) = add(engine, "entity", [entity("Sam")])
+    add(engine, "fact", [fact(f"Sam note number {i} about tea", sam, sam) for i in range(120)])
+    engine.rebuild()
+    assert engine.vectors["fact"].wait_ready(60)
+    assert engine.vectors["fact"]._ann.connectivity != 8
+    engine.close()
+    store.close()
+
+    store = Store.open(db)
+    engine = SearchEngine(store, hash_embedder, Metrics(), ManualClock(T0),
+                          access_background=False, ann_threshold=50,
+                          index_options={"connectivity": 8})
+    try:  # same vectors, other parameters: not reused
+        index = engine.vectors["fact"]
+        assert index.wait_ready(60) and index.uses_ann
+        assert index._ann.connectivity == 8 and len(index._ann) == 120
+    finally:
+        engine.close()
+        store.close()

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import math
+import random
+
 import pytest
 
 from workbench.keyword import KeywordIndex, stem, tokenize
@@ -87,3 +90,45 @@ def test_common_terms_only_score_candidates_of_selective_terms():
     want = {u: round(b, 5) for u, b, _ in full.search("common rare0 filler", 4)}
     assert got == want and set(got) == {"u0", "u150", "u300", "u450"}  # same exact scores
     assert len(fast.search("common filler", 700)) == 600  # only common words: all of them
+
+
+def reference_bm25(docs: dict[str, str], query: str, k1: float = 1.2, b: float = 0.75):
+    """Okapi BM25 written out plainly, over every document."""
+    tokens = {u: tokenize(t) for u, t in docs.items()}
+    avgdl = sum(len(t) for t in tokens.values()) / len(tokens)
+    out = {}
+    for uuid, toks in tokens.items():
+        score = 0.0
+        for term in dict.fromkeys(tokenize(query)):
+            df = sum(term in t for t in tokens.values())
+            tf = toks.count(term)
+            if tf:
+                idf = math.log(1 + (len(tokens) - df + 0.5) / (df + 0.5))
+                score += idf * tf * (k1 + 1) / (tf + k1 * (1 - b + b * len(toks) / avgdl))
+        if score:
+            out[uuid] = score
+    return out
+
+
+@pytest.mark.parametrize("query", [
+    "alpha", "alpha beta", "beta gamma delta", "omega3 alpha", "omega3", "omega3 omega7",
+    "omega3 omega7 omega1",
+])
+def test_scores_equal_plain_bm25_on_sparse_and_dense_postings(query):
+    """'alpha' / 'beta' / 'gamma' sit in most documents (the dense accumulation), 'omegaN'
+    in a few (the sparse one); with no term treated as common every score is exact."""
+    rng = random.Random(7)
+    words = ["alpha"] * 6 + ["beta"] * 4 + ["gamma"] * 2 + ["delta"]
+    docs = {f"u{i}": " ".join(rng.choices(words, k=rng.randint(1, 8)) + [f"omega{i % 40}"])
+            for i in range(400)}
+    index = KeywordIndex(common_fraction=1.0, common_min_df=10**9)
+    index.add(list(docs), list(docs.values()), ["g"] * len(docs))
+    index.remove(["u5", "u17"])  # dead postings are skipped
+    del docs["u5"], docs["u17"]
+    want = reference_bm25(docs, query)
+    got = {u: bm25 for u, bm25, _ in index.search(query, len(docs))}
+    assert set(got) == set(want)
+    assert all(got[u] == pytest.approx(want[u], rel=1e-5) for u in want)
+    top = sorted(want, key=lambda u: -want[u])[:10]
+    assert [want[u] for u in top] == pytest.approx(
+        [bm25 for _, bm25, _ in index.search(query, 10)], rel=1e-5)

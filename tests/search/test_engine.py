@@ -1,0 +1,138 @@
+"""The search engine's hot path: BM25 runs in a worker thread while the query is embedded."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from tests.conftest import HashEmbedder
+from tests.search.helpers import add, entity, fact
+from workbench.errors import EmbedderError
+
+
+class WaitingEmbedder(HashEmbedder):
+    """Embeds a query only once the keyword search has started (or fails after a timeout):
+    a search that ran BM25 after the embedding, not meanwhile, would fail."""
+
+    def __init__(self):
+        super().__init__()
+        self.keyword_started = threading.Event()
+        self.waiting = False
+
+    def embed(self, texts):
+        if self.waiting and not self.keyword_started.wait(timeout=5):
+            raise AssertionError("the keyword search did not run while the query was embedded")
+        return super().embed(texts)
+
+
+def corpus(engine):
+    sam, tea = add(engine, "entity", [entity("Sam", "likes green tea"), entity("Green tea")])
+    add(
+        engine,
+        "fact",
+        [fact(f"Sam drinks green tea number {i}", sam, tea) for i in range(20)]
+        + [fact("Sam moved to Lisbon in March", sam, sam)],
+    )
+
+
+def watch_keyword_search(engine, kind, embedder, monkeypatch):
+    index = engine.keywords[kind]
+    search = index.search
+
+    def signalling(*args, **kwargs):
+        embedder.keyword_started.set()
+        return search(*args, **kwargs)
+
+    monkeypatch.setattr(index, "search", signalling)
+
+
+def ranking(hits):
+    return [(h["uuid"], h["score_parts"]) for h in hits]
+
+
+@pytest.mark.parametrize("kind", ["entity", "fact"])
+def test_keyword_search_overlaps_the_query_embedding(make_engine, monkeypatch, kind):
+    embedder = WaitingEmbedder()
+    engine = make_engine(embedder, query_cache_size=0)
+    corpus(engine)
+    watch_keyword_search(engine, kind, embedder, monkeypatch)
+    embedder.waiting = True
+    search = engine.search_facts if kind == "fact" else engine.search_nodes
+    hits = search("green tea Lisbon")
+    assert hits and embedder.keyword_started.is_set()
+    assert max(h["score_parts"]["keyword"] for h in hits) > 0
+
+
+def test_threaded_and_inline_searches_rank_the_same(make_engine, hash_embedder):
+    engine = make_engine(hash_embedder)
+    corpus(engine)
+    threaded = engine.search_facts("green tea in Lisbon", max_facts=15)
+    cached = engine.search_facts("green tea in Lisbon", max_facts=15)  # query cached: inline
+    assert ranking(cached) == ranking(threaded)
+    engine.close()  # after close: no worker threads, still searchable inline
+    assert engine._executor is None
+    assert ranking(engine.search_facts("green tea in Lisbon", max_facts=15)) == ranking(threaded)
+
+
+class FailingEmbedder(HashEmbedder):
+    def __init__(self):
+        super().__init__()
+        self.fail = False
+
+    def embed(self, texts):
+        if self.fail:
+            raise EmbedderError("the embedder is down")
+        return super().embed(texts)
+
+
+def test_an_embedder_error_reaches_the_caller_and_the_next_search_works(make_engine):
+    embedder = FailingEmbedder()
+    engine = make_engine(embedder, query_cache_size=0)
+    corpus(engine)
+    embedder.fail = True
+    for _ in range(3):  # more failures than workers: none keeps its worker slot
+        with pytest.raises(EmbedderError, match="down"):
+            engine.search_facts("green tea")
+    embedder.fail = False
+    assert engine.search_facts("green tea")
+    assert free_workers(engine) == 2
+
+
+def free_workers(engine, timeout: float = 5.0) -> int:
+    """How many worker slots can be taken (waiting for BM25 tasks still finishing)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        taken = [engine._workers.acquire(blocking=False) for _ in range(2)]
+        for ok in taken:
+            if ok:
+                engine._workers.release()
+        if all(taken) or time.monotonic() > deadline:
+            return sum(taken)
+        time.sleep(0.01)
+
+
+def test_keyword_search_runs_inline_when_the_workers_are_busy(make_engine, monkeypatch):
+    engine = make_engine(HashEmbedder(), query_cache_size=0)
+    corpus(engine)
+    index = engine.keywords["fact"]
+    search, threads = index.search, []
+
+    def recording(*args, **kwargs):
+        threads.append(threading.current_thread().name)
+        return search(*args, **kwargs)
+
+    monkeypatch.setattr(index, "search", recording)
+    expected = ranking(engine.search_facts("green tea Lisbon"))
+    assert threads[-1].startswith("workbench-search")
+    taken = [engine._workers.acquire(blocking=False) for _ in range(2)]
+    assert all(taken)  # both workers busy (as with two other searches in flight)
+    try:
+        assert ranking(engine.search_facts("green tea Lisbon")) == expected
+        assert threads[-1] == threading.current_thread().name
+    finally:
+        for _ in taken:
+            engine._workers.release()
+    engine.search_facts("green tea Lisbon")
+    assert threads[-1].startswith("workbench-search")
