@@ -197,6 +197,7 @@ class EpisodeQueue:
         self._avg_seconds = 1.0
         self._last_lease_check = None
         self._last_gauges = 0.0
+        self._waiting_groups = 0  # groups with queued messages at the last gauge refresh
 
     # --- producer side ------------------------------------------------------------------
     def notify_enqueued(self, priority: int) -> None:
@@ -252,14 +253,27 @@ class EpisodeQueue:
                 self._wake.clear()
 
     def run_once(self, owner: str = "inline") -> bool:
-        """Claim and process one due message; False when there was none."""
+        """Claim and process due messages (one, or a share of a backlog: :meth:`claim_size`);
+        False when there was none."""
         now = self.clock()
         self._requeue_expired(now)
-        message = q.claim_next(self.store, owner, now, self.lease_seconds)
-        if message is None:
+        messages = q.claim_batch(self.store, owner, now, self.lease_seconds, self.claim_size())
+        if not messages:
             return False
-        self._process(message, owner)
+        if len(messages) == 1:
+            self._process(messages[0], owner)
+        else:
+            self._process_batch(messages, owner, parallel=False)
         return True
+
+    def claim_size(self) -> int:
+        """How many messages a worker claims: one, or when many groups are waiting its share of
+        them, up to ``batch_size / concurrency``, so that workers write several episodes per
+        transaction when there is a queue to drain while every worker still finds work."""
+        if self.commit is None:
+            return 1
+        workers = max(1, self.concurrency)
+        return max(1, min(self.batch_size // workers, self._waiting_groups // workers))
 
     def drain(self, max_messages: int = 100_000) -> int:
         """Process due messages inline until none is left (tests, notebooks, CLI).
@@ -315,12 +329,13 @@ class EpisodeQueue:
             self._set_busy(-1)
             self._maybe_refresh_gauges()
 
-    def _process_batch(self, messages: list[dict[str, Any]], owner: str) -> None:
-        """Prepare the messages (several at a time, up to ``concurrency``: they are heads of
-        different groups), then write the prepared ones together."""
+    def _process_batch(self, messages: list[dict[str, Any]], owner: str,
+                       parallel: bool = True) -> None:
+        """Prepare the messages (``parallel``: several at a time, up to ``concurrency``; they
+        are heads of different groups), then write the prepared ones together."""
         starts = [self._begin(message) for message in messages]
         try:
-            outcomes = self._prepare_all(self._prefetched(messages))
+            outcomes = self._prepare_all(self._prefetched(messages), parallel)
         except BaseException:  # KeyboardInterrupt, SystemExit: nothing is lost
             for message in messages:
                 q.release(self.store, message["episode_uuid"], owner)
@@ -354,7 +369,8 @@ class EpisodeQueue:
             log.exception("prefetching %d messages failed", len(messages))
             return messages
 
-    def _prepare_all(self, messages: list[dict[str, Any]]) -> list[tuple[bool, Any]]:
+    def _prepare_all(self, messages: list[dict[str, Any]],
+                     parallel: bool = True) -> list[tuple[bool, Any]]:
         """(True, result) or (False, error) per message, in order."""
 
         def one(message: dict[str, Any]) -> tuple[bool, Any]:
@@ -363,7 +379,7 @@ class EpisodeQueue:
             except Exception as exc:
                 return False, exc
 
-        if self.concurrency <= 1 or len(messages) == 1:
+        if not parallel or self.concurrency <= 1 or len(messages) == 1:
             return [one(message) for message in messages]
         with self._busy_lock:
             if self._pool is None:
@@ -424,6 +440,7 @@ class EpisodeQueue:
         for priority, count in depth.items():
             self.metrics.update_queue_depth(QUEUE_NAME, count, priority)
         workers = max(1, self.concurrency)
+        self._waiting_groups = q.waiting_groups(self.store) if self.commit else 0
         lag = sum(depth.values()) * self._avg_seconds / workers
         self.metrics.update_consumer_metrics(QUEUE_NAME, self._busy, self._busy / workers, lag)
 

@@ -261,3 +261,22 @@ def test_drain_prepares_the_heads_of_different_groups_concurrently(env):
     finally:
         queue.stop()
     assert {s for (s,) in store.fetchall("SELECT DISTINCT state FROM queue")} == {"done"}
+
+
+def test_a_worker_claims_its_share_of_the_waiting_groups(env):
+    store, clock, metrics, _, _, _, add = env
+    queue = EpisodeQueue(store, lambda m: m, metrics, clock, concurrency=2, batch_size=8,
+                         commit=lambda results, ack: ack())
+    add("a1", "A")
+    queue.refresh_gauges()
+    assert queue.claim_size() == 1  # one group waiting: one message
+    for i in range(9):
+        add(f"g{i}", f"G{i}")
+    queue.refresh_gauges()
+    assert queue.claim_size() == 4  # ten groups, two workers: half each, capped at 8 / 2
+    assert queue.run_once("w1")
+    assert dict(store.fetchall("SELECT state, count(*) FROM queue GROUP BY state")) == {
+        "done": 4, "queued": 6}
+    plain = EpisodeQueue(store, lambda m: None, metrics, clock, concurrency=2)
+    plain.refresh_gauges()
+    assert plain.claim_size() == 1  # without a commit function, one at a time

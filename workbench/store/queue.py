@@ -162,6 +162,11 @@ def depth_by_priority(store: Store) -> dict[str, int]:
     return counts
 
 
+def waiting_groups(store: Store) -> int:
+    """How many groups have a queued message (an upper bound on the claimable heads)."""
+    return store.fetchone("SELECT count(DISTINCT group_id) FROM queue WHERE state = 'queued'")[0]
+
+
 def status(store: Store, now: datetime) -> dict[str, Any]:
     counts = {"queued": 0, "processing": 0, "done": 0, "failed": 0}
     for state, count in store.fetchall("SELECT state, count(*) FROM queue GROUP BY state"):
