@@ -46,6 +46,7 @@ import hashlib
 import json
 import math
 import threading
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -61,6 +62,8 @@ if TYPE_CHECKING:
 Allowed = Callable[[str], bool] | set[str] | frozenset[str] | None
 
 __all__ = ["VectorIndex", "load_index", "KINDS"]
+
+SUBSET_CACHE_BYTES = 128 * 2**20  # at most this much for cached group subsets, one a quarter
 
 KINDS = ("entity", "fact")
 
@@ -109,6 +112,11 @@ class VectorIndex:
         self._builder: threading.Thread | None = None
         self._build_gen = 0
         self._dirty: set[int] = set()  # slots changed while a graph was being built
+        # group subsets searched exactly: group codes -> (slots, a contiguous copy of their
+        # vectors), so a group-filtered search does not gather its rows on every query
+        self._subsets: OrderedDict[tuple[int, ...], tuple[np.ndarray, np.ndarray]] = (
+            OrderedDict())
+        self._subset_bytes = 0
 
     # --- introspection --------------------------------------------------------------------
     def __len__(self) -> int:
@@ -189,9 +197,11 @@ class VectorIndex:
 
     def _claim(self, uuid: str, group_id: str) -> int:
         code = self._group_codes.setdefault(group_id, len(self._group_codes))
+        self._forget_subsets(code)
         slot = self._slot.get(uuid)
         if slot is not None:
             old = int(self._group[slot])
+            self._forget_subsets(old)
             self._group_counts[old] -= 1
         else:
             slot = self._free.pop() if self._free else self._next_slot()
@@ -214,6 +224,7 @@ class VectorIndex:
 
     def _release(self, uuid: str) -> int:
         slot = self._slot.pop(uuid)
+        self._forget_subsets(int(self._group[slot]))
         self._group_counts[int(self._group[slot])] -= 1
         self._alive[slot] = False
         self._group[slot] = -1
@@ -305,6 +316,8 @@ class VectorIndex:
         where = {u: i for i, u in enumerate(layout) if u is not None}
         slots = np.array([where[u] for u in uuids], dtype=np.int64)
         with self._lock:
+            self._subsets.clear()
+            self._subset_bytes = 0
             self._size = len(layout)
             cap = max(1024, self._size)
             self._mat = np.zeros((cap, self.dim), dtype=np.float32)
@@ -368,7 +381,7 @@ class VectorIndex:
                 return self._exact(q, k, codes, allowed)
             kept = self._count(codes)
             if kept <= self.exact_subset_limit and kept < len(self._slot):
-                return self._exact_on(q, self._slots_in(codes), k, allowed)
+                return self._exact_in(q, k, codes, allowed)
             return self._ann_search(q, k, codes, allowed, kept)
 
     def similarity(self, query: np.ndarray, uuids: Sequence[str]) -> np.ndarray:
@@ -414,12 +427,40 @@ class VectorIndex:
     def _exact(self, q, k, codes, allowed) -> list[tuple[str, float]]:
         n_kept = self._count(codes)
         if codes is not None and n_kept < self._size // 2:
-            return self._exact_on(q, self._slots_in(codes), k, allowed)
+            return self._exact_in(q, k, codes, allowed)
         with one_blas_thread():
             scores = self._mat[: self._size] @ q
         if n_kept < self._size:
             scores[~self._group_mask(codes)] = -np.inf
         return self._top(scores, None, k, allowed, n_kept)
+
+    def _exact_in(self, q, k, codes: list[int], allowed) -> list[tuple[str, float]]:
+        """Exact search within groups, on a cached contiguous copy of their vectors."""
+        key = tuple(sorted(codes))
+        cached = self._subsets.get(key)
+        if cached is None:
+            slots = self._slots_in(codes)
+            cached = (slots, self._mat[slots])
+            if cached[1].nbytes <= SUBSET_CACHE_BYTES // 4:
+                self._subsets[key] = cached
+                self._subset_bytes += cached[1].nbytes
+                while self._subset_bytes > SUBSET_CACHE_BYTES:
+                    _, (_, old) = self._subsets.popitem(last=False)
+                    self._subset_bytes -= old.nbytes
+        else:
+            self._subsets.move_to_end(key)
+        slots, mat = cached
+        if slots.size == 0:
+            return []
+        with one_blas_thread():
+            scores = mat @ q
+        return self._top(scores, slots, k, allowed, int(slots.size))
+
+    def _forget_subsets(self, code: int) -> None:
+        """Drop the cached subsets that include group ``code`` (its rows changed)."""
+        if self._subsets:
+            for key in [key for key in self._subsets if code in key]:
+                self._subset_bytes -= self._subsets.pop(key)[1].nbytes
 
     def _exact_on(self, q, slots: np.ndarray, k, allowed) -> list[tuple[str, float]]:
         if slots.size == 0:

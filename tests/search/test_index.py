@@ -175,3 +175,31 @@ def test_load_index_reads_vectors_of_existing_memories(store):
     index = load_index(store, "entity")
     assert sorted(index.uuids()) == sorted(r["uuid"] for r in rows)
     assert index.search(vectors[1], 1)[0][0] == rows[1]["uuid"]
+
+
+def test_group_filtered_search_stays_exact_as_the_group_changes(data):
+    """The group subset is cached between searches; adds, upserts and removes refresh it."""
+    vectors, uuids, groups = data
+    index = VectorIndex(DIM)
+    index.add(uuids, vectors, groups)
+    query = clustered(1, DIM, seed=5)[0]
+    in_b = [i for i, g in enumerate(groups) if g == "b"]
+    first = index.search(query, 5, group_ids=["b"])
+    assert same(first, brute(vectors, uuids, query, 5, keep=lambda i: groups[i] == "b"))
+    assert index.search(query, 5, group_ids=["b"]) == first  # from the cached subset
+    # a new member of b that matches the query exactly
+    index.add(["new"], query[None, :], ["b"])
+    assert index.search(query, 1, group_ids=["b"])[0][0] == "new"
+    # the best member of b moves to group a: it leaves b's results
+    index.add(["new"], query[None, :], ["a"])
+    assert index.search(query, 5, group_ids=["b"]) == first
+    # removing b's best leaves the rest in order
+    index.remove([first[0][0]])
+    assert [u for u, _ in index.search(query, 4, group_ids=["b"])] == [u for u, _ in first[1:]]
+    # a changed vector of a member of b is seen
+    target = uuids[in_b[-1]]
+    index.add([target], query[None, :], ["b"])
+    assert index.search(query, 1, group_ids=["b"])[0][0] == target
+    # two groups together
+    both = index.search(query, 5, group_ids=["a", "b"])
+    assert both == index.search(query, 5)
