@@ -17,7 +17,9 @@ How it searches (measured on this shared 2-core machine, see ``bench/bench_searc
   the index oversamples by the inverse selectivity of the group filter and filters the
   candidates; when the filter keeps at most ``exact_subset_limit`` rows (or the ANN pass
   comes back short) it runs exact over just the allowed rows instead. An ``allowed`` *set*
-  always runs exact over those rows.
+  always runs exact over those rows. The rows of a group searched exactly are kept as a
+  contiguous copy between searches (``SUBSET_CACHE_BYTES`` in all, dropped when one of the
+  group's rows changes): gathering 10k rows per query cost ~5 ms at 100k.
 
 The HNSW graph is built in a background thread (``background_build``, on one core by
 default) from a snapshot while exact search keeps serving; inserts and deletes made meanwhile
