@@ -126,7 +126,11 @@ class GroupCommit:
     def write_batch(self, tickets: list[_Ticket]) -> None:
         try:
             self._write([t.item for t in tickets])
-        except Exception as exc:
+        except BaseException as exc:
+            if not isinstance(exc, Exception):  # KeyboardInterrupt, SystemExit: none written
+                for ticket in tickets:
+                    ticket.error, ticket.done = exc, True
+                raise
             if len(tickets) == 1:
                 tickets[0].error = exc
             else:

@@ -280,3 +280,19 @@ def test_a_worker_claims_its_share_of_the_waiting_groups(env):
     plain = EpisodeQueue(store, lambda m: None, metrics, clock, concurrency=2)
     plain.refresh_gauges()
     assert plain.claim_size() == 1  # without a commit function, one at a time
+
+
+def test_an_interrupted_group_write_marks_every_waiting_item_failed():
+    from workbench.queue import GroupCommit, _Ticket
+
+    def write(items):
+        raise SystemExit("stopping")
+
+    tickets = [_Ticket("a"), _Ticket("b")]
+    with pytest.raises(SystemExit):
+        GroupCommit(write).write_batch(tickets)
+    # nobody waiting on them may take the unwritten items for written ones
+    for ticket in tickets:
+        assert ticket.done
+        with pytest.raises(SystemExit):
+            ticket.result()
