@@ -107,20 +107,21 @@ class GroupCommit:
         ticket = _Ticket(item)
         with self._cv:
             self._pending.append(ticket)
-            while not ticket.done and self._leading:
-                self._cv.wait()
-            if ticket.done:
-                ticket.result()
-                return
-            self._leading = True
-            batch = self._pending[: self.max_batch]
-            self._pending = self._pending[self.max_batch :]
-        try:
-            self.write_batch(batch)
-        finally:
+        while True:  # lead batches (oldest first) until one of them held this ticket
             with self._cv:
-                self._leading = False
-                self._cv.notify_all()
+                while not ticket.done and self._leading:
+                    self._cv.wait()
+                if ticket.done:
+                    break
+                self._leading = True
+                batch = self._pending[: self.max_batch]
+                self._pending = self._pending[self.max_batch :]
+            try:
+                self.write_batch(batch)
+            finally:
+                with self._cv:
+                    self._leading = False
+                    self._cv.notify_all()
         ticket.result()
 
     def write_batch(self, tickets: list[_Ticket]) -> None:

@@ -296,3 +296,15 @@ def test_an_interrupted_group_write_marks_every_waiting_item_failed():
         assert ticket.done
         with pytest.raises(SystemExit):
             ticket.result()
+
+
+def test_a_leader_keeps_writing_until_its_own_item_is_written():
+    from workbench.queue import GroupCommit, _Ticket
+
+    written: list[str] = []
+    commit = GroupCommit(lambda items: written.extend(items), max_batch=2)
+    waiting = [_Ticket(x) for x in ("w1", "w2", "w3")]  # queued by threads still waiting
+    commit._pending.extend(waiting)
+    commit.submit("mine")
+    assert written == ["w1", "w2", "w3", "mine"]  # oldest first, two per transaction
+    assert all(t.done for t in waiting)
