@@ -23,8 +23,9 @@ import random
 import threading
 import time
 import uuid as uuidlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -340,7 +341,8 @@ class EpisodeQueue:
         are heads of different groups), then write the prepared ones together."""
         starts = [self._begin(message) for message in messages]
         try:
-            outcomes = self._prepare_all(self._prefetched(messages), parallel)
+            with self._leases_kept(messages, owner):
+                outcomes = self._prepare_all(self._prefetched(messages), parallel)
         except BaseException:  # KeyboardInterrupt, SystemExit: nothing is lost
             for message in messages:
                 q.release(self.store, message["episode_uuid"], owner)
@@ -364,6 +366,30 @@ class EpisodeQueue:
             else:
                 self._completed(message, started)
         self._maybe_refresh_gauges()
+
+    @contextmanager
+    def _leases_kept(self, messages: list[dict[str, Any]], owner: str) -> Iterator[None]:
+        """Renew the batch's leases every lease/3 while it is prepared: a batch of slow LLM
+        calls may take longer than one lease, and an expired lease would hand a message that
+        is still being worked on to another worker."""
+        stop = threading.Event()
+        uuids = [m["episode_uuid"] for m in messages]
+
+        def keep() -> None:
+            while not stop.wait(self.lease_seconds / 3):
+                try:
+                    q.renew_leases(self.store, uuids, owner,
+                                   self.clock() + _seconds(self.lease_seconds))
+                except Exception:  # the next round tries again
+                    log.exception("renewing the leases of %d messages failed", len(uuids))
+
+        keeper = threading.Thread(target=keep, name="lease-keeper", daemon=True)
+        keeper.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            keeper.join(5)
 
     def _prefetched(self, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
         if self.prefetch is None or len(messages) < 2:

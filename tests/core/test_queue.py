@@ -308,3 +308,30 @@ def test_a_leader_keeps_writing_until_its_own_item_is_written():
     commit.submit("mine")
     assert written == ["w1", "w2", "w3", "mine"]  # oldest first, two per transaction
     assert all(t.done for t in waiting)
+
+
+def test_a_batch_keeps_its_leases_while_it_is_prepared(env):
+    import time
+
+    store, clock, metrics, _, _, _, add = env
+    leases: dict[str, bool] = {}
+
+    def prepare(message):
+        uuid = message["episode_uuid"]
+        if uuid == "a1":
+            clock.advance(seconds=10)  # this episode takes 10 s (leases last 0.3 s)
+            time.sleep(0.4)            # the keeper renews every 0.1 s (real time)
+        else:
+            leases[uuid] = q.get_message(store, uuid)["leased_until"] > clock()
+        return uuid
+
+    def commit(results, ack):
+        with store.transaction():
+            ack()
+
+    queue = EpisodeQueue(store, prepare, metrics, clock, concurrency=1, lease_seconds=0.3,
+                         commit=commit)
+    add("a1", "A")
+    add("b1", "B")
+    assert queue.drain() == 2
+    assert leases == {"b1": True}  # still ours when its turn came, not expired

@@ -94,6 +94,19 @@ def claim_batch(
         return sorted(leased, key=lambda m: (m["priority"], m["seq"]))
 
 
+def renew_leases(
+    store: Store, episode_uuids: Sequence[str], owner: str, leased_until: datetime
+) -> int:
+    """Extend the leases this owner still holds on these messages; returns how many."""
+    rows = store.fetchall(
+        """UPDATE queue SET leased_until = ?
+           WHERE list_contains(?, episode_uuid) AND state = 'processing' AND lease_owner = ?
+           RETURNING episode_uuid""",
+        [leased_until, list(episode_uuids), owner],
+    )
+    return len(rows)
+
+
 def mark_done(store: Store, episode_uuid: str, now: datetime) -> None:
     mark_done_many(store, [episode_uuid], now)
 
