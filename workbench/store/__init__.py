@@ -141,11 +141,7 @@ class Store:
 
     # --- executing ---------------------------------------------------------------------
     def execute(self, sql: str, params: Sequence[Any] | dict[str, Any] | None = None) -> None:
-        with self._lock:
-            if self._deferred and not self._depth:
-                with self.transaction():
-                    self._con.execute(sql, params)
-                return
+        with self._write():
             self._con.execute(sql, params)
 
     def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
@@ -154,13 +150,18 @@ class Store:
         slower)."""
         if not rows:
             return
-        match = _VALUES.search(sql)
+        with self._write():
+            self._executemany(sql, rows, _VALUES.search(sql))
+
+    @contextmanager
+    def _write(self) -> Iterator[None]:
+        """The lock for a write; outside a transaction, deferred rows make it one with them."""
         with self._lock:
             if self._deferred and not self._depth:
                 with self.transaction():
-                    self._executemany(sql, rows, match)
-                return
-            self._executemany(sql, rows, match)
+                    yield
+            else:
+                yield
 
     def _executemany(self, sql: str, rows: Sequence[Sequence[Any]], match) -> None:
         if match is None:
