@@ -261,16 +261,7 @@ class EpisodeQueue:
     def run_once(self, owner: str = "inline") -> bool:
         """Claim and process due messages (one, or a share of a backlog: :meth:`claim_size`);
         False when there was none."""
-        now = self.clock()
-        self._requeue_expired(now)
-        messages = q.claim_batch(self.store, owner, now, self.lease_seconds, self.claim_size())
-        if not messages:
-            return False
-        if len(messages) == 1:
-            self._process(messages[0], owner)
-        else:
-            self._process_batch(messages, owner, parallel=False)
-        return True
+        return self._claim_and_process(owner, self.claim_size(), parallel=False) > 0
 
     def claim_size(self) -> int:
         """How many messages a worker claims: one, or when many groups are waiting its share of
@@ -290,19 +281,25 @@ class EpisodeQueue:
         """
         done = 0
         while done < max_messages:
-            now = self.clock()
-            self._requeue_expired(now)
             limit = min(self.batch_size if self.commit else 1, max_messages - done)
-            messages = q.claim_batch(self.store, "inline", now, self.lease_seconds, limit)
-            if not messages:
+            claimed = self._claim_and_process("inline", limit, parallel=True)
+            if not claimed:
                 break
-            if self.commit is None:
-                self._process(messages[0], "inline")
-            else:
-                self._process_batch(messages, "inline")
-            done += len(messages)
+            done += claimed
         self.refresh_gauges()
         return done
+
+    def _claim_and_process(self, owner: str, limit: int, parallel: bool) -> int:
+        """Claim up to ``limit`` due messages and process them: one on its own, several as a
+        batch (prepared ``parallel`` or one after the other). Returns how many."""
+        now = self.clock()
+        self._requeue_expired(now)
+        messages = q.claim_batch(self.store, owner, now, self.lease_seconds, limit)
+        if len(messages) == 1:
+            self._process(messages[0], owner)
+        elif messages:
+            self._process_batch(messages, owner, parallel)
+        return len(messages)
 
     def _requeue_expired(self, now) -> None:
         """Return expired leases to the queue, at most every lease/10 (clock time)."""
