@@ -159,6 +159,7 @@ class Importer:
             report.entities_created += 1
             return row
 
+        candidates: list[tuple[tuple[str, str, str, str], dict]] = []
         for line in chunk:
             group = line.group_id or self.default_group
             if isinstance(line, EntityLine):
@@ -166,12 +167,21 @@ class Importer:
                 continue
             src, dst = entity(group, line.source), entity(group, line.target)
             key = (group, src["uuid"], dst["uuid"], line.fact.strip().lower())
-            if key in seen_facts or g.fact_exists(self.store, *key):
+            if key in seen_facts:
                 report.facts_existing += 1
                 continue
             seen_facts.add(key)
-            facts.append(_fact_row(group, src["uuid"], dst["uuid"], line, now))
-            report.facts_created += 1
+            candidates.append((key, _fact_row(group, src["uuid"], dst["uuid"], line, now)))
+        stored = set()  # one query per group for the chunk's facts, not one per fact
+        for group in {key[0] for key, _ in candidates}:
+            keys = [key[1:] for key, _ in candidates if key[0] == group]
+            stored |= {(group, *k) for k in g.existing_fact_keys(self.store, group, keys)}
+        for key, row in candidates:
+            if key in stored:
+                report.facts_existing += 1
+            else:
+                facts.append(row)
+                report.facts_created += 1
         self._write(new_entities, facts)
 
     def _write(self, new_entities: list[dict], facts: list[dict]) -> None:

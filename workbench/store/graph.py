@@ -282,13 +282,6 @@ def existing_fact_keys(
     return {k for k in keys if (k[0], k[1], k[2].strip().lower()) in found}
 
 
-def fact_exists(store: Store, group_id: str, source: str, target: str, fact: str) -> str | None:
-    row = store.fetchone(
-        """SELECT uuid FROM facts WHERE group_id = ? AND source_uuid = ? AND target_uuid = ?
-             AND lower(trim(fact)) = lower(trim(?)) AND expired_at IS NULL LIMIT 1""",
-        [group_id, source, target, fact],
-    )
-    return row[0] if row else None
 
 
 def insert_facts(store: Store, rows: Sequence[dict[str, Any]]) -> None:
