@@ -451,12 +451,7 @@ class VectorIndex:
                     self._subset_bytes -= old.nbytes
         else:
             self._subsets.move_to_end(key)
-        slots, mat = cached
-        if slots.size == 0:
-            return []
-        with one_blas_thread():
-            scores = mat @ q
-        return self._top(scores, slots, k, allowed, int(slots.size))
+        return self._exact_on(q, cached[0], k, allowed, rows=cached[1])
 
     def _forget_subsets(self, code: int) -> None:
         """Drop the cached subsets that include group ``code`` (its rows changed)."""
@@ -464,11 +459,13 @@ class VectorIndex:
             for key in [key for key in self._subsets if code in key]:
                 self._subset_bytes -= self._subsets.pop(key)[1].nbytes
 
-    def _exact_on(self, q, slots: np.ndarray, k, allowed) -> list[tuple[str, float]]:
+    def _exact_on(self, q, slots: np.ndarray, k, allowed,
+                  rows: np.ndarray | None = None) -> list[tuple[str, float]]:
+        """Exact search over ``slots`` (``rows``: their vectors when already gathered)."""
         if slots.size == 0:
             return []
         with one_blas_thread():
-            scores = self._mat[slots] @ q
+            scores = (self._mat[slots] if rows is None else rows) @ q
         return self._top(scores, slots, k, allowed, int(slots.size))
 
     def _top(self, scores, slots, k, allowed, n_valid) -> list[tuple[str, float]]:
