@@ -16,6 +16,7 @@ more than a third of all postings. Thread-safe (one lock).
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 import threading
@@ -69,15 +70,20 @@ def stem(word: str) -> str:
     return word
 
 
+@functools.lru_cache(maxsize=1 << 16)
+def _term(raw: str) -> str | None:
+    """The index term of one lower-cased word, or None for a stop word (memoised: words
+    repeat, and entity summaries are re-tokenised every time they grow)."""
+    token = raw[:-2] if raw.endswith("'s") else raw
+    if token in STOP_WORDS or (len(token) == 1 and not token.isdigit()):
+        return None
+    return stem(token)
+
+
 def tokenize(text: str) -> list[str]:
     """Stemmed content tokens of ``text`` (stop words and possessives removed)."""
-    out: list[str] = []
-    for raw in _TOKEN.findall(text.lower()):
-        token = raw[:-2] if raw.endswith("'s") else raw
-        if token in STOP_WORDS or (len(token) == 1 and not token.isdigit()):
-            continue
-        out.append(stem(token))
-    return out
+    terms = map(_term, _TOKEN.findall(text.lower()))
+    return [t for t in terms if t is not None]
 
 
 def entity_text(name: str, summary: str | None) -> str:
