@@ -30,6 +30,7 @@ import numpy as np
 
 from workbench.clock import Clock, as_utc
 from workbench.embedder import Embedder
+from workbench.graph_reads import GraphReads, StoreReads
 from workbench.metrics import Metrics
 from workbench.prompts import extract_edges, extract_entities, resolve_nodes
 from workbench.store import Store
@@ -107,8 +108,10 @@ class Extractor:
         on_upsert: UpsertFn | None = None,
         context_episodes: int = 2,
         thresholds: Thresholds | None = None,
+        reads: GraphReads | None = None,
     ):
         self.store = store
+        self.reads = reads or StoreReads(store)
         self.chat = chat
         self.embedder = embedder
         self.metrics = metrics
@@ -170,7 +173,7 @@ class Extractor:
     def _resolve(self, episode: dict, extracted: list[dict], changes: EpisodeChanges) -> list[dict]:
         """Attach ``uuid`` (existing or new) to every extracted entity."""
         group = episode["group_id"]
-        known = g.entities_by_norm(self.store, group, [e["name_norm"] for e in extracted])
+        known = self.reads.entities_by_norm(group, [e["name_norm"] for e in extracted])
         pending = []
         for ent in extracted:
             hit = known.get(ent["name_norm"])
@@ -212,7 +215,7 @@ class Extractor:
             ent["vector"] = vec
         neighbours = self.similar("entity", vectors, episode["group_id"], 3)
         candidates = {u for row in neighbours for u, _ in row}
-        rows = g.entities_by_uuid(self.store, sorted(candidates))
+        rows = self.reads.entities_by_uuid(sorted(candidates))
         questions = []
         for i, (ent, row) in enumerate(zip(pending, neighbours)):
             close = [(u, s) for u, s in row if u in rows and s >= self.thresholds.ambiguous]
@@ -249,7 +252,7 @@ class Extractor:
             return
         by_name = {normalise_name(e["name"]): e for e in entities}
         existing_ids = [e["uuid"] for e in entities if e.get("existing")]
-        existing = g.facts_between(self.store, existing_ids, limit=30)
+        existing = self.reads.facts_between(existing_ids, 30)
         reply, latency = self._call(
             extract_edges.PROMPT_NAME,
             extract_edges.build_messages(episode, entities, existing),
@@ -266,7 +269,7 @@ class Extractor:
                          episode["uuid"], edge.source, edge.target)
                 continue
             keyed.append(((src["uuid"], dst["uuid"], edge.fact.strip().lower()), edge, src, dst))
-        seen = g.existing_fact_keys(self.store, episode["group_id"], [k for k, *_ in keyed])
+        seen = self.reads.existing_fact_keys(episode["group_id"], [k for k, *_ in keyed])
         for key, edge, src, dst in keyed:
             if key in seen:
                 continue

@@ -18,6 +18,7 @@ import json
 import uuid as uuidlib
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -119,12 +120,14 @@ def parse(items: Iterable[tuple[int, Any]], report: ImportReport) -> list[Entity
 
 class Importer:
     def __init__(self, store: Store, embedder: Embedder, clock: Clock, default_group: str,
-                 on_upsert=None):
+                 on_upsert=None, gate: AbstractContextManager[Any] | None = None):
         self.store = store
         self.embedder = embedder
         self.clock = clock
         self.default_group = default_group
         self.on_upsert = on_upsert
+        # held from the write until the search indexes know it (see workbench.graph_reads)
+        self.gate = gate if gate is not None else nullcontext()
 
     def run(self, source, progress: bool = False) -> ImportReport:
         report = ImportReport()
@@ -189,17 +192,19 @@ class Importer:
         texts += [f["fact"] for f in facts]
         vectors = self.embedder.embed(texts) if texts else np.zeros((0, self.embedder.dimensions))
         ent_vecs, fact_vecs = vectors[: len(new_entities)], vectors[len(new_entities):]
-        with self.store.transaction():
-            g.insert_entities(self.store, new_entities)
-            g.insert_facts(self.store, facts)
-            model = self.embedder.model
-            g.insert_embeddings(self.store, "entity", [e["uuid"] for e in new_entities],
-                                ent_vecs, model)
-            g.insert_embeddings(self.store, "fact", [f["uuid"] for f in facts], fact_vecs, model)
-        if self.on_upsert:
-            self.on_upsert("entity", [{**e, "text": t} for e, t in zip(new_entities, texts)],
-                           ent_vecs)
-            self.on_upsert("fact", [{**f, "text": f["fact"]} for f in facts], fact_vecs)
+        with self.gate:
+            with self.store.transaction():
+                g.insert_entities(self.store, new_entities)
+                g.insert_facts(self.store, facts)
+                model = self.embedder.model
+                g.insert_embeddings(self.store, "entity", [e["uuid"] for e in new_entities],
+                                    ent_vecs, model)
+                g.insert_embeddings(self.store, "fact", [f["uuid"] for f in facts], fact_vecs,
+                                    model)
+            if self.on_upsert:
+                self.on_upsert("entity", [{**e, "text": t} for e, t in zip(new_entities, texts)],
+                               ent_vecs)
+                self.on_upsert("fact", [{**f, "text": f["fact"]} for f in facts], fact_vecs)
 
 
 def _entity_row(group, name, line, norm, now) -> dict:

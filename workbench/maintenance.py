@@ -30,6 +30,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -367,6 +368,9 @@ class MaintenanceScheduler:
         self.classify_limit = classify_limit
         self.before_run = before_run
         self.after_run = after_run
+        # held from the run's transaction until after_run has told the search indexes
+        # (see workbench.graph_reads); the Workbench sets its publish gate here
+        self.gate: AbstractContextManager[Any] = nullcontext()
         self.started_at: datetime | None = None
         self.next_scheduled: datetime | None = None
         self.last_report: MaintenanceReport | None = None
@@ -450,16 +454,19 @@ class MaintenanceScheduler:
             raise Conflict("a decay maintenance run is already in progress; wait for it to "
                            "finish and try again")
         _call_hook("before_run", self.before_run)
-        try:
-            report = run_maintenance(self.store, self.policy, self.metrics, self.clock, dry_run)
-        except Conflict:
-            raise
-        except BaseException as exc:
+        with self.gate:
+            try:
+                report = run_maintenance(self.store, self.policy, self.metrics, self.clock,
+                                         dry_run)
+            except Conflict:
+                raise
+            except BaseException as exc:
+                if not dry_run:
+                    self._finished(None, exc)
+                raise
             if not dry_run:
-                self._finished(None, exc)
-            raise
+                _call_hook("after_run", self.after_run)
         if not dry_run:
-            _call_hook("after_run", self.after_run)
             self._finished(report, None)
         return report
 

@@ -25,7 +25,7 @@ import time
 import uuid as uuidlib
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -180,8 +180,13 @@ class EpisodeQueue:
         commit: Callable[[list[Any], Callable[[], None]], None] | None = None,
         batch_size: int = 16,
         prefetch: Callable[[list[dict[str, Any]]], list[dict[str, Any]]] | None = None,
+        gate: AbstractContextManager[Any] | None = None,
     ):
         self.store = store
+        # held while claiming and while committing (until the commit's search-index updates
+        # are done): a claimed episode sees everything written before it, in particular the
+        # previous episode of its group (see workbench.graph_reads)
+        self.gate = gate if gate is not None else threading.RLock()
         self.processor = processor
         self.commit = commit
         self.prefetch = prefetch  # reads a claimed batch needs, in a few queries for all
@@ -294,7 +299,8 @@ class EpisodeQueue:
         batch (prepared ``parallel`` or one after the other). Returns how many."""
         now = self.clock()
         self._requeue_expired(now)
-        messages = q.claim_batch(self.store, owner, now, self.lease_seconds, limit)
+        with self.gate:
+            messages = q.claim_batch(self.store, owner, now, self.lease_seconds, limit)
         if len(messages) == 1:
             self._process(messages[0], owner)
         elif messages:
@@ -418,8 +424,9 @@ class EpisodeQueue:
     def _write(self, items: list[tuple[dict[str, Any], Any]]) -> None:
         """Write results of several messages and mark them done, in one transaction."""
         uuids = [message["episode_uuid"] for message, _ in items]
-        self.commit([result for _, result in items],
-                    lambda: q.mark_done_many(self.store, uuids, self.clock()))
+        with self.gate:
+            self.commit([result for _, result in items],
+                        lambda: q.mark_done_many(self.store, uuids, self.clock()))
 
     def _completed(self, message: dict[str, Any], started: float) -> None:
         duration = time.perf_counter() - started

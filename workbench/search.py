@@ -37,8 +37,9 @@ from __future__ import annotations
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from collections.abc import Sequence
+from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -224,6 +225,13 @@ class SearchEngine:
             self._sync_thread = threading.Thread(
                 target=self.refresh_states, name="workbench-search-sync", daemon=True)
             self._sync_thread.start()
+
+    @contextmanager
+    def cached_rows(self) -> Iterator[tuple[RowCache, RowCache]]:
+        """The (entity, fact) row caches, held still: for reads that must not see a
+        half-applied update (:class:`workbench.graph_reads.CachedReads`). Do not modify."""
+        with self._lock:
+            yield self.rows["entity"], self.rows["fact"]
 
     def similar(
         self, kind: str, vectors: np.ndarray, group_id: str | None, k: int

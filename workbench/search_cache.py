@@ -27,12 +27,16 @@ __all__ = ["RowCache"]
 
 
 class RowCache:
-    """uuid -> row dict of one memory kind, plus (facts) the facts touching each entity."""
+    """uuid -> row dict of one memory kind, plus (facts) the facts touching each entity and
+    (entities) the entities of each (group, normalised name)."""
 
     def __init__(self, kind: str):
         self.kind = kind
         self.rows: dict[str, dict[str, Any]] = {}
         self.touching: dict[str, set[str]] = {}  # entity uuid -> fact uuids (facts only)
+        # group + NUL + name_norm -> the entity uuid, or the set of them when several share it
+        # (a flat string key and a bare uuid keep this at ~130 bytes an entity)
+        self.named: dict[str, str | set[str]] = {}
 
     def __len__(self) -> int:
         return len(self.rows)
@@ -44,7 +48,7 @@ class RowCache:
         return self.rows.get(uuid)
 
     def load(self, store: Store) -> None:
-        self.rows, self.touching = {}, {}
+        self.rows, self.touching, self.named = {}, {}, {}
         self.put(sql.load_rows(store, self.kind))
 
     def refresh(self, store: Store, uuids: Sequence[str]) -> tuple[list[dict], list[str]]:
@@ -74,8 +78,27 @@ class RowCache:
         if self.kind == "fact":
             for end in (row["source_uuid"], row["target_uuid"]):
                 self.touching.setdefault(end, set()).add(row["uuid"])
+        else:
+            key, uuid = _name_key(row), row["uuid"]
+            same = self.named.get(key)
+            if same is None:
+                self.named[key] = uuid
+            elif isinstance(same, set):
+                same.add(uuid)
+            elif same != uuid:
+                self.named[key] = {same, uuid}
 
     def _unlink(self, row: dict[str, Any]) -> None:
+        if self.kind == "entity":
+            key, uuid = _name_key(row), row["uuid"]
+            same = self.named.get(key)
+            if same == uuid:
+                del self.named[key]
+            elif isinstance(same, set):
+                same.discard(uuid)
+                if len(same) == 1:
+                    self.named[key] = next(iter(same))
+            return
         if self.kind == "fact":
             for end in (row["source_uuid"], row["target_uuid"]):
                 facts = self.touching.get(end)
@@ -83,6 +106,13 @@ class RowCache:
                     facts.discard(row["uuid"])
                     if not facts:
                         del self.touching[end]
+
+    def named_uuids(self, group_id: str, name_norm: str) -> list[str]:
+        """The entities of ``group_id`` whose normalised name is ``name_norm``."""
+        same = self.named.get(name_key(group_id, name_norm))
+        if same is None:
+            return []
+        return [same] if isinstance(same, str) else list(same)
 
     def neighbourhood(self, entity_uuid: str, limit: int = 1000) -> tuple[list[str], set[str]]:
         """Facts touching the entity (newest first, at most ``limit``) and its neighbours."""
@@ -92,3 +122,11 @@ class RowCache:
         ends = {e for r in facts for e in (r["source_uuid"], r["target_uuid"])}
         ends.discard(entity_uuid)
         return [r["uuid"] for r in facts], ends
+
+
+def name_key(group_id: str, name_norm: str) -> str:
+    return f"{group_id}\x00{name_norm}"
+
+
+def _name_key(row: dict[str, Any]) -> str:
+    return name_key(row["group_id"], row.get("name_norm") or "")

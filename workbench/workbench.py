@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+import threading
 import uuid as uuidlib
 from collections.abc import Callable, Sequence
 from datetime import date, datetime
@@ -24,6 +25,7 @@ from workbench.clock import Clock, as_utc, utcnow
 from workbench.config import Settings, load_settings
 from workbench.embedder import Embedder, build_embedder
 from workbench.extraction import Extractor, PreparedEpisode
+from workbench.graph_reads import CachedReads
 from workbench.importer import Importer
 from workbench.metrics import Metrics
 from workbench.queue import EpisodeQueue
@@ -80,20 +82,25 @@ class Workbench:
         self.clock = clock
         self.policy = DecayPolicy.from_settings(settings)
         self.search = SearchEngine(store, embedder, metrics, clock, settings)
+        # Every writer of entities or facts holds the gate from its transaction until the
+        # search engine knows the change, and the queue claims under it: extraction can then
+        # read the graph from the engine's row caches (workbench.graph_reads).
+        self.gate = threading.RLock()
         self.extractor = Extractor(
             store, chat, embedder, metrics, clock, similar=self.search.similar,
-            on_upsert=self.search.on_upsert)
+            on_upsert=self.search.on_upsert, reads=CachedReads(self.search.cached_rows))
         self.queue = EpisodeQueue(
             store, self._process_message, metrics, clock,
             concurrency=settings.queue_concurrency, lease_seconds=settings.queue_lease_seconds,
             max_attempts=settings.queue_max_attempts, poll_seconds=settings.queue_poll_seconds,
             commit=self._commit_episodes, batch_size=settings.queue_batch_size,
-            prefetch=self._prefetch_episodes)
+            prefetch=self._prefetch_episodes, gate=self.gate)
         self.scheduler = MaintenanceScheduler.from_settings(
             store, settings, metrics, clock, chat=chat)
         # accesses are written before a run reads them; purged memories leave the indexes
         self.scheduler.before_run = self.search.flush
         self.scheduler.after_run = self.search.refresh_states
+        self.scheduler.gate = self.gate
 
     # --- construction -------------------------------------------------------------------
     @classmethod
@@ -279,7 +286,7 @@ class Workbench:
                      group_id: str | None = None) -> dict[str, Any]:
         """Import pre-extracted entities and facts (JSON lines), no LLM."""
         importer = Importer(self.store, self.embedder, self.clock, self._group(group_id),
-                            on_upsert=self.search.on_upsert)
+                            on_upsert=self.search.on_upsert, gate=self.gate)
         return importer.run(source, progress=progress).as_dict()
 
     # --- search -------------------------------------------------------------------------
@@ -307,12 +314,13 @@ class Workbench:
 
     def delete_episode(self, uuid: str) -> dict[str, Any]:
         _check_uuid(uuid)
-        with self.store.transaction():
-            if not g.get_episode(self.store, uuid):
-                raise errors.NotFound(f"no episode with uuid {uuid}")
-            removed = g.delete_episode(self.store, uuid)
-        for kind in ("entity", "fact"):
-            self.search.on_delete(kind, removed[kind])
+        with self.gate:
+            with self.store.transaction():
+                if not g.get_episode(self.store, uuid):
+                    raise errors.NotFound(f"no episode with uuid {uuid}")
+                removed = g.delete_episode(self.store, uuid)
+            for kind in ("entity", "fact"):
+                self.search.on_delete(kind, removed[kind])
         self.queue.refresh_gauges()
         return {"message": f"Episode {uuid} deleted",
                 "entities_removed": len(removed["entity"]),
@@ -326,11 +334,12 @@ class Workbench:
 
     def delete_entity_edge(self, uuid: str) -> dict[str, Any]:
         _check_uuid(uuid)
-        with self.store.transaction():
-            if g.get_fact(self.store, uuid) is None:
-                raise errors.NotFound(f"no fact (entity edge) with uuid {uuid}")
-            g.delete_facts(self.store, [uuid])
-        self.search.on_delete("fact", [uuid])
+        with self.gate:
+            with self.store.transaction():
+                if g.get_fact(self.store, uuid) is None:
+                    raise errors.NotFound(f"no fact (entity edge) with uuid {uuid}")
+                g.delete_facts(self.store, [uuid])
+            self.search.on_delete("fact", [uuid])
         return {"message": f"Entity edge {uuid} deleted"}
 
     def clear_graph(self, group_ids: Sequence[str]) -> dict[str, Any]:
@@ -339,10 +348,11 @@ class Workbench:
             raise errors.InvalidInput(
                 "'group_ids' must name at least one group: clearing everything is not allowed "
                 "by accident")
-        with self.store.transaction():
-            removed = g.clear_groups(self.store, groups)
-        for kind in ("entity", "fact"):
-            self.search.on_delete(kind, removed[kind])
+        with self.gate:
+            with self.store.transaction():
+                removed = g.clear_groups(self.store, groups)
+            for kind in ("entity", "fact"):
+                self.search.on_delete(kind, removed[kind])
         self.queue.refresh_gauges()
         return {"message": f"Cleared groups {', '.join(groups)}",
                 "episodes_removed": removed["episodes"],
