@@ -3,6 +3,7 @@ once per session), and the fake chat-completions server (tests/fakes)."""
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
 
@@ -16,6 +17,11 @@ try:  # the fake LLM server and its fixture (a real HTTP server on loopback)
     from tests.fakes.fixtures import *  # noqa: F401,F403
 except ImportError:  # pragma: no cover - while the module is being written
     pass
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _word_hash(word: str) -> int:
+    return int(hashlib.blake2b(word.encode(), digest_size=8).hexdigest(), 16)
 
 
 class HashEmbedder:
@@ -36,8 +42,7 @@ class HashEmbedder:
         out = np.zeros((len(texts), self.dimensions), dtype=np.float32)
         for i, text in enumerate(texts):
             for word in re.findall(r"\w+", text.lower()):
-                h = int(hashlib.blake2b(word.encode(), digest_size=8).hexdigest(), 16)
-                out[i, h % self.dimensions] += 1.0
+                out[i, _word_hash(word) % self.dimensions] += 1.0
             if not out[i].any():
                 out[i, 0] = 1.0
         return normalise(out)
