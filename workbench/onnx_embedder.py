@@ -325,7 +325,13 @@ class OnnxSentenceEncoder:
         self.dimensions = int(shape[-1]) if isinstance(shape[-1], int) else 0
 
     def encode(self, texts: Sequence[str]) -> np.ndarray:
-        encodings = self._tokenizer.encode_batch(list(texts))
+        texts = list(texts)
+        # encode_batch hands even one text to the tokenizer's thread pool: ~1 ms on a busy
+        # machine for a search query, against ~0.05 ms for encode()
+        if len(texts) == 1:
+            encodings = [self._tokenizer.encode(texts[0])]
+        else:
+            encodings = self._tokenizer.encode_batch(texts)
         ids = [np.asarray(e.ids, dtype=np.int64) for e in encodings]
         out: np.ndarray | None = None
         for chunk in length_batches([len(row) for row in ids], self._batch_size):
