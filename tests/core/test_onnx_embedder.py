@@ -116,6 +116,9 @@ def test_long_texts_are_truncated_at_256_tokens_like_sentence_transformers(onnx_
     vectors = onnx_local.embed([LONG, LONG + " more words at the end", head])
     assert vectors[0] @ vectors[1] > 0.99999
     assert vectors[0] @ vectors[2] < 0.9999
+    # one text alone (a search query) goes through the single-text tokenizer path
+    alone = [onnx_local.embed([text])[0] for text in (LONG, LONG + " more words at the end", head)]
+    assert _cosines(np.vstack(alone), vectors).min() >= 0.99999
 
 
 def test_small_batches_and_sorting_keep_the_input_order(onnx_cache, onnx_local):
