@@ -14,9 +14,11 @@ time per audio second (all threads), which other load inflates less.
 First audio = time from the request to the first chunk, streaming as the server does
 (``chunks_for``: pronunciation rules, sentence split with a short head cut off the first
 sentence, then G2P and synthesis of that head). ``--plan sentences`` measures the older plan
-(one chunk per whole sentence); ``--plan both`` alternates the two in the same run. ``--idle S``
-sleeps S seconds before each request, as a notification server mostly sees them (back-to-back
-requests by default). ``--heads`` also times G2P and synthesis alone for the first 1..6 words of
+(one chunk per whole sentence); ``--plan both`` alternates the two in the same run.
+Stall = the silence a real-time player would insert after the first sound, waiting for later
+chunks (a head too short for the rest to be ready in time shows here). ``--idle S`` sleeps S
+seconds before each request, as a notification server mostly sees them (back-to-back by
+default). ``--heads`` also times G2P and synthesis alone for the first 1..6 words of
 the message (wall and CPU seconds, median), with the audio the engine returned and what is left
 of it once its quiet edges are trimmed. Besides, every call synthesizes ~0.35 s of silence before
 the speech (the model's duration for the start token), which kokoro-onnx trims off: a fixed cost
@@ -57,7 +59,7 @@ def bench_engine(args: argparse.Namespace) -> dict[str, object]:
     plans = {"chunks": chunks_for(args.message), "sentences": sentences_for(args.message)}
     names = list(plans) if args.plan == "both" else [args.plan]
     runs: dict[str, dict[str, list[float]]] = {
-        n: {"first": [], "rtf": [], "cpu": [], "audio": []} for n in names
+        n: {"first": [], "stall": [], "rtf": [], "cpu": [], "audio": []} for n in names
     }
     for _ in range(args.repeat):
         for name in names:
@@ -117,10 +119,16 @@ def _stream_once(engine, speech, plan, runs: dict[str, list[float]]) -> None:
     from voice.speech import stream_speech
 
     started, cpu_started = time.perf_counter(), time.process_time()
-    stream = stream_speech(engine, speech, plan)
-    samples = len(next(stream))
-    runs["first"].append(time.perf_counter() - started)
-    samples += sum(len(chunk) for chunk in stream)
+    samples, stall, playing_until = 0, 0.0, 0.0
+    for chunk in stream_speech(engine, speech, plan):
+        ready = time.perf_counter() - started
+        if samples == 0:
+            runs["first"].append(ready)
+        else:  # a player would have run dry this long waiting for the chunk
+            stall += max(0.0, ready - playing_until)
+        playing_until = max(playing_until, ready) + len(chunk) / engine.sample_rate
+        samples += len(chunk)
+    runs["stall"].append(stall)
     audio_s = samples / engine.sample_rate
     runs["rtf"].append((time.perf_counter() - started) / audio_s)
     runs["cpu"].append((time.process_time() - cpu_started) / audio_s)
@@ -133,6 +141,8 @@ def _summary(prefix: str, plan: list, runs: dict[str, list[float]]) -> dict[str,
         f"{prefix}audio_seconds": round(statistics.median(runs["audio"]), 2),
         f"{prefix}first_audio_s_median": round(statistics.median(runs["first"]), 3),
         f"{prefix}first_audio_s_all": [round(x, 3) for x in runs["first"]],
+        # silence a real-time player would insert, waiting for chunks after the first
+        f"{prefix}stall_s_median": round(statistics.median(runs["stall"]), 3),
         f"{prefix}rtf_median": round(statistics.median(runs["rtf"]), 3),
         f"{prefix}rtf_all": [round(x, 3) for x in runs["rtf"]],
         # CPU seconds (all threads) per second of audio: less sensitive to other load than RTF
