@@ -4,6 +4,8 @@
     .venv/bin/python bench/bench_voice.py --threads 1 --repeat 5 --voice 21
     .venv/bin/python bench/bench_voice.py --skip-server   # engine only
     .venv/bin/python bench/bench_voice.py --plan both --repeat 5   # A/B: chunk plan vs sentences
+    .venv/bin/python bench/bench_voice.py --idle 2 --skip-server   # each request after 2 s idle
+    .venv/bin/python bench/bench_voice.py --heads --skip-server     # cost of a head of 1..6 words
 
 Targets (issue 8): RTF <= 0.5 with 2 threads, first audio <= 1.0 s.
 RTF = synthesis seconds / audio seconds over the whole message (chunks in order); the load
@@ -13,6 +15,14 @@ First audio = time from the request to the first chunk, streaming as the server 
 (``chunks_for``: pronunciation rules, sentence split with a short head cut off the first
 sentence, then G2P and synthesis of that head). ``--plan sentences`` measures the older plan
 (one chunk per whole sentence); ``--plan both`` alternates the two in the same run.
+Stall = the silence a real-time player would insert after the first sound, waiting for later
+chunks (a head too short for the rest to be ready in time shows here). ``--idle S`` sleeps S
+seconds before each request, as a notification server mostly sees them (back-to-back by
+default). ``--heads`` also times G2P and synthesis alone for the first 1..6 words of
+the message (wall and CPU seconds, median), with the audio the engine returned and what is left
+of it once its quiet edges are trimmed. Besides, every call synthesizes ~0.35 s of silence before
+the speech (the model's duration for the start token), which kokoro-onnx trims off: a fixed cost
+of each call that a shorter head cannot avoid.
 """
 
 from __future__ import annotations
@@ -49,31 +59,76 @@ def bench_engine(args: argparse.Namespace) -> dict[str, object]:
     plans = {"chunks": chunks_for(args.message), "sentences": sentences_for(args.message)}
     names = list(plans) if args.plan == "both" else [args.plan]
     runs: dict[str, dict[str, list[float]]] = {
-        n: {"first": [], "rtf": [], "cpu": [], "audio": []} for n in names
+        n: {"first": [], "stall": [], "rtf": [], "cpu": [], "audio": []} for n in names
     }
     for _ in range(args.repeat):
         for name in names:
+            time.sleep(args.idle)
             _stream_once(engine, Speech(args.message, voice), plans[name], runs[name])
     result: dict[str, object] = {
         "voice": voice.name,
         "threads": engine.threads,
+        "idle_before_each_s": args.idle,
         "model_load_s": round(load_s, 2),
         "g2p_load_s": round(g2p_s, 2),
     }
     for name in names:
         prefix = "" if len(names) == 1 else f"{name}_"
         result |= _summary(prefix, plans[name], runs[name])
+    if args.heads:
+        result["heads"] = _heads(engine, voice, args)
     return result
+
+
+def _heads(engine, voice, args: argparse.Namespace) -> list[dict[str, object]]:
+    """G2P and synthesis of the first 1..6 words alone, after ``--idle`` seconds each."""
+    from voice.speech import trim_quiet_edges
+
+    words = args.message.split()
+    times: dict[int, list[tuple[float, ...]]] = {n: [] for n in range(1, 7)}
+    sizes: dict[int, tuple[float, float]] = {}
+    for _ in range(args.repeat):
+        for n in times:
+            time.sleep(args.idle)
+            text = " ".join(words[:n])
+            g2p = _timed(lambda text=text: engine.phonemes(text, voice))
+            audio = _timed(lambda text=text: engine.synthesize(text, voice))
+            times[n].append((*g2p[1:], *audio[1:]))
+            kept = trim_quiet_edges(audio[0], engine.sample_rate, True, True)
+            sizes[n] = (len(audio[0]) / engine.sample_rate, len(kept) / engine.sample_rate)
+    return [
+        {
+            "head": " ".join(words[:n]),
+            "g2p_ms": round(statistics.median(t[0] for t in runs) * 1000, 1),
+            "synth_s": round(statistics.median(t[2] for t in runs), 3),
+            "synth_cpu_s": round(statistics.median(t[3] for t in runs), 3),
+            "audio_s": round(sizes[n][0], 2),
+            "speech_s": round(sizes[n][1], 2),
+        }
+        for n, runs in times.items()
+    ]
+
+
+def _timed(call) -> tuple[object, float, float]:
+    wall, cpu = time.perf_counter(), time.process_time()
+    result = call()
+    return result, time.perf_counter() - wall, time.process_time() - cpu
 
 
 def _stream_once(engine, speech, plan, runs: dict[str, list[float]]) -> None:
     from voice.speech import stream_speech
 
     started, cpu_started = time.perf_counter(), time.process_time()
-    stream = stream_speech(engine, speech, plan)
-    samples = len(next(stream))
-    runs["first"].append(time.perf_counter() - started)
-    samples += sum(len(chunk) for chunk in stream)
+    samples, stall, playing_until = 0, 0.0, 0.0
+    for chunk in stream_speech(engine, speech, plan):
+        ready = time.perf_counter() - started
+        if samples == 0:
+            runs["first"].append(ready)
+        else:  # a player would have run dry this long waiting for the chunk
+            stall += max(0.0, ready - playing_until)
+        playing_until = max(playing_until, ready) + len(chunk) / engine.sample_rate
+        samples += len(chunk)
+    runs["stall"].append(stall)
     audio_s = samples / engine.sample_rate
     runs["rtf"].append((time.perf_counter() - started) / audio_s)
     runs["cpu"].append((time.process_time() - cpu_started) / audio_s)
@@ -86,6 +141,8 @@ def _summary(prefix: str, plan: list, runs: dict[str, list[float]]) -> dict[str,
         f"{prefix}audio_seconds": round(statistics.median(runs["audio"]), 2),
         f"{prefix}first_audio_s_median": round(statistics.median(runs["first"]), 3),
         f"{prefix}first_audio_s_all": [round(x, 3) for x in runs["first"]],
+        # silence a real-time player would insert, waiting for chunks after the first
+        f"{prefix}stall_s_median": round(statistics.median(runs["stall"]), 3),
         f"{prefix}rtf_median": round(statistics.median(runs["rtf"]), 3),
         f"{prefix}rtf_all": [round(x, 3) for x in runs["rtf"]],
         # CPU seconds (all threads) per second of audio: less sensitive to other load than RTF
@@ -144,6 +201,12 @@ def main(argv: list[str] | None = None) -> None:
         choices=["chunks", "sentences", "both"],
         default="chunks",
         help="chunks: as the server streams (default); sentences: one chunk per sentence",
+    )
+    parser.add_argument(
+        "--idle", type=float, default=0.0, help="seconds to sleep before each request"
+    )
+    parser.add_argument(
+        "--heads", action="store_true", help="also time G2P and synthesis of 1..6-word heads"
     )
     parser.add_argument("--assets-dir", type=Path)
     parser.add_argument("--skip-server", action="store_true")

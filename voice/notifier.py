@@ -127,7 +127,9 @@ class Notifier:
         outcome = Outcome(note.id, "played", queue_wait_seconds=started - note.received_at)
         plan = chunks_for(note.speech.text, self.rules())
         outcome.sentences = sum(chunk.ends == "sentence" for chunk in plan)
-        chunks = self._measured(stream_speech(self.engine, note.speech, plan), outcome, started)
+        # Synthesis starts before the sink opens its output, which can take a few hundred ms.
+        stream = stream_speech(self.engine, note.speech, plan).start()
+        chunks = self._measured(stream, outcome, started)
         try:
             self._play(chunks, outcome)
         except Exception as exc:  # a notification must never stop the worker
@@ -135,6 +137,7 @@ class Notifier:
             log.error("notification %s failed: %s", note.id, exc)
         finally:
             chunks.close()
+            stream.close()
         log.info(
             "notification %s %s: %d sentence(s), %.2fs audio, first audio after %s",
             note.id, outcome.result, outcome.sentences, outcome.audio_seconds,

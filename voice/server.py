@@ -27,6 +27,7 @@ from voice.pronunciation import RulesFile
 from voice.ratelimit import RateLimiter
 from voice.service import VoiceService
 from voice.settings import Settings, settings_from_env
+from voice.voices import resolve_voice
 
 log = logging.getLogger("voice.server")
 
@@ -116,7 +117,18 @@ def default_engine(settings: Settings) -> Engine:
     )
     if use_torch:
         return TorchKokoroEngine(model, config, assets / VOICES_FILE, settings.threads)
-    return KokoroEngine(assets, settings.threads)
+    return KokoroEngine(assets, settings.threads, warm_languages=warm_languages(settings))
+
+
+def warm_languages(settings: Settings) -> tuple[str, ...]:
+    """The languages whose phonemizer is built with the model: US English and the default
+    voice's, when valid (built on a first request, it would delay that request's first sound by
+    its build: ~0.7 CPU-s for en-gb, ~0.9 for ja, ~1.3 for zh on the reference machine)."""
+    try:
+        default = resolve_voice(settings.default_voice_id).language
+    except RequestInvalid:
+        return ("en-us",)
+    return tuple(dict.fromkeys(("en-us", default)))
 
 
 def default_sink(settings: Settings) -> AudioSink:

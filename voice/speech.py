@@ -3,7 +3,8 @@
 ``chunks_for`` plans the chunks (``voice.text.plan_chunks``: one per sentence, the first sentence
 cut after a short head); ``stream_speech`` synthesizes chunk *n+1* on a worker thread while chunk
 *n* is being played (or sent), so the first sound comes after a few words' synthesis, not the
-whole text's. Each chunk is followed by the pause its boundary calls for.
+whole text's. Each chunk is followed by the pause its boundary calls for. The notifier starts the
+synthesis before it opens the audio output, so opening the device does not delay the first sound.
 """
 
 from __future__ import annotations
@@ -113,27 +114,63 @@ def _put(out: queue.Queue, item: object, stop: threading.Event) -> None:
             continue
 
 
+class SpeechStream(Iterator[np.ndarray]):
+    """The chunks of one speech, in order, synthesized ahead on a worker thread.
+
+    Synthesis starts at :meth:`start` or at the first ``next``, whichever comes first, so a
+    caller can start it and then open its audio output (which can take a few hundred ms) while
+    the first chunk is being synthesized. :meth:`close` stops the worker.
+    """
+
+    def __init__(self, engine: Engine, speech: Speech, plan: list[Chunk], lookahead: int) -> None:
+        self._out: queue.Queue = queue.Queue(maxsize=max(1, lookahead))
+        self._stop = threading.Event()
+        self._worker = threading.Thread(
+            target=_produce,
+            args=(engine, speech, plan, self._out, self._stop),
+            name="voice-synth",
+            daemon=True,
+        )
+        self._lock = threading.Lock()
+        self._launched = self._done = False
+
+    def start(self) -> SpeechStream:
+        """Start synthesizing now (idempotent); returns the stream."""
+        with self._lock:
+            if not self._launched and not self._stop.is_set():
+                self._launched = True
+                self._worker.start()
+        return self
+
+    def __next__(self) -> np.ndarray:
+        if self._done:
+            raise StopIteration
+        self.start()
+        item = self._out.get()
+        if item is _DONE or isinstance(item, BaseException):
+            self._done = True
+            self.close()
+            if item is _DONE:
+                raise StopIteration
+            raise item
+        return item
+
+    def close(self) -> None:
+        """Stop synthesizing; the stream yields nothing more."""
+        self._done = True
+        self._stop.set()
+
+    def __del__(self) -> None:
+        self._stop.set()
+
+
 def stream_speech(
     engine: Engine, speech: Speech, chunks: Sequence[Chunk | str], lookahead: int = 1
-) -> Iterator[np.ndarray]:
-    """Yield one float32 array per chunk, in order, synthesizing ahead on a thread.
+) -> SpeechStream:
+    """One float32 array per chunk, in order, synthesizing ahead on a thread (see
+    :class:`SpeechStream`; synthesis starts at ``start()`` or the first ``next``).
 
     ``chunks`` is a plan from ``chunks_for``, or plain sentences (each a whole sentence).
     """
     plan = [c if isinstance(c, Chunk) else Chunk(c) for c in chunks]
-    out: queue.Queue = queue.Queue(maxsize=max(1, lookahead))
-    stop = threading.Event()
-    worker = threading.Thread(
-        target=_produce,
-        args=(engine, speech, plan, out, stop),
-        name="voice-synth",
-        daemon=True,
-    )
-    worker.start()
-    try:
-        while (item := out.get()) is not _DONE:
-            if isinstance(item, BaseException):
-                raise item
-            yield item
-    finally:
-        stop.set()
+    return SpeechStream(engine, speech, plan, lookahead)

@@ -146,9 +146,9 @@ def split_first(sentence: str, growth: float = 1.5, min_words: int = 3) -> list[
         cut = None
         # a natural cut that lets the pieces grow, else any natural cut, else a blind one
         for window in (range(max(min_words, previous), limit + 1), range(min_words, limit + 1)):
-            cut = (next((n for n in reversed(window) if rest[n - 1][-1] in _CLAUSE_MARKS), None)
-                   or next((n for n in reversed(window) if _word(rest[n]) in _PHRASE_STARTS),
-                           None))
+            cut = next(
+                (n for n in reversed(window) if rest[n - 1][-1] in _CLAUSE_MARKS), None
+            ) or next((n for n in reversed(window) if _word(rest[n]) in _PHRASE_STARTS), None)
             if cut:
                 break
         cut = cut or limit

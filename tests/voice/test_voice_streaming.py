@@ -109,6 +109,48 @@ def test_first_chunk_arrives_before_the_rest_is_synthesized():
     assert first < 0.9 and total > 1.9, (first, total)
 
 
+def test_stream_synthesizes_only_once_started_or_read(tone):
+    stream = stream_speech(tone, Speech("", VOICE), ["One.", "Two."])
+    time.sleep(0.05)
+    assert tone.calls == []  # nothing runs until asked
+    assert stream.start() is stream and stream.start() is stream  # idempotent
+    assert len(list(stream)) == 2 and [t for t, _, _ in tone.calls] == ["One.", "Two."]
+    assert list(stream) == []  # exhausted
+
+
+def test_stream_closed_before_start_never_synthesizes(tone):
+    stream = stream_speech(tone, Speech("", VOICE), ["One."])
+    stream.close()
+    assert stream.start() is stream and list(stream) == []
+    time.sleep(0.05)
+    assert tone.calls == []
+
+
+class SlowOpenSink(RecordingSink):
+    """A sink that, like a real device, takes a while to open before it reads any chunk; it
+    notes whether the engine had already started on the first chunk when it finished opening."""
+
+    def __init__(self, engine: ToneEngine) -> None:
+        super().__init__()
+        self.engine = engine
+        self.synthesizing_while_opening: list[bool] = []
+
+    def play(self, chunks, sample_rate: int) -> None:
+        deadline = time.perf_counter() + 2.0  # "opening the device"
+        while not self.engine.calls and time.perf_counter() < deadline:
+            time.sleep(0.01)
+        self.synthesizing_while_opening.append(bool(self.engine.calls))
+        super().play(chunks, sample_rate)
+
+
+def test_notifier_starts_synthesis_before_opening_the_audio_output(tone):
+    sink = SlowOpenSink(tone)
+    notifier = Notifier(tone, sink)
+    run(notifier, note(1, "The nightly build finished without errors. All good."))
+    assert sink.synthesizing_while_opening == [True]
+    assert notifier.last().result == "played" and len(sink.recordings[0].chunks) == 3
+
+
 def test_stream_hands_on_engine_errors(tone):
     failing = ToneEngine(fail_on="boom")
     stream = stream_speech(failing, Speech("", VOICE), ["fine.", "boom."])

@@ -74,3 +74,15 @@ def test_auto_engine_prefers_torch_only_when_its_weights_are_there(tmp_path):
     assert isinstance(default_engine(onnx), KokoroEngine)
     with pytest.raises(ValueError, match="unknown engine"):
         default_engine(Settings(engine="espeak"))
+
+
+def test_the_onnx_engine_warms_the_default_voices_language_too(tmp_path):
+    languages = {vid: default_engine(Settings(assets_dir=tmp_path, default_voice_id=vid))
+                 for vid in ("1", "21", "bf_emma", "jf_alpha", "99")}  # fmt: skip
+    assert {vid: e.warm_languages for vid, e in languages.items()} == {
+        "1": ("en-us",),
+        "21": ("en-us", "en-gb"),
+        "bf_emma": ("en-us", "en-gb"),
+        "jf_alpha": ("en-us", "ja"),
+        "99": ("en-us",),  # an invalid default is reported elsewhere, not here
+    }

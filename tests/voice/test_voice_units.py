@@ -356,4 +356,6 @@ def test_short_first_sentences_keep_one_cut_at_most():
 
     assert split_first("Short one.") == ["Short one."]
     assert split_first("The nightly build finished without errors.") == [
-        "The nightly build finished", "without errors."]
+        "The nightly build finished",
+        "without errors.",
+    ]
