@@ -421,8 +421,9 @@ class Workbench:
     def recover_soft_deleted(self, uuid: str) -> dict[str, Any]:
         from workbench.maintenance import recover_soft_deleted
 
-        result = recover_soft_deleted(self.store, _check_uuid(uuid), self.clock)
-        self.search.refresh_states()
+        with self.gate:
+            result = recover_soft_deleted(self.store, _check_uuid(uuid), self.clock)
+            self.search.refresh_states()
         return jsonable(result)
 
     # --- notebooks ----------------------------------------------------------------------
