@@ -46,7 +46,7 @@ from typing import Any
 
 import numpy as np
 
-from workbench.access import AccessTracker
+from workbench.access import AccessTracker, access_update
 from workbench.clock import Clock, utcnow
 from workbench.errors import InvalidInput, NotFound
 from workbench.index import KINDS, VectorIndex, load_index
@@ -132,23 +132,24 @@ class SearchEngine:
 
     # --- keeping in step with the store ---------------------------------------------------
     def rebuild(self) -> None:
-        """(Re)load the indexes and rows of both kinds from the store."""
-        marker = sql.maintenance_marker(self.store)
-        vectors, keywords, caches = {}, {}, {}
-        for kind in KINDS:
-            vectors[kind] = load_index(
-                self.store, kind, self.ann_threshold, self.graph_dir, **self._index_options
-            )
-            with self.tracker.consistent_read():
+        """(Re)load the indexes and rows of both kinds from the store. Upserts and deletes
+        told meanwhile wait for it (they would otherwise be lost in the swap)."""
+        with self.tracker.consistent_read():
+            marker = sql.maintenance_marker(self.store)
+            vectors, keywords, caches = {}, {}, {}
+            for kind in KINDS:
+                vectors[kind] = load_index(
+                    self.store, kind, self.ann_threshold, self.graph_dir, **self._index_options
+                )
                 caches[kind] = self._load_rows(kind)
-            rows = list(caches[kind].rows.values())
-            keywords[kind] = KeywordIndex()
-            keywords[kind].add([r["uuid"] for r in rows],
-                               [keyword_text(kind, r) for r in rows],
-                               [r["group_id"] for r in rows])
-        with self._lock:
-            self.vectors, self.keywords, self.rows = vectors, keywords, caches
-            self._marker, self._checked = marker, time.monotonic()
+                rows = list(caches[kind].rows.values())
+                keywords[kind] = KeywordIndex()
+                keywords[kind].add([r["uuid"] for r in rows],
+                                   [keyword_text(kind, r) for r in rows],
+                                   [r["group_id"] for r in rows])
+            with self._lock:
+                self.vectors, self.keywords, self.rows = vectors, keywords, caches
+                self._marker, self._checked = marker, time.monotonic()
 
     def _load_rows(self, kind: str) -> RowCache:
         """All rows of ``kind`` with not-yet-written accesses applied (hold consistent_read)."""
@@ -189,7 +190,9 @@ class SearchEngine:
         uuids = list(uuids)
         if not uuids:
             return
-        with self._lock:
+        # consistent_read: a refresh_states loading meanwhile (from a snapshot that may
+        # still hold these rows) swaps its rows in first, then they are removed from them
+        with self.tracker.consistent_read(), self._lock:
             self.rows[kind].remove(uuids)
             self.vectors[kind].remove(uuids)
             self.keywords[kind].remove(uuids)
@@ -357,11 +360,26 @@ class SearchEngine:
                                            filters.group_ids, None, extra)
             rows = self._passing(kind, cands, filters)
         ranked = self._rank(rows, cands, weights, centre, k)
+        now = self.clock()
         with self._lock:
-            accessed = self.tracker.record(kind, [r for r, *_ in ranked], self.clock())
-            self.rows[kind].put(accessed)
+            accessed = self.tracker.record(kind, [r for r, *_ in ranked], now)
+            self._apply_access(kind, [r for r, *_ in ranked], accessed, now)
         self.tracker.settle()
         return [(row, *rest) for row, (_, *rest) in zip(accessed, ranked)]
+
+    def _apply_access(self, kind, seen: list[dict], accessed: list[dict], now) -> None:
+        """Put the accessed rows into the cache (hold ``self._lock``). The rows were ranked
+        without the lock: one changed meanwhile (an upsert, a refresh, another search's access)
+        gets this access applied to its current version instead, and one deleted meanwhile
+        stays deleted (writing back the stale copy would resurrect it)."""
+        cache = self.rows[kind]
+        fresh = []
+        for old, new in zip(seen, accessed):
+            current = cache.get(old["uuid"])
+            if current is None:
+                continue
+            fresh.append(new if current is old else access_update(current, now)[0])
+        cache.put(fresh)
 
     def _passing(self, kind, cands, filters) -> list[dict]:
         with self._lock:

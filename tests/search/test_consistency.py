@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 
 from tests.search.helpers import add, entity, fact
+from workbench import search_cache
 from workbench.clock import ManualClock
+from workbench.graph_reads import CachedReads
 from workbench.metrics import Metrics
 from workbench.search import SearchEngine
 from workbench.store import Store
@@ -181,3 +185,88 @@ def test_a_saved_graph_built_with_other_hnsw_parameters_is_rebuilt(db, hash_embe
     finally:
         engine.close()
         store.close()
+
+
+def _during_rank(engine, monkeypatch, action):
+    """Run ``action`` once, after the search has ranked its rows (without the engine's lock)
+    and before it writes their access into the row cache."""
+    rank = engine._rank
+    done = []
+
+    def ranked_then_act(*args, **kwargs):
+        result = rank(*args, **kwargs)
+        if not done:
+            done.append(True)
+            action()
+        return result
+
+    monkeypatch.setattr(engine, "_rank", ranked_then_act)
+
+
+def test_a_search_does_not_resurrect_a_memory_deleted_while_it_ranked(
+        store, make_engine, hash_embedder, monkeypatch):
+    engine = make_engine(hash_embedder)
+    gone, kept = add(engine, "entity", [entity("Harbour crane"), entity("Harbour master")])
+
+    def delete():
+        store.execute("DELETE FROM entities WHERE uuid = ?", [gone["uuid"]])
+        engine.on_delete("entity", [gone["uuid"]])
+
+    _during_rank(engine, monkeypatch, delete)
+    hits = engine.search_nodes("harbour crane")
+    assert gone["uuid"] in [h["uuid"] for h in hits]  # ranked before the delete
+    assert gone["uuid"] not in engine.rows["entity"]
+    reads = CachedReads(engine.cached_rows)
+    assert reads.entities_by_norm("main", ["harbour crane"]) == {}
+    assert reads.entities_by_uuid([gone["uuid"]]) == {}
+    assert [h["uuid"] for h in engine.search_nodes("harbour")] == [kept["uuid"]]
+    assert engine.rows["entity"].get(kept["uuid"])["access_count"] == 2
+
+
+def test_a_search_keeps_a_change_made_while_it_ranked_and_adds_its_access(
+        store, make_engine, hash_embedder, monkeypatch):
+    engine = make_engine(hash_embedder)
+    crane, = add(engine, "entity", [entity("Harbour crane", "old summary")])
+
+    def update():
+        store.execute("UPDATE entities SET summary = 'new summary' WHERE uuid = ?",
+                      [crane["uuid"]])
+        engine.on_upsert("entity", [{"uuid": crane["uuid"], "group_id": "main"}])
+
+    _during_rank(engine, monkeypatch, update)
+    engine.search_nodes("harbour crane")
+    row = engine.rows["entity"].get(crane["uuid"])
+    assert row["summary"] == "new summary"
+    assert row["access_count"] == 1
+    engine.flush()
+    assert store.fetchone("SELECT summary, access_count FROM entities WHERE uuid = ?",
+                          [crane["uuid"]]) == ("new summary", 1)
+
+
+def test_a_delete_told_while_refresh_states_loads_is_not_undone(
+        store, make_engine, hash_embedder, monkeypatch):
+    """refresh_states loads every row from a snapshot that still holds the entity; the
+    delete told meanwhile must apply to the rows it swaps in, not to the ones it drops."""
+    engine = make_engine(hash_embedder)
+    gone, kept = add(engine, "entity", [entity("Harbour crane"), entity("Harbour master")])
+    load = search_cache.RowCache.load
+    deleter: list[threading.Thread] = []
+
+    def delete():
+        store.execute("DELETE FROM entities WHERE uuid = ?", [gone["uuid"]])
+        engine.on_delete("entity", [gone["uuid"]])
+
+    def load_then_delete(cache, source):
+        load(cache, source)
+        if cache.kind == "entity" and not deleter:
+            deleter.append(threading.Thread(target=delete))
+            deleter[0].start()
+            deleter[0].join(timeout=0.5)  # blocked until the swap (or done, were it not)
+
+    monkeypatch.setattr(search_cache.RowCache, "load", load_then_delete)
+    engine.refresh_states()
+    deleter[0].join(timeout=10)
+    assert not deleter[0].is_alive()
+    assert gone["uuid"] not in engine.rows["entity"]
+    assert gone["uuid"] not in engine.vectors["entity"]
+    assert [h["uuid"] for h in engine.search_nodes("harbour crane")] == [kept["uuid"]]
