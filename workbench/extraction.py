@@ -109,6 +109,7 @@ class Extractor:
         context_episodes: int = 2,
         thresholds: Thresholds | None = None,
         reads: GraphReads | None = None,
+        resync: Callable[[], None] | None = None,
     ):
         self.store = store
         self.reads = reads or StoreReads(store)
@@ -118,6 +119,7 @@ class Extractor:
         self.clock = clock
         self.similar = similar
         self.on_upsert = on_upsert
+        self.resync = resync  # re-reads the search rows when on_upsert fails after a commit
         self.context_episodes = context_episodes
         self.thresholds = thresholds or Thresholds()
 
@@ -346,12 +348,36 @@ class Extractor:
             if also is not None:
                 also()
         if self.on_upsert:
+            self._tell_indexes(all_entities, ent_vecs, facts, fact_vecs, reread)
+
+    def _tell_indexes(self, entities, ent_vecs, facts, fact_vecs, reread) -> None:
+        """Tell the search indexes what was just committed. This must not raise: the episodes
+        are written and acknowledged, and an error here would have them processed again
+        (duplicates). A failure is tried once more (``on_upsert`` is idempotent), then the
+        row caches are re-read whole (``resync``) so that the next episodes see these
+        entities and facts; their vectors then join the index at the next open."""
+        def tell() -> None:
             self.on_upsert("entity", [
                 {**e, "text": entity_text(e["name"], e["entity_type"], e["summary"])}
-                for e in all_entities], ent_vecs)
+                for e in entities], ent_vecs)
             self.on_upsert("fact", [{**f, "text": f["fact"]} for f in facts], fact_vecs)
             # invalidated facts changed in the store: the search indexes re-read them
             self.on_upsert("fact", reread, None)
+
+        for attempt in (1, 2):
+            try:
+                tell()
+                return
+            except Exception:  # noqa: BLE001 - written already: never fail the episodes
+                log.exception("updating the search indexes after a write failed (attempt %d)",
+                              attempt)
+        if self.resync is None:
+            return
+        try:
+            self.resync()
+        except Exception:  # noqa: BLE001
+            log.exception("re-reading the search rows failed too: searches and extraction may "
+                          "miss the newest memories until the service restarts")
 
 
 def _stack(parts: list[np.ndarray], dim: int) -> np.ndarray:

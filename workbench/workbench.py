@@ -88,7 +88,8 @@ class Workbench:
         self.gate = threading.RLock()
         self.extractor = Extractor(
             store, chat, embedder, metrics, clock, similar=self.search.similar,
-            on_upsert=self.search.on_upsert, reads=CachedReads(self.search.cached_rows))
+            on_upsert=self.search.on_upsert, reads=CachedReads(self.search.cached_rows),
+            resync=self.search.refresh_states)
         self.queue = EpisodeQueue(
             store, self._process_message, metrics, clock,
             concurrency=settings.queue_concurrency, lease_seconds=settings.queue_lease_seconds,
@@ -396,8 +397,8 @@ class Workbench:
 
     # --- decay, classification ----------------------------------------------------------
     def run_decay_maintenance(self, dry_run: bool = False) -> dict[str, Any]:
+        # a real run refreshes the search rows itself (scheduler.after_run, under the gate)
         report = self.scheduler.run_now(dry_run=dry_run, classify=not dry_run)
-        self.search.refresh_states()
         return jsonable(_as_dict(report))
 
     def get_knowledge_health(self) -> dict[str, Any]:

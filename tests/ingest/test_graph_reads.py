@@ -152,3 +152,29 @@ def test_the_next_episode_of_a_group_waits_for_the_indexes_of_the_previous(
         assert wb.store.fetchone("SELECT count(*) FROM facts")[0] == 1
     finally:
         wb.close()
+
+
+def test_an_index_update_failing_after_the_commit_does_not_process_episodes_again(
+        fake_llm, hash_embedder, caplog):
+    """The episodes are written and acknowledged before the search indexes hear of them: a
+    failure there must neither re-queue them (duplicates) nor hide their entities from the
+    next episode of the group (the row caches are re-read)."""
+    fake_llm.set_responder(rule_llm.respond)
+    wb = open_wb(fake_llm, hash_embedder, SVC_KNOWLEDGE_DECAY_ENABLED="false")
+
+    def broken_upsert(*args, **kwargs):
+        raise RuntimeError("index update failed")
+
+    wb.extractor.on_upsert = broken_upsert
+    try:
+        wb.add_memory("e0", "Maria Keller works at Acme.", group_id="g")
+        assert wb.process_pending() == 1
+        wb.add_memory("e1", "Maria Keller works at Acme. She likes tea.", group_id="g")
+        assert wb.process_pending() == 1
+        states = wb.store.fetchall("SELECT state, attempts FROM queue ORDER BY enqueued_at")
+        assert states == [("done", 1), ("done", 1)]
+        rows = wb.store.fetchall("SELECT name, count(*) FROM entities GROUP BY 1 ORDER BY 1")
+        assert rows == [("Acme", 1), ("Maria Keller", 1)]
+        assert "updating the search indexes after a write failed" in caplog.text
+    finally:
+        wb.close()
