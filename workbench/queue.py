@@ -324,9 +324,10 @@ class EpisodeQueue:
     def _process(self, message: dict[str, Any], owner: str) -> None:
         started = self._begin(message)
         try:
-            result = self.processor(message)
-            if self.commit is not None:
-                self._group.submit((message, result))
+            with self._leases_kept([message], owner):  # slow LLM calls outlast one lease
+                result = self.processor(message)
+                if self.commit is not None:
+                    self._group.submit((message, result))
         except BaseException as exc:
             if isinstance(exc, (KeyboardInterrupt, SystemExit)):
                 q.release(self.store, message["episode_uuid"], owner)
@@ -372,9 +373,9 @@ class EpisodeQueue:
 
     @contextmanager
     def _leases_kept(self, messages: list[dict[str, Any]], owner: str) -> Iterator[None]:
-        """Renew the batch's leases every lease/3 while it is prepared: a batch of slow LLM
-        calls may take longer than one lease, and an expired lease would hand a message that
-        is still being worked on to another worker."""
+        """Renew the leases every lease/3 while the messages are prepared: slow LLM calls
+        (with their retries) may take longer than one lease, and an expired lease would hand a
+        message that is still being worked on to another worker."""
         stop = threading.Event()
         uuids = [m["episode_uuid"] for m in messages]
 

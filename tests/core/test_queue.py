@@ -335,3 +335,31 @@ def test_a_batch_keeps_its_leases_while_it_is_prepared(env):
     add("b1", "B")
     assert queue.drain() == 2
     assert leases == {"b1": True}  # still ours when its turn came, not expired
+
+
+@pytest.mark.parametrize("with_commit", [False, True])
+def test_a_single_message_keeps_its_lease_while_it_is_processed(env, with_commit):
+    import time
+
+    store, clock, metrics, _, _, _, add = env
+    held: list[bool] = []
+
+    def process(message):
+        uuid = message["episode_uuid"]
+        clock.advance(seconds=10)  # this episode takes 10 s (leases last 0.3 s)
+        time.sleep(0.4)            # the keeper renews every 0.1 s (real time)
+        held.append(q.get_message(store, uuid)["leased_until"] > clock())
+        if not with_commit:
+            q.mark_done(store, uuid, clock())
+        return uuid
+
+    def commit(results, ack):
+        with store.transaction():
+            ack()
+
+    queue = EpisodeQueue(store, process, metrics, clock, concurrency=1, lease_seconds=0.3,
+                         commit=commit if with_commit else None)
+    add("a1", "A")
+    assert queue.run_once("w1")
+    assert held == [True]  # not expired: no other worker could have taken it meanwhile
+    assert q.get_message(store, "a1")["state"] == "done"
