@@ -97,7 +97,8 @@ SETTING_MEANINGS: dict[str, str] = {
     "queue_concurrency": "Episodes processed in parallel (one group at a time each: episodes "
                          "of one group stay in order).",
     "queue_lease_seconds": "How long a worker holds an episode before a crashed worker's "
-                           "episode returns to the queue.",
+                           "episode returns to the queue (a live worker renews it every "
+                           "third of this while the episode's LLM calls run).",
     "queue_max_attempts": "Attempts before a transiently failing episode is marked failed "
                           "(a validation failure is retried once).",
     "queue_poll_seconds": "How often idle workers look for new episodes.",
