@@ -208,9 +208,11 @@ class SearchEngine:
                 with self._lock:  # accesses recorded meanwhile are still queued: re-apply
                     self.tracker.overlay(kind, loaded.rows.values())
                     old, self.rows[kind] = self.rows[kind], loaded
-            cache = loaded
-            gone = [u for u in old.rows if u not in cache]
-            gone += [u for u in self.vectors[kind].uuids() if u not in cache]
+                # still under consistent_read: once it is released, an upsert may put a row
+                # into another refresh's cache, and its vector would look purged here
+                cache = loaded
+                gone = [u for u in old.rows if u not in cache]
+                gone += [u for u in self.vectors[kind].uuids() if u not in cache]
             if gone:
                 self.on_delete(kind, sorted(set(gone)))
         with self._lock:

@@ -270,3 +270,44 @@ def test_a_delete_told_while_refresh_states_loads_is_not_undone(
     assert gone["uuid"] not in engine.rows["entity"]
     assert gone["uuid"] not in engine.vectors["entity"]
     assert [h["uuid"] for h in engine.search_nodes("harbour crane")] == [kept["uuid"]]
+
+
+def test_a_refresh_does_not_drop_a_memory_told_after_another_refresh_swapped_its_rows(
+        store, make_engine, hash_embedder, monkeypatch):
+    """Two refreshes overlap (the background sync a search starts after a maintenance run,
+    and the run's own after_run): the first must not take a memory written and told after
+    the second swapped its rows in for one purged (it is in no snapshot of the first)."""
+    engine = make_engine(hash_embedder)
+    add(engine, "entity", [entity("Harbour master")])
+    index = engine.vectors["entity"]
+    uuids = index.uuids
+    first: list[threading.Thread] = []
+    stalled, resume = threading.Event(), threading.Event()
+
+    def stall_the_first(*args, **kwargs):
+        if first and threading.current_thread() is first[0] and not stalled.is_set():
+            stalled.set()
+            resume.wait(10)
+        return uuids(*args, **kwargs)
+
+    monkeypatch.setattr(index, "uuids", stall_the_first)
+    first.append(threading.Thread(target=engine.refresh_states))
+    first[0].start()
+    assert stalled.wait(10)  # it swapped its entity rows, then looks for purged ones
+    crane: list[dict] = []
+
+    def refresh_then_write():
+        engine.refresh_states()
+        crane.extend(add(engine, "entity", [entity("Harbour crane")]))
+
+    second = threading.Thread(target=refresh_then_write)
+    second.start()
+    second.join(timeout=0.5)  # done (or waiting for the first, were it holding its lock)
+    resume.set()
+    first[0].join(timeout=10)
+    second.join(timeout=10)
+    assert not first[0].is_alive() and not second.is_alive()
+    uuid = crane[0]["uuid"]
+    assert uuid in engine.rows["entity"] and uuid in engine.vectors["entity"]
+    assert CachedReads(engine.cached_rows).entities_by_norm("main", ["harbour crane"])
+    assert uuid in [h["uuid"] for h in engine.search_nodes("harbour crane")]
