@@ -119,7 +119,7 @@ class Extractor:
         self.clock = clock
         self.similar = similar
         self.on_upsert = on_upsert
-        self.resync = resync  # re-reads the search rows when on_upsert fails after a commit
+        self.resync = resync  # re-reads the search indexes when on_upsert fails after a commit
         self.context_episodes = context_episodes
         self.thresholds = thresholds or Thresholds()
 
@@ -354,8 +354,8 @@ class Extractor:
         """Tell the search indexes what was just committed. This must not raise: the episodes
         are written and acknowledged, and an error here would have them processed again
         (duplicates). A failure is tried once more (``on_upsert`` is idempotent), then the
-        row caches are re-read whole (``resync``) so that the next episodes see these
-        entities and facts; their vectors then join the index at the next open."""
+        rows and indexes are re-read whole (``resync``) so that the next episodes and the
+        searches see these entities and facts (rows, vectors and keywords)."""
         def tell() -> None:
             self.on_upsert("entity", [
                 {**e, "text": entity_text(e["name"], e["entity_type"], e["summary"])}

@@ -89,7 +89,7 @@ class Workbench:
         self.extractor = Extractor(
             store, chat, embedder, metrics, clock, similar=self.search.similar,
             on_upsert=self.search.on_upsert, reads=CachedReads(self.search.cached_rows),
-            resync=self.search.refresh_states)
+            resync=self.search.rebuild)
         self.queue = EpisodeQueue(
             store, self._process_message, metrics, clock,
             concurrency=settings.queue_concurrency, lease_seconds=settings.queue_lease_seconds,

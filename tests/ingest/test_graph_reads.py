@@ -178,3 +178,32 @@ def test_an_index_update_failing_after_the_commit_does_not_process_episodes_agai
         assert "updating the search indexes after a write failed" in caplog.text
     finally:
         wb.close()
+
+
+def test_memories_whose_index_update_failed_are_searchable_after_the_resync(
+        fake_llm, hash_embedder):
+    """The resync after a failed index update must bring the written memories into the
+    vector and keyword indexes too, not only into the row caches: else no search finds
+    them, and extraction's vector dedupe (``similar``) cannot offer them as duplicates."""
+    fake_llm.set_responder(rule_llm.respond)
+    wb = open_wb(fake_llm, hash_embedder, SVC_KNOWLEDGE_DECAY_ENABLED="false")
+    on_upsert = wb.extractor.on_upsert
+
+    def broken_upsert(*args, **kwargs):
+        raise RuntimeError("index update failed")
+
+    wb.extractor.on_upsert = broken_upsert
+    try:
+        wb.add_memory("e0", "Maria Keller works at Acme.", group_id="g")
+        assert wb.process_pending() == 1
+        wb.extractor.on_upsert = on_upsert
+        maria = wb.store.fetchone("SELECT uuid FROM entities WHERE name = 'Maria Keller'")[0]
+        assert maria in wb.search.rows["entity"]
+        assert maria in wb.search.vectors["entity"]
+        assert maria in wb.search.keywords["entity"]
+        nodes = wb.search_memory_nodes("Maria Keller", group_ids=["g"])["nodes"]
+        assert maria in [n["uuid"] for n in nodes]
+        facts = wb.search_memory_facts("Maria Keller works at Acme", group_ids=["g"])["facts"]
+        assert len(facts) == 1
+    finally:
+        wb.close()
