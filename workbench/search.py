@@ -141,22 +141,18 @@ class SearchEngine:
                 vectors[kind] = load_index(
                     self.store, kind, self.ann_threshold, self.graph_dir, **self._index_options
                 )
-                caches[kind] = self._load_rows(kind)
+                caches[kind] = RowCache(kind)
+                caches[kind].load(self.store)
                 rows = list(caches[kind].rows.values())
                 keywords[kind] = KeywordIndex()
                 keywords[kind].add([r["uuid"] for r in rows],
                                    [keyword_text(kind, r) for r in rows],
                                    [r["group_id"] for r in rows])
-            with self._lock:
+            with self._lock:  # accesses recorded meanwhile are still queued: apply them all
+                for kind in KINDS:
+                    self.tracker.overlay(kind, caches[kind].rows.values())
                 self.vectors, self.keywords, self.rows = vectors, keywords, caches
                 self._marker, self._checked = marker, time.monotonic()
-
-    def _load_rows(self, kind: str) -> RowCache:
-        """All rows of ``kind`` with not-yet-written accesses applied (hold consistent_read)."""
-        cache = RowCache(kind)
-        cache.load(self.store)
-        self.tracker.overlay(kind, cache.rows.values())
-        return cache
 
     def on_upsert(self, kind: str, rows: list[dict], vectors: np.ndarray | None = None) -> None:
         """Index new or changed memories of ``kind`` after they are written to the store.

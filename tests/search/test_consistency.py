@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 
 from tests.search.helpers import add, entity, fact
+from workbench import search as search_module
 from workbench import search_cache
 from workbench.clock import ManualClock
 from workbench.graph_reads import CachedReads
@@ -311,3 +313,31 @@ def test_a_refresh_does_not_drop_a_memory_told_after_another_refresh_swapped_its
     assert uuid in engine.rows["entity"] and uuid in engine.vectors["entity"]
     assert CachedReads(engine.cached_rows).entities_by_norm("main", ["harbour crane"])
     assert uuid in [h["uuid"] for h in engine.search_nodes("harbour crane")]
+
+
+def test_an_access_recorded_while_rebuild_loads_is_kept_in_its_rows(
+        store, make_engine, hash_embedder, monkeypatch):
+    """rebuild applies the queued accesses to the rows it loaded: one recorded after that
+    (a search while the other kind's index loads) must still be in the rows it swaps in."""
+    engine = make_engine(hash_embedder)
+    crane, = add(engine, "entity", [entity("Harbour crane")])
+    load = search_module.load_index
+    searcher: list[threading.Thread] = []
+
+    def search_while_loading(store_, kind, *args, **kwargs):
+        if kind == "fact" and not searcher:
+            searcher.append(threading.Thread(target=engine.search_nodes,
+                                             args=("harbour crane",)))
+            searcher[0].start()
+            deadline = time.monotonic() + 10
+            while engine.tracker.pending == 0 and time.monotonic() < deadline:
+                time.sleep(0.01)  # recorded (its write waits for rebuild's consistent_read)
+        return load(store_, kind, *args, **kwargs)
+
+    monkeypatch.setattr(search_module, "load_index", search_while_loading)
+    engine.rebuild()
+    searcher[0].join(timeout=10)
+    assert not searcher[0].is_alive()
+    assert engine.rows["entity"].get(crane["uuid"])["access_count"] == 1
+    assert store.fetchone("SELECT access_count FROM entities WHERE uuid = ?",
+                          [crane["uuid"]]) == (1,)
