@@ -15,6 +15,7 @@ number and skipped; the good lines are imported.
 from __future__ import annotations
 
 import json
+import logging
 import uuid as uuidlib
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -31,6 +32,8 @@ from workbench.errors import InvalidInput
 from workbench.extraction import entity_text, normalise_name
 from workbench.store import Store
 from workbench.store import graph as g
+
+log = logging.getLogger("workbench.importer")
 
 BATCH = 256
 
@@ -120,7 +123,8 @@ def parse(items: Iterable[tuple[int, Any]], report: ImportReport) -> list[Entity
 
 class Importer:
     def __init__(self, store: Store, embedder: Embedder, clock: Clock, default_group: str,
-                 on_upsert=None, gate: AbstractContextManager[Any] | None = None):
+                 on_upsert=None, gate: AbstractContextManager[Any] | None = None,
+                 resync=None):
         self.store = store
         self.embedder = embedder
         self.clock = clock
@@ -128,6 +132,7 @@ class Importer:
         self.on_upsert = on_upsert
         # held from the write until the search indexes know it (see workbench.graph_reads)
         self.gate = gate if gate is not None else nullcontext()
+        self.resync = resync  # re-reads the search indexes when on_upsert fails after a commit
 
     def run(self, source, progress: bool = False) -> ImportReport:
         report = ImportReport()
@@ -202,9 +207,19 @@ class Importer:
                 g.insert_embeddings(self.store, "fact", [f["uuid"] for f in facts], fact_vecs,
                                     model)
             if self.on_upsert:
-                self.on_upsert("entity", [{**e, "text": t} for e, t in zip(new_entities, texts)],
-                               ent_vecs)
-                self.on_upsert("fact", [{**f, "text": f["fact"]} for f in facts], fact_vecs)
+                try:
+                    self.on_upsert("entity",
+                                   [{**e, "text": t} for e, t in zip(new_entities, texts)],
+                                   ent_vecs)
+                    self.on_upsert("fact", [{**f, "text": f["fact"]} for f in facts], fact_vecs)
+                except Exception:
+                    # committed already: extraction reads the graph from the search rows,
+                    # which must not miss these (the next episode would create them again)
+                    if self.resync is None:
+                        raise
+                    log.exception("updating the search indexes after an import failed: "
+                                  "re-reading them")
+                    self.resync()
 
 
 def _entity_row(group, name, line, norm, now) -> dict:

@@ -287,7 +287,8 @@ class Workbench:
                      group_id: str | None = None) -> dict[str, Any]:
         """Import pre-extracted entities and facts (JSON lines), no LLM."""
         importer = Importer(self.store, self.embedder, self.clock, self._group(group_id),
-                            on_upsert=self.search.on_upsert, gate=self.gate)
+                            on_upsert=self.search.on_upsert, gate=self.gate,
+                            resync=self.search.rebuild)
         return importer.run(source, progress=progress).as_dict()
 
     # --- search -------------------------------------------------------------------------

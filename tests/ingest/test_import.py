@@ -47,3 +47,25 @@ def test_add_memories_queues_every_episode(hash_embedder):
         out = wb.add_memories([{"name": f"e{i}", "episode_body": f"note {i}"} for i in range(3)])
         assert [o["status"] for o in out] == ["queued"] * 3
         assert wb.get_queue_status()["counts"]["queued"] == 3
+
+
+def test_an_index_update_failing_after_an_import_commit_leaves_the_caches_current(
+        tmp_path, hash_embedder):
+    """The chunk is committed before the search indexes hear of it: when telling them fails,
+    extraction (which reads the graph from the row caches) must still see the imported
+    entities, or the next episode creates them a second time."""
+    path = tmp_path / "in.jsonl"
+    path.write_text(json.dumps({"type": "fact", "source": "Maria Keller", "target": "Acme",
+                                "fact": "Maria Keller works at Acme"}) + "\n")
+    settings = load_settings({"SVC_KNOWLEDGE_DB_PATH": ":memory:"}, env_file=None)
+    with Workbench.open(settings, embedder=hash_embedder) as wb:
+        def broken_upsert(*args, **kwargs):
+            raise RuntimeError("index update failed")
+
+        wb.search.on_upsert = broken_upsert
+        report = wb.import_jsonl(path)
+        assert report["entities_created"] == 2 and report["facts_created"] == 1
+        assert wb.extractor.reads.entities_by_norm("main", ["maria keller", "acme"]).keys() \
+            == {"maria keller", "acme"}
+        hits = wb.search_memory_facts("where does Maria work", group_ids=["main"])["facts"]
+        assert [h["fact"] for h in hits] == ["Maria Keller works at Acme"]
