@@ -15,6 +15,7 @@ flags override them. Every start-up problem is one clear ``error:`` line and a n
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import logging
 import sys
@@ -50,6 +51,23 @@ def open_workbench(settings: Settings, embedder=None, start: bool = False):
     return workbench
 
 
+def freeze_loaded_memory() -> int:
+    """Exempt everything allocated so far from the garbage collector's full passes; returns
+    how many objects that is.
+
+    Called once the workbench is open: its search caches (a row dict per memory, the BM25
+    postings) are most of the process's container objects and live as long as it does, yet a
+    full (generation 2) collection walks every one of them, stalling every request meanwhile:
+    210-370 ms at 100k memories on this machine (``gc.collect()`` after loading), ~10x that at
+    1M. Frozen, they cost such a pass nothing. Reference counting still frees what is dropped
+    later (a replaced cache); only reference cycles among these objects would never be
+    collected, and they hold none that matter.
+    """
+    gc.collect()
+    gc.freeze()
+    return gc.get_freeze_count()
+
+
 def print_json(value: Any) -> None:
     print(json.dumps(value, indent=2, default=str, ensure_ascii=False))
 
@@ -81,6 +99,7 @@ def cmd_mcp(args: argparse.Namespace) -> int:
     settings = settings_from(args)
     setup_logging(settings.log_level, secrets_of(settings), fmt="text")
     with open_workbench(settings, start=True) as workbench:
+        freeze_loaded_memory()
         anyio.run(run_stdio, workbench)
     return 0
 

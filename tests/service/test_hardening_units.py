@@ -112,3 +112,51 @@ def test_bound_sockets_are_tcp_with_nodelay():
         assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) == 1
     finally:
         sock.close()
+
+
+def test_freezing_exempts_what_is_loaded_from_full_collections():
+    import gc
+
+    from service.cli import freeze_loaded_memory
+
+    loaded = [{"uuid": str(i)} for i in range(1000)]  # containers, like the row caches
+    try:
+        assert freeze_loaded_memory() >= len(loaded)
+        assert gc.get_freeze_count() >= len(loaded)
+    finally:
+        gc.unfreeze()
+
+
+def test_serve_freezes_the_loaded_workbench_before_it_starts_the_workers(monkeypatch):
+    import service.runner as runner
+
+    calls: list[str] = []
+
+    class FakeWorkbench:
+        def start(self):
+            calls.append("start")
+            raise RuntimeError("stop the test here")
+
+        def stop(self, timeout=None):
+            calls.append("stop")
+
+        def close(self):
+            calls.append("close")
+
+    def fake_open(settings, embedder=None):
+        calls.append("open")
+        return FakeWorkbench()
+
+    def fake_freeze():
+        calls.append("freeze")
+        return 0
+
+    monkeypatch.setattr(runner, "prepare_embedder", lambda settings, background: object())
+    monkeypatch.setattr(runner, "open_workbench", fake_open)
+    monkeypatch.setattr(runner, "freeze_loaded_memory", fake_freeze)
+    monkeypatch.setattr(runner, "setup_logging", lambda *a, **k: None)
+    settings = load_settings({"SVC_KNOWLEDGE_PORT": "0", "SVC_KNOWLEDGE_METRICS_PORT": "0"},
+                             env_file=None)
+    with pytest.raises(RuntimeError, match="stop the test here"):
+        runner.serve(settings)
+    assert calls == ["open", "freeze", "start", "stop", "close"]
