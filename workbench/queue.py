@@ -94,7 +94,9 @@ class GroupCommit:
     The first submitter becomes the leader and writes everything pending; the others wait for
     it (and the next leader takes what arrived during that write). When a batch fails, its
     items are written one by one so one bad item fails alone; ``submit`` raises that item's
-    error in its own thread.
+    error in its own thread (``submit_many``: a worker's batch, each item's error on its
+    ticket). Queue workers submit their batches here, so the episodes several workers finish
+    at about the same time share one transaction.
     """
 
     def __init__(self, write: Callable[[list[Any]], None], max_batch: int = 16):
@@ -105,14 +107,21 @@ class GroupCommit:
         self._leading = False
 
     def submit(self, item: Any) -> None:
-        ticket = _Ticket(item)
+        self.submit_many([item])[0].result()
+
+    def submit_many(self, items: list[Any]) -> list[_Ticket]:
+        """Like :meth:`submit` for several items (written together with whatever else is
+        pending); returns their tickets, each with its own ``error`` (None when written)."""
+        tickets = [_Ticket(item) for item in items]
+        if not tickets:
+            return tickets
         with self._cv:
-            self._pending.append(ticket)
-        while True:  # lead batches (oldest first) until one of them held this ticket
+            self._pending.extend(tickets)
+        while True:  # lead batches (oldest first) until these tickets are all written
             with self._cv:
-                while not ticket.done and self._leading:
+                while not tickets[-1].done and self._leading:
                     self._cv.wait()
-                if ticket.done:
+                if tickets[-1].done:  # batches are taken oldest first: the rest are done
                     break
                 self._leading = True
                 batch = self._pending[: self.max_batch]
@@ -123,7 +132,7 @@ class GroupCommit:
                 with self._cv:
                     self._leading = False
                     self._cv.notify_all()
-        ticket.result()
+        return tickets
 
     def write_batch(self, tickets: list[_Ticket]) -> None:
         try:
@@ -361,8 +370,8 @@ class EpisodeQueue:
                 self._failed(message, value, time.perf_counter() - started)
         if not prepared:
             return
-        tickets = [_Ticket((message, result)) for message, result, _ in prepared]
-        self._group.write_batch(tickets)
+        # written together with the batches other workers submit meanwhile: one transaction
+        tickets = self._group.submit_many([(message, result) for message, result, _ in prepared])
         for ticket, (message, _, started) in zip(tickets, prepared):
             self._set_busy(-1)
             if ticket.error is not None:

@@ -363,3 +363,48 @@ def test_a_single_message_keeps_its_lease_while_it_is_processed(env, with_commit
     assert queue.run_once("w1")
     assert held == [True]  # not expired: no other worker could have taken it meanwhile
     assert q.get_message(store, "a1")["state"] == "done"
+
+
+def test_group_commit_writes_batches_of_several_workers_together():
+    import threading
+    import time
+
+    from workbench.queue import GroupCommit
+
+    batches: list[list[str]] = []
+    first_write_started, release_first = threading.Event(), threading.Event()
+
+    def write(items):
+        if items == ["first"]:
+            first_write_started.set()
+            release_first.wait(5)
+        if "bad" in items:
+            raise ValueError("bad item")
+        batches.append(list(items))
+
+    commit = GroupCommit(write, max_batch=8)
+    results: dict[str, list] = {}
+
+    def submit(name, items):
+        results[name] = commit.submit_many(items)
+
+    leader = threading.Thread(target=submit, args=("leader", ["first"]))
+    leader.start()
+    assert first_write_started.wait(5)
+    workers = [threading.Thread(target=submit, args=("w1", ["a1", "a2"])),
+               threading.Thread(target=submit, args=("w2", ["b1", "b2"]))]
+    for t in workers:
+        t.start()
+    deadline = time.monotonic() + 5
+    while len(commit._pending) < 4 and time.monotonic() < deadline:  # both batches waiting
+        time.sleep(0.01)
+    release_first.set()
+    for t in [leader, *workers]:
+        t.join(5)
+    assert batches[0] == ["first"]
+    assert sorted(batches[1]) == ["a1", "a2", "b1", "b2"]  # two workers, one transaction
+    assert all(t.done and t.error is None for ts in results.values() for t in ts)
+    assert commit.submit_many([]) == []
+    bad = commit.submit_many(["c", "bad"])  # a failing item fails alone
+    assert bad[0].error is None and isinstance(bad[1].error, ValueError)
+    assert batches[-1] == ["c"]
