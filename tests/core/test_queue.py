@@ -157,7 +157,9 @@ def test_workers_process_in_the_background_and_stop_cleanly(env):
     assert clock() - timedelta(seconds=0) == clock()
 
 
-def test_group_commit_writes_what_arrived_meanwhile_in_one_batch_and_isolates_failures():
+def blocking_group_commit():
+    """A GroupCommit whose write of ``["first"]`` blocks until released, whose writes
+    holding "bad" fail, and which records the batches it wrote."""
     import threading
 
     from workbench.queue import GroupCommit
@@ -173,7 +175,13 @@ def test_group_commit_writes_what_arrived_meanwhile_in_one_batch_and_isolates_fa
             raise ValueError("bad item")
         batches.append(list(items))
 
-    commit = GroupCommit(write, max_batch=8)
+    return batches, first_write_started, release_first, GroupCommit(write, max_batch=8)
+
+
+def test_group_commit_writes_what_arrived_meanwhile_in_one_batch_and_isolates_failures():
+    import threading
+
+    batches, first_write_started, release_first, commit = blocking_group_commit()
     errors_seen: dict[str, BaseException] = {}
 
     def submit(item):
@@ -369,20 +377,7 @@ def test_group_commit_writes_batches_of_several_workers_together():
     import threading
     import time
 
-    from workbench.queue import GroupCommit
-
-    batches: list[list[str]] = []
-    first_write_started, release_first = threading.Event(), threading.Event()
-
-    def write(items):
-        if items == ["first"]:
-            first_write_started.set()
-            release_first.wait(5)
-        if "bad" in items:
-            raise ValueError("bad item")
-        batches.append(list(items))
-
-    commit = GroupCommit(write, max_batch=8)
+    batches, first_write_started, release_first, commit = blocking_group_commit()
     results: dict[str, list] = {}
 
     def submit(name, items):

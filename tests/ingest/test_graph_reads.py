@@ -154,11 +154,8 @@ def test_the_next_episode_of_a_group_waits_for_the_indexes_of_the_previous(
         wb.close()
 
 
-def test_an_index_update_failing_after_the_commit_does_not_process_episodes_again(
-        fake_llm, hash_embedder, caplog):
-    """The episodes are written and acknowledged before the search indexes hear of them: a
-    failure there must neither re-queue them (duplicates) nor hide their entities from the
-    next episode of the group (the row caches are re-read)."""
+def open_wb_with_broken_index_updates(fake_llm, hash_embedder):
+    """A workbench whose extraction fails to tell the search indexes (after its commit)."""
     fake_llm.set_responder(rule_llm.respond)
     wb = open_wb(fake_llm, hash_embedder, SVC_KNOWLEDGE_DECAY_ENABLED="false")
 
@@ -166,6 +163,15 @@ def test_an_index_update_failing_after_the_commit_does_not_process_episodes_agai
         raise RuntimeError("index update failed")
 
     wb.extractor.on_upsert = broken_upsert
+    return wb
+
+
+def test_an_index_update_failing_after_the_commit_does_not_process_episodes_again(
+        fake_llm, hash_embedder, caplog):
+    """The episodes are written and acknowledged before the search indexes hear of them: a
+    failure there must neither re-queue them (duplicates) nor hide their entities from the
+    next episode of the group (the row caches are re-read)."""
+    wb = open_wb_with_broken_index_updates(fake_llm, hash_embedder)
     try:
         wb.add_memory("e0", "Maria Keller works at Acme.", group_id="g")
         assert wb.process_pending() == 1
@@ -185,14 +191,8 @@ def test_memories_whose_index_update_failed_are_searchable_after_the_resync(
     """The resync after a failed index update must bring the written memories into the
     vector and keyword indexes too, not only into the row caches: else no search finds
     them, and extraction's vector dedupe (``similar``) cannot offer them as duplicates."""
-    fake_llm.set_responder(rule_llm.respond)
-    wb = open_wb(fake_llm, hash_embedder, SVC_KNOWLEDGE_DECAY_ENABLED="false")
-    on_upsert = wb.extractor.on_upsert
-
-    def broken_upsert(*args, **kwargs):
-        raise RuntimeError("index update failed")
-
-    wb.extractor.on_upsert = broken_upsert
+    wb = open_wb_with_broken_index_updates(fake_llm, hash_embedder)
+    on_upsert = wb.search.on_upsert
     try:
         wb.add_memory("e0", "Maria Keller works at Acme.", group_id="g")
         assert wb.process_pending() == 1
