@@ -178,8 +178,27 @@ def blocking_group_commit():
     return batches, first_write_started, release_first, GroupCommit(write, max_batch=8)
 
 
-def test_group_commit_writes_what_arrived_meanwhile_in_one_batch_and_isolates_failures():
+def while_first_is_written(commit, started, release, lead, followers, waiting: int):
+    """Run ``lead`` in a thread (its write blocks), then the ``followers`` once it writes;
+    release the write when ``waiting`` items are pending behind it; join them all."""
     import threading
+    import time
+
+    threads = [threading.Thread(target=lead)]
+    threads[0].start()
+    assert started.wait(5)
+    threads += [threading.Thread(target=f) for f in followers]
+    for t in threads[1:]:
+        t.start()
+    deadline = time.monotonic() + 5
+    while len(commit._pending) < waiting and time.monotonic() < deadline:
+        time.sleep(0.01)
+    release.set()
+    for t in threads:
+        t.join(5)
+
+
+def test_group_commit_writes_what_arrived_meanwhile_in_one_batch_and_isolates_failures():
 
     batches, first_write_started, release_first, commit = blocking_group_commit()
     errors_seen: dict[str, BaseException] = {}
@@ -190,19 +209,9 @@ def test_group_commit_writes_what_arrived_meanwhile_in_one_batch_and_isolates_fa
         except ValueError as exc:
             errors_seen[item] = exc
 
-    leader = threading.Thread(target=submit, args=("first",))
-    leader.start()
-    assert first_write_started.wait(5)
-    followers = [threading.Thread(target=submit, args=(x,)) for x in ("a", "bad", "b")]
-    for t in followers:
-        t.start()
-    import time
-    deadline = time.monotonic() + 5
-    while len(commit._pending) < 3 and time.monotonic() < deadline:  # all three waiting
-        time.sleep(0.01)
-    release_first.set()
-    for t in [leader, *followers]:
-        t.join(5)
+    while_first_is_written(commit, first_write_started, release_first,
+                           lambda: submit("first"),
+                           [lambda x=x: submit(x) for x in ("a", "bad", "b")], waiting=3)
     assert batches[0] == ["first"]
     # the three that waited went as one batch, which failed; then one by one
     assert sorted(map(tuple, batches[1:])) == [("a",), ("b",)]
@@ -374,8 +383,6 @@ def test_a_single_message_keeps_its_lease_while_it_is_processed(env, with_commit
 
 
 def test_group_commit_writes_batches_of_several_workers_together():
-    import threading
-    import time
 
     batches, first_write_started, release_first, commit = blocking_group_commit()
     results: dict[str, list] = {}
@@ -383,19 +390,10 @@ def test_group_commit_writes_batches_of_several_workers_together():
     def submit(name, items):
         results[name] = commit.submit_many(items)
 
-    leader = threading.Thread(target=submit, args=("leader", ["first"]))
-    leader.start()
-    assert first_write_started.wait(5)
-    workers = [threading.Thread(target=submit, args=("w1", ["a1", "a2"])),
-               threading.Thread(target=submit, args=("w2", ["b1", "b2"]))]
-    for t in workers:
-        t.start()
-    deadline = time.monotonic() + 5
-    while len(commit._pending) < 4 and time.monotonic() < deadline:  # both batches waiting
-        time.sleep(0.01)
-    release_first.set()
-    for t in [leader, *workers]:
-        t.join(5)
+    while_first_is_written(commit, first_write_started, release_first,
+                           lambda: submit("leader", ["first"]),
+                           [lambda: submit("w1", ["a1", "a2"]),
+                            lambda: submit("w2", ["b1", "b2"])], waiting=4)
     assert batches[0] == ["first"]
     assert sorted(batches[1]) == ["a1", "a2", "b1", "b2"]  # two workers, one transaction
     assert all(t.done and t.error is None for ts in results.values() for t in ts)
