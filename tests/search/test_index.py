@@ -137,6 +137,20 @@ def test_ann_recall_against_exact_is_at_least_095():
         assert score == pytest.approx(exact[uuid], abs=1e-5)
 
 
+def test_the_search_breadth_grows_with_the_square_root_of_the_size():
+    """A fixed ef lost recall as the graph grew (0.991 at 100k, 0.908 at 1M with ef 200)."""
+    index = VectorIndex(8, ef_search=200, ef_reference_size=100_000)
+    assert [index.ef_for(n) for n in (0, 50_000, 100_000, 400_000, 1_000_000)] == [
+        200, 200, 200, 400, 633]
+    n = 6000
+    vectors = clustered(n, 64, seed=3)
+    small = VectorIndex(64, ann_threshold=1000, ef_search=50, ef_reference_size=375)
+    small.add([f"u{i}" for i in range(n)], vectors, ["g"] * n)
+    assert small.wait_ready(60) and small.uses_ann
+    small.search(vectors[0], 10)  # asks the graph for 100 candidates
+    assert small._ann.expansion_search == 200  # 50 x sqrt(6000 / 375), not 100
+
+
 def test_ann_stays_consistent_after_deletes_and_upserts():
     n = 3000
     vectors = clustered(n, DIM, seed=3)
