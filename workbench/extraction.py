@@ -30,7 +30,7 @@ import numpy as np
 
 from workbench.clock import Clock, as_utc
 from workbench.embedder import Embedder
-from workbench.graph_reads import GraphReads, StoreReads
+from workbench.graph_reads import GraphReads, StoreReads, publish
 from workbench.metrics import Metrics
 from workbench.prompts import extract_edges, extract_entities, resolve_nodes
 from workbench.store import Store
@@ -351,11 +351,7 @@ class Extractor:
             self._tell_indexes(all_entities, ent_vecs, facts, fact_vecs, reread)
 
     def _tell_indexes(self, entities, ent_vecs, facts, fact_vecs, reread) -> None:
-        """Tell the search indexes what was just committed. This must not raise: the episodes
-        are written and acknowledged, and an error here would have them processed again
-        (duplicates). A failure is tried once more (``on_upsert`` is idempotent), then the
-        rows and indexes are re-read whole (``resync``) so that the next episodes and the
-        searches see these entities and facts (rows, vectors and keywords)."""
+        """Tell the search indexes what was just committed (:func:`publish`: never raises)."""
         def tell() -> None:
             self.on_upsert("entity", [
                 {**e, "text": entity_text(e["name"], e["entity_type"], e["summary"])}
@@ -364,21 +360,7 @@ class Extractor:
             # invalidated facts changed in the store: the search indexes re-read them
             self.on_upsert("fact", reread, None)
 
-        for attempt in (1, 2):
-            try:
-                tell()
-                return
-            except Exception:  # noqa: BLE001 - written already: never fail the episodes
-                log.exception("updating the search indexes after a write failed (attempt %d)",
-                              attempt)
-        if self.resync is None:
-            return
-        try:
-            self.resync()
-        except Exception:  # noqa: BLE001
-            log.exception("re-reading the search rows failed too: searches and extraction may "
-                          "miss the newest memories until the service restarts")
-
+        publish(tell, self.resync, "a write")
 
 def _stack(parts: list[np.ndarray], dim: int) -> np.ndarray:
     parts = [p for p in parts if len(p)]

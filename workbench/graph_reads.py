@@ -26,6 +26,7 @@ on random graphs).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, Protocol
@@ -34,12 +35,37 @@ from workbench.search_cache import RowCache
 from workbench.store import Store
 from workbench.store import graph as g
 
-__all__ = ["GraphReads", "StoreReads", "CachedReads"]
+__all__ = ["GraphReads", "StoreReads", "CachedReads", "publish"]
+
+log = logging.getLogger("workbench.graph_reads")
 
 ENTITY_FIELDS = ("uuid", "name", "name_norm", "entity_type", "summary", "lifecycle_state")
 HIDDEN_STATES = ("EXPIRED", "SOFT_DELETED")
 
 FactKey = tuple[str, str, str]  # (source uuid, target uuid, lower-cased fact text)
+
+
+def publish(tell: Callable[[], None], resync: Callable[[], None] | None, what: str) -> None:
+    """Tell the search engine about ``what`` was just committed (``tell`` calls its
+    ``on_upsert``), after the commit and under the publish gate. This never raises: the write
+    is done (and, for episodes, acknowledged), so an error here must not have it redone
+    (duplicates). A failure is tried once more (``on_upsert`` is idempotent), then the rows and
+    indexes are re-read whole (``resync``) so that extraction and searches still see what was
+    written."""
+    for attempt in (1, 2):
+        try:
+            tell()
+            return
+        except Exception:  # noqa: BLE001 - written already: never fail the writer
+            log.exception("updating the search indexes after %s failed (attempt %d)", what,
+                          attempt)
+    if resync is None:
+        return
+    try:
+        resync()
+    except Exception:  # noqa: BLE001
+        log.exception("re-reading the search indexes failed too: searches and extraction may "
+                      "miss the newest memories until the service restarts")
 
 
 class GraphReads(Protocol):

@@ -15,7 +15,6 @@ number and skipped; the good lines are imported.
 from __future__ import annotations
 
 import json
-import logging
 import uuid as uuidlib
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -30,10 +29,9 @@ from workbench.clock import Clock, as_utc
 from workbench.embedder import Embedder
 from workbench.errors import InvalidInput
 from workbench.extraction import entity_text, normalise_name
+from workbench.graph_reads import publish
 from workbench.store import Store
 from workbench.store import graph as g
-
-log = logging.getLogger("workbench.importer")
 
 BATCH = 256
 
@@ -207,19 +205,15 @@ class Importer:
                 g.insert_embeddings(self.store, "fact", [f["uuid"] for f in facts], fact_vecs,
                                     model)
             if self.on_upsert:
-                try:
+                def tell() -> None:
                     self.on_upsert("entity",
                                    [{**e, "text": t} for e, t in zip(new_entities, texts)],
                                    ent_vecs)
                     self.on_upsert("fact", [{**f, "text": f["fact"]} for f in facts], fact_vecs)
-                except Exception:
-                    # committed already: extraction reads the graph from the search rows,
-                    # which must not miss these (the next episode would create them again)
-                    if self.resync is None:
-                        raise
-                    log.exception("updating the search indexes after an import failed: "
-                                  "re-reading them")
-                    self.resync()
+
+                # committed already: extraction reads the graph from the search rows, which
+                # must not miss these (the next episode would create them again)
+                publish(tell, self.resync, "an import")
 
 
 def _entity_row(group, name, line, norm, now) -> dict:
