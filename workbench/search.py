@@ -206,9 +206,8 @@ class SearchEngine:
                     old, self.rows[kind] = self.rows[kind], loaded
                 # still under consistent_read: once it is released, an upsert may put a row
                 # into another refresh's cache, and its vector would look purged here
-                cache = loaded
-                gone = [u for u in old.rows if u not in cache]
-                gone += [u for u in self.vectors[kind].uuids() if u not in cache]
+                gone = [u for u in old.rows if u not in loaded]
+                gone += [u for u in self.vectors[kind].uuids() if u not in loaded]
             if gone:
                 self.on_delete(kind, sorted(set(gone)))
         with self._lock:
@@ -358,10 +357,10 @@ class SearchEngine:
                                            filters.group_ids, None, extra)
             rows = self._passing(kind, cands, filters)
         ranked = self._rank(rows, cands, weights, centre, k)
-        now = self.clock()
+        now, seen = self.clock(), [r for r, *_ in ranked]
         with self._lock:
-            accessed = self.tracker.record(kind, [r for r, *_ in ranked], now)
-            self._apply_access(kind, [r for r, *_ in ranked], accessed, now)
+            accessed = self.tracker.record(kind, seen, now)
+            self._apply_access(kind, seen, accessed, now)
         self.tracker.settle()
         return [(row, *rest) for row, (_, *rest) in zip(accessed, ranked)]
 
