@@ -25,7 +25,7 @@ from workbench.clock import Clock, as_utc, utcnow
 from workbench.config import Settings, load_settings
 from workbench.embedder import Embedder, build_embedder
 from workbench.extraction import Extractor, PreparedEpisode
-from workbench.graph_reads import CachedReads
+from workbench.graph_reads import CachedReads, publish
 from workbench.importer import Importer
 from workbench.metrics import Metrics
 from workbench.queue import EpisodeQueue
@@ -321,8 +321,7 @@ class Workbench:
                 if not g.get_episode(self.store, uuid):
                     raise errors.NotFound(f"no episode with uuid {uuid}")
                 removed = g.delete_episode(self.store, uuid)
-            for kind in ("entity", "fact"):
-                self.search.on_delete(kind, removed[kind])
+            self._forget(removed, "deleting an episode")
         self.queue.refresh_gauges()
         return {"message": f"Episode {uuid} deleted",
                 "entities_removed": len(removed["entity"]),
@@ -341,7 +340,7 @@ class Workbench:
                 if g.get_fact(self.store, uuid) is None:
                     raise errors.NotFound(f"no fact (entity edge) with uuid {uuid}")
                 g.delete_facts(self.store, [uuid])
-            self.search.on_delete("fact", [uuid])
+            self._forget({"fact": [uuid]}, "deleting a fact")
         return {"message": f"Entity edge {uuid} deleted"}
 
     def clear_graph(self, group_ids: Sequence[str]) -> dict[str, Any]:
@@ -353,13 +352,22 @@ class Workbench:
         with self.gate:
             with self.store.transaction():
                 removed = g.clear_groups(self.store, groups)
-            for kind in ("entity", "fact"):
-                self.search.on_delete(kind, removed[kind])
+            self._forget(removed, "clearing groups")
         self.queue.refresh_gauges()
         return {"message": f"Cleared groups {', '.join(groups)}",
                 "episodes_removed": removed["episodes"],
                 "entities_removed": len(removed["entity"]),
                 "facts_removed": len(removed["fact"])}
+
+    def _forget(self, removed: dict[str, Any], what: str) -> None:
+        """Tell the search engine what a committed delete removed (under the gate). Like a
+        write's update this never raises (:func:`publish`): the delete is done, so the caller
+        must not hear that it failed, and the indexes are re-read if telling them fails."""
+        def tell() -> None:
+            for kind in ("entity", "fact"):
+                self.search.on_delete(kind, removed.get(kind, ()))
+
+        publish(tell, self.search.rebuild, what)
 
     # --- status and queue ---------------------------------------------------------------
     def get_status(self) -> dict[str, Any]:

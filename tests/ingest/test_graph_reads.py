@@ -207,3 +207,34 @@ def test_memories_whose_index_update_failed_are_searchable_after_the_resync(
         assert len(facts) == 1
     finally:
         wb.close()
+
+
+@pytest.mark.parametrize("delete", ["episode", "fact", "group"])
+def test_a_delete_whose_index_update_fails_still_succeeds_and_hides_the_memories(
+        fake_llm, hash_embedder, caplog, delete):
+    """The delete is committed before the search indexes hear of it: a failure there must not
+    report the delete as failed, and the indexes are re-read so searches stop finding it."""
+    fake_llm.set_responder(rule_llm.respond)
+    wb = open_wb(fake_llm, hash_embedder, SVC_KNOWLEDGE_DECAY_ENABLED="false")
+    try:
+        added = wb.add_memory("e0", "Maria Keller works at Acme.", group_id="g")
+        assert wb.process_pending() == 1
+        fact = wb.search_memory_facts("Maria Keller works at Acme", group_ids=["g"])["facts"][0]
+
+        def broken_delete(*args, **kwargs):
+            raise RuntimeError("index update failed")
+
+        wb.search.on_delete = broken_delete
+        if delete == "episode":
+            result = wb.delete_episode(added["episode_uuid"])
+        elif delete == "fact":
+            result = wb.delete_entity_edge(fact["uuid"])
+        else:
+            result = wb.clear_graph(["g"])
+        assert "message" in result
+        assert "updating the search indexes after" in caplog.text
+        assert fact["uuid"] not in wb.search.rows["fact"]
+        assert fact["uuid"] not in wb.search.vectors["fact"]
+        assert wb.search_memory_facts("Maria Keller works at Acme", group_ids=["g"])["facts"] == []
+    finally:
+        wb.close()
