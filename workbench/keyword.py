@@ -247,20 +247,50 @@ class KeywordIndex:
         the retrieval set this beats ignoring such words.
         """
         with self._lock:
-            words = list(dict.fromkeys(tokenize(query)))
-            terms = [self._terms[t] for t in words if t in self._terms]
-            terms = [t for t in terms if self._df[t] > 0]
+            terms, missed = self._query_terms(query)
             if not terms or k <= 0:
                 return []
             slots, scores, idf_sum = self._score(terms)
-            if self.count_unknown_terms:  # a query word no memory holds counts as missed
-                idf_sum += (len(words) - len(terms)) * self._idf(0)
+            idf_sum += missed
             keep = self._alive[slots]
             if group_ids is not None:
                 codes = [self._group_codes[g] for g in group_ids if g in self._group_codes]
                 keep &= np.isin(self._group[slots], np.asarray(codes, dtype=np.int32))
             slots, scores = slots[keep], scores[keep]
             return self._top(slots, scores, k, allowed, idf_sum)
+
+    def scores(self, query: str, uuids: Sequence[str]) -> list[float]:
+        """The keyword score (as :meth:`search` defines it) of each of these documents, 0.0
+        for an unknown uuid. Reads only the documents' own terms, so it costs nothing like a
+        search: it scores the candidates that another index (the vectors) found."""
+        with self._lock:
+            terms, missed = self._query_terms(query)
+            if not terms:
+                return [0.0] * len(uuids)
+            idf = {t: self._idf(self._df[t]) for t in terms}
+            idf_sum = sum(idf.values()) + missed
+            avgdl = max(self._total_len / max(len(self._slot), 1), 1e-9)
+            out = []
+            for uuid in uuids:
+                slot = self._slot.get(uuid)
+                if slot is None:
+                    out.append(0.0)
+                    continue
+                tids, tfs = self._doc_terms[slot]
+                norm = self.k1 * (1.0 - self.b + self.b * float(self._doc_len[slot]) / avgdl)
+                score = sum(idf[t] * tf * (self.k1 + 1.0) / (tf + norm)
+                            for t, tf in zip(tids.tolist(), tfs.tolist()) if t in idf)
+                out.append(min(1.0, score / idf_sum) if idf_sum > 0 else 0.0)
+            return out
+
+    def _query_terms(self, query: str) -> tuple[list[int], float]:
+        """The query's known term ids (each once) and the idf its unknown words add to the
+        normaliser (``count_unknown_terms``: a word no memory holds counts as missed)."""
+        words = list(dict.fromkeys(tokenize(query)))
+        terms = [self._terms[t] for t in words if t in self._terms]
+        terms = [t for t in terms if self._df[t] > 0]
+        missed = (len(words) - len(terms)) * self._idf(0) if self.count_unknown_terms else 0.0
+        return terms, missed
 
     def _score(self, terms: list[int]) -> tuple[np.ndarray, np.ndarray, float]:
         """Summed BM25 per document. Candidates come from the query's selective terms; a

@@ -436,18 +436,21 @@ class SearchEngine:
         by_vector = vec.search(query_vec, pool, groups, allowed)
         if by_keyword is None:
             by_keyword = kw.search(text, pool, groups, allowed)
-        cands: dict[str, list[float]] = {u: [s, 0.0] for u, s in by_vector}
+        nan = float("nan")
+        cands: dict[str, list[float]] = {u: [s, nan] for u, s in by_vector}
         for uuid, _bm25, norm in by_keyword:
-            cands.setdefault(uuid, [float("nan"), 0.0])[1] = norm
-        extra = [u for u in extra if u not in cands]
+            cands.setdefault(uuid, [nan, nan])[1] = norm
         for uuid in extra:
-            cands[uuid] = [float("nan"), 0.0]
-        missing = [u for u, (s, _) in cands.items() if s != s]  # NaN: not in the vector top
+            cands.setdefault(uuid, [nan, nan])
+        # every candidate gets both real scores: the similarity of one only BM25 found, the
+        # keyword score of one only the vectors (or the centre) brought
+        missing = [u for u, (s, _) in cands.items() if s != s]
         if missing:
             for uuid, sim in zip(missing, vec.similarity(query_vec, missing)):
                 cands[uuid][0] = float(sim)
-        if extra:  # the centre's facts: their keyword score too
-            for uuid, _bm25, norm in kw.search(text, len(extra), None, set(extra)):
+        unmatched = [u for u, (_, k) in cands.items() if k != k]
+        if unmatched:
+            for uuid, norm in zip(unmatched, kw.scores(text, unmatched)):
                 cands[uuid][1] = norm
         more = len(by_vector) >= pool or len(by_keyword) >= pool
         return cands, more

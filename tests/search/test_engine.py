@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 import time
 
+import numpy as np
 import pytest
 
 from tests.conftest import HashEmbedder
@@ -136,3 +137,27 @@ def test_keyword_search_runs_inline_when_the_workers_are_busy(make_engine, monke
             engine._workers.release()
     engine.search_facts("green tea Lisbon")
     assert threads[-1].startswith("workbench-search")
+
+
+def test_a_hit_only_the_vectors_found_gets_its_real_keyword_score(make_engine, hash_embedder):
+    """BM25's top candidates are short texts repeating the query words; the answer, long and
+    so lower in BM25, comes only from the vector index. Its keyword part must still be its
+    BM25 score (it holds the query words), not 0."""
+    engine = make_engine(hash_embedder, candidate_pool=1)
+    query = "green tea"
+    a, b = add(engine, "entity", [entity("Ana"), entity("Tea")])
+    rng = np.random.default_rng(3)
+    noise = rng.normal(size=(12, hash_embedder.dimensions)).astype(np.float32)
+    noise /= np.linalg.norm(noise, axis=1, keepdims=True)
+    short = [fact("green tea, green tea", a, b) for _ in range(12)]
+    add(engine, "fact", short, noise)
+    answer = fact("Ana drinks green tea every morning before she walks the dog to the park "
+                  "near the old station and back home again", a, b)
+    add(engine, "fact", [answer], hash_embedder.embed([query]))
+    by_keyword = [u for u, *_ in engine.keywords["fact"].search(query, 5)]
+    assert answer["uuid"] not in by_keyword  # only the vectors bring it
+    hit = engine.search_facts(query, max_facts=1)[0]
+    assert hit["uuid"] == answer["uuid"]
+    expected = engine.keywords["fact"].scores(query, [answer["uuid"]])[0]
+    assert expected > 0
+    assert hit["score_parts"]["keyword"] == pytest.approx(expected)

@@ -132,3 +132,25 @@ def test_scores_equal_plain_bm25_on_sparse_and_dense_postings(query):
     top = sorted(want, key=lambda u: -want[u])[:10]
     assert [want[u] for u in top] == pytest.approx(
         [bm25 for _, bm25, _ in index.search(query, 10)], rel=1e-5)
+
+
+@pytest.mark.parametrize("query", ["alpha", "beta gamma delta", "omega3 alpha", "omega3 zzz"])
+def test_scores_of_given_documents_equal_their_search_scores(query):
+    """``scores`` (the keyword score of candidates another index found) is the normalised
+    score ``search`` gives the same documents, 0 for documents without a query word and for
+    unknown uuids."""
+    rng = random.Random(11)
+    words = ["alpha"] * 6 + ["beta"] * 4 + ["gamma"] * 2 + ["delta", "epsilon"]
+    docs = {f"u{i}": " ".join(rng.choices(words, k=rng.randint(1, 8)) + [f"omega{i % 40}"])
+            for i in range(300)}
+    index = KeywordIndex(common_fraction=1.0, common_min_df=10**9)
+    index.add(list(docs), list(docs.values()), ["g"] * len(docs))
+    index.remove(["u9"])
+    found = {u: norm for u, _bm25, norm in index.search(query, len(docs))}
+    asked = rng.sample(sorted(docs), 60) + sorted(found)[:5] + ["u9", "nope"]
+    got = dict(zip(asked, index.scores(query, asked)))
+    assert got["u9"] == got["nope"] == 0.0
+    for uuid in asked:
+        assert got[uuid] == pytest.approx(found.get(uuid, 0.0), rel=1e-5, abs=1e-7)
+    assert any(v > 0 for v in got.values()) and any(v == 0 for v in got.values())
+    assert index.scores("zzz unknown", ["u1"]) == [0.0]
