@@ -252,12 +252,26 @@ class KeywordIndex:
                 return []
             slots, scores, idf_sum = self._score(terms)
             idf_sum += missed
-            keep = self._alive[slots]
+            codes = None
             if group_ids is not None:
-                codes = [self._group_codes[g] for g in group_ids if g in self._group_codes]
-                keep &= np.isin(self._group[slots], np.asarray(codes, dtype=np.int32))
-            slots, scores = slots[keep], scores[keep]
-            return self._top(slots, scores, k, allowed, idf_sum)
+                codes = np.asarray([self._group_codes[g] for g in group_ids
+                                    if g in self._group_codes], dtype=np.int32)
+            if slots is None:  # dense: one score per slot
+                scores *= self._kept(scores.size, codes)
+                slots = _likely_top(scores, k) if allowed is None else np.flatnonzero(scores)
+                return self._top(slots, scores[slots], k, allowed, idf_sum)
+            keep = self._kept(slots, codes)
+            return self._top(slots[keep], scores[keep], k, allowed, idf_sum)
+
+    def _kept(self, slots: np.ndarray | int, codes: np.ndarray | None) -> np.ndarray:
+        """Which of ``slots`` are live documents of the groups (``codes``; None = all). An
+        int ``n`` stands for every slot below it (slices instead of gathers)."""
+        dense = isinstance(slots, int)
+        keep = self._alive[:slots].copy() if dense else self._alive[slots]
+        if codes is not None:
+            groups = self._group[:slots] if dense else self._group[slots]
+            keep &= (groups == codes[0]) if codes.size == 1 else np.isin(groups, codes)
+        return keep
 
     def scores(self, query: str, uuids: Sequence[str]) -> list[float]:
         """The keyword score (as :meth:`search` defines it) of each of these documents, 0.0
@@ -292,17 +306,23 @@ class KeywordIndex:
         missed = (len(words) - len(terms)) * self._idf(0) if self.count_unknown_terms else 0.0
         return terms, missed
 
-    def _score(self, terms: list[int]) -> tuple[np.ndarray, np.ndarray, float]:
-        """Summed BM25 per document. Candidates come from the query's selective terms; a
-        term in more than ``common_fraction`` of the documents (and more than
-        ``common_min_df``) only adds its score to those candidates (a binary search in its
-        sorted postings), so near-stop-words do not cost a pass over most of the corpus."""
+    def _score(self, terms: list[int]) -> tuple[np.ndarray | None, np.ndarray, float]:
+        """Summed BM25 per document: (slots, their scores, idf sum), or (None, a score per
+        slot, idf sum) when the query's terms cover much of the corpus. Candidates come from
+        the query's selective terms; a term in more than ``common_fraction`` of the documents
+        (and more than ``common_min_df``) only adds its score to those candidates (a binary
+        search in its sorted postings), so near-stop-words do not cost a pass over most of
+        the corpus."""
         n_docs = max(len(self._slot), 1)
         limit = max(self.common_min_df, self.common_fraction * n_docs)
         rare = [t for t in terms if self._df[t] <= limit] or terms
         common = [t for t in terms if t not in rare]
         if sum(self._df[t] for t in rare) > len(self._uuids) // 16:
-            slots, scores, idf_sum = self._score_dense(rare)
+            scores, idf_sum = self._score_dense(rare)
+            if not common:  # left dense: selecting the best needs no list of every match
+                return None, scores, idf_sum
+            slots = np.flatnonzero(scores)
+            scores = scores[slots]
         else:
             parts = [self._term_scores(tid) for tid in rare]
             idf_sum = sum(idf for _, _, idf in parts)
@@ -315,9 +335,10 @@ class KeywordIndex:
             idf_sum += self._add_common(tid, slots, scores)
         return slots, scores, idf_sum
 
-    def _score_dense(self, terms: list[int]) -> tuple[np.ndarray, np.ndarray, float]:
+    def _score_dense(self, terms: list[int]) -> tuple[np.ndarray, float]:
         """:meth:`_score` of terms whose postings cover much of the corpus: accumulate into
-        one float32 array over the slots (no concatenation, sort or float64 pass)."""
+        one float32 array over the slots (no concatenation, sort or float64 pass); returns it
+        (0 where no term occurs) and the terms' idf sum."""
         n_slots = len(self._uuids)
         avgdl = max(self._total_len / max(len(self._slot), 1), 1e-9)
         norm = (self.k1 * (1.0 - self.b)) + (self.k1 * self.b / avgdl) * self._doc_len[:n_slots]
@@ -328,8 +349,7 @@ class KeywordIndex:
             idf = self._idf(self._df[tid])
             idf_sum += idf
             acc[slots] += (idf * (self.k1 + 1.0)) * tfs / (tfs + norm[slots])
-        slots = np.flatnonzero(acc)
-        return slots, acc[slots], idf_sum
+        return acc, idf_sum
 
     def _term_scores(self, tid: int, slots: np.ndarray | None = None,
                      tfs: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, float]:
@@ -379,6 +399,25 @@ class KeywordIndex:
             if len(out) == k:
                 break
         return out
+
+
+def _likely_top(scores: np.ndarray, k: int, sample: int = 4096) -> np.ndarray:
+    """Positions of positive ``scores`` that include the ``k`` best, without listing every
+    positive one (at 1M documents that list and its selection cost more than the scoring).
+    A threshold from an evenly strided sample should keep about ``8 k``; when it keeps at
+    least ``k`` they hold the ``k`` best exactly (each of those is at least the k-th best,
+    which is at least the threshold), else every positive position is returned."""
+    n = scores.size
+    if n <= 4 * sample:
+        return np.flatnonzero(scores)
+    picked = scores[:: n // sample]
+    j = min(picked.size, max(1, math.ceil(8 * k * picked.size / n)))
+    threshold = float(np.partition(picked, picked.size - j)[picked.size - j])
+    if threshold > 0:
+        above = np.flatnonzero(scores >= threshold)
+        if above.size >= k:
+            return above
+    return np.flatnonzero(scores)
 
 
 def _top_positions(scores: np.ndarray, n: int) -> np.ndarray:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import random
 
+import numpy as np
 import pytest
 
 from workbench.keyword import KeywordIndex, stem, tokenize
@@ -154,3 +155,66 @@ def test_scores_of_given_documents_equal_their_search_scores(query):
         assert got[uuid] == pytest.approx(found.get(uuid, 0.0), rel=1e-5, abs=1e-7)
     assert any(v > 0 for v in got.values()) and any(v == 0 for v in got.values())
     assert index.scores("zzz unknown", ["u1"]) == [0.0]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_likely_top_always_holds_the_k_best(seed):
+    """The threshold taken from a sample must never drop one of the ``k`` best: on random
+    scores with many zeros, ties and a few outliers, every score above the k-th best is
+    among the returned positions and at least ``k`` positive ones come back."""
+    from workbench.keyword import _likely_top
+
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(20_000, 120_000))
+    scores = rng.choice([0.0, 0.5, 1.0, 1.5], size=n).astype(np.float32)
+    scores[rng.integers(0, n, 40)] = rng.random(40).astype(np.float32) * 10
+    scores[rng.random(n) < rng.random()] = 0  # sometimes mostly zeros
+    for k in (1, 10, 50, 300):
+        got = _likely_top(scores, k)
+        positive = np.flatnonzero(scores)
+        want_k = min(k, positive.size)
+        assert got.size >= want_k
+        assert np.all(scores[got] > 0)
+        if want_k:
+            kth = np.sort(scores[positive])[::-1][want_k - 1]
+            assert set(np.flatnonzero(scores > kth)) <= set(got.tolist())
+            assert np.count_nonzero(scores[got] >= kth) >= want_k
+
+
+def test_dense_queries_on_a_large_index_rank_exactly():
+    """Queries of words most documents hold take the dense path and its sampled threshold
+    (above 16k documents): their top 50 must equal a full ranking, with groups and deletes."""
+    rng = random.Random(5)
+    words = ["alpha"] * 6 + ["beta"] * 5 + ["gamma"] * 4 + [f"w{i}" for i in range(30)]
+    n = 30_000
+    docs = {f"u{i}": " ".join(rng.choices(words, k=rng.randint(2, 14))) for i in range(n)}
+    groups = {u: rng.choice(["a", "b", "c"]) for u in docs}
+    index = KeywordIndex(common_fraction=1.0, common_min_df=10**9)
+    index.add(list(docs), list(docs.values()), [groups[u] for u in docs])
+    gone = rng.sample(sorted(docs), 3000)
+    index.remove(gone)
+    live = sorted(set(docs) - set(gone))
+    for query, group_ids in [("alpha beta", None), ("alpha beta gamma", ["b"]),
+                             ("gamma w3", ["a", "c"]), ("beta", None)]:
+        pool = [u for u in live if group_ids is None or groups[u] in group_ids]
+        full = sorted(zip(index.scores(query, pool), pool), key=lambda p: -p[0])
+        got = index.search(query, 50, group_ids)
+        assert len(got) == 50
+        assert [norm for _, _, norm in got] == pytest.approx([s for s, _ in full[:50]],
+                                                             rel=1e-5)
+        kth = full[49][0]
+        assert {u for s, u in full if s > kth * (1 + 1e-5)} <= {u for u, *_ in got}
+        assert all(groups[u] in (group_ids or "abc") and u not in gone for u, *_ in got)
+
+
+def test_likely_top_falls_back_when_the_sample_overestimates():
+    """High scores sitting exactly on the sampled positions make the threshold keep fewer
+    than ``k``: then every positive position must come back."""
+    from workbench.keyword import _likely_top
+
+    n, k = 40_960, 50
+    scores = np.ones(n, dtype=np.float32)
+    step = n // 4096
+    scores[np.arange(0, n, step)[:45]] = 5.0  # 45 < k high scores, all sampled
+    got = _likely_top(scores, k)
+    assert got.size == n
