@@ -66,8 +66,8 @@ class SearchNodesArgs(Args):
     created_before: str | None = Field(None, description=_BEFORE)
     states: list[State] | None = Field(None, description=_STATES)
     include_weighted_scores: bool | None = Field(
-        None, description="Rank by similarity, freshness and importance (default true); "
-        "false ranks by relevance only.")
+        None, description="Rank by similarity, keyword match, freshness and importance "
+        "(default true); false ranks by relevance (similarity and keyword match) only.")
 
     @model_validator(mode="before")
     @classmethod
@@ -185,8 +185,8 @@ TOOLS: tuple[Tool, ...] = (
     Tool(
         "search_memory_nodes",
         "Search remembered entities (people, organisations, projects, concepts...) by meaning. "
-        "Returns entity summaries with a relevance score and its parts (similarity, freshness, "
-        "importance). Use for 'who/what is X'. No LLM call.",
+        "Returns entity summaries with a relevance score and its parts (similarity, keyword, "
+        "freshness, importance). Use for 'who/what is X'. No LLM call.",
         SearchNodesArgs, "search_memory_nodes", read_only=True),
     Tool(
         "search_memory_facts",
