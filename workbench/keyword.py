@@ -250,18 +250,12 @@ class KeywordIndex:
             terms, missed = self._query_terms(query)
             if not terms or k <= 0:
                 return []
-            slots, scores, idf_sum = self._score(terms)
-            idf_sum += missed
             codes = None
             if group_ids is not None:
                 codes = np.asarray([self._group_codes[g] for g in group_ids
                                     if g in self._group_codes], dtype=np.int32)
-            if slots is None:  # dense: one score per slot
-                scores *= self._kept(scores.size, codes)
-                slots = _likely_top(scores, k) if allowed is None else np.flatnonzero(scores)
-                return self._top(slots, scores[slots], k, allowed, idf_sum)
-            keep = self._kept(slots, codes)
-            return self._top(slots[keep], scores[keep], k, allowed, idf_sum)
+            slots, scores, idf_sum = self._score(terms, codes, None if allowed is not None else k)
+            return self._top(slots, scores, k, allowed, idf_sum + missed)
 
     def _kept(self, slots: np.ndarray | int, codes: np.ndarray | None) -> np.ndarray:
         """Which of ``slots`` are live documents of the groups (``codes``; None = all). An
@@ -306,22 +300,26 @@ class KeywordIndex:
         missed = (len(words) - len(terms)) * self._idf(0) if self.count_unknown_terms else 0.0
         return terms, missed
 
-    def _score(self, terms: list[int]) -> tuple[np.ndarray | None, np.ndarray, float]:
-        """Summed BM25 per document: (slots, their scores, idf sum), or (None, a score per
-        slot, idf sum) when the query's terms cover much of the corpus. Candidates come from
-        the query's selective terms; a term in more than ``common_fraction`` of the documents
-        (and more than ``common_min_df``) only adds its score to those candidates (a binary
-        search in its sorted postings), so near-stop-words do not cost a pass over most of
-        the corpus."""
+    def _score(self, terms: list[int], codes: np.ndarray | None,
+               k: int | None) -> tuple[np.ndarray, np.ndarray, float]:
+        """Summed BM25 of the live documents of the groups (``codes``; None = all) that may
+        be among the ``k`` best (None: of all that match): (slots, scores, idf sum).
+
+        Candidates come from the query's selective terms, accumulated sparsely or, when their
+        postings cover much of the corpus, into one dense array. A term in more than
+        ``common_fraction`` of the documents (and more than ``common_min_df``) only adds its
+        score to candidates (a binary search in its sorted postings), and only to those that
+        can still reach the ``k`` best: a candidate below the k-th best selective score by
+        more than the common terms can add at most (idf x (k1 + 1) each) is dropped first
+        (exact, as in MaxScore). So near-stop-words never cost a pass over the corpus."""
         n_docs = max(len(self._slot), 1)
         limit = max(self.common_min_df, self.common_fraction * n_docs)
         rare = [t for t in terms if self._df[t] <= limit] or terms
         common = [t for t in terms if t not in rare]
         if sum(self._df[t] for t in rare) > len(self._uuids) // 16:
             scores, idf_sum = self._score_dense(rare)
-            if not common:  # left dense: selecting the best needs no list of every match
-                return None, scores, idf_sum
-            slots = np.flatnonzero(scores)
+            scores *= self._kept(scores.size, codes)
+            slots = _likely_top(scores, k) if k and not common else np.flatnonzero(scores)
             scores = scores[slots]
         else:
             parts = [self._term_scores(tid) for tid in rare]
@@ -331,6 +329,13 @@ class KeywordIndex:
             if len(rare) > 1:  # sum the terms' contributions per document
                 kept, inverse = np.unique(slots, return_inverse=True)
                 slots, scores = kept, np.bincount(inverse, weights=scores).astype(np.float32)
+            keep = self._kept(slots, codes)
+            slots, scores = slots[keep], scores[keep]
+        if common and k and scores.size > k:
+            reach = sum(self._idf(self._df[t]) for t in common) * (self.k1 + 1.0)
+            kth = float(np.partition(scores, scores.size - k)[scores.size - k])
+            keep = scores >= np.float32(kth - reach - 1e-5 * abs(kth))  # float32 sums
+            slots, scores = slots[keep], scores[keep]
         for tid in common:
             idf_sum += self._add_common(tid, slots, scores)
         return slots, scores, idf_sum

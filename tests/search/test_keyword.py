@@ -183,15 +183,15 @@ def test_likely_top_always_holds_the_k_best(seed):
 
 def test_dense_queries_on_a_large_index_rank_exactly():
     """Queries of words most documents hold take the dense path and its sampled threshold
-    (above 16k documents): their top 50 must equal a full ranking, with groups and deletes."""
+    (above 16,384 documents): their top 50 must equal a full ranking, with groups and deletes."""
     rng = random.Random(5)
     words = ["alpha"] * 6 + ["beta"] * 5 + ["gamma"] * 4 + [f"w{i}" for i in range(30)]
-    n = 30_000
+    n = 20_000
     docs = {f"u{i}": " ".join(rng.choices(words, k=rng.randint(2, 14))) for i in range(n)}
     groups = {u: rng.choice(["a", "b", "c"]) for u in docs}
     index = KeywordIndex(common_fraction=1.0, common_min_df=10**9)
     index.add(list(docs), list(docs.values()), [groups[u] for u in docs])
-    gone = rng.sample(sorted(docs), 3000)
+    gone = rng.sample(sorted(docs), 2000)
     index.remove(gone)
     live = sorted(set(docs) - set(gone))
     for query, group_ids in [("alpha beta", None), ("alpha beta gamma", ["b"]),
@@ -218,3 +218,34 @@ def test_likely_top_falls_back_when_the_sample_overestimates():
     scores[np.arange(0, n, step)[:45]] = 5.0  # 45 < k high scores, all sampled
     got = _likely_top(scores, k)
     assert got.size == n
+
+
+@pytest.mark.parametrize("query, group_ids", [
+    ("alpha beta w3", None), ("alpha w7 w11", ["b"]), ("beta alpha w150", None),
+    ("alpha beta w1 w2", ["a", "c"]),
+])
+def test_common_words_are_added_only_where_they_can_change_the_top_exactly(query, group_ids):
+    """A common word's score is added only to candidates that can still reach the k best
+    (MaxScore-style pruning); the top 20 must equal a full ranking of every candidate (a
+    document holding one of the selective words) by its whole BM25."""
+    rng = random.Random(9)
+    rare = [f"w{i}" for i in range(200)]
+    docs = {}
+    for i in range(8_000):
+        words = rng.choices(rare, k=rng.randint(1, 6))
+        words += ["alpha"] * (rng.random() < 0.6) * rng.randint(1, 3)
+        words += ["beta"] * (rng.random() < 0.3)
+        docs[f"u{i}"] = " ".join(words)
+    groups = {u: rng.choice("abc") for u in docs}
+    index = KeywordIndex(common_min_df=1000)
+    index.add(list(docs), list(docs.values()), [groups[u] for u in docs])
+    assert {t for t in ("alpha", "beta")} == {
+        t for t in ("alpha", "beta") if index._df[index._terms[t]] > index.common_min_df}
+    selective = {w for w in tokenize(query) if w.startswith("w")}
+    pool = [u for u in docs if selective & set(docs[u].split())
+            and (group_ids is None or groups[u] in group_ids)]
+    full = sorted(zip(index.scores(query, pool), pool), key=lambda p: -p[0])
+    got = index.search(query, 20, group_ids)
+    assert [norm for _, _, norm in got] == pytest.approx([s for s, _ in full[:20]], rel=1e-5)
+    kth = full[19][0]
+    assert {u for s, u in full if s > kth * (1 + 1e-5)} <= {u for u, *_ in got}
