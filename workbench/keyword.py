@@ -277,7 +277,6 @@ class KeywordIndex:
                 return [0.0] * len(uuids)
             idf = {t: self._idf(self._df[t]) for t in terms}
             idf_sum = sum(idf.values()) + missed
-            avgdl = max(self._total_len / max(len(self._slot), 1), 1e-9)
             out = []
             for uuid in uuids:
                 slot = self._slot.get(uuid)
@@ -285,10 +284,10 @@ class KeywordIndex:
                     out.append(0.0)
                     continue
                 tids, tfs = self._doc_terms[slot]
-                norm = self.k1 * (1.0 - self.b + self.b * float(self._doc_len[slot]) / avgdl)
-                score = sum(idf[t] * tf * (self.k1 + 1.0) / (tf + norm)
+                norm = self._length_norm(float(self._doc_len[slot]))
+                score = sum(self._bm25(idf[t], tf, norm)
                             for t, tf in zip(tids.tolist(), tfs.tolist()) if t in idf)
-                out.append(min(1.0, score / idf_sum) if idf_sum > 0 else 0.0)
+                out.append(_normalised(score, idf_sum))
             return out
 
     def _query_terms(self, query: str) -> tuple[list[int], float]:
@@ -345,15 +344,14 @@ class KeywordIndex:
         one float32 array over the slots (no concatenation, sort or float64 pass); returns it
         (0 where no term occurs) and the terms' idf sum."""
         n_slots = len(self._uuids)
-        avgdl = max(self._total_len / max(len(self._slot), 1), 1e-9)
-        norm = (self.k1 * (1.0 - self.b)) + (self.k1 * self.b / avgdl) * self._doc_len[:n_slots]
+        norm = self._length_norm(self._doc_len[:n_slots])
         acc = np.zeros(n_slots, dtype=np.float32)
         idf_sum = 0.0
         for tid in terms:
             slots, tfs = self._postings(tid)
             idf = self._idf(self._df[tid])
             idf_sum += idf
-            acc[slots] += (idf * (self.k1 + 1.0)) * tfs / (tfs + norm[slots])
+            acc[slots] += self._bm25(idf, tfs, norm[slots])
         return acc, idf_sum
 
     def _term_scores(self, tid: int, slots: np.ndarray | None = None,
@@ -361,9 +359,18 @@ class KeywordIndex:
         if slots is None:
             slots, tfs = self._postings(tid)
         idf = self._idf(self._df[tid])
+        norm = self._length_norm(self._doc_len[slots])
+        return slots, self._bm25(idf, tfs, norm).astype(np.float32), idf
+
+    def _length_norm(self, doc_len):
+        """BM25's length normalisation ``k1 (1 - b + b len / avgdl)`` of documents of these
+        lengths (a number or an array: two array passes)."""
         avgdl = max(self._total_len / max(len(self._slot), 1), 1e-9)
-        norm = self.k1 * (1.0 - self.b + self.b * self._doc_len[slots] / avgdl)
-        return slots, (idf * tfs * (self.k1 + 1.0) / (tfs + norm)).astype(np.float32), idf
+        return (self.k1 * (1.0 - self.b)) + (self.k1 * self.b / avgdl) * doc_len
+
+    def _bm25(self, idf: float, tfs, norm):
+        """One term's BM25 contribution at these term frequencies and length norms."""
+        return (idf * (self.k1 + 1.0)) * tfs / (tfs + norm)
 
     def _add_common(self, tid: int, slots: np.ndarray, scores: np.ndarray) -> float:
         """Add a common term's score to the candidates holding it (in place); its idf."""
@@ -400,10 +407,15 @@ class KeywordIndex:
             if uuid is None or (test is not None and not test(uuid)):
                 continue
             score = float(scores[pos])
-            out.append((uuid, score, min(1.0, score / idf_sum) if idf_sum > 0 else 0.0))
+            out.append((uuid, score, _normalised(score, idf_sum)))
             if len(out) == k:
                 break
         return out
+
+
+def _normalised(score: float, idf_sum: float) -> float:
+    """The keyword score: BM25 over the query's idf mass, clipped to 1 (see ``search``)."""
+    return min(1.0, score / idf_sum) if idf_sum > 0 else 0.0
 
 
 def _likely_top(scores: np.ndarray, k: int, sample: int = 4096) -> np.ndarray:
