@@ -85,7 +85,6 @@ class FakeProcess:
 def open_wb(server, embedder, workers: int) -> Workbench:
     env = chat_settings_env(server, SVC_KNOWLEDGE_DB_PATH=":memory:",
                             SVC_KNOWLEDGE_QUEUE_CONCURRENCY=str(workers),
-                            SVC_KNOWLEDGE_QUEUE_POLL_SECONDS="0.01",
                             SVC_KNOWLEDGE_QUEUE_BATCH_SIZE=BATCH_SIZE,
                             SVC_KNOWLEDGE_DECAY_ENABLED="false")
     return Workbench.open(load_settings(env, env_file=None), embedder=embedder,

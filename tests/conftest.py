@@ -24,6 +24,11 @@ def _word_hash(word: str) -> int:
     return int(hashlib.blake2b(word.encode(), digest_size=8).hexdigest(), 16)
 
 
+@functools.lru_cache(maxsize=1 << 16)
+def _word_bucket(word: str, dimensions: int) -> int:
+    return _word_hash(word) % dimensions
+
+
 class HashEmbedder:
     """Deterministic bag-of-words embedder: texts sharing words get similar vectors.
 
@@ -39,12 +44,16 @@ class HashEmbedder:
 
     def embed(self, texts):
         self.calls += 1
-        out = np.zeros((len(texts), self.dimensions), dtype=np.float32)
+        rows, cols = [], []
         for i, text in enumerate(texts):
-            for word in re.findall(r"\w+", text.lower()):
-                out[i, _word_hash(word) % self.dimensions] += 1.0
-            if not out[i].any():
-                out[i, 0] = 1.0
+            words = re.findall(r"\w+", text.lower())
+            rows += [i] * len(words)
+            cols += [_word_bucket(word, self.dimensions) for word in words]
+        # one count for all words (a numpy += per word cost ~1 ms an episode)
+        flat = np.asarray(rows, dtype=np.intp) * self.dimensions + np.asarray(cols, dtype=np.intp)
+        out = np.bincount(flat, minlength=len(texts) * self.dimensions).astype(np.float32)
+        out = out.reshape(len(texts), self.dimensions)
+        out[~out.any(axis=1), 0] = 1.0
         return normalise(out)
 
 

@@ -1,14 +1,24 @@
 """The durable episode queue's workers, retry policy and honest metrics.
 
 Messages live in DuckDB (``workbench.store.queue``): an accepted episode survives crashes and
-restarts. Workers are threads (LLM calls are I/O bound); each leases the head message of a
-group, so a group's episodes run in order while groups run in parallel up to ``concurrency``.
+restarts. Only the head message of a group is ever leased, so a group's episodes run in order
+while groups run in parallel up to ``concurrency``.
 
-With a ``commit`` function the processor only prepares (LLM calls, reads) and the queue writes:
-episodes finished at the same time share one transaction (group commit: a worker that finds a
-commit in progress queues its result for the next one), and ``drain`` claims the heads of up to
-``batch_size`` groups at once and writes them together. DuckDB charges ~1–3 ms per commit and
-~0.5 ms per statement, so this is what lets ingestion keep up with a fast LLM.
+In the background (:meth:`EpisodeQueue.start`) one dispatcher thread claims messages for a pool
+of ``concurrency`` worker threads (LLM calls are I/O bound): whenever no more than
+``concurrency`` claimed messages are being prepared it claims the heads of up to ``2 ×
+concurrency`` minus those, in one transaction, reads what they need in a few queries, and
+renews the leases of every unfinished message. One claim serves several workers (a claim costs
+~5–10 ms of DuckDB work however many messages it takes), and a worker never waits for a claim.
+
+With a ``commit`` function the processor only prepares (LLM calls, reads) and the queue writes.
+A worker hands what it prepared to the dispatcher and takes its next message; the dispatcher
+writes the prepared episodes in one transaction once there are ``batch_size`` of them, nothing
+else is being prepared, or the oldest has waited ``COMMIT_LINGER_SECONDS`` (a group's next
+episode waits for that write: it must see what the previous one wrote). ``drain`` claims the
+heads of up to ``batch_size`` groups at once and writes them together. DuckDB charges ~20 ms
+per transaction of an episode batch however many episodes it holds (each statement costs
+~1–6 ms), so this is what lets ingestion keep up with a fast LLM.
 
 Retry policy (pure, :func:`decide`): rate limit, timeout and connection errors retry with
 exponential backoff and jitter up to ``max_attempts``; a validation error is retried at most
@@ -25,7 +35,7 @@ import time
 import uuid as uuidlib
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import Any
 
@@ -45,6 +55,9 @@ QUEUE_NAME = "episodes"
 CATEGORIES = ("ConnectionError", "ValidationError", "TimeoutError", "RateLimitError",
               "UnknownError")
 TRANSIENT = {"ConnectionError", "TimeoutError", "RateLimitError"}
+# how long a prepared episode may wait for others to share its commit while more are being
+# prepared: a commit costs ~20 ms of DuckDB work however many episodes it writes
+COMMIT_LINGER_SECONDS = 0.05
 
 
 def categorize(exc: BaseException) -> str:
@@ -211,17 +224,29 @@ class EpisodeQueue:
         self.base_delay = base_delay
         self._stop = threading.Event()
         self._wake = threading.Event()
-        self._threads: list[threading.Thread] = []
+        self._threads: list[threading.Thread] = []  # the dispatcher, while running
+        self._workers: ThreadPoolExecutor | None = None  # its pool, while running
+        self._owner = ""  # the lease owner of the running dispatcher
+        # the dispatcher's: claimed messages being prepared (future -> message), and prepared
+        # ones waiting to be written together: (message, ok, result or error, start)
+        self._unfinished: dict[Any, dict[str, Any]] = {}
+        self._ready: list[tuple[dict[str, Any], bool, Any, float]] = []
+        self._ready_since = 0.0
+        self._unfinished_lock = threading.Lock()
+        self._abandon = False
+        # False after a claim found nothing, until something may have changed that (an
+        # enqueue, a write that frees groups, a poll): claims cost ~5 ms even when empty
+        self._may_claim = True
         self._busy = 0
         self._busy_lock = threading.Lock()
         self._avg_seconds = 1.0
         self._last_lease_check = None
         self._last_gauges = 0.0
-        self._waiting_groups = 0  # groups with queued messages at the last gauge refresh
 
     # --- producer side ------------------------------------------------------------------
     def notify_enqueued(self, priority: int) -> None:
         self.metrics.record_enqueue(QUEUE_NAME, PRIORITY_NAMES.get(priority, "normal"))
+        self._may_claim = True
         self._wake.set()
 
     # --- worker side --------------------------------------------------------------------
@@ -232,59 +257,183 @@ class EpisodeQueue:
         if released:
             log.warning("returned %d in-flight episodes of a previous run to the queue", released)
         self._stop.clear()
-        for i in range(self.concurrency):
-            t = threading.Thread(target=self._loop, name=f"episode-worker-{i}", daemon=True)
-            t.start()
-            self._threads.append(t)
+        self._abandon = False
+        with self._unfinished_lock:
+            self._unfinished, self._ready = {}, []
+        self._may_claim = True
+        self._owner = f"dispatcher-{uuidlib.uuid4().hex[:6]}"
+        self._workers = ThreadPoolExecutor(self.concurrency, thread_name_prefix="episode-worker")
+        t = threading.Thread(target=self._dispatch, name="episode-dispatcher", daemon=True)
+        t.start()
+        self._threads = [t]
         self.refresh_gauges()
 
     def stop(self, timeout: float = 30.0) -> None:
-        """Stop claiming, let in-flight episodes finish up to ``timeout``, release the rest."""
+        """Stop claiming, return claimed messages no worker has started to the queue, let the
+        running ones finish and be written up to ``timeout``, release the rest."""
         self._stop.set()
         self._wake.set()
-        deadline = time.monotonic() + timeout
         for t in self._threads:
-            t.join(max(0.0, deadline - time.monotonic()))
-        self._threads = [t for t in self._threads if t.is_alive()]
-        if self._threads:
-            log.warning("%d episodes still running at stop: released to the queue",
-                        len(self._threads))
+            t.join(timeout)
+        if any(t.is_alive() for t in self._threads):
+            self._abandon = True  # the dispatcher exits without writing what is left
+            self._wake.set()
+            log.warning("episodes still running at stop: released to the queue")
             q.release_all(self.store)
+        abandoned = self._abandon
         self._threads = []
-        if self._pool is not None:
-            self._pool.shutdown(wait=True)
-            self._pool = None
+        for pool in (self._workers, self._pool):
+            if pool is not None:
+                pool.shutdown(wait=not abandoned)
+        self._workers = self._pool = None
         self.refresh_gauges()
 
     @property
     def running(self) -> bool:
         return bool(self._threads)
 
-    def _loop(self) -> None:
-        owner = f"{threading.current_thread().name}-{uuidlib.uuid4().hex[:6]}"
-        while not self._stop.is_set():
+    def _dispatch(self) -> None:
+        """Claim for the worker pool and write what it prepared (see the module docstring),
+        until :meth:`stop`; then finish the started work and return the rest."""
+        renew_every = self.lease_seconds / 3
+        renewed = time.monotonic()
+        while not self._abandon:
+            stopping = self._stop.is_set()
+            claimed = 0
             try:
-                worked = self.run_once(owner)
-            except Exception:  # never let a worker die: log and keep going
-                log.exception("queue worker error")
-                worked = False
-            if not worked:
-                self._wake.wait(self.poll_seconds)
+                if stopping:
+                    self._return_unstarted()
+                self._write_ready(force=stopping)
+                if not stopping:
+                    claimed = self._claim_for_workers()
+                if time.monotonic() - renewed >= renew_every:
+                    renewed = time.monotonic()
+                    self._renew_unfinished()
+            except Exception:  # never let the dispatcher die: log and keep going
+                log.exception("queue dispatcher error")
+            with self._unfinished_lock:
+                idle = not self._unfinished and not self._ready
+            if stopping and idle:
+                return
+            if not claimed:
+                wait = min(self.poll_seconds, self._linger_left(),
+                           max(0.0, renewed + renew_every - time.monotonic()))
+                started = time.monotonic()
+                if not self._wake.wait(wait) and time.monotonic() - started >= self.poll_seconds:
+                    self._may_claim = True  # a poll: retries fall due, leases expire
                 self._wake.clear()
 
-    def run_once(self, owner: str = "inline") -> bool:
-        """Claim and process due messages (one, or a share of a backlog: :meth:`claim_size`);
-        False when there was none."""
-        return self._claim_and_process(owner, self.claim_size(), parallel=False) > 0
+    def _claim_for_workers(self) -> int:
+        """Claim and hand out messages when at most ``concurrency`` are being prepared."""
+        with self._unfinished_lock:
+            preparing = len(self._unfinished)
+        room = 2 * self.concurrency - preparing
+        if preparing > self.concurrency or room <= 0 or not self._may_claim:
+            return 0
+        now = self.clock()
+        self._requeue_expired(now, self._owner)
+        with self.gate:
+            messages = q.claim_batch(self.store, self._owner, now, self.lease_seconds, room)
+        pool = self._workers
+        if len(messages) < room:  # every claimable head is taken: no use asking again yet
+            self._may_claim = False
+        if not messages or pool is None:
+            return 0
+        for message in self._prefetched(messages):
+            with self._unfinished_lock:
+                future = pool.submit(self._work, message)
+                self._unfinished[future] = message
+            future.add_done_callback(self._prepared)
+        return len(messages)
 
-    def claim_size(self) -> int:
-        """How many messages a worker claims: one, or when many groups are waiting its share of
-        them, up to ``batch_size / concurrency``, so that workers write several episodes per
-        transaction when there is a queue to drain while every worker still finds work."""
+    def _work(self, message: dict[str, Any]) -> tuple[bool, Any, float] | None:
+        """A worker's part: prepare (with a ``commit`` function; the dispatcher writes) or
+        process the message. Returns (ok, result or error, start) to be written, or None."""
         if self.commit is None:
-            return 1
-        workers = max(1, self.concurrency)
-        return max(1, min(self.batch_size // workers, self._waiting_groups // workers))
+            self._process(message, self._owner, keep_leases=False)  # the dispatcher renews
+            return None
+        started = self._begin(message)
+        try:
+            ok, value = self._prepare_all([message], parallel=False)[0]
+        finally:
+            self._set_busy(-1)
+        return ok, value, started
+
+    def _prepared(self, future) -> None:
+        """Done callback: a prepared message joins the ones waiting to be written."""
+        with self._unfinished_lock:
+            message = self._unfinished.pop(future, None)  # None: of a run stopped since
+            if message is None or future.cancelled():  # cancelled: released by the stop
+                outcome = None
+            elif future.exception() is not None:  # KeyboardInterrupt, SystemExit
+                outcome = None
+                log.error("preparing episode %s was interrupted (%r): returned to the queue",
+                          message["episode_uuid"], future.exception())
+                q.release(self.store, message["episode_uuid"], self._owner)
+            else:
+                outcome = future.result()
+            if outcome is not None:
+                if not self._ready:
+                    self._ready_since = time.monotonic()
+                self._ready.append((message, *outcome))
+        self._wake.set()  # room for another claim, maybe a write
+
+    def _linger_left(self) -> float:
+        """How long prepared messages may still wait for others to share their commit."""
+        with self._unfinished_lock:
+            if not self._ready:
+                return self.poll_seconds
+            return max(0.0, self._ready_since + COMMIT_LINGER_SECONDS - time.monotonic())
+
+    def _write_ready(self, force: bool = False) -> None:
+        """Write the prepared messages in one transaction when there are ``batch_size`` of
+        them, nothing else is being prepared, or the oldest has waited
+        ``COMMIT_LINGER_SECONDS`` (``force``: now)."""
+        with self._unfinished_lock:
+            if not self._ready:
+                return
+            full = len(self._ready) >= self.batch_size or not self._unfinished
+            if not (force or full or self._linger_left_locked() <= 0):
+                return
+            ready, self._ready = self._ready, []
+        self._may_claim = True  # their groups' next messages become heads
+        written = []
+        for message, ok, value, started in ready:
+            if ok:
+                written.append((message, value, started))
+            else:
+                self._failed(message, value, time.perf_counter() - started)
+        if written:
+            tickets = self._group.submit_many([(m, v) for m, v, _ in written])
+            for ticket, (message, _, started) in zip(tickets, written):
+                if ticket.error is not None:
+                    self._failed(message, ticket.error, time.perf_counter() - started)
+                else:
+                    self._completed(message, started)
+        self._maybe_refresh_gauges()
+
+    def _linger_left_locked(self) -> float:
+        return self._ready_since + COMMIT_LINGER_SECONDS - time.monotonic()
+
+    def _return_unstarted(self) -> None:
+        """Stopping: claimed messages no worker has started go back to the queue."""
+        with self._unfinished_lock:
+            unfinished = list(self._unfinished.items())
+        for future, message in unfinished:
+            if future.cancel():
+                q.release(self.store, message["episode_uuid"], self._owner)
+
+    def _renew_unfinished(self) -> None:
+        with self._unfinished_lock:
+            uuids = [m["episode_uuid"] for m in self._unfinished.values()]
+            uuids += [m["episode_uuid"] for m, *_ in self._ready]
+        if uuids:
+            q.renew_leases(self.store, uuids, self._owner,
+                           self.clock() + _seconds(self.lease_seconds))
+
+    def run_once(self, owner: str = "inline") -> bool:
+        """Claim and process the next due message, inline; False when there was none."""
+        return self._claim_and_process(owner, 1, parallel=False) > 0
 
     def drain(self, max_messages: int = 100_000) -> int:
         """Process due messages inline until none is left (tests, notebooks, CLI).
@@ -307,7 +456,7 @@ class EpisodeQueue:
         """Claim up to ``limit`` due messages and process them: one on its own, several as a
         batch (prepared ``parallel`` or one after the other). Returns how many."""
         now = self.clock()
-        self._requeue_expired(now)
+        self._requeue_expired(now, owner)
         with self.gate:
             messages = q.claim_batch(self.store, owner, now, self.lease_seconds, limit)
         if len(messages) == 1:
@@ -316,13 +465,14 @@ class EpisodeQueue:
             self._process_batch(messages, owner, parallel)
         return len(messages)
 
-    def _requeue_expired(self, now) -> None:
-        """Return expired leases to the queue, at most every lease/10 (clock time)."""
+    def _requeue_expired(self, now, owner: str) -> None:
+        """Return expired leases (but ``owner``'s own) to the queue, at most every lease/10
+        (clock time)."""
         every = min(self.lease_seconds / 10, 5.0)
         last = self._last_lease_check
         if last is None or (now - last).total_seconds() >= every:
             self._last_lease_check = now
-            q.requeue_expired_leases(self.store, now)
+            q.requeue_expired_leases(self.store, now, owner)
 
     def _begin(self, message: dict[str, Any]) -> float:
         wait = (self.clock() - message["enqueued_at"]).total_seconds()
@@ -330,10 +480,11 @@ class EpisodeQueue:
         self._set_busy(+1)
         return time.perf_counter()
 
-    def _process(self, message: dict[str, Any], owner: str) -> None:
+    def _process(self, message: dict[str, Any], owner: str, keep_leases: bool = True) -> None:
         started = self._begin(message)
         try:
-            with self._leases_kept([message], owner):  # slow LLM calls outlast one lease
+            # slow LLM calls outlast one lease
+            with self._leases_kept([message], owner) if keep_leases else nullcontext():
                 result = self.processor(message)
                 if self.commit is not None:
                     self._group.submit((message, result))
@@ -485,7 +636,6 @@ class EpisodeQueue:
         for priority, count in depth.items():
             self.metrics.update_queue_depth(QUEUE_NAME, count, priority)
         workers = max(1, self.concurrency)
-        self._waiting_groups = q.waiting_groups(self.store) if self.commit else 0
         lag = sum(depth.values()) * self._avg_seconds / workers
         self.metrics.update_consumer_metrics(QUEUE_NAME, self._busy, self._busy / workers, lag)
 
@@ -495,6 +645,7 @@ class EpisodeQueue:
         for uuid in uuids:
             self._on_status(uuid, "queued", "re-queued by request")
         self.refresh_gauges()
+        self._may_claim = True
         self._wake.set()
         return uuids
 

@@ -101,11 +101,13 @@ SETTING_MEANINGS: dict[str, str] = {
                            "third of this while the episode's LLM calls run).",
     "queue_max_attempts": "Attempts before a transiently failing episode is marked failed "
                           "(a validation failure is retried once).",
-    "queue_poll_seconds": "How often idle workers look for new episodes.",
+    "queue_poll_seconds": (
+        "How often the idle queue dispatcher looks for retries that fell due and leases that "
+        "ran out (a new episode wakes it at once)."),
     "queue_batch_size": (
-        "At most this many episodes are written per transaction: workers that finish at the "
-        "same time share one commit, and inline processing claims the heads of up to this "
-        "many groups at once. 1 writes every episode on its own."),
+        "At most this many episodes are written per transaction: an extracted episode waits "
+        "up to 50 ms for others to share its commit, and inline processing claims the heads "
+        "of up to this many groups at once. 1 writes every episode on its own."),
     "decay_enabled": "Run the maintenance scheduler (decay scores, lifecycle, purge).",
     "decay_half_life_days": "Half-life of a default (importance 3, stability 3) memory.",
     "decay_dormant_days": "Days without access before ACTIVE becomes DORMANT.",

@@ -280,23 +280,146 @@ def test_drain_prepares_the_heads_of_different_groups_concurrently(env):
     assert {s for (s,) in store.fetchall("SELECT DISTINCT state FROM queue")} == {"done"}
 
 
-def test_a_worker_claims_its_share_of_the_waiting_groups(env):
+def wait_for(condition, seconds: float = 10.0) -> None:
+    import time
+
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.01)
+
+
+def states(store) -> dict[str, int]:
+    return dict(store.fetchall("SELECT state, count(*) FROM queue GROUP BY state"))
+
+
+def test_one_claim_serves_several_workers(env, monkeypatch):
+    """The dispatcher claims the heads of up to 2 x concurrency groups in one transaction."""
+    import threading
+
     store, clock, metrics, _, _, _, add = env
-    queue = EpisodeQueue(store, lambda m: m, metrics, clock, concurrency=2, batch_size=8,
-                         commit=lambda results, ack: ack())
+    claims: list[int] = []
+    real_claim = q.claim_batch
+
+    def counting_claim(*args):
+        claimed = real_claim(*args)
+        if claimed:
+            claims.append(len(claimed))
+        return claimed
+
+    monkeypatch.setattr(q, "claim_batch", counting_claim)
+    go = threading.Event()
+    order: list[str] = []
+
+    def prepare(message):
+        go.wait(5)  # the first claim must see every group waiting
+        order.append(message["episode_uuid"])
+        return message["episode_uuid"]
+
+    queue = EpisodeQueue(store, prepare, metrics, clock, concurrency=3, batch_size=8,
+                         commit=lambda results, ack: ack(), poll_seconds=0.01)
+    for i in range(4):
+        for group in "ABCDEFGH":
+            add(f"{group}{i}", group)
+    queue.start()
+    try:
+        wait_for(lambda: claims)
+        assert claims[0] == 6  # 2 x 3 workers' worth, not one message per worker
+        go.set()
+        wait_for(lambda: states(store) == {"done": 32})
+    finally:
+        queue.stop(timeout=5)
+    assert sum(claims) == 32 and len(claims) < 32
+    for group in "ABCDEFGH":  # each group in order
+        assert [u for u in order if u[0] == group] == [f"{group}{i}" for i in range(4)]
+
+
+def test_workers_hand_their_episodes_to_one_shared_commit(env, monkeypatch):
+    """A prepared episode waits (up to the linger) for those still being prepared."""
+    import time
+
+    from workbench import queue as queue_module
+
+    store, clock, metrics, _, _, _, add = env
+    monkeypatch.setattr(queue_module, "COMMIT_LINGER_SECONDS", 5.0)
+    commits: list[list[str]] = []
+
+    def prepare(message):
+        uuid = message["episode_uuid"]
+        time.sleep({"a1": 0.0, "b1": 0.3, "c1": 0.1}[uuid])
+        if uuid == "c1":
+            raise errors.LLMError("refused")  # fails alone, before the write
+        return uuid
+
+    def commit(results, ack):
+        with store.transaction():
+            ack()
+        commits.append(sorted(results))
+
+    queue = EpisodeQueue(store, prepare, metrics, clock, concurrency=3, max_attempts=1,
+                         commit=commit)
+    for uuid, group in (("a1", "A"), ("b1", "B"), ("c1", "C")):
+        add(uuid, group)
+    started = time.monotonic()
+    queue.start()
+    try:
+        wait_for(lambda: states(store) == {"done": 2, "failed": 1})
+    finally:
+        queue.stop(timeout=5)
+    assert commits == [["a1", "b1"]]  # one transaction for both,
+    assert time.monotonic() - started < 4  # as soon as nothing else was being prepared
+    text = metrics.exposition()
+    assert sample(text, "messaging_messages_processed_total", {"status": "success"}) == 2
+    assert sample(text, "messaging_active_consumers") == 0
+
+
+def test_stop_returns_claimed_messages_no_worker_started(env):
+    import threading
+
+    store, clock, metrics, _, _, _, add = env
+    started, release = threading.Event(), threading.Event()
+
+    def prepare(message):
+        started.set()
+        release.wait(5)
+        return message["episode_uuid"]
+
+    queue = EpisodeQueue(store, prepare, metrics, clock, concurrency=1,
+                         commit=lambda results, ack: ack(), poll_seconds=0.01)
+    add("a1", "A"); add("b1", "B")  # noqa: E702 - one worker: b1 waits, claimed
+    queue.start()
+    assert started.wait(5)
+    wait_for(lambda: states(store) == {"processing": 2})
+    threading.Timer(0.2, release.set).start()
+    queue.stop(timeout=5)
+    by_uuid = dict(store.fetchall("SELECT episode_uuid, state FROM queue"))
+    assert by_uuid == {"a1": "done", "b1": "queued"}  # finished, and returned unstarted
+    assert not queue.running
+
+
+def test_the_dispatcher_keeps_the_leases_of_unfinished_messages(env):
+    import time
+
+    store, clock, metrics, _, _, _, add = env
+    held: list[bool] = []
+
+    def prepare(message):
+        clock.advance(seconds=10)  # this episode takes 10 s (leases last 0.3 s)
+        time.sleep(0.4)            # the dispatcher renews every 0.1 s (real time)
+        held.append(q.get_message(store, message["episode_uuid"])["leased_until"] > clock())
+        return message["episode_uuid"]
+
+    queue = EpisodeQueue(store, prepare, metrics, clock, concurrency=1, lease_seconds=0.3,
+                         commit=lambda results, ack: ack(), poll_seconds=0.01)
     add("a1", "A")
-    queue.refresh_gauges()
-    assert queue.claim_size() == 1  # one group waiting: one message
-    for i in range(9):
-        add(f"g{i}", f"G{i}")
-    queue.refresh_gauges()
-    assert queue.claim_size() == 4  # ten groups, two workers: half each, capped at 8 / 2
-    assert queue.run_once("w1")
-    assert dict(store.fetchall("SELECT state, count(*) FROM queue GROUP BY state")) == {
-        "done": 4, "queued": 6}
-    plain = EpisodeQueue(store, lambda m: None, metrics, clock, concurrency=2)
-    plain.refresh_gauges()
-    assert plain.claim_size() == 1  # without a commit function, one at a time
+    queue.start()
+    try:
+        wait_for(lambda: states(store) == {"done": 1})
+    finally:
+        queue.stop(timeout=5)
+    # not expired while it ran: never handed out again, processed once
+    assert held == [True]
+    assert q.get_message(store, "a1")["attempts"] == 1
 
 
 def test_an_interrupted_group_write_marks_every_waiting_item_failed():

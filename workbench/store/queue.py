@@ -24,11 +24,14 @@ def enqueue(store: Store, episode_uuid: str, group_id: str, priority: int, now: 
     )
 
 
-def requeue_expired_leases(store: Store, now: datetime) -> int:
+def requeue_expired_leases(store: Store, now: datetime, keep_owner: str | None = None) -> int:
+    """Return messages whose lease ran out to the queue, except ``keep_owner``'s (the
+    caller's own: it is alive and renews them, however far the clock jumped)."""
     rows = store.fetchall(
         """UPDATE queue SET state = 'queued', lease_owner = NULL, leased_until = NULL
-           WHERE state = 'processing' AND leased_until < ? RETURNING episode_uuid""",
-        [now],
+           WHERE state = 'processing' AND leased_until < ?
+             AND lease_owner IS DISTINCT FROM ? RETURNING episode_uuid""",
+        [now, keep_owner],
     )
     return len(rows)
 
@@ -172,11 +175,6 @@ def depth_by_priority(store: Store) -> dict[str, int]:
     ):
         counts[PRIORITY_NAMES.get(priority, str(priority))] = count
     return counts
-
-
-def waiting_groups(store: Store) -> int:
-    """How many groups have a queued message (an upper bound on the claimable heads)."""
-    return store.fetchone("SELECT count(DISTINCT group_id) FROM queue WHERE state = 'queued'")[0]
 
 
 def status(store: Store, now: datetime) -> dict[str, Any]:
