@@ -57,7 +57,7 @@ CATEGORIES = ("ConnectionError", "ValidationError", "TimeoutError", "RateLimitEr
 TRANSIENT = {"ConnectionError", "TimeoutError", "RateLimitError"}
 # how long a prepared episode may wait for others to share its commit while more are being
 # prepared: a commit costs ~20 ms of DuckDB work however many episodes it writes
-COMMIT_LINGER_SECONDS = 0.05
+COMMIT_LINGER_SECONDS = 0.2
 
 
 def categorize(exc: BaseException) -> str:
@@ -333,9 +333,10 @@ class EpisodeQueue:
         now = self.clock()
         self._requeue_expired(now, self._owner)
         with self.gate:
-            messages = q.claim_batch(self.store, self._owner, now, self.lease_seconds, room)
+            messages, more = q.claim_heads(self.store, self._owner, now, self.lease_seconds,
+                                           room)
         pool = self._workers
-        if len(messages) < room:  # every claimable head is taken: no use asking again yet
+        if not more:  # every claimable head is taken: no use asking again yet
             self._may_claim = False
         if not messages or pool is None:
             return 0

@@ -106,7 +106,7 @@ SETTING_MEANINGS: dict[str, str] = {
         "ran out (a new episode wakes it at once)."),
     "queue_batch_size": (
         "At most this many episodes are written per transaction: an extracted episode waits "
-        "up to 50 ms for others to share its commit, and inline processing claims the heads "
+        "up to 0.2 s for others to share its commit, and inline processing claims the heads "
         "of up to this many groups at once. 1 writes every episode on its own."),
     "decay_enabled": "Run the maintenance scheduler (decay scores, lifecycle, purge).",
     "decay_half_life_days": "Half-life of a default (importance 3, stability 3) memory.",

@@ -68,32 +68,45 @@ def claim_batch(
 ) -> list[dict[str, Any]]:
     """Lease up to ``limit`` runnable messages, each the head of a different group, in
     priority then age order. One transaction, whatever ``limit`` is."""
+    return claim_heads(store, owner, now, lease_seconds, limit)[0]
+
+
+def claim_heads(
+    store: Store, owner: str, now: datetime, lease_seconds: float, limit: int
+) -> tuple[list[dict[str, Any]], bool]:
+    """:func:`claim_batch`, and whether more runnable heads were left unclaimed (False: a
+    claim before something changes would find nothing)."""
+    limit = max(1, int(limit))
     with store.transaction():
+        heads = [row[0] for row in store.fetchall(
+            """SELECT head FROM (
+                   -- each group's head (its oldest unfinished message), when queued and due;
+                   -- arg_min over a GROUP BY: 2-3x cheaper than a window, flat in depth
+                   SELECT arg_min(episode_uuid, seq) AS head, arg_min(state, seq) AS st,
+                          arg_min(available_at, seq) AS due, arg_min(priority, seq) AS pr,
+                          min(seq) AS first
+                   FROM queue WHERE state IN ('queued', 'processing') GROUP BY group_id)
+               WHERE st = 'queued' AND due <= $1
+               ORDER BY pr, first LIMIT $2""",
+            [now, limit + 1],
+        )]
+        if not heads:
+            return [], False
+        # inside the transaction (the store lock): they are still the heads, still queued
         leased = store.fetch_dicts(
             """UPDATE queue SET state = 'processing', lease_owner = $1, leased_until = $2,
                    attempts = attempts + 1, started_at = $3
-               WHERE state = 'queued' AND episode_uuid IN (
-                   -- each group's head (its oldest unfinished message), when queued and due;
-                   -- arg_min over a GROUP BY: 2-3x cheaper than a window, flat in depth
-                   SELECT head FROM (
-                       SELECT arg_min(episode_uuid, seq) AS head, arg_min(state, seq) AS st,
-                              arg_min(available_at, seq) AS due, arg_min(priority, seq) AS pr,
-                              min(seq) AS first
-                       FROM queue WHERE state IN ('queued', 'processing') GROUP BY group_id)
-                   WHERE st = 'queued' AND due <= $3
-                   ORDER BY pr, first LIMIT $4)
+               WHERE state = 'queued' AND list_contains($4, episode_uuid)
                RETURNING episode_uuid, group_id, priority, seq, enqueued_at, attempts,
                          validation_failures""",
-            [owner, now + timedelta(seconds=lease_seconds), now, max(1, int(limit))],
+            [owner, now + timedelta(seconds=lease_seconds), now, heads[:limit]],
         )
-        if not leased:
-            return []
         store.execute(
             """UPDATE episodes SET status = 'processing', status_detail = NULL
                WHERE list_contains(?, uuid) AND status <> 'done'""",
             [[m["episode_uuid"] for m in leased]],
         )
-        return sorted(leased, key=lambda m: (m["priority"], m["seq"]))
+        return sorted(leased, key=lambda m: (m["priority"], m["seq"])), len(heads) > limit
 
 
 def renew_leases(
