@@ -77,6 +77,31 @@ def test_executemany_inserts_every_row_in_chunks():
     assert store.meta("k1") == "x" and store.meta("k2") == "y"
 
 
+def test_a_multi_row_insert_stores_what_row_by_row_inserts_store():
+    """Rows go in as one list per column; NULLs, time zones, booleans, lists, numbers that
+    mix ints and floats and conflicts must come out as row-by-row inserts leave them."""
+    from datetime import datetime, timedelta, timezone
+
+    def fill(many: bool) -> list:
+        store = Store.open(":memory:", dim=4)
+        store.execute("""CREATE TABLE t (k VARCHAR PRIMARY KEY, ts TIMESTAMPTZ, n DOUBLE,
+                                          ok BOOLEAN, v FLOAT[], note VARCHAR)""")
+        cet = timezone(timedelta(hours=1))
+        rows = [["a", datetime(2026, 1, 1, 12, tzinfo=cet), 1, True, [1.0, 2.0], None],
+                ["b", None, 2.5, None, None, "x"],
+                ["c", datetime(2026, 1, 2, tzinfo=timezone.utc), None, False, [], "y'z"]]
+        sql = "INSERT INTO t VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING"
+        if many:
+            store.executemany(sql, rows)
+            store.executemany(sql, [["a", None, 9, None, None, "again"], ["d"] + [None] * 5])
+        else:
+            for row in rows + [["a", None, 9, None, None, "again"], ["d"] + [None] * 5]:
+                store.execute(sql, row)
+        return store.fetchall("SELECT * FROM t ORDER BY k")
+
+    assert fill(many=True) == fill(many=False)
+
+
 LOG_INSERT = "INSERT INTO meta VALUES (?, ?)"
 
 

