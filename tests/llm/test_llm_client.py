@@ -284,6 +284,37 @@ def test_invalid_json_names_the_structure(h):
         h.complete()
 
 
+@pytest.mark.parametrize("body", [
+    {"choices": []},
+    {"choices": "none"},
+    {"choices": [{"message": None, "finish_reason": "stop"}]},
+    {"choices": [{"message": {"tool_calls": [{"function": None}]}}]},
+    {"usage": "n/a", "model": 3},
+    {},
+], ids=["no-choices", "choices-not-a-list", "no-message", "tool-call-without-function",
+        "odd-usage", "empty"])
+def test_a_reply_of_an_unexpected_shape_fails_the_structure_not_the_client(h, body):
+    h.fake.script(FakeReply(body=body))
+    with pytest.raises(StructuredOutputError) as info:
+        h.complete()
+    assert info.value.structure == "ExtractedEntities"
+    (row,) = h.rows()
+    assert row["status"] == "invalid" and row["prompt_tokens"] == 0
+
+
+def test_a_tool_call_reply_is_read_from_its_arguments(h):
+    import json
+
+    h.fake.script(FakeReply(body={"model": "gpt-4o-mini", "choices": [{
+        "finish_reason": "tool_calls",
+        "message": {"tool_calls": [{"function": {"arguments": json.dumps(ALICE)}}]}}],
+        "usage": {"prompt_tokens": 10, "completion_tokens": 5,
+                  "prompt_tokens_details": {"cached_tokens": 4}}}))
+    assert h.complete().entities[0].name == "Alice"
+    (row,) = h.rows()
+    assert (row["prompt_tokens"], row["completion_tokens"], row["cached_tokens"]) == (10, 5, 4)
+
+
 def test_truncation_is_retried_once_with_a_larger_budget(h):
     h.fake.script(FakeReply.truncated(ALICE), FakeReply.ok(ALICE))
     assert h.complete(max_tokens=100).entities[0].name == "Alice"
