@@ -331,7 +331,7 @@ class EpisodeQueue:
         if preparing > self.concurrency or room <= 0 or not self._may_claim:
             return 0
         now = self.clock()
-        self._requeue_expired(now, self._owner)
+        self._requeue_expired(now)
         with self.gate:
             messages, more = q.claim_heads(self.store, self._owner, now, self.lease_seconds,
                                            room)
@@ -362,21 +362,20 @@ class EpisodeQueue:
 
     def _prepared(self, future) -> None:
         """Done callback: a prepared message joins the ones waiting to be written."""
+        interrupted = None
         with self._unfinished_lock:
             message = self._unfinished.pop(future, None)  # None: of a run stopped since
-            if message is None or future.cancelled():  # cancelled: released by the stop
-                outcome = None
-            elif future.exception() is not None:  # KeyboardInterrupt, SystemExit
-                outcome = None
-                log.error("preparing episode %s was interrupted (%r): returned to the queue",
-                          message["episode_uuid"], future.exception())
-                q.release(self.store, message["episode_uuid"], self._owner)
-            else:
-                outcome = future.result()
-            if outcome is not None:
-                if not self._ready:
-                    self._ready_since = time.monotonic()
-                self._ready.append((message, *outcome))
+            if message is not None and not future.cancelled():  # cancelled: stop released it
+                if future.exception() is not None:  # KeyboardInterrupt, SystemExit
+                    interrupted = future.exception()
+                elif future.result() is not None:
+                    if not self._ready:
+                        self._ready_since = time.monotonic()
+                    self._ready.append((message, *future.result()))
+        if interrupted is not None:
+            log.error("preparing episode %s was interrupted (%r): returned to the queue",
+                      message["episode_uuid"], interrupted)
+            q.release(self.store, message["episode_uuid"], self._owner)
         self._wake.set()  # room for another claim, maybe a write
 
     def _linger_left(self) -> float:
@@ -425,9 +424,7 @@ class EpisodeQueue:
                 q.release(self.store, message["episode_uuid"], self._owner)
 
     def _renew_unfinished(self) -> None:
-        with self._unfinished_lock:
-            uuids = [m["episode_uuid"] for m in self._unfinished.values()]
-            uuids += [m["episode_uuid"] for m, *_ in self._ready]
+        uuids = self._in_flight()
         if uuids:
             q.renew_leases(self.store, uuids, self._owner,
                            self.clock() + _seconds(self.lease_seconds))
@@ -457,7 +454,7 @@ class EpisodeQueue:
         """Claim up to ``limit`` due messages and process them: one on its own, several as a
         batch (prepared ``parallel`` or one after the other). Returns how many."""
         now = self.clock()
-        self._requeue_expired(now, owner)
+        self._requeue_expired(now)
         with self.gate:
             messages = q.claim_batch(self.store, owner, now, self.lease_seconds, limit)
         if len(messages) == 1:
@@ -466,14 +463,21 @@ class EpisodeQueue:
             self._process_batch(messages, owner, parallel)
         return len(messages)
 
-    def _requeue_expired(self, now, owner: str) -> None:
-        """Return expired leases (but ``owner``'s own) to the queue, at most every lease/10
-        (clock time)."""
+    def _requeue_expired(self, now) -> None:
+        """Return expired leases to the queue, at most every lease/10 (clock time); not those
+        of messages this queue is still working on (it renews them; however far the clock
+        jumped, they are not abandoned)."""
         every = min(self.lease_seconds / 10, 5.0)
         last = self._last_lease_check
         if last is None or (now - last).total_seconds() >= every:
             self._last_lease_check = now
-            q.requeue_expired_leases(self.store, now, owner)
+            q.requeue_expired_leases(self.store, now, self._in_flight())
+
+    def _in_flight(self) -> list[str]:
+        """Uuids of the claimed messages the dispatcher's workers prepare or it will write."""
+        with self._unfinished_lock:
+            return ([m["episode_uuid"] for m in self._unfinished.values()]
+                    + [m["episode_uuid"] for m, *_ in self._ready])
 
     def _begin(self, message: dict[str, Any]) -> float:
         wait = (self.clock() - message["enqueued_at"]).total_seconds()

@@ -398,6 +398,17 @@ def test_stop_returns_claimed_messages_no_worker_started(env):
     assert not queue.running
 
 
+def test_expired_leases_return_to_the_queue_but_those_of_live_work(env):
+    store, clock, _, _, _, _, add = env
+    add("a1", "A"); add("b1", "B")  # noqa: E702
+    assert len(q.claim_batch(store, "me", clock(), 60, 10)) == 2
+    clock.advance(seconds=61)
+    assert q.requeue_expired_leases(store, clock(), keep=["a1"]) == 1
+    by_uuid = dict(store.fetchall("SELECT episode_uuid, state FROM queue"))
+    assert by_uuid == {"a1": "processing", "b1": "queued"}
+    assert q.requeue_expired_leases(store, clock()) == 1  # nothing kept: a1 too
+
+
 def test_the_dispatcher_keeps_the_leases_of_unfinished_messages(env):
     import time
 

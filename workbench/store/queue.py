@@ -24,14 +24,16 @@ def enqueue(store: Store, episode_uuid: str, group_id: str, priority: int, now: 
     )
 
 
-def requeue_expired_leases(store: Store, now: datetime, keep_owner: str | None = None) -> int:
-    """Return messages whose lease ran out to the queue, except ``keep_owner``'s (the
-    caller's own: it is alive and renews them, however far the clock jumped)."""
+def requeue_expired_leases(
+    store: Store, now: datetime, keep: Sequence[str] = ()
+) -> int:
+    """Return messages whose lease ran out to the queue, except those in ``keep`` (the
+    caller's live work: it renews their leases, however far the clock jumped)."""
     rows = store.fetchall(
         """UPDATE queue SET state = 'queued', lease_owner = NULL, leased_until = NULL
            WHERE state = 'processing' AND leased_until < ?
-             AND lease_owner IS DISTINCT FROM ? RETURNING episode_uuid""",
-        [now, keep_owner],
+             AND NOT list_contains(?::VARCHAR[], episode_uuid) RETURNING episode_uuid""",
+        [now, list(keep)],
     )
     return len(rows)
 
