@@ -79,8 +79,11 @@ def test_start_returns_in_flight_messages_of_a_previous_run(env):
     store, clock, _, queue, _, _, add = env
     add("e1", "A")
     q.claim_next(store, "previous-process", clock(), 600)
+    assert store.fetchone("SELECT status FROM episodes")[0] == "processing"
     assert q.release_all(store) == 1
     assert q.get_message(store, "e1")["state"] == "queued"
+    assert store.fetchone("SELECT status, status_detail FROM episodes")[0:2] == (
+        "queued", "returned to the queue")
 
 
 def test_transient_failures_retry_with_backoff_and_count(env):
@@ -396,6 +399,9 @@ def test_stop_returns_claimed_messages_no_worker_started(env):
     by_uuid = dict(store.fetchall("SELECT episode_uuid, state FROM queue"))
     assert by_uuid == {"a1": "done", "b1": "queued"}  # finished, and returned unstarted
     assert not queue.running
+    # the episode says so too (its claim had set it to processing), and its attempt is unused
+    assert store.fetchone("SELECT status FROM episodes WHERE uuid = 'b1'")[0] == "queued"
+    assert q.get_message(store, "b1")["attempts"] == 0
 
 
 def test_expired_leases_return_to_the_queue_but_those_of_live_work(env):
