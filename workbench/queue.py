@@ -234,9 +234,13 @@ class EpisodeQueue:
         self._ready_since = 0.0
         self._unfinished_lock = threading.Lock()
         self._abandon = False
-        # False after a claim found nothing, until something may have changed that (an
-        # enqueue, a write that frees groups, a poll): claims cost ~5 ms even when empty
+        # False after a claim left no runnable head, until something may have changed that
+        # (an enqueue, a finished episode, a poll): claims cost ~2-5 ms even when empty.
+        # _claim_events counts those changes, so one that lands during a claim is not lost.
         self._may_claim = True
+        self._claim_events = 0
+        self._last_claim = 0.0  # monotonic time of the last claim attempt
+        self._run = 0  # which start() the running dispatcher belongs to
         self._busy = 0
         self._busy_lock = threading.Lock()
         self._avg_seconds = 1.0
@@ -246,8 +250,7 @@ class EpisodeQueue:
     # --- producer side ------------------------------------------------------------------
     def notify_enqueued(self, priority: int) -> None:
         self.metrics.record_enqueue(QUEUE_NAME, PRIORITY_NAMES.get(priority, "normal"))
-        self._may_claim = True
-        self._wake.set()
+        self._claimable()
 
     # --- worker side --------------------------------------------------------------------
     def start(self) -> None:
@@ -261,9 +264,11 @@ class EpisodeQueue:
         with self._unfinished_lock:
             self._unfinished, self._ready = {}, []
         self._may_claim = True
+        self._run += 1  # a dispatcher of an earlier, abandoned run exits at its next turn
         self._owner = f"dispatcher-{uuidlib.uuid4().hex[:6]}"
         self._workers = ThreadPoolExecutor(self.concurrency, thread_name_prefix="episode-worker")
-        t = threading.Thread(target=self._dispatch, name="episode-dispatcher", daemon=True)
+        t = threading.Thread(target=self._dispatch, args=(self._run,), name="episode-dispatcher",
+                             daemon=True)
         t.start()
         self._threads = [t]
         self.refresh_gauges()
@@ -279,12 +284,16 @@ class EpisodeQueue:
             self._abandon = True  # the dispatcher exits without writing what is left
             self._wake.set()
             log.warning("episodes still running at stop: released to the queue")
+            with self._unfinished_lock:
+                unstarted = list(self._unfinished)
+            for future in unstarted:  # no worker may start them after the release
+                future.cancel()
             q.release_all(self.store)
         abandoned = self._abandon
         self._threads = []
         for pool in (self._workers, self._pool):
             if pool is not None:
-                pool.shutdown(wait=not abandoned)
+                pool.shutdown(wait=not abandoned, cancel_futures=True)
         self._workers = self._pool = None
         self.refresh_gauges()
 
@@ -292,14 +301,23 @@ class EpisodeQueue:
     def running(self) -> bool:
         return bool(self._threads)
 
-    def _dispatch(self) -> None:
+    def _claimable(self) -> None:
+        """Something happened that may have made a head runnable: the next claim may try."""
+        self._claim_events += 1
+        self._may_claim = True
+        self._wake.set()
+
+    def _current(self, run: int) -> bool:
+        return run == self._run and not self._abandon
+
+    def _dispatch(self, run: int) -> None:
         """Claim for the worker pool and write what it prepared (see the module docstring),
         until :meth:`stop`; then finish the started work and return the rest."""
         renew_every = self.lease_seconds / 3
         renewed = time.monotonic()
-        while not self._abandon:
+        while self._current(run):
             stopping = self._stop.is_set()
-            claimed = 0
+            claimed, failed = 0, False
             try:
                 if stopping:
                     self._return_unstarted()
@@ -311,17 +329,21 @@ class EpisodeQueue:
                     self._renew_unfinished()
             except Exception:  # never let the dispatcher die: log and keep going
                 log.exception("queue dispatcher error")
+                failed = True
             with self._unfinished_lock:
                 idle = not self._unfinished and not self._ready
             if stopping and idle:
                 return
             if not claimed:
-                wait = min(self.poll_seconds, self._linger_left(),
-                           max(0.0, renewed + renew_every - time.monotonic()))
-                started = time.monotonic()
-                if not self._wake.wait(wait) and time.monotonic() - started >= self.poll_seconds:
-                    self._may_claim = True  # a poll: retries fall due, leases expire
+                wait = min(self.poll_seconds, self._linger_left())
+                if self._in_flight():  # leases to renew in time
+                    wait = min(wait, max(0.0, renewed + renew_every - time.monotonic()))
+                if failed:  # the store is failing: do not spin on it
+                    wait = max(wait, min(self.poll_seconds, 0.1))
+                self._wake.wait(wait)
                 self._wake.clear()
+            if time.monotonic() - self._last_claim >= self.poll_seconds:
+                self._may_claim = True  # a poll: retries fall due, leases run out
 
     def _claim_for_workers(self) -> int:
         """Claim and hand out messages when at most ``concurrency`` are being prepared."""
@@ -330,21 +352,32 @@ class EpisodeQueue:
         room = 2 * self.concurrency - preparing
         if preparing > self.concurrency or room <= 0 or not self._may_claim:
             return 0
+        events = self._claim_events
+        self._last_claim = time.monotonic()
         now = self.clock()
         self._requeue_expired(now)
         with self.gate:
+            if self._stop.is_set() or self._abandon:  # stopped while waiting for the gate
+                return 0
             messages, more = q.claim_heads(self.store, self._owner, now, self.lease_seconds,
                                            room)
-        pool = self._workers
-        if not more:  # every claimable head is taken: no use asking again yet
-            self._may_claim = False
-        if not messages or pool is None:
-            return 0
-        for message in self._prefetched(messages):
-            with self._unfinished_lock:
-                future = pool.submit(self._work, message)
-                self._unfinished[future] = message
-            future.add_done_callback(self._prepared)
+        if not more and events == self._claim_events:
+            self._may_claim = False  # every runnable head is taken: no use asking again yet
+        handed = 0
+        try:
+            for message in self._prefetched(messages):
+                pool = self._workers
+                if pool is None:
+                    raise RuntimeError("the worker pool is shut down")
+                with self._unfinished_lock:
+                    future = pool.submit(self._work, message)
+                    self._unfinished[future] = message
+                future.add_done_callback(self._prepared)
+                handed += 1
+        except BaseException:  # nothing claimed stays leased to nobody
+            for message in messages[handed:]:
+                q.release(self.store, message["episode_uuid"], self._owner)
+            raise
         return len(messages)
 
     def _work(self, message: dict[str, Any]) -> tuple[bool, Any, float] | None:
@@ -362,21 +395,40 @@ class EpisodeQueue:
 
     def _prepared(self, future) -> None:
         """Done callback: a prepared message joins the ones waiting to be written."""
-        interrupted = None
+        error = None
+        finished = False
         with self._unfinished_lock:
             message = self._unfinished.pop(future, None)  # None: of a run stopped since
             if message is not None and not future.cancelled():  # cancelled: stop released it
-                if future.exception() is not None:  # KeyboardInterrupt, SystemExit
-                    interrupted = future.exception()
+                if future.exception() is not None:
+                    error = future.exception()
                 elif future.result() is not None:
                     if not self._ready:
                         self._ready_since = time.monotonic()
                     self._ready.append((message, *future.result()))
-        if interrupted is not None:
-            log.error("preparing episode %s was interrupted (%r): returned to the queue",
-                      message["episode_uuid"], interrupted)
-            q.release(self.store, message["episode_uuid"], self._owner)
+                else:
+                    finished = True  # processed and acknowledged (no commit function)
+        if error is not None:
+            self._lost(message, error)
+        if finished or error is not None:
+            self._claimable()  # its group's next episode may be claimed
         self._wake.set()  # room for another claim, maybe a write
+
+    def _lost(self, message: dict[str, Any], error: BaseException) -> None:
+        """A worker raised past its own handling: an interrupt returns the message to the
+        queue; anything else counts as a failed attempt (a release would hand it out again at
+        once, forever). When even that fails, the message's lease runs out and it returns."""
+        uuid = message["episode_uuid"]
+        try:
+            if isinstance(error, (KeyboardInterrupt, SystemExit)):
+                log.error("preparing episode %s was interrupted (%r): returned to the queue",
+                          uuid, error)
+                q.release(self.store, uuid, self._owner)
+            else:
+                self._failed(message, error, 0.0)
+        except Exception:
+            log.exception("episode %s: recording what happened to it failed; it returns to "
+                          "the queue when its lease runs out", uuid)
 
     def _linger_left(self) -> float:
         """How long prepared messages may still wait for others to share their commit."""
@@ -396,21 +448,27 @@ class EpisodeQueue:
             if not (force or full or self._linger_left_locked() <= 0):
                 return
             ready, self._ready = self._ready, []
-        self._may_claim = True  # their groups' next messages become heads
-        written = []
-        for message, ok, value, started in ready:
-            if ok:
-                written.append((message, value, started))
-            else:
-                self._failed(message, value, time.perf_counter() - started)
+        written = [(m, v, t) for m, ok, v, t in ready if ok]
+        outcomes = [(m, v, t) for m, ok, v, t in ready if not ok]  # errors of preparing
         if written:
             tickets = self._group.submit_many([(m, v) for m, v, _ in written])
-            for ticket, (message, _, started) in zip(tickets, written):
-                if ticket.error is not None:
-                    self._failed(message, ticket.error, time.perf_counter() - started)
-                else:
-                    self._completed(message, started)
+            outcomes += [(m, t.error, started)
+                         for t, (m, _, started) in zip(tickets, written)]
+        for message, error, started in outcomes:
+            if error is None:
+                self._completed(message, started)
+            else:
+                self._record_failure(message, error, started)
+        self._claimable()  # their groups' next messages become heads
         self._maybe_refresh_gauges()
+
+    def _record_failure(self, message: dict[str, Any], error: BaseException,
+                        started: float) -> None:
+        try:
+            self._failed(message, error, time.perf_counter() - started)
+        except Exception:  # its lease runs out and it returns; the others are unaffected
+            log.exception("episode %s: recording its failure (%s) failed; it returns to the "
+                          "queue when its lease runs out", message["episode_uuid"], error)
 
     def _linger_left_locked(self) -> float:
         return self._ready_since + COMMIT_LINGER_SECONDS - time.monotonic()
@@ -650,8 +708,7 @@ class EpisodeQueue:
         for uuid in uuids:
             self._on_status(uuid, "queued", "re-queued by request")
         self.refresh_gauges()
-        self._may_claim = True
-        self._wake.set()
+        self._claimable()
         return uuids
 
 

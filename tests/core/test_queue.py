@@ -299,6 +299,7 @@ def states(store) -> dict[str, int]:
 def test_one_claim_serves_several_workers(env, monkeypatch):
     """The dispatcher claims the heads of up to 2 x concurrency groups in one transaction."""
     import threading
+    import time
 
     store, clock, metrics, _, _, _, add = env
     claims: list[int] = []
@@ -318,8 +319,9 @@ def test_one_claim_serves_several_workers(env, monkeypatch):
         order.append(message["episode_uuid"])
         return message["episode_uuid"]
 
+    # a long poll: progress must come from events (enqueues, finished episodes), not polls
     queue = EpisodeQueue(store, prepare, metrics, clock, concurrency=3, batch_size=8,
-                         commit=lambda results, ack: ack(), poll_seconds=0.01)
+                         commit=lambda results, ack: ack(), poll_seconds=5)
     for i in range(4):
         for group in "ABCDEFGH":
             add(f"{group}{i}", group)
@@ -328,7 +330,9 @@ def test_one_claim_serves_several_workers(env, monkeypatch):
         wait_for(lambda: claims)
         assert claims[0] == 6  # 2 x 3 workers' worth, not one message per worker
         go.set()
+        started = time.monotonic()
         wait_for(lambda: states(store) == {"done": 32})
+        assert time.monotonic() - started < 4
     finally:
         queue.stop(timeout=5)
     assert sum(claims) == 32 and len(claims) < 32
@@ -413,6 +417,105 @@ def test_expired_leases_return_to_the_queue_but_those_of_live_work(env):
     by_uuid = dict(store.fetchall("SELECT episode_uuid, state FROM queue"))
     assert by_uuid == {"a1": "processing", "b1": "queued"}
     assert q.requeue_expired_leases(store, clock()) == 1  # nothing kept: a1 too
+
+
+def test_without_a_commit_function_a_group_runs_on_without_waiting_for_polls(env):
+    import time
+
+    store, clock, metrics, _, _, _, add = env
+    done: list[str] = []
+
+    def process(message):  # plain mode: the processor acknowledges
+        q.mark_done(store, message["episode_uuid"], clock())
+        done.append(message["episode_uuid"])
+
+    queue = EpisodeQueue(store, process, metrics, clock, concurrency=2, poll_seconds=0.5)
+    for i in range(5):
+        add(f"a{i}", "A")
+    started = time.monotonic()
+    queue.start()
+    try:
+        wait_for(lambda: len(done) == 5)
+    finally:
+        queue.stop(timeout=5)
+    assert done == [f"a{i}" for i in range(5)]
+    assert time.monotonic() - started < 1.5  # not a 0.5 s poll per episode
+
+
+def test_a_retry_falls_due_and_runs_although_leases_are_shorter_than_the_poll(env):
+    store, clock, metrics, _, _, _, add = env
+    attempts: list[str] = []
+
+    def prepare(message):
+        attempts.append(message["episode_uuid"])
+        if len(attempts) == 1:
+            raise errors.LLMTimeout("slow")  # transient: retried after a backoff
+        return message["episode_uuid"]
+
+    queue = EpisodeQueue(store, prepare, metrics, clock, concurrency=1, lease_seconds=1.2,
+                         poll_seconds=0.2, base_delay=1.0,
+                         commit=lambda results, ack: ack())
+    add("a1", "A")
+    queue.start()
+    try:
+        wait_for(lambda: states(store) == {"queued": 1} and attempts)
+        clock.advance(seconds=60)  # the retry is due; nothing is enqueued to say so
+        wait_for(lambda: states(store) == {"done": 1}, seconds=5)
+    finally:
+        queue.stop(timeout=5)
+    assert attempts == ["a1", "a1"]
+
+
+def test_a_failure_that_cannot_be_recorded_does_not_strand_the_batch(env, monkeypatch):
+    import time
+
+    store, clock, metrics, _, _, _, add = env
+
+    def prepare(message):
+        if message["episode_uuid"] == "a1":
+            raise errors.LLMError("refused")
+        time.sleep(0.2)  # written together with a1's failure
+        return message["episode_uuid"]
+
+    queue = EpisodeQueue(store, prepare, metrics, clock, concurrency=2, max_attempts=1,
+                         commit=lambda results, ack: ack())
+
+    def failing_record(message, exc, duration):
+        raise RuntimeError("the store is gone")
+
+    monkeypatch.setattr(queue, "_failed", failing_record)
+    add("a1", "A"); add("b1", "B")  # noqa: E702
+    queue.start()
+    try:
+        wait_for(lambda: q.get_message(store, "b1")["state"] == "done")
+    finally:
+        queue.stop(timeout=5)
+    # a1 stays leased until its lease runs out (then it returns); b1 was written
+    assert q.get_message(store, "a1")["state"] == "processing"
+    text = metrics.exposition()
+    assert sample(text, "messaging_messages_processed_total", {"status": "success"}) == 1
+
+
+def test_a_worker_raising_past_its_handling_fails_the_attempt_not_loops(env):
+    class Escaped(BaseException):  # not an Exception: nothing in the worker catches it
+        pass
+
+    store, clock, metrics, _, _, _, add = env
+    calls: list[str] = []
+
+    def prepare(message):
+        calls.append(message["episode_uuid"])
+        raise Escaped("boom")
+
+    queue = EpisodeQueue(store, prepare, metrics, clock, concurrency=1, max_attempts=1,
+                         commit=lambda results, ack: ack(), poll_seconds=0.01)
+    add("a1", "A")
+    queue.start()
+    try:
+        wait_for(lambda: states(store) == {"failed": 1})
+    finally:
+        queue.stop(timeout=5)
+    assert calls == ["a1"]  # failed once, not handed out again and again
 
 
 def test_the_dispatcher_keeps_the_leases_of_unfinished_messages(env):

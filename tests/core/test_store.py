@@ -102,6 +102,18 @@ def test_a_multi_row_insert_stores_what_row_by_row_inserts_store():
     assert fill(many=True) == fill(many=False)
 
 
+def test_a_multi_row_insert_keeps_each_rows_struct_and_refuses_ragged_rows():
+    store = Store.open(":memory:", dim=4)
+    store.execute("CREATE TABLE j (k VARCHAR, v JSON)")
+    # dicts of different shapes: unnested together they would become one STRUCT type
+    store.executemany("INSERT INTO j VALUES (?, ?)", [["a", {"x": 1}], ["b", {"y": "s"}]])
+    assert store.fetchall("SELECT k, v::VARCHAR FROM j ORDER BY k") == [
+        ("a", '{"x":1}'), ("b", '{"y":"s"}')]
+    with pytest.raises(ValueError, match="2 values"):
+        store.executemany("INSERT INTO j VALUES (?, ?)", [["c", None], ["d"]])
+    assert store.fetchone("SELECT count(*) FROM j")[0] == 2
+
+
 LOG_INSERT = "INSERT INTO meta VALUES (?, ?)"
 
 

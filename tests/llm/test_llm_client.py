@@ -315,6 +315,31 @@ def test_a_tool_call_reply_is_read_from_its_arguments(h):
     assert (row["prompt_tokens"], row["completion_tokens"], row["cached_tokens"]) == (10, 5, 4)
 
 
+@pytest.mark.parametrize("message", [
+    {"content": [{"type": "text", "text": '{"entities": [{"name": '},
+                 {"type": "text", "text": '"Alice", "importance": 4}]}'}]},
+    {"tool_calls": [{"function": {"arguments": ALICE}}]},  # arguments sent decoded
+], ids=["content-parts", "decoded-arguments"])
+def test_replies_in_other_common_shapes_are_read(h, message):
+    h.fake.script(FakeReply(body={"model": "gpt-4o-mini", "choices": [
+        {"finish_reason": "stop", "message": message}]}))
+    assert h.complete().entities[0].name == "Alice"
+
+
+def test_a_json_reply_sent_with_another_content_type_is_read(h):
+    import json
+
+    from workbench.llm.client import _Call
+
+    body = json.dumps({"model": "gpt-4o-mini", "choices": [
+        {"finish_reason": "stop", "message": {"content": json.dumps(ALICE)}}],
+        "usage": {"prompt_tokens": 7, "completion_tokens": 3}})
+    reply = h.chat._reply(_Call("extract_entities", None, "ExtractedEntities"), body, 0.1)
+    assert reply.text == json.dumps(ALICE) and reply.finish_reason == "stop"
+    assert (reply.usage.prompt_tokens, reply.usage.completion_tokens) == (7, 3)
+    assert h.chat._reply(_Call("x", None, "X"), "not json", 0.1).text is None
+
+
 def test_truncation_is_retried_once_with_a_larger_budget(h):
     h.fake.script(FakeReply.truncated(ALICE), FakeReply.ok(ALICE))
     assert h.complete(max_tokens=100).entities[0].name == "Alice"

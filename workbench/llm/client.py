@@ -22,6 +22,7 @@ this object, logged or shown by ``repr``.
 
 from __future__ import annotations
 
+import json
 import logging
 import random
 import time
@@ -231,7 +232,12 @@ class CompatChatModel:
     def _reply(self, call: _Call, completion: Any, latency: float) -> _Reply:
         """Text, finish reason, usage and cost of a chat-completions JSON body (anything else,
         e.g. a non-JSON reply, has no text: the structure's validation then fails)."""
-        body = completion if isinstance(completion, dict) else {}
+        if isinstance(completion, str | bytes):  # JSON sent with another content type
+            try:
+                completion = json.loads(completion)
+            except ValueError:
+                completion = None
+        body = _dict(completion)
         choices = body.get("choices")
         choice = choices[0] if isinstance(choices, list) and choices else None
         text, finish = None, None
@@ -240,9 +246,9 @@ class CompatChatModel:
             message = _dict(choice.get("message"))
             tool_calls = message.get("tool_calls")
             if isinstance(tool_calls, list) and tool_calls:
-                text = _dict(_dict(tool_calls[0]).get("function")).get("arguments")
+                text = _text(_dict(_dict(tool_calls[0]).get("function")).get("arguments"))
             else:
-                text = message.get("content")
+                text = _text(message.get("content"))
         usage = usage_from_raw(_dict(body.get("usage")))
         price = self.prices.lookup(self.model, body.get("model"))
         if price is None and usage.reported_cost is None:
@@ -300,6 +306,19 @@ class CompatChatModel:
 
 def _dict(value: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
+
+
+def _text(value: Any) -> str | None:
+    """A reply's text: a string; the text parts of a list of content parts; a JSON object
+    (tool-call arguments some servers send decoded) as JSON; else None."""
+    if isinstance(value, str) or value is None:
+        return value
+    if isinstance(value, list):
+        parts = [_dict(p).get("text") for p in value]
+        return "".join(p for p in parts if isinstance(p, str)) or None
+    if isinstance(value, dict):
+        return json.dumps(value)
+    return None
 
 
 def usage_from_raw(raw: dict[str, Any]) -> Usage:
