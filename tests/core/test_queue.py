@@ -292,6 +292,15 @@ def wait_for(condition, seconds: float = 10.0) -> None:
         time.sleep(0.01)
 
 
+def run_until(queue, condition, seconds: float = 10.0) -> None:
+    """Start the queue's workers, wait for ``condition``, stop them (also on a failure)."""
+    queue.start()
+    try:
+        wait_for(condition, seconds)
+    finally:
+        queue.stop(timeout=5)
+
+
 def states(store) -> dict[str, int]:
     return dict(store.fetchall("SELECT state, count(*) FROM queue GROUP BY state"))
 
@@ -369,11 +378,7 @@ def test_workers_hand_their_episodes_to_one_shared_commit(env, monkeypatch):
     for uuid, group in (("a1", "A"), ("b1", "B"), ("c1", "C")):
         add(uuid, group)
     started = time.monotonic()
-    queue.start()
-    try:
-        wait_for(lambda: states(store) == {"done": 2, "failed": 1})
-    finally:
-        queue.stop(timeout=5)
+    run_until(queue, lambda: states(store) == {"done": 2, "failed": 1})
     assert commits == [["a1", "b1"]]  # one transaction for both,
     assert time.monotonic() - started < 4  # as soon as nothing else was being prepared
     text = metrics.exposition()
@@ -433,11 +438,7 @@ def test_without_a_commit_function_a_group_runs_on_without_waiting_for_polls(env
     for i in range(5):
         add(f"a{i}", "A")
     started = time.monotonic()
-    queue.start()
-    try:
-        wait_for(lambda: len(done) == 5)
-    finally:
-        queue.stop(timeout=5)
+    run_until(queue, lambda: len(done) == 5)
     assert done == [f"a{i}" for i in range(5)]
     assert time.monotonic() - started < 1.5  # not a 0.5 s poll per episode
 
@@ -485,11 +486,7 @@ def test_a_failure_that_cannot_be_recorded_does_not_strand_the_batch(env, monkey
 
     monkeypatch.setattr(queue, "_failed", failing_record)
     add("a1", "A"); add("b1", "B")  # noqa: E702
-    queue.start()
-    try:
-        wait_for(lambda: q.get_message(store, "b1")["state"] == "done")
-    finally:
-        queue.stop(timeout=5)
+    run_until(queue, lambda: q.get_message(store, "b1")["state"] == "done")
     # a1 stays leased until its lease runs out (then it returns); b1 was written
     assert q.get_message(store, "a1")["state"] == "processing"
     text = metrics.exposition()
@@ -510,11 +507,7 @@ def test_a_worker_raising_past_its_handling_fails_the_attempt_not_loops(env):
     queue = EpisodeQueue(store, prepare, metrics, clock, concurrency=1, max_attempts=1,
                          commit=lambda results, ack: ack(), poll_seconds=0.01)
     add("a1", "A")
-    queue.start()
-    try:
-        wait_for(lambda: states(store) == {"failed": 1})
-    finally:
-        queue.stop(timeout=5)
+    run_until(queue, lambda: states(store) == {"failed": 1})
     assert calls == ["a1"]  # failed once, not handed out again and again
 
 
@@ -533,11 +526,7 @@ def test_the_dispatcher_keeps_the_leases_of_unfinished_messages(env):
     queue = EpisodeQueue(store, prepare, metrics, clock, concurrency=1, lease_seconds=0.3,
                          commit=lambda results, ack: ack(), poll_seconds=0.01)
     add("a1", "A")
-    queue.start()
-    try:
-        wait_for(lambda: states(store) == {"done": 1})
-    finally:
-        queue.stop(timeout=5)
+    run_until(queue, lambda: states(store) == {"done": 1})
     # not expired while it ran: never handed out again, processed once
     assert held == [True]
     assert q.get_message(store, "a1")["attempts"] == 1
