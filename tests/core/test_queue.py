@@ -470,7 +470,10 @@ def test_a_retry_falls_due_and_runs_although_leases_are_shorter_than_the_poll(en
 def test_a_failure_that_cannot_be_recorded_does_not_strand_the_batch(env, monkeypatch):
     import time
 
+    from workbench import queue as queue_module
+
     store, clock, metrics, _, _, _, add = env
+    monkeypatch.setattr(queue_module, "COMMIT_LINGER_SECONDS", 5.0)  # one batch for both
 
     def prepare(message):
         if message["episode_uuid"] == "a1":
