@@ -514,6 +514,37 @@ def test_a_worker_raising_past_its_handling_fails_the_attempt_not_loops(env):
     assert calls == ["a1"]  # failed once, not handed out again and again
 
 
+def test_a_stop_that_times_out_leaves_nothing_claimed(env):
+    """The dispatcher waits for the gate (held, say, by a maintenance run) past the stop's
+    timeout: whatever it does after, nothing stays leased to the stopped run."""
+    import threading
+    import time
+
+    store, clock, metrics, _, _, _, add = env
+    gate = threading.RLock()
+    queue = EpisodeQueue(store, lambda m: m["episode_uuid"], metrics, clock, concurrency=2,
+                         commit=lambda results, ack: ack(), gate=gate)
+    queue.start()
+    held = threading.Event()
+
+    def hold():
+        with gate:
+            held.set()
+            time.sleep(1.0)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    assert held.wait(5)
+    add("a1", "A"); add("b1", "B")  # noqa: E702
+    queue.notify_enqueued(1)  # (add() tells the fixture's queue) it wakes, waits for the gate
+    time.sleep(0.1)
+    queue.stop(timeout=0.3)
+    holder.join(5)
+    time.sleep(0.3)  # the abandoned dispatcher got the gate meanwhile
+    assert states(store) == {"queued": 2}
+    assert not queue.running
+
+
 def test_the_dispatcher_keeps_the_leases_of_unfinished_messages(env):
     import time
 
