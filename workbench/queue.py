@@ -336,7 +336,7 @@ class EpisodeQueue:
                 return
             if not claimed:
                 wait = min(self.poll_seconds, self._linger_left())
-                if self._in_flight():  # leases to renew in time
+                if not idle:  # leases to renew in time
                     wait = min(wait, max(0.0, renewed + renew_every - time.monotonic()))
                 if failed:  # the store is failing: do not spin on it
                     wait = max(wait, min(self.poll_seconds, 0.1))
@@ -431,11 +431,10 @@ class EpisodeQueue:
                           "the queue when its lease runs out", uuid)
 
     def _linger_left(self) -> float:
-        """How long prepared messages may still wait for others to share their commit."""
+        """How long prepared messages may still wait for others to share their commit (the
+        poll interval when none is waiting)."""
         with self._unfinished_lock:
-            if not self._ready:
-                return self.poll_seconds
-            return max(0.0, self._ready_since + COMMIT_LINGER_SECONDS - time.monotonic())
+            return self._linger_left_locked() if self._ready else self.poll_seconds
 
     def _write_ready(self, force: bool = False) -> None:
         """Write the prepared messages in one transaction when there are ``batch_size`` of
@@ -445,7 +444,7 @@ class EpisodeQueue:
             if not self._ready:
                 return
             full = len(self._ready) >= self.batch_size or not self._unfinished
-            if not (force or full or self._linger_left_locked() <= 0):
+            if not (force or full or self._linger_left_locked() == 0):
                 return
             ready, self._ready = self._ready, []
         written = [(m, v, t) for m, ok, v, t in ready if ok]
@@ -471,7 +470,7 @@ class EpisodeQueue:
                           "queue when its lease runs out", message["episode_uuid"], error)
 
     def _linger_left_locked(self) -> float:
-        return self._ready_since + COMMIT_LINGER_SECONDS - time.monotonic()
+        return max(0.0, self._ready_since + COMMIT_LINGER_SECONDS - time.monotonic())
 
     def _return_unstarted(self) -> None:
         """Stopping: claimed messages no worker has started go back to the queue."""

@@ -40,37 +40,31 @@ def requeue_expired_leases(
 
 def release_all(store: Store) -> int:
     """Return every in-flight message to the queue (start-up after a crash, graceful stop)."""
-    with store.transaction():
-        rows = store.fetchall(
-            """UPDATE queue SET state = 'queued', lease_owner = NULL, leased_until = NULL,
-                   attempts = greatest(attempts - 1, 0)
-               WHERE state = 'processing' RETURNING episode_uuid"""
-        )
-        _episodes_queued_again(store, [r[0] for r in rows])
-    return len(rows)
+    return _release(store, "", [])
 
 
 def release(store: Store, episode_uuid: str, owner: str) -> None:
     """Return a message this owner holds to the queue, unprocessed (its attempt uncounted)."""
+    _release(store, "AND episode_uuid = ? AND lease_owner = ?", [episode_uuid, owner])
+
+
+def _release(store: Store, condition: str, params: list[Any]) -> int:
+    """Return the in-flight messages matching ``condition`` to the queue, their attempts
+    uncounted, and their episodes say so (a claim set them to processing); how many."""
     with store.transaction():
-        rows = store.fetchall(
-            """UPDATE queue SET state = 'queued', lease_owner = NULL, leased_until = NULL,
-                   attempts = greatest(attempts - 1, 0)
-               WHERE episode_uuid = ? AND state = 'processing' AND lease_owner = ?
-               RETURNING episode_uuid""",
-            [episode_uuid, owner],
-        )
-        _episodes_queued_again(store, [r[0] for r in rows])
-
-
-def _episodes_queued_again(store: Store, uuids: list[str]) -> None:
-    """The episodes of released messages say so (a claim set them to processing)."""
-    if uuids:
-        store.execute(
-            """UPDATE episodes SET status = 'queued', status_detail = 'returned to the queue'
-               WHERE list_contains(?, uuid) AND status = 'processing'""",
-            [uuids],
-        )
+        uuids = [r[0] for r in store.fetchall(
+            f"""UPDATE queue SET state = 'queued', lease_owner = NULL, leased_until = NULL,
+                    attempts = greatest(attempts - 1, 0)
+                WHERE state = 'processing' {condition} RETURNING episode_uuid""",
+            params,
+        )]
+        if uuids:
+            store.execute(
+                """UPDATE episodes SET status = 'queued', status_detail = 'returned to the queue'
+                   WHERE list_contains(?, uuid) AND status = 'processing'""",
+                [uuids],
+            )
+    return len(uuids)
 
 
 def claim_next(
