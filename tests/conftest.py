@@ -24,11 +24,6 @@ def _word_hash(word: str) -> int:
     return int(hashlib.blake2b(word.encode(), digest_size=8).hexdigest(), 16)
 
 
-@functools.lru_cache(maxsize=1 << 16)
-def _word_bucket(word: str, dimensions: int) -> int:
-    return _word_hash(word) % dimensions
-
-
 class HashEmbedder:
     """Deterministic bag-of-words embedder: texts sharing words get similar vectors.
 
@@ -48,7 +43,7 @@ class HashEmbedder:
         for i, text in enumerate(texts):
             words = re.findall(r"\w+", text.lower())
             rows += [i] * len(words)
-            cols += [_word_bucket(word, self.dimensions) for word in words]
+            cols += [_word_hash(word) % self.dimensions for word in words]
         # one count for all words (a numpy += per word cost ~1 ms an episode)
         flat = np.asarray(rows, dtype=np.intp) * self.dimensions + np.asarray(cols, dtype=np.intp)
         out = np.bincount(flat, minlength=len(texts) * self.dimensions).astype(np.float32)
