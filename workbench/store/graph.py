@@ -56,7 +56,7 @@ def episodes_by_uuid(store: Store, uuids: Sequence[str]) -> dict[str, dict[str, 
     if not uuids:
         return {}
     rows = store.fetch_dicts(
-        f"SELECT {EPISODE_COLUMNS} FROM episodes WHERE list_contains(?, uuid)", [list(uuids)])
+        f"SELECT {EPISODE_COLUMNS} FROM episodes WHERE uuid = ANY(?)", [list(uuids)])
     return {row["uuid"]: row for row in rows}
 
 
@@ -191,7 +191,7 @@ def entities_by_uuid(store: Store, uuids: Sequence[str]) -> dict[str, dict[str, 
     if not uuids:
         return {}
     rows = store.fetch_dicts(
-        "SELECT * FROM entities WHERE list_contains(?, uuid)", [list(uuids)])
+        "SELECT * FROM entities WHERE uuid = ANY(?)", [list(uuids)])
     return {row["uuid"]: row for row in rows}
 
 

@@ -104,18 +104,24 @@ def claim_heads(
         )]
         if not heads:
             return [], False
-        # inside the transaction (the store lock): they are still the heads, still queued
+        # inside the transaction (the store lock): they are still the heads, still queued;
+        # the WHERE names only keys, so DuckDB finds them through the index, not a scan
         leased = store.fetch_dicts(
             """UPDATE queue SET state = 'processing', lease_owner = $1, leased_until = $2,
                    attempts = attempts + 1, started_at = $3
-               WHERE state = 'queued' AND list_contains($4, episode_uuid)
+               WHERE episode_uuid = ANY($4)
                RETURNING episode_uuid, group_id, priority, seq, enqueued_at, attempts,
                          validation_failures""",
             [owner, now + timedelta(seconds=lease_seconds), now, heads[:limit]],
         )
+        # a redelivered episode that was written already stays done (a condition in the
+        # CASE, not the WHERE: DuckDB looks keys up in the index only when the WHERE holds
+        # nothing else, and a scan grows with the history)
         store.execute(
-            """UPDATE episodes SET status = 'processing', status_detail = NULL
-               WHERE list_contains(?, uuid) AND status <> 'done'""",
+            """UPDATE episodes
+               SET status = CASE WHEN status = 'done' THEN status ELSE 'processing' END,
+                   status_detail = CASE WHEN status = 'done' THEN status_detail END
+               WHERE uuid = ANY(?)""",
             [[m["episode_uuid"] for m in leased]],
         )
         return sorted(leased, key=lambda m: (m["priority"], m["seq"])), len(heads) > limit
@@ -143,7 +149,7 @@ def mark_done_many(store: Store, episode_uuids: Sequence[str], now: datetime) ->
         store.execute(
             """UPDATE queue SET state = 'done', finished_at = ?, leased_until = NULL,
                    error_type = NULL, error_message = NULL
-               WHERE list_contains(?, episode_uuid)""",
+               WHERE episode_uuid = ANY(?)""",
             [now, list(episode_uuids)],
         )
 
