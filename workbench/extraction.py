@@ -33,6 +33,7 @@ from workbench.embedder import Embedder
 from workbench.graph_reads import GraphReads, StoreReads, publish
 from workbench.metrics import Metrics
 from workbench.prompts import extract_edges, extract_entities, resolve_nodes
+from workbench.recent import RecentEpisodes
 from workbench.store import Store
 from workbench.store import graph as g
 
@@ -92,6 +93,8 @@ class PreparedEpisode:
     changes: EpisodeChanges | None = None
     vectors: np.ndarray | None = None
     reference_time: datetime | None = None
+    name: str = ""
+    body: str = ""
 
 
 class Extractor:
@@ -121,17 +124,29 @@ class Extractor:
         self.on_upsert = on_upsert
         self.resync = resync  # re-reads the search indexes when on_upsert fails after a commit
         self.context_episodes = context_episodes
+        # each group's latest processed episodes, with room for some that arrive out of order
+        self.recent = RecentEpisodes(2 * context_episodes) if context_episodes else None
         self.thresholds = thresholds or Thresholds()
 
     # --- the pipeline -------------------------------------------------------------------
     def with_context(self, episodes: list[dict]) -> list[dict]:
-        """The episodes, each with its ``context`` (recent episodes of its group) read in one
-        query for all: what :meth:`prepare` would otherwise read per episode."""
-        if not self.context_episodes:
+        """The episodes, each with its ``context``: its group's latest processed episodes up to
+        its reference time (:func:`g.recent_episodes`), from :attr:`recent` (the store is read
+        once per group, and exactly for an episode older than the ones kept)."""
+        if self.recent is None:
             return [{**e, "context": []} for e in episodes]
-        contexts = g.recent_episodes_for(self.store, [e["uuid"] for e in episodes],
-                                         self.context_episodes)
-        return [{**e, "context": contexts.get(e["uuid"], [])} for e in episodes]
+        contexts = self.recent.contexts(
+            episodes, self.context_episodes,
+            load=lambda groups, keep: g.latest_episodes(self.store, groups, keep),
+            fallback=lambda e: g.recent_episodes(
+                self.store, e["group_id"], e["reference_time"], e["uuid"],
+                self.context_episodes))
+        return [{**e, "context": contexts[e["uuid"]]} for e in episodes]
+
+    def forget_groups(self, group_ids: list[str]) -> None:
+        """Episodes of these groups were deleted: their context is read again when needed."""
+        if self.recent is not None:
+            self.recent.forget(group_ids)
 
     def prepare(self, episode: dict) -> PreparedEpisode:
         """The LLM calls, reads and embeddings of one episode; writes nothing to the graph.
@@ -143,7 +158,7 @@ class Extractor:
         self._extract_facts(episode, resolved, changes)
         vectors = self._embed(changes)
         return PreparedEpisode(episode["uuid"], episode["group_id"], changes, vectors,
-                               episode["reference_time"])
+                               episode["reference_time"], episode["name"], episode["body"])
 
     def _call(self, prompt_name: str, messages, model, episode_uuid: str, changes):
         started = time.perf_counter()
@@ -154,10 +169,7 @@ class Extractor:
     def _extract_entities(self, episode: dict, changes: EpisodeChanges) -> list[dict]:
         context = episode.get("context")
         if context is None:
-            context = g.recent_episodes(
-                self.store, episode["group_id"], episode["reference_time"], episode["uuid"],
-                self.context_episodes,
-            ) if self.context_episodes else []
+            context = self.with_context([episode])[0]["context"]
         reply, latency = self._call(
             extract_entities.PROMPT_NAME,
             extract_entities.build_messages(episode, context),
@@ -344,11 +356,24 @@ class Extractor:
                                 ent_vecs, model)
             g.insert_embeddings(self.store, "fact", [f["uuid"] for f in facts], fact_vecs,
                                 model)
-            g.mark_episodes_done(self.store, done, now)
+            marked = g.mark_episodes_done(self.store, done, now)
             if also is not None:
                 also()
+        self._remember_done([item for item in items if item.episode_uuid in marked])
         if self.on_upsert:
             self._tell_indexes(all_entities, ent_vecs, facts, fact_vecs, reread)
+
+    def _remember_done(self, items: list[PreparedEpisode]) -> None:
+        """The committed episodes are their groups' latest processed ones now."""
+        if self.recent is None:
+            return
+        by_group: dict[str, list[dict]] = {}
+        for item in items:
+            by_group.setdefault(item.group_id, []).append({
+                "uuid": item.episode_uuid, "name": item.name, "body": item.body,
+                "reference_time": item.reference_time})
+        for group_id, episodes in by_group.items():
+            self.recent.add(group_id, episodes)
 
     def _tell_indexes(self, entities, ent_vecs, facts, fact_vecs, reread) -> None:
         """Tell the search indexes what was just committed (:func:`publish`: never raises)."""

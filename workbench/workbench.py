@@ -318,9 +318,11 @@ class Workbench:
         _check_uuid(uuid)
         with self.gate:
             with self.store.transaction():
-                if not g.get_episode(self.store, uuid):
+                episode = g.get_episode(self.store, uuid)
+                if not episode:
                     raise errors.NotFound(f"no episode with uuid {uuid}")
                 removed = g.delete_episode(self.store, uuid)
+            self.extractor.forget_groups([episode["group_id"]])
             self._forget(removed, "deleting an episode")
         self.queue.refresh_gauges()
         return {"message": f"Episode {uuid} deleted",
@@ -352,6 +354,7 @@ class Workbench:
         with self.gate:
             with self.store.transaction():
                 removed = g.clear_groups(self.store, groups)
+            self.extractor.forget_groups(groups)
             self._forget(removed, "clearing groups")
         self.queue.refresh_gauges()
         return {"message": f"Cleared groups {', '.join(groups)}",

@@ -154,23 +154,3 @@ def test_deferred_rows_are_written_at_close(tmp_path):
     again = Store.open(path, dim=4)
     assert _meta_keys(again) == {"log1"}
     again.close()
-
-
-def test_recent_episodes_for_a_batch_equal_the_per_episode_reads():
-    from datetime import UTC, datetime, timedelta
-
-    store = Store.open(":memory:", dim=4)
-    start = datetime(2026, 1, 1, tzinfo=UTC)
-    for i in range(12):
-        g.insert_episode(store, {
-            "uuid": f"e{i}", "group_id": f"g{i % 3}", "name": f"n{i}", "body": f"b{i}",
-            "source": "text", "source_description": "", "priority": 1,
-            "reference_time": start + timedelta(days=(7 * i) % 12), "created_at": start,
-            "status": "done" if i % 4 else "queued"})
-    uuids = [f"e{i}" for i in range(12)]
-    batch = g.recent_episodes_for(store, uuids, 2)
-    for uuid in uuids:
-        ep = g.get_episode(store, uuid)
-        assert batch[uuid] == g.recent_episodes(store, ep["group_id"], ep["reference_time"],
-                                                uuid, 2), uuid
-    assert any(len(v) == 2 for v in batch.values()) and any(not v for v in batch.values())

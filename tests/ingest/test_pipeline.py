@@ -8,7 +8,7 @@ import logging
 import pytest
 
 from tests import prom
-from tests.fakes.fake_llm import FakeReply
+from tests.fakes.fake_llm import FakeReply, message_text
 from tests.fakes.fixtures import chat_settings_env
 from tests.ingest import rule_llm
 from workbench.config import load_settings
@@ -277,3 +277,32 @@ def test_batched_writes_build_the_same_graph_as_one_episode_at_a_time(fake_llm, 
     one_by_one, batched = build("1"), build("16")
     assert batched == one_by_one
     assert any(row[2] for row in batched["facts"])  # the contradiction was applied
+
+
+def _previous_episodes(fake_llm) -> list[str]:
+    """The PREVIOUS EPISODES section of each entity extraction prompt, in order."""
+    return [message_text(r).split("PREVIOUS EPISODES (context only):", 1)[1]
+            .split("CURRENT EPISODE", 1)[0]
+            for r in fake_llm.requests if "ExtractedEntities" in str(r.get("response_format"))]
+
+
+def test_the_context_is_the_groups_latest_episodes_and_forgets_deleted_ones(wb, fake_llm):
+    wb.add_memory("a", "Tom uses Python. Alpha note.", group_id="g")
+    wb.add_memory("b", "Tom uses Neovim. Beta note.", group_id="g")
+    wb.add_memory("other", "Tom uses VS Code. Other group.", group_id="h")
+    wb.process_pending()
+    beta = wb.store.fetchone("SELECT uuid FROM episodes WHERE name = 'b'")[0]
+    wb.delete_episode(beta)
+    wb.add_memory("c", "Tom uses VS Code. Gamma note.", group_id="g")
+    wb.process_pending()
+    by_body = {rule_llm.episode_text(r).strip(): prev for r, prev in zip(
+        [r for r in fake_llm.requests if "ExtractedEntities" in str(r.get("response_format"))],
+        _previous_episodes(fake_llm))}
+    assert "(none)" in by_body["Tom uses Python. Alpha note."]
+    assert "Alpha note" in by_body["Tom uses Neovim. Beta note."]
+    gamma = by_body["Tom uses VS Code. Gamma note."]
+    assert "Alpha note" in gamma and "Beta note" not in gamma and "Other group" not in gamma
+    wb.clear_graph(["g"])
+    wb.add_memory("d", "Tom uses Python. Delta note.", group_id="g")
+    wb.process_pending()
+    assert "(none)" in _previous_episodes(fake_llm)[-1]

@@ -60,28 +60,24 @@ def episodes_by_uuid(store: Store, uuids: Sequence[str]) -> dict[str, dict[str, 
     return {row["uuid"]: row for row in rows}
 
 
-def recent_episodes_for(
-    store: Store, episode_uuids: Sequence[str], limit: int
+def latest_episodes(
+    store: Store, group_ids: Sequence[str], limit: int
 ) -> dict[str, list[dict[str, Any]]]:
-    """:func:`recent_episodes` of several episodes in one query: per episode uuid, its group's
-    latest processed episodes up to its reference time, newest first."""
-    out: dict[str, list[dict[str, Any]]] = {uuid: [] for uuid in episode_uuids}
-    if not episode_uuids or limit <= 0:
+    """Per group its latest processed episodes, up to ``limit``, in :func:`recent_episodes`'s
+    order (what :class:`workbench.recent.RecentEpisodes` keeps): one query for all groups."""
+    out: dict[str, list[dict[str, Any]]] = {gid: [] for gid in group_ids}
+    if not group_ids or limit <= 0:
         return out
     rows = store.fetch_dicts(
-        """SELECT for_uuid, uuid, name, body, reference_time FROM (
-               SELECT c.uuid AS for_uuid, e.uuid, e.name, e.body, e.reference_time,
-                      row_number() OVER (PARTITION BY c.uuid
-                                         ORDER BY e.reference_time DESC, e.uuid) AS rn
-               FROM episodes c
-               JOIN episodes e ON e.group_id = c.group_id AND e.uuid <> c.uuid
-                              AND e.status = 'done' AND e.reference_time <= c.reference_time
-               WHERE list_contains($1, c.uuid))
-           WHERE rn <= $2 ORDER BY for_uuid, rn""",
-        [list(episode_uuids), limit],
+        """SELECT group_id, uuid, name, body, reference_time FROM episodes
+           WHERE group_id = ANY($1) AND status = 'done'
+           QUALIFY row_number() OVER (PARTITION BY group_id
+                                      ORDER BY reference_time DESC, uuid) <= $2
+           ORDER BY group_id, reference_time DESC, uuid""",
+        [list(group_ids), limit],
     )
     for row in rows:
-        out[row.pop("for_uuid")].append(row)
+        out[row.pop("group_id")].append(row)
     return out
 
 
@@ -101,18 +97,20 @@ def recent_episodes(
 
 def mark_episodes_done(
     store: Store, counts: Sequence[tuple[str, int, int]], now: datetime
-) -> None:
-    """Mark episodes processed: ``counts`` holds (uuid, entity_count, fact_count) rows."""
+) -> set[str]:
+    """Mark episodes processed: ``counts`` holds (uuid, entity_count, fact_count) rows.
+    Returns the uuids of those that exist (not deleted meanwhile)."""
     if not counts:
-        return
-    store.execute(
+        return set()
+    rows = store.fetchall(
         """UPDATE episodes SET status = 'done', status_detail = NULL, processed_at = $1,
                entity_count = v.entity_count, fact_count = v.fact_count
            FROM (SELECT unnest($2::VARCHAR[]) AS uuid, unnest($3::INTEGER[]) AS entity_count,
                         unnest($4::INTEGER[]) AS fact_count) AS v
-           WHERE episodes.uuid = v.uuid""",
+           WHERE episodes.uuid = v.uuid RETURNING episodes.uuid""",
         [now, [c[0] for c in counts], [c[1] for c in counts], [c[2] for c in counts]],
     )
+    return {r[0] for r in rows}
 
 
 def delete_episode(store: Store, uuid: str) -> dict[str, list[str]]:
