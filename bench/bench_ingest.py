@@ -11,7 +11,12 @@ fake server runs in its own process, as a real LLM server would (``--fake-in-pro
 in the benchmark's process, where it competes with the pipeline for the GIL).
 
     .venv/bin/python bench/bench_ingest.py [--episodes 300] [--latency 0.2] [--workers 4]
-        [--local-embedder] [--fake-in-process] [--batch-size 16]
+        [--local-embedder] [--fake-in-process] [--batch-size 16] [--history 200000]
+
+``--history N`` adds a run of the workers on a store that already holds N processed episodes
+(in 8 groups) with N/2 entities, 2N facts and their mentions, written by SQL: the ingestion
+path's reads and writes must not grow with what is stored. (The history is in the tables, not
+in the in-memory search indexes: bench_search.py measures those at scale.)
 """
 
 from __future__ import annotations
@@ -94,8 +99,45 @@ def open_wb(server, embedder, workers: int) -> Workbench:
 CPU_MS: list[float] = []  # CPU ms of this process per episode, one entry per run
 
 
-def run(server, embedder, n: int, workers: int, groups: int, inline: bool) -> float:
+def preload(wb: Workbench, n: int) -> None:
+    """``n`` processed episodes in the bench's 8 groups, n/2 entities, 2n facts, mentions."""
+    ids = "md5('{kind}' || {i})::UUID::VARCHAR"
+    ep, ent = ids.format(kind="ep", i="i"), ids.format(kind="ent", i="i")
+    sql = [
+        f"""INSERT INTO episodes (uuid, group_id, name, body, source, source_description,
+                reference_time, created_at, priority, status, processed_at)
+            SELECT {ep}, 'g' || (i % 8), 'past ' || i, 'An earlier note, number ' || i || '.',
+                   'text', '', TIMESTAMPTZ '2020-01-01' + to_seconds(i), now(), 1, 'done', now()
+            FROM range($1) t(i)""",
+        f"""INSERT INTO queue (episode_uuid, group_id, priority, state, enqueued_at,
+                available_at, finished_at)
+            SELECT {ep}, 'g' || (i % 8), 1, 'done', now(), now(), now() FROM range($1) t(i)""",
+        f"""INSERT INTO entities (uuid, group_id, name, name_norm, entity_type, summary,
+                created_at, updated_at)
+            SELECT {ent}, 'g' || (i % 8), 'Thing ' || i, 'thing ' || i, 'Entity',
+                   'An earlier thing, number ' || i, now(), now()
+            FROM range($1 // 2) t(i)""",
+        f"""INSERT INTO facts (uuid, group_id, source_uuid, target_uuid, relation, fact,
+                episode_uuid, created_at)
+            SELECT {ids.format(kind="fact", i="i")}, 'g' || (i % 8),
+                   {ids.format(kind="ent", i="(i % ($1 // 2))")},
+                   {ids.format(kind="ent", i="((i * 7 + 8) % ($1 // 2))")}, 'RELATES_TO',
+                   'Thing ' || i || ' relates to another', {ids.format(kind="ep", i="(i % $1)")},
+                   now()
+            FROM range(2 * $1) t(i)""",
+        f"""INSERT INTO mentions SELECT DISTINCT {ids.format(kind="ep", i="(i % $1)")},
+                {ids.format(kind="ent", i="(i % ($1 // 2))")} FROM range($1) t(i)""",
+    ]
+    with wb.store.transaction():
+        for statement in sql:
+            wb.store.execute(statement, [n])
+
+
+def run(server, embedder, n: int, workers: int, groups: int, inline: bool,
+        history: int = 0) -> float:
     wb = open_wb(server, embedder, workers)
+    if history:
+        preload(wb, history)
     for i in range(n):
         wb.add_memory(f"e{i}", episode(i), group_id=f"g{i % groups}")
     cpu = time.process_time()
@@ -105,7 +147,7 @@ def run(server, embedder, n: int, workers: int, groups: int, inline: bool) -> fl
     else:
         wb.start()
         while wb.store.fetchone(
-                "SELECT count(*) FROM queue WHERE state = 'done'")[0] < n:
+                "SELECT count(*) FROM queue WHERE state = 'done'")[0] < n + history:
             time.sleep(0.05)  # polling costs the workers the store lock: not too often
     elapsed = time.perf_counter() - started
     CPU_MS.append((time.process_time() - cpu) / n * 1000)
@@ -144,6 +186,8 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--local-embedder", action="store_true")
     parser.add_argument("--fake-in-process", action="store_true")
+    parser.add_argument("--history", type=int, default=0,
+                        help="also run the workers on a store holding this many episodes")
     args = parser.parse_args()
     BATCH_SIZE = str(args.batch_size)
     if args.local_embedder:
@@ -174,6 +218,12 @@ def main() -> None:
         pooled = run(server, embedder, args.episodes, args.workers, 8, inline=False)
         print(f"instant LLM, {args.workers} workers: {pooled:.1f} episodes/s "
               f"({CPU_MS[-1]:.1f} ms CPU per episode)")
+        if args.history:
+            stored = run(server, embedder, args.episodes, args.workers, 8, inline=False,
+                         history=args.history)
+            print(f"instant LLM, {args.workers} workers, {args.history} episodes already "
+                  f"stored: {stored:.1f} episodes/s ({CPU_MS[-1]:.1f} ms CPU per episode; "
+                  f"{stored / pooled:.2f} of the empty store's rate)")
     with fake(args.latency) as server:
         # enough episodes and groups that the start and the tail do not dominate
         n = max(args.workers * 20, 40)
