@@ -68,12 +68,18 @@ def latest_episodes(
     out: dict[str, list[dict[str, Any]]] = {gid: [] for gid in group_ids}
     if not group_ids or limit <= 0:
         return out
+    # a window over a group's whole history sorts all of it (0.6 s for a million episodes):
+    # first each group's limit-th latest time (an aggregate), then rank only the rows since
     rows = store.fetch_dicts(
-        """SELECT group_id, uuid, name, body, reference_time FROM episodes
-           WHERE group_id = ANY($1) AND status = 'done'
-           QUALIFY row_number() OVER (PARTITION BY group_id
-                                      ORDER BY reference_time DESC, uuid) <= $2
-           ORDER BY group_id, reference_time DESC, uuid""",
+        """WITH since AS (
+               SELECT group_id, list_min(max(reference_time, $2)) AS t FROM episodes
+               WHERE group_id = ANY($1) AND status = 'done' GROUP BY group_id)
+           SELECT e.group_id, e.uuid, e.name, e.body, e.reference_time
+           FROM episodes e JOIN since s ON e.group_id = s.group_id AND e.reference_time >= s.t
+           WHERE e.status = 'done'
+           QUALIFY row_number() OVER (PARTITION BY e.group_id
+                                      ORDER BY e.reference_time DESC, e.uuid) <= $2
+           ORDER BY e.group_id, e.reference_time DESC, e.uuid""",
         [list(group_ids), limit],
     )
     for row in rows:
