@@ -316,52 +316,34 @@ class Extractor:
     def write(self, items: list[PreparedEpisode],
               also: Callable[[], None] | None = None) -> None:
         """Write the prepared episodes in one transaction (with ``also()``, e.g. the queue's
-        acknowledgement), then update the search indexes."""
+        acknowledgement), then update the search indexes. An episode that is already done
+        (written by an earlier delivery) or was deleted meanwhile writes nothing."""
         now = self.clock()
-        new_entities, summaries, mentions, facts, invalid, done = [], [], [], [], [], []
-        all_entities, ent_vecs, fact_vecs, reread = [], [], [], []
-        for item in items:
-            changes = item.changes
-            if changes is None:
-                continue
-            entities = [*changes.new_entities, *changes.summary_updates.values()]
-            n_ent = len(entities)
-            invalid_from = min(
-                (f["_invalid_from"] for f in changes.new_facts if "_invalid_from" in f),
-                default=item.reference_time,
-            )
-            episode_facts = [{k: v for k, v in f.items() if not k.startswith("_")}
-                             for f in changes.new_facts]
-            invalidated = sorted(set(changes.invalidated))
-            new_entities += changes.new_entities
-            summaries += [(u, upd["summary"]) for u, upd in changes.summary_updates.items()]
-            mentions += [(item.episode_uuid, u) for u in changes.mentioned]
-            facts += episode_facts
-            invalid += [(u, invalid_from) for u in invalidated]
-            done.append((item.episode_uuid, len(set(changes.mentioned)), len(episode_facts)))
-            all_entities += entities
-            ent_vecs.append(item.vectors[:n_ent])
-            fact_vecs.append(item.vectors[n_ent:])
-            reread += [{"uuid": u, "group_id": item.group_id} for u in invalidated]
-        dim = self.embedder.dimensions
+        items = [item for item in items if item.changes is not None]
+        rows = _Rows.of(items, self.embedder.dimensions)
         model = self.embedder.model
-        ent_vecs, fact_vecs = _stack(ent_vecs, dim), _stack(fact_vecs, dim)
         with self.store.transaction():
-            g.insert_entities(self.store, new_entities)
-            g.update_entity_summaries(self.store, summaries, now)
-            g.insert_mention_rows(self.store, mentions)
-            g.insert_facts(self.store, facts)
-            g.invalidate_facts_from(self.store, invalid, now)
-            g.insert_embeddings(self.store, "entity", [e["uuid"] for e in all_entities],
-                                ent_vecs, model)
-            g.insert_embeddings(self.store, "fact", [f["uuid"] for f in facts], fact_vecs,
-                                model)
-            marked = g.mark_episodes_done(self.store, done, now)
+            pending = g.unprocessed_episodes(self.store, [i.episode_uuid for i in items])
+            if len(pending) < len(items):
+                items = [item for item in items if item.episode_uuid in pending]
+                rows = _Rows.of(items, self.embedder.dimensions)
+            g.insert_entities(self.store, rows.new_entities)
+            g.update_entity_summaries(self.store, rows.summaries, now)
+            # an episode's mentions are written once, with it (checked above): no conflicts
+            g.insert_mention_rows(self.store, rows.mentions)
+            g.insert_facts(self.store, rows.facts)
+            g.invalidate_facts_from(self.store, rows.invalid, now)
+            g.insert_embeddings(self.store, "entity", [e["uuid"] for e in rows.entities],
+                                rows.entity_vectors, model)
+            g.insert_embeddings(self.store, "fact", [f["uuid"] for f in rows.facts],
+                                rows.fact_vectors, model)
+            g.mark_episodes_done(self.store, rows.done, now)
             if also is not None:
                 also()
-        self._remember_done([item for item in items if item.episode_uuid in marked])
+        self._remember_done(items)
         if self.on_upsert:
-            self._tell_indexes(all_entities, ent_vecs, facts, fact_vecs, reread)
+            self._tell_indexes(rows.entities, rows.entity_vectors, rows.facts,
+                               rows.fact_vectors, rows.reread)
 
     def _remember_done(self, items: list[PreparedEpisode]) -> None:
         """The committed episodes are their groups' latest processed ones now."""
@@ -386,6 +368,51 @@ class Extractor:
             self.on_upsert("fact", reread, None)
 
         publish(tell, self.resync, "a write")
+
+@dataclass
+class _Rows:
+    """What prepared episodes write: the rows of each table, and the vectors."""
+
+    new_entities: list[dict] = field(default_factory=list)
+    summaries: list[tuple[str, str]] = field(default_factory=list)
+    mentions: list[tuple[str, str]] = field(default_factory=list)
+    facts: list[dict] = field(default_factory=list)
+    invalid: list[tuple[str, datetime]] = field(default_factory=list)
+    done: list[tuple[str, int, int]] = field(default_factory=list)
+    entities: list[dict] = field(default_factory=list)  # new and updated: (re-)embedded
+    reread: list[dict] = field(default_factory=list)  # invalidated facts
+    entity_vectors: np.ndarray | None = None
+    fact_vectors: np.ndarray | None = None
+
+    @classmethod
+    def of(cls, items: list[PreparedEpisode], dim: int) -> _Rows:
+        rows = cls()
+        ent_vecs, fact_vecs = [], []
+        for item in items:
+            changes = item.changes
+            entities = [*changes.new_entities, *changes.summary_updates.values()]
+            invalid_from = min(
+                (f["_invalid_from"] for f in changes.new_facts if "_invalid_from" in f),
+                default=item.reference_time,
+            )
+            episode_facts = [{k: v for k, v in f.items() if not k.startswith("_")}
+                             for f in changes.new_facts]
+            invalidated = sorted(set(changes.invalidated))
+            rows.new_entities += changes.new_entities
+            rows.summaries += [(u, upd["summary"])
+                               for u, upd in changes.summary_updates.items()]
+            rows.mentions += [(item.episode_uuid, u) for u in changes.mentioned]
+            rows.facts += episode_facts
+            rows.invalid += [(u, invalid_from) for u in invalidated]
+            rows.done.append(
+                (item.episode_uuid, len(set(changes.mentioned)), len(episode_facts)))
+            rows.entities += entities
+            ent_vecs.append(item.vectors[:len(entities)])
+            fact_vecs.append(item.vectors[len(entities):])
+            rows.reread += [{"uuid": u, "group_id": item.group_id} for u in invalidated]
+        rows.entity_vectors, rows.fact_vectors = _stack(ent_vecs, dim), _stack(fact_vecs, dim)
+        return rows
+
 
 def _stack(parts: list[np.ndarray], dim: int) -> np.ndarray:
     parts = [p for p in parts if len(p)]

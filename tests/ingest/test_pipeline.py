@@ -306,3 +306,33 @@ def test_the_context_is_the_groups_latest_episodes_and_forgets_deleted_ones(wb, 
     wb.add_memory("d", "Tom uses Python. Delta note.", group_id="g")
     wb.process_pending()
     assert "(none)" in _previous_episodes(fake_llm)[-1]
+
+
+def _prepared(wb, *bodies, group_prefix="g"):
+    uuids = [wb.add_memory(f"n{i}", body, group_id=f"{group_prefix}{i}")["episode_uuid"]
+             for i, body in enumerate(bodies)]
+    episodes = [wb.store.fetch_dicts("SELECT * FROM episodes WHERE uuid = ?", [u])[0]
+                for u in uuids]
+    return [wb.extractor.prepare(e) for e in episodes]
+
+
+def test_an_episode_written_twice_writes_once_and_acknowledges_both(wb):
+    prepared = _prepared(wb, "Maria Keller works at Acme. Tom uses Python.")
+    wb.extractor.write(prepared)
+    graph = [count(wb, t) for t in ("entities", "facts", "mentions", "entity_embeddings")]
+    assert graph[0] >= 2 and graph[1] >= 1 and graph[2] >= 2
+    acks = []
+    wb.extractor.write(prepared, also=lambda: acks.append(True))  # a second delivery
+    assert [count(wb, t) for t in ("entities", "facts", "mentions", "entity_embeddings")] \
+        == graph
+    assert acks == [True]
+
+
+def test_an_episode_deleted_while_extracted_writes_nothing_but_its_batch_does(wb):
+    kept, deleted = _prepared(wb, "Tom uses Python.", "Maria Keller works at Globex.")
+    wb.delete_episode(deleted.episode_uuid)
+    wb.extractor.write([kept, deleted])
+    names = {r[0] for r in wb.store.fetchall("SELECT name FROM entities")}
+    assert names == {"Tom", "Python"}
+    assert wb.store.fetchone("SELECT status FROM episodes WHERE uuid = ?",
+                             [kept.episode_uuid])[0] == "done"
