@@ -138,17 +138,20 @@ def run(server, embedder, n: int, workers: int, groups: int, inline: bool,
     wb = open_wb(server, embedder, workers)
     if history:
         preload(wb, history)
+    last = {}  # each group's last episode: when they are done, all are (groups run in order)
     for i in range(n):
-        wb.add_memory(f"e{i}", episode(i), group_id=f"g{i % groups}")
+        group = f"g{i % groups}"
+        last[group] = wb.add_memory(f"e{i}", episode(i), group_id=group)["episode_uuid"]
     cpu = time.process_time()
     started = time.perf_counter()
     if inline:
         wb.process_pending()
     else:
         wb.start()
-        while wb.store.fetchone(
-                "SELECT count(*) FROM queue WHERE state = 'done'")[0] < n + history:
-            time.sleep(0.05)  # polling costs the workers the store lock: not too often
+        # polling costs the workers the store lock: not too often, and by key (no scan)
+        while any(state != "done" for (state,) in wb.store.fetchall(
+                "SELECT state FROM queue WHERE episode_uuid = ANY(?)", [list(last.values())])):
+            time.sleep(0.05)
     elapsed = time.perf_counter() - started
     CPU_MS.append((time.process_time() - cpu) / n * 1000)
     wb.close()
