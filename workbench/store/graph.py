@@ -235,9 +235,9 @@ def update_entity_summaries(
 
 def delete_entities(store: Store, uuids: Sequence[str]) -> None:
     if uuids:
-        store.execute("DELETE FROM entity_embeddings WHERE list_contains(?, uuid)", [list(uuids)])
+        store.execute("DELETE FROM entity_embeddings WHERE uuid = ANY(?)", [list(uuids)])
         store.execute("DELETE FROM mentions WHERE list_contains(?, entity_uuid)", [list(uuids)])
-        store.execute("DELETE FROM entities WHERE list_contains(?, uuid)", [list(uuids)])
+        store.execute("DELETE FROM entities WHERE uuid = ANY(?)", [list(uuids)])
 
 
 
@@ -333,8 +333,8 @@ def get_fact(store: Store, uuid: str) -> dict[str, Any] | None:
 
 def delete_facts(store: Store, uuids: Sequence[str]) -> None:
     if uuids:
-        store.execute("DELETE FROM fact_embeddings WHERE list_contains(?, uuid)", [list(uuids)])
-        store.execute("DELETE FROM facts WHERE list_contains(?, uuid)", [list(uuids)])
+        store.execute("DELETE FROM fact_embeddings WHERE uuid = ANY(?)", [list(uuids)])
+        store.execute("DELETE FROM facts WHERE uuid = ANY(?)", [list(uuids)])
 
 
 # --- embeddings ---------------------------------------------------------------------------
