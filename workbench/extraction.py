@@ -314,10 +314,11 @@ class Extractor:
         return np.vstack([*changes.new_entity_vectors, fresh]).astype(np.float32)
 
     def write(self, items: list[PreparedEpisode],
-              also: Callable[[], None] | None = None) -> None:
+              also: Callable[[], None] | None = None) -> list[PreparedEpisode]:
         """Write the prepared episodes in one transaction (with ``also()``, e.g. the queue's
-        acknowledgement), then update the search indexes. An episode that is already done
-        (written by an earlier delivery) or was deleted meanwhile writes nothing."""
+        acknowledgement), then update the search indexes; returns those written. An episode
+        that is already done (written by an earlier delivery) or was deleted meanwhile writes
+        nothing."""
         now = self.clock()
         items = [item for item in items if item.changes is not None]
         rows = _Rows.of(items, self.embedder.dimensions)
@@ -344,6 +345,7 @@ class Extractor:
         if self.on_upsert:
             self._tell_indexes(rows.entities, rows.entity_vectors, rows.facts,
                                rows.fact_vectors, rows.reread)
+        return items
 
     def _remember_done(self, items: list[PreparedEpisode]) -> None:
         """The committed episodes are their groups' latest processed ones now."""

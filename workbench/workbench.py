@@ -272,10 +272,8 @@ class Workbench:
 
     def _commit_episodes(self, items: list[PreparedEpisode], ack: Callable[[], None]) -> None:
         """The queue's commit: the episodes' graph changes and ``ack()`` in one transaction."""
-        self.extractor.write(items, also=ack)
-        for item in items:
-            if item.changes is not None:
-                self.metrics.record_episode_processed(item.group_id)
+        for item in self.extractor.write(items, also=ack):
+            self.metrics.record_episode_processed(item.group_id)
 
     def process_pending(self, max_messages: int = 100_000) -> int:
         """Process queued episodes inline (notebooks, tests, ``workbench`` CLI)."""

@@ -331,7 +331,9 @@ def test_an_episode_written_twice_writes_once_and_acknowledges_both(wb):
 def test_an_episode_deleted_while_extracted_writes_nothing_but_its_batch_does(wb):
     kept, deleted = _prepared(wb, "Tom uses Python.", "Maria Keller works at Globex.")
     wb.delete_episode(deleted.episode_uuid)
-    wb.extractor.write([kept, deleted])
+    wb._commit_episodes([kept, deleted], ack=lambda: None)
+    assert sample(wb, "graph_episodes_processed_total", group_id="g0") == 1
+    assert not sample(wb, "graph_episodes_processed_total", group_id="g1")
     names = {r[0] for r in wb.store.fetchall("SELECT name FROM entities")}
     assert names == {"Tom", "Python"}
     assert wb.store.fetchone("SELECT status FROM episodes WHERE uuid = ?",
