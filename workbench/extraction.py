@@ -95,6 +95,7 @@ class PreparedEpisode:
     reference_time: datetime | None = None
     name: str = ""
     body: str = ""
+    created_at: datetime | None = None  # tells the episode from one re-added under its uuid
 
 
 class Extractor:
@@ -158,7 +159,8 @@ class Extractor:
         self._extract_facts(episode, resolved, changes)
         vectors = self._embed(changes)
         return PreparedEpisode(episode["uuid"], episode["group_id"], changes, vectors,
-                               episode["reference_time"], episode["name"], episode["body"])
+                               episode["reference_time"], episode["name"], episode["body"],
+                               episode["created_at"])
 
     def _call(self, prompt_name: str, messages, model, episode_uuid: str, changes):
         started = time.perf_counter()
@@ -320,13 +322,16 @@ class Extractor:
         that is already done (written by an earlier delivery) or was deleted meanwhile writes
         nothing."""
         now = self.clock()
-        items = [item for item in items if item.changes is not None]
+        # one result per episode (a second one would write its entities and facts twice)
+        items = list({i.episode_uuid: i for i in items if i.changes is not None}.values())
         rows = _Rows.of(items, self.embedder.dimensions)
         model = self.embedder.model
         with self.store.transaction():
             pending = g.unprocessed_episodes(self.store, [i.episode_uuid for i in items])
-            if len(pending) < len(items):
-                items = [item for item in items if item.episode_uuid in pending]
+            current = [item for item in items if item.episode_uuid in pending
+                       and pending[item.episode_uuid] == item.created_at]
+            if len(current) < len(items):  # done, deleted, or deleted and added again
+                items = current
                 rows = _Rows.of(items, self.embedder.dimensions)
             g.insert_entities(self.store, rows.new_entities)
             g.update_entity_summaries(self.store, rows.summaries, now)

@@ -647,9 +647,10 @@ class EpisodeQueue:
     def _write(self, items: list[tuple[dict[str, Any], Any]]) -> None:
         """Write results of several messages and mark them done, in one transaction."""
         uuids = [message["episode_uuid"] for message, _ in items]
+        seqs = [message["seq"] for message, _ in items]
         with self.gate:
             self.commit([result for _, result in items],
-                        lambda: q.mark_done_many(self.store, uuids, self.clock()))
+                        lambda: q.mark_done_many(self.store, uuids, self.clock(), seqs))
 
     def _completed(self, message: dict[str, Any], started: float) -> None:
         duration = time.perf_counter() - started
@@ -680,8 +681,13 @@ class EpisodeQueue:
         self.metrics.record_processing_complete(QUEUE_NAME, duration, False, category, end)
 
     def _on_status(self, uuid: str, status: str, detail: str) -> None:
+        """The episode's status follows its message's, unless it is done: a second delivery
+        that fails does not undo the first one's write."""
         self.store.execute(
-            "UPDATE episodes SET status = ?, status_detail = ? WHERE uuid = ?",
+            """UPDATE episodes
+               SET status = CASE WHEN status = 'done' THEN status ELSE $1 END,
+                   status_detail = CASE WHEN status = 'done' THEN status_detail ELSE $2 END
+               WHERE uuid = $3""",
             [status, detail, uuid])
 
     def _set_busy(self, delta: int) -> None:

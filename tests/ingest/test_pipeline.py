@@ -318,7 +318,7 @@ def _prepared(wb, *bodies, group_prefix="g"):
 
 def test_an_episode_written_twice_writes_once_and_acknowledges_both(wb):
     prepared = _prepared(wb, "Maria Keller works at Acme. Tom uses Python.")
-    wb.extractor.write(prepared)
+    wb.extractor.write(prepared + prepared)  # twice in one batch, too
     graph = [count(wb, t) for t in ("entities", "facts", "mentions", "entity_embeddings")]
     assert graph[0] >= 2 and graph[1] >= 1 and graph[2] >= 2
     acks = []
@@ -338,3 +338,27 @@ def test_an_episode_deleted_while_extracted_writes_nothing_but_its_batch_does(wb
     assert names == {"Tom", "Python"}
     assert wb.store.fetchone("SELECT status FROM episodes WHERE uuid = ?",
                              [kept.episode_uuid])[0] == "done"
+
+
+def test_an_episode_deleted_and_added_again_while_extracted_is_processed_anew(wb, fake_llm):
+    uuid = "7d3c1f7e-2b1a-4c55-9a51-0d6f6b7f1a01"
+    wb.add_memory("old", "Maria Keller works at Acme.", group_id="g", uuid=uuid)
+    [message] = q.claim_batch(wb.store, "test", wb.clock(), 60, 1)
+    stale = wb._process_message(message)
+    wb.delete_episode(uuid)
+    wb.add_memory("new", "Tom uses Neovim.", group_id="h", uuid=uuid)
+    wb.queue._write([(message, stale)])  # the old extraction arrives late
+    assert count(wb, "entities") == 0
+    assert wb.store.fetchone("SELECT status FROM episodes")[0] == "queued"
+    assert wb.store.fetchone("SELECT state FROM queue")[0] == "queued"
+    wb.process_pending()
+    assert {r[0] for r in wb.store.fetchall("SELECT name FROM entities")} == {"Tom", "Neovim"}
+    assert wb.store.fetchone("SELECT group_id, status FROM episodes") == ("h", "done")
+
+
+def test_a_failed_second_delivery_does_not_undo_a_written_episode(wb):
+    wb.add_memory("once", "Tom uses Python.", group_id="g")
+    [message] = q.claim_batch(wb.store, "test", wb.clock(), 60, 1)
+    wb.queue._write([(message, wb._process_message(message))])
+    wb.queue._failed(message, TimeoutError("a second delivery timed out"), 0.1)
+    assert wb.store.fetchone("SELECT status, status_detail FROM episodes") == ("done", None)

@@ -101,13 +101,13 @@ def recent_episodes(
 
 
 
-def unprocessed_episodes(store: Store, uuids: Sequence[str]) -> set[str]:
-    """Which of these episodes exist and are not done yet."""
+def unprocessed_episodes(store: Store, uuids: Sequence[str]) -> dict[str, datetime]:
+    """Which of these episodes exist and are not done yet: uuid → created_at."""
     if not uuids:
-        return set()
+        return {}
     rows = store.fetchall(  # the key alone in the WHERE: an index lookup, not a scan
-        "SELECT uuid, status FROM episodes WHERE uuid = ANY(?)", [list(uuids)])
-    return {uuid for uuid, status in rows if status != "done"}
+        "SELECT uuid, status, created_at FROM episodes WHERE uuid = ANY(?)", [list(uuids)])
+    return {uuid: created for uuid, status, created in rows if status != "done"}
 
 
 def mark_episodes_done(

@@ -144,14 +144,33 @@ def mark_done(store: Store, episode_uuid: str, now: datetime) -> None:
     mark_done_many(store, [episode_uuid], now)
 
 
-def mark_done_many(store: Store, episode_uuids: Sequence[str], now: datetime) -> None:
-    if episode_uuids:
+def mark_done_many(store: Store, episode_uuids: Sequence[str], now: datetime,
+                   seqs: Sequence[int] | None = None) -> None:
+    """Mark these messages done; with ``seqs``, only the rows with those sequence numbers
+    (the ones that were claimed: an episode deleted meanwhile and added again under the same
+    uuid has a new row, which is left to be processed)."""
+    if not episode_uuids:
+        return
+    if seqs is None:
         store.execute(
             """UPDATE queue SET state = 'done', finished_at = ?, leased_until = NULL,
                    error_type = NULL, error_message = NULL
                WHERE episode_uuid = ANY(?)""",
             [now, list(episode_uuids)],
         )
+        return
+    # the seq test sits in the SET: the WHERE names only the key (an index lookup)
+    claimed = "list_contains($3, seq)"
+    store.execute(
+        f"""UPDATE queue SET
+               state = CASE WHEN {claimed} THEN 'done' ELSE state END,
+               finished_at = CASE WHEN {claimed} THEN $2 ELSE finished_at END,
+               leased_until = CASE WHEN {claimed} THEN NULL ELSE leased_until END,
+               error_type = CASE WHEN {claimed} THEN NULL ELSE error_type END,
+               error_message = CASE WHEN {claimed} THEN NULL ELSE error_message END
+           WHERE episode_uuid = ANY($1)""",
+        [list(episode_uuids), now, list(seqs)],
+    )
 
 
 def schedule_retry(
