@@ -319,8 +319,8 @@ class Extractor:
               also: Callable[[], None] | None = None) -> list[PreparedEpisode]:
         """Write the prepared episodes in one transaction (with ``also()``, e.g. the queue's
         acknowledgement), then update the search indexes; returns those written. An episode
-        that is already done (written by an earlier delivery) or was deleted meanwhile writes
-        nothing."""
+        that is already done (written by an earlier delivery) or was deleted meanwhile (even if
+        added again under its uuid) writes nothing."""
         now = self.clock()
         # one result per episode (a second one would write its entities and facts twice)
         items = list({i.episode_uuid: i for i in items if i.changes is not None}.values())
@@ -375,6 +375,7 @@ class Extractor:
             self.on_upsert("fact", reread, None)
 
         publish(tell, self.resync, "a write")
+
 
 @dataclass
 class _Rows:

@@ -76,7 +76,8 @@ class RecentEpisodes:
         for episode in episodes:
             found = self._lookup(episode, k)
             if found is None:
-                self.fallbacks += 1
+                with self._lock:
+                    self.fallbacks += 1
                 found = fallback(episode)
             out[episode["uuid"]] = found
         return out
