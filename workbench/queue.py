@@ -681,14 +681,7 @@ class EpisodeQueue:
         self.metrics.record_processing_complete(QUEUE_NAME, duration, False, category, end)
 
     def _on_status(self, uuid: str, status: str, detail: str) -> None:
-        """The episode's status follows its message's, unless it is done: a second delivery
-        that fails does not undo the first one's write."""
-        self.store.execute(
-            """UPDATE episodes
-               SET status = CASE WHEN status = 'done' THEN status ELSE $1 END,
-                   status_detail = CASE WHEN status = 'done' THEN status_detail ELSE $2 END
-               WHERE uuid = $3""",
-            [status, detail, uuid])
+        q.set_episode_status(self.store, [uuid], status, detail)
 
     def _set_busy(self, delta: int) -> None:
         with self._busy_lock:

@@ -114,17 +114,25 @@ def claim_heads(
                          validation_failures""",
             [owner, now + timedelta(seconds=lease_seconds), now, heads[:limit]],
         )
-        # a redelivered episode that was written already stays done (a condition in the
-        # CASE, not the WHERE: DuckDB looks keys up in the index only when the WHERE holds
-        # nothing else, and a scan grows with the history)
+        set_episode_status(store, [m["episode_uuid"] for m in leased], "processing", None)
+        return sorted(leased, key=lambda m: (m["priority"], m["seq"])), len(heads) > limit
+
+
+def set_episode_status(
+    store: Store, episode_uuids: Sequence[str], status: str, detail: str | None
+) -> None:
+    """The episodes' status follows their messages', unless they are done: a redelivered or
+    failed second delivery does not undo the first one's write. (The guard sits in the SET,
+    not the WHERE: DuckDB looks keys up in the index only when the WHERE holds nothing else,
+    and a scan grows with the history.)"""
+    if episode_uuids:
         store.execute(
             """UPDATE episodes
-               SET status = CASE WHEN status = 'done' THEN status ELSE 'processing' END,
-                   status_detail = CASE WHEN status = 'done' THEN status_detail END
-               WHERE uuid = ANY(?)""",
-            [[m["episode_uuid"] for m in leased]],
+               SET status = CASE WHEN status = 'done' THEN status ELSE $1 END,
+                   status_detail = CASE WHEN status = 'done' THEN status_detail ELSE $2 END
+               WHERE uuid = ANY($3)""",
+            [status, detail, list(episode_uuids)],
         )
-        return sorted(leased, key=lambda m: (m["priority"], m["seq"])), len(heads) > limit
 
 
 def renew_leases(
@@ -151,16 +159,8 @@ def mark_done_many(store: Store, episode_uuids: Sequence[str], now: datetime,
     uuid has a new row, which is left to be processed)."""
     if not episode_uuids:
         return
-    if seqs is None:
-        store.execute(
-            """UPDATE queue SET state = 'done', finished_at = ?, leased_until = NULL,
-                   error_type = NULL, error_message = NULL
-               WHERE episode_uuid = ANY(?)""",
-            [now, list(episode_uuids)],
-        )
-        return
     # the seq test sits in the SET: the WHERE names only the key (an index lookup)
-    claimed = "list_contains($3, seq)"
+    claimed = "($3::BIGINT[] IS NULL OR list_contains($3, seq))"
     store.execute(
         f"""UPDATE queue SET
                state = CASE WHEN {claimed} THEN 'done' ELSE state END,
@@ -169,7 +169,7 @@ def mark_done_many(store: Store, episode_uuids: Sequence[str], now: datetime,
                error_type = CASE WHEN {claimed} THEN NULL ELSE error_type END,
                error_message = CASE WHEN {claimed} THEN NULL ELSE error_message END
            WHERE episode_uuid = ANY($1)""",
-        [list(episode_uuids), now, list(seqs)],
+        [list(episode_uuids), now, None if seqs is None else list(seqs)],
     )
 
 
