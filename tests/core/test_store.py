@@ -21,6 +21,29 @@ def test_schema_is_created_and_versioned(tmp_path):
     again.close()
 
 
+def _indexes(store, table):
+    return {r[0] for r in store.fetchall(
+        "SELECT index_name FROM duckdb_indexes() WHERE table_name = ?", [table])}
+
+
+def test_a_version_1_file_loses_the_queue_state_index_and_keeps_its_rows(tmp_path):
+    # version 1 indexed queue(state, ...): DuckDB never used it for a query, and it turned
+    # every state change of a message into a delete and re-insert of the row
+    path = tmp_path / "kb.duckdb"
+    store = Store.open(path, dim=8, embedding_model="m")
+    assert _indexes(store, "queue") == set()
+    store.execute("CREATE INDEX queue_state ON queue(state, priority, enqueued_at)")
+    store.execute("""INSERT INTO queue (episode_uuid, group_id, enqueued_at, available_at)
+                     VALUES ('e1', 'g', now(), now())""")
+    store.execute("UPDATE meta SET value = '1' WHERE key = 'schema_version'")
+    store.close()
+    again = Store.open(path, dim=8)
+    assert again.meta("schema_version") == str(SCHEMA_VERSION)
+    assert _indexes(again, "queue") == set()
+    assert again.fetchall("SELECT episode_uuid, state FROM queue") == [("e1", "queued")]
+    again.close()
+
+
 def test_a_file_built_for_another_dimension_is_refused(tmp_path):
     path = tmp_path / "kb.duckdb"
     Store.open(path, dim=8, embedding_model="small").close()

@@ -156,7 +156,14 @@ def _v1(dim: int) -> list[str]:
     ]
 
 
-MIGRATIONS: list[Callable[[int], list[str]]] = [_v1]
+def _v2(dim: int) -> list[str]:
+    """Drop the queue's (state, priority, enqueued_at) index. DuckDB never chose it (its
+    queries on state scan, pruned by zone maps), yet it made every change of a message's state
+    a delete and re-insert of the row: a claim's UPDATE cost 2.7 ms instead of 1.5."""
+    return ["DROP INDEX IF EXISTS queue_state"]
+
+
+MIGRATIONS: list[Callable[[int], list[str]]] = [_v1, _v2]
 SCHEMA_VERSION = len(MIGRATIONS)
 
 LIFECYCLE_STATES = ("ACTIVE", "DORMANT", "ARCHIVED", "EXPIRED", "SOFT_DELETED", "PERMANENT")
