@@ -92,6 +92,9 @@ class Settings(BaseSettings):
     queue_poll_seconds: float = Field(default=0.5, gt=0)
     queue_batch_size: int = Field(default=16, ge=1, le=1000)
 
+    # --- ours: extraction ---------------------------------------------------------------
+    entity_reembed_fraction: float = Field(default=0.2, ge=0, le=1)
+
     # --- ours: decay and lifecycle (DESIGN.md) ------------------------------------------
     decay_enabled: bool = True
     decay_half_life_days: float = Field(default=180.0, gt=0)

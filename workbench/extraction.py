@@ -34,6 +34,7 @@ from workbench.graph_reads import GraphReads, StoreReads, publish
 from workbench.metrics import Metrics
 from workbench.prompts import extract_edges, extract_entities, resolve_nodes
 from workbench.recent import RecentEpisodes
+from workbench.reembed import ReembedPolicy
 from workbench.store import Store
 from workbench.store import graph as g
 
@@ -77,6 +78,8 @@ class EpisodeChanges:
     new_entities: list[dict] = field(default_factory=list)
     new_entity_vectors: list[np.ndarray] = field(default_factory=list)  # from resolution
     summary_updates: dict[str, dict] = field(default_factory=dict)
+    # summary updates that keep their vector (ReembedPolicy): uuid -> characters added
+    kept_vectors: dict[str, int] = field(default_factory=dict)
     mentioned: list[str] = field(default_factory=list)
     new_facts: list[dict] = field(default_factory=list)
     invalidated: list[str] = field(default_factory=list)
@@ -114,6 +117,7 @@ class Extractor:
         thresholds: Thresholds | None = None,
         reads: GraphReads | None = None,
         resync: Callable[[], None] | None = None,
+        reembed: ReembedPolicy | None = None,
     ):
         self.store = store
         self.reads = reads or StoreReads(store)
@@ -128,6 +132,7 @@ class Extractor:
         # each group's latest processed episodes, with room for some that arrive out of order
         self.recent = RecentEpisodes(2 * context_episodes) if context_episodes else None
         self.thresholds = thresholds or Thresholds()
+        self.reembed = reembed if reembed is not None else ReembedPolicy()
 
     # --- the pipeline -------------------------------------------------------------------
     def with_context(self, episodes: list[dict]) -> list[dict]:
@@ -211,6 +216,9 @@ class Extractor:
                     changes.summary_updates[existing["uuid"]] = {
                         "uuid": existing["uuid"], "group_id": group, "name": ent["name"],
                         "entity_type": ent["entity_type"], "summary": merged}
+                    added = min(len(merged), len(ent["summary"].strip()) + 1)
+                    if not self.reembed.due(existing["uuid"], added, len(merged)):
+                        changes.kept_vectors[existing["uuid"]] = added
             else:
                 ent["uuid"] = str(uuidlib.uuid4())
                 changes.new_entities.append({
@@ -308,9 +316,9 @@ class Extractor:
 
     def _embed(self, changes: EpisodeChanges) -> np.ndarray:
         """Vectors in write order: new entities (already embedded while resolving them), grown
-        summaries, then new facts."""
+        summaries due a new vector, then new facts."""
         texts = [entity_text(e["name"], e["entity_type"], e["summary"])
-                 for e in changes.summary_updates.values()]
+                 for e in _reembedded(changes)]
         texts += [f["fact"] for f in changes.new_facts]
         fresh = self.embedder.embed(texts) if texts else np.zeros((0, self.embedder.dimensions))
         return np.vstack([*changes.new_entity_vectors, fresh]).astype(np.float32)
@@ -347,9 +355,10 @@ class Extractor:
             if also is not None:
                 also()
         self._remember_done(items)
+        self.reembed.written([e["uuid"] for e in rows.entities], rows.kept.items())
         if self.on_upsert:
             self._tell_indexes(rows.entities, rows.entity_vectors, rows.facts,
-                               rows.fact_vectors, rows.reread)
+                               rows.fact_vectors, rows.reread + rows.kept_rows)
         return items
 
     def _remember_done(self, items: list[PreparedEpisode]) -> None:
@@ -371,8 +380,10 @@ class Extractor:
                 {**e, "text": entity_text(e["name"], e["entity_type"], e["summary"])}
                 for e in entities], ent_vecs)
             self.on_upsert("fact", [{**f, "text": f["fact"]} for f in facts], fact_vecs)
-            # invalidated facts changed in the store: the search indexes re-read them
-            self.on_upsert("fact", reread, None)
+            # invalidated facts and entities whose summary grew without a new vector changed
+            # in the store: the search indexes re-read them (keeping their vectors)
+            for kind in ("entity", "fact"):
+                self.on_upsert(kind, [r for r in reread if r["kind"] == kind], None)
 
         publish(tell, self.resync, "a write")
 
@@ -388,6 +399,8 @@ class _Rows:
     invalid: list[tuple[str, datetime]] = field(default_factory=list)
     done: list[tuple[str, int, int]] = field(default_factory=list)
     entities: list[dict] = field(default_factory=list)  # new and updated: (re-)embedded
+    kept: dict[str, int] = field(default_factory=dict)  # grown summaries that keep their vector
+    kept_rows: list[dict] = field(default_factory=list)  # (their rows, to be re-read)
     reread: list[dict] = field(default_factory=list)  # invalidated facts
     entity_vectors: np.ndarray | None = None
     fact_vectors: np.ndarray | None = None
@@ -398,7 +411,7 @@ class _Rows:
         ent_vecs, fact_vecs = [], []
         for item in items:
             changes = item.changes
-            entities = [*changes.new_entities, *changes.summary_updates.values()]
+            entities = [*changes.new_entities, *_reembedded(changes)]
             invalid_from = min(
                 (f["_invalid_from"] for f in changes.new_facts if "_invalid_from" in f),
                 default=item.reference_time,
@@ -415,11 +428,20 @@ class _Rows:
             rows.done.append(
                 (item.episode_uuid, len(set(changes.mentioned)), len(episode_facts)))
             rows.entities += entities
+            rows.kept.update(changes.kept_vectors)
+            rows.kept_rows += [{"kind": "entity", "uuid": u, "group_id": item.group_id}
+                               for u in changes.kept_vectors]
             ent_vecs.append(item.vectors[:len(entities)])
             fact_vecs.append(item.vectors[len(entities):])
-            rows.reread += [{"uuid": u, "group_id": item.group_id} for u in invalidated]
+            rows.reread += [{"kind": "fact", "uuid": u, "group_id": item.group_id}
+                            for u in invalidated]
         rows.entity_vectors, rows.fact_vectors = _stack(ent_vecs, dim), _stack(fact_vecs, dim)
         return rows
+
+
+def _reembedded(changes: EpisodeChanges) -> list[dict]:
+    """The grown summaries that get a new vector, in write order."""
+    return [u for uuid, u in changes.summary_updates.items() if uuid not in changes.kept_vectors]
 
 
 def _stack(parts: list[np.ndarray], dim: int) -> np.ndarray:

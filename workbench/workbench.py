@@ -29,6 +29,7 @@ from workbench.graph_reads import CachedReads, publish
 from workbench.importer import Importer
 from workbench.metrics import Metrics
 from workbench.queue import EpisodeQueue
+from workbench.reembed import ReembedPolicy
 from workbench.store import Store
 from workbench.store import graph as g
 from workbench.store import queue as q
@@ -89,7 +90,8 @@ class Workbench:
         self.extractor = Extractor(
             store, chat, embedder, metrics, clock, similar=self.search.similar,
             on_upsert=self.search.on_upsert, reads=CachedReads(self.search.cached_rows),
-            resync=self.search.rebuild)
+            resync=self.search.rebuild,
+            reembed=ReembedPolicy(settings.entity_reembed_fraction))
         self.queue = EpisodeQueue(
             store, self._process_message, metrics, clock,
             concurrency=settings.queue_concurrency, lease_seconds=settings.queue_lease_seconds,

@@ -108,6 +108,12 @@ SETTING_MEANINGS: dict[str, str] = {
         "At most this many episodes are written per transaction: an extracted episode waits "
         "up to 0.2 s for others to share its commit, and inline processing claims the heads "
         "of up to this many groups at once. 1 writes every episode on its own."),
+    "entity_reembed_fraction": (
+        "An entity whose summary grew keeps its vector until the text the vector has not seen "
+        "reaches this fraction of the summary (then it is embedded again): with 0.2 a vector "
+        "reflects at least ~80% of the current summary, and a popular entity is embedded on "
+        "about one mention in three instead of on every one. The summary itself and the "
+        "keyword index are always current. 0 embeds on every change."),
     "decay_enabled": "Run the maintenance scheduler (decay scores, lifecycle, purge).",
     "decay_half_life_days": "Half-life of a default (importance 3, stability 3) memory.",
     "decay_dormant_days": "Days without access before ACTIVE becomes DORMANT.",

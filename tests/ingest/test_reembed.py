@@ -1,0 +1,116 @@
+"""An entity whose summary grew keeps its vector until the unseen text reaches a fraction of
+the summary (workbench.reembed); its summary and keyword document are always current."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tests.ingest import rule_llm
+from tests.ingest.test_pipeline import open_wb
+from workbench.extraction import entity_text
+from workbench.reembed import ReembedPolicy
+
+WORDS = ["amber", "basalt", "cobalt", "dune", "ember", "fjord", "garnet", "harbor", "indigo",
+         "jasper", "kelp", "lagoon"]
+
+
+def test_the_policy_embeds_again_once_the_unseen_text_reaches_the_fraction():
+    policy = ReembedPolicy(0.25)
+    assert policy.due("e1", 10, 100)  # never embedded by this process: the safe side
+    policy.written(["e1"], [])
+    assert not policy.due("e1", 10, 100)
+    policy.written([], [("e1", 10)])
+    assert not policy.due("e1", 14, 100)  # 24 of 100 unseen
+    assert policy.due("e1", 15, 100)  # 25 of 100
+    policy.written(["e1"], [])  # embedded again: nothing unseen
+    assert not policy.due("e1", 24, 100)
+
+
+def test_fraction_zero_embeds_every_change_and_bad_fractions_are_refused():
+    policy = ReembedPolicy(0.0)
+    policy.written(["e1"], [])
+    assert policy.due("e1", 1, 1000) and len(policy) == 0
+    with pytest.raises(ValueError):
+        ReembedPolicy(1.5)
+
+
+def test_a_policy_tracking_too_many_entities_forgets_them_and_embeds_them_again():
+    policy = ReembedPolicy(0.5, max_entities=2)
+    policy.written(["a", "b", "c"], [])
+    assert not policy.due("a", 1, 100)
+    policy.written(["d"], [])  # over the limit: forgotten, then d recorded
+    assert policy.due("a", 1, 100) and not policy.due("d", 1, 100)
+
+
+def _history(wb, episodes):
+    """Per processed episode: Maria Keller's uuid, summary, stored and indexed vectors."""
+    out = []
+    for i, word in enumerate(episodes):
+        wb.add_memory(f"n{i}", f"Maria Keller noted {word}.", group_id="g1")
+        assert wb.process_pending() == 1
+        uuid, summary, etype = wb.store.fetchone(
+            "SELECT uuid, summary, entity_type FROM entities WHERE name = 'Maria Keller'")
+        stored = np.asarray(wb.store.fetchone(
+            "SELECT vector FROM entity_embeddings WHERE uuid = ?", [uuid])[0], dtype=np.float32)
+        indexed = wb.search.vectors["entity"].vector(uuid)
+        out.append({"uuid": uuid, "summary": summary, "type": etype, "stored": stored,
+                    "indexed": indexed, "word": word})
+    return out
+
+
+def _embedding(embedder, step):
+    return embedder.embed([entity_text("Maria Keller", step["type"], step["summary"])])[0]
+
+
+@pytest.mark.parametrize("fraction", [0.3, 0.0])
+def test_a_growing_summary_is_embedded_again_only_when_enough_is_unseen(
+        fake_llm, hash_embedder, fraction):
+    fake_llm.set_responder(rule_llm.respond)
+    wb = open_wb(fake_llm, hash_embedder, SVC_KNOWLEDGE_ENTITY_REEMBED_FRACTION=str(fraction))
+    try:
+        steps = _history(wb, WORDS)
+        keywords = wb.search.keywords["entity"]
+        embedded_at = 0  # the step whose summary the vector shows
+        kept = 0
+        for i, step in enumerate(steps):
+            # the summary, the keyword document and the index are always current
+            assert step["word"] in step["summary"]
+            assert step["uuid"] in {u for u, _, _ in keywords.search(step["word"], k=5)}
+            np.testing.assert_allclose(step["indexed"], step["stored"], atol=1e-6)
+            if i and np.allclose(step["stored"], steps[i - 1]["stored"], atol=1e-6):
+                kept += 1
+                unseen = len(step["summary"]) - len(steps[embedded_at]["summary"])
+                assert unseen < fraction * len(step["summary"])
+            else:
+                np.testing.assert_allclose(step["stored"], _embedding(hash_embedder, step),
+                                           atol=1e-5)
+                if i:
+                    unseen = len(step["summary"]) - len(steps[embedded_at]["summary"])
+                    assert unseen >= fraction * len(step["summary"])
+                embedded_at = i
+        if fraction:
+            assert 0 < kept < len(steps) - 2  # some kept, several embedded again
+        else:
+            assert kept == 0
+    finally:
+        wb.close()
+
+
+def test_after_a_restart_the_first_update_embeds_the_summary_again(
+        fake_llm, hash_embedder, tmp_path):
+    fake_llm.set_responder(rule_llm.respond)
+    db = tmp_path / "kb.duckdb"
+    wb = open_wb(fake_llm, hash_embedder, db=db, SVC_KNOWLEDGE_ENTITY_REEMBED_FRACTION="0.9")
+    try:
+        first = _history(wb, WORDS[:3])
+        assert np.allclose(first[-1]["stored"], first[0]["stored"], atol=1e-6)  # kept
+    finally:
+        wb.close()
+    again = open_wb(fake_llm, hash_embedder, db=db, SVC_KNOWLEDGE_ENTITY_REEMBED_FRACTION="0.9")
+    try:
+        step = _history(again, WORDS[3:4])[0]
+        # this process does not know what the stored vector saw: it embeds the summary
+        np.testing.assert_allclose(step["stored"], _embedding(hash_embedder, step), atol=1e-5)
+    finally:
+        again.close()
