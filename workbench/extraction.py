@@ -358,7 +358,7 @@ class Extractor:
         self.reembed.written([e["uuid"] for e in rows.entities], rows.kept.items())
         if self.on_upsert:
             self._tell_indexes(rows.entities, rows.entity_vectors, rows.facts,
-                               rows.fact_vectors, rows.reread + rows.kept_rows)
+                               rows.fact_vectors, rows.reread, rows.kept_rows)
         return items
 
     def _remember_done(self, items: list[PreparedEpisode]) -> None:
@@ -373,17 +373,16 @@ class Extractor:
         for group_id, episodes in by_group.items():
             self.recent.add(group_id, episodes)
 
-    def _tell_indexes(self, entities, ent_vecs, facts, fact_vecs, reread) -> None:
-        """Tell the search indexes what was just committed (:func:`publish`: never raises)."""
+    def _tell_indexes(self, entities, ent_vecs, facts, fact_vecs, reread, kept) -> None:
+        """Tell the search indexes what was just committed (:func:`publish`: never raises).
+        ``kept``: entities whose summary grew and whose vector stays; ``reread``: invalidated
+        facts (both re-read from the store, keeping their vectors)."""
         def tell() -> None:
             self.on_upsert("entity", [
                 {**e, "text": entity_text(e["name"], e["entity_type"], e["summary"])}
-                for e in entities], ent_vecs)
+                for e in entities] + kept, ent_vecs)
             self.on_upsert("fact", [{**f, "text": f["fact"]} for f in facts], fact_vecs)
-            # invalidated facts and entities whose summary grew without a new vector changed
-            # in the store: the search indexes re-read them (keeping their vectors)
-            for kind in ("entity", "fact"):
-                self.on_upsert(kind, [r for r in reread if r["kind"] == kind], None)
+            self.on_upsert("fact", reread, None)
 
         publish(tell, self.resync, "a write")
 
@@ -429,12 +428,11 @@ class _Rows:
                 (item.episode_uuid, len(set(changes.mentioned)), len(episode_facts)))
             rows.entities += entities
             rows.kept.update(changes.kept_vectors)
-            rows.kept_rows += [{"kind": "entity", "uuid": u, "group_id": item.group_id}
+            rows.kept_rows += [{"uuid": u, "group_id": item.group_id}
                                for u in changes.kept_vectors]
             ent_vecs.append(item.vectors[:len(entities)])
             fact_vecs.append(item.vectors[len(entities):])
-            rows.reread += [{"kind": "fact", "uuid": u, "group_id": item.group_id}
-                            for u in invalidated]
+            rows.reread += [{"uuid": u, "group_id": item.group_id} for u in invalidated]
         rows.entity_vectors, rows.fact_vectors = _stack(ent_vecs, dim), _stack(fact_vecs, dim)
         return rows
 

@@ -158,7 +158,8 @@ class SearchEngine:
         """Index new or changed memories of ``kind`` after they are written to the store.
 
         ``rows`` need ``uuid`` (and ``group_id``); the rest is re-read from the store.
-        ``vectors`` (one per row) replace the stored embeddings in the index; None keeps them.
+        ``vectors`` replace the embeddings in the index of the first ``len(vectors)`` rows (one
+        each); the other rows, or all with None, keep theirs.
         """
         _check_kind(kind)
         if not rows:
@@ -170,7 +171,7 @@ class SearchEngine:
             present = {r["uuid"] for r in fresh}
             self.rows[kind].put(fresh)
             if vectors is not None and len(vectors):
-                keep = [i for i, u in enumerate(uuids) if u in present]
+                keep = [i for i, u in enumerate(uuids[:len(vectors)]) if u in present]
                 self.vectors[kind].add([uuids[i] for i in keep], np.asarray(vectors)[keep],
                                        [self.rows[kind].get(uuids[i])["group_id"] for i in keep])
             self.keywords[kind].add([r["uuid"] for r in fresh],
