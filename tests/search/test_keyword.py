@@ -81,6 +81,58 @@ def test_compaction_keeps_results():
     assert all(int(u[1:]) % 2 == 1 or u == "u10" for u, *_ in idx.search("topic3", 50))
 
 
+def test_a_search_sees_what_was_added_after_an_earlier_search():
+    idx = KeywordIndex()
+    idx.add(["a"], ["rust compiler"], ["g"])
+    assert [u for u, *_ in idx.search("rust", 5)] == ["a"]  # caches the term's postings
+    idx.add(["b"], ["rust book"], ["g"])
+    assert {u for u, *_ in idx.search("rust", 5)} == {"a", "b"}
+    assert idx.scores("book", ["b"])[0] > 0
+
+
+def _same_as_fresh(idx: KeywordIndex, live: dict, rng: random.Random, words: list[str]) -> None:
+    fresh = KeywordIndex()
+    fresh.add(list(live), [t for t, _ in live.values()], [g for _, g in live.values()])
+    assert len(idx) == len(fresh) == len(live)
+    assert {t: idx._df[i] for t, i in idx._terms.items() if idx._df[i]} == \
+        {t: fresh._df[i] for t, i in fresh._terms.items()}
+    for _ in range(10):
+        query = " ".join(rng.choice(words) for _ in range(rng.randrange(1, 4)))
+        groups = rng.choice([None, ["g0"], ["g1", "g2"]])
+        got = [(u, round(s, 4)) for u, s, _ in idx.search(query, 10, group_ids=groups)]
+        want = [(u, round(s, 4)) for u, s, _ in fresh.search(query, 10, group_ids=groups)]
+        assert [s for _, s in got] == [s for _, s in want]
+        if got:  # the same documents, but for ties at the cut
+            cut = got[-1][1]
+            assert {u for u, s in got if s > cut} == {u for u, s in want if s > cut}
+        some = rng.sample(sorted(live), min(5, len(live)))
+        assert idx.scores(query, some) == pytest.approx(fresh.scores(query, some), abs=1e-5)
+
+
+def test_an_index_after_many_rewrites_and_compactions_equals_one_built_from_its_live_docs():
+    rng = random.Random(7)
+    idx, live = KeywordIndex(), {}
+    compactions = []
+    compact = idx._compact
+    idx._compact = lambda: (compactions.append(1), compact())
+    for step in range(3000):
+        # the vocabulary drifts: old words die out, so compactions drop and renumber terms
+        words = [f"w{i}" for i in range(step // 10, step // 10 + 120)] + ["maria", "acme"]
+        uuid = f"u{rng.randrange(150)}"
+        if rng.random() < 0.15:
+            idx.remove([uuid])
+            live.pop(uuid, None)
+        else:  # a rewritten summary: new text under the same uuid
+            text = " ".join(rng.choice(words) for _ in range(rng.randrange(1, 80)))
+            group = f"g{rng.randrange(3)}"
+            idx.add([uuid], [text], [group])
+            live[uuid] = (text, group)
+        if step % 150 == 149:  # searches between writes fill the postings cache
+            _same_as_fresh(idx, live, rng, words)
+    assert len(compactions) >= 3
+    assert len(idx._terms) < 200  # of the 420 words used, the dead ones were dropped
+
+
 def test_common_terms_only_score_candidates_of_selective_terms():
     docs = [f"common filler {'rare' if i % 50 == 0 else 'x'}{i % 3}" for i in range(600)]
     fast = KeywordIndex(common_fraction=0.5, common_min_df=10)  # 'common', 'filler': skipped
