@@ -12,6 +12,10 @@ in the benchmark's process, where it competes with the pipeline for the GIL).
 
     .venv/bin/python bench/bench_ingest.py [--episodes 300] [--latency 0.2] [--workers 4]
         [--local-embedder] [--fake-in-process] [--batch-size 16] [--history 200000]
+        [--in-memory]
+
+Each run writes a fresh DuckDB file in a temporary directory, as the service does by default
+(``--in-memory`` keeps DuckDB in memory: about 6% faster, since a commit then writes no log).
 
 ``--history N`` adds a run of the workers on a store that already holds N processed episodes
 (in 8 groups) with N/2 entities, 2N facts and their mentions, written by SQL: the ingestion
@@ -25,7 +29,9 @@ import argparse
 import json
 import multiprocessing
 import os
+import shutil
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -87,13 +93,25 @@ class FakeProcess:
         self._proc.join(5)
 
 
+DB_DIR: str | None = None  # None: DuckDB in memory (--in-memory)
+
+
 def open_wb(server, embedder, workers: int) -> Workbench:
-    env = chat_settings_env(server, SVC_KNOWLEDGE_DB_PATH=":memory:",
+    """A workbench on a fresh DuckDB file (the service's default) or in memory."""
+    db = ":memory:" if DB_DIR is None else tempfile.mkdtemp(dir=DB_DIR) + "/kb.duckdb"
+    env = chat_settings_env(server, SVC_KNOWLEDGE_DB_PATH=db,
                             SVC_KNOWLEDGE_QUEUE_CONCURRENCY=str(workers),
                             SVC_KNOWLEDGE_QUEUE_BATCH_SIZE=BATCH_SIZE,
                             SVC_KNOWLEDGE_DECAY_ENABLED="false")
     return Workbench.open(load_settings(env, env_file=None), embedder=embedder,
                           metrics=Metrics())
+
+
+def close_wb(wb: Workbench) -> None:
+    """Close it and delete its DuckDB file (a --history store takes a gigabyte)."""
+    wb.close()
+    if DB_DIR is not None:
+        shutil.rmtree(os.path.dirname(wb.settings.db_path), ignore_errors=True)
 
 
 CPU_MS: list[float] = []  # CPU ms of this process per episode, one entry per run
@@ -154,7 +172,7 @@ def run(server, embedder, n: int, workers: int, groups: int, inline: bool,
             time.sleep(0.05)
     elapsed = time.perf_counter() - started
     CPU_MS.append((time.process_time() - cpu) / n * 1000)
-    wb.close()
+    close_wb(wb)
     return n / elapsed
 
 
@@ -172,7 +190,7 @@ def sample_tokens(server, embedder) -> dict:
         "SELECT count(*), sum(prompt_tokens), sum(completion_tokens) FROM llm_calls")
     graph = wb.store.fetchone(
         "SELECT (SELECT count(*) FROM entities), (SELECT count(*) FROM facts)")
-    wb.close()
+    close_wb(wb)
     n = len(lines)
     return {"episodes": n, "calls_per_episode": row[0] / n,
             "prompt_tokens_per_episode": row[1] / n,
@@ -181,7 +199,7 @@ def sample_tokens(server, embedder) -> dict:
 
 
 def main() -> None:
-    global BATCH_SIZE
+    global BATCH_SIZE, DB_DIR
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--episodes", type=int, default=300)
     parser.add_argument("--latency", type=float, default=0.2)
@@ -189,10 +207,14 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--local-embedder", action="store_true")
     parser.add_argument("--fake-in-process", action="store_true")
+    parser.add_argument("--in-memory", action="store_true",
+                        help="DuckDB in memory instead of a file (about 6%% faster)")
     parser.add_argument("--history", type=int, default=0,
                         help="also run the workers on a store holding this many episodes")
     args = parser.parse_args()
     BATCH_SIZE = str(args.batch_size)
+    scratch = None if args.in_memory else tempfile.TemporaryDirectory(prefix="bench_ingest_")
+    DB_DIR = None if scratch is None else scratch.name
     if args.local_embedder:
         from workbench.embedder import LocalEmbedder
 
@@ -209,7 +231,8 @@ def main() -> None:
         return server
 
     where = "in process" if args.fake_in_process else "own process"
-    print(f"fake LLM {where}, batch size {args.batch_size}, load average "
+    print(f"fake LLM {where}, batch size {args.batch_size}, DuckDB "
+          f"{'in memory' if DB_DIR is None else 'file'}, load average "
           f"{os.getloadavg()[0]:.2f}")
     with fake(0.0) as server:
         inline = run(server, embedder, args.episodes, 1, 8, inline=True)
