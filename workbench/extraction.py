@@ -208,17 +208,23 @@ class Extractor:
         for ent in extracted:
             existing = ent.get("existing")
             if existing:
-                ent["uuid"] = existing["uuid"]
-                merged = merge_summary(existing["summary"], ent["summary"])
+                uuid = ent["uuid"] = existing["uuid"]
                 ent["name"] = existing["name"]
                 ent["entity_type"] = existing["entity_type"]
-                if merged != existing["summary"]:
-                    changes.summary_updates[existing["uuid"]] = {
-                        "uuid": existing["uuid"], "group_id": group, "name": ent["name"],
+                # two names of this episode may resolve to one entity: the second grows
+                # the summary the first already grew, and the text added is their sum
+                earlier = changes.summary_updates.get(uuid)
+                current = earlier["summary"] if earlier else existing["summary"]
+                merged = merge_summary(current, ent["summary"])
+                if merged != current:
+                    changes.summary_updates[uuid] = {
+                        "uuid": uuid, "group_id": group, "name": ent["name"],
                         "entity_type": ent["entity_type"], "summary": merged}
-                    added = min(len(merged), len(ent["summary"].strip()) + 1)
-                    if not self.reembed.due(existing["uuid"], added, len(merged)):
-                        changes.kept_vectors[existing["uuid"]] = added
+                    already_due = earlier is not None and uuid not in changes.kept_vectors
+                    added = min(len(merged), len(ent["summary"].strip()) + 1
+                                + changes.kept_vectors.pop(uuid, 0))
+                    if not already_due and not self.reembed.due(uuid, added, len(merged)):
+                        changes.kept_vectors[uuid] = added
             else:
                 ent["uuid"] = str(uuidlib.uuid4())
                 changes.new_entities.append({

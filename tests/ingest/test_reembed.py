@@ -114,3 +114,61 @@ def test_after_a_restart_the_first_update_embeds_the_summary_again(
         np.testing.assert_allclose(step["stored"], _embedding(hash_embedder, step), atol=1e-5)
     finally:
         again.close()
+
+
+def _alias_responder(first: str, second: str, reverse: bool):
+    """Episode "alias": two names, Maria Keller and Keller, that resolve to one entity (Keller
+    is close to Maria Keller and the model says it is her), each adding its own text to the
+    summary."""
+    def respond(request):
+        if rule_llm.structure_name(request) == "NodeResolutions":
+            return {"entity_resolutions": [{"id": 0, "duplicate_of": 0}]}
+        text = rule_llm.episode_text(request)
+        if "alias" not in text:
+            return rule_llm.respond(request)
+        name = rule_llm.structure_name(request)
+        if name == "ExtractedEntities":
+            base = "Maria Keller is mentioned: Maria Keller noted amber."
+            found = [{"name": "Maria Keller", "entity_type": "Person", "summary": first,
+                      "importance": 4, "stability": 3},
+                     {"name": "Keller", "entity_type": "Person", "summary": f"{base} {second}",
+                      "importance": 4, "stability": 3}]
+            return {"entities": found[::-1] if reverse else found}
+        return {"edges": []} if name == "ExtractedEdges" else None
+    return respond
+
+
+@pytest.mark.parametrize("reverse", [False, True])
+@pytest.mark.parametrize("fraction", [0.9, 0.35])
+def test_two_names_of_one_entity_in_an_episode_grow_one_summary_and_keep_vectors_aligned(
+        fake_llm, hash_embedder, fraction, reverse):
+    first, second = "She prefers basalt tiles.", "Keller bought cobalt paint."
+    fake_llm.set_responder(_alias_responder(first, second, reverse))
+    wb = open_wb(fake_llm, hash_embedder, SVC_KNOWLEDGE_ENTITY_REEMBED_FRACTION=str(fraction))
+    try:
+        before = _history(wb, ["amber"])[0]
+        wb.add_memory("alias", "alias: Maria Keller and Keller.", group_id="g1")
+        assert wb.process_pending() == 1
+        rows = wb.store.fetch_dicts("SELECT uuid, name, summary, entity_type FROM entities")
+        assert [r["name"] for r in rows] == ["Maria Keller"]  # Keller resolved to her
+        summary = rows[0]["summary"]
+        # both names' text is in the summary: the second merged onto the first
+        assert "basalt" in summary and "cobalt" in summary and "amber" in summary
+        added = len(summary) - len(before["summary"])
+        stored = np.asarray(wb.store.fetchone(
+            "SELECT vector FROM entity_embeddings WHERE uuid = ?", [before["uuid"]])[0],
+            dtype=np.float32)
+        np.testing.assert_allclose(wb.search.vectors["entity"].vector(before["uuid"]), stored,
+                                   atol=1e-6)
+        # 0.9: the episode's text stays under the fraction, the vector is kept (and what it
+        # has not seen is the sum of both names' text); 0.35: Maria Keller's short text alone
+        # is under it, Keller's is not, so in either order the vector is made again
+        assert (added >= fraction * len(summary)) == (fraction < 0.5)
+        if fraction < 0.5:
+            np.testing.assert_allclose(stored, _embedding(hash_embedder, {
+                "type": "Person", "summary": summary}), atol=1e-5)
+        else:
+            np.testing.assert_allclose(stored, before["stored"], atol=1e-6)
+            assert wb.extractor.reembed._unseen[before["uuid"]] == added
+    finally:
+        wb.close()
