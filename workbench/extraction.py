@@ -436,6 +436,11 @@ class _Rows:
             rows.kept.update(changes.kept_vectors)
             rows.kept_rows += [{"uuid": u, "group_id": item.group_id}
                                for u in changes.kept_vectors]
+            if len(item.vectors) != len(entities) + len(episode_facts):
+                # a vector on another row's uuid would corrupt search silently: refuse
+                raise ValueError(
+                    f"episode {item.episode_uuid}: {len(item.vectors)} vectors for "
+                    f"{len(entities)} entities and {len(episode_facts)} facts")
             ent_vecs.append(item.vectors[:len(entities)])
             fact_vecs.append(item.vectors[len(entities):])
             rows.reread += [{"uuid": u, "group_id": item.group_id} for u in invalidated]

@@ -162,6 +162,8 @@ class SearchEngine:
         each); the other rows, or all with None, keep theirs.
         """
         _check_kind(kind)
+        if vectors is not None and len(vectors) > len(rows):
+            raise ValueError(f"{len(vectors)} vectors for {len(rows)} {kind} rows")
         if not rows:
             return
         uuids = [r["uuid"] for r in rows]

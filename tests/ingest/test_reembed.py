@@ -172,3 +172,75 @@ def test_two_names_of_one_entity_in_an_episode_grow_one_summary_and_keep_vectors
             assert wb.extractor.reembed._unseen[before["uuid"]] == added
     finally:
         wb.close()
+
+
+def test_a_batch_of_many_groups_keeps_every_indexed_vector_equal_to_the_stored_one(
+        fake_llm, hash_embedder):
+    """Several groups in one process_pending: new entities, grown summaries that keep their
+    vector, grown ones embedded again and new facts share one write; each row's vector must
+    land on its own uuid in the index."""
+    fake_llm.set_responder(rule_llm.respond)
+    wb = open_wb(fake_llm, hash_embedder, SVC_KNOWLEDGE_ENTITY_REEMBED_FRACTION="0.4")
+    groups = [f"g{i}" for i in range(6)]
+    lines = ["Maria Keller uses Neovim. Tom works at Acme.", "Maria Keller noted {w}.",
+             "Tom noted {w}. Tom lives in Berlin.", "Maria Keller leads Atlas {w}."]
+    try:
+        for round_, line in enumerate(lines):
+            for i, group in enumerate(groups):
+                word = WORDS[(i + round_) % len(WORDS)]
+                wb.add_memory(f"{group}-{round_}", line.format(w=word), group_id=group)
+            assert wb.process_pending() == len(groups)
+        kept = len(wb.extractor.reembed._unseen) and sum(
+            1 for v in wb.extractor.reembed._unseen.values() if v)
+        assert kept  # some grown summaries kept their vector in these batches
+        for kind, table in (("entity", "entity_embeddings"), ("fact", "fact_embeddings")):
+            stored = wb.store.fetchall(f"SELECT uuid, vector FROM {table}")
+            assert len(stored) > len(groups)
+            index = wb.search.vectors[kind]
+            for uuid, vector in stored:
+                np.testing.assert_allclose(index.vector(uuid), np.asarray(vector, np.float32),
+                                           atol=1e-6, err_msg=f"{kind} {uuid}")
+    finally:
+        wb.close()
+
+
+def _prepare(wb, body, group_id="g1"):
+    uuid = wb.add_memory("later", body, group_id=group_id)["episode_uuid"]
+    episode = wb.store.fetch_dicts("SELECT * FROM episodes WHERE uuid = ?", [uuid])[0]
+    return wb.extractor.prepare(episode)
+
+
+def test_an_episode_written_again_or_deleted_does_not_count_its_text_twice(
+        fake_llm, hash_embedder):
+    fake_llm.set_responder(rule_llm.respond)
+    wb = open_wb(fake_llm, hash_embedder, SVC_KNOWLEDGE_ENTITY_REEMBED_FRACTION="0.9")
+    try:
+        uuid = _history(wb, ["amber"])[0]["uuid"]
+        unseen = wb.extractor.reembed._unseen
+        assert unseen[uuid] == 0
+        grown = _prepare(wb, "Maria Keller noted basalt.")
+        added = grown.changes.kept_vectors[uuid]
+        wb.extractor.write([grown])
+        wb.extractor.write([grown])  # a second delivery: already done, writes nothing
+        assert unseen[uuid] == added
+        dropped = _prepare(wb, "Maria Keller noted cobalt.")
+        assert uuid in dropped.changes.kept_vectors
+        wb.delete_episode(dropped.episode_uuid)
+        wb.extractor.write([dropped])
+        assert unseen[uuid] == added
+    finally:
+        wb.close()
+
+
+def test_a_prepared_episode_whose_vectors_do_not_match_its_rows_is_refused(
+        fake_llm, hash_embedder):
+    fake_llm.set_responder(rule_llm.respond)
+    wb = open_wb(fake_llm, hash_embedder)
+    try:
+        prepared = _prepare(wb, "Maria Keller works at Acme.")
+        prepared.vectors = prepared.vectors[1:]
+        with pytest.raises(ValueError, match="2 vectors for 2 entities and 1 facts"):
+            wb.extractor.write([prepared])
+        assert wb.store.fetchone("SELECT count(*) FROM entities")[0] == 0
+    finally:
+        wb.close()

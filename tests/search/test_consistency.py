@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 import time
 
+import numpy as np
 import pytest
 
 from tests.search.helpers import add, entity, fact
@@ -119,6 +120,16 @@ def test_upsert_of_changed_text_replaces_the_old_one(store, make_engine, hash_em
     assert engine.search_nodes("matcha")[0]["score_parts"]["keyword"] > 0
     assert engine.keywords["entity"].search("coffee", 5) == []
     assert len(engine.vectors["entity"]) == 1
+
+
+def test_more_vectors_than_rows_are_refused_and_the_index_is_unchanged(
+        store, make_engine, hash_embedder):
+    engine = make_engine(hash_embedder)
+    sam, = add(engine, "entity", [entity("Sam", "likes coffee")])
+    before = engine.vectors["entity"].vector(sam["uuid"]).copy()
+    with pytest.raises(ValueError, match="2 vectors for 1 entity rows"):
+        engine.on_upsert("entity", [sam], hash_embedder.embed(["a matcha", "b tea"]))
+    np.testing.assert_array_equal(engine.vectors["entity"].vector(sam["uuid"]), before)
 
 
 def test_search_over_an_empty_graph_returns_nothing(make_engine, hash_embedder, metrics):
