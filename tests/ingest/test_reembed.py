@@ -139,9 +139,10 @@ def _alias_responder(first: str, second: str, reverse: bool):
 
 
 @pytest.mark.parametrize("reverse", [False, True])
-@pytest.mark.parametrize("fraction", [0.9, 0.35])
+@pytest.mark.parametrize(("fraction", "embedded_again"), [(0.9, False), (0.6, True),
+                                                         (0.35, True)])
 def test_two_names_of_one_entity_in_an_episode_grow_one_summary_and_keep_vectors_aligned(
-        fake_llm, hash_embedder, fraction, reverse):
+        fake_llm, hash_embedder, fraction, embedded_again, reverse):
     first, second = "She prefers basalt tiles.", "Keller bought cobalt paint."
     fake_llm.set_responder(_alias_responder(first, second, reverse))
     wb = open_wb(fake_llm, hash_embedder, SVC_KNOWLEDGE_ENTITY_REEMBED_FRACTION=str(fraction))
@@ -162,9 +163,11 @@ def test_two_names_of_one_entity_in_an_episode_grow_one_summary_and_keep_vectors
                                    atol=1e-6)
         # 0.9: the episode's text stays under the fraction, the vector is kept (and what it
         # has not seen is the sum of both names' text); 0.35: Maria Keller's short text alone
-        # is under it, Keller's is not, so in either order the vector is made again
-        assert (added >= fraction * len(summary)) == (fraction < 0.5)
-        if fraction < 0.5:
+        # is under it, Keller's is not, so in either order the vector is made again; 0.6,
+        # in the given order: each name's text alone stays under it and only their sum
+        # reaches it (so the sum must be counted; reversed, Keller's text alone reaches it)
+        assert (added >= fraction * len(summary)) == embedded_again
+        if embedded_again:
             np.testing.assert_allclose(stored, _embedding(hash_embedder, {
                 "type": "Person", "summary": summary}), atol=1e-5)
         else:
