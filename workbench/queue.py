@@ -665,20 +665,31 @@ class EpisodeQueue:
         decision = decide(category, message["attempts"], message["validation_failures"],
                           self.max_attempts, self.base_delay)
         now = self.clock()
+        seq = message.get("seq")
         if decision.action == "retry":
+            if not q.schedule_retry(self.store, uuid, now + _seconds(decision.delay), category,
+                                    text, category == "ValidationError", seq):
+                self._stale_failure(message, category, text)
+                return
             log.warning("episode %s attempt %d failed (%s), retrying in %.1fs: %s", uuid,
                         message["attempts"], category, decision.delay, text)
             self.metrics.record_retry(QUEUE_NAME)
-            q.schedule_retry(self.store, uuid, now + _seconds(decision.delay), category, text,
-                             category == "ValidationError")
             self._on_status(uuid, "queued", f"retrying after {category}: {text}")
+            return
+        if not q.mark_failed(self.store, uuid, now, category, text, seq):
+            self._stale_failure(message, category, text)
             return
         log.error("episode %s failed after %d attempts (%s): %s", uuid, message["attempts"],
                   category, text)
-        q.mark_failed(self.store, uuid, now, category, text)
         self._on_status(uuid, "failed", f"{category}: {text}")
         end = (now - message["enqueued_at"]).total_seconds()
         self.metrics.record_processing_complete(QUEUE_NAME, duration, False, category, end)
+
+    @staticmethod
+    def _stale_failure(message: dict[str, Any], category: str, text: str) -> None:
+        log.info("episode %s: a delivery failed (%s: %s) after its message was written by "
+                 "another delivery, deleted, or added again; the message is left as it is",
+                 message["episode_uuid"], category, text)
 
     def _on_status(self, uuid: str, status: str, detail: str) -> None:
         q.set_episode_status(self.store, [uuid], status, detail)

@@ -668,3 +668,26 @@ def test_group_commit_writes_batches_of_several_workers_together():
     bad = commit.submit_many(["c", "bad"])  # a failing item fails alone
     assert bad[0].error is None and isinstance(bad[1].error, ValueError)
     assert batches[-1] == ["c"]
+
+
+def test_a_failure_of_an_older_claim_leaves_the_message_claimed_since_alone(env):
+    """Retry and final failure touch the message only while it is the claim they belong to
+    (its seq) and still processing: not after the episode was deleted, added again under the
+    same uuid and claimed by another worker."""
+    store, clock, _, _, _, _, add = env
+    add("e1", "A")
+    old = q.claim_next(store, "w1", clock(), 60)
+    g.delete_episode(store, "e1")
+    add("e1", "B")
+    new = q.claim_next(store, "w2", clock(), 60)
+    assert new["seq"] != old["seq"]
+    due = clock() + timedelta(seconds=30)
+    assert not q.schedule_retry(store, "e1", due, "TimeoutError", "late", False, old["seq"])
+    assert not q.mark_failed(store, "e1", clock(), "UnknownError", "late", old["seq"])
+    row = q.get_message(store, "e1")
+    assert (row["state"], row["lease_owner"], row["error_type"]) == ("processing", "w2", None)
+    assert q.schedule_retry(store, "e1", due, "TimeoutError", "now", False, new["seq"])
+    assert q.get_message(store, "e1")["available_at"] == due
+    q.claim_next(store, "w2", due, 60)
+    assert q.mark_failed(store, "e1", due, "UnknownError", "for good", new["seq"])
+    assert q.get_message(store, "e1")["state"] == "failed"

@@ -362,3 +362,29 @@ def test_a_failed_second_delivery_does_not_undo_a_written_episode(wb):
     wb.queue._write([(message, wb._process_message(message))])
     wb.queue._failed(message, TimeoutError("a second delivery timed out"), 0.1)
     assert wb.store.fetchone("SELECT status, status_detail FROM episodes") == ("done", None)
+    # nor does it queue the message again (a third delivery) or mark it failed
+    wb.queue._failed({**message, "validation_failures": 1}, InvalidInput("then for good"), 0.1)
+    assert wb.store.fetchone("SELECT state, error_type FROM queue") == ("done", None)
+    assert not sample(wb, "messaging_retries_total")
+
+
+@pytest.mark.parametrize(("error", "failed_before"), [(TimeoutError("timed out"), 0),
+                                                     (InvalidInput("bad request"), 1)])
+def test_a_late_failure_of_an_episode_deleted_and_added_again_leaves_the_new_one_queued(
+        wb, error, failed_before):
+    """The old delivery's failure (retried or final) must not delay, fail or relabel the
+    episode added again under the same uuid."""
+    uuid = "7d3c1f7e-2b1a-4c55-9a51-0d6f6b7f1a02"
+    wb.add_memory("old", "Maria Keller works at Acme.", group_id="g", uuid=uuid)
+    [message] = q.claim_batch(wb.store, "test", wb.clock(), 60, 1)
+    wb.delete_episode(uuid)
+    wb.add_memory("new", "Tom uses Neovim.", group_id="h", uuid=uuid)
+    # a retry (a transient error), or a final failure (a second validation error)
+    wb.queue._failed({**message, "validation_failures": failed_before}, error, 0.1)
+    row = wb.store.fetch_dicts("SELECT * FROM queue")[0]
+    assert (row["state"], row["error_type"], row["validation_failures"]) == ("queued", None, 0)
+    assert row["available_at"] <= wb.clock()
+    assert wb.store.fetchone("SELECT status, status_detail FROM episodes") == ("queued", None)
+    assert not sample(wb, "messaging_retries_total")
+    assert wb.process_pending() == 1
+    assert wb.store.fetchone("SELECT group_id, status FROM episodes") == ("h", "done")

@@ -180,25 +180,48 @@ def schedule_retry(
     error_type: str,
     message: str,
     validation_failure: bool,
-) -> None:
-    store.execute(
-        """UPDATE queue SET state = 'queued', available_at = ?, lease_owner = NULL,
-               leased_until = NULL, error_type = ?, error_message = ?,
-               validation_failures = validation_failures + ?
-           WHERE episode_uuid = ?""",
-        [available_at, error_type, message, 1 if validation_failure else 0, episode_uuid],
-    )
+    seq: int | None = None,
+) -> bool:
+    """Queue a failed message again, due at ``available_at``; whether it was (see
+    :func:`_still_claimed`: a message done, deleted or added again meanwhile is left alone)."""
+    with store.transaction():
+        if not _still_claimed(store, episode_uuid, seq):
+            return False
+        store.execute(
+            """UPDATE queue SET state = 'queued', available_at = ?, lease_owner = NULL,
+                   leased_until = NULL, error_type = ?, error_message = ?,
+                   validation_failures = validation_failures + ?
+               WHERE episode_uuid = ?""",
+            [available_at, error_type, message, 1 if validation_failure else 0, episode_uuid],
+        )
+    return True
 
 
 def mark_failed(
-    store: Store, episode_uuid: str, now: datetime, error_type: str, message: str
-) -> None:
-    store.execute(
-        """UPDATE queue SET state = 'failed', finished_at = ?, leased_until = NULL,
-               lease_owner = NULL, error_type = ?, error_message = ?
-           WHERE episode_uuid = ?""",
-        [now, error_type, message, episode_uuid],
-    )
+    store: Store, episode_uuid: str, now: datetime, error_type: str, message: str,
+    seq: int | None = None,
+) -> bool:
+    """Mark a message failed for good; whether it was (see :func:`_still_claimed`)."""
+    with store.transaction():
+        if not _still_claimed(store, episode_uuid, seq):
+            return False
+        store.execute(
+            """UPDATE queue SET state = 'failed', finished_at = ?, leased_until = NULL,
+                   lease_owner = NULL, error_type = ?, error_message = ?
+               WHERE episode_uuid = ?""",
+            [now, error_type, message, episode_uuid],
+        )
+    return True
+
+
+def _still_claimed(store: Store, episode_uuid: str, seq: int | None) -> bool:
+    """Whether the message is still the one claimed (its sequence number ``seq``; any, when
+    None) and still processing. A failure that arrives after the message was written by
+    another delivery, deleted, or deleted and added again under the same uuid (a new row,
+    not yet tried) must not touch it. (A key lookup, then an update by key: DuckDB scans when
+    the WHERE holds more than the key.)"""
+    row = store.fetchone("SELECT seq, state FROM queue WHERE episode_uuid = ?", [episode_uuid])
+    return row is not None and row[1] == "processing" and (seq is None or row[0] == seq)
 
 
 def requeue_failed(
