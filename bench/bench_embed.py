@@ -26,7 +26,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from workbench.embedder import CompatEmbedder, LocalEmbedder  # noqa: E402
+from workbench.embedding import CompatEmbedder, LocalEmbedder  # noqa: E402
 
 SENTENCES = [
     "The user prefers dark mode in every editor.",
@@ -62,7 +62,7 @@ def throughput(embedder: LocalEmbedder, n: int, batch: int) -> float:
 FRESH = """
 import json, sys, time
 started = time.perf_counter()
-from workbench.embedder import LocalEmbedder
+from workbench.embedding import LocalEmbedder
 imported = time.perf_counter()
 backend, threads, cache_dir = sys.argv[1], int(sys.argv[2]), sys.argv[3] or None
 embedder = LocalEmbedder(backend=backend, threads=threads, cache_dir=cache_dir)
@@ -75,7 +75,7 @@ print(json.dumps({"import": imported - started, "load": done - imported, "total"
 
 
 def fresh_process(backend: str, threads: int, cache_dir: str | None) -> dict:
-    """Time ``import workbench.embedder`` + model load + one embedding in a new interpreter."""
+    """Time ``import workbench.embedding`` + model load + one embedding in a new interpreter."""
     started = time.perf_counter()
     out = subprocess.run(
         [sys.executable, "-c", FRESH, backend, str(threads), cache_dir or ""],
@@ -123,7 +123,7 @@ def main() -> None:
     print(f"load average: {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} "
           f"{os.getloadavg()[2]:.2f} on {os.cpu_count()} cores")
     fresh = fresh_process(args.backend, args.threads, args.cache_dir)
-    print(f"fresh process ({fresh['backend']}): import workbench.embedder {fresh['import']:.2f} s, "
+    print(f"fresh process ({fresh['backend']}): import workbench.embedding {fresh['import']:.2f} s, "
           f"load + first embedding {fresh['load']:.2f} s, total {fresh['total']:.2f} s "
           f"(interpreter included {fresh['process']:.2f} s; torch imported: "
           f"{fresh['torch_loaded']})")

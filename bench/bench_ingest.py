@@ -39,14 +39,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tests.conftest import HashEmbedder  # noqa: E402
-from tests.fakes.fake_llm import FakeLLMServer  # noqa: E402
+from workbench.fakes.embedder import HashEmbedder  # noqa: E402
+from workbench.fakes.chat_server import FakeLLMServer  # noqa: E402
 from tests.fakes.fixtures import chat_settings_env  # noqa: E402
-from tests.ingest import rule_llm  # noqa: E402
-from tests.ingest.replay_llm import ReplayLLM  # noqa: E402
+from workbench.fakes import rule_llm  # noqa: E402
+from workbench.fakes.replay_llm import ReplayLLM  # noqa: E402
 from workbench.config import load_settings  # noqa: E402
 from workbench.metrics import Metrics  # noqa: E402
-from workbench.workbench import Workbench  # noqa: E402
+from workbench.facade import Workbench  # noqa: E402
 
 PEOPLE = ["Maria Keller", "Tom", "User"]
 ORGS = ["Acme", "Globex"]
@@ -216,7 +216,7 @@ def main() -> None:
     scratch = None if args.in_memory else tempfile.TemporaryDirectory(prefix="bench_ingest_")
     DB_DIR = None if scratch is None else scratch.name
     if args.local_embedder:
-        from workbench.embedder import LocalEmbedder
+        from workbench.embedding import LocalEmbedder
 
         embedder = LocalEmbedder()
         embedder.warm_up()

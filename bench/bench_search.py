@@ -39,7 +39,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from workbench.metrics import Metrics  # noqa: E402
-from workbench.search import SearchEngine  # noqa: E402
+from workbench.search.engine import SearchEngine  # noqa: E402
 from workbench.store import Store  # noqa: E402
 from workbench.store import graph as g  # noqa: E402
 
@@ -222,7 +222,7 @@ def main() -> None:
     model = None
     report: dict = {"sizes": []}
     if not args.no_model:
-        from workbench.embedder import LocalEmbedder
+        from workbench.embedding import LocalEmbedder
 
         model = LocalEmbedder()
         model.warm_up()

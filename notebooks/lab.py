@@ -6,7 +6,7 @@ open a workbench whose LLM is chosen by configuration:
 * ``WORKBENCH_NOTEBOOK_LLM=configured`` — the LLM the environment / the repository's ``.env``
   configures (``SVC_KNOWLEDGE_COMPAT_BASE_URL`` and ``SVC_KNOWLEDGE_MODEL_NAME``);
 * ``WORKBENCH_NOTEBOOK_LLM=recorded`` — offline: the fake chat-completions server of
-  ``tests/fakes/fake_llm.py`` (real HTTP on 127.0.0.1, real wire format) answering from the
+  ``workbench/fakes/chat_server.py`` (real HTTP on 127.0.0.1, real wire format) answering from the
   labelled set ``data/extraction_labelled.jsonl``, i.e. the answers a careful model gives;
 * ``auto`` (the default) — ``configured`` when an LLM is configured, else ``recorded``.
 
@@ -32,10 +32,10 @@ DATA = ROOT / "data"
 if str(ROOT) not in sys.path:  # tests.fakes lives in the repository, not in the package
     sys.path.insert(0, str(ROOT))
 
-from tests.fakes.fake_llm import FakeLLMServer, FakeReply, message_text, structure_name  # noqa: E402
+from workbench.fakes.chat_server import FakeLLMServer, FakeReply, message_text, structure_name  # noqa: E402
 from workbench import Workbench, load_settings  # noqa: E402
 from workbench.clock import utcnow  # noqa: E402
-from workbench.scoring import LabelledEpisode, load_labelled, normalize_name  # noqa: E402
+from workbench.eval.extraction import LabelledEpisode, load_labelled, normalize_name  # noqa: E402
 
 RECORDED_MODEL = "gpt-4o-mini"
 CACHE_MIN_TOKENS = 1024
@@ -67,7 +67,7 @@ def shared_embedder():
                 hf_logging.set_verbosity_error()
             except ImportError:  # pragma: no cover - transformers comes with the embedder
                 pass
-            from workbench.embedder import build_embedder
+            from workbench.embedding import build_embedder
 
             _embedder = build_embedder(load_settings(environ={}))
         return _embedder

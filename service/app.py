@@ -25,7 +25,7 @@ from litestar.types import Receive, Scope, Send
 
 from service.errors import exception_handler
 from service.health import EmbedderProbe, health
-from service.logging import RequestContextMiddleware
+from service.logs import RequestContextMiddleware
 from service.mcp_server import build_mcp_server, build_session_manager
 from service.middleware import (
     BearerAuthMiddleware,
@@ -157,7 +157,7 @@ def create_app(
         exception_handlers={Exception: exception_handler},
         request_max_body_size=max_body_bytes(settings),
         lifespan=[mcp_lifespan],
-        logging_config=None,  # service.logging owns the log format
+        logging_config=None,  # service.logs owns the log format
         openapi_config=OpenAPIConfig(
             title="Knowledge Workbench", version=package_version(), path="/schema",
             description="Memory tools for AI assistants over REST; the same tools over MCP "

@@ -43,7 +43,7 @@ def secrets_of(settings: Settings) -> list[str | None]:
 
 
 def open_workbench(settings: Settings, embedder=None, start: bool = False):
-    from workbench.workbench import Workbench
+    from workbench.facade import Workbench
 
     workbench = Workbench.open(settings, embedder=embedder)
     if start:
@@ -93,7 +93,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 def cmd_mcp(args: argparse.Namespace) -> int:
     import anyio
 
-    from service.logging import setup_logging
+    from service.logs import setup_logging
     from service.mcp_server import run_stdio
 
     settings = settings_from(args)
@@ -114,7 +114,7 @@ def cmd_embed_server(args: argparse.Namespace) -> int:
 
 
 def cmd_maintenance(args: argparse.Namespace) -> int:
-    from service.logging import setup_logging
+    from service.logs import setup_logging
 
     settings = settings_from(args)
     setup_logging(settings.log_level, secrets_of(settings), fmt="text")
@@ -125,7 +125,7 @@ def cmd_maintenance(args: argparse.Namespace) -> int:
 
 
 def cmd_import(args: argparse.Namespace) -> int:
-    from service.logging import setup_logging
+    from service.logs import setup_logging
 
     settings = settings_from(args)
     setup_logging(settings.log_level, secrets_of(settings), fmt="text")

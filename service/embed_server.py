@@ -24,8 +24,9 @@ from litestar import Litestar, MediaType, Request, Response, get, post
 from litestar.exceptions import HTTPException
 from litestar.params import FromPath, RawBody
 
-from service.logging import RequestContextMiddleware
-from workbench.embedder import Embedder, check_texts, resolve_local_model
+from service.logs import RequestContextMiddleware
+from workbench.embedding import Embedder, check_texts
+from workbench.embedding.models import resolve_local_model
 from workbench.errors import EmbedderError, InvalidInput
 
 log = logging.getLogger("service.embed_server")
@@ -184,7 +185,7 @@ def create_embed_app(
         middleware=[RequestContextMiddleware],
         request_max_body_size=max_body_bytes,
         openapi_config=None,
-        logging_config=None,  # service.logging owns the log format
+        logging_config=None,  # service.logs owns the log format
     )
 
 

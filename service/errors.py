@@ -32,7 +32,7 @@ from litestar import MediaType, Request, Response
 from litestar.exceptions import HTTPException, ValidationException
 from pydantic import ValidationError
 
-from service.logging import REQUEST_ID
+from service.logs import REQUEST_ID
 from workbench.errors import WorkbenchError
 
 log = logging.getLogger("service.errors")

@@ -20,7 +20,7 @@ from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
 
 from service.errors import describe, error_payload
-from service.logging import REQUEST_ID, new_request_id
+from service.logs import REQUEST_ID, new_request_id
 from service.tools import TOOLS, TOOLS_BY_NAME, Tool
 
 log = logging.getLogger("service.mcp")

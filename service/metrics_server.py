@@ -48,5 +48,5 @@ def create_metrics_app(workbench: Any) -> Litestar:
         route_handlers=[metrics, health_decay],
         exception_handlers={Exception: exception_handler},
         openapi_config=None,
-        logging_config=None,  # service.logging owns the log format
+        logging_config=None,  # service.logs owns the log format
     )

@@ -28,7 +28,7 @@ from typing import Any
 import uvicorn
 
 from service.cli import freeze_loaded_memory, open_workbench, secrets_of
-from service.logging import setup_logging
+from service.logs import setup_logging
 from workbench.config import Settings
 from workbench.errors import ConfigError, EmbedderError
 
@@ -92,7 +92,7 @@ def prepare_embedder(settings: Settings, background: bool = False):
     A local model is loaded now, or with ``background`` returned unloaded: the caller warms it
     up with :func:`warm_in_background` while already serving (its import costs seconds).
     """
-    from workbench.embedder import build_embedder
+    from workbench.embedding import build_embedder
 
     embedder = build_embedder(settings)
     if hasattr(embedder, "probe"):
@@ -237,7 +237,7 @@ def serve(settings: Settings, dev: bool = False, log_format: str = "json") -> in
 def serve_embeddings(settings: Settings, host: str, port: int, model: str) -> int:
     """``workbench embed-server``."""
     from service.embed_server import create_embed_app
-    from workbench.embedder import local_embedder
+    from workbench.embedding import local_embedder
 
     started = time.monotonic()
     setup_logging(settings.log_level, secrets_of(settings), fmt="text")

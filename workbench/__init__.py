@@ -20,7 +20,7 @@ from workbench.store import Store
 
 def __getattr__(name: str):
     if name == "Workbench":
-        from workbench.workbench import Workbench
+        from workbench.facade import Workbench
 
         return Workbench
     raise AttributeError(name)

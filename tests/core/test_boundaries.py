@@ -12,8 +12,8 @@ FORBIDDEN = ("litestar", "service", "voice", "uvicorn", "mcp", "IPython", "ipywi
 
 def test_importing_the_core_loads_no_adapter_and_no_model_library():
     code = (
-        "import sys, workbench, workbench.workbench, workbench.search, workbench.maintenance, "
-        "workbench.llm, workbench.extraction, workbench.queue, workbench.importer\n"
+        "import sys, workbench, workbench.facade, workbench.search.engine, workbench.decay.maintenance, "
+        "workbench.llm, workbench.ingest.extract, workbench.ingest.episode_queue, workbench.ingest.importer\n"
         f"print([m for m in {FORBIDDEN!r} if m in sys.modules])"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

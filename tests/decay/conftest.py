@@ -10,7 +10,7 @@ import pytest
 
 from tests import prom
 from workbench.clock import ManualClock
-from workbench.decay import DecayPolicy
+from workbench.decay.rules import DecayPolicy
 from workbench.metrics import Metrics
 from workbench.store import Store
 

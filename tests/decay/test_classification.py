@@ -10,9 +10,9 @@ import pytest
 from pydantic import ValidationError
 
 from tests.decay.conftest import add_entity, add_fact, row_of, sample
-from workbench.classification import classify_pending, classify_texts
+from workbench.decay.classification import classify_pending, classify_texts
 from workbench.errors import LLMNotConfigured, LLMTimeout, StructuredOutputError
-from workbench.maintenance import run_maintenance
+from workbench.decay.maintenance import run_maintenance
 from workbench.prompts import classify_memories as prompt
 
 

@@ -14,7 +14,7 @@ from uuid import uuid4
 
 @pytest.fixture
 def workbench(settings, hash_embedder):
-    from workbench.workbench import Workbench
+    from workbench.facade import Workbench
 
     wb = Workbench.open(settings, embedder=hash_embedder, chat=None, clock=ManualClock(START))
     yield wb

@@ -9,7 +9,7 @@ import pytest
 
 from tests.decay.conftest import add_entity, add_fact, row_of, state_of
 from workbench.errors import Conflict, InvalidInput, NotFound, StoreError
-from workbench.maintenance import (
+from workbench.decay.maintenance import (
     MaintenanceScheduler,
     decay_health,
     recover_soft_deleted,
@@ -170,7 +170,7 @@ def test_scheduler_next_tick_reported_before_first_run(store, policy, metrics, c
 def test_scheduler_run_now_conflicts_with_a_run_in_progress(store, policy, metrics, clock,
                                                             monkeypatch):
     sched = MaintenanceScheduler(store, policy, metrics, clock)
-    from workbench import maintenance
+    from workbench.decay import maintenance
 
     lock = maintenance._run_lock(store)
     lock.acquire()
@@ -208,13 +208,22 @@ def test_scheduler_start_sets_the_gauges_before_the_first_run(store, policy, met
 def test_scheduler_hooks_run_around_real_runs(store, policy, metrics, clock):
     calls = []
 
-    def broken():
-        calls.append("after")
-        raise RuntimeError("index gone")
+    class Index:  # the search engine's side, as the Publisher offers it
+        def __enter__(self):
+            calls.append("gate")
 
-    sched = MaintenanceScheduler(store, policy, metrics, clock,
-                                 before_run=lambda: calls.append("before"), after_run=broken)
+        def __exit__(self, *exc):
+            calls.append("ungate")
+
+        def before_maintenance(self):
+            calls.append("before")
+
+        def states_changed(self):
+            calls.append("after")
+            raise RuntimeError("index gone")
+
+    sched = MaintenanceScheduler(store, policy, metrics, clock, index=Index())
     sched.run_now(dry_run=True)
-    assert calls == ["before"]
-    assert sched.run_now().status == "success"  # a failing hook is logged, not raised
-    assert calls == ["before", "before", "after"]
+    assert calls == ["before", "gate", "ungate"]
+    assert sched.run_now().status == "success"  # a failing update is logged, not raised
+    assert calls[3:] == ["before", "gate", "after", "ungate"]

@@ -15,7 +15,7 @@ from tests.decay.conftest import (
     state_of,
 )
 from workbench.errors import Conflict, StoreError
-from workbench.maintenance import run_maintenance
+from workbench.decay.maintenance import run_maintenance
 from workbench.store import maintenance as msql
 
 

@@ -7,7 +7,7 @@ import math
 import pytest
 
 from workbench.config import load_settings
-from workbench.decay import (
+from workbench.decay.rules import (
     ACTIVE,
     ARCHIVED,
     DORMANT,

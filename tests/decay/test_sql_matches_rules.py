@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from tests.decay.conftest import START
-from workbench.decay import STATES, DecayPolicy, plan_lifecycle
+from workbench.decay.rules import STATES, DecayPolicy, plan_lifecycle
 from workbench.store.maintenance import plan_rows
 
 DAYS = [-3, 0, 1, 29.999, 30, 30.5, 89.999, 90, 120, 180, 180 * math.log2(10),

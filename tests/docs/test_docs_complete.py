@@ -328,7 +328,7 @@ def test_mkdocs_build_strict(tmp_path):
 
 
 def test_labelled_vocabulary_is_documented():
-    from workbench.scoring import ENTITY_TYPES, load_labelled
+    from workbench.eval.extraction import ENTITY_TYPES, load_labelled
 
     labelled = load_labelled(ROOT / "data" / "extraction_labelled.jsonl")
     relations = {f.relation for ep in labelled for f in ep.gold.facts}

@@ -1,6 +1,6 @@
-"""Fakes that speak the real wire protocol (see ``tests/fakes/fake_llm.py``)."""
+"""Fakes that speak the real wire protocol (see ``workbench/fakes/chat_server.py``)."""
 
-from tests.fakes.fake_llm import (
+from workbench.fakes.chat_server import (
     FakeLLMServer,
     FakeReply,
     RecordedRequest,

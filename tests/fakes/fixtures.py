@@ -2,7 +2,7 @@
 
     from tests.fakes.fixtures import fake_llm  # noqa: F401
 
-``fake_llm`` yields a started :class:`~tests.fakes.fake_llm.FakeLLMServer` (one per test):
+``fake_llm`` yields a started :class:`~workbench.fakes.chat_server.FakeLLMServer` (one per test):
 ``.base_url`` (ends in ``/v1``), ``.requests`` (every chat request body), ``.script(...)``,
 ``.set_responder(...)``, ``.on_structure(...)``, ``.latency``. ``chat_settings_env(fake_llm)``
 gives the environment that points the workbench at it.
@@ -14,7 +14,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.fakes.fake_llm import FakeLLMServer
+from workbench.fakes.chat_server import FakeLLMServer
 
 
 @pytest.fixture

@@ -12,12 +12,31 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from tests.ingest import rule_llm
+from workbench.fakes import rule_llm
 from tests.ingest.test_pipeline import open_wb
-from workbench.graph_reads import CachedReads, StoreReads
-from workbench.search_cache import RowCache
+from workbench.ingest.reads import CachedReads
+from workbench.search.rows import RowCache
 from workbench.store import Store
 from workbench.store import graph as g
+
+class StoreReads:
+    """The oracle: :class:`GraphReads` answered by the store's SQL (the source of truth)."""
+
+    def __init__(self, store: Store):
+        self.store = store
+
+    def entities_by_norm(self, group_id, names_norm):
+        return g.entities_by_norm(self.store, group_id, names_norm)
+
+    def entities_by_uuid(self, uuids):
+        return g.entities_by_uuid(self.store, uuids)
+
+    def facts_between(self, entity_uuids, limit):
+        return g.facts_between(self.store, entity_uuids, limit=limit)
+
+    def existing_fact_keys(self, group_id, keys):
+        return g.existing_fact_keys(self.store, group_id, keys)
+
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 NAMES = ["maria keller", "tom", "acme", "neovim", "python", "munich", "berlin"]
@@ -129,7 +148,7 @@ def test_the_next_episode_of_a_group_waits_for_the_indexes_of_the_previous(
     fake_llm.set_responder(rule_llm.respond)
     wb = open_wb(fake_llm, hash_embedder, SVC_KNOWLEDGE_QUEUE_CONCURRENCY="3",
                  SVC_KNOWLEDGE_QUEUE_POLL_SECONDS="0.01", SVC_KNOWLEDGE_DECAY_ENABLED="false")
-    on_upsert = wb.extractor.on_upsert
+    on_upsert = wb.search.on_upsert
     slow = threading.Event()
 
     def slow_upsert(*args, **kwargs):
@@ -137,7 +156,7 @@ def test_the_next_episode_of_a_group_waits_for_the_indexes_of_the_previous(
             time.sleep(0.15)  # a wide window between the commit and the index update
         on_upsert(*args, **kwargs)
 
-    wb.extractor.on_upsert = slow_upsert
+    wb.search.on_upsert = slow_upsert
     slow.set()
     try:
         for i in range(5):
@@ -162,7 +181,7 @@ def open_wb_with_broken_index_updates(fake_llm, hash_embedder):
     def broken_upsert(*args, **kwargs):
         raise RuntimeError("index update failed")
 
-    wb.extractor.on_upsert = broken_upsert
+    wb.search.on_upsert = broken_upsert
     return wb
 
 
@@ -192,11 +211,10 @@ def test_memories_whose_index_update_failed_are_searchable_after_the_resync(
     vector and keyword indexes too, not only into the row caches: else no search finds
     them, and extraction's vector dedupe (``similar``) cannot offer them as duplicates."""
     wb = open_wb_with_broken_index_updates(fake_llm, hash_embedder)
-    on_upsert = wb.search.on_upsert
     try:
         wb.add_memory("e0", "Maria Keller works at Acme.", group_id="g")
         assert wb.process_pending() == 1
-        wb.extractor.on_upsert = on_upsert
+        del wb.search.on_upsert  # the engine's own again
         maria = wb.store.fetchone("SELECT uuid FROM entities WHERE name = 'Maria Keller'")[0]
         assert maria in wb.search.rows["entity"]
         assert maria in wb.search.vectors["entity"]

@@ -1,7 +1,7 @@
 import json
 
 from workbench.config import load_settings
-from workbench.workbench import Workbench
+from workbench.facade import Workbench
 
 
 def test_import_creates_endpoints_dedupes_and_reports_bad_lines(tmp_path, hash_embedder):
@@ -65,7 +65,7 @@ def test_an_index_update_failing_after_an_import_commit_leaves_the_caches_curren
         wb.search.on_upsert = broken_upsert
         report = wb.import_jsonl(path)
         assert report["entities_created"] == 2 and report["facts_created"] == 1
-        assert wb.extractor.reads.entities_by_norm("main", ["maria keller", "acme"]).keys() \
+        assert wb.pipeline.extractor.reads.entities_by_norm("main", ["maria keller", "acme"]).keys() \
             == {"maria keller", "acme"}
         hits = wb.search_memory_facts("where does Maria work", group_ids=["main"])["facts"]
         assert [h["fact"] for h in hits] == ["Maria Keller works at Acme"]

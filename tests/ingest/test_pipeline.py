@@ -8,14 +8,14 @@ import logging
 import pytest
 
 from tests import prom
-from tests.fakes.fake_llm import FakeReply, message_text
+from workbench.fakes.chat_server import FakeReply, message_text
 from tests.fakes.fixtures import chat_settings_env
-from tests.ingest import rule_llm
+from workbench.fakes import rule_llm
 from workbench.config import load_settings
 from workbench.errors import InvalidInput
 from workbench.metrics import Metrics
 from workbench.store import queue as q
-from workbench.workbench import Workbench
+from workbench.facade import Workbench
 
 
 def sample(wb: Workbench, name: str, **labels) -> float | None:
@@ -110,7 +110,7 @@ def test_a_crash_mid_episode_loses_nothing(fake_llm, hash_embedder, tmp_path):
     first = open_wb(fake_llm, hash_embedder, db)
     out = first.add_memory("a", "Tom works at Globex.")
     # a worker leases the message and dies before writing anything
-    assert q.claim_next(first.store, "doomed-worker", first.clock(), 600)
+    assert q.claim_batch(first.store, "doomed-worker", first.clock(), 600, 1)
     first.store.close()
     second = open_wb(fake_llm, hash_embedder, db)
     second.start()  # returns in-flight messages of the dead process to the queue
@@ -152,7 +152,7 @@ def test_bad_structured_output_fails_the_episode_naming_the_structure(
         wb, fake_llm, reply, structure, caplog):
     fake_llm.set_responder(lambda req: reply)
     out = wb.add_memory("a", "Tom works at Globex.")
-    with caplog.at_level(logging.ERROR, logger="workbench.queue"):
+    with caplog.at_level(logging.ERROR, logger="workbench.ingest.episode_queue"):
         wb.process_pending()
     status = wb.get_queue_status()
     failed = status["failed"][0]
@@ -313,16 +313,16 @@ def _prepared(wb, *bodies, group_prefix="g"):
              for i, body in enumerate(bodies)]
     episodes = [wb.store.fetch_dicts("SELECT * FROM episodes WHERE uuid = ?", [u])[0]
                 for u in uuids]
-    return [wb.extractor.prepare(e) for e in episodes]
+    return [wb.pipeline.extractor.prepare(e) for e in episodes]
 
 
 def test_an_episode_written_twice_writes_once_and_acknowledges_both(wb):
     prepared = _prepared(wb, "Maria Keller works at Acme. Tom uses Python.")
-    wb.extractor.write(prepared + prepared)  # twice in one batch, too
+    wb.pipeline.writer.write(prepared + prepared)  # twice in one batch, too
     graph = [count(wb, t) for t in ("entities", "facts", "mentions", "entity_embeddings")]
     assert graph[0] >= 2 and graph[1] >= 1 and graph[2] >= 2
     acks = []
-    wb.extractor.write(prepared, also=lambda: acks.append(True))  # a second delivery
+    wb.pipeline.writer.write(prepared, also=lambda: acks.append(True))  # a second delivery
     assert [count(wb, t) for t in ("entities", "facts", "mentions", "entity_embeddings")] \
         == graph
     assert acks == [True]
@@ -331,7 +331,7 @@ def test_an_episode_written_twice_writes_once_and_acknowledges_both(wb):
 def test_an_episode_deleted_while_extracted_writes_nothing_but_its_batch_does(wb):
     kept, deleted = _prepared(wb, "Tom uses Python.", "Maria Keller works at Globex.")
     wb.delete_episode(deleted.episode_uuid)
-    wb._commit_episodes([kept, deleted], ack=lambda: None)
+    wb.pipeline.commit([kept, deleted], ack=lambda: None)
     assert sample(wb, "graph_episodes_processed_total", group_id="g0") == 1
     assert not sample(wb, "graph_episodes_processed_total", group_id="g1")
     names = {r[0] for r in wb.store.fetchall("SELECT name FROM entities")}
@@ -344,7 +344,7 @@ def test_an_episode_deleted_and_added_again_while_extracted_is_processed_anew(wb
     uuid = "7d3c1f7e-2b1a-4c55-9a51-0d6f6b7f1a01"
     wb.add_memory("old", "Maria Keller works at Acme.", group_id="g", uuid=uuid)
     [message] = q.claim_batch(wb.store, "test", wb.clock(), 60, 1)
-    stale = wb._process_message(message)
+    stale = wb.pipeline.prepare(message)
     wb.delete_episode(uuid)
     wb.add_memory("new", "Tom uses Neovim.", group_id="h", uuid=uuid)
     wb.queue._write([(message, stale)])  # the old extraction arrives late
@@ -359,7 +359,7 @@ def test_an_episode_deleted_and_added_again_while_extracted_is_processed_anew(wb
 def test_a_failed_second_delivery_does_not_undo_a_written_episode(wb):
     wb.add_memory("once", "Tom uses Python.", group_id="g")
     [message] = q.claim_batch(wb.store, "test", wb.clock(), 60, 1)
-    wb.queue._write([(message, wb._process_message(message))])
+    wb.queue._write([(message, wb.pipeline.prepare(message))])
     wb.queue._failed(message, TimeoutError("a second delivery timed out"), 0.1)
     assert wb.store.fetchone("SELECT status, status_detail FROM episodes") == ("done", None)
     # nor does it queue the message again (a third delivery) or mark it failed

@@ -1,15 +1,15 @@
 """An entity whose summary grew keeps its vector until the unseen text reaches a fraction of
-the summary (workbench.reembed); its summary and keyword document are always current."""
+the summary (workbench.ingest.reembed); its summary and keyword document are always current."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from tests.ingest import rule_llm
+from workbench.fakes import rule_llm
 from tests.ingest.test_pipeline import open_wb
-from workbench.extraction import entity_text
-from workbench.reembed import ReembedPolicy
+from workbench.ingest.extract import entity_text
+from workbench.ingest.reembed import ReembedPolicy
 
 WORDS = ["amber", "basalt", "cobalt", "dune", "ember", "fjord", "garnet", "harbor", "indigo",
          "jasper", "kelp", "lagoon"]
@@ -172,7 +172,7 @@ def test_two_names_of_one_entity_in_an_episode_grow_one_summary_and_keep_vectors
                 "type": "Person", "summary": summary}), atol=1e-5)
         else:
             np.testing.assert_allclose(stored, before["stored"], atol=1e-6)
-            assert wb.extractor.reembed._unseen[before["uuid"]] == added
+            assert wb.pipeline.extractor.reembed._unseen[before["uuid"]] == added
     finally:
         wb.close()
 
@@ -193,8 +193,8 @@ def test_a_batch_of_many_groups_keeps_every_indexed_vector_equal_to_the_stored_o
                 word = WORDS[(i + round_) % len(WORDS)]
                 wb.add_memory(f"{group}-{round_}", line.format(w=word), group_id=group)
             assert wb.process_pending() == len(groups)
-        kept = len(wb.extractor.reembed._unseen) and sum(
-            1 for v in wb.extractor.reembed._unseen.values() if v)
+        kept = len(wb.pipeline.extractor.reembed._unseen) and sum(
+            1 for v in wb.pipeline.extractor.reembed._unseen.values() if v)
         assert kept  # some grown summaries kept their vector in these batches
         for kind, table in (("entity", "entity_embeddings"), ("fact", "fact_embeddings")):
             stored = wb.store.fetchall(f"SELECT uuid, vector FROM {table}")
@@ -210,7 +210,7 @@ def test_a_batch_of_many_groups_keeps_every_indexed_vector_equal_to_the_stored_o
 def _prepare(wb, body, group_id="g1"):
     uuid = wb.add_memory("later", body, group_id=group_id)["episode_uuid"]
     episode = wb.store.fetch_dicts("SELECT * FROM episodes WHERE uuid = ?", [uuid])[0]
-    return wb.extractor.prepare(episode)
+    return wb.pipeline.extractor.prepare(episode)
 
 
 def test_an_episode_written_again_or_deleted_does_not_count_its_text_twice(
@@ -219,17 +219,17 @@ def test_an_episode_written_again_or_deleted_does_not_count_its_text_twice(
     wb = open_wb(fake_llm, hash_embedder, SVC_KNOWLEDGE_ENTITY_REEMBED_FRACTION="0.9")
     try:
         uuid = _history(wb, ["amber"])[0]["uuid"]
-        unseen = wb.extractor.reembed._unseen
+        unseen = wb.pipeline.extractor.reembed._unseen
         assert unseen[uuid] == 0
         grown = _prepare(wb, "Maria Keller noted basalt.")
         added = grown.changes.kept_vectors[uuid]
-        wb.extractor.write([grown])
-        wb.extractor.write([grown])  # a second delivery: already done, writes nothing
+        wb.pipeline.writer.write([grown])
+        wb.pipeline.writer.write([grown])  # a second delivery: already done, writes nothing
         assert unseen[uuid] == added
         dropped = _prepare(wb, "Maria Keller noted cobalt.")
         assert uuid in dropped.changes.kept_vectors
         wb.delete_episode(dropped.episode_uuid)
-        wb.extractor.write([dropped])
+        wb.pipeline.writer.write([dropped])
         assert unseen[uuid] == added
     finally:
         wb.close()
@@ -243,7 +243,7 @@ def test_a_prepared_episode_whose_vectors_do_not_match_its_rows_is_refused(
         prepared = _prepare(wb, "Maria Keller works at Acme.")
         prepared.vectors = prepared.vectors[1:]
         with pytest.raises(ValueError, match="2 vectors for 2 entities and 1 facts"):
-            wb.extractor.write([prepared])
+            wb.pipeline.writer.write([prepared])
         assert wb.store.fetchone("SELECT count(*) FROM entities")[0] == 0
     finally:
         wb.close()

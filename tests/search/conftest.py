@@ -8,7 +8,7 @@ from tests import prom
 from tests.search.helpers import T0
 from workbench.clock import ManualClock
 from workbench.metrics import Metrics
-from workbench.search import SearchEngine
+from workbench.search.engine import SearchEngine
 from workbench.store import Store
 
 

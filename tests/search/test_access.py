@@ -8,7 +8,7 @@ import pytest
 
 from tests.search.conftest import sample
 from tests.search.helpers import T0, add, entity, fact
-from workbench.search import SearchEngine
+from workbench.search.engine import SearchEngine
 
 
 @pytest.fixture

@@ -9,12 +9,12 @@ import numpy as np
 import pytest
 
 from tests.search.helpers import add, entity, fact
-from workbench import search as search_module
-from workbench import search_cache
+from workbench.search import engine as search_module
+from workbench.search import rows as search_cache
 from workbench.clock import ManualClock
-from workbench.graph_reads import CachedReads
+from workbench.ingest.reads import CachedReads
 from workbench.metrics import Metrics
-from workbench.search import SearchEngine
+from workbench.search.engine import SearchEngine
 from workbench.store import Store
 from tests.search.helpers import T0
 

@@ -8,7 +8,7 @@ import time
 import numpy as np
 import pytest
 
-from tests.conftest import HashEmbedder
+from workbench.fakes.embedder import HashEmbedder
 from tests.search.helpers import add, entity, fact
 from workbench.errors import EmbedderError
 

@@ -7,7 +7,7 @@ import pytest
 
 from tests.search.helpers import write_embeddings
 from workbench.errors import DimensionMismatch
-from workbench.index import VectorIndex, load_index
+from workbench.search.vectors import VectorIndex, load_index
 
 DIM = 32
 

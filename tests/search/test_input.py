@@ -6,7 +6,7 @@ import pytest
 
 from tests.search.helpers import add, entity
 from workbench.errors import InvalidInput
-from workbench.search_input import MAX_QUERY_CHARS
+from workbench.search.filters import MAX_QUERY_CHARS
 
 
 @pytest.fixture

@@ -8,7 +8,7 @@ import random
 import numpy as np
 import pytest
 
-from workbench.keyword import KeywordIndex, stem, tokenize
+from workbench.search.bm25 import KeywordIndex, stem, tokenize
 
 
 @pytest.mark.parametrize("word, root", [
@@ -214,7 +214,7 @@ def test_likely_top_always_holds_the_k_best(seed):
     """The threshold taken from a sample must never drop one of the ``k`` best: on random
     scores with many zeros, ties and a few outliers, every score above the k-th best is
     among the returned positions and at least ``k`` positive ones come back."""
-    from workbench.keyword import _likely_top
+    from workbench.search.bm25 import _likely_top
 
     rng = np.random.default_rng(seed)
     n = int(rng.integers(20_000, 120_000))
@@ -262,7 +262,7 @@ def test_dense_queries_on_a_large_index_rank_exactly():
 def test_likely_top_falls_back_when_the_sample_overestimates():
     """High scores sitting exactly on the sampled positions make the threshold keep fewer
     than ``k``: then every positive position must come back."""
-    from workbench.keyword import _likely_top
+    from workbench.search.bm25 import _likely_top
 
     n, k = 40_960, 50
     scores = np.ones(n, dtype=np.float32)

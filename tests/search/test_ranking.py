@@ -131,7 +131,7 @@ def test_search_makes_no_network_call_and_imports_no_llm(engine, people, monkeyp
     monkeypatch.setattr(socket, "create_connection", refuse)
     assert engine.search_facts("editor")
     assert engine.search_nodes("editor")
-    code = ("import sys, workbench.search; "
+    code = ("import sys, workbench.search.engine; "
             "bad = [m for m in sys.modules if m.startswith(('workbench.llm', 'openai'))]; "
             "sys.exit(1 if bad else 0)")
     assert subprocess.run([sys.executable, "-c", code], timeout=60).returncode == 0

@@ -11,12 +11,12 @@ from litestar.testing import TestClient
 from pydantic import SecretStr
 
 from service.app import create_app, max_body_bytes
-from tests.conftest import HashEmbedder
+from workbench.fakes.embedder import HashEmbedder
 from tests.fakes.fixtures import chat_settings_env
-from tests.ingest import rule_llm
+from workbench.fakes import rule_llm
 from workbench.config import load_settings
 from workbench.metrics import Metrics
-from workbench.workbench import Workbench
+from workbench.facade import Workbench
 
 BASE = "http://127.0.0.1:8000"
 MISSING = "00000000-0000-4000-8000-000000000000"

@@ -15,8 +15,8 @@ import pytest
 
 from service.cli import build_parser, main
 from service.embed_server import create_embed_app
-from service.logging import remove_handlers
-from tests.conftest import HashEmbedder
+from service.logs import remove_handlers
+from workbench.fakes.embedder import HashEmbedder
 from tests.service.svc_helpers import free_port
 
 COMMANDS = ("serve", "mcp", "embed-server", "maintenance", "import", "export", "status")

@@ -11,7 +11,7 @@ from litestar.testing import TestClient
 
 from service.embed_server import create_embed_app
 from tests.service.svc_helpers import ServerThread, free_port
-from workbench.embedder import CompatEmbedder
+from workbench.embedding import CompatEmbedder
 from workbench.errors import DimensionMismatch, EmbedderError
 
 pytestmark = pytest.mark.slow

@@ -10,9 +10,9 @@ schemathesis = pytest.importorskip("schemathesis")
 from hypothesis import HealthCheck, settings  # noqa: E402
 
 from service.app import create_app  # noqa: E402
-from tests.conftest import HashEmbedder  # noqa: E402
+from workbench.fakes.embedder import HashEmbedder  # noqa: E402
 from workbench.config import load_settings  # noqa: E402
-from workbench.workbench import Workbench  # noqa: E402
+from workbench.facade import Workbench  # noqa: E402
 
 pytestmark = pytest.mark.slow
 

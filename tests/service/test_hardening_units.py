@@ -73,7 +73,7 @@ def test_health_probe_reports_a_loading_model_without_blocking():
     import threading
 
     from service.health import EmbedderProbe
-    from tests.conftest import HashEmbedder
+    from workbench.fakes.embedder import HashEmbedder
 
     loaded = threading.Event()
     probe = EmbedderProbe(HashEmbedder(), loaded=loaded)
@@ -86,7 +86,7 @@ def test_background_warm_up_sets_the_event_or_reports_the_failure():
     import threading
 
     from service.runner import warm_in_background
-    from tests.conftest import HashEmbedder
+    from workbench.fakes.embedder import HashEmbedder
     from workbench.errors import EmbedderError
 
     loaded = threading.Event()

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from service.logging import (
+from service.logs import (
     REQUEST_ID,
     JsonFormatter,
     Redactor,

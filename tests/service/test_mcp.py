@@ -17,10 +17,10 @@ from pydantic import SecretStr
 from service.app import create_app
 from service.tools import TOOLS
 from tests.fakes.fixtures import chat_settings_env
-from tests.ingest import rule_llm
+from workbench.fakes import rule_llm
 from workbench.config import load_settings
 from workbench.metrics import Metrics
-from workbench.workbench import Workbench
+from workbench.facade import Workbench
 
 pytestmark = pytest.mark.anyio
 

@@ -8,10 +8,10 @@ from litestar.testing import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
 from service.metrics_server import create_metrics_app
-from tests.conftest import HashEmbedder
+from workbench.fakes.embedder import HashEmbedder
 from workbench.config import load_settings
 from workbench.metrics import Metrics
-from workbench.workbench import Workbench
+from workbench.facade import Workbench
 
 
 @pytest.fixture(scope="module")

@@ -17,9 +17,9 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from service.embed_server import create_embed_app
-from tests.conftest import HashEmbedder
+from workbench.fakes.embedder import HashEmbedder
 from tests.fakes.fixtures import chat_settings_env
-from tests.ingest import rule_llm
+from workbench.fakes import rule_llm
 from tests.service.svc_helpers import free_port
 
 pytestmark = pytest.mark.slow

@@ -10,7 +10,7 @@ from pydantic import ValidationError
 
 from service.tools import TOOLS, TOOLS_BY_NAME, get_tool
 from workbench.errors import NotFound
-from workbench.workbench import Workbench
+from workbench.facade import Workbench
 
 DESIGN_TOOLS = {
     "add_memory", "search_memory_nodes", "search_memory_facts", "get_episodes",

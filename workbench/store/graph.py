@@ -64,7 +64,7 @@ def latest_episodes(
     store: Store, group_ids: Sequence[str], limit: int
 ) -> dict[str, list[dict[str, Any]]]:
     """Per group its latest processed episodes, up to ``limit``, in :func:`recent_episodes`'s
-    order (what :class:`workbench.recent.RecentEpisodes` keeps): one query for all groups."""
+    order (what :class:`workbench.ingest.recent.RecentEpisodes` keeps): one query for all groups."""
     out: dict[str, list[dict[str, Any]]] = {gid: [] for gid in group_ids}
     if not group_ids or limit <= 0:
         return out

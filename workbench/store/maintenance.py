@@ -3,7 +3,7 @@
 One run, in ONE transaction (a failure changes nothing):
 
 1. ``_mplan``: one row per memory with its old and new state, old and new decay score and
-   whether it is purged — the rules of :mod:`workbench.decay` written as SQL expressions
+   whether it is purged — the rules of :mod:`workbench.decay.rules` written as SQL expressions
    (``tests/decay`` checks that SQL and Python agree on a grid of cases).
 2. ``_msteps``: every lifecycle step each memory passes through (a memory may go
    ACTIVE→DORMANT→ARCHIVED→EXPIRED in one run); counted by (from, to) and written to
@@ -28,7 +28,7 @@ import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from workbench.decay import CHAIN, PERMANENT, PURGED, SOFT_DELETED, STATES, DecayPolicy
+from workbench.decay.rules import CHAIN, PERMANENT, PURGED, SOFT_DELETED, STATES, DecayPolicy
 from workbench.store import Store
 
 US_PER_DAY = 86_400_000_000.0

@@ -10,10 +10,24 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, NotRequired, TypedDict
 
 from workbench.store import Store
 from workbench.store.schema import PRIORITY_NAMES
+
+
+class QueueMessage(TypedDict):
+    """A claimed message (what :func:`claim_heads` returns)."""
+
+    episode_uuid: str
+    group_id: str
+    priority: int
+    seq: int  # tells this delivery from a message added again under the same uuid
+    enqueued_at: datetime
+    attempts: int  # counting this delivery
+    validation_failures: int
+    # the episode row, when the claim's batch was prefetched (None: deleted meanwhile)
+    episode: NotRequired[dict[str, Any] | None]
 
 
 def enqueue(store: Store, episode_uuid: str, group_id: str, priority: int, now: datetime) -> None:
@@ -67,17 +81,9 @@ def _release(store: Store, condition: str, params: list[Any]) -> int:
     return len(uuids)
 
 
-def claim_next(
-    store: Store, owner: str, now: datetime, lease_seconds: float
-) -> dict[str, Any] | None:
-    """Lease the next runnable message (head of its group, due, highest priority)."""
-    claimed = claim_batch(store, owner, now, lease_seconds, 1)
-    return claimed[0] if claimed else None
-
-
 def claim_batch(
     store: Store, owner: str, now: datetime, lease_seconds: float, limit: int
-) -> list[dict[str, Any]]:
+) -> list[QueueMessage]:
     """Lease up to ``limit`` runnable messages, each the head of a different group, in
     priority then age order. One transaction, whatever ``limit`` is."""
     return claim_heads(store, owner, now, lease_seconds, limit)[0]
@@ -85,7 +91,7 @@ def claim_batch(
 
 def claim_heads(
     store: Store, owner: str, now: datetime, lease_seconds: float, limit: int
-) -> tuple[list[dict[str, Any]], bool]:
+) -> tuple[list[QueueMessage], bool]:
     """:func:`claim_batch`, and whether more runnable heads were left unclaimed (False: a
     claim before something changes would find nothing)."""
     limit = max(1, int(limit))
@@ -146,10 +152,6 @@ def renew_leases(
         [leased_until, list(episode_uuids), owner],
     )
     return len(rows)
-
-
-def mark_done(store: Store, episode_uuid: str, now: datetime) -> None:
-    mark_done_many(store, [episode_uuid], now)
 
 
 def mark_done_many(store: Store, episode_uuids: Sequence[str], now: datetime,

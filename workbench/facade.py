@@ -1,0 +1,421 @@
+"""The Workbench facade: one object that holds the store, embedder, chat model, metrics,
+search engine, queue and maintenance scheduler, and exposes the tools as methods.
+
+Every tool method validates its arguments, returns a JSON-able ``dict`` and raises only
+:mod:`workbench.errors` exceptions. The service (REST + MCP) and notebooks call these methods;
+nothing here knows about HTTP.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import uuid as uuidlib
+from collections.abc import Sequence
+from datetime import date, datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from workbench import errors
+from workbench.clock import Clock, as_utc, utcnow
+from workbench.config import Settings, load_settings
+from workbench.decay import maintenance
+from workbench.decay.classification import classify_texts
+from workbench.decay.maintenance import MaintenanceScheduler
+from workbench.decay.rules import DecayPolicy
+from workbench.embedding import Embedder, build_embedder
+from workbench.ingest.episode_queue import EpisodeQueue
+from workbench.ingest.importer import Importer
+from workbench.ingest.pipeline import NO_LLM, EpisodePipeline
+from workbench.llm.client import build_chat_model
+from workbench.metrics import Metrics
+from workbench.search import SearchEngine
+from workbench.store import TABLES, Store
+from workbench.store import graph as g
+from workbench.store import queue as q
+from workbench.store.schema import PRIORITIES
+
+log = logging.getLogger("workbench")
+
+GROUP_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:\-]{0,127}$")
+SOURCES = ("text", "message", "json")
+MAX_NAME = 500
+MAX_LIST = 1000
+_DEFAULT = object()
+
+
+def jsonable(value: Any) -> Any:
+    """Datetimes → ISO 8601, numpy scalars → Python, recursively."""
+    if isinstance(value, dict):
+        return {k: jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [jsonable(v) for v in value]
+    if isinstance(value, (datetime, date)):
+        return value.isoformat()
+    if isinstance(value, np.generic):
+        return value.item()
+    return value
+
+
+class Workbench:
+    """The memory service's core. Build it with :meth:`open`."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        store: Store,
+        embedder: Embedder,
+        chat: Any,
+        metrics: Metrics,
+        clock: Clock = utcnow,
+    ):
+        self.settings = settings
+        self.store = store
+        self.embedder = embedder
+        self.chat = chat
+        self.metrics = metrics
+        self.clock = clock
+        self.policy = DecayPolicy.from_settings(settings)
+        self.search = SearchEngine(store, embedder, metrics, clock, settings)
+        # every writer of entities and facts publishes through it, and the queue claims
+        # under its gate: extraction reads the graph from the engine's rows
+        self.publisher = self.search.publisher
+        self.pipeline = EpisodePipeline(store, chat, embedder, metrics, clock, self.publisher,
+                                        settings.entity_reembed_fraction)
+        self.queue = EpisodeQueue(
+            store, self.pipeline, metrics, clock, gate=self.publisher,
+            concurrency=settings.queue_concurrency, lease_seconds=settings.queue_lease_seconds,
+            max_attempts=settings.queue_max_attempts, poll_seconds=settings.queue_poll_seconds,
+            batch_size=settings.queue_batch_size)
+        self.scheduler = MaintenanceScheduler.from_settings(
+            store, settings, metrics, clock, chat=chat, index=self.publisher)
+
+    # --- construction -------------------------------------------------------------------
+    @classmethod
+    def open(
+        cls,
+        settings: Settings | None = None,
+        *,
+        db_path: str | None = None,
+        embedder: Embedder | None = None,
+        chat: Any = _DEFAULT,
+        clock: Clock = utcnow,
+        metrics: Metrics | None = None,
+    ) -> Workbench:
+        """Open a workbench. ``chat`` defaults to the LLM the settings configure (or None)."""
+        settings = settings or load_settings()
+        if db_path is not None:
+            settings = settings.model_copy(update={"db_path": db_path})
+        metrics = metrics or Metrics(
+            enabled=settings.prompt_cache_metrics_enabled,
+            cache_enabled=settings.prompt_cache_enabled)
+        embedder = embedder or build_embedder(settings)
+        store = Store.open(settings.db_location(), embedder.dimensions, embedder.model)
+        if chat is _DEFAULT:
+            chat = build_chat_model(settings, metrics=metrics, store=store, clock=clock)
+        if chat is None:
+            log.warning("no LLM configured: episodes are accepted and stay queued; %s", NO_LLM)
+        return cls(settings, store, embedder, chat, metrics, clock)
+
+    def start(self) -> None:
+        """Start the queue workers (when an LLM is configured) and the maintenance schedule."""
+        if self.chat is not None:
+            self.queue.start()
+        if self.settings.decay_enabled:
+            self.scheduler.start()
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """Graceful stop: finish or release in-flight episodes, flush access updates."""
+        self.queue.stop(timeout)
+        self.scheduler.stop()
+        self.search.flush()
+        self.store.checkpoint()
+
+    def close(self) -> None:
+        self.stop(timeout=5.0)
+        self.search.close()
+        self.store.close()
+
+    def __enter__(self) -> Workbench:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # --- ingestion ----------------------------------------------------------------------
+    def add_memory(
+        self,
+        name: str,
+        episode_body: str,
+        group_id: str | None = None,
+        source: str = "text",
+        source_description: str = "",
+        uuid: str | None = None,
+        reference_time: str | datetime | None = None,
+        priority: str = "normal",
+    ) -> dict[str, Any]:
+        """Store an episode and queue it for extraction; returns at once."""
+        episode = self._validate_episode(name, episode_body, group_id, source,
+                                         source_description, uuid, reference_time, priority)
+        with self.store.transaction():
+            if g.get_episode(self.store, episode["uuid"]):
+                raise errors.Conflict(f"an episode with uuid {episode['uuid']} already exists")
+            g.insert_episode(self.store, episode)
+            q.enqueue(self.store, episode["uuid"], episode["group_id"], episode["priority"],
+                      episode["created_at"])
+        self.queue.notify_enqueued(episode["priority"])
+        status = "queued" if self.chat is not None else NO_LLM
+        return {
+            "message": f"Episode '{episode['name']}' queued for processing",
+            "episode_uuid": episode["uuid"],
+            "group_id": episode["group_id"],
+            "status": "queued",
+            "detail": status,
+        }
+
+    def add_memories(self, episodes: Sequence[dict[str, Any]],
+                     progress: bool = False) -> list[dict[str, Any]]:
+        """``add_memory`` for many episodes (dicts of its arguments), with a progress bar."""
+        from tqdm.auto import tqdm
+
+        return [self.add_memory(**episode)
+                for episode in tqdm(episodes, desc="add_memory", unit="episode",
+                                    disable=not progress)]
+
+    def _validate_episode(self, name, body, group_id, source, source_description, uuid,
+                          reference_time, priority) -> dict[str, Any]:
+        if not isinstance(name, str) or not name.strip():
+            raise errors.InvalidInput("'name' must be a non-empty string")
+        if len(name) > MAX_NAME:
+            raise errors.InvalidInput(f"'name' has {len(name)} characters; at most {MAX_NAME}")
+        if not isinstance(body, str) or not body.strip():
+            raise errors.InvalidInput("'episode_body' must be a non-empty string")
+        limit = self.settings.max_episode_chars
+        if len(body) > limit:
+            raise errors.InvalidInput(
+                f"'episode_body' has {len(body)} characters; at most {limit} "
+                "(split it into several episodes)")
+        if source not in SOURCES:
+            raise errors.InvalidInput(f"'source' must be one of {', '.join(SOURCES)}")
+        if source == "json":
+            try:
+                json.loads(body)
+            except json.JSONDecodeError as exc:
+                raise errors.InvalidInput(
+                    f"'episode_body' is not valid JSON for source 'json': {exc.msg}") from None
+        if priority not in PRIORITIES:
+            raise errors.InvalidInput(f"'priority' must be one of {', '.join(PRIORITIES)}")
+        now = self.clock()
+        return {
+            "uuid": _check_uuid(uuid) if uuid else str(uuidlib.uuid4()),
+            "group_id": self._group(group_id),
+            "name": name.strip(),
+            "body": body,
+            "source": source,
+            "source_description": str(source_description or "")[:MAX_NAME],
+            "reference_time": _time_arg("reference_time", reference_time) or now,
+            "created_at": now,
+            "priority": PRIORITIES[priority],
+            "status": "queued",
+            "status_detail": None if self.chat is not None else NO_LLM,
+        }
+
+    def _group(self, group_id: str | None) -> str:
+        group = group_id or self.settings.default_group_id
+        if not isinstance(group, str) or not GROUP_ID.match(group):
+            raise errors.InvalidInput(
+                "'group_id' must be 1-128 characters of letters, digits, '_', '-', '.', ':' "
+                "starting with a letter or digit")
+        return group
+
+    def _groups(self, group_ids: Sequence[str] | None) -> list[str] | None:
+        if group_ids is None:
+            return None
+        if isinstance(group_ids, str) or not isinstance(group_ids, (list, tuple)):
+            raise errors.InvalidInput("'group_ids' must be a list of strings")
+        return [self._group(gid) for gid in group_ids] or None
+
+    def process_pending(self, max_messages: int = 100_000) -> int:
+        """Process queued episodes inline (notebooks, tests, ``workbench`` CLI)."""
+        if self.chat is None:
+            raise errors.LLMNotConfigured(NO_LLM)
+        return self.queue.drain(max_messages)
+
+    def import_jsonl(self, source: str | Path | Sequence[Any], progress: bool = False,
+                     group_id: str | None = None) -> dict[str, Any]:
+        """Import pre-extracted entities and facts (JSON lines), no LLM."""
+        importer = Importer(self.store, self.embedder, self.clock, self._group(group_id),
+                            self.publisher)
+        return importer.run(source, progress=progress).as_dict()
+
+    # --- search -------------------------------------------------------------------------
+    def search_memory_nodes(self, query: str, group_ids: Sequence[str] | None = None,
+                            max_nodes: int = 10, entity_types: Sequence[str] | None = None,
+                            **filters: Any) -> dict[str, Any]:
+        nodes = self.search.search_nodes(query, self._groups(group_ids), max_nodes,
+                                         entity_types, **filters)
+        return {"message": f"{len(nodes)} nodes found", "nodes": jsonable(nodes)}
+
+    def search_memory_facts(self, query: str, group_ids: Sequence[str] | None = None,
+                            max_facts: int = 10, center_node_uuid: str | None = None,
+                            **filters: Any) -> dict[str, Any]:
+        facts = self.search.search_facts(query, self._groups(group_ids), max_facts,
+                                         center_node_uuid, **filters)
+        return {"message": f"{len(facts)} facts found", "facts": jsonable(facts)}
+
+    # --- episodes and edges -------------------------------------------------------------
+    def get_episodes(self, group_ids: Sequence[str] | None = None,
+                     max_episodes: int = 10) -> dict[str, Any]:
+        if not isinstance(max_episodes, int) or not 1 <= max_episodes <= MAX_LIST:
+            raise errors.InvalidInput(f"'max_episodes' must be an integer from 1 to {MAX_LIST}")
+        rows = g.list_episodes(self.store, self._groups(group_ids), max_episodes)
+        return {"episodes": jsonable(rows)}
+
+    def delete_episode(self, uuid: str) -> dict[str, Any]:
+        _check_uuid(uuid)
+        with self.publisher:
+            with self.store.transaction():
+                episode = g.get_episode(self.store, uuid)
+                if not episode:
+                    raise errors.NotFound(f"no episode with uuid {uuid}")
+                removed = g.delete_episode(self.store, uuid)
+            self.pipeline.forget_groups([episode["group_id"]])
+            self.publisher.deleted(removed, "deleting an episode")
+        self.queue.refresh_gauges()
+        return {"message": f"Episode {uuid} deleted",
+                "entities_removed": len(removed["entity"]),
+                "facts_removed": len(removed["fact"])}
+
+    def get_entity_edge(self, uuid: str) -> dict[str, Any]:
+        fact = g.get_fact(self.store, _check_uuid(uuid))
+        if fact is None:
+            raise errors.NotFound(f"no fact (entity edge) with uuid {uuid}")
+        return jsonable(fact)
+
+    def delete_entity_edge(self, uuid: str) -> dict[str, Any]:
+        _check_uuid(uuid)
+        with self.publisher:
+            with self.store.transaction():
+                if g.get_fact(self.store, uuid) is None:
+                    raise errors.NotFound(f"no fact (entity edge) with uuid {uuid}")
+                g.delete_facts(self.store, [uuid])
+            self.publisher.deleted({"fact": [uuid]}, "deleting a fact")
+        return {"message": f"Entity edge {uuid} deleted"}
+
+    def clear_graph(self, group_ids: Sequence[str]) -> dict[str, Any]:
+        groups = self._groups(group_ids)
+        if not groups:
+            raise errors.InvalidInput(
+                "'group_ids' must name at least one group: clearing everything is not allowed "
+                "by accident")
+        with self.publisher:
+            with self.store.transaction():
+                removed = g.clear_groups(self.store, groups)
+            self.pipeline.forget_groups(groups)
+            self.publisher.deleted(removed, "clearing groups")
+        self.queue.refresh_gauges()
+        return {"message": f"Cleared groups {', '.join(groups)}",
+                "episodes_removed": removed["episodes"],
+                "entities_removed": len(removed["entity"]),
+                "facts_removed": len(removed["fact"])}
+
+    # --- status and queue ---------------------------------------------------------------
+    def get_status(self) -> dict[str, Any]:
+        return jsonable({
+            "status": "ok",
+            "database": self.store.path,
+            "llm": {"configured": self.chat is not None,
+                    "model": getattr(self.chat, "model", None),
+                    "detail": None if self.chat is not None else NO_LLM},
+            "embedder": {"model": self.embedder.model, "dimensions": self.embedder.dimensions,
+                         "provider": self.settings.embedder_kind},
+            "graph": g.graph_counts(self.store),
+            "queue": q.status(self.store, self.clock())["counts"],
+            "workers_running": self.queue.running,
+        })
+
+    def get_queue_status(self) -> dict[str, Any]:
+        status = q.status(self.store, self.clock())
+        status["workers"] = self.settings.queue_concurrency if self.queue.running else 0
+        status["llm_configured"] = self.chat is not None
+        return jsonable(status)
+
+    def refresh_gauges(self) -> None:
+        """Bring the queue and memory gauges up to date (before a metrics scrape)."""
+        self.queue.refresh_gauges()
+        maintenance.refresh_gauges(self.store, self.metrics)
+
+    def retry_failed_episodes(self, episode_uuids: Sequence[str] | None = None,
+                              group_id: str | None = None) -> dict[str, Any]:
+        if episode_uuids is not None:
+            episode_uuids = [_check_uuid(u) for u in episode_uuids]
+        uuids = self.queue.retry_failed(episode_uuids, self._group(group_id) if group_id else None)
+        return {"message": f"{len(uuids)} failed episodes re-queued", "episode_uuids": uuids}
+
+    # --- decay, classification ----------------------------------------------------------
+    def run_decay_maintenance(self, dry_run: bool = False) -> dict[str, Any]:
+        # a real run refreshes the search rows itself (through the publisher, under its gate)
+        report = self.scheduler.run_now(dry_run=dry_run, classify=not dry_run)
+        return jsonable(_as_dict(report))
+
+    def get_knowledge_health(self) -> dict[str, Any]:
+        return jsonable(maintenance.decay_health(
+            self.store, self.policy, self.clock, self.settings.maintenance_interval_hours,
+            enabled=self.settings.decay_enabled, scheduler=self.scheduler))
+
+    def classify_memory(self, text: str) -> dict[str, Any]:
+        if not isinstance(text, str) or not text.strip():
+            raise errors.InvalidInput("'text' must be a non-empty string")
+        if len(text) > self.settings.max_episode_chars:
+            raise errors.InvalidInput(
+                f"'text' has {len(text)} characters; at most {self.settings.max_episode_chars}")
+        result = classify_texts(self.chat, [text], self.metrics)[0]
+        return jsonable(_as_dict(result))
+
+    def recover_soft_deleted(self, uuid: str) -> dict[str, Any]:
+        with self.publisher:
+            result = maintenance.recover_soft_deleted(self.store, _check_uuid(uuid), self.clock)
+            self.publisher.states_changed()
+        return jsonable(result)
+
+    # --- notebooks ----------------------------------------------------------------------
+    def frame(self, table: str):
+        """A table as a pandas DataFrame (episodes, entities, facts, llm_calls, queue, ...)."""
+        if table not in TABLES:
+            raise errors.InvalidInput(f"unknown table {table!r}; one of {', '.join(TABLES)}")
+        return self.store.df(f"SELECT * FROM {table}")
+
+    def export_parquet(self, directory: str | Path) -> dict[str, str]:
+        return {k: str(v) for k, v in self.store.export_parquet(directory).items()}
+
+
+def _check_uuid(value: Any) -> str:
+    try:
+        return str(uuidlib.UUID(str(value)))
+    except (ValueError, TypeError, AttributeError):
+        raise errors.InvalidInput(f"{value!r} is not a valid uuid") from None
+
+
+def _time_arg(name: str, value: Any) -> datetime | None:
+    try:
+        return as_utc(value)
+    except (TypeError, ValueError):
+        raise errors.InvalidInput(
+            f"'{name}' must be an ISO 8601 timestamp such as 2025-03-01T12:00:00Z") from None
+
+
+def _as_dict(value: Any) -> dict[str, Any]:
+    if isinstance(value, dict):
+        return value
+    if hasattr(value, "as_dict"):
+        return value.as_dict()
+    if hasattr(value, "__dataclass_fields__"):
+        from dataclasses import asdict
+
+        return asdict(value)
+    if hasattr(value, "model_dump"):
+        return value.model_dump()
+    return dict(value)

@@ -1,0 +1,564 @@
+"""The durable episode queue's dispatcher, workers and honest metrics.
+
+Messages live in DuckDB (``workbench.store.queue``): an accepted episode survives crashes and
+restarts. Only the head message of a group is ever leased, so a group's episodes run in order
+while groups run in parallel up to ``concurrency``. What is done with a message belongs to one
+collaborator, an :class:`~workbench.ingest.pipeline.EpisodeWork`: ``prepare`` (the LLM calls and
+reads; writes nothing) and ``commit`` (the write, with the queue's acknowledgement in the same
+transaction), ``prefetch`` reading a claimed batch's episodes at once.
+
+In the background (:meth:`EpisodeQueue.start`) one dispatcher thread claims messages for a pool
+of ``concurrency`` worker threads (LLM calls are I/O bound): whenever no more than
+``concurrency`` claimed messages are being prepared it claims the heads of up to ``2 ×
+concurrency`` minus those, in one transaction, and renews the leases of every unfinished
+message. One claim serves several workers (a claim costs about as much however many messages it
+takes), and a worker never waits for a claim. A worker hands what it prepared back to the
+dispatcher and takes its next message; the dispatcher commits the prepared episodes in one
+transaction (:class:`~workbench.ingest.group_commit.GroupCommit`) once there are ``batch_size``
+of them, nothing else is being prepared, or the oldest has waited ``COMMIT_LINGER_SECONDS`` (a
+group's next episode waits for that write: it must see what the previous one wrote). DuckDB
+charges per transaction and per statement, not per row, so this is what lets ingestion keep up
+with a fast LLM (figures in ``docs/performance.md``).
+
+:meth:`EpisodeQueue.drain` does the same inline (notebooks, the CLI, tests): it claims the heads
+of up to ``batch_size`` groups at once, prepares them up to ``concurrency`` at a time and
+commits them together.
+
+Claims and commits hold the ``gate`` (the search engine's publish gate): a claimed episode sees
+everything written before it. Failures follow :mod:`workbench.ingest.retry`; failed messages
+keep their category and message and can be re-queued (:meth:`EpisodeQueue.retry_failed`).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid as uuidlib
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import AbstractContextManager, contextmanager
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+from workbench.clock import Clock
+from workbench.ingest.group_commit import GroupCommit
+from workbench.ingest.retry import categorize, decide
+from workbench.metrics import Metrics
+from workbench.store import Store
+from workbench.store import queue as q
+from workbench.store.queue import QueueMessage
+from workbench.store.schema import PRIORITY_NAMES
+
+if TYPE_CHECKING:
+    from workbench.ingest.pipeline import EpisodeWork
+
+log = logging.getLogger("workbench.ingest.episode_queue")
+
+QUEUE_NAME = "episodes"
+# how long a prepared episode may wait for others to share its commit while more are being
+# prepared: a commit costs ~20 ms of DuckDB work however many episodes it writes
+COMMIT_LINGER_SECONDS = 0.2
+
+
+class EpisodeQueue:
+    """Dispatcher and worker pool over the durable queue (see the module docstring)."""
+
+    def __init__(
+        self,
+        store: Store,
+        work: EpisodeWork,
+        metrics: Metrics,
+        clock: Clock,
+        *,
+        gate: AbstractContextManager[Any] | None = None,
+        concurrency: int = 4,
+        lease_seconds: float = 300.0,
+        max_attempts: int = 6,
+        poll_seconds: float = 0.5,
+        base_delay: float = 2.0,
+        batch_size: int = 16,
+    ):
+        self.store = store
+        self.work = work
+        # held while claiming and while committing (until the commit's search-index updates
+        # are done): a claimed episode sees everything written before it, in particular the
+        # previous episode of its group
+        self.gate = gate if gate is not None else threading.RLock()
+        self.batch_size = max(1, batch_size)
+        self._group = GroupCommit(self._write, self.batch_size)
+        self._pool: ThreadPoolExecutor | None = None  # drain's preparers, made on first use
+        self.metrics = metrics
+        self.clock = clock
+        self.concurrency = concurrency
+        self.lease_seconds = lease_seconds
+        self.max_attempts = max_attempts
+        self.poll_seconds = poll_seconds
+        self.base_delay = base_delay
+        self._stop = threading.Event()
+        self._wake = threading.Event()
+        self._threads: list[threading.Thread] = []  # the dispatcher, while running
+        self._workers: ThreadPoolExecutor | None = None  # its pool, while running
+        self._owner = ""  # the lease owner of the running dispatcher
+        # the dispatcher's: claimed messages being prepared (future -> message), and prepared
+        # ones waiting to be written together: (message, ok, result or error, start)
+        self._unfinished: dict[Any, QueueMessage] = {}
+        self._ready: list[tuple[QueueMessage, bool, Any, float]] = []
+        self._ready_since = 0.0
+        self._unfinished_lock = threading.Lock()
+        self._abandon = False
+        # False after a claim left no runnable head, until something may have changed that
+        # (an enqueue, a finished episode, a poll): claims cost ~2-5 ms even when empty.
+        # _claim_events counts those changes, so one that lands during a claim is not lost.
+        self._may_claim = True
+        self._claim_events = 0
+        self._last_claim = 0.0  # monotonic time of the last claim attempt
+        self._run = 0  # which start() the running dispatcher belongs to
+        self._busy = 0
+        self._busy_lock = threading.Lock()
+        self._avg_seconds = 1.0
+        self._last_lease_check = None
+        self._last_gauges = 0.0
+
+    # --- producer side ------------------------------------------------------------------
+    def notify_enqueued(self, priority: int) -> None:
+        self.metrics.record_enqueue(QUEUE_NAME, PRIORITY_NAMES.get(priority, "normal"))
+        self._claimable()
+
+    # --- worker side --------------------------------------------------------------------
+    def start(self) -> None:
+        if self._threads:
+            return
+        released = q.release_all(self.store)
+        if released:
+            log.warning("returned %d in-flight episodes of a previous run to the queue", released)
+        self._stop.clear()
+        self._abandon = False
+        with self._unfinished_lock:
+            self._unfinished, self._ready = {}, []
+        self._may_claim = True
+        self._run += 1  # a dispatcher of an earlier, abandoned run exits at its next turn
+        self._owner = f"dispatcher-{uuidlib.uuid4().hex[:6]}"
+        self._workers = ThreadPoolExecutor(self.concurrency, thread_name_prefix="episode-worker")
+        t = threading.Thread(target=self._dispatch, args=(self._run,), name="episode-dispatcher",
+                             daemon=True)
+        t.start()
+        self._threads = [t]
+        self.refresh_gauges()
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """Stop claiming, return claimed messages no worker has started to the queue, let the
+        running ones finish and be written up to ``timeout``, release the rest."""
+        self._stop.set()
+        self._wake.set()
+        for t in self._threads:
+            t.join(timeout)
+        if any(t.is_alive() for t in self._threads):
+            self._abandon = True  # the dispatcher exits without writing what is left
+            self._wake.set()
+            log.warning("episodes still running at stop: released to the queue")
+            with self._unfinished_lock:
+                unstarted = list(self._unfinished)
+            for future in unstarted:  # no worker may start them after the release
+                future.cancel()
+            q.release_all(self.store)
+        abandoned = self._abandon
+        self._threads = []
+        for pool in (self._workers, self._pool):
+            if pool is not None:
+                pool.shutdown(wait=not abandoned, cancel_futures=True)
+        self._workers = self._pool = None
+        self.refresh_gauges()
+
+    @property
+    def running(self) -> bool:
+        return bool(self._threads)
+
+    def _claimable(self) -> None:
+        """Something happened that may have made a head runnable: the next claim may try."""
+        self._claim_events += 1
+        self._may_claim = True
+        self._wake.set()
+
+    def _current(self, run: int) -> bool:
+        return run == self._run and not self._abandon
+
+    def _dispatch(self, run: int) -> None:
+        """Claim for the worker pool and write what it prepared (see the module docstring),
+        until :meth:`stop`; then finish the started work and return the rest."""
+        renew_every = self.lease_seconds / 3
+        renewed = time.monotonic()
+        while self._current(run):
+            stopping = self._stop.is_set()
+            claimed, failed = 0, False
+            try:
+                if stopping:
+                    self._return_unstarted()
+                self._write_ready(force=stopping)
+                if not stopping:
+                    claimed = self._claim_for_workers()
+                if time.monotonic() - renewed >= renew_every:
+                    renewed = time.monotonic()
+                    self._renew_unfinished()
+            except Exception:  # never let the dispatcher die: log and keep going
+                log.exception("queue dispatcher error")
+                failed = True
+            with self._unfinished_lock:
+                idle = not self._unfinished and not self._ready
+            if stopping and idle:
+                return
+            if not claimed:
+                wait = min(self.poll_seconds, self._linger_left())
+                if not idle:  # leases to renew in time
+                    wait = min(wait, max(0.0, renewed + renew_every - time.monotonic()))
+                if failed:  # the store is failing: do not spin on it
+                    wait = max(wait, min(self.poll_seconds, 0.1))
+                self._wake.wait(wait)
+                self._wake.clear()
+            if time.monotonic() - self._last_claim >= self.poll_seconds:
+                self._may_claim = True  # a poll: retries fall due, leases run out
+
+    def _claim_for_workers(self) -> int:
+        """Claim and hand out messages when at most ``concurrency`` are being prepared."""
+        with self._unfinished_lock:
+            preparing = len(self._unfinished)
+        room = 2 * self.concurrency - preparing
+        if preparing > self.concurrency or room <= 0 or not self._may_claim:
+            return 0
+        events = self._claim_events
+        self._last_claim = time.monotonic()
+        now = self.clock()
+        self._requeue_expired(now)
+        with self.gate:
+            if self._stop.is_set() or self._abandon:  # stopped while waiting for the gate
+                return 0
+            messages, more = q.claim_heads(self.store, self._owner, now, self.lease_seconds,
+                                           room)
+        if not more and events == self._claim_events:
+            self._may_claim = False  # every runnable head is taken: no use asking again yet
+        handed = 0
+        try:
+            for message in self._prefetched(messages):
+                pool = self._workers
+                if pool is None:
+                    raise RuntimeError("the worker pool is shut down")
+                with self._unfinished_lock:
+                    future = pool.submit(self._work, message)
+                    self._unfinished[future] = message
+                future.add_done_callback(self._prepared)
+                handed += 1
+        except BaseException:  # nothing claimed stays leased to nobody
+            for message in messages[handed:]:
+                q.release(self.store, message["episode_uuid"], self._owner)
+            raise
+        return len(messages)
+
+    def _work(self, message: QueueMessage) -> tuple[bool, Any, float]:
+        """A worker's part: prepare the message (the dispatcher writes it and renews its
+        lease). Returns (ok, result or error, start)."""
+        started = self._begin(message)
+        try:
+            ok, value = self._prepare_all([message], parallel=False)[0]
+        finally:
+            self._set_busy(-1)
+        return ok, value, started
+
+    def _prepared(self, future) -> None:
+        """Done callback: a prepared message joins the ones waiting to be written."""
+        error = None
+        with self._unfinished_lock:
+            message = self._unfinished.pop(future, None)  # None: of a run stopped since
+            if message is not None and not future.cancelled():  # cancelled: stop released it
+                if future.exception() is not None:
+                    error = future.exception()
+                else:
+                    if not self._ready:
+                        self._ready_since = time.monotonic()
+                    self._ready.append((message, *future.result()))
+        if error is not None:
+            self._lost(message, error)
+            self._claimable()  # its group's next episode may be claimed
+        self._wake.set()  # room for another claim, maybe a write
+
+    def _lost(self, message: QueueMessage, error: BaseException) -> None:
+        """A worker raised past its own handling: an interrupt returns the message to the
+        queue; anything else counts as a failed attempt (a release would hand it out again at
+        once, forever). When even that fails, the message's lease runs out and it returns."""
+        uuid = message["episode_uuid"]
+        try:
+            if isinstance(error, (KeyboardInterrupt, SystemExit)):
+                log.error("preparing episode %s was interrupted (%r): returned to the queue",
+                          uuid, error)
+                q.release(self.store, uuid, self._owner)
+            else:
+                self._failed(message, error, 0.0)
+        except Exception:
+            log.exception("episode %s: recording what happened to it failed; it returns to "
+                          "the queue when its lease runs out", uuid)
+
+    def _linger_left(self) -> float:
+        """How long prepared messages may still wait for others to share their commit (the
+        poll interval when none is waiting)."""
+        with self._unfinished_lock:
+            return self._linger_left_locked() if self._ready else self.poll_seconds
+
+    def _write_ready(self, force: bool = False) -> None:
+        """Write the prepared messages in one transaction when there are ``batch_size`` of
+        them, nothing else is being prepared, or the oldest has waited
+        ``COMMIT_LINGER_SECONDS`` (``force``: now)."""
+        with self._unfinished_lock:
+            if not self._ready:
+                return
+            full = len(self._ready) >= self.batch_size or not self._unfinished
+            if not (force or full or self._linger_left_locked() == 0):
+                return
+            ready, self._ready = self._ready, []
+        written = [(m, v, t) for m, ok, v, t in ready if ok]
+        outcomes = [(m, v, t) for m, ok, v, t in ready if not ok]  # errors of preparing
+        if written:
+            tickets = self._group.submit_many([(m, v) for m, v, _ in written])
+            outcomes += [(m, t.error, started)
+                         for t, (m, _, started) in zip(tickets, written)]
+        for message, error, started in outcomes:
+            if error is None:
+                self._completed(message, started)
+            else:
+                self._record_failure(message, error, started)
+        self._claimable()  # their groups' next messages become heads
+        self._maybe_refresh_gauges()
+
+    def _record_failure(self, message: QueueMessage, error: BaseException,
+                        started: float) -> None:
+        try:
+            self._failed(message, error, time.perf_counter() - started)
+        except Exception:  # its lease runs out and it returns; the others are unaffected
+            log.exception("episode %s: recording its failure (%s) failed; it returns to the "
+                          "queue when its lease runs out", message["episode_uuid"], error)
+
+    def _linger_left_locked(self) -> float:
+        return max(0.0, self._ready_since + COMMIT_LINGER_SECONDS - time.monotonic())
+
+    def _return_unstarted(self) -> None:
+        """Stopping: claimed messages no worker has started go back to the queue."""
+        with self._unfinished_lock:
+            unfinished = list(self._unfinished.items())
+        for future, message in unfinished:
+            if future.cancel():
+                q.release(self.store, message["episode_uuid"], self._owner)
+
+    def _renew_unfinished(self) -> None:
+        uuids = self._in_flight()
+        if uuids:
+            q.renew_leases(self.store, uuids, self._owner,
+                           self.clock() + _seconds(self.lease_seconds))
+
+    def drain(self, max_messages: int = 100_000) -> int:
+        """Process due messages inline until none is left (tests, notebooks, CLI).
+
+        The heads of up to ``batch_size`` groups are claimed, prepared up to ``concurrency``
+        at a time (their LLM calls overlap), then written in one transaction.
+        """
+        done = 0
+        while done < max_messages:
+            limit = min(self.batch_size, max_messages - done)
+            claimed = self._claim_and_process("inline", limit)
+            if not claimed:
+                break
+            done += claimed
+        self.refresh_gauges()
+        return done
+
+    def _claim_and_process(self, owner: str, limit: int) -> int:
+        """Claim up to ``limit`` due messages, prepare them and write them together. Returns
+        how many."""
+        now = self.clock()
+        self._requeue_expired(now)
+        with self.gate:
+            messages = q.claim_batch(self.store, owner, now, self.lease_seconds, limit)
+        if messages:
+            self._process_batch(messages, owner)
+        return len(messages)
+
+    def _requeue_expired(self, now) -> None:
+        """Return expired leases to the queue, at most every lease/10 (clock time); not those
+        of messages this queue is still working on (it renews them; however far the clock
+        jumped, they are not abandoned)."""
+        every = min(self.lease_seconds / 10, 5.0)
+        last = self._last_lease_check
+        if last is None or (now - last).total_seconds() >= every:
+            self._last_lease_check = now
+            q.requeue_expired_leases(self.store, now, self._in_flight())
+
+    def _in_flight(self) -> list[str]:
+        """Uuids of the claimed messages the dispatcher's workers prepare or it will write."""
+        with self._unfinished_lock:
+            return ([m["episode_uuid"] for m in self._unfinished.values()]
+                    + [m["episode_uuid"] for m, *_ in self._ready])
+
+    def _begin(self, message: QueueMessage) -> float:
+        wait = (self.clock() - message["enqueued_at"]).total_seconds()
+        self.metrics.record_dequeue(QUEUE_NAME, None, wait)
+        self._set_busy(+1)
+        return time.perf_counter()
+
+    def _process_batch(self, messages: list[QueueMessage], owner: str) -> None:
+        """Prepare the messages (several at a time, up to ``concurrency``; they are heads of
+        different groups), then write the prepared ones together."""
+        starts = [self._begin(message) for message in messages]
+        try:
+            with self._leases_kept(messages, owner):
+                outcomes = self._prepare_all(self._prefetched(messages))
+        except BaseException:  # KeyboardInterrupt, SystemExit: nothing is lost
+            for message in messages:
+                q.release(self.store, message["episode_uuid"], owner)
+            self._set_busy(-len(messages))
+            raise
+        prepared: list[tuple[QueueMessage, Any, float]] = []
+        for message, started, (ok, value) in zip(messages, starts, outcomes):
+            if ok:
+                prepared.append((message, value, started))
+            else:
+                self._set_busy(-1)
+                self._failed(message, value, time.perf_counter() - started)
+        if not prepared:
+            return
+        # written together with the batches other workers submit meanwhile: one transaction
+        tickets = self._group.submit_many([(message, result) for message, result, _ in prepared])
+        for ticket, (message, _, started) in zip(tickets, prepared):
+            self._set_busy(-1)
+            if ticket.error is not None:
+                self._failed(message, ticket.error, time.perf_counter() - started)
+            else:
+                self._completed(message, started)
+        self._maybe_refresh_gauges()
+
+    @contextmanager
+    def _leases_kept(self, messages: list[QueueMessage], owner: str) -> Iterator[None]:
+        """Renew the leases every lease/3 while the messages are prepared: slow LLM calls
+        (with their retries) may take longer than one lease, and an expired lease would hand a
+        message that is still being worked on to another worker."""
+        stop = threading.Event()
+        uuids = [m["episode_uuid"] for m in messages]
+
+        def keep() -> None:
+            while not stop.wait(self.lease_seconds / 3):
+                try:
+                    q.renew_leases(self.store, uuids, owner,
+                                   self.clock() + _seconds(self.lease_seconds))
+                except Exception:  # the next round tries again
+                    log.exception("renewing the leases of %d messages failed", len(uuids))
+
+        keeper = threading.Thread(target=keep, name="lease-keeper", daemon=True)
+        keeper.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            keeper.join(5)
+
+    def _prefetched(self, messages: list[QueueMessage]) -> list[QueueMessage]:
+        if len(messages) < 2:  # the lone message's episode is read by prepare
+            return messages
+        try:
+            return self.work.prefetch(messages)
+        except Exception:  # prepare reads what it needs itself
+            log.exception("prefetching %d messages failed", len(messages))
+            return messages
+
+    def _prepare_all(self, messages: list[QueueMessage],
+                     parallel: bool = True) -> list[tuple[bool, Any]]:
+        """(True, result) or (False, error) per message, in order."""
+
+        def one(message: QueueMessage) -> tuple[bool, Any]:
+            try:
+                return True, self.work.prepare(message)
+            except Exception as exc:
+                return False, exc
+
+        if not parallel or self.concurrency <= 1 or len(messages) == 1:
+            return [one(message) for message in messages]
+        with self._busy_lock:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(self.concurrency,
+                                                thread_name_prefix="episode-prepare")
+        return list(self._pool.map(one, messages))
+
+    def _write(self, items: list[tuple[QueueMessage, Any]]) -> None:
+        """Write results of several messages and mark them done, in one transaction."""
+        uuids = [message["episode_uuid"] for message, _ in items]
+        seqs = [message["seq"] for message, _ in items]
+        with self.gate:
+            self.work.commit([result for _, result in items],
+                             lambda: q.mark_done_many(self.store, uuids, self.clock(), seqs))
+
+    def _completed(self, message: QueueMessage, started: float) -> None:
+        duration = time.perf_counter() - started
+        self._avg_seconds = 0.8 * self._avg_seconds + 0.2 * duration
+        end = (self.clock() - message["enqueued_at"]).total_seconds()
+        self.metrics.record_processing_complete(QUEUE_NAME, duration, True, None, end)
+
+    def _failed(self, message: QueueMessage, exc: BaseException, duration: float) -> None:
+        category = categorize(exc)
+        text = f"{type(exc).__name__}: {exc}"[:2000]
+        uuid = message["episode_uuid"]
+        decision = decide(category, message["attempts"], message["validation_failures"],
+                          self.max_attempts, self.base_delay)
+        now = self.clock()
+        seq = message.get("seq")
+        if decision.action == "retry":
+            if not q.schedule_retry(self.store, uuid, now + _seconds(decision.delay), category,
+                                    text, category == "ValidationError", seq):
+                self._stale_failure(message, category, text)
+                return
+            log.warning("episode %s attempt %d failed (%s), retrying in %.1fs: %s", uuid,
+                        message["attempts"], category, decision.delay, text)
+            self.metrics.record_retry(QUEUE_NAME)
+            self._on_status(uuid, "queued", f"retrying after {category}: {text}")
+            return
+        if not q.mark_failed(self.store, uuid, now, category, text, seq):
+            self._stale_failure(message, category, text)
+            return
+        log.error("episode %s failed after %d attempts (%s): %s", uuid, message["attempts"],
+                  category, text)
+        self._on_status(uuid, "failed", f"{category}: {text}")
+        end = (now - message["enqueued_at"]).total_seconds()
+        self.metrics.record_processing_complete(QUEUE_NAME, duration, False, category, end)
+
+    @staticmethod
+    def _stale_failure(message: QueueMessage, category: str, text: str) -> None:
+        log.info("episode %s: a delivery failed (%s: %s) after its message was written by "
+                 "another delivery, deleted, or added again; the message is left as it is",
+                 message["episode_uuid"], category, text)
+
+    def _on_status(self, uuid: str, status: str, detail: str) -> None:
+        q.set_episode_status(self.store, [uuid], status, detail)
+
+    def _set_busy(self, delta: int) -> None:
+        with self._busy_lock:
+            self._busy += delta
+
+    def _maybe_refresh_gauges(self, every: float = 0.25) -> None:
+        if time.monotonic() - self._last_gauges >= every:
+            self.refresh_gauges()
+
+    def refresh_gauges(self) -> None:
+        self._last_gauges = time.monotonic()
+        depth = q.depth_by_priority(self.store)
+        for priority, count in depth.items():
+            self.metrics.update_queue_depth(QUEUE_NAME, count, priority)
+        workers = max(1, self.concurrency)
+        lag = sum(depth.values()) * self._avg_seconds / workers
+        self.metrics.update_consumer_metrics(QUEUE_NAME, self._busy, self._busy / workers, lag)
+
+    # --- operations ---------------------------------------------------------------------
+    def retry_failed(self, episode_uuids=None, group_id=None) -> list[str]:
+        uuids = q.requeue_failed(self.store, self.clock(), episode_uuids, group_id)
+        for uuid in uuids:
+            self._on_status(uuid, "queued", "re-queued by request")
+        self.refresh_gauges()
+        self._claimable()
+        return uuids
+
+
+def _seconds(value: float) -> timedelta:
+    return timedelta(seconds=value)

@@ -1,0 +1,299 @@
+"""Episode → entities and facts, the LLM side: two calls (three when deduplication is
+ambiguous), and nothing written.
+
+1. ``extract_entities`` lists the episode's entities with importance and stability.
+2. Entities are resolved against the group's existing ones: exact normalised name first,
+   then embedding similarity; only ambiguous candidates go to ``resolve_nodes`` (one call).
+3. ``extract_edges`` states the facts between them, classified, and names the current facts
+   they invalidate (bi-temporal: the old fact gets ``invalid_at``/``expired_at``, it is not
+   deleted).
+
+:meth:`Extractor.prepare` makes the LLM calls, reads and embeddings of one episode and returns a
+:class:`~workbench.ingest.records.PreparedEpisode`; :mod:`workbench.ingest.write` writes it. The
+graph is read through the search engine's rows (:class:`~workbench.ingest.reads.CachedReads`)
+and its vector index (``similar``), both reached through its
+:class:`~workbench.search.publish.Publisher`.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid as uuidlib
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import numpy as np
+
+from workbench.clock import Clock, as_utc
+from workbench.embedding import Embedder
+from workbench.ingest.reads import CachedReads
+from workbench.ingest.records import (
+    EpisodeChanges,
+    EpisodeRow,
+    PreparedEpisode,
+    ResolvedEntity,
+    entity_text,
+    merge_summary,
+)
+from workbench.ingest.recent import RecentEpisodes
+from workbench.ingest.reembed import ReembedPolicy
+from workbench.metrics import Metrics
+from workbench.names import name_key, relation_name
+from workbench.prompts import extract_edges, extract_entities, resolve_nodes
+from workbench.search.publish import Publisher
+from workbench.store import Store
+from workbench.store import graph as g
+
+log = logging.getLogger("workbench.ingest.extract")
+
+
+@dataclass
+class Thresholds:
+    duplicate: float = 0.93   # cosine at or above: same entity, no LLM needed
+    ambiguous: float = 0.80   # cosine in [ambiguous, duplicate): ask resolve_nodes
+
+
+class Extractor:
+    """Runs the extraction prompts for one episode (see the module docstring)."""
+
+    def __init__(
+        self,
+        store: Store,
+        chat: Any,
+        embedder: Embedder,
+        metrics: Metrics,
+        clock: Clock,
+        index: Publisher,
+        recent: RecentEpisodes | None,
+        reembed: ReembedPolicy,
+        context_episodes: int = 2,
+        thresholds: Thresholds | None = None,
+    ):
+        self.store = store
+        self.chat = chat
+        self.embedder = embedder
+        self.metrics = metrics
+        self.clock = clock
+        self.index = index
+        self.reads = CachedReads(index.cached_rows)
+        self.recent = recent
+        self.reembed = reembed
+        self.context_episodes = context_episodes
+        self.thresholds = thresholds or Thresholds()
+
+    # --- the pipeline -------------------------------------------------------------------
+    def with_context(self, episodes: list[EpisodeRow]) -> list[EpisodeRow]:
+        """The episodes, each with its ``context``: its group's latest processed episodes up to
+        its reference time (:func:`g.recent_episodes`), from :attr:`recent` (the store is read
+        once per group, and exactly for an episode older than the ones kept)."""
+        if self.recent is None or not self.context_episodes:
+            return [{**e, "context": []} for e in episodes]
+        contexts = self.recent.contexts(
+            episodes, self.context_episodes,
+            load=lambda groups, keep: g.latest_episodes(self.store, groups, keep),
+            fallback=lambda e: g.recent_episodes(
+                self.store, e["group_id"], e["reference_time"], e["uuid"],
+                self.context_episodes))
+        return [{**e, "context": contexts[e["uuid"]]} for e in episodes]
+
+    def prepare(self, episode: EpisodeRow) -> PreparedEpisode:
+        """The LLM calls, reads and embeddings of one episode; writes nothing to the graph.
+        A ``context`` (from :meth:`with_context`) saves reading the group's recent episodes."""
+        changes = EpisodeChanges()
+        extracted = self._extract_entities(episode, changes)
+        resolved = self._resolve(episode, extracted, changes)
+        self._extract_facts(episode, resolved, changes)
+        vectors = self._embed(changes)
+        return PreparedEpisode(episode["uuid"], episode["group_id"], changes, vectors,
+                               episode["reference_time"], episode["name"], episode["body"],
+                               episode["created_at"])
+
+    def _call(self, prompt_name: str, messages, model, episode_uuid: str, changes):
+        started = time.perf_counter()
+        changes.llm_calls += 1
+        result = self.chat.complete(prompt_name, messages, model, episode_uuid=episode_uuid)
+        return result, time.perf_counter() - started
+
+    def _extract_entities(self, episode: EpisodeRow,
+                          changes: EpisodeChanges) -> list[ResolvedEntity]:
+        context = episode.get("context")
+        if context is None:
+            context = self.with_context([episode])[0]["context"]
+        reply, latency = self._call(
+            extract_entities.PROMPT_NAME,
+            extract_entities.build_messages(episode, context),
+            extract_entities.ExtractedEntities, episode["uuid"], changes,
+        )
+        self.metrics.record_classification("success", latency)
+        unique: dict[str, ResolvedEntity] = {}
+        for item in reply.entities:
+            name = item.name.strip()
+            key = name_key(name)
+            if key and key not in unique:
+                unique[key] = ResolvedEntity(name, key, item.entity_type, item.summary,
+                                             item.importance, item.stability)
+        return list(unique.values())
+
+    def _resolve(self, episode: EpisodeRow, extracted: list[ResolvedEntity],
+                 changes: EpisodeChanges) -> list[ResolvedEntity]:
+        """Set ``uuid`` (existing or new) on every extracted entity."""
+        group = episode["group_id"]
+        known = self.reads.entities_by_norm(group, [e.name_norm for e in extracted])
+        pending = []
+        for ent in extracted:
+            ent.existing = known.get(ent.name_norm)
+            if ent.existing is None:
+                pending.append(ent)
+        if pending:
+            self._resolve_by_similarity(episode, pending, changes)
+        now = self.clock()
+        for ent in extracted:
+            if ent.existing:
+                self._grow_summary(group, ent, changes)
+            else:
+                self._new_entity(group, ent, now, changes)
+            changes.mentioned.append(ent.uuid)
+        return extracted
+
+    def _grow_summary(self, group: str, ent: ResolvedEntity, changes: EpisodeChanges) -> None:
+        existing = ent.existing
+        uuid = ent.uuid = existing["uuid"]
+        ent.name = existing["name"]
+        ent.entity_type = existing["entity_type"]
+        # two names of this episode may resolve to one entity: the second grows the summary
+        # the first already grew, and the text added is their sum
+        earlier = changes.summary_updates.get(uuid)
+        current = earlier["summary"] if earlier else existing["summary"]
+        merged = merge_summary(current, ent.summary)
+        if merged == current:
+            return
+        changes.summary_updates[uuid] = {
+            "uuid": uuid, "group_id": group, "name": ent.name,
+            "entity_type": ent.entity_type, "summary": merged}
+        already_due = earlier is not None and uuid not in changes.kept_vectors
+        added = min(len(merged), len(ent.summary.strip()) + 1
+                    + changes.kept_vectors.pop(uuid, 0))
+        if not already_due and not self.reembed.due(uuid, added, len(merged)):
+            changes.kept_vectors[uuid] = added
+
+    @staticmethod
+    def _new_entity(group: str, ent: ResolvedEntity, now: datetime,
+                    changes: EpisodeChanges) -> None:
+        ent.uuid = str(uuidlib.uuid4())
+        changes.new_entities.append({
+            "uuid": ent.uuid, "group_id": group, "name": ent.name,
+            "name_norm": ent.name_norm, "entity_type": ent.entity_type,
+            "summary": ent.summary, "created_at": now,
+            "importance": ent.importance, "stability": ent.stability,
+            "classification_status": "success", "lifecycle_state": "ACTIVE",
+        })
+        changes.new_entity_vectors.append(ent.vector)
+
+    def _resolve_by_similarity(self, episode: EpisodeRow, pending: list[ResolvedEntity],
+                               changes: EpisodeChanges) -> None:
+        texts = [entity_text(e.name, e.entity_type, e.summary) for e in pending]
+        vectors = self.embedder.embed(texts)
+        for ent, vec in zip(pending, vectors):
+            ent.vector = vec
+        neighbours = self.index.similar("entity", vectors, episode["group_id"], 3)
+        candidates = {u for row in neighbours for u, _ in row}
+        rows = self.reads.entities_by_uuid(sorted(candidates))
+        questions = []
+        for ent, row in zip(pending, neighbours):
+            close = [(u, s) for u, s in row if u in rows and s >= self.thresholds.ambiguous]
+            best = close[0] if close else None
+            if best and best[1] >= self.thresholds.duplicate and \
+                    rows[best[0]]["entity_type"] == ent.entity_type:
+                ent.existing = rows[best[0]]
+            elif close:
+                questions.append((ent, [rows[u] for u, _ in close]))
+        if questions:
+            self._ask_resolutions(episode, questions, changes)
+
+    def _ask_resolutions(self, episode: EpisodeRow, questions, changes) -> None:
+        payload, index = [], {}
+        for qid, (ent, cands) in enumerate(questions):
+            cand_ids = []
+            for c in cands:
+                cid = len(index)
+                index[cid] = c
+                cand_ids.append({"id": cid, "name": c["name"], "entity_type": c["entity_type"],
+                                 "summary": c["summary"][:300]})
+            payload.append({"id": qid, "name": ent.name, "entity_type": ent.entity_type,
+                            "summary": ent.summary, "candidates": cand_ids})
+        reply, _ = self._call(
+            resolve_nodes.PROMPT_NAME, resolve_nodes.build_messages(payload),
+            resolve_nodes.NodeResolutions, episode["uuid"], changes,
+        )
+        for res in reply.entity_resolutions:
+            if 0 <= res.id < len(questions) and res.duplicate_of in index:
+                questions[res.id][0].existing = index[res.duplicate_of]
+
+    def _extract_facts(self, episode: EpisodeRow, entities: list[ResolvedEntity],
+                       changes: EpisodeChanges) -> None:
+        if len(entities) < 2:
+            return
+        by_name = {name_key(e.name): e for e in entities}
+        existing = self.reads.facts_between([e.uuid for e in entities if e.existing], 30)
+        shown = [{"name": e.name, "entity_type": e.entity_type} for e in entities]
+        reply, latency = self._call(
+            extract_edges.PROMPT_NAME,
+            extract_edges.build_messages(episode, shown, existing),
+            extract_edges.ExtractedEdges, episode["uuid"], changes,
+        )
+        self.metrics.record_classification("success", latency)
+        keyed = []
+        for edge in reply.edges:
+            src = by_name.get(name_key(edge.source))
+            dst = by_name.get(name_key(edge.target))
+            if not src or not dst or src.uuid == dst.uuid:
+                log.info("episode %s: skipped a fact naming unknown entities: %s -> %s",
+                         episode["uuid"], edge.source, edge.target)
+                continue
+            keyed.append(((src.uuid, dst.uuid, edge.fact.strip().lower()), edge))
+        seen = self.reads.existing_fact_keys(episode["group_id"], [k for k, _ in keyed])
+        now = self.clock()
+        for key, edge in keyed:
+            if key not in seen:
+                seen.add(key)
+                self._new_fact(episode, key, edge, existing, now, changes)
+
+    @staticmethod
+    def _new_fact(episode: EpisodeRow, key, edge, existing: list[dict], now: datetime,
+                  changes: EpisodeChanges) -> None:
+        valid_at = _parse_time(edge.valid_at)
+        changes.new_facts.append({
+            "uuid": str(uuidlib.uuid4()), "group_id": episode["group_id"],
+            "source_uuid": key[0], "target_uuid": key[1],
+            "relation": relation_name(edge.relation), "fact": edge.fact.strip(),
+            "episode_uuid": episode["uuid"], "created_at": now, "valid_at": valid_at,
+            "invalid_at": _parse_time(edge.invalid_at), "importance": edge.importance,
+            "stability": edge.stability, "classification_status": "success",
+            "lifecycle_state": "ACTIVE",
+        })
+        changes.invalidated += [existing[ref - 1]["uuid"] for ref in edge.invalidates
+                                if 1 <= ref <= len(existing)]
+        if edge.invalidates:
+            since = valid_at or episode["reference_time"]
+            if changes.invalid_from is None or since < changes.invalid_from:
+                changes.invalid_from = since
+
+    def _embed(self, changes: EpisodeChanges) -> np.ndarray:
+        """Vectors in write order: new entities (already embedded while resolving them), grown
+        summaries due a new vector, then new facts."""
+        texts = [entity_text(e["name"], e["entity_type"], e["summary"])
+                 for e in changes.reembedded()]
+        texts += [f["fact"] for f in changes.new_facts]
+        fresh = self.embedder.embed(texts) if texts else np.zeros((0, self.embedder.dimensions))
+        return np.vstack([*changes.new_entity_vectors, fresh]).astype(np.float32)
+
+
+def _parse_time(value: str | None) -> datetime | None:
+    if not value:
+        return None
+    try:
+        return as_utc(value)
+    except (TypeError, ValueError):
+        return None

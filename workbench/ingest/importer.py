@@ -1,0 +1,247 @@
+"""Import pre-extracted entities and facts (JSON lines), no LLM.
+
+Line formats (DESIGN.md "Import format")::
+
+    {"type": "entity", "name": ..., "entity_type"?, "summary"?, "group_id"?, "importance"?,
+     "stability"?, "created_at"?}
+    {"type": "fact", "source": ..., "target": ..., "relation"?, "fact": ..., "valid_at"?,
+     "invalid_at"?, "group_id"?, "created_at"?, "importance"?, "stability"?}
+
+Facts name their endpoint entities, which are created when missing. Entities are deduplicated
+by normalised name within a group, exactly as ingestion does. A bad line is reported with its
+number and skipped; the good lines are imported.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid as uuidlib
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from pydantic import BaseModel, Field, ValidationError, field_validator
+
+from workbench.clock import Clock, as_utc
+from workbench.embedding import Embedder
+from workbench.errors import InvalidInput
+from workbench.ingest.records import entity_text
+from workbench.names import name_key, relation_name
+from workbench.search.publish import Publisher
+from workbench.store import Store
+from workbench.store import graph as g
+
+BATCH = 256
+
+
+class _Base(BaseModel):
+    group_id: str | None = None
+    importance: int | None = Field(default=None, ge=1, le=5)
+    stability: int | None = Field(default=None, ge=1, le=5)
+    created_at: str | None = None
+
+    @field_validator("created_at")
+    @classmethod
+    def _time(cls, value: str | None) -> str | None:
+        if value is not None:
+            as_utc(value)
+        return value
+
+
+class EntityLine(_Base):
+    type: str = "entity"
+    name: str = Field(min_length=1, max_length=200)
+    entity_type: str = "Entity"
+    summary: str = ""
+
+
+class FactLine(_Base):
+    type: str = "fact"
+    source: str = Field(min_length=1, max_length=200)
+    target: str = Field(min_length=1, max_length=200)
+    relation: str = "RELATES_TO"
+    fact: str = Field(min_length=1, max_length=2000)
+    valid_at: str | None = None
+    invalid_at: str | None = None
+
+
+@dataclass
+class ImportReport:
+    entities_created: int = 0
+    entities_existing: int = 0
+    facts_created: int = 0
+    facts_existing: int = 0
+    errors: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {**self.__dict__, "errors": self.errors[:100], "error_count": len(self.errors)}
+
+
+def read_lines(source: str | Path | Iterable[str] | Iterable[dict]) -> Iterable[tuple[int, Any]]:
+    """Yield (line number, raw item) from a path, an iterable of JSON strings, or dicts."""
+    if isinstance(source, (str, Path)):
+        path = Path(source)
+        if not path.is_file():
+            raise InvalidInput(f"import file not found: {path}")
+        with path.open(encoding="utf-8") as handle:
+            yield from enumerate(handle, start=1)
+        return
+    yield from enumerate(source, start=1)
+
+
+def parse(items: Iterable[tuple[int, Any]], report: ImportReport) -> list[EntityLine | FactLine]:
+    parsed: list[EntityLine | FactLine] = []
+    for number, raw in items:
+        if isinstance(raw, str):
+            if not raw.strip():
+                continue
+            try:
+                raw = json.loads(raw)
+            except json.JSONDecodeError as exc:
+                report.errors.append(f"line {number}: not JSON ({exc.msg})")
+                continue
+        if not isinstance(raw, dict):
+            report.errors.append(f"line {number}: expected a JSON object")
+            continue
+        kind = raw.get("type")
+        model = {"entity": EntityLine, "fact": FactLine}.get(kind)
+        if model is None:
+            report.errors.append(f"line {number}: 'type' must be 'entity' or 'fact'")
+            continue
+        try:
+            parsed.append(model.model_validate(raw))
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(str(p) for p in first["loc"])
+            report.errors.append(f"line {number}: {where}: {first['msg']}")
+    return parsed
+
+
+class Importer:
+    def __init__(self, store: Store, embedder: Embedder, clock: Clock, default_group: str,
+                 index: Publisher):
+        self.store = store
+        self.embedder = embedder
+        self.clock = clock
+        self.default_group = default_group
+        self.index = index  # told of each chunk after its commit, under its gate
+
+    def run(self, source, progress: bool = False) -> ImportReport:
+        report = ImportReport()
+        lines = parse(read_lines(source), report)
+        bar = _progress(len(lines), progress)
+        for start in range(0, len(lines), BATCH):
+            chunk = lines[start : start + BATCH]
+            self._import_chunk(chunk, report)
+            bar.update(len(chunk))
+        bar.close()
+        return report
+
+    def _import_chunk(self, chunk, report: ImportReport) -> None:
+        now = self.clock()
+        entities: dict[tuple[str, str], dict] = {}   # (group, norm) -> row (new or existing)
+        new_entities: list[dict] = []
+        facts: list[dict] = []
+        seen_facts: set[tuple[str, str, str, str]] = set()
+
+        def entity(group: str, name: str, line: EntityLine | None = None) -> dict:
+            key = (group, name_key(name))
+            if key in entities:
+                return entities[key]
+            found = g.entities_by_norm(self.store, group, [key[1]]).get(key[1])
+            if found:
+                report.entities_existing += 1
+                entities[key] = found
+                return found
+            row = _entity_row(group, name, line, key[1], now)
+            entities[key] = row
+            new_entities.append(row)
+            report.entities_created += 1
+            return row
+
+        candidates: list[tuple[tuple[str, str, str, str], dict]] = []
+        for line in chunk:
+            group = line.group_id or self.default_group
+            if isinstance(line, EntityLine):
+                entity(group, line.name, line)
+                continue
+            src, dst = entity(group, line.source), entity(group, line.target)
+            key = (group, src["uuid"], dst["uuid"], line.fact.strip().lower())
+            if key in seen_facts:
+                report.facts_existing += 1
+                continue
+            seen_facts.add(key)
+            candidates.append((key, _fact_row(group, src["uuid"], dst["uuid"], line, now)))
+        stored = set()  # one query per group for the chunk's facts, not one per fact
+        for group in {key[0] for key, _ in candidates}:
+            keys = [key[1:] for key, _ in candidates if key[0] == group]
+            stored |= {(group, *k) for k in g.existing_fact_keys(self.store, group, keys)}
+        for key, row in candidates:
+            if key in stored:
+                report.facts_existing += 1
+            else:
+                facts.append(row)
+                report.facts_created += 1
+        self._write(new_entities, facts)
+
+    def _write(self, new_entities: list[dict], facts: list[dict]) -> None:
+        texts = [entity_text(e["name"], e["entity_type"], e["summary"]) for e in new_entities]
+        texts += [f["fact"] for f in facts]
+        vectors = self.embedder.embed(texts) if texts else np.zeros((0, self.embedder.dimensions))
+        ent_vecs, fact_vecs = vectors[: len(new_entities)], vectors[len(new_entities):]
+        with self.index:
+            with self.store.transaction():
+                g.insert_entities(self.store, new_entities)
+                g.insert_facts(self.store, facts)
+                model = self.embedder.model
+                g.insert_embeddings(self.store, "entity", [e["uuid"] for e in new_entities],
+                                    ent_vecs, model)
+                g.insert_embeddings(self.store, "fact", [f["uuid"] for f in facts], fact_vecs,
+                                    model)
+            # committed already: extraction reads the graph from the search rows, which must
+            # not miss these (the next episode would create them again)
+            self.index.upserted([
+                ("entity", [{**e, "text": t} for e, t in zip(new_entities, texts)], ent_vecs),
+                ("fact", [{**f, "text": f["fact"]} for f in facts], fact_vecs),
+            ], "an import")
+
+
+def _entity_row(group, name, line, norm, now) -> dict:
+    given = line is not None and line.importance is not None and line.stability is not None
+    return {
+        "uuid": str(uuidlib.uuid4()), "group_id": group, "name": name.strip(), "name_norm": norm,
+        "entity_type": line.entity_type if line else "Entity",
+        "summary": line.summary if line else "",
+        "created_at": as_utc(line.created_at) if line and line.created_at else now,
+        "importance": (line.importance if line and line.importance else 3),
+        "stability": (line.stability if line and line.stability else 3),
+        "classification_status": "provided" if given else None,
+        "lifecycle_state": "ACTIVE",
+    }
+
+
+def _fact_row(group, src, dst, line: FactLine, now) -> dict:
+    given = line.importance is not None and line.stability is not None
+    return {
+        "uuid": str(uuidlib.uuid4()), "group_id": group, "source_uuid": src,
+        "target_uuid": dst, "relation": relation_name(line.relation), "fact": line.fact.strip(),
+        "episode_uuid": None, "created_at": as_utc(line.created_at) if line.created_at else now,
+        "valid_at": as_utc(line.valid_at), "invalid_at": as_utc(line.invalid_at),
+        "importance": line.importance or 3, "stability": line.stability or 3,
+        "classification_status": "provided" if given else None, "lifecycle_state": "ACTIVE",
+    }
+
+
+class _NoBar:
+    def update(self, n: int) -> None: ...
+    def close(self) -> None: ...
+
+
+def _progress(total: int, enabled: bool):
+    if not enabled:
+        return _NoBar()
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, desc="import", unit="line")

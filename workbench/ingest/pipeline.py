@@ -1,0 +1,90 @@
+"""The queue's work on an episode: read it (with its context), extract it, write it.
+
+:class:`EpisodePipeline` is the one collaborator :class:`~workbench.ingest.episode_queue.EpisodeQueue`
+drives: ``prefetch`` a claimed batch's episodes in a few queries, ``prepare`` one (the LLM side,
+:class:`~workbench.ingest.extract.Extractor`), ``commit`` several in one transaction together
+with the queue's acknowledgement (:class:`~workbench.ingest.write.EpisodeWriter`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from workbench.clock import Clock
+from workbench.embedding import Embedder
+from workbench.errors import LLMNotConfigured
+from workbench.ingest.extract import Extractor
+from workbench.ingest.recent import RecentEpisodes
+from workbench.ingest.records import PreparedEpisode
+from workbench.ingest.reembed import ReembedPolicy
+from workbench.ingest.write import EpisodeWriter
+from workbench.metrics import Metrics
+from workbench.search.publish import Publisher
+from workbench.store import Store
+from workbench.store import graph as g
+from workbench.store.queue import QueueMessage
+
+NO_LLM = ("waiting: no LLM is configured (set SVC_KNOWLEDGE_COMPAT_BASE_URL and "
+          "SVC_KNOWLEDGE_MODEL_NAME, then restart)")
+
+
+class EpisodeWork(Protocol):
+    """What the queue needs done with the messages it claims."""
+
+    def prefetch(self, messages: list[QueueMessage]) -> list[QueueMessage]:
+        """The messages with their ``episode`` read (in a few queries for the whole batch)."""
+        ...
+
+    def prepare(self, message: QueueMessage) -> Any:
+        """Everything but the write (LLM calls, reads); raises on failure."""
+        ...
+
+    def commit(self, results: list[Any], ack: Callable[[], None]) -> None:
+        """Write the prepared results in one transaction that also calls ``ack()``."""
+        ...
+
+
+class EpisodePipeline:
+    """:class:`EpisodeWork` for episodes: extraction, then the write."""
+
+    def __init__(self, store: Store, chat: Any, embedder: Embedder, metrics: Metrics,
+                 clock: Clock, index: Publisher, reembed_fraction: float = 0.2,
+                 context_episodes: int = 2):
+        self.store = store
+        self.chat = chat
+        self.metrics = metrics
+        # each group's latest processed episodes, with room for some that arrive out of order
+        self.recent = RecentEpisodes(2 * context_episodes) if context_episodes else None
+        reembed = ReembedPolicy(reembed_fraction)
+        self.extractor = Extractor(store, chat, embedder, metrics, clock, index, self.recent,
+                                   reembed, context_episodes)
+        self.writer = EpisodeWriter(store, embedder.model, embedder.dimensions, clock, index,
+                                    self.recent, reembed)
+
+    def prefetch(self, messages: list[QueueMessage]) -> list[QueueMessage]:
+        found = g.episodes_by_uuid(self.store, [m["episode_uuid"] for m in messages])
+        todo = self.extractor.with_context([e for e in found.values() if e["status"] != "done"])
+        episodes = {**found, **{e["uuid"]: e for e in todo}}
+        return [{**m, "episode": episodes.get(m["episode_uuid"])} for m in messages]
+
+    def prepare(self, message: QueueMessage) -> PreparedEpisode:
+        if self.chat is None:
+            raise LLMNotConfigured(NO_LLM)
+        if "episode" in message:  # prefetched with its batch
+            episode = message["episode"]
+        else:
+            episode = g.get_episode(self.store, message["episode_uuid"])
+        if episode is None or episode["status"] == "done":
+            # deleted while queued, or a redelivered, already-written episode: only ack
+            return PreparedEpisode(message["episode_uuid"])
+        return self.extractor.prepare(episode)
+
+    def commit(self, results: list[PreparedEpisode], ack: Callable[[], None]) -> None:
+        for item in self.writer.write(results, also=ack):
+            self.metrics.record_episode_processed(item.group_id)
+
+    def forget_groups(self, group_ids: list[str]) -> None:
+        """Episodes of these groups were deleted: their context is read again when needed."""
+        if self.recent is not None:
+            self.recent.forget(group_ids)

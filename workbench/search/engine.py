@@ -1,0 +1,514 @@
+"""Search over memories: ``search_nodes`` (entities) and ``search_facts`` (facts). No LLM call.
+
+One :class:`SearchEngine` owns, per memory kind, a :class:`~workbench.search.vectors.VectorIndex`, a
+:class:`~workbench.search.bm25.KeywordIndex` and a :class:`~workbench.search.rows.RowCache`, all
+loaded from the store at open (the store is the source of truth) and kept in step by
+:meth:`SearchEngine.on_upsert` / :meth:`on_delete` / :meth:`refresh_states`.
+
+A search:
+
+1. validates its input (:mod:`workbench.search.filters`) and embeds the query once, running the
+   BM25 search in a worker thread meanwhile;
+2. takes the union of the vector top-N and the BM25 top-N (N = ``candidate_pool``, at least
+   5 x the requested count) within the requested groups, with the exact cosine for
+   keyword-only candidates;
+3. applies the filters to the cached rows; when they leave fewer than asked for, it searches
+   again with the memories passing the filters as an allow-list (exact vector search over just
+   them), or with a 20x wider pool;
+4. orders by the weighted score of :mod:`workbench.search.ranking` and returns the top ones with
+   the score and its parts;
+5. records the access of every returned memory (:class:`~workbench.search.access.AccessTracker`).
+
+Facts with a ``center_node_uuid`` (as in Graphiti's centre-node search): facts touching the
+centre entity come first, then facts touching one of its 1-hop neighbours, then the rest, each
+tier ordered by score; the centre's own facts always join the candidates. Each hit then
+reports ``graph_distance`` (0, 1, or 2 for "further").
+
+Keeping in step: call :meth:`on_upsert` after writing or changing memories (it re-reads those
+rows, so a changed summary or an invalidated fact only needs ``[{"uuid": ..., "group_id":
+...}]`` and ``vectors=None``), :meth:`on_delete` after deleting, and :meth:`refresh_states`
+after a maintenance run or a recovery. A maintenance run recorded in ``maintenance_runs`` is
+also noticed by itself (polled at most every ``sync_seconds``) and reloads the rows in the
+background.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from workbench.search.access import AccessTracker, access_update
+from workbench.clock import Clock, utcnow
+from workbench.errors import InvalidInput, NotFound
+from workbench.search.vectors import KINDS, VectorIndex, load_index
+from workbench.search.bm25 import KeywordIndex
+from workbench.metrics import Metrics
+from workbench.search.publish import Publisher
+from workbench.search.rows import RowCache
+from workbench.search.filters import (
+    SearchFilters,
+    check_groups_known,
+    check_max,
+    check_query,
+    check_states,
+    check_window,
+    clean_list,
+)
+from workbench.search.hits import fact_out, node_out
+from workbench.search.ranking import Weights, score_arrays
+from workbench.store import Store
+from workbench.store import search as sql
+
+__all__ = ["SearchEngine", "keyword_text"]
+
+SEARCH_WORKERS = 2  # BM25 searches running beside query embeddings; more run inline
+
+
+def keyword_text(kind: str, row: dict[str, Any]) -> str:
+    """What the keyword index holds of a memory: entity ``name + summary``, or the fact."""
+    if kind == "entity":
+        summary = (row.get("summary") or "").strip()
+        return f"{row['name']}: {summary}" if summary else str(row["name"])
+    return str(row["fact"])
+
+
+class SearchEngine:
+    """Vector + BM25 search with weighted scores and access tracking; see the module doc."""
+
+    def __init__(
+        self,
+        store: Store,
+        embedder,
+        metrics: Metrics | None = None,
+        clock: Clock = utcnow,
+        settings=None,
+        *,
+        weights: Weights | None = None,
+        ann_threshold: int = 20_000,
+        candidate_pool: int = 50,
+        max_results: int | None = None,
+        access_background: bool = True,
+        flush_interval: float = 1.0,
+        sync_seconds: float = 2.0,
+        query_cache_size: int = 256,
+        index_options: dict[str, Any] | None = None,
+        graph_dir: str | Path | None | bool = True,
+    ):
+        self.store = store
+        self.embedder = embedder
+        self.metrics = metrics or Metrics(enabled=False)
+        self.clock = clock
+        if weights is None:
+            weights = Weights.from_settings(settings) if settings is not None else Weights()
+        self.weights = weights
+        self.max_results = max_results or (settings.search_max_results if settings else 100)
+        self.ann_threshold = ann_threshold
+        self.candidate_pool = candidate_pool
+        self.sync_seconds = sync_seconds
+        self._index_options = index_options or {}
+        self.graph_dir = _graph_dir(store, graph_dir)
+        self._query_cache: OrderedDict[str, np.ndarray] = OrderedDict()
+        self._query_cache_size = query_cache_size
+        self._lock = threading.RLock()
+        self._sync_thread: threading.Thread | None = None
+        self._executor: ThreadPoolExecutor | None = None
+        self._workers = threading.BoundedSemaphore(SEARCH_WORKERS)
+        self._closed = False
+        self.tracker = AccessTracker(
+            store, self.metrics, background=access_background, flush_interval=flush_interval
+        )
+        self.vectors: dict[str, VectorIndex] = {}
+        self.keywords: dict[str, KeywordIndex] = {}
+        self.rows: dict[str, RowCache] = {}
+        self.rebuild()
+        # what writers of entities and facts tell this engine through, under its gate
+        self.publisher = Publisher(self)
+
+    # --- keeping in step with the store ---------------------------------------------------
+    def rebuild(self) -> None:
+        """(Re)load the indexes and rows of both kinds from the store. Upserts and deletes
+        told meanwhile wait for it (they would otherwise be lost in the swap)."""
+        with self.tracker.consistent_read():
+            marker = sql.maintenance_marker(self.store)
+            vectors, keywords, caches = {}, {}, {}
+            for kind in KINDS:
+                vectors[kind] = load_index(
+                    self.store, kind, self.ann_threshold, self.graph_dir, **self._index_options
+                )
+                caches[kind] = RowCache(kind)
+                caches[kind].load(self.store)
+                rows = list(caches[kind].rows.values())
+                keywords[kind] = KeywordIndex()
+                keywords[kind].add([r["uuid"] for r in rows],
+                                   [keyword_text(kind, r) for r in rows],
+                                   [r["group_id"] for r in rows])
+            with self._lock:  # accesses recorded meanwhile are still queued: apply them all
+                for kind in KINDS:
+                    self.tracker.overlay(kind, caches[kind].rows.values())
+                self.vectors, self.keywords, self.rows = vectors, keywords, caches
+                self._marker, self._checked = marker, time.monotonic()
+
+    def on_upsert(self, kind: str, rows: list[dict], vectors: np.ndarray | None = None) -> None:
+        """Index new or changed memories of ``kind`` after they are written to the store.
+
+        ``rows`` need ``uuid`` (and ``group_id``); the rest is re-read from the store.
+        ``vectors`` replace the embeddings in the index of the first ``len(vectors)`` rows (one
+        each); the other rows, or all with None, keep theirs.
+        """
+        _check_kind(kind)
+        if vectors is not None and len(vectors) > len(rows):
+            raise ValueError(f"{len(vectors)} vectors for {len(rows)} {kind} rows")
+        if not rows:
+            return
+        uuids = [r["uuid"] for r in rows]
+        with self.tracker.consistent_read(), self._lock:
+            fresh = sql.load_rows(self.store, kind, uuids)
+            self.tracker.overlay(kind, fresh)
+            present = {r["uuid"] for r in fresh}
+            self.rows[kind].put(fresh)
+            if vectors is not None and len(vectors):
+                keep = [i for i, u in enumerate(uuids[:len(vectors)]) if u in present]
+                self.vectors[kind].add([uuids[i] for i in keep], np.asarray(vectors)[keep],
+                                       [self.rows[kind].get(uuids[i])["group_id"] for i in keep])
+            self.keywords[kind].add([r["uuid"] for r in fresh],
+                                    [keyword_text(kind, r) for r in fresh],
+                                    [r["group_id"] for r in fresh])
+            gone = [u for u in uuids if u not in present]
+        if gone:
+            self.on_delete(kind, gone)
+
+    def on_delete(self, kind: str, uuids: Sequence[str]) -> None:
+        """Forget deleted memories; call after they are removed from the store."""
+        _check_kind(kind)
+        uuids = list(uuids)
+        if not uuids:
+            return
+        # consistent_read: a refresh_states loading meanwhile (from a snapshot that may
+        # still hold these rows) swaps its rows in first, then they are removed from them
+        with self.tracker.consistent_read(), self._lock:
+            self.rows[kind].remove(uuids)
+            self.vectors[kind].remove(uuids)
+            self.keywords[kind].remove(uuids)
+
+    def refresh_states(self) -> None:
+        """Re-read every row (after maintenance or a recovery: states, decay, purges)."""
+        self.flush()
+        marker = sql.maintenance_marker(self.store)
+        for kind in KINDS:
+            with self.tracker.consistent_read():
+                loaded = RowCache(kind)
+                loaded.load(self.store)  # the slow part, without blocking searches
+                with self._lock:  # accesses recorded meanwhile are still queued: re-apply
+                    self.tracker.overlay(kind, loaded.rows.values())
+                    old, self.rows[kind] = self.rows[kind], loaded
+                # still under consistent_read: once it is released, an upsert may put a row
+                # into another refresh's cache, and its vector would look purged here
+                gone = [u for u in old.rows if u not in loaded]
+                gone += [u for u in self.vectors[kind].uuids() if u not in loaded]
+            if gone:
+                self.on_delete(kind, sorted(set(gone)))
+        with self._lock:
+            self._marker = marker
+
+    def _maybe_sync(self) -> None:
+        """Notice a maintenance run done by someone else; reload the rows in the background."""
+        now = time.monotonic()
+        if now - self._checked < self.sync_seconds:
+            return
+        self._checked = now
+        if sql.maintenance_marker(self.store) == self._marker:
+            return
+        if self._sync_thread is None or not self._sync_thread.is_alive():
+            self._sync_thread = threading.Thread(
+                target=self.refresh_states, name="workbench-search-sync", daemon=True)
+            self._sync_thread.start()
+
+    @contextmanager
+    def cached_rows(self) -> Iterator[tuple[RowCache, RowCache]]:
+        """The (entity, fact) row caches, held still: for reads that must not see a
+        half-applied update (:class:`workbench.ingest.reads.CachedReads`). Do not modify."""
+        with self._lock:
+            yield self.rows["entity"], self.rows["fact"]
+
+    def similar(
+        self, kind: str, vectors: np.ndarray, group_id: str | None, k: int
+    ) -> list[list[tuple[str, float]]]:
+        """Per vector, its ``k`` nearest memories of ``kind`` in ``group_id``: (uuid, cosine).
+        For ingestion's dedupe; no access is recorded."""
+        _check_kind(kind)
+        groups = None if group_id is None else [group_id]
+        index = self.vectors[kind]
+        return [index.search(v, k, group_ids=groups) for v in np.atleast_2d(vectors)]
+
+    def flush(self) -> int:
+        """Write queued access updates now (before maintenance reads ``last_accessed_at``)."""
+        return self.tracker.flush()
+
+    def close(self) -> None:
+        """Stop the access flusher and write what it holds; save finished HNSW graphs next to
+        the database file (reused at the next open when the vectors are unchanged). The store
+        stays open."""
+        thread = self._sync_thread
+        if thread is not None:
+            thread.join(timeout=30)
+        with self._lock:
+            self._closed, executor, self._executor = True, self._executor, None
+        if executor is not None:
+            executor.shutdown(wait=True)
+        self.tracker.close()
+        if self.graph_dir is not None:
+            for kind in KINDS:
+                if self.vectors[kind].uses_ann:
+                    self.vectors[kind].save_graph(self.graph_dir, kind)
+
+    # --- the two searches ---------------------------------------------------------------
+    def search_nodes(
+        self,
+        query: str,
+        group_ids: Sequence[str] | None = None,
+        max_nodes: int = 10,
+        entity_types: Sequence[str] | None = None,
+        created_after: datetime | str | None = None,
+        created_before: datetime | str | None = None,
+        states: Sequence[str] | None = None,
+        include_weighted_scores: bool = True,
+    ) -> list[dict[str, Any]]:
+        """Entities best matching ``query``, best first (see the module docstring)."""
+        started = time.perf_counter()
+        text = check_query(query)
+        k = check_max("max_nodes", max_nodes, self.max_results)
+        after, before = check_window(created_after, created_before)
+        filters = SearchFilters(
+            group_ids=clean_list("group_ids", group_ids), states=check_states(states),
+            created_after=after, created_before=before,
+            entity_types=clean_list("entity_types", entity_types), now=self.clock(),
+        )
+        weights = self.weights if include_weighted_scores else self.weights.relevance_only()
+        hits = self._search("entity", text, k, filters, weights)
+        self.metrics.record_search(time.perf_counter() - started)
+        return [node_out(row, parts, score, weights) for row, parts, score, _ in hits]
+
+    def search_facts(
+        self,
+        query: str,
+        group_ids: Sequence[str] | None = None,
+        max_facts: int = 10,
+        center_node_uuid: str | None = None,
+        created_after: datetime | str | None = None,
+        created_before: datetime | str | None = None,
+        relation_types: Sequence[str] | None = None,
+        include_invalidated: bool = False,
+        states: Sequence[str] | None = None,
+    ) -> list[dict[str, Any]]:
+        """Facts best matching ``query``, best first (see the module docstring)."""
+        started = time.perf_counter()
+        text = check_query(query)
+        k = check_max("max_facts", max_facts, self.max_results)
+        after, before = check_window(created_after, created_before)
+        filters = SearchFilters(
+            group_ids=clean_list("group_ids", group_ids), states=check_states(states),
+            created_after=after, created_before=before,
+            relation_types=clean_list("relation_types", relation_types),
+            include_invalidated=bool(include_invalidated), now=self.clock(),
+        )
+        centre = self._centre(center_node_uuid)
+        hits = self._search("fact", text, k, filters, self.weights, centre)
+        self.metrics.record_search(time.perf_counter() - started)
+        names = self.rows["entity"]
+        return [fact_out(row, parts, score, tier if centre else None, self.weights, names)
+                for row, parts, score, tier in hits]
+
+    # --- internals ----------------------------------------------------------------------
+    def _centre(self, center_node_uuid: str | None):
+        if center_node_uuid is None or center_node_uuid == "":
+            return None
+        if not isinstance(center_node_uuid, str):
+            raise InvalidInput("'center_node_uuid' must be an entity uuid (a string)")
+        with self._lock:
+            if center_node_uuid not in self.rows["entity"]:
+                raise NotFound(f"no entity with uuid {center_node_uuid} (center_node_uuid)")
+            facts, neighbours = self.rows["fact"].neighbourhood(center_node_uuid)
+        return center_node_uuid, facts, neighbours
+
+    def _search(self, kind, text, k, filters, weights, centre=None) -> list[tuple]:
+        self._maybe_sync()
+        with self._lock:
+            vec, kw = self.vectors[kind], self.keywords[kind]
+        if len(vec) == 0 and len(kw) == 0:
+            return []
+        if filters.group_ids is not None:
+            check_groups_known(self.store, filters.group_ids, vec.groups() | kw.groups())
+        pool = max(self.candidate_pool, 5 * k)
+        query_vec, by_keyword = self._embed_and_match(kw, text, pool, filters.group_ids)
+        extra = centre[1] if centre else ()
+        cands, more = self._candidates(kind, text, query_vec, pool, filters.group_ids, None,
+                                       extra, by_keyword)
+        rows = self._passing(kind, cands, filters)
+        if len(rows) < k and more and filters.narrowing():
+            allowed = self._allowed(kind, filters)
+            cands, more = self._candidates(kind, text, query_vec, pool, filters.group_ids,
+                                           allowed, extra)
+            rows = self._passing(kind, cands, filters)
+        if len(rows) < k and more:  # the filters hid most candidates: widen the pool once
+            cands, more = self._candidates(kind, text, query_vec, pool * 20,
+                                           filters.group_ids, None, extra)
+            rows = self._passing(kind, cands, filters)
+        ranked = self._rank(rows, cands, weights, centre, k)
+        now, seen = self.clock(), [r for r, *_ in ranked]
+        with self._lock:
+            accessed = self.tracker.record(kind, seen, now)
+            self._apply_access(kind, seen, accessed, now)
+        self.tracker.settle()
+        return [(row, *rest) for row, (_, *rest) in zip(accessed, ranked)]
+
+    def _apply_access(self, kind, seen: list[dict], accessed: list[dict], now) -> None:
+        """Put the accessed rows into the cache (hold ``self._lock``). The rows were ranked
+        without the lock: one changed meanwhile (an upsert, a refresh, another search's access)
+        gets this access applied to its current version instead, and one deleted meanwhile
+        stays deleted (writing back the stale copy would resurrect it)."""
+        cache = self.rows[kind]
+        fresh = []
+        for old, new in zip(seen, accessed):
+            current = cache.get(old["uuid"])
+            if current is None:
+                continue
+            fresh.append(new if current is old else access_update(current, now)[0])
+        cache.put(fresh)
+
+    def _passing(self, kind, cands, filters) -> list[dict]:
+        with self._lock:
+            cache = self.rows[kind]
+            found = (cache.get(u) for u in cands)
+            return [r for r in found if r is not None and filters.accepts(kind, r)]
+
+    def _allowed(self, kind, filters) -> set[str]:
+        with self._lock:
+            rows = list(self.rows[kind].rows.values())
+        return {r["uuid"] for r in rows if filters.accepts(kind, r)}
+
+    def _embed_and_match(self, kw: KeywordIndex, text, pool, groups):
+        """The query vector and the BM25 top ``pool``. Unless the vector is cached (or both
+        workers are busy with other searches), BM25 runs in a worker thread while the query
+        is embedded (the embedder waits on a model or a server without holding the GIL), so
+        on a machine with a free core the keyword search costs no wall time."""
+        with self._lock:
+            cached = self._query_cache.get(text)
+            executor = self._executor_for_search()
+        if cached is not None or executor is None or not self._workers.acquire(blocking=False):
+            return self._embed(text), kw.search(text, pool, groups)
+        def match():
+            try:
+                return kw.search(text, pool, groups)
+            finally:
+                self._workers.release()
+
+        try:
+            matching = executor.submit(match)
+        except BaseException:
+            self._workers.release()
+            raise
+        try:
+            vector = self._embed(text)
+        except BaseException:
+            if matching.cancel():  # never started: its slot is still taken
+                self._workers.release()
+            raise
+        return vector, matching.result()
+
+    def _executor_for_search(self) -> ThreadPoolExecutor | None:
+        """The worker threads of :meth:`_embed_and_match` (None after :meth:`close`)."""
+        if self._closed:
+            return None
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(max_workers=SEARCH_WORKERS,
+                                                thread_name_prefix="workbench-search")
+        return self._executor
+
+    def _candidates(self, kind, text, query_vec, pool, groups, allowed, extra,
+                    by_keyword=None):
+        """uuid -> [cosine, keyword score] over the vector and BM25 top ``pool``, and whether
+        either index may hold more candidates. ``by_keyword``: the BM25 top ``pool`` when
+        already known."""
+        vec, kw = self.vectors[kind], self.keywords[kind]
+        by_vector = vec.search(query_vec, pool, groups, allowed)
+        if by_keyword is None:
+            by_keyword = kw.search(text, pool, groups, allowed)
+        nan = float("nan")
+        cands: dict[str, list[float]] = {u: [s, nan] for u, s in by_vector}
+        for uuid, _bm25, norm in by_keyword:
+            cands.setdefault(uuid, [nan, nan])[1] = norm
+        for uuid in extra:
+            cands.setdefault(uuid, [nan, nan])
+        # every candidate gets both real scores: the similarity of one only BM25 found, the
+        # keyword score of one only the vectors (or the centre) brought
+        missing = [u for u, (s, _) in cands.items() if s != s]
+        if missing:
+            for uuid, sim in zip(missing, vec.similarity(query_vec, missing)):
+                cands[uuid][0] = float(sim)
+        unmatched = [u for u, (_, k) in cands.items() if k != k]
+        if unmatched:
+            for uuid, norm in zip(unmatched, kw.scores(text, unmatched)):
+                cands[uuid][1] = norm
+        more = len(by_vector) >= pool or len(by_keyword) >= pool
+        return cands, more
+
+    def _rank(self, rows, cands, weights, centre, k) -> list[tuple]:
+        """The best ``k`` rows: (row, score parts, score, graph tier), vectorised."""
+        if not rows:
+            return []
+        sim = np.array([cands[r["uuid"]][0] for r in rows])
+        kw = np.array([cands[r["uuid"]][1] for r in rows])
+        decay = np.array([r["decay_score"] or 0.0 for r in rows])
+        importance = np.array([r["importance"] for r in rows])
+        scores, parts = score_arrays(sim, kw, decay, importance, weights)
+        tiers = np.array([_tier(r, centre) for r in rows]) if centre else np.zeros(len(rows))
+        uuids = np.array([r["uuid"] for r in rows])
+        order = np.lexsort((uuids, -scores, tiers))[:k]
+        names = list(parts)
+        return [(rows[i], {n: float(parts[n][i]) for n in names}, float(scores[i]),
+                 int(tiers[i])) for i in order]
+
+    def _embed(self, text: str) -> np.ndarray:
+        with self._lock:
+            cached = self._query_cache.get(text)
+            if cached is not None:
+                self._query_cache.move_to_end(text)
+                return cached
+        vector = np.asarray(self.embedder.embed([text]), dtype=np.float32)[0]
+        if self._query_cache_size:
+            with self._lock:
+                self._query_cache[text] = vector
+                while len(self._query_cache) > self._query_cache_size:
+                    self._query_cache.popitem(last=False)
+        return vector
+
+
+def _graph_dir(store: Store, graph_dir) -> Path | None:
+    """``True``: ``<database file>.search/`` (none for in-memory or read-only stores)."""
+    if graph_dir is True:
+        if store.path == ":memory:" or store.read_only or ":" in Path(store.path).name:
+            return None
+        return Path(f"{store.path}.search")
+    return Path(graph_dir) if graph_dir else None
+
+
+def _check_kind(kind: str) -> None:
+    if kind not in KINDS:
+        raise InvalidInput(f"unknown memory kind {kind!r}; expected one of {', '.join(KINDS)}")
+
+
+def _tier(row: dict, centre) -> int:
+    uuid, _facts, neighbours = centre
+    ends = (row["source_uuid"], row["target_uuid"])
+    if uuid in ends:
+        return 0
+    return 1 if ends[0] in neighbours or ends[1] in neighbours else 2

@@ -1,0 +1,76 @@
+"""The JSON-able shape of search hits (datetimes as ISO 8601 strings)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from workbench.search.ranking import Weights
+
+__all__ = ["node_out", "fact_out"]
+
+
+def _iso(value) -> str | None:
+    return None if value is None else value.isoformat()
+
+
+_WEIGHTS: dict[Weights, dict[str, float]] = {}
+
+
+def _weights(weights: Weights) -> dict[str, float]:
+    cached = _WEIGHTS.get(weights)
+    if cached is None:
+        cached = _WEIGHTS[weights] = weights.as_dict()
+        if len(_WEIGHTS) > 64:
+            _WEIGHTS.clear()
+    return dict(cached)
+
+
+def _memory(row: dict, parts: dict, score: float, weights: Weights) -> dict[str, Any]:
+    return {
+        "group_id": row["group_id"],
+        "created_at": _iso(row["created_at"]),
+        "lifecycle_state": row["lifecycle_state"],
+        "importance": int(row["importance"]),
+        "stability": int(row["stability"]),
+        "decay_score": float(row["decay_score"]),
+        "last_accessed_at": _iso(row["last_accessed_at"]),
+        "access_count": int(row["access_count"]),
+        "score": round(float(score), 6),
+        "score_parts": parts,
+        "score_weights": _weights(weights),
+    }
+
+
+def node_out(row: dict, parts: dict, score: float, weights: Weights) -> dict[str, Any]:
+    """An entity hit. ``decay_score`` is the value the score used (before this access);
+    ``lifecycle_state``, ``last_accessed_at`` and ``access_count`` are after it."""
+    return {
+        "uuid": row["uuid"],
+        "name": row["name"],
+        "entity_type": row["entity_type"],
+        "summary": row["summary"],
+        **_memory(row, parts, score, weights),
+    }
+
+
+def fact_out(row: dict, parts: dict, score: float, distance: int | None, weights: Weights,
+             entities) -> dict[str, Any]:
+    """A fact hit with its endpoint names (looked up in the entity row cache)."""
+    source, target = entities.get(row["source_uuid"]), entities.get(row["target_uuid"])
+    out = {
+        "uuid": row["uuid"],
+        "fact": row["fact"],
+        "relation": row["relation"],
+        "source_node_uuid": row["source_uuid"],
+        "source_node_name": source["name"] if source else None,
+        "target_node_uuid": row["target_uuid"],
+        "target_node_name": target["name"] if target else None,
+        "episode_uuid": row["episode_uuid"],
+        "valid_at": _iso(row["valid_at"]),
+        "invalid_at": _iso(row["invalid_at"]),
+        "expired_at": _iso(row["expired_at"]),
+        **_memory(row, parts, score, weights),
+    }
+    if distance is not None:
+        out["graph_distance"] = distance
+    return out

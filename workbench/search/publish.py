@@ -1,0 +1,105 @@
+"""Write, then tell the search indexes: the one object every writer of entities and facts uses.
+
+The search engine keeps rows, vectors and keyword documents in memory, and ingestion reads the
+graph from those rows (``workbench.ingest.reads``). So a write is not finished when its
+transaction commits: the engine must also know it before anyone reads again. The
+:class:`Publisher` (one per :class:`~workbench.search.engine.SearchEngine`, as its
+``publisher``) holds that rule in one place:
+
+* **The gate.** A writer holds it (``with publisher:``) from its transaction until the engine
+  has been told; the queue claims episodes under it too. So when an episode is claimed,
+  everything written before, in particular the previous episode of its group, is in the rows.
+* **Telling never fails the writer.** The write is committed (for an episode, acknowledged), so
+  an error here must not have it redone (duplicates): a failure is tried once more (the
+  engine's updates are idempotent), then the rows and indexes are re-read whole.
+* **Maintenance** writes queued accesses before a run reads ``last_accessed_at``
+  (:meth:`before_maintenance`) and re-reads every row after a real run or a recovery
+  (:meth:`states_changed`): states, decay scores and purges.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from workbench.search.engine import SearchEngine
+    from workbench.search.rows import RowCache
+
+log = logging.getLogger("workbench.search.publish")
+
+# (kind, rows, vectors or None): what one write changed of one memory kind
+Upsert = tuple[str, list[dict[str, Any]], "np.ndarray | None"]
+
+
+class Publisher:
+    """The publish gate and the telling of the search engine (see the module docstring)."""
+
+    def __init__(self, engine: SearchEngine):
+        self._engine = engine
+        self._gate = threading.RLock()
+
+    def __enter__(self) -> Publisher:
+        self._gate.acquire()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._gate.release()
+
+    # --- after a committed write, under the gate ------------------------------------------
+    def upserted(self, changes: Iterable[Upsert], what: str) -> None:
+        """The engine indexes new or changed memories (rows need ``uuid`` and ``group_id``;
+        vectors replace the embeddings of the first rows; None keeps theirs)."""
+        changes = [c for c in changes if c[1]]
+
+        def tell() -> None:
+            for kind, rows, vectors in changes:
+                self._engine.on_upsert(kind, rows, vectors)
+
+        self._tell(tell, what)
+
+    def deleted(self, removed: Mapping[str, Sequence[str]], what: str) -> None:
+        """The engine forgets removed memories (``removed``: kind -> uuids)."""
+        def tell() -> None:
+            for kind in ("entity", "fact"):
+                self._engine.on_delete(kind, removed.get(kind, ()))
+
+        self._tell(tell, what)
+
+    def _tell(self, tell: Callable[[], None], what: str) -> None:
+        for attempt in (1, 2):
+            try:
+                tell()
+                return
+            except Exception:  # noqa: BLE001 - written already: never fail the writer
+                log.exception("updating the search indexes after %s failed (attempt %d)", what,
+                              attempt)
+        try:
+            self._engine.rebuild()
+        except Exception:  # noqa: BLE001
+            log.exception("re-reading the search indexes failed too: searches and extraction "
+                          "may miss the newest memories until the service restarts")
+
+    # --- maintenance ----------------------------------------------------------------------
+    def before_maintenance(self) -> None:
+        """Write queued access updates, so a run reads current ``last_accessed_at``."""
+        self._engine.flush()
+
+    def states_changed(self) -> None:
+        """Re-read every row after a maintenance run or a recovery (states, decay, purges)."""
+        self._engine.refresh_states()
+
+    # --- what ingestion reads -------------------------------------------------------------
+    def cached_rows(self) -> AbstractContextManager[tuple[RowCache, RowCache]]:
+        """The engine's (entity, fact) row caches, held still while read."""
+        return self._engine.cached_rows()
+
+    def similar(self, kind: str, vectors: np.ndarray, group_id: str | None,
+                k: int) -> list[list[tuple[str, float]]]:
+        """Per vector, its ``k`` nearest memories of ``kind`` in the group: (uuid, cosine)."""
+        return self._engine.similar(kind, vectors, group_id, k)
