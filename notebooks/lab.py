@@ -35,7 +35,7 @@ if str(ROOT) not in sys.path:  # tests.fakes lives in the repository, not in the
 from workbench.fakes.chat_server import FakeLLMServer, FakeReply, message_text, structure_name  # noqa: E402
 from workbench import Workbench, load_settings  # noqa: E402
 from workbench.clock import utcnow  # noqa: E402
-from workbench.eval.extraction import LabelledEpisode, load_labelled, normalize_name  # noqa: E402
+from workbench.eval.extraction import LabelledEpisode, load_labelled, loose_name_key  # noqa: E402
 
 RECORDED_MODEL = "gpt-4o-mini"
 CACHE_MIN_TOKENS = 1024
@@ -137,14 +137,14 @@ class LabelledResponder:
     def _edges(self, request: dict) -> dict:
         ep = self._episode(request)
         text = _user_text(request)
-        listed = {normalize_name(line[2:].rsplit(" (", 1)[0]): line[2:].rsplit(" (", 1)[0]
+        listed = {loose_name_key(line[2:].rsplit(" (", 1)[0]): line[2:].rsplit(" (", 1)[0]
                   for line in text.split("EXISTING FACTS:", 1)[0].splitlines()
                   if line.startswith("- ")}
         ended = [f for f in (ep.gold.facts if ep else ()) if f.ended]
         edges = []
         for i, fact in enumerate(f for f in (ep.gold.facts if ep else ()) if not f.ended):
-            src, dst = listed.get(normalize_name(fact.source)), listed.get(
-                normalize_name(fact.target))
+            src, dst = listed.get(loose_name_key(fact.source)), listed.get(
+                loose_name_key(fact.target))
             if not (src and dst and self._keep(i)):
                 continue
             renamed = self.drop_every and (i + 2) % self.drop_every == 0
@@ -166,7 +166,7 @@ class LabelledResponder:
             if kind not in ("NEW", "EXISTING"):
                 continue
             ident, _, tail = rest.partition(": ")
-            name = normalize_name(tail.rsplit(" (", 1)[0] if " (" in tail else tail)
+            name = loose_name_key(tail.rsplit(" (", 1)[0] if " (" in tail else tail)
             if kind == "NEW":
                 current = {"id": int(ident), "duplicate_of": None, "name": name}
                 answers.append(current)
@@ -198,9 +198,9 @@ def _existing_ids(text: str, ended: list) -> list[int]:
         if not line.startswith("["):
             continue
         ident, _, rest = line[1:].partition("] ")
-        head = normalize_name(rest.split(": ", 1)[0])
+        head = loose_name_key(rest.split(": ", 1)[0])
         for fact in ended:
-            wanted = normalize_name(f"{fact.source} {fact.relation} {fact.target}")
+            wanted = loose_name_key(f"{fact.source} {fact.relation} {fact.target}")
             if head == wanted and ident.isdigit():
                 ids.append(int(ident))
     return ids

@@ -72,12 +72,3 @@ def sha256_of(path: Path, chunk: int = 1 << 20) -> str:
             digest.update(block)
     return digest.hexdigest()
 
-
-def verify_checksums(directory: Path) -> list[str]:
-    """Full sha256 check of both files; returns the problems found (empty: all good)."""
-    expected = {MODEL_FILE: MODEL_SHA256, VOICES_FILE: VOICES_SHA256}
-    return [
-        f"{directory / name}: sha256 mismatch"
-        for name, digest in expected.items()
-        if not (directory / name).is_file() or sha256_of(directory / name) != digest
-    ]

@@ -13,8 +13,8 @@ from workbench.eval.extraction import (
     Extraction,
     Fact,
     aggregate,
-    normalize_name,
-    normalize_relation,
+    loose_name_key,
+    relation_name,
     score_episode,
     score_set,
 )
@@ -49,7 +49,7 @@ GOLD = ext(
     ("", ""),
 ])
 def test_normalize_name(raw, norm):
-    assert normalize_name(raw) == norm
+    assert loose_name_key(raw) == norm
 
 
 @pytest.mark.parametrize(("raw", "norm"), [
@@ -62,7 +62,7 @@ def test_normalize_name(raw, norm):
     ("--", "RELATES_TO"),
 ])
 def test_normalize_relation(raw, norm):
-    assert normalize_relation(raw) == norm
+    assert relation_name(raw) == norm
 
 
 # --- PRF and zero division ----------------------------------------------------------------

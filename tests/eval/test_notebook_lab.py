@@ -16,7 +16,7 @@ import pytest
 
 from workbench.llm.structured import request_options
 from workbench.prompts import classify_memories, extract_edges, extract_entities, resolve_nodes
-from workbench.eval.extraction import normalize_name
+from workbench.eval.extraction import loose_name_key
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -145,5 +145,5 @@ def test_llm_mode_selection(lab, monkeypatch):
 
 def test_gold_names_survive_normalisation(labelled):
     for ep in labelled.values():
-        keys = [normalize_name(e.name) for e in ep.gold.entities]
+        keys = [loose_name_key(e.name) for e in ep.gold.entities]
         assert all(keys), ep.id

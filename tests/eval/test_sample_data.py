@@ -12,7 +12,7 @@ import pytest
 from workbench.eval.extraction import (
     ENTITY_TYPES,
     load_labelled,
-    normalize_name,
+    loose_name_key,
     score_episode,
 )
 
@@ -88,7 +88,7 @@ def test_labelled_matches_sample(sample, labelled):
 def test_labelled_gold_is_well_formed(labelled):
     for ep in labelled:
         names = [e.name for e in ep.gold.entities]
-        keys = [normalize_name(n) for n in names]
+        keys = [loose_name_key(n) for n in names]
         assert len(keys) == len(set(keys)), ep.id
         assert ep.gold.entities and ep.gold.facts, ep.id
         for ent in ep.gold.entities:

@@ -4,7 +4,7 @@ Pure functions over values; no LLM, no store, no pandas (``to_frame`` imports it
 
 Matching rules (one place, so a notebook reader can check them):
 
-* **Names** are compared after :func:`normalize_name`: Unicode NFKD with diacritics dropped,
+* **Names** are compared after :func:`loose_name_key`: Unicode NFKD with diacritics dropped,
   case-folded, apostrophes removed (``O'Brien`` = ``OBrien``), every other punctuation
   character read as a space, whitespace collapsed, and a leading English article (``the``,
   ``a``, ``an``) dropped when more words follow. ``"The  Acme-Corp."`` and ``"acme corp"``
@@ -43,42 +43,20 @@ Matching rules (one place, so a notebook reader can check them):
 from __future__ import annotations
 
 import json
-import re
-import unicodedata
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from workbench.errors import InvalidInput
+from workbench.names import loose_name_key, relation_name
 
 ENTITY_TYPES = (
     "Person", "Organization", "Project", "Tool", "Place", "Preference", "Event", "Concept",
 )
-_ARTICLES = ("the", "a", "an")
-_APOSTROPHES = "'\u2019\u02bc`"
-_RELATION_RE = re.compile(r"[^0-9A-Za-z]+")
 
 
 # --- normalisation ----------------------------------------------------------------------
-def normalize_name(name: str) -> str:
-    """The comparison key of an entity name (see the module docstring)."""
-    text = unicodedata.normalize("NFKD", str(name))
-    text = "".join(ch for ch in text if not unicodedata.combining(ch)).casefold()
-    for ch in _APOSTROPHES:
-        text = text.replace(ch, "")
-    text = "".join(ch if ch.isalnum() else " " for ch in text)
-    words = text.split()
-    if len(words) > 1 and words[0] in _ARTICLES:
-        words = words[1:]
-    return " ".join(words)
-
-
-def normalize_relation(relation: str) -> str:
-    """``"works at"``, ``"works-at"``, ``"WorksAt"`` -> ``WORKS_AT``; empty -> ``RELATES_TO``."""
-    text = re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", str(relation).strip())
-    text = _RELATION_RE.sub("_", text).strip("_").upper()
-    return text or "RELATES_TO"
 
 
 # --- values -----------------------------------------------------------------------------
@@ -249,7 +227,7 @@ class _Resolver:
     """
 
     def __init__(self, gold: Sequence[Entity]):
-        self._names = [normalize_name(e.name) for e in gold]
+        self._names = [loose_name_key(e.name) for e in gold]
         own: dict[str, int | None] = {}
         aliases: dict[str, int | None] = {}
         first: dict[str, int | None] = {}
@@ -257,7 +235,7 @@ class _Resolver:
         for i, ent in enumerate(gold):
             _claim(own, self._names[i], i)
             for alias in ent.aliases:
-                _claim(aliases, normalize_name(alias), i)
+                _claim(aliases, loose_name_key(alias), i)
             words = self._names[i].split()
             if ent.entity_type == "Person" and words:
                 _claim(self._persons_by_first, words[0], i)
@@ -266,7 +244,7 @@ class _Resolver:
         self._index = {**first, **aliases, **own}
 
     def key(self, name: str) -> str:
-        norm = normalize_name(name)
+        norm = loose_name_key(name)
         if norm in self._index:
             hit = self._index[norm]
             return "name:" + norm if hit is None else "gold:" + self._names[hit]
@@ -295,7 +273,7 @@ def _fact_keys(
 ) -> set[tuple[str, str, str]]:
     keys = set()
     for f in facts:
-        rel = normalize_relation(f.relation)
+        rel = relation_name(f.relation)
         rel = synonyms.get(rel, rel)
         src, dst = resolver.key(f.source), resolver.key(f.target)
         if rel in symmetric and dst < src:
@@ -316,9 +294,9 @@ def score_episode(
     if not ended_facts:
         predicted, gold = without_ended_facts(predicted), without_ended_facts(gold)
     resolver = _Resolver(gold.entities)
-    synonyms = {normalize_relation(k): normalize_relation(v)
+    synonyms = {relation_name(k): relation_name(v)
                 for k, v in (relation_synonyms or {}).items()}
-    symmetric = frozenset(normalize_relation(r) for r in symmetric_relations)
+    symmetric = frozenset(relation_name(r) for r in symmetric_relations)
 
     pred_keys = [resolver.key(e.name) for e in predicted.entities]
     gold_keys = {resolver.key(e.name) for e in gold.entities}

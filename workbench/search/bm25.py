@@ -25,7 +25,9 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-__all__ = ["KeywordIndex", "tokenize", "stem", "entity_text", "fact_text", "STOP_WORDS"]
+from workbench.search.vector_math import top_positions
+
+__all__ = ["STOP_WORDS", "KeywordIndex", "stem", "tokenize"]
 
 STOP_WORDS = frozenset(
     """a about above after again against all am an and any are aren't as at be because been
@@ -84,16 +86,6 @@ def tokenize(text: str) -> list[str]:
     """Stemmed content tokens of ``text`` (stop words and possessives removed)."""
     terms = map(_term, _TOKEN.findall(text.lower()))
     return [t for t in terms if t is not None]
-
-
-def entity_text(name: str, summary: str | None) -> str:
-    """What the keyword index (and the entity embedding) sees of an entity."""
-    summary = (summary or "").strip()
-    return f"{name}: {summary}" if summary else name
-
-
-def fact_text(fact: str) -> str:
-    return fact
 
 
 class KeywordIndex:
@@ -397,9 +389,9 @@ class KeywordIndex:
 
     def _top(self, slots, scores, k, allowed, idf_sum) -> list[tuple[str, float, float]]:
         if allowed is None:
-            order = _top_positions(scores, k)
+            order = top_positions(scores, k)
         else:
-            order = _top_positions(scores, scores.size)
+            order = top_positions(scores, scores.size)
         out: list[tuple[str, float, float]] = []
         test = allowed.__contains__ if isinstance(allowed, set | frozenset) else allowed
         for pos in order:
@@ -436,10 +428,3 @@ def _likely_top(scores: np.ndarray, k: int, sample: int = 4096) -> np.ndarray:
             return above
     return np.flatnonzero(scores)
 
-
-def _top_positions(scores: np.ndarray, n: int) -> np.ndarray:
-    n = min(n, scores.size)
-    if n <= 0:
-        return np.zeros(0, dtype=np.int64)
-    part = np.argpartition(-scores, n - 1)[:n] if n < scores.size else np.arange(scores.size)
-    return part[np.argsort(-scores[part], kind="stable")]

@@ -28,13 +28,11 @@ Every keyword weight from 0.1 to 0.4 is at least as good as vector alone on ever
 
 from __future__ import annotations
 
-import math
 from dataclasses import asdict, dataclass
 
 import numpy as np
 
-__all__ = ["Weights", "freshness", "importance_score", "score_parts", "combine", "score_arrays",
-           "rrf"]
+__all__ = ["Weights", "freshness", "importance_score", "rrf", "score_arrays"]
 
 # Tuned on data/retrieval_set.jsonl (workbench.eval.retrieval); see the module docstring.
 DEFAULT_KEYWORD_WEIGHT = 0.3
@@ -76,33 +74,12 @@ def importance_score(importance: int | float | None) -> float:
     return (_clip(float(importance if importance is not None else 3), 1.0, 5.0) - 1.0) / 4.0
 
 
-def score_parts(
-    similarity: float | None, keyword: float | None, decay_score: float | None,
-    importance: int | float | None,
-) -> dict[str, float]:
-    sim = 0.0 if similarity is None or math.isnan(similarity) else float(similarity)
-    return {
-        "similarity": round(sim, 6),
-        "keyword": round(_clip(float(keyword or 0.0)), 6),
-        "freshness": round(freshness(decay_score), 6),
-        "importance": round(importance_score(importance), 6),
-    }
-
-
-def combine(parts: dict[str, float], weights: Weights) -> float:
-    return (
-        weights.similarity * parts["similarity"]
-        + weights.keyword * parts["keyword"]
-        + weights.freshness * parts["freshness"]
-        + weights.importance * parts["importance"]
-    )
-
-
 def score_arrays(
     similarity: np.ndarray, keyword: np.ndarray, decay: np.ndarray, importance: np.ndarray,
     weights: Weights,
 ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-    """:func:`score_parts` and :func:`combine` over arrays (one entry per candidate)."""
+    """The score and its parts (similarity, keyword, freshness, importance), one entry per
+    candidate."""
     parts = {
         "similarity": np.nan_to_num(similarity.astype(np.float64), nan=0.0),
         "keyword": np.clip(np.nan_to_num(keyword.astype(np.float64), nan=0.0), 0.0, 1.0),

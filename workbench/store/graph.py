@@ -376,13 +376,6 @@ def graph_counts(store: Store, group_ids: Sequence[str] | None = None) -> dict[s
     }
 
 
-def group_exists(store: Store, group_id: str) -> bool:
-    row = store.fetchone(
-        "SELECT EXISTS (SELECT 1 FROM episodes WHERE group_id = ?) "
-        "OR EXISTS (SELECT 1 FROM entities WHERE group_id = ?)", [group_id, group_id])
-    return bool(row[0])
-
-
 def _group_filter(group_ids: Sequence[str] | None) -> tuple[str, list[Any]]:
     if not group_ids:
         return "", []

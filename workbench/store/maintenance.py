@@ -373,14 +373,6 @@ def last_run(store: Store, status: str | None = None) -> dict[str, Any] | None:
     return _run_row(rows[0]) if rows else None
 
 
-def list_runs(store: Store, limit: int = 20) -> list[dict[str, Any]]:
-    rows = store.fetch_dicts(
-        f"SELECT {RUN_COLUMNS} FROM maintenance_runs ORDER BY started_at DESC, id DESC LIMIT ?",
-        [limit],
-    )
-    return [_run_row(r) for r in rows]
-
-
 def find_memory(store: Store, uuid: str) -> tuple[str, str] | None:
     """(kind, lifecycle_state) of the entity or fact ``uuid``, or None."""
     for kind, table, _ in MEMORY_TABLES:

@@ -167,6 +167,5 @@ MIGRATIONS: list[Callable[[int], list[str]]] = [_v1, _v2]
 SCHEMA_VERSION = len(MIGRATIONS)
 
 LIFECYCLE_STATES = ("ACTIVE", "DORMANT", "ARCHIVED", "EXPIRED", "SOFT_DELETED", "PERMANENT")
-QUEUE_STATES = ("queued", "processing", "done", "failed")
 PRIORITIES = {"high": 0, "normal": 1, "low": 2}
 PRIORITY_NAMES = {v: k for k, v in PRIORITIES.items()}
