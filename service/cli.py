@@ -15,13 +15,13 @@ flags override them. Every start-up problem is one clear ``error:`` line and a n
 from __future__ import annotations
 
 import argparse
-import gc
 import json
 import logging
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from service.bootstrap import freeze_loaded_memory, open_workbench, secrets_of
 from workbench.config import Settings, load_settings
 from workbench.errors import ConfigError, WorkbenchError
 
@@ -35,37 +35,6 @@ EXIT_FAILURE = 1
 def settings_from(args: argparse.Namespace, **extra: Any) -> Settings:
     overrides = {"db_path": getattr(args, "db", None), **extra}
     return load_settings(**{k: v for k, v in overrides.items() if v is not None})
-
-
-def secrets_of(settings: Settings) -> list[str | None]:
-    return [s.get_secret_value() if s else None
-            for s in (settings.api_token, settings.compat_api_key)]
-
-
-def open_workbench(settings: Settings, embedder=None, start: bool = False):
-    from workbench.facade import Workbench
-
-    workbench = Workbench.open(settings, embedder=embedder)
-    if start:
-        workbench.start()
-    return workbench
-
-
-def freeze_loaded_memory() -> int:
-    """Exempt everything allocated so far from the garbage collector's full passes; returns
-    how many objects that is.
-
-    Called once the workbench is open: its search caches (a row dict per memory, the BM25
-    postings) are most of the process's container objects and live as long as it does, yet a
-    full (generation 2) collection walks every one of them, stalling every request meanwhile:
-    210-370 ms at 100k memories on this machine (``gc.collect()`` after loading), growing with
-    the number of memories (not measured at 1M). Frozen, they cost such a pass nothing.
-    Reference counting still frees what is dropped later (a replaced cache); only reference
-    cycles among these objects would never be collected, and they hold none that matter.
-    """
-    gc.collect()
-    gc.freeze()
-    return gc.get_freeze_count()
 
 
 def print_json(value: Any) -> None:

@@ -27,7 +27,7 @@ from typing import Any
 
 import uvicorn
 
-from service.cli import freeze_loaded_memory, open_workbench, secrets_of
+from service.bootstrap import freeze_loaded_memory, open_workbench, secrets_of
 from service.logs import setup_logging
 from workbench.config import Settings
 from workbench.errors import ConfigError, EmbedderError

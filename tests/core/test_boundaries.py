@@ -1,19 +1,159 @@
-"""The core's boundaries: importing it loads no adapter layer and no heavy model library,
-and its public API is small, sorted and real."""
+"""The core's boundaries: importing it loads no adapter layer and no heavy model library, its
+public API is small, sorted and real, its subsystems import each other in one direction only,
+and no module of the core, the service or the voice server sits on an import circle."""
 
+from __future__ import annotations
+
+import ast
 import subprocess
 import sys
+from pathlib import Path
+
+import pytest
 
 import workbench
 
+ROOT = Path(__file__).resolve().parents[2]
 FORBIDDEN = ("litestar", "service", "voice", "uvicorn", "mcp", "IPython", "ipywidgets",
              "torch", "sentence_transformers", "transformers", "onnxruntime")
+
+# The direction of imports in the core: a module may import its own layer and those below.
+# The pure decay rules sit with the kernel: the store's maintenance SQL is their twin.
+LAYERS = [
+    ("kernel", ("workbench.config", "workbench.errors", "workbench.clock", "workbench.metrics",
+                "workbench.names", "workbench.decay.rules")),
+    ("store", ("workbench.store",)),
+    ("models", ("workbench.llm", "workbench.prompts", "workbench.embedding")),
+    ("search", ("workbench.search",)),
+    ("ingest, decay", ("workbench.ingest", "workbench.decay")),
+    ("facade", ("workbench.facade", "workbench")),
+    # evaluation and the fakes may import anything; nothing in the core imports them
+    ("tools", ("workbench.eval", "workbench.fakes")),
+]
+MAX_TOP_LEVEL_MODULES = 8
+
+
+def module_files(package: str) -> dict[str, Path]:
+    found = {}
+    for path in (ROOT / package).rglob("*.py"):
+        parts = list(path.relative_to(ROOT).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        found[".".join(parts)] = path
+    return found
+
+
+MODULES = {m: p for pkg in ("workbench", "service", "voice") for m, p in module_files(pkg).items()}
+
+
+def imports_of(name: str, path: Path) -> set[str]:
+    """The project modules ``name`` imports anywhere in its file (in functions too)."""
+    found = set()
+    package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names if a.name in MODULES}
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                base = ".".join(package[: len(package) - node.level + 1] + [base]).strip(".")
+            for alias in node.names:
+                target = f"{base}.{alias.name}"
+                found.add(target if target in MODULES else base)
+    return {m for m in found if m in MODULES and m != name}
+
+
+GRAPH = {name: imports_of(name, path) for name, path in MODULES.items()}
+
+
+def layer(module: str) -> int:
+    best = (-1, None)
+    for rank, (_, prefixes) in enumerate(LAYERS):
+        for prefix in prefixes:
+            if (module == prefix or module.startswith(prefix + ".")) and len(prefix) > best[0]:
+                best = (len(prefix), rank)
+    assert best[1] is not None, f"{module} belongs to no layer: add it to LAYERS"
+    return best[1]
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for other in graph[node]:
+            if other not in index:
+                visit(other)
+                low[node] = min(low[node], low[other])
+            elif other in on_stack:
+                low[node] = min(low[node], index[other])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_no_module_sits_on_an_import_circle():
+    assert cycles(GRAPH) == []
+
+
+def test_the_cycle_finder_finds_a_circle_through_three_modules():
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert cycles(graph) == [["a", "b", "c"]]
+
+
+def test_the_core_imports_downwards_only():
+    upward = [
+        f"{module} ({LAYERS[layer(module)][0]}) imports {target} ({LAYERS[layer(target)][0]})"
+        for module, targets in GRAPH.items() if module.startswith("workbench")
+        for target in targets if layer(target) > layer(module)
+    ]
+    assert upward == []
+
+
+def test_the_core_imports_neither_the_service_nor_the_voice_server():
+    crossing = [(m, t) for m, targets in GRAPH.items() if m.startswith("workbench")
+                for t in targets if not t.startswith("workbench")]
+    assert crossing == []
+
+
+@pytest.mark.parametrize("module, target", [
+    ("workbench.store.graph", "workbench.search.engine"),
+    ("workbench.search.engine", "workbench.ingest.write"),
+    ("workbench.ingest.extract", "workbench.facade"),
+    ("workbench.facade", "workbench.eval.retrieval"),
+])
+def test_the_layer_rule_would_catch_an_upward_import(module, target):
+    assert layer(target) > layer(module)
+
+
+def test_at_most_eight_modules_at_the_top_of_the_core():
+    top = sorted(p.name for p in (ROOT / "workbench").glob("*.py") if p.name != "__init__.py")
+    assert len(top) <= MAX_TOP_LEVEL_MODULES, top
 
 
 def test_importing_the_core_loads_no_adapter_and_no_model_library():
     code = (
-        "import sys, workbench, workbench.facade, workbench.search.engine, workbench.decay.maintenance, "
-        "workbench.llm, workbench.ingest.extract, workbench.ingest.episode_queue, workbench.ingest.importer\n"
+        "import sys, workbench, workbench.facade, workbench.search, workbench.decay.maintenance, "
+        "workbench.llm, workbench.ingest.pipeline, workbench.ingest.importer\n"
         f"print([m for m in {FORBIDDEN!r} if m in sys.modules])"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

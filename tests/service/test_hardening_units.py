@@ -117,7 +117,7 @@ def test_bound_sockets_are_tcp_with_nodelay():
 def test_freezing_exempts_what_is_loaded_from_full_collections():
     import gc
 
-    from service.cli import freeze_loaded_memory
+    from service.bootstrap import freeze_loaded_memory
 
     loaded = [{"uuid": str(i)} for i in range(1000)]  # containers, like the row caches
     try:

@@ -3,7 +3,8 @@
 Messages live in DuckDB (``workbench.store.queue``): an accepted episode survives crashes and
 restarts. Only the head message of a group is ever leased, so a group's episodes run in order
 while groups run in parallel up to ``concurrency``. What is done with a message belongs to one
-collaborator, an :class:`~workbench.ingest.pipeline.EpisodeWork`: ``prepare`` (the LLM calls and
+collaborator, an :class:`EpisodeWork` (for episodes:
+:class:`~workbench.ingest.pipeline.EpisodePipeline`): ``prepare`` (the LLM calls and
 reads; writes nothing) and ``commit`` (the write, with the queue's acknowledgement in the same
 transaction), ``prefetch`` reading a claimed batch's episodes at once.
 
@@ -39,7 +40,8 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager, contextmanager
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any, Protocol
 
 from workbench.clock import Clock
 from workbench.ingest.group_commit import GroupCommit
@@ -50,15 +52,28 @@ from workbench.store import queue as q
 from workbench.store.queue import QueueMessage
 from workbench.store.schema import PRIORITY_NAMES
 
-if TYPE_CHECKING:
-    from workbench.ingest.pipeline import EpisodeWork
-
 log = logging.getLogger("workbench.ingest.episode_queue")
 
 QUEUE_NAME = "episodes"
 # how long a prepared episode may wait for others to share its commit while more are being
 # prepared: a commit costs ~20 ms of DuckDB work however many episodes it writes
 COMMIT_LINGER_SECONDS = 0.2
+
+
+class EpisodeWork(Protocol):
+    """What the queue needs done with the messages it claims."""
+
+    def prefetch(self, messages: list[QueueMessage]) -> list[QueueMessage]:
+        """The messages with their ``episode`` read (in a few queries for the whole batch)."""
+        ...
+
+    def prepare(self, message: QueueMessage) -> Any:
+        """Everything but the write (LLM calls, reads); raises on failure."""
+        ...
+
+    def commit(self, results: list[Any], ack: Callable[[], None]) -> None:
+        """Write the prepared results in one transaction that also calls ``ack()``."""
+        ...
 
 
 class EpisodeQueue:

@@ -1,7 +1,6 @@
 """The queue's work on an episode: read it (with its context), extract it, write it.
 
-:class:`EpisodePipeline` is the one collaborator :class:`~workbench.ingest.episode_queue.EpisodeQueue`
-drives: ``prefetch`` a claimed batch's episodes in a few queries, ``prepare`` one (the LLM side,
+:class:`EpisodePipeline` is the one collaborator the episode queue drives: ``prefetch`` a claimed batch's episodes in a few queries, ``prepare`` one (the LLM side,
 :class:`~workbench.ingest.extract.Extractor`), ``commit`` several in one transaction together
 with the queue's acknowledgement (:class:`~workbench.ingest.write.EpisodeWriter`).
 """
@@ -9,7 +8,7 @@ with the queue's acknowledgement (:class:`~workbench.ingest.write.EpisodeWriter`
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any
 
 from workbench.clock import Clock
 from workbench.embedding import Embedder
@@ -29,24 +28,9 @@ NO_LLM = ("waiting: no LLM is configured (set SVC_KNOWLEDGE_COMPAT_BASE_URL and 
           "SVC_KNOWLEDGE_MODEL_NAME, then restart)")
 
 
-class EpisodeWork(Protocol):
-    """What the queue needs done with the messages it claims."""
-
-    def prefetch(self, messages: list[QueueMessage]) -> list[QueueMessage]:
-        """The messages with their ``episode`` read (in a few queries for the whole batch)."""
-        ...
-
-    def prepare(self, message: QueueMessage) -> Any:
-        """Everything but the write (LLM calls, reads); raises on failure."""
-        ...
-
-    def commit(self, results: list[Any], ack: Callable[[], None]) -> None:
-        """Write the prepared results in one transaction that also calls ``ack()``."""
-        ...
-
-
 class EpisodePipeline:
-    """:class:`EpisodeWork` for episodes: extraction, then the write."""
+    """The queue's :class:`~workbench.ingest.episode_queue.EpisodeWork` for episodes:
+    extraction, then the write."""
 
     def __init__(self, store: Store, chat: Any, embedder: Embedder, metrics: Metrics,
                  clock: Clock, index: Publisher, reembed_fraction: float = 0.2,

@@ -23,13 +23,11 @@ import logging
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 
-if TYPE_CHECKING:
-    from workbench.search.engine import SearchEngine
-    from workbench.search.rows import RowCache
+from workbench.search.rows import RowCache
 
 log = logging.getLogger("workbench.search.publish")
 
@@ -37,10 +35,30 @@ log = logging.getLogger("workbench.search.publish")
 Upsert = tuple[str, list[dict[str, Any]], "np.ndarray | None"]
 
 
+class Indexes(Protocol):
+    """What the publisher tells and reads (the :class:`~workbench.search.engine.SearchEngine`)."""
+
+    def on_upsert(self, kind: str, rows: list[dict], vectors: np.ndarray | None = None) -> None:
+        ...
+
+    def on_delete(self, kind: str, uuids: Sequence[str]) -> None: ...
+
+    def rebuild(self) -> None: ...
+
+    def refresh_states(self) -> None: ...
+
+    def flush(self) -> int: ...
+
+    def cached_rows(self) -> AbstractContextManager[tuple[RowCache, RowCache]]: ...
+
+    def similar(self, kind: str, vectors: np.ndarray, group_id: str | None,
+                k: int) -> list[list[tuple[str, float]]]: ...
+
+
 class Publisher:
     """The publish gate and the telling of the search engine (see the module docstring)."""
 
-    def __init__(self, engine: SearchEngine):
+    def __init__(self, engine: Indexes):
         self._engine = engine
         self._gate = threading.RLock()
 
