@@ -16,17 +16,17 @@ import argparse
 import json
 import os
 import socket
-import subprocess
 import statistics
+import subprocess
 import sys
 import threading
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from workbench.embedding import CompatEmbedder, LocalEmbedder
 
-from workbench.embedding import CompatEmbedder, LocalEmbedder  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
+
 
 SENTENCES = [
     "The user prefers dark mode in every editor.",
@@ -80,7 +80,6 @@ def fresh_process(backend: str, threads: int, cache_dir: str | None) -> dict:
     out = subprocess.run(
         [sys.executable, "-c", FRESH, backend, str(threads), cache_dir or ""],
         capture_output=True, text=True, check=True, cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
     )
     result = json.loads(out.stdout.strip().splitlines()[-1])
     result["process"] = time.perf_counter() - started

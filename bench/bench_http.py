@@ -32,11 +32,11 @@ import httpx
 import numpy as np
 import pyarrow as pa
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from workbench.store import Store
+from workbench.store import graph as g
 
-from workbench.store import Store  # noqa: E402
-from workbench.store import graph as g  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
+
 
 DIM = 384
 T0 = datetime(2026, 1, 1, tzinfo=UTC)

@@ -30,23 +30,21 @@ import json
 import multiprocessing
 import os
 import shutil
-import sys
 import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from workbench.config import load_settings
+from workbench.facade import Workbench
+from workbench.fakes import rule_llm
+from workbench.fakes.chat_server import FakeLLMServer, chat_settings_env
+from workbench.fakes.embedder import HashEmbedder
+from workbench.fakes.replay_llm import ReplayLLM
+from workbench.metrics import Metrics
 
-from workbench.fakes.embedder import HashEmbedder  # noqa: E402
-from workbench.fakes.chat_server import FakeLLMServer  # noqa: E402
-from tests.fakes.fixtures import chat_settings_env  # noqa: E402
-from workbench.fakes import rule_llm  # noqa: E402
-from workbench.fakes.replay_llm import ReplayLLM  # noqa: E402
-from workbench.config import load_settings  # noqa: E402
-from workbench.metrics import Metrics  # noqa: E402
-from workbench.facade import Workbench  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
+
 
 PEOPLE = ["Maria Keller", "Tom", "User"]
 ORGS = ["Acme", "Globex"]

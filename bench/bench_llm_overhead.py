@@ -17,21 +17,17 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import openai
+from pydantic import BaseModel, Field
 
-import openai  # noqa: E402
-from pydantic import BaseModel, Field  # noqa: E402
-
-from tests.fakes import FakeLLMServer, FakeReply  # noqa: E402
-from workbench.llm import CompatChatModel  # noqa: E402
-from workbench.llm.client import _Call  # noqa: E402
-from workbench.llm.structured import parse_reply, request_options  # noqa: E402
-from workbench.metrics import Metrics  # noqa: E402
-from workbench.store import Store  # noqa: E402
+from workbench.fakes.chat_server import FakeLLMServer, FakeReply
+from workbench.llm import CompatChatModel
+from workbench.llm.client import _Call
+from workbench.llm.structured import parse_reply, request_options
+from workbench.metrics import Metrics
+from workbench.store import Store
 
 
 class Entity(BaseModel):

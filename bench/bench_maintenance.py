@@ -19,8 +19,8 @@ import time
 from pathlib import Path
 
 from workbench.clock import ManualClock
-from workbench.decay.rules import DecayPolicy
 from workbench.decay.maintenance import run_maintenance
+from workbench.decay.rules import DecayPolicy
 from workbench.metrics import Metrics
 from workbench.store import Store
 

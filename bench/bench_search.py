@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 import uuid as uuidlib
 from datetime import UTC, datetime
@@ -35,13 +34,13 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from workbench.metrics import Metrics
+from workbench.search.engine import SearchEngine
+from workbench.store import Store
+from workbench.store import graph as g
 
-from workbench.metrics import Metrics  # noqa: E402
-from workbench.search.engine import SearchEngine  # noqa: E402
-from workbench.store import Store  # noqa: E402
-from workbench.store import graph as g  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
+
 
 DIM = 384
 T0 = datetime(2026, 1, 1, tzinfo=UTC)

@@ -20,22 +20,20 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 import threading
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from workbench import Workbench, load_settings
+from workbench.clock import utcnow
+from workbench.eval.extraction import LabelledEpisode, load_labelled, loose_name_key
+from workbench.fakes.chat_server import FakeLLMServer, FakeReply, message_text, structure_name
+
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "data"
-if str(ROOT) not in sys.path:  # tests.fakes lives in the repository, not in the package
-    sys.path.insert(0, str(ROOT))
 
-from workbench.fakes.chat_server import FakeLLMServer, FakeReply, message_text, structure_name  # noqa: E402
-from workbench import Workbench, load_settings  # noqa: E402
-from workbench.clock import utcnow  # noqa: E402
-from workbench.eval.extraction import LabelledEpisode, load_labelled, loose_name_key  # noqa: E402
 
 RECORDED_MODEL = "gpt-4o-mini"
 CACHE_MIN_TOKENS = 1024

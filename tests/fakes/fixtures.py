@@ -23,14 +23,3 @@ def fake_llm() -> Iterator[FakeLLMServer]:
         yield server
 
 
-def chat_settings_env(server: FakeLLMServer, **extra: str) -> dict[str, str]:
-    """``SVC_KNOWLEDGE_*`` variables for ``load_settings(environ=...)`` using ``server``."""
-    env = {
-        "SVC_KNOWLEDGE_LLM_PROVIDER": "compat",
-        "SVC_KNOWLEDGE_MODEL_NAME": server.model,
-        "SVC_KNOWLEDGE_COMPAT_BASE_URL": server.base_url,
-        "SVC_KNOWLEDGE_COMPAT_API_KEY": "test-key",
-        "SVC_KNOWLEDGE_LLM_REQUESTS_PER_MINUTE": "0",
-    }
-    env.update(extra)
-    return env

@@ -31,6 +31,11 @@ class Work:
         return ack()
 
 
+def get_message(store, episode_uuid):
+    rows = store.fetch_dicts("SELECT * FROM queue WHERE episode_uuid = ?", [episode_uuid])
+    return rows[0] if rows else None
+
+
 def claim_next(store, owner, now, lease_seconds):
     claimed = q.claim_batch(store, owner, now, lease_seconds, 1)
     return claimed[0] if claimed else None
@@ -103,7 +108,7 @@ def test_start_returns_in_flight_messages_of_a_previous_run(env):
     claim_next(store, "previous-process", clock(), 600)
     assert store.fetchone("SELECT status FROM episodes")[0] == "processing"
     assert q.release_all(store) == 1
-    assert q.get_message(store, "e1")["state"] == "queued"
+    assert get_message(store, "e1")["state"] == "queued"
     assert store.fetchone("SELECT status, status_detail FROM episodes")[0:2] == (
         "queued", "returned to the queue")
 
@@ -113,7 +118,7 @@ def test_transient_failures_retry_with_backoff_and_count(env):
     add("e1", "A")
     behaviour["e1"] = [errors.LLMRateLimited("429"), errors.LLMTimeout("slow")]
     assert queue.drain() == 1                   # first attempt fails, retry scheduled
-    msg = q.get_message(store, "e1")
+    msg = get_message(store, "e1")
     assert msg["state"] == "queued" and msg["error_type"] == "RateLimitError"
     assert msg["available_at"] > clock()
     assert queue.drain() == 0                   # not due yet
@@ -135,7 +140,7 @@ def test_validation_failures_retry_once_then_fail_and_can_be_requeued(env):
     add("e2", "A")
     behaviour["e1"] = [errors.StructuredOutputError("ExtractedEntities", "missing 'entities'")] * 2
     queue.drain()
-    msg = q.get_message(store, "e1")
+    msg = get_message(store, "e1")
     assert msg["state"] == "failed" and msg["error_type"] == "ValidationError"
     assert "ExtractedEntities" in msg["error_message"]
     assert g.get_episode(store, "e1")["status"] == "failed"
@@ -428,7 +433,7 @@ def test_stop_returns_claimed_messages_no_worker_started(env):
     assert not queue.running
     # the episode says so too (its claim had set it to processing), and its attempt is unused
     assert store.fetchone("SELECT status FROM episodes WHERE uuid = 'b1'")[0] == "queued"
-    assert q.get_message(store, "b1")["attempts"] == 0
+    assert get_message(store, "b1")["attempts"] == 0
 
 
 def test_expired_leases_return_to_the_queue_but_those_of_live_work(env):
@@ -505,9 +510,9 @@ def test_a_failure_that_cannot_be_recorded_does_not_strand_the_batch(env, monkey
 
     monkeypatch.setattr(queue, "_failed", failing_record)
     add("a1", "A"); add("b1", "B")  # noqa: E702
-    run_until(queue, lambda: q.get_message(store, "b1")["state"] == "done")
+    run_until(queue, lambda: get_message(store, "b1")["state"] == "done")
     # a1 stays leased until its lease runs out (then it returns); b1 was written
-    assert q.get_message(store, "a1")["state"] == "processing"
+    assert get_message(store, "a1")["state"] == "processing"
     text = metrics.exposition()
     assert sample(text, "messaging_messages_processed_total", {"status": "success"}) == 1
 
@@ -568,7 +573,7 @@ def test_the_dispatcher_keeps_the_leases_of_unfinished_messages(env):
     def prepare(message):
         clock.advance(seconds=10)  # this episode takes 10 s (leases last 0.3 s)
         time.sleep(0.4)            # the dispatcher renews every 0.1 s (real time)
-        held.append(q.get_message(store, message["episode_uuid"])["leased_until"] > clock())
+        held.append(get_message(store, message["episode_uuid"])["leased_until"] > clock())
         return message["episode_uuid"]
 
     queue = EpisodeQueue(store, Work(prepare), metrics, clock, concurrency=1, lease_seconds=0.3, poll_seconds=0.01)
@@ -576,7 +581,7 @@ def test_the_dispatcher_keeps_the_leases_of_unfinished_messages(env):
     run_until(queue, lambda: states(store) == {"done": 1})
     # not expired while it ran: never handed out again, processed once
     assert held == [True]
-    assert q.get_message(store, "a1")["attempts"] == 1
+    assert get_message(store, "a1")["attempts"] == 1
 
 
 def test_an_interrupted_group_write_marks_every_waiting_item_failed():
@@ -619,7 +624,7 @@ def test_a_batch_keeps_its_leases_while_it_is_prepared(env):
             clock.advance(seconds=10)  # this episode takes 10 s (leases last 0.3 s)
             time.sleep(0.4)            # the keeper renews every 0.1 s (real time)
         else:
-            leases[uuid] = q.get_message(store, uuid)["leased_until"] > clock()
+            leases[uuid] = get_message(store, uuid)["leased_until"] > clock()
         return uuid
 
     def commit(results, ack):
@@ -643,7 +648,7 @@ def test_a_single_message_keeps_its_lease_while_it_is_processed(env):
         uuid = message["episode_uuid"]
         clock.advance(seconds=10)  # this episode takes 10 s (leases last 0.3 s)
         time.sleep(0.4)            # the keeper renews every 0.1 s (real time)
-        held.append(q.get_message(store, uuid)["leased_until"] > clock())
+        held.append(get_message(store, uuid)["leased_until"] > clock())
         return uuid
 
     def commit(results, ack):
@@ -655,7 +660,7 @@ def test_a_single_message_keeps_its_lease_while_it_is_processed(env):
     add("a1", "A")
     assert queue.drain(1) == 1
     assert held == [True]  # not expired: no other worker could have taken it meanwhile
-    assert q.get_message(store, "a1")["state"] == "done"
+    assert get_message(store, "a1")["state"] == "done"
 
 
 def test_group_commit_writes_batches_of_several_workers_together():
@@ -693,10 +698,10 @@ def test_a_failure_of_an_older_claim_leaves_the_message_claimed_since_alone(env)
     due = clock() + timedelta(seconds=30)
     assert not q.schedule_retry(store, "e1", due, "TimeoutError", "late", False, old["seq"])
     assert not q.mark_failed(store, "e1", clock(), "UnknownError", "late", old["seq"])
-    row = q.get_message(store, "e1")
+    row = get_message(store, "e1")
     assert (row["state"], row["lease_owner"], row["error_type"]) == ("processing", "w2", None)
     assert q.schedule_retry(store, "e1", due, "TimeoutError", "now", False, new["seq"])
-    assert q.get_message(store, "e1")["available_at"] == due
+    assert get_message(store, "e1")["available_at"] == due
     claim_next(store, "w2", due, 60)
     assert q.mark_failed(store, "e1", due, "UnknownError", "for good", new["seq"])
-    assert q.get_message(store, "e1")["state"] == "failed"
+    assert get_message(store, "e1")["state"] == "failed"

@@ -9,7 +9,7 @@ import pytest
 
 from tests import prom
 from workbench.fakes.chat_server import FakeReply, message_text
-from tests.fakes.fixtures import chat_settings_env
+from workbench.fakes.chat_server import chat_settings_env
 from workbench.fakes import rule_llm
 from workbench.config import load_settings
 from workbench.errors import InvalidInput

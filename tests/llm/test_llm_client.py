@@ -10,7 +10,7 @@ import pytest
 from pydantic import BaseModel, Field
 
 from tests.fakes import FakeLLMServer, FakeReply
-from tests.fakes.fixtures import chat_settings_env
+from workbench.fakes.chat_server import chat_settings_env
 from tests.prom import sample_names, value
 from workbench.clock import ManualClock
 from workbench.config import load_settings

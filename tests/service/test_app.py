@@ -12,7 +12,7 @@ from pydantic import SecretStr
 
 from service.app import create_app, max_body_bytes
 from workbench.fakes.embedder import HashEmbedder
-from tests.fakes.fixtures import chat_settings_env
+from workbench.fakes.chat_server import chat_settings_env
 from workbench.fakes import rule_llm
 from workbench.config import load_settings
 from workbench.metrics import Metrics

@@ -18,7 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from service.embed_server import create_embed_app
 from workbench.fakes.embedder import HashEmbedder
-from tests.fakes.fixtures import chat_settings_env
+from workbench.fakes.chat_server import chat_settings_env
 from workbench.fakes import rule_llm
 from tests.service.svc_helpers import free_port
 

@@ -270,8 +270,3 @@ def status(store: Store, now: datetime) -> dict[str, Any]:
         "oldest_waiting_seconds": (now - oldest).total_seconds() if oldest else 0.0,
         "failed": failed,
     }
-
-
-def get_message(store: Store, episode_uuid: str) -> dict[str, Any] | None:
-    rows = store.fetch_dicts("SELECT * FROM queue WHERE episode_uuid = ?", [episode_uuid])
-    return rows[0] if rows else None
