@@ -12,15 +12,17 @@ from __future__ import annotations
 import hmac
 import threading
 import time
+import uuid as uuidlib
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Annotated, Any
 
 from litestar import Litestar, Response, get, post
 from litestar.handlers import asgi
 from litestar.middleware import DefineMiddleware
 from litestar.openapi import OpenAPIConfig
-from litestar.params import FromHeader, FromPath, JSONBody
+from litestar.params import FromHeader, FromPath, HeaderParameter, JSONBody
+from litestar.plugins.pydantic import PydanticPlugin
 from litestar.types import Receive, Scope, Send
 
 from service.errors import exception_handler
@@ -30,6 +32,9 @@ from service.mcp_server import build_mcp_server, build_session_manager
 from service.middleware import (
     BearerAuthMiddleware,
     BodyLimitMiddleware,
+    Exposure,
+    ExposureMiddleware,
+    JsonBodyMiddleware,
     RateLimitMiddleware,
     TokenBuckets,
 )
@@ -53,11 +58,29 @@ def max_body_bytes(settings: Settings) -> int:
     return max(MIN_BODY_BYTES, settings.max_episode_chars * 6 + 64 * 1024)
 
 
+IdempotencyKey = Annotated[str | None, HeaderParameter(
+    name="Idempotency-Key", required=False, max_length=256,
+    description="Makes a retried add_memory return the first result (the episode uuid is "
+                "derived from it when the body names none).")]
+IDEMPOTENCY_NAMESPACE = uuidlib.UUID("5b0c8e6e-3f2a-4d0b-9a57-9f1f4b7c2d11")
+
+
+def idempotent_uuid(key: str) -> str:
+    """The episode uuid an ``Idempotency-Key`` stands for: a retry with the same key (and the
+    same episode) gets the first result instead of a second episode."""
+    return str(uuidlib.uuid5(IDEMPOTENCY_NAMESPACE, key))
+
+
 def tool_route(workbench: Any, tool: Tool):
-    """``POST /tools/<name>``: the body is validated against the tool's argument model."""
-    if not tool.takes_args:
-        def handler() -> dict[str, Any]:
-            return tool.invoke(workbench, None)
+    """``POST /tools/<name>``: the body is validated against the tool's argument model (a tool
+    without arguments takes no body or ``{}``)."""
+    if tool.name == "add_memory":
+        def handler(data: Any, idempotency_key: IdempotencyKey = None) -> dict[str, Any]:
+            args = tool.parse(data)
+            if idempotency_key and args.uuid is None:
+                args = args.model_copy(update={"uuid": idempotent_uuid(idempotency_key)})
+            return tool.invoke(workbench, args)
+        handler.__annotations__["data"] = JSONBody[tool.args]
     elif tool.args_optional:
         def handler(data: Any = None) -> dict[str, Any]:
             return tool.invoke(workbench, data)
@@ -105,17 +128,26 @@ def health_route(workbench: Any, settings: Settings,
     return health_handler
 
 
-def middleware_stack(settings: Settings, rate_clock: Callable[[], float]) -> list:
+def exposure_of(settings: Settings, extra_hosts: tuple[str, ...] = ()) -> Exposure:
+    return Exposure(settings.host, settings.allowed_host_list + tuple(extra_hosts),
+                    settings.allowed_origin_list)
+
+
+def middleware_stack(settings: Settings, rate_clock: Callable[[], float],
+                     exposure: Exposure) -> list:
     per_minute = settings.rate_limit_per_minute
     buckets = TokenBuckets(per_minute, rate_clock) if per_minute > 0 else None
     stack = [
         RequestContextMiddleware,
-        DefineMiddleware(RateLimitMiddleware, buckets=buckets),
+        DefineMiddleware(ExposureMiddleware, exposure=exposure),
+        DefineMiddleware(RateLimitMiddleware, buckets=buckets,
+                         trusted_proxies=settings.trusted_proxy_list),
     ]
     if settings.api_token is not None and settings.api_token.get_secret_value():
         stack.append(DefineMiddleware(BearerAuthMiddleware,
                                       token=settings.api_token.get_secret_value()))
     stack.append(DefineMiddleware(BodyLimitMiddleware, max_bytes=max_body_bytes(settings)))
+    stack.append(DefineMiddleware(JsonBodyMiddleware, max_bytes=max_body_bytes(settings)))
     return stack
 
 
@@ -129,11 +161,13 @@ def create_app(
 ) -> Litestar:
     """The service app around an opened workbench (its workers are started by the caller).
 
-    ``allowed_hosts`` adds Host names the MCP endpoint accepts on loopback (DNS-rebinding
-    protection allows 127.0.0.1, localhost and ::1 by default). ``embedder_loaded``, when
+    ``allowed_hosts`` adds Host names the tools and the MCP endpoint answer, beside
+    ``SVC_KNOWLEDGE_ALLOWED_HOSTS`` (bound to loopback, only 127.0.0.1, localhost and ::1 by
+    default: DNS-rebinding protection). ``embedder_loaded``, when
     given, is set once a background-loading local model is ready (``/health`` says "loading"
     and is 503 until then).
     """
+    exposure = exposure_of(settings, allowed_hosts)
     mcp_server = build_mcp_server(workbench, package_version())
     managers: list = []  # a fresh session manager per app start (one may run only once)
 
@@ -143,8 +177,7 @@ def create_app(
 
     @asynccontextmanager
     async def mcp_lifespan(_app: Litestar) -> AsyncIterator[None]:
-        manager = build_session_manager(mcp_server, settings.host, max_body_bytes(settings),
-                                        allowed_hosts)
+        manager = build_session_manager(mcp_server, exposure, max_body_bytes(settings))
         managers.append(manager)
         async with manager.run():
             yield
@@ -153,10 +186,11 @@ def create_app(
     return Litestar(
         route_handlers=[*(tool_route(workbench, t) for t in TOOLS), unknown_tool, list_tools,
                         health_route(workbench, settings, embedder_loaded), mcp_endpoint],
-        middleware=middleware_stack(settings, rate_clock),
+        middleware=middleware_stack(settings, rate_clock, exposure),
         exception_handlers={Exception: exception_handler},
         request_max_body_size=max_body_bytes(settings),
         lifespan=[mcp_lifespan],
+        plugins=[PydanticPlugin(validate_strict=True)],  # "10" is not a number
         logging_config=None,  # service.logs owns the log format
         openapi_config=OpenAPIConfig(
             title="Knowledge Workbench", version=package_version(), path="/schema",

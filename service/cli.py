@@ -45,7 +45,8 @@ def print_json(value: Any) -> None:
 def cmd_serve(args: argparse.Namespace) -> int:
     from service.runner import serve
 
-    flags = {"host": args.host, "port": args.port, "metrics_port": args.metrics_port}
+    flags = {"host": args.host, "port": args.port, "metrics_port": args.metrics_port,
+             "metrics_host": args.metrics_host}
     settings = settings_from(args, **flags)
     log_format = args.log_format or ("text" if args.dev else "json")
     if not args.local_llm:
@@ -144,6 +145,9 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--port", type=int, help="tools port (default 8000)")
     serve.add_argument("--metrics-port", type=int,
                        help="metrics port (default 9090, or 9091 with --dev)")
+    serve.add_argument("--metrics-host",
+                       help="address the metrics port binds (default 127.0.0.1, whatever "
+                            "--host is; set SVC_KNOWLEDGE_METRICS_TOKEN when exposing it)")
     serve.add_argument("--dev", action="store_true",
                        help="development mode: metrics on 9091, human-readable logs")
     serve.add_argument("--local-llm", action="store_true",

@@ -7,10 +7,13 @@ error                              status  type
 =================================  ======  =====================================
 ``InvalidInput``, bad arguments    400     ``invalid_input``
 missing/invalid bearer token       401     ``unauthorized``
+foreign ``Origin``                 403     ``forbidden``
 ``NotFound``, unknown path/tool    404     ``not_found``
 wrong method                       405     ``method_not_allowed``
 ``Conflict``                       409     ``conflict``
 body over the limit                413     ``payload_too_large``
+body not JSON                      415     ``unsupported_media_type``
+foreign ``Host`` (DNS rebinding)   421     ``misdirected_request``
 over the rate limit                429     ``rate_limited`` (+ ``Retry-After``)
 ``LLMError``                       502     its kind (``llm_error`` ...)
 ``StoreError``/``EmbedderError``   503     its kind
@@ -34,6 +37,7 @@ from pydantic import ValidationError
 
 from service.logs import REQUEST_ID
 from workbench.errors import WorkbenchError
+from workbench.safety import scrub
 
 log = logging.getLogger("service.errors")
 
@@ -46,6 +50,7 @@ _HTTP_KINDS = {
     409: "conflict",
     413: "payload_too_large",
     415: "unsupported_media_type",
+    421: "misdirected_request",
     429: "rate_limited",
 }
 
@@ -73,6 +78,8 @@ def _litestar_validation_message(exc: ValidationException) -> str:
         if isinstance(item, dict):
             key = item.get("key")
             message = str(item.get("message", ""))
+            if key == "data" and message.strip("'\"") == "data":  # no body at all
+                return "the request has no body: send the arguments as a JSON object"
             parts.append(f"{key}: {message}" if key and key != "body" else message)
     detail = "; ".join(p for p in parts if p) or str(exc.detail)
     if "JSON" in detail or "decode" in detail.lower():
@@ -81,7 +88,13 @@ def _litestar_validation_message(exc: ValidationException) -> str:
 
 
 def describe(exc: BaseException) -> tuple[int, str, str]:
-    """``(status, type, message)`` for any exception; unknown ones are internal errors."""
+    """``(status, type, message)`` for any exception; unknown ones are internal errors. The
+    message is scrubbed of secrets (an upstream's error text may echo a key)."""
+    status, kind, message = _describe(exc)
+    return status, kind, scrub(message)
+
+
+def _describe(exc: BaseException) -> tuple[int, str, str]:
     if isinstance(exc, WorkbenchError):
         return exc.http_status, exc.kind, exc.message
     if isinstance(exc, ValidationError):

@@ -22,43 +22,13 @@ from contextvars import ContextVar
 from datetime import UTC, datetime
 from typing import Any
 
+from workbench.safety import Redactor
+
 REQUEST_ID: ContextVar[str] = ContextVar("workbench_request_id", default="-")
 REQUEST_ID_HEADER = "x-request-id"
 _VALID_ID = re.compile(r"^[A-Za-z0-9._:-]{1,64}$")
 
-_PATTERNS = (
-    re.compile(r"(?i)(bearer\s+)[A-Za-z0-9._~+/=-]+"),
-    re.compile(r"(?i)((?:api[_-]?key|token|password|secret|authorization)[\"']?\s*[:=]\s*[\"']?)"
-               r"[^\s\"',;]+"),
-    re.compile(r"\bsk-[A-Za-z0-9_-]{8,}"),
-)
-REDACTED = "[REDACTED]"
-
 access_log = logging.getLogger("service.access")
-
-
-class Redactor:
-    """Replace registered secret values and secret-looking patterns by ``[REDACTED]``."""
-
-    def __init__(self, secrets: Iterable[str | None] = ()):
-        self._secrets: set[str] = set()
-        for secret in secrets:
-            self.add(secret)
-
-    def add(self, secret: str | None) -> None:
-        if secret and len(secret) >= 4:
-            self._secrets.add(secret)
-
-    def __call__(self, text: str) -> str:
-        for secret in sorted(self._secrets, key=len, reverse=True):
-            text = text.replace(secret, REDACTED)
-        for pattern in _PATTERNS:
-            text = pattern.sub(_keep_prefix, text)
-        return text
-
-
-def _keep_prefix(match: re.Match[str]) -> str:
-    return (match.group(1) if match.groups() else "") + REDACTED
 
 
 _STANDARD_ATTRS = set(vars(logging.LogRecord("", 0, "", 0, "", (), None))) | {

@@ -21,6 +21,7 @@ from mcp.server.transport_security import TransportSecuritySettings
 
 from service.errors import describe, error_payload
 from service.logs import REQUEST_ID, new_request_id
+from service.middleware import Exposure, is_loopback
 from service.tools import TOOLS, TOOLS_BY_NAME, Tool
 
 log = logging.getLogger("service.mcp")
@@ -31,7 +32,6 @@ INSTRUCTIONS = (
     "search_memory_facts for relationships and events, search_memory_nodes for entities. "
     "Searches need no LLM and are cheap; prefer specific queries."
 )
-LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
 
 def mcp_tool(tool: Tool) -> types.Tool:
@@ -100,27 +100,34 @@ def build_mcp_server(workbench: Any, version: str = "0.1.0") -> Server:
     )
 
 
-def transport_security(host: str, extra_hosts: tuple[str, ...] = ()) -> TransportSecuritySettings:
-    """DNS-rebinding protection on loopback (a web page cannot drive the tools); off when the
-    service is bound elsewhere (the bearer token protects it then)."""
-    if host not in LOOPBACK:
+def transport_security(exposure: Exposure) -> TransportSecuritySettings:
+    """The SDK's own DNS-rebinding protection, with the same names and origins as the tools
+    (:class:`~service.middleware.Exposure`, which also guards ``/mcp`` first): on when the
+    service is bound to loopback or names its hosts; off otherwise (the token protects it)."""
+    if not is_loopback(exposure.bind_host) and not exposure.allowed_hosts:
         return TransportSecuritySettings(enable_dns_rebinding_protection=False)
-    hosts = ["127.0.0.1", "localhost", "[::1]", *extra_hosts]
+    names = ["127.0.0.1", "localhost", "[::1]", exposure.bind_host, *exposure.allowed_hosts]
+    names = list(dict.fromkeys(f"[{n}]" if ":" in n and not n.startswith("[") else n
+                               for n in names))
     return TransportSecuritySettings(
         enable_dns_rebinding_protection=True,
-        allowed_hosts=[h for name in hosts for h in (name, f"{name}:*")],
-        allowed_origins=[f"http://{name}:*" for name in hosts],
+        allowed_hosts=[h for name in names for h in (name, f"{name}:*")],
+        allowed_origins=[*(f"{scheme}://{name}:*" for name in names
+                           for scheme in ("http", "https")),
+                         *(f"{scheme}://{name}" for name in names
+                           for scheme in ("http", "https")),
+                         *exposure.allowed_origins],
     )
 
 
-def build_session_manager(server: Server, host: str, max_body_bytes: int,
-                          extra_hosts: tuple[str, ...] = ()) -> StreamableHTTPSessionManager:
+def build_session_manager(server: Server, exposure: Exposure,
+                          max_body_bytes: int) -> StreamableHTTPSessionManager:
     """Stateless JSON-response streamable HTTP: every POST is self-contained."""
     return StreamableHTTPSessionManager(
         app=server,
         json_response=True,
         stateless=True,
-        security_settings=transport_security(host, extra_hosts),
+        security_settings=transport_security(exposure),
         max_request_body_size=max_body_bytes,
     )
 

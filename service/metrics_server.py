@@ -1,8 +1,9 @@
 """The metrics port (9090, or 9091 with ``--dev``): ``GET /metrics`` and ``GET /health/decay``.
 
 A separate small Litestar app so that Prometheus scrapes never queue behind tool calls and the
-port can be firewalled differently from the tools. No authentication: bind it to loopback or
-a private network.
+port can be firewalled differently from the tools. It binds ``SVC_KNOWLEDGE_METRICS_HOST``
+(loopback by default, whatever the tools' ``--host``); with ``SVC_KNOWLEDGE_METRICS_TOKEN`` both
+paths need ``Authorization: Bearer <token>`` (Prometheus: ``authorization.credentials``).
 """
 
 from __future__ import annotations
@@ -11,8 +12,10 @@ import logging
 from typing import Any
 
 from litestar import Litestar, Response, get
+from litestar.middleware import DefineMiddleware
 
 from service.errors import exception_handler
+from service.middleware import BearerAuthMiddleware
 from workbench.metrics import CONTENT_TYPE
 
 log = logging.getLogger("service.metrics")
@@ -34,7 +37,7 @@ def scrape(workbench: Any) -> bytes:
     return workbench.metrics.exposition()
 
 
-def create_metrics_app(workbench: Any) -> Litestar:
+def create_metrics_app(workbench: Any, token: str | None = None) -> Litestar:
     @get(METRICS_PATH, sync_to_thread=True)
     def metrics() -> Response[bytes]:
         return Response(content=scrape(workbench), media_type=CONTENT_TYPE)
@@ -46,6 +49,9 @@ def create_metrics_app(workbench: Any) -> Litestar:
 
     return Litestar(
         route_handlers=[metrics, health_decay],
+        middleware=[DefineMiddleware(BearerAuthMiddleware, token=token, exempt=(),
+                                     setting="SVC_KNOWLEDGE_METRICS_TOKEN")]
+        if token else [],
         exception_handlers={Exception: exception_handler},
         openapi_config=None,
         logging_config=None,  # service.logs owns the log format

@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
-import ipaddress
 import logging
 import signal
 import socket
@@ -29,6 +28,7 @@ import uvicorn
 
 from service.bootstrap import freeze_loaded_memory, open_workbench, secrets_of
 from service.logs import setup_logging
+from service.middleware import is_loopback
 from workbench.config import Settings
 from workbench.errors import ConfigError, EmbedderError
 
@@ -41,15 +41,6 @@ QUEUE_STOP_SECONDS = 30.0
 
 class StartupError(ConfigError):
     """A start-up problem (exposure, port) with its one-line explanation."""
-
-
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
 
 
 def check_exposure(settings: Settings) -> None:
@@ -65,6 +56,16 @@ def check_exposure(settings: Settings) -> None:
         raise StartupError(
             f"SVC_KNOWLEDGE_API_TOKEN has {len(token)} characters; use at least "
             f"{MIN_TOKEN_CHARS} random ones when binding {settings.host}")
+
+
+def metrics_token(settings: Settings) -> str | None:
+    """The metrics port's bearer token; exposed without one, it says so in the log."""
+    token = settings.metrics_token.get_secret_value() if settings.metrics_token else None
+    if not token and not is_loopback(settings.metrics_host):
+        log.warning("the metrics port is bound to %s without SVC_KNOWLEDGE_METRICS_TOKEN: "
+                    "anyone who reaches it reads the metrics and decay health",
+                    settings.metrics_host)
+    return token or None
 
 
 def bind_socket(host: str, port: int, what: str, flag: str) -> socket.socket:
@@ -182,7 +183,7 @@ def serve(settings: Settings, dev: bool = False, log_format: str = "json") -> in
     setup_logging(settings.log_level, secrets_of(settings), fmt=log_format)
     metrics_port = settings.resolved_metrics_port(dev)
     main_sock = bind_socket(settings.host, settings.port, "the tools port", "--port")
-    metrics_sock = bind_socket(settings.host, metrics_port, "the metrics port",
+    metrics_sock = bind_socket(settings.metrics_host, metrics_port, "the metrics port",
                                "--metrics-port")
     try:
         embedder = prepare_embedder(settings, background=True)
@@ -199,8 +200,10 @@ def serve(settings: Settings, dev: bool = False, log_format: str = "json") -> in
         workbench.start()
         pairs = [(make_server(create_app(workbench, settings, embedder_loaded=loaded)),
                   main_sock),
-                 (make_server(create_metrics_app(workbench), 2), metrics_sock)]
+                 (make_server(create_metrics_app(workbench, metrics_token(settings)), 2),
+                  metrics_sock)]
         base = f"http://{_url_host(settings.host)}"
+        metrics_base = f"http://{_url_host(settings.metrics_host)}"
 
         def embedder_failed(message: str) -> None:
             failures.append(message)
@@ -215,7 +218,7 @@ def serve(settings: Settings, dev: bool = False, log_format: str = "json") -> in
         def ready() -> None:
             log.info("ready in %.1f s: tools %s:%d (REST /tools, MCP /mcp, /health, /schema), "
                      "metrics %s:%d%s, database %s, embedder %s (%d dims%s), LLM %s",
-                     time.monotonic() - started, base, settings.port, base, metrics_port,
+                     time.monotonic() - started, base, settings.port, metrics_base, metrics_port,
                      METRICS_PATH, workbench.store.path, embedder.model, embedder.dimensions,
                      "" if loaded.is_set() else "; loading in the background, /health is 503 "
                      "until it is loaded", getattr(workbench.chat, "model", None) or

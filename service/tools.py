@@ -27,9 +27,10 @@ _BEFORE = "Only memories created before this time (ISO 8601)."
 
 
 class Args(BaseModel):
-    """Base of every argument model: unknown arguments are an error, not silently dropped."""
+    """Base of every argument model: unknown arguments are an error, not silently dropped, and
+    types are strict (``"10"`` is not a number, ``"yes"`` not a boolean)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
 
 class NoArgs(Args):
@@ -48,7 +49,10 @@ class AddMemoryArgs(Args):
         "text", description="How to read episode_body: text, message or json.")
     source_description: str = Field("", max_length=500,
                                     description="Where the content came from.")
-    uuid: str | None = Field(None, description="Optional uuid to give the episode.")
+    uuid: str | None = Field(
+        None, description="Optional uuid to give the episode. Sending the same episode again "
+        "under its uuid returns the first result (a safe retry); other content under a used "
+        "uuid is a conflict.")
     reference_time: str | None = Field(
         None, description="When the content happened (ISO 8601, e.g. 2025-03-01T12:00:00Z); "
         "default now.")

@@ -75,16 +75,24 @@ class Notifier:
             self._thread.start()
 
     def stop(self, timeout: float = 5.0) -> None:
-        """Stop after the notification being played; the ones still waiting are discarded."""
+        """Stop once every accepted notification is spoken, waiting up to ``timeout`` seconds;
+        what is still waiting then is discarded (logged with the count)."""
         if self._thread is None:
             return
-        self._stopping.set()
-        with contextlib.suppress(queue.Full):  # a full queue: the worker is busy, sees the flag
-            self._queue.put_nowait(_STOP)
-        self._thread.join(timeout)
+        deadline = time.monotonic() + timeout
+        try:  # after the last accepted one: the worker speaks them all first
+            self._queue.put(_STOP, timeout=max(0.0, timeout))
+        except queue.Full:
+            pass
+        self._thread.join(max(0.0, deadline - time.monotonic()))
+        if self._thread.is_alive():
+            self._stopping.set()  # the worker stops after the notification it is speaking
+            with contextlib.suppress(queue.Full):
+                self._queue.put_nowait(_STOP)
         self._thread = None
-        if waiting := self._queue.qsize():
-            log.warning("voice server stopping: %d queued notification(s) discarded", waiting)
+        if waiting := sum(1 for item in list(self._queue.queue) if item is not _STOP):
+            log.warning("voice server stopping: %d queued notification(s) discarded after "
+                        "waiting %.0f s for them", waiting, timeout)
 
     def submit(self, notification: Notification) -> None:
         try:

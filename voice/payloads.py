@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from voice.engine import MAX_SPEED, MIN_SPEED
 from voice.errors import RequestInvalid
 from voice.voices import Voice, resolve_voice
+from workbench.safety import MAX_JSON_DEPTH, json_depth
 
 MAX_TITLE_CHARS = 200
 
@@ -48,6 +49,8 @@ def parse_json_object(raw: bytes) -> dict:
     if not raw.strip():
         raise RequestInvalid("request body is empty; send a JSON object such as "
                              '{"message": "Hello", "voice_id": "1"}')  # fmt: skip
+    if json_depth(raw) > MAX_JSON_DEPTH:
+        raise RequestInvalid(f"request body nests deeper than {MAX_JSON_DEPTH} levels")
     try:
         body = json.loads(raw)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
@@ -67,6 +70,11 @@ def _text(body: dict, name: str, limit: int) -> str:
         raise RequestInvalid(f"'{name}' must not be empty")
     if len(value) > limit:
         raise RequestInvalid(f"'{name}' is {len(value)} characters; the limit is {limit}")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:  # a lone surrogate such as "\ud800": not speakable text
+        raise RequestInvalid(f"'{name}' holds an invalid character at {exc.start} (a lone "
+                             "UTF-16 surrogate); send real Unicode text") from None
     return value.strip()
 
 

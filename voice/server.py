@@ -9,6 +9,7 @@ the error tree to HTTP status codes.
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import math
 from pathlib import Path
@@ -16,8 +17,15 @@ from pathlib import Path
 from litestar import Litestar, Request, Response, get, post
 from litestar.di import NamedDependency, Provide
 from litestar.exceptions import HTTPException
+from litestar.middleware import DefineMiddleware
 from litestar.response import Stream
 
+from service.middleware import (
+    BearerAuthMiddleware,
+    Exposure,
+    ExposureMiddleware,
+    is_loopback,
+)
 from voice.assets import VOICES_FILE
 from voice.audio import AudioSink, DropSink, SoundDeviceSink
 from voice.engine import Engine, KokoroEngine
@@ -154,6 +162,7 @@ def create_app(
     )
     return Litestar(
         route_handlers=[notify, health, speech],
+        middleware=guards(settings),
         dependencies={"service": Provide(lambda: service, sync_to_thread=False)},
         exception_handlers={
             VoiceError: _voice_error,
@@ -165,6 +174,45 @@ def create_app(
         on_shutdown=[service.stop],
         state={"service": service},  # type: ignore[arg-type]
     )
+
+
+POST_PATHS = ("/notify", "/v1/audio/speech")
+MIN_TOKEN_CHARS = 16
+
+
+async def _send_error(send, status: int, _kind: str, message: str,
+                      headers: dict[str, str] | None = None) -> None:
+    """A middleware's answer in this server's error shape."""
+    body = json.dumps({"status": "error", "message": message}).encode()
+    raw = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    raw += [(k.lower().encode(), v.encode()) for k, v in (headers or {}).items()]
+    await send({"type": "http.response.start", "status": status, "headers": raw})
+    await send({"type": "http.response.body", "body": body})
+
+
+def guards(settings: Settings) -> list:
+    """What a browser page must not do (a foreign Host or Origin, a body that is not JSON) and,
+    with a token, who may post at all."""
+    exposure = Exposure(settings.host, settings.allowed_hosts, settings.allowed_origins)
+    stack = [DefineMiddleware(ExposureMiddleware, exposure=exposure, json_paths=POST_PATHS,
+                              error=_send_error)]
+    if settings.token:
+        stack.append(DefineMiddleware(BearerAuthMiddleware, token=settings.token,
+                                      exempt=("/health",), setting="VOICE_TOKEN",
+                                      error=_send_error))
+    return stack
+
+
+def check_exposure(settings: Settings) -> None:
+    """Bound beyond loopback, posting needs a bearer token (anyone on the network could make
+    the host speak otherwise)."""
+    if is_loopback(settings.host):
+        return
+    if not settings.token or len(settings.token) < MIN_TOKEN_CHARS:
+        raise SystemExit(
+            f"voice-server: --host {settings.host} is not a loopback address: set VOICE_TOKEN "
+            f"(at least {MIN_TOKEN_CHARS} random characters) so that callers must send "
+            "'Authorization: Bearer <token>', or bind 127.0.0.1")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -199,13 +247,15 @@ def main(argv: list[str] | None = None) -> None:
         pronunciations=args.pronunciations, threads=args.threads, engine=args.engine,
         audio_enabled=False if args.no_audio else None,
     )  # fmt: skip
+    check_exposure(settings)
     logging.basicConfig(
         level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     log.info("voice-server on http://%s:%d (assets: %s)", settings.host, settings.port,
              settings.resolved_assets_dir())  # fmt: skip
     uvicorn.run(
-        create_app(settings), host=settings.host, port=settings.port, log_level=args.log_level
+        create_app(settings), host=settings.host, port=settings.port, log_level=args.log_level,
+        timeout_graceful_shutdown=int(settings.stop_seconds) + 5,
     )
 
 

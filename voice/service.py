@@ -17,7 +17,7 @@ from voice.ratelimit import RateLimiter
 from voice.settings import Settings
 from voice.speech import Speech, chunks_for, stream_speech
 from voice.voices import numbered_voices, resolve_voice
-from voice.wav import wav_header, to_pcm16
+from voice.wav import to_pcm16, wav_header
 
 
 class VoiceService:
@@ -39,7 +39,8 @@ class VoiceService:
         self.notifier.start()
 
     def stop(self) -> None:
-        self.notifier.stop()
+        """Speak what was accepted (up to ``stop_seconds``), then stop."""
+        self.notifier.stop(self.settings.stop_seconds)
 
     def check_rate(self, client: str) -> None:
         if not self.limiter.allow(client):

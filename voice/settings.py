@@ -37,6 +37,10 @@ class Settings:
     engine: str = "auto"  # "kokoro-onnx", "kokoro-torch", "auto" (torch if its weights are there)
     torch_model: Path | None = None  # None: <assets_dir>/kokoro-v1_0.pth
     torch_config: Path | None = None  # None: <assets_dir>/config.json
+    token: str | None = None  # required (as a bearer token) when bound beyond loopback
+    allowed_hosts: tuple[str, ...] = ()  # extra Host names answered (DNS-rebinding guard)
+    allowed_origins: tuple[str, ...] = ()  # browser origins allowed to post
+    stop_seconds: float = 30.0  # on SIGTERM: time to speak what was accepted
 
     def resolved_assets_dir(self) -> Path:
         return self.assets_dir or default_assets_dir()
@@ -64,11 +68,19 @@ ENVIRONMENT: dict[str, tuple[str, type]] = {
     "VOICE_ENGINE": ("engine", str),
     "VOICE_TORCH_MODEL": ("torch_model", Path),
     "VOICE_TORCH_CONFIG": ("torch_config", Path),
+    "VOICE_TOKEN": ("token", str),
+    "VOICE_ALLOWED_HOSTS": ("allowed_hosts", lambda v: _names(v)),
+    "VOICE_ALLOWED_ORIGINS": ("allowed_origins", lambda v: _names(v)),
+    "VOICE_STOP_SECONDS": ("stop_seconds", float),
     "VOICE_AUDIO": (
         "audio_enabled",
         lambda v: v.strip().lower() not in {"0", "false", "no", "off"},
     ),
 }
+
+
+def _names(value: str) -> tuple[str, ...]:
+    return tuple(part.strip().rstrip("/") for part in value.split(",") if part.strip())
 
 
 def settings_from_env(environ: Mapping[str, str] | None = None) -> Settings:

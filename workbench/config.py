@@ -71,6 +71,14 @@ class Settings(BaseSettings):
     max_episode_chars: int = Field(default=50_000, gt=0)
     rate_limit_per_minute: int = Field(default=600, ge=0)
 
+    # --- ours: exposure (who may call the servers) ----------------------------------------
+    allowed_hosts: str = ""      # extra Host names the tools and /mcp answer (comma-separated)
+    allowed_origins: str = ""    # browser origins allowed to call them (scheme://host[:port])
+    trusted_proxies: str = ""    # their X-Forwarded-For names the client (rate limits)
+    metrics_host: str = "127.0.0.1"
+    metrics_token: SecretStr | None = None
+    metrics_max_groups: int = Field(default=100, ge=0)
+
     # --- ours: LLM behaviour ------------------------------------------------------------
     llm_structured_output: Literal["json_schema", "json_object", "tool"] = "json_schema"
     llm_requests_per_minute: int = Field(default=120, ge=0)
@@ -91,6 +99,7 @@ class Settings(BaseSettings):
     queue_max_attempts: int = Field(default=6, ge=1, le=100)
     queue_poll_seconds: float = Field(default=0.5, gt=0)
     queue_batch_size: int = Field(default=16, ge=1, le=1000)
+    queue_max_crashes: int = Field(default=3, ge=1, le=100)
 
     # --- ours: extraction ---------------------------------------------------------------
     entity_reembed_fraction: float = Field(default=0.2, ge=0, le=1)
@@ -146,6 +155,27 @@ class Settings(BaseSettings):
         if self.metrics_port is not None:
             return self.metrics_port
         return 9091 if dev else 9090
+
+    @staticmethod
+    def _list(value: str) -> tuple[str, ...]:
+        return tuple(part.strip() for part in value.split(",") if part.strip())
+
+    @property
+    def allowed_host_list(self) -> tuple[str, ...]:
+        return self._list(self.allowed_hosts)
+
+    @property
+    def allowed_origin_list(self) -> tuple[str, ...]:
+        return tuple(o.rstrip("/") for o in self._list(self.allowed_origins))
+
+    @property
+    def trusted_proxy_list(self) -> tuple[str, ...]:
+        return self._list(self.trusted_proxies)
+
+    def secrets(self) -> list[str]:
+        """The secret values of these settings (to scrub from stored and returned text)."""
+        values = (self.compat_api_key, self.embedder_api_key, self.api_token, self.metrics_token)
+        return [v.get_secret_value() for v in values if v is not None and v.get_secret_value()]
 
     def db_location(self) -> str:
         if self.db_path == ":memory:":

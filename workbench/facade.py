@@ -32,6 +32,7 @@ from workbench.ingest.importer import Importer
 from workbench.ingest.pipeline import NO_LLM, EpisodePipeline
 from workbench.llm.client import build_chat_model
 from workbench.metrics import Metrics
+from workbench.safety import MAX_JSON_DEPTH, json_depth, register_secret, scrub
 from workbench.search import SearchEngine
 from workbench.store import TABLES, Store
 from workbench.store import graph as g
@@ -89,7 +90,7 @@ class Workbench:
             store, self.pipeline, metrics, clock, gate=self.publisher,
             concurrency=settings.queue_concurrency, lease_seconds=settings.queue_lease_seconds,
             max_attempts=settings.queue_max_attempts, poll_seconds=settings.queue_poll_seconds,
-            batch_size=settings.queue_batch_size)
+            batch_size=settings.queue_batch_size, max_crashes=settings.queue_max_crashes)
         self.scheduler = MaintenanceScheduler.from_settings(
             store, settings, metrics, clock, chat=chat, index=self.publisher)
 
@@ -107,11 +108,13 @@ class Workbench:
     ) -> Workbench:
         """Open a workbench. ``chat`` defaults to the LLM the settings configure (or None)."""
         settings = settings or load_settings()
+        register_secret(*settings.secrets())  # scrubbed from whatever is stored or returned
         if db_path is not None:
             settings = settings.model_copy(update={"db_path": db_path})
         metrics = metrics or Metrics(
             enabled=settings.prompt_cache_metrics_enabled,
-            cache_enabled=settings.prompt_cache_enabled)
+            cache_enabled=settings.prompt_cache_enabled,
+            max_group_labels=settings.metrics_max_groups)
         embedder = embedder or build_embedder(settings)
         store = Store.open(settings.db_location(), embedder.dimensions, embedder.model)
         if chat is _DEFAULT:
@@ -161,11 +164,13 @@ class Workbench:
         episode = self._validate_episode(name, episode_body, group_id, source,
                                          source_description, uuid, reference_time, priority)
         with self.store.transaction():
-            if g.get_episode(self.store, episode["uuid"]):
-                raise errors.Conflict(f"an episode with uuid {episode['uuid']} already exists")
-            g.insert_episode(self.store, episode)
-            q.enqueue(self.store, episode["uuid"], episode["group_id"], episode["priority"],
-                      episode["created_at"])
+            existing = g.get_episode(self.store, episode["uuid"])
+            if existing is None:
+                g.insert_episode(self.store, episode)
+                q.enqueue(self.store, episode["uuid"], episode["group_id"],
+                          episode["priority"], episode["created_at"])
+        if existing is not None:
+            return self._added_before(existing, episode)
         self.queue.notify_enqueued(episode["priority"])
         status = "queued" if self.chat is not None else NO_LLM
         return {
@@ -174,6 +179,23 @@ class Workbench:
             "group_id": episode["group_id"],
             "status": "queued",
             "detail": status,
+        }
+
+    @staticmethod
+    def _added_before(existing: dict[str, Any], episode: dict[str, Any]) -> dict[str, Any]:
+        """A retry of an ``add_memory`` that reached us (same uuid, same episode) gets the
+        first one's answer; other content under a used uuid is a conflict."""
+        same = all(existing[k] == episode[k] for k in ("group_id", "name", "body", "source"))
+        if not same:
+            raise errors.Conflict(
+                f"an episode with uuid {episode['uuid']} already exists with other content")
+        return {
+            "message": f"Episode '{existing['name']}' was added before (a retry): not added "
+                       "again",
+            "episode_uuid": existing["uuid"],
+            "group_id": existing["group_id"],
+            "status": existing["status"],
+            "detail": scrub(existing.get("status_detail")) or existing["status"],
         }
 
     def add_memories(self, episodes: Sequence[dict[str, Any]],
@@ -201,11 +223,7 @@ class Workbench:
         if source not in SOURCES:
             raise errors.InvalidInput(f"'source' must be one of {', '.join(SOURCES)}")
         if source == "json":
-            try:
-                json.loads(body)
-            except json.JSONDecodeError as exc:
-                raise errors.InvalidInput(
-                    f"'episode_body' is not valid JSON for source 'json': {exc.msg}") from None
+            _check_json_episode(body)
         if priority not in PRIORITIES:
             raise errors.InvalidInput(f"'priority' must be one of {', '.join(PRIORITIES)}")
         now = self.clock()
@@ -224,19 +242,16 @@ class Workbench:
         }
 
     def _group(self, group_id: str | None) -> str:
-        group = group_id or self.settings.default_group_id
-        if not isinstance(group, str) or not GROUP_ID.match(group):
-            raise errors.InvalidInput(
-                "'group_id' must be 1-128 characters of letters, digits, '_', '-', '.', ':' "
-                "starting with a letter or digit")
-        return group
+        """A named group, checked; None (not given) is the default group. An empty or blank
+        name is an error, never the default."""
+        return self.settings.default_group_id if group_id is None else _check_group(group_id)
 
     def _groups(self, group_ids: Sequence[str] | None) -> list[str] | None:
         if group_ids is None:
             return None
         if isinstance(group_ids, str) or not isinstance(group_ids, (list, tuple)):
             raise errors.InvalidInput("'group_ids' must be a list of strings")
-        return [self._group(gid) for gid in group_ids] or None
+        return [_check_group(gid) for gid in group_ids] or None
 
     def process_pending(self, max_messages: int = 100_000) -> int:
         """Process queued episodes inline (notebooks, tests, ``workbench`` CLI)."""
@@ -272,7 +287,7 @@ class Workbench:
         if not isinstance(max_episodes, int) or not 1 <= max_episodes <= MAX_LIST:
             raise errors.InvalidInput(f"'max_episodes' must be an integer from 1 to {MAX_LIST}")
         rows = g.list_episodes(self.store, self._groups(group_ids), max_episodes)
-        return {"episodes": jsonable(rows)}
+        return {"episodes": jsonable(_scrubbed(rows, "status_detail"))}
 
     def delete_episode(self, uuid: str) -> dict[str, Any]:
         _check_uuid(uuid)
@@ -339,6 +354,7 @@ class Workbench:
 
     def get_queue_status(self) -> dict[str, Any]:
         status = q.status(self.store, self.clock())
+        status["failed"] = _scrubbed(status.get("failed", []), "error_message")
         status["workers"] = self.settings.queue_concurrency if self.queue.running else 0
         status["llm_configured"] = self.chat is not None
         return jsonable(status)
@@ -352,7 +368,7 @@ class Workbench:
                               group_id: str | None = None) -> dict[str, Any]:
         if episode_uuids is not None:
             episode_uuids = [_check_uuid(u) for u in episode_uuids]
-        uuids = self.queue.retry_failed(episode_uuids, self._group(group_id) if group_id else None)
+        uuids = self.queue.retry_failed(episode_uuids, self._group(group_id) if group_id is not None else None)
         return {"message": f"{len(uuids)} failed episodes re-queued", "episode_uuids": uuids}
 
     # --- decay, classification ----------------------------------------------------------
@@ -390,6 +406,30 @@ class Workbench:
 
     def export_parquet(self, directory: str | Path) -> dict[str, str]:
         return {k: str(v) for k, v in self.store.export_parquet(directory).items()}
+
+
+def _scrubbed(rows: list[dict[str, Any]], field: str) -> list[dict[str, Any]]:
+    """The rows with ``field`` scrubbed of secrets (rows stored before scrubbing existed)."""
+    return [{**row, field: scrub(row.get(field))} if row.get(field) else row for row in rows]
+
+
+def _check_group(group: Any) -> str:
+    if not isinstance(group, str) or not GROUP_ID.match(group):
+        raise errors.InvalidInput(
+            f"'group_id' {group!r} is not valid: 1-128 characters of letters, digits, '_', '-', "
+            "'.', ':' starting with a letter or digit (omit it for the default group)")
+    return group
+
+
+def _check_json_episode(body: str) -> None:
+    if json_depth(body) > MAX_JSON_DEPTH:
+        raise errors.InvalidInput(
+            f"'episode_body' nests deeper than {MAX_JSON_DEPTH} levels for source 'json'")
+    try:
+        json.loads(body)
+    except json.JSONDecodeError as exc:
+        raise errors.InvalidInput(
+            f"'episode_body' is not valid JSON for source 'json': {exc.msg}") from None
 
 
 def _check_uuid(value: Any) -> str:

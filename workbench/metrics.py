@@ -43,6 +43,7 @@ ACCESS_AGE_BUCKETS = (1, 7, 30, 90, 180, 365, 730, 1095)
 QUEUE_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10)
 SEARCH_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
 
+OTHER_GROUPS = "_other"
 IMPORTANCE_LEVELS = {1: "LOW", 2: "LOW", 3: "MEDIUM", 4: "HIGH", 5: "CRITICAL"}
 
 
@@ -59,8 +60,13 @@ class Metrics:
         enabled: bool = True,
         cache_enabled: bool = False,
         registry: CollectorRegistry | None = None,
+        max_group_labels: int = 100,
     ):
         self.enabled = enabled
+        # group ids become label values: bounded, so that many groups cannot blow up the
+        # series count (and group names show only up to this many); the rest count as "_other"
+        self.max_group_labels = max_group_labels
+        self._group_labels: set[str] = set()
         self.cache_enabled = cache_enabled
         self.registry = registry or CollectorRegistry(auto_describe=True)
         self._lock = threading.Lock()
@@ -296,8 +302,17 @@ class Metrics:
     def record_episode_processed(self, group_id: str) -> None:
         if not self.enabled:
             return
-        self.episodes_processed.labels(group_id).inc()
+        self.episodes_processed.labels(self._group_label(group_id)).inc()
         self._all("graph_episodes_processed_all_groups", "Episodes processed, all groups").inc()
+
+    def _group_label(self, group_id: str) -> str:
+        with self._lock:
+            if group_id in self._group_labels:
+                return group_id
+            if len(self._group_labels) < self.max_group_labels:
+                self._group_labels.add(group_id)
+                return group_id
+        return OTHER_GROUPS
 
     # --- decay, lifecycle, classification ---------------------------------------------
     def record_maintenance_run(

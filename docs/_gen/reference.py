@@ -75,9 +75,26 @@ SETTING_MEANINGS: dict[str, str] = {
     "default_group_id": "Group an episode goes to when `add_memory` names none.",
     "max_episode_chars": "Largest accepted `episode_body` (characters); larger bodies are "
                          "rejected with an `invalid_input` error.",
-    "rate_limit_per_minute": "Requests per minute per client address on the service port "
-                             "(token bucket; over it: HTTP 429 with `Retry-After`). 0 "
-                             "disables the limit.",
+    "rate_limit_per_minute": "Requests per minute per client on the service port: per bearer "
+                             "token when one is sent, else per address (token bucket; over "
+                             "it: HTTP 429 with `Retry-After`). 0 disables the limit.",
+    "allowed_hosts": "Extra `Host` names the tools and `/mcp` answer (comma-separated, e.g. "
+                     "`memory.example.org`). Bound to loopback the service answers only "
+                     "127.0.0.1, localhost and ::1 (a page that rebinds its name to 127.0.0.1 "
+                     "gets 421); bound elsewhere, any name unless this lists them.",
+    "allowed_origins": "Browser origins allowed to call the tools and `/mcp` "
+                       "(comma-separated `scheme://host[:port]`). A state-changing request "
+                       "from any other origin than the service's own is refused with 403.",
+    "trusted_proxies": "Addresses of reverse proxies (comma-separated) whose "
+                       "`X-Forwarded-For` names the client for the rate limit; from any other "
+                       "address the header is ignored.",
+    "metrics_host": "Address the metrics port binds: loopback by default, whatever `--host` "
+                    "the tools use. CLI: `--metrics-host`.",
+    "metrics_token": "When set, `/metrics` and `/health/decay` need "
+                     "`Authorization: Bearer <token>` (Prometheus: `authorization.credentials`).",
+    "metrics_max_groups": "At most this many `group_id` label values on "
+                          "`graph_episodes_processed_total`; further groups are counted under "
+                          "`_other` (bounds the series count and the group names shown).",
     "llm_structured_output": "How structured output is requested: `json_schema` "
                              "(response_format json_schema, strict), `json_object` (for "
                              "llama.cpp-style local servers: schema turned into a grammar) or "
@@ -104,6 +121,10 @@ SETTING_MEANINGS: dict[str, str] = {
     "queue_poll_seconds": (
         "How often the idle queue dispatcher looks for retries that fell due and leases that "
         "ran out (a new episode wakes it at once)."),
+    "queue_max_crashes": (
+        "An episode that was being processed when the service process died this many times "
+        "is failed with the reason `crashed` instead of being retried (a crash loop); "
+        "`retry_failed_episodes` queues it again."),
     "queue_batch_size": (
         "At most this many episodes are written per transaction: an extracted episode waits "
         "up to 0.2 s for others to share its commit, and inline processing claims the heads "

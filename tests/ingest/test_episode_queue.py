@@ -705,3 +705,39 @@ def test_a_failure_of_an_older_claim_leaves_the_message_claimed_since_alone(env)
     claim_next(store, "w2", due, 60)
     assert q.mark_failed(store, "e1", due, "UnknownError", "for good", new["seq"])
     assert get_message(store, "e1")["state"] == "failed"
+
+
+def test_an_episode_that_kills_the_process_again_and_again_is_failed_as_crashed(env):
+    """Each start-up finds it in flight (its process died): after ``max_crashes`` of them it
+    is failed with the reason ``crashed`` instead of killing every process that takes it."""
+    store, clock, _, _, _, _, add = env
+    add("a1", "A")
+    for crash in range(1, 4):
+        claim_next(store, f"process-{crash}", clock(), 600)  # a1, then the process dies
+        returned, failed = q.recover_crashed(store, clock(), 3)
+        message = get_message(store, "a1")
+        if crash < 3:
+            assert (returned, failed) == (1, [])
+            assert (message["state"], message["attempts"]) == ("queued", 0)  # not an attempt
+    assert (returned, failed) == (0, ["a1"])
+    assert (message["state"], message["error_type"], message["crashes"]) == ("failed",
+                                                                              "crashed", 3)
+    assert "died 3 times" in message["error_message"]
+    status = store.fetchone("SELECT status, status_detail FROM episodes WHERE uuid = 'a1'")
+    assert status[0] == "failed" and status[1].startswith("crashed")
+    assert q.requeue_failed(store, clock(), ["a1"], None) == ["a1"]
+    assert get_message(store, "a1")["crashes"] == 0
+
+
+def test_the_queue_fails_a_crash_looping_episode_when_it_starts(env):
+    store, clock, metrics, _, seen, _, add = env
+    add("a1", "A")
+    add("b1", "B")
+    claim_next(store, "dead-process", clock(), 600)  # a1 was in flight
+    queue = EpisodeQueue(store, Work(lambda m: seen.append(m["episode_uuid"])), metrics,
+                         clock, max_crashes=1, poll_seconds=0.05)
+    run_until(queue, lambda: get_message(store, "b1")["state"] == "done")
+    assert get_message(store, "a1")["state"] == "failed" and seen == ["b1"]
+    text = metrics.exposition().decode()
+    assert sample(text, "messaging_messages_failed_total",
+                  {"queue_name": "episodes", "error_type": "UnknownError"}) == 1

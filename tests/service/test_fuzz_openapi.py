@@ -19,7 +19,7 @@ pytestmark = pytest.mark.slow
 _settings = load_settings({"SVC_KNOWLEDGE_DB_PATH": ":memory:",
                            "SVC_KNOWLEDGE_RATE_LIMIT_PER_MINUTE": "0"}, env_file=None)
 _workbench = Workbench.open(_settings, embedder=HashEmbedder(), chat=None)
-_app = create_app(_workbench, _settings)
+_app = create_app(_workbench, _settings, allowed_hosts=("testserver",))  # the ASGI client's name
 schema = schemathesis.openapi.from_asgi("/schema/openapi.json", _app)
 
 

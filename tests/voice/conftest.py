@@ -59,6 +59,7 @@ def settings(tmp_path: Path) -> Settings:
         pronunciations=tmp_path / "pronunciations.json",
         rate_per_minute=6000,
         rate_burst=1000,
+        allowed_hosts=("testserver.local",),  # the name Litestar's TestClient sends
     )
 
 

@@ -281,7 +281,7 @@ def test_notifier_applies_current_rules(tone, sink):
     assert tone.calls[0][0] == "kubernetes is up."
 
 
-def test_stop_with_a_full_queue_does_not_hang(tone, gate_sink):
+def test_stop_with_a_full_queue_speaks_what_was_accepted_without_hanging(tone, gate_sink):
     notifier = Notifier(tone, gate_sink, capacity=1)
     notifier.start()
     notifier.submit(note(1, "playing"))
@@ -291,4 +291,18 @@ def test_stop_with_a_full_queue_does_not_hang(tone, gate_sink):
     gate_sink.gate.set()
     notifier.stop(timeout=5)
     assert time.perf_counter() - started < 5
-    assert [o.id for o in notifier.outcomes] == ["1"]  # the waiting one was discarded
+    assert [o.id for o in notifier.outcomes] == ["1", "2"]  # accepted (202), so spoken
+
+
+def test_what_stop_cannot_speak_in_time_is_discarded_and_logged(tone, gate_sink, caplog):
+    notifier = Notifier(tone, gate_sink, capacity=4)
+    notifier.start()
+    notifier.submit(note(1, "playing"))
+    assert gate_sink.entered.wait(5)
+    notifier.submit(note(2, "waiting"))
+    notifier.submit(note(3, "waiting too"))
+    started = time.perf_counter()
+    notifier.stop(timeout=0.3)  # the sink never finishes the first one in time
+    assert time.perf_counter() - started < 2
+    assert "2 queued notification(s) discarded" in caplog.text
+    gate_sink.gate.set()

@@ -29,6 +29,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from workbench.errors import LLMError, LLMNotConfigured
+from workbench.safety import scrub
 from workbench.prompts import classify_memories as prompt
 from workbench.store import Store
 from workbench.store import classification as sql
@@ -53,7 +54,7 @@ class Classification:
 
 
 def _default(status: str, error: str | None = None) -> Classification:
-    return Classification(DEFAULT_IMPORTANCE, DEFAULT_STABILITY, status, error)
+    return Classification(DEFAULT_IMPORTANCE, DEFAULT_STABILITY, status, scrub(error))
 
 
 def _record(metrics: Any, results: Sequence[Classification], latency: float | None) -> None:

@@ -93,9 +93,11 @@ class EpisodeQueue:
         poll_seconds: float = 0.5,
         base_delay: float = 2.0,
         batch_size: int = 16,
+        max_crashes: int = 3,
     ):
         self.store = store
         self.work = work
+        self.max_crashes = max_crashes
         # held while claiming and while committing (until the commit's search-index updates
         # are done): a claimed episode sees everything written before it, in particular the
         # previous episode of its group
@@ -144,9 +146,15 @@ class EpisodeQueue:
     def start(self) -> None:
         if self._threads:
             return
-        released = q.release_all(self.store)
+        now = self.clock()
+        released, crashed = q.recover_crashed(self.store, now, self.max_crashes)
         if released:
             log.warning("returned %d in-flight episodes of a previous run to the queue", released)
+        for uuid in crashed:
+            log.error("episode %s failed: the service process died %d times while processing "
+                      "it (crash loop); retry_failed_episodes queues it again", uuid,
+                      self.max_crashes)
+            self.metrics.record_processing_complete(QUEUE_NAME, 0.0, False, "UnknownError", None)
         self._stop.clear()
         self._abandon = False
         with self._unfinished_lock:

@@ -102,6 +102,11 @@ class Store:
             if self._stored_dim() is None:
                 self._set_meta("embedding_dim", str(dim))
                 self._set_meta("embedding_model", embedding_model)
+        if version < SCHEMA_VERSION:
+            # schema changes go to the file at once, never only to the write-ahead log: DuckDB
+            # 1.5 fails to replay a log holding a table created and then altered (an internal
+            # error at the next open after a crash)
+            self.checkpoint()
 
     def _schema_version(self) -> int:
         exists = self._con.execute(

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from workbench.safety import scrub
 from workbench.store import Store
 
 STATUSES = ("success", "invalid", "truncated", "error")
@@ -58,7 +59,9 @@ _INSERT = (
 def defer_llm_call(store: Store, row: LLMCallRow) -> None:
     """Write the row with the store's next commit (see :meth:`Store.defer`): the LLM client
     logs every call, and an episode's calls then cost no commit of their own."""
-    store.defer("llm_calls", _INSERT, [getattr(row, c) for c in _COLUMNS])
+    values = [getattr(row, c) for c in _COLUMNS]
+    values[_COLUMNS.index("error_message")] = scrub(row.error_message)
+    store.defer("llm_calls", _INSERT, values)
 
 
 def list_llm_calls(

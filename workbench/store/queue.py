@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any, NotRequired, TypedDict
 
+from workbench.safety import scrub
 from workbench.store import Store
 from workbench.store.schema import PRIORITY_NAMES
 
@@ -55,6 +56,29 @@ def requeue_expired_leases(
 def release_all(store: Store) -> int:
     """Return every in-flight message to the queue (start-up after a crash, graceful stop)."""
     return _release(store, "", [])
+
+
+def recover_crashed(store: Store, now: datetime, max_crashes: int) -> tuple[int, list[str]]:
+    """At start-up: the messages still in flight were being processed when the previous
+    process died. Each counts a crash; one that reaches ``max_crashes`` is failed with the
+    reason ``crashed`` (it would kill every process that takes it), the others return to the
+    queue with their attempt uncounted. Returns (returned, uuids failed)."""
+    with store.transaction():
+        counted = store.fetchall(
+            """UPDATE queue SET crashes = coalesce(crashes, 0) + 1
+               WHERE state = 'processing' RETURNING episode_uuid, crashes""")
+        doomed = [uuid for uuid, crashes in counted if crashes >= max_crashes]
+        if doomed:
+            message = (f"crashed: the service process died {max_crashes} times while "
+                       "processing this episode; it is not retried automatically")
+            store.execute(
+                """UPDATE queue SET state = 'failed', finished_at = ?, leased_until = NULL,
+                       lease_owner = NULL, error_type = 'crashed', error_message = ?
+                   WHERE list_contains(?, episode_uuid)""",
+                [now, message, doomed])
+            set_episode_status(store, doomed, "failed", message)
+        returned = _release(store, "", [])
+    return returned, doomed
 
 
 def release(store: Store, episode_uuid: str, owner: str) -> None:
@@ -137,7 +161,7 @@ def set_episode_status(
                SET status = CASE WHEN status = 'done' THEN status ELSE $1 END,
                    status_detail = CASE WHEN status = 'done' THEN status_detail ELSE $2 END
                WHERE uuid = ANY($3)""",
-            [status, detail, list(episode_uuids)],
+            [status, scrub(detail), list(episode_uuids)],
         )
 
 
@@ -194,7 +218,8 @@ def schedule_retry(
                    leased_until = NULL, error_type = ?, error_message = ?,
                    validation_failures = validation_failures + ?
                WHERE episode_uuid = ?""",
-            [available_at, error_type, message, 1 if validation_failure else 0, episode_uuid],
+            [available_at, error_type, scrub(message), 1 if validation_failure else 0,
+             episode_uuid],
         )
     return True
 
@@ -211,7 +236,7 @@ def mark_failed(
             """UPDATE queue SET state = 'failed', finished_at = ?, leased_until = NULL,
                    lease_owner = NULL, error_type = ?, error_message = ?
                WHERE episode_uuid = ?""",
-            [now, error_type, message, episode_uuid],
+            [now, error_type, scrub(message), episode_uuid],
         )
     return True
 
@@ -231,7 +256,7 @@ def requeue_failed(
 ) -> list[str]:
     """Put failed messages back (all, by uuid, or by group); returns their uuids."""
     sql = """UPDATE queue SET state = 'queued', available_at = ?, attempts = 0,
-                 validation_failures = 0, finished_at = NULL
+                 validation_failures = 0, crashes = 0, finished_at = NULL
              WHERE state = 'failed'"""
     params: list[Any] = [now]
     if episode_uuids:

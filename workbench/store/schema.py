@@ -163,7 +163,12 @@ def _v2(dim: int) -> list[str]:
     return ["DROP INDEX IF EXISTS queue_state"]
 
 
-MIGRATIONS: list[Callable[[int], list[str]]] = [_v1, _v2]
+def _v3(dim: int) -> list[str]:
+    """Count how often a message was in flight when its process died (the crash-loop guard)."""
+    return ["ALTER TABLE queue ADD COLUMN IF NOT EXISTS crashes INTEGER DEFAULT 0"]
+
+
+MIGRATIONS: list[Callable[[int], list[str]]] = [_v1, _v2, _v3]
 SCHEMA_VERSION = len(MIGRATIONS)
 
 LIFECYCLE_STATES = ("ACTIVE", "DORMANT", "ARCHIVED", "EXPIRED", "SOFT_DELETED", "PERMANENT")
