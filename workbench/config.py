@@ -104,7 +104,7 @@ class Settings(BaseSettings):
     # --- ours: extraction ---------------------------------------------------------------
     entity_reembed_fraction: float = Field(default=0.2, ge=0, le=1)
 
-    # --- ours: decay and lifecycle (DESIGN.md) ------------------------------------------
+    # --- ours: decay and lifecycle (docs/decay.md) ---------------------------------------
     decay_enabled: bool = True
     decay_half_life_days: float = Field(default=180.0, gt=0)
     decay_dormant_days: float = Field(default=30.0, ge=0)

@@ -143,9 +143,10 @@ def test_an_empty_group_id_is_an_error_not_the_default(fresh):
 
 
 # --- 4. malformed bytes ---------------------------------------------------------------------
-def test_a_body_that_is_not_utf8_is_a_400(plain):
-    response = plain.post("/tools/search_memory_facts", content=b'{"query": "\xff"}',
-                          headers={"Content-Type": "application/json"})
+@pytest.mark.parametrize("path", ["/tools/search_memory_facts", "/mcp"])
+def test_a_body_that_is_not_utf8_is_a_400(plain, path):
+    response = plain.post(path, content=b'{"query": "\xff"}', headers={
+        "Content-Type": "application/json", "Accept": "application/json, text/event-stream"})
     assert response.status_code == 400
     assert_error(response.json(), "invalid_input", "UTF-8")
 

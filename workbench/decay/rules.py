@@ -1,4 +1,4 @@
-"""Decay score and lifecycle rules as pure functions (DESIGN.md, "Decay score" and
+"""Decay score and lifecycle rules as pure functions (``docs/decay.md``, "The decay formula" and
 "Lifecycle rules"). The maintenance SQL in ``workbench/store/maintenance.py`` implements the
 very same rules set-based; ``tests/decay`` checks that both agree on a grid of cases.
 
@@ -27,7 +27,7 @@ DORMANT,        ACTIVE        accessed by a search (a reactivation, not maintena
 ARCHIVED
 ==============  ============  ==========================================================
 
-Decisions where DESIGN.md is silent:
+Decisions beyond the rules above:
 
 * "non-deleted" means every state but SOFT_DELETED (an EXPIRED memory raised to
   importance/stability >= 4 is rescued as PERMANENT).

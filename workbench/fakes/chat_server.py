@@ -44,6 +44,7 @@ from __future__ import annotations
 import copy
 import itertools
 import json
+import sys
 import threading
 import time
 from collections import deque
@@ -229,6 +230,14 @@ class RecordedRequest:
     body: dict | None
 
 
+class _QuietServer(ThreadingHTTPServer):
+    """A client that goes away mid-request (a killed service) is normal here, not a trace."""
+
+    def handle_error(self, request, client_address) -> None:
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)
+
+
 class FakeLLMServer:
     """See the module docstring. Start with ``start()`` or ``with FakeLLMServer() as s:``."""
 
@@ -249,7 +258,7 @@ class FakeLLMServer:
     # --- lifecycle -------------------------------------------------------------------------
     def start(self) -> FakeLLMServer:
         handler = type("Handler", (_Handler,), {"fake": self})
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self._httpd = _QuietServer(("127.0.0.1", 0), handler)
         self._httpd.daemon_threads = True
         self._thread = threading.Thread(target=self._httpd.serve_forever,
                                         kwargs={"poll_interval": 0.05}, daemon=True)

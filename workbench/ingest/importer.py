@@ -1,6 +1,6 @@
 """Import pre-extracted entities and facts (JSON lines), no LLM.
 
-Line formats (DESIGN.md "Import format")::
+Line formats (``docs/import-format.md``)::
 
     {"type": "entity", "name": ..., "entity_type"?, "summary"?, "group_id"?, "importance"?,
      "stability"?, "created_at"?}

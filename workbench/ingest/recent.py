@@ -3,7 +3,7 @@
 Extraction shows the LLM an episode's previous episodes: the group's latest processed ones up
 to the episode's reference time (:func:`workbench.store.graph.recent_episodes`). In SQL that
 read is a scan of the group's whole history (DuckDB has no ordered index), so it grew with the
-history: 140 ms a batch with 200,000 episodes stored. Here each group keeps its latest
+history (figures in ``docs/performance.md``, "A store that has grown"). Here each group keeps its latest
 ``keep`` processed episodes, read once per group, then kept up to date by the writes.
 
 The answer is the same as the SQL one. A group's list is always the first ``keep`` of its

@@ -1,6 +1,6 @@
 """Access tracking for search hits: metrics now, database writes batched off the hot path.
 
-Every memory a search returns is an access (DESIGN.md): ``last_accessed_at = now``,
+Every memory a search returns is an access (``docs/decay.md``): ``last_accessed_at = now``,
 ``access_count + 1``, ``decay_score = 0`` and DORMANT/ARCHIVED -> ACTIVE (a reactivation).
 
 :meth:`AccessTracker.record` does the bookkeeping in memory (metrics, and the new values on the

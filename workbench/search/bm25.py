@@ -2,11 +2,12 @@
 
 Why our own and not ``bm25s`` / ``tantivy`` / duckdb ``fts``: memories arrive one episode at a
 time and are deleted by maintenance, so the index must follow inserts and deletes
-incrementally. duckdb ``fts`` and ``bm25s`` build a static index (a rebuild per insert: 2 s at
-100k docs); ``tantivy`` follows updates but keeps a second on-disk copy next to DuckDB with its
-own commit/reload cycle. An inverted index of numpy posting arrays is ~250 lines, has no
-dependency, and answers in ~1 ms at 100k docs (``bench/bench_search.py``); it is rebuilt from
-the store at open (the store stays the single source of truth).
+incrementally. duckdb ``fts`` and ``bm25s`` build a static index (a rebuild per insert, seconds
+at a large store); ``tantivy`` follows updates but keeps a second on-disk copy next to DuckDB
+with its own commit/reload cycle. An inverted index of numpy posting arrays is a few hundred
+lines, has no dependency, and answers in about a millisecond at a large store (figures in
+``docs/performance.md``); it is rebuilt from the store at open (the store stays the single
+source of truth).
 
 Details: lower-cased word tokens, English stop words removed, a light suffix stemmer
 (``prefers``/``preferred`` -> ``prefer``), Okapi BM25 (k1 = 1.2, b = 0.75). A deleted document

@@ -1,4 +1,4 @@
-"""Search score: pure functions over values (DESIGN.md "Search score").
+"""Search score: pure functions over values (the rules in ``docs/decay.md``).
 
 ``score = w_similarity * similarity + w_keyword * keyword
         + w_freshness * freshness + w_importance * importance``
@@ -11,19 +11,12 @@
 * ``importance`` — ``(importance - 1) / 4`` (1 -> 0, 3 -> 0.5, 5 -> 1).
 
 Fusion: candidates are the union of the vector top-N and the BM25 top-N; they are ordered by
-this weighted sum of the *normalised scores* rather than by reciprocal rank. On our
-conversational retrieval set (``data/retrieval_set.jsonl``: 100 memories, 79 questions;
-``python -m workbench.eval.retrieval --tune``) with all-MiniLM-L6-v2:
-
-    method        recall@1  recall@3  recall@5  recall@10   MRR
-    vector only     0.817     0.949     0.968     0.981    0.899
-    BM25 only       0.677     0.861     0.918     0.918    0.786
-    RRF (k=60)      0.804     0.930     0.981     0.987    0.893   <- loses to vector at @1/@3/MRR
-    ours (w=0.30)   0.829     0.949     0.968     0.994    0.908
-
-Every keyword weight from 0.1 to 0.4 is at least as good as vector alone on every column;
-0.30 has the best recall@10. The keyword weight is added on top of the DESIGN.md weights
-(0.60 / 0.25 / 0.15), so similarity, freshness and importance keep their meaning.
+this weighted sum of the *normalised scores* rather than by reciprocal rank, which lost to
+vectors alone at the top ranks on our conversational retrieval set
+(``python -m workbench.eval.retrieval --tune``; figures in ``docs/decay.md``, "How decay
+enters search"). The
+keyword weight is added on top of the similarity / freshness / importance weights
+(0.60 / 0.25 / 0.15), so those keep their meaning.
 """
 
 from __future__ import annotations

@@ -1,10 +1,10 @@
 """In-memory rows of the memories, for the search hot path.
 
-Why: fetching ~100 candidate rows from DuckDB by uuid costs a table scan — 4-5 ms CPU at 10k
-memories, 8-16 ms at 100k, plus 2x for the entity-name joins of facts (DuckDB 1.5 uses the
-primary-key index only for single-value lookups). That alone breaks the p95 <= 15 ms target, so
-the search engine keeps the columns it filters, scores and returns in memory (~1 KB a memory)
-and reads DuckDB only when something changed:
+Why: fetching ~100 candidate rows from DuckDB by uuid costs a table scan (DuckDB 1.5 uses the
+primary-key index only for single-value lookups), and twice that for the entity-name joins of
+facts: alone more than a search's latency budget (figures in ``docs/performance.md``). So the
+search engine keeps the columns it filters, scores and returns in memory and reads DuckDB only
+when something changed:
 
 * :meth:`RowCache.load` at open, :meth:`RowCache.refresh` for rows written by someone else
   (``SearchEngine.on_upsert`` re-reads the rows it is told about, ``refresh_states`` after

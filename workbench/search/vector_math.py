@@ -31,7 +31,7 @@ _BLAS: list = []
 
 def one_blas_thread():
     """Run a mat-vec on one BLAS thread. A search is one small product; on a busy 2-core
-    machine OpenBLAS's thread hand-off made a 10k x 384 product 10x slower (20 ms vs 2 ms)."""
+    machine OpenBLAS's thread hand-off made it an order of magnitude slower."""
     if not _BLAS:
         try:
             from threadpoolctl import ThreadpoolController

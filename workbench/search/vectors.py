@@ -4,48 +4,36 @@ DuckDB (``entity_embeddings`` / ``fact_embeddings``) is the source of truth; thi
 cache loaded at open (:func:`load_index`) and kept in step by the search engine's
 ``on_upsert`` / ``on_delete``.
 
-How it searches (measured on this shared 2-core machine, see ``bench/bench_search.py``):
+How it searches (figures in ``docs/performance.md``, "The vector index"):
 
 * **Exact** while small: the unit vectors live in one float32 matrix (``slot`` = row); a
-  query is one mat-vec product (on one BLAS thread) and an ``argpartition``: ~1.5 ms CPU at
-  10k x 384, ~15 ms at 100k. Beyond ``ann_threshold`` rows:
+  query is one mat-vec product (on one BLAS thread) and an ``argpartition``, linear in the
+  rows. Beyond ``ann_threshold`` rows:
 * **Approximate** (HNSW from ``usearch``, int8-quantised, M=24, ef_add=96, ef_search=200):
   it returns an oversampled candidate list (``max(ann_candidates, 4k)``,
   ``ef = max(ef_for(size), count)``) re-ranked with the exact float32 cosine, so scores are
-  always real cosines; recall@10 vs exact ~0.986 at ~2.5-3.5 ms CPU at 100k. A bigger graph
-  needs a wider search for the same recall, so ``ef_for`` grows ``ef_search`` with the square
-  root of the size beyond ``ef_reference_size`` (100k): ef 347 at 300k, 633 at 1M.
+  always real cosines. A bigger graph needs a wider search for the same recall, so ``ef_for``
+  grows ``ef_search`` with the square root of the size beyond ``ef_reference_size`` (100k):
+  a fixed ef lost recall as the graph grew, the square-root rule kept it.
 * **Filters** (``group_ids``, ``allowed``) apply *before* the top-k for exact search. For ANN
   the index oversamples by the inverse selectivity of the group filter and filters the
   candidates; when the filter keeps at most ``exact_subset_limit`` rows (or the ANN pass
   comes back short) it runs exact over just the allowed rows instead. An ``allowed`` *set*
   always runs exact over those rows. The rows of a group searched exactly are kept as a
   contiguous copy between searches (``SUBSET_CACHE_BYTES`` in all, dropped when one of the
-  group's rows changes): gathering 10k rows per query cost ~5 ms at 100k.
+  group's rows changes): gathering them anew per query was a large part of a search.
 
 The HNSW graph is built in a background thread (``background_build``, on one core by
 default) from a snapshot while exact search keeps serving; inserts and deletes made meanwhile
 are replayed on it when it is ready. :meth:`VectorIndex.save_graph` writes the graph with a
 checksum of the vectors it was built from and its parameters; :func:`load_index` reuses it
 only when the store's vectors give the same checksum and the parameters are the same, so a
-restart of a large store does not rebuild it (~55 s CPU per 100k vectors on this machine).
+restart of a large store does not rebuild it (a build takes about a minute of CPU per 100k
+vectors).
 
-Parameters measured on 100k clustered synthetic vectors (``bench/bench_search.py`` data; build
-CPU with 2 threads, recall@10 after re-rank for near-duplicate / blended queries, search CPU
-for 200 candidates, on the loaded shared machine): M=16/ef_add=40: 48 s; 0.950/0.926 at ef
-256 (2.2-3.3 ms), 0.976/0.963 at ef 384 (4.2 ms). M=16/ef_add=128: 119 s; 0.976/0.963 at ef
-256 (1.9-2.5 ms). M=32/ef_add=64: 93 s; 0.981/0.964 at ef 150 (2.5-2.9 ms). M=24/ef_add=96
-(chosen): 110 s; 0.986/0.972 at ef 200 (2.4 ms), 0.992/0.985 at ef 256. In the engine, A/B
-against the former M=16/ef_add=40/ef 384: vector search 3.4 vs 4.4 ms CPU (p50), recall@10
-0.986 vs 0.975. The price is a ~2.3x longer graph build (background, one core; reused from
-the saved graph at the next open).
-
-Recall@10 against exact by ef as the graph grows (same data and parameters, built with 2
-threads, the engine's 50-candidate request; /tmp sweep of 200 queries, idle to load 2): 100k:
-0.991 at ef 200. 300k (built in 227 s): 0.964 / 0.983 / 0.991 / 0.998 at ef 200 / 300 / 400 /
-600, 3.7 / 4.3 / 5.5 / 8.5 ms CPU (p50). 1M (built in 1,082 s): 0.908 / 0.946 / 0.966 / 0.987
-/ 0.994 at ef 200 / 300 / 400 / 600 / 800, 5.8 / 7.3 / 9.9 / 14.5 / 16.6 ms CPU (p50). A fixed
-ef 200 missed the 0.95 target at 1M; the square-root rule keeps ~0.99 at every size measured.
+The parameters (M, ef_add, ef_search) were chosen by a sweep on clustered synthetic vectors:
+the chosen ones give the best recall for the search CPU, at the price of a longer build in the
+background.
 
 Deleted rows leave a free slot (reused by the next insert); the graph drops the key and is
 rebuilt (in the background) when tombstones pile up. All methods are thread-safe (one lock).

@@ -1,6 +1,6 @@
 """SQL of access tracking: one batched UPDATE per memory kind for the hits of many searches.
 
-A search that returns a memory counts as an access (DESIGN.md): ``last_accessed_at`` becomes
+A search that returns a memory counts as an access (``docs/decay.md``): ``last_accessed_at`` becomes
 the access time, ``access_count`` grows, ``decay_score`` is reset to 0 (the decay formula at
 zero days since the last access), and a DORMANT or ARCHIVED memory becomes ACTIVE.
 """
