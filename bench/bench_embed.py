@@ -79,7 +79,10 @@ def fresh_process(backend: str, threads: int, cache_dir: str | None) -> dict:
     started = time.perf_counter()
     out = subprocess.run(
         [sys.executable, "-c", FRESH, backend, str(threads), cache_dir or ""],
-        capture_output=True, text=True, check=True, cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=ROOT,
     )
     result = json.loads(out.stdout.strip().splitlines()[-1])
     result["process"] = time.perf_counter() - started
@@ -119,20 +122,25 @@ def main() -> None:
     parser.add_argument("--cache-dir", default=os.environ.get("WORKBENCH_MODEL_CACHE"))
     parser.add_argument("--no-server", action="store_true", help="skip the embed-server part")
     args = parser.parse_args()
-    print(f"load average: {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} "
-          f"{os.getloadavg()[2]:.2f} on {os.cpu_count()} cores")
+    print(
+        f"load average: {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} "
+        f"{os.getloadavg()[2]:.2f} on {os.cpu_count()} cores"
+    )
     fresh = fresh_process(args.backend, args.threads, args.cache_dir)
-    print(f"fresh process ({fresh['backend']}): import workbench.embedding {fresh['import']:.2f} s, "
-          f"load + first embedding {fresh['load']:.2f} s, total {fresh['total']:.2f} s "
-          f"(interpreter included {fresh['process']:.2f} s; torch imported: "
-          f"{fresh['torch_loaded']})")
+    print(
+        f"fresh process ({fresh['backend']}): import workbench.embedding {fresh['import']:.2f} s, "
+        f"load + first embedding {fresh['load']:.2f} s, total {fresh['total']:.2f} s "
+        f"(interpreter included {fresh['process']:.2f} s; torch imported: "
+        f"{fresh['torch_loaded']})"
+    )
     embedder = LocalEmbedder(backend=args.backend, threads=args.threads, cache_dir=args.cache_dir)
     started = time.perf_counter()
     embedder.warm_up()
-    print(f"model load + first embedding (in this process): "
-          f"{time.perf_counter() - started:.2f} s")
-    print(f"batch 32: {throughput(embedder, args.texts, 32):.0f} texts/s "
-          f"({args.threads} thread(s), backend {embedder.backend})")
+    print(f"model load + first embedding (in this process): {time.perf_counter() - started:.2f} s")
+    print(
+        f"batch 32: {throughput(embedder, args.texts, 32):.0f} texts/s "
+        f"({args.threads} thread(s), backend {embedder.backend})"
+    )
     print(f"batch 1:  {throughput(embedder, args.texts // 4, 1):.0f} texts/s")
     local = round_trips(embedder, args.queries)
     results = [("in-process", local)]
@@ -143,8 +151,10 @@ def main() -> None:
         results.append(("embed-server", round_trips(client, args.queries)))
         server.should_exit = True
     for name, values in results:
-        print(f"{name:12s} one query: p50 {statistics.median(values):.1f} ms, "
-              f"p95 {percentile(values, 0.95):.1f} ms, max {max(values):.1f} ms")
+        print(
+            f"{name:12s} one query: p50 {statistics.median(values):.1f} ms, "
+            f"p95 {percentile(values, 0.95):.1f} ms, max {max(values):.1f} ms"
+        )
     if len(results) == 2:
         overhead = statistics.median(results[1][1]) - statistics.median(local)
         print(f"HTTP overhead p50: {overhead:.1f} ms")

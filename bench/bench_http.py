@@ -40,8 +40,11 @@ ROOT = Path(__file__).resolve().parents[1]
 
 DIM = 384
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
-WORDS = [f"{a}{b}" for a in ("ka", "lo", "mi", "ne", "ru", "sa", "to", "vi") for b in
-         ("ber", "con", "dal", "fen", "gor", "hal", "kin", "lum", "mor", "nis")]
+WORDS = [
+    f"{a}{b}"
+    for a in ("ka", "lo", "mi", "ne", "ru", "sa", "to", "vi")
+    for b in ("ber", "con", "dal", "fen", "gor", "hal", "kin", "lum", "mor", "nis")
+]
 
 
 def fill_store(path: Path, n: int, seed: int = 0) -> float:
@@ -53,23 +56,43 @@ def fill_store(path: Path, n: int, seed: int = 0) -> float:
     text = [" ".join(row) for row in words[rng.integers(0, len(WORDS), (n, 8))]]
     ents = [str(uuidlib.uuid4()) for _ in range(n)]
     created = pa.array([T0] * n, pa.timestamp("us", tz="UTC"))
-    store.register("_e", pa.table({"uuid": ents, "group_id": ["main"] * n,
-                                   "name": [f"E{i} {t[:16]}" for i, t in enumerate(text)],
-                                   "name_norm": [f"e{i}" for i in range(n)],
-                                   "summary": text, "created_at": created}))
-    store.execute("INSERT INTO entities (uuid, group_id, name, name_norm, summary, created_at,"
-                  " updated_at) SELECT uuid, group_id, name, name_norm, summary, created_at,"
-                  " created_at FROM _e")
+    store.register(
+        "_e",
+        pa.table(
+            {
+                "uuid": ents,
+                "group_id": ["main"] * n,
+                "name": [f"E{i} {t[:16]}" for i, t in enumerate(text)],
+                "name_norm": [f"e{i}" for i in range(n)],
+                "summary": text,
+                "created_at": created,
+            }
+        ),
+    )
+    store.execute(
+        "INSERT INTO entities (uuid, group_id, name, name_norm, summary, created_at,"
+        " updated_at) SELECT uuid, group_id, name, name_norm, summary, created_at,"
+        " created_at FROM _e"
+    )
     facts = [str(uuidlib.uuid4()) for _ in range(n)]
-    store.register("_f", pa.table({
-        "uuid": facts, "group_id": ["main"] * n,
-        "source_uuid": [ents[i] for i in rng.integers(0, n, n)],
-        "target_uuid": [ents[i] for i in rng.integers(0, n, n)],
-        "fact": [f"{t} relates to {WORDS[i % len(WORDS)]}" for i, t in enumerate(text)],
-        "created_at": created}))
-    store.execute("INSERT INTO facts (uuid, group_id, source_uuid, target_uuid, fact, "
-                  "created_at) SELECT uuid, group_id, source_uuid, target_uuid, fact, "
-                  "created_at FROM _f")
+    store.register(
+        "_f",
+        pa.table(
+            {
+                "uuid": facts,
+                "group_id": ["main"] * n,
+                "source_uuid": [ents[i] for i in rng.integers(0, n, n)],
+                "target_uuid": [ents[i] for i in rng.integers(0, n, n)],
+                "fact": [f"{t} relates to {WORDS[i % len(WORDS)]}" for i, t in enumerate(text)],
+                "created_at": created,
+            }
+        ),
+    )
+    store.execute(
+        "INSERT INTO facts (uuid, group_id, source_uuid, target_uuid, fact, "
+        "created_at) SELECT uuid, group_id, source_uuid, target_uuid, fact, "
+        "created_at FROM _f"
+    )
     basis = rng.standard_normal((48, DIM)).astype(np.float32)
     for kind, uuids in (("entity", ents), ("fact", facts)):
         for start in range(0, n, 50_000):
@@ -77,7 +100,7 @@ def fill_store(path: Path, n: int, seed: int = 0) -> float:
             block = rng.standard_normal((m, 48)).astype(np.float32) @ basis
             block += 0.35 * rng.standard_normal((m, DIM)).astype(np.float32)
             block /= np.linalg.norm(block, axis=1, keepdims=True)
-            g.insert_embeddings(store, kind, uuids[start:start + m], block, "all-MiniLM-L6-v2")
+            g.insert_embeddings(store, kind, uuids[start : start + m], block, "all-MiniLM-L6-v2")
     store.close()
     return time.perf_counter() - started
 
@@ -91,12 +114,31 @@ def free_port() -> int:
 def start_service(db: Path, log: Path) -> tuple[subprocess.Popen, str]:
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("SVC_KNOWLEDGE_")}
-    env.update({"SVC_KNOWLEDGE_RATE_LIMIT_PER_MINUTE": "0", "LOG_LEVEL": "WARNING",
-                "SVC_KNOWLEDGE_DECAY_ENABLED": "false"})
+    env.update(
+        {
+            "SVC_KNOWLEDGE_RATE_LIMIT_PER_MINUTE": "0",
+            "LOG_LEVEL": "WARNING",
+            "SVC_KNOWLEDGE_DECAY_ENABLED": "false",
+        }
+    )
     proc = subprocess.Popen(
-        [sys.executable, "-m", "service.cli", "serve", "--port", str(port), "--metrics-port",
-         str(free_port()), "--db", str(db)], env=env, cwd=db.parent,
-        stdout=log.open("wb"), stderr=subprocess.STDOUT)
+        [
+            sys.executable,
+            "-m",
+            "service.cli",
+            "serve",
+            "--port",
+            str(port),
+            "--metrics-port",
+            str(free_port()),
+            "--db",
+            str(db),
+        ],
+        env=env,
+        cwd=db.parent,
+        stdout=log.open("wb"),
+        stderr=subprocess.STDOUT,
+    )
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline:
@@ -119,9 +161,13 @@ def queries(count: int, seed: int) -> list[str]:
 
 def summary(latencies: list[float], wall: float, errors: int) -> dict:
     arr = np.array(latencies) * 1000
-    return {"requests": len(latencies), "errors": errors, "rps": round(len(arr) / wall, 1),
-            "p50_ms": round(float(np.percentile(arr, 50)), 1),
-            "p95_ms": round(float(np.percentile(arr, 95)), 1)}
+    return {
+        "requests": len(latencies),
+        "errors": errors,
+        "rps": round(len(arr) / wall, 1),
+        "p50_ms": round(float(np.percentile(arr, 50)), 1),
+        "p95_ms": round(float(np.percentile(arr, 95)), 1),
+    }
 
 
 async def run_rest(url: str, concurrency: int, total: int, seed: int) -> dict:
@@ -130,14 +176,17 @@ async def run_rest(url: str, concurrency: int, total: int, seed: int) -> dict:
     errors = 0
     limits = httpx.Limits(max_connections=concurrency)
     async with httpx.AsyncClient(base_url=url, timeout=60, limits=limits) as client:
+
         async def worker(mine: list[str]) -> None:
             nonlocal errors
             for text in mine:
                 t0 = time.perf_counter()
-                response = await client.post("/tools/search_memory_facts",
-                                             json={"query": text, "max_facts": 10})
+                response = await client.post(
+                    "/tools/search_memory_facts", json={"query": text, "max_facts": 10}
+                )
                 latencies.append(time.perf_counter() - t0)
                 errors += response.status_code != 200
+
         started = time.perf_counter()
         await asyncio.gather(*(worker(texts[i::concurrency]) for i in range(concurrency)))
         wall = time.perf_counter() - started
@@ -156,8 +205,9 @@ async def run_mcp(url: str, concurrency: int, total: int, seed: int) -> dict:
         async with Client(f"{url}/mcp") as client:
             for text in mine:
                 t0 = time.perf_counter()
-                result = await client.call_tool("search_memory_facts",
-                                                {"query": text, "max_facts": 10})
+                result = await client.call_tool(
+                    "search_memory_facts", {"query": text, "max_facts": 10}
+                )
                 latencies.append(time.perf_counter() - t0)
                 errors += bool(result.is_error)
 
@@ -169,10 +219,18 @@ async def run_mcp(url: str, concurrency: int, total: int, seed: int) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--memories", type=int, default=2000,
-                        help="entities and facts each (default 2000; the issue asks 100000)")
-    parser.add_argument("--requests", type=int, default=200,
-                        help="requests per concurrency level and transport (default 200)")
+    parser.add_argument(
+        "--memories",
+        type=int,
+        default=2000,
+        help="entities and facts each (default 2000; the issue asks 100000)",
+    )
+    parser.add_argument(
+        "--requests",
+        type=int,
+        default=200,
+        help="requests per concurrency level and transport (default 200)",
+    )
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 8, 32])
     parser.add_argument("--no-mcp", action="store_true", help="REST only")
     parser.add_argument("--json", type=Path, help="also write the results here")
@@ -186,16 +244,20 @@ def main() -> None:
         results: dict = {"memories": args.memories, "fill_seconds": round(fill, 1), "runs": []}
         try:
             asyncio.run(run_rest(url, 4, 40, seed=999))  # warm-up: model, indexes, pools
-            print(f"{'transport':<6} {'clients':>7} {'requests':>8} {'req/s':>8} "
-                  f"{'p50 ms':>8} {'p95 ms':>8} {'errors':>6}")
+            print(
+                f"{'transport':<6} {'clients':>7} {'requests':>8} {'req/s':>8} "
+                f"{'p50 ms':>8} {'p95 ms':>8} {'errors':>6}"
+            )
             transports = [("rest", run_rest)] + ([] if args.no_mcp else [("mcp", run_mcp)])
             for name, runner in transports:
                 for level, concurrency in enumerate(args.concurrency):
                     row = asyncio.run(runner(url, concurrency, args.requests, seed=level))
                     row.update(transport=name, concurrency=concurrency)
                     results["runs"].append(row)
-                    print(f"{name:<6} {concurrency:>7} {row['requests']:>8} {row['rps']:>8} "
-                          f"{row['p50_ms']:>8} {row['p95_ms']:>8} {row['errors']:>6}")
+                    print(
+                        f"{name:<6} {concurrency:>7} {row['requests']:>8} {row['rps']:>8} "
+                        f"{row['p50_ms']:>8} {row['p95_ms']:>8} {row['errors']:>6}"
+                    )
         finally:
             proc.terminate()
             proc.wait(60)

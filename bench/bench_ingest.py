@@ -52,8 +52,10 @@ TOOLS = ["Neovim", "VS Code", "Python"]
 
 
 def episode(i: int) -> str:
-    return (f"{PEOPLE[i % 3]} works at {ORGS[i % 2]}. {PEOPLE[(i + 1) % 3]} uses "
-            f"{TOOLS[i % 3]}. Note {i}.")
+    return (
+        f"{PEOPLE[i % 3]} works at {ORGS[i % 2]}. {PEOPLE[(i + 1) % 3]} uses "
+        f"{TOOLS[i % 3]}. Note {i}."
+    )
 
 
 BATCH_SIZE = "16"
@@ -80,7 +82,8 @@ class FakeProcess:
     def __init__(self, latency: float):
         self._pipe, child = multiprocessing.Pipe()
         self._proc = multiprocessing.get_context("spawn").Process(
-            target=_serve_fake, args=(latency, child), daemon=True)
+            target=_serve_fake, args=(latency, child), daemon=True
+        )
 
     def __enter__(self) -> RemoteFake:
         self._proc.start()
@@ -97,12 +100,14 @@ DB_DIR: str | None = None  # None: DuckDB in memory (--in-memory)
 def open_wb(server, embedder, workers: int) -> Workbench:
     """A workbench on a fresh DuckDB file (the service's default) or in memory."""
     db = ":memory:" if DB_DIR is None else tempfile.mkdtemp(dir=DB_DIR) + "/kb.duckdb"
-    env = chat_settings_env(server, SVC_KNOWLEDGE_DB_PATH=db,
-                            SVC_KNOWLEDGE_QUEUE_CONCURRENCY=str(workers),
-                            SVC_KNOWLEDGE_QUEUE_BATCH_SIZE=BATCH_SIZE,
-                            SVC_KNOWLEDGE_DECAY_ENABLED="false")
-    return Workbench.open(load_settings(env, env_file=None), embedder=embedder,
-                          metrics=Metrics())
+    env = chat_settings_env(
+        server,
+        SVC_KNOWLEDGE_DB_PATH=db,
+        SVC_KNOWLEDGE_QUEUE_CONCURRENCY=str(workers),
+        SVC_KNOWLEDGE_QUEUE_BATCH_SIZE=BATCH_SIZE,
+        SVC_KNOWLEDGE_DECAY_ENABLED="false",
+    )
+    return Workbench.open(load_settings(env, env_file=None), embedder=embedder, metrics=Metrics())
 
 
 def close_wb(wb: Workbench) -> None:
@@ -149,8 +154,9 @@ def preload(wb: Workbench, n: int) -> None:
             wb.store.execute(statement, [n])
 
 
-def run(server, embedder, n: int, workers: int, groups: int, inline: bool,
-        history: int = 0) -> float:
+def run(
+    server, embedder, n: int, workers: int, groups: int, inline: bool, history: int = 0
+) -> float:
     wb = open_wb(server, embedder, workers)
     if history:
         preload(wb, history)
@@ -165,8 +171,12 @@ def run(server, embedder, n: int, workers: int, groups: int, inline: bool,
     else:
         wb.start()
         # polling costs the workers the store lock: not too often, and by key (no scan)
-        while any(state != "done" for (state,) in wb.store.fetchall(
-                "SELECT state FROM queue WHERE episode_uuid = ANY(?)", [list(last.values())])):
+        while any(
+            state != "done"
+            for (state,) in wb.store.fetchall(
+                "SELECT state FROM queue WHERE episode_uuid = ANY(?)", [list(last.values())]
+            )
+        ):
             time.sleep(0.05)
     elapsed = time.perf_counter() - started
     CPU_MS.append((time.process_time() - cpu) / n * 1000)
@@ -176,24 +186,37 @@ def run(server, embedder, n: int, workers: int, groups: int, inline: bool,
 
 def sample_tokens(server, embedder) -> dict:
     wb = open_wb(server, embedder, 1)
-    lines = [json.loads(x) for x in (ROOT / "data/sample_episodes.jsonl").read_text().splitlines()
-             if x.strip()]
+    lines = [
+        json.loads(x)
+        for x in (ROOT / "data/sample_episodes.jsonl").read_text().splitlines()
+        if x.strip()
+    ]
     for item in lines:
-        wb.add_memory(item["name"], item["episode_body"], group_id=item.get("group_id"),
-                      source=item.get("source", "text"),
-                      source_description=item.get("source_description", ""),
-                      reference_time=item.get("reference_time"))
+        wb.add_memory(
+            item["name"],
+            item["episode_body"],
+            group_id=item.get("group_id"),
+            source=item.get("source", "text"),
+            source_description=item.get("source_description", ""),
+            reference_time=item.get("reference_time"),
+        )
     wb.process_pending()
     row = wb.store.fetchone(
-        "SELECT count(*), sum(prompt_tokens), sum(completion_tokens) FROM llm_calls")
+        "SELECT count(*), sum(prompt_tokens), sum(completion_tokens) FROM llm_calls"
+    )
     graph = wb.store.fetchone(
-        "SELECT (SELECT count(*) FROM entities), (SELECT count(*) FROM facts)")
+        "SELECT (SELECT count(*) FROM entities), (SELECT count(*) FROM facts)"
+    )
     close_wb(wb)
     n = len(lines)
-    return {"episodes": n, "calls_per_episode": row[0] / n,
-            "prompt_tokens_per_episode": row[1] / n,
-            "completion_tokens_per_episode": row[2] / n,
-            "entities": graph[0], "facts": graph[1]}
+    return {
+        "episodes": n,
+        "calls_per_episode": row[0] / n,
+        "prompt_tokens_per_episode": row[1] / n,
+        "completion_tokens_per_episode": row[2] / n,
+        "entities": graph[0],
+        "facts": graph[1],
+    }
 
 
 def main() -> None:
@@ -205,10 +228,17 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--local-embedder", action="store_true")
     parser.add_argument("--fake-in-process", action="store_true")
-    parser.add_argument("--in-memory", action="store_true",
-                        help="DuckDB in memory instead of a file (about 6%% faster)")
-    parser.add_argument("--history", type=int, default=0,
-                        help="also run the workers on a store holding this many episodes")
+    parser.add_argument(
+        "--in-memory",
+        action="store_true",
+        help="DuckDB in memory instead of a file (about 6%% faster)",
+    )
+    parser.add_argument(
+        "--history",
+        type=int,
+        default=0,
+        help="also run the workers on a store holding this many episodes",
+    )
     args = parser.parse_args()
     BATCH_SIZE = str(args.batch_size)
     scratch = None if args.in_memory else tempfile.TemporaryDirectory(prefix="bench_ingest_")
@@ -229,32 +259,45 @@ def main() -> None:
         return server
 
     where = "in process" if args.fake_in_process else "own process"
-    print(f"fake LLM {where}, batch size {args.batch_size}, DuckDB "
-          f"{'in memory' if DB_DIR is None else 'file'}, load average "
-          f"{os.getloadavg()[0]:.2f}")
+    print(
+        f"fake LLM {where}, batch size {args.batch_size}, DuckDB "
+        f"{'in memory' if DB_DIR is None else 'file'}, load average "
+        f"{os.getloadavg()[0]:.2f}"
+    )
     with fake(0.0) as server:
         inline = run(server, embedder, args.episodes, 1, 8, inline=True)
-        print(f"instant LLM, inline one at a time: {inline:.1f} episodes/s ({args.episodes} "
-              f"episodes; {CPU_MS[-1]:.1f} ms of this process's CPU per episode)")
+        print(
+            f"instant LLM, inline one at a time: {inline:.1f} episodes/s ({args.episodes} "
+            f"episodes; {CPU_MS[-1]:.1f} ms of this process's CPU per episode)"
+        )
         inline = run(server, embedder, args.episodes, args.workers, 8, inline=True)
-        print(f"instant LLM, inline {args.workers} at a time (process_pending): "
-              f"{inline:.1f} episodes/s ({CPU_MS[-1]:.1f} ms CPU per episode)")
+        print(
+            f"instant LLM, inline {args.workers} at a time (process_pending): "
+            f"{inline:.1f} episodes/s ({CPU_MS[-1]:.1f} ms CPU per episode)"
+        )
         pooled = run(server, embedder, args.episodes, args.workers, 8, inline=False)
-        print(f"instant LLM, {args.workers} workers: {pooled:.1f} episodes/s "
-              f"({CPU_MS[-1]:.1f} ms CPU per episode)")
+        print(
+            f"instant LLM, {args.workers} workers: {pooled:.1f} episodes/s "
+            f"({CPU_MS[-1]:.1f} ms CPU per episode)"
+        )
         if args.history:
-            stored = run(server, embedder, args.episodes, args.workers, 8, inline=False,
-                         history=args.history)
-            print(f"instant LLM, {args.workers} workers, {args.history} episodes already "
-                  f"stored: {stored:.1f} episodes/s ({CPU_MS[-1]:.1f} ms CPU per episode; "
-                  f"{stored / pooled:.2f} of the empty store's rate)")
+            stored = run(
+                server, embedder, args.episodes, args.workers, 8, inline=False, history=args.history
+            )
+            print(
+                f"instant LLM, {args.workers} workers, {args.history} episodes already "
+                f"stored: {stored:.1f} episodes/s ({CPU_MS[-1]:.1f} ms CPU per episode; "
+                f"{stored / pooled:.2f} of the empty store's rate)"
+            )
     with fake(args.latency) as server:
         # enough episodes and groups that the start and the tail do not dominate
         n = max(args.workers * 20, 40)
         slow = run(server, embedder, n, args.workers, args.workers * 4, inline=False)
         ideal = args.workers / (args.latency * 2)  # two LLM calls per episode
-        print(f"LLM latency {args.latency}s, {args.workers} workers, {n} episodes: "
-              f"{slow:.2f} episodes/s (ideal C/(2L) = {ideal:.2f}, ratio {slow / ideal:.2f})")
+        print(
+            f"LLM latency {args.latency}s, {args.workers} workers, {n} episodes: "
+            f"{slow:.2f} episodes/s (ideal C/(2L) = {ideal:.2f}, ratio {slow / ideal:.2f})"
+        )
     with FakeLLMServer() as server:
         server.set_responder(ReplayLLM())  # gold labels: realistic entity/fact counts
         print("sample data:", json.dumps(sample_tokens(server, embedder)))

@@ -41,11 +41,21 @@ class ExtractedEntities(BaseModel):
     entities: list[Entity]
 
 
-DATA = {"entities": [{"name": f"Entity {i}", "entity_type": "Person",
-                      "summary": "A person mentioned in the episode.", "importance": 3}
-                     for i in range(8)]}
-MESSAGES = [{"role": "system", "content": "You extract entities. " * 40},
-            {"role": "user", "content": "Maria Keller works at Acme in Berlin. " * 10}]
+DATA = {
+    "entities": [
+        {
+            "name": f"Entity {i}",
+            "entity_type": "Person",
+            "summary": "A person mentioned in the episode.",
+            "importance": 3,
+        }
+        for i in range(8)
+    ]
+}
+MESSAGES = [
+    {"role": "system", "content": "You extract entities. " * 40},
+    {"role": "user", "content": "Maria Keller works at Acme in Berlin. " * 10},
+]
 
 
 def per_call_us(fn, calls: int, repeats: int = 3) -> float:
@@ -66,12 +76,17 @@ def end_to_end(server: FakeLLMServer, calls: int) -> dict[str, float]:
     msgs, extra = request_options("json_schema", MESSAGES, ExtractedEntities)
 
     def bare_call():
-        bare.chat.completions.create(model="gpt-4o-mini", messages=msgs, max_tokens=4096,
-                                     **extra)
+        bare.chat.completions.create(model="gpt-4o-mini", messages=msgs, max_tokens=4096, **extra)
 
     def model(store):
-        return CompatChatModel(base_url=server.base_url, api_key="k", model="gpt-4o-mini",
-                               metrics=Metrics(), store=store, requests_per_minute=0)
+        return CompatChatModel(
+            base_url=server.base_url,
+            api_key="k",
+            model="gpt-4o-mini",
+            metrics=Metrics(),
+            store=store,
+            requests_per_minute=0,
+        )
 
     no_row, with_row = model(None), model(Store.open())
     paths = {
@@ -92,24 +107,36 @@ def end_to_end(server: FakeLLMServer, calls: int) -> dict[str, float]:
 
 def components(server: FakeLLMServer, calls: int) -> dict[str, float]:
     server.script(FakeReply.ok(DATA, prompt_tokens=900, completion_tokens=250))
-    chat = CompatChatModel(base_url=server.base_url, api_key="k", model="gpt-4o-mini",
-                           metrics=Metrics(), store=Store.open(), requests_per_minute=0)
+    chat = CompatChatModel(
+        base_url=server.base_url,
+        api_key="k",
+        model="gpt-4o-mini",
+        metrics=Metrics(),
+        store=Store.open(),
+        requests_per_minute=0,
+    )
     msgs, extra = request_options("json_schema", MESSAGES, ExtractedEntities)
-    completion = chat._client.chat.completions.create(model="gpt-4o-mini", messages=msgs,
-                                                      **extra)
+    completion = chat._client.chat.completions.create(model="gpt-4o-mini", messages=msgs, **extra)
     call = _Call("p", None, "ExtractedEntities")
     reply = chat._reply(call, completion, 0.5)
     text = completion.choices[0].message.content
-    metrics_only = CompatChatModel(base_url=server.base_url, api_key="k", model="gpt-4o-mini",
-                                   metrics=Metrics(), store=None, requests_per_minute=0)
+    metrics_only = CompatChatModel(
+        base_url=server.base_url,
+        api_key="k",
+        model="gpt-4o-mini",
+        metrics=Metrics(),
+        store=None,
+        requests_per_minute=0,
+    )
     return {
         "build request (schema)": per_call_us(
-            lambda: request_options("json_schema", MESSAGES, ExtractedEntities), calls),
-        "parse + validate reply": per_call_us(lambda: parse_reply(text, ExtractedEntities),
-                                              calls),
+            lambda: request_options("json_schema", MESSAGES, ExtractedEntities), calls
+        ),
+        "parse + validate reply": per_call_us(lambda: parse_reply(text, ExtractedEntities), calls),
         "usage + cost": per_call_us(lambda: chat._reply(call, completion, 0.5), calls),
         "metrics (record_llm_call)": per_call_us(
-            lambda: metrics_only._account(call, reply, None), calls),
+            lambda: metrics_only._account(call, reply, None), calls
+        ),
         "metrics + llm_calls row": per_call_us(lambda: chat._account(call, reply, None), calls),
     }
 
@@ -123,8 +150,10 @@ def main(argv: list[str] | None = None) -> None:
     with FakeLLMServer(model="gpt-4o-mini") as server:
         e2e = end_to_end(server, calls)
         parts = components(server, calls)
-    print(f"calls per measurement: {calls} "
-          "(end to end: median, interleaved; components: best of 3 means)\n")
+    print(
+        f"calls per measurement: {calls} "
+        "(end to end: median, interleaved; components: best of 3 means)\n"
+    )
     print("end to end against the fake server (median µs per call)")
     for name, us in e2e.items():
         print(f"  {name:<28} {us:10.1f}")
@@ -132,16 +161,26 @@ def main(argv: list[str] | None = None) -> None:
     print("\nclient work measured without HTTP (µs per call)")
     for name, us in parts.items():
         print(f"  {name:<28} {us:10.1f}")
-    direct = (parts["build request (schema)"] + parts["parse + validate reply"]
-              + parts["usage + cost"] + parts["metrics + llm_calls row"])
+    direct = (
+        parts["build request (schema)"]
+        + parts["parse + validate reply"]
+        + parts["usage + cost"]
+        + parts["metrics + llm_calls row"]
+    )
     metrics_part = parts["usage + cost"] + parts["metrics (record_llm_call)"]
-    print(f"\naccounting + metrics (usage, cost, metrics): {metrics_part:8.1f} µs "
-          f"= {metrics_part / bare:.3f} x a bare call")
-    print(f"all client work incl. schema, validation, row: {direct:8.1f} µs "
-          f"= {direct / bare:.3f} x a bare call")
-    print(f"end-to-end difference (with row):            "
-          f"{e2e['complete(), with row'] - bare:8.1f} µs "
-          f"= {(e2e['complete(), with row'] - bare) / bare:.3f} x a bare call")
+    print(
+        f"\naccounting + metrics (usage, cost, metrics): {metrics_part:8.1f} µs "
+        f"= {metrics_part / bare:.3f} x a bare call"
+    )
+    print(
+        f"all client work incl. schema, validation, row: {direct:8.1f} µs "
+        f"= {direct / bare:.3f} x a bare call"
+    )
+    print(
+        f"end-to-end difference (with row):            "
+        f"{e2e['complete(), with row'] - bare:8.1f} µs "
+        f"= {(e2e['complete(), with row'] - bare) / bare:.3f} x a bare call"
+    )
 
 
 if __name__ == "__main__":

@@ -81,10 +81,12 @@ def main(argv: list[str] | None = None) -> None:
             t0 = time.perf_counter()
             report = run_maintenance(store, policy, metrics, clock, dry_run=dry)
             wall = time.perf_counter() - t0
-            print(f"{'dry run' if dry else 'real run'}: {wall:.2f} s wall "
-                  f"({report.duration_seconds:.2f} s in the transaction); "
-                  f"{report.scores_updated:,} scores, {report.transitions_total:,} transitions, "
-                  f"{report.purged:,} purged")
+            print(
+                f"{'dry run' if dry else 'real run'}: {wall:.2f} s wall "
+                f"({report.duration_seconds:.2f} s in the transaction); "
+                f"{report.scores_updated:,} scores, {report.transitions_total:,} transitions, "
+                f"{report.purged:,} purged"
+            )
         print("by state:", dict(report.by_state))
         clock.advance(days=1)
         t0 = time.perf_counter()

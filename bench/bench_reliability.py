@@ -55,9 +55,23 @@ class Serve:
         clean = {k: v for k, v in os.environ.items() if not k.startswith("SVC_KNOWLEDGE_")}
         with log.open("ab") as sink:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "service.cli", "serve", "--port", str(self.port),
-                 "--metrics-port", str(free_port()), "--db", str(db)],
-                env={**clean, **env}, cwd=db.parent, stdout=sink, stderr=subprocess.STDOUT)
+                [
+                    sys.executable,
+                    "-m",
+                    "service.cli",
+                    "serve",
+                    "--port",
+                    str(self.port),
+                    "--metrics-port",
+                    str(free_port()),
+                    "--db",
+                    str(db),
+                ],
+                env={**clean, **env},
+                cwd=db.parent,
+                stdout=sink,
+                stderr=subprocess.STDOUT,
+            )
         self.url = f"http://127.0.0.1:{self.port}"
 
     def wait_ready(self, timeout: float = 180) -> None:
@@ -93,8 +107,12 @@ class Adder(threading.Thread):
             body = {"name": f"e{i}", "episode_body": text, "group_id": f"g{i % 8}"}
             while key not in self.accepted:
                 try:
-                    response = httpx.post(f"{self.current[-1].url}/tools/add_memory", json=body,
-                                          headers={"Idempotency-Key": key}, timeout=10)
+                    response = httpx.post(
+                        f"{self.current[-1].url}/tools/add_memory",
+                        json=body,
+                        headers={"Idempotency-Key": key},
+                        timeout=10,
+                    )
                     if response.status_code == 200:
                         self.accepted[key] = response.json()["episode_uuid"]
                 except httpx.TransportError:
@@ -106,19 +124,26 @@ def texts(n: int) -> list[str]:
     places = ["Acme", "Globex", "Initech", "Munich", "Berlin", "Lisbon", "Osaka", "Atlas"]
     verbs = ["works at", "lives in", "uses", "leads", "visited"]
     rng = random.Random(7)
-    return [f"{rng.choice(people)} {rng.choice(verbs)} {rng.choice(places)}. Note {i}."
-            for i in range(n)]
+    return [
+        f"{rng.choice(people)} {rng.choice(verbs)} {rng.choice(places)}. Note {i}."
+        for i in range(n)
+    ]
 
 
 def report(title: str, db: Path, accepted: dict[str, str]) -> dict[str, int]:
     con = duckdb.connect(str(db), read_only=True)
     try:
         rows = con.execute("SELECT uuid, name, status FROM episodes").fetchall()
-        reasons = Counter(r[0] for r in con.execute(
-            "SELECT coalesce(error_type, '?') FROM queue WHERE state = 'failed'").fetchall())
+        reasons = Counter(
+            r[0]
+            for r in con.execute(
+                "SELECT coalesce(error_type, '?') FROM queue WHERE state = 'failed'"
+            ).fetchall()
+        )
         doubled_facts = con.execute(
             """SELECT count(*) FROM (SELECT episode_uuid, source_uuid, target_uuid, fact
-               FROM facts GROUP BY ALL HAVING count(*) > 1)""").fetchone()[0]
+               FROM facts GROUP BY ALL HAVING count(*) > 1)"""
+        ).fetchone()[0]
     finally:
         con.close()
     by_uuid = {uuid: status for uuid, _, status in rows}
@@ -148,8 +173,9 @@ def wait_settled(url: str, total: int, timeout: float = 600) -> None:
 
 def crash_test(args, llm: FakeLLMServer, workdir: Path) -> dict[str, int]:
     db, log = workdir / "crash.duckdb", workdir / "crash.log"
-    env = chat_settings_env(llm, SVC_KNOWLEDGE_QUEUE_POLL_SECONDS="0.1",
-                            SVC_KNOWLEDGE_LLM_MAX_RETRIES="1")
+    env = chat_settings_env(
+        llm, SVC_KNOWLEDGE_QUEUE_POLL_SECONDS="0.1", SVC_KNOWLEDGE_LLM_MAX_RETRIES="1"
+    )
     llm.set_responder(rule_llm.respond)
     llm.latency = args.latency
     rng = random.Random(args.seed)
@@ -170,8 +196,11 @@ def crash_test(args, llm: FakeLLMServer, workdir: Path) -> dict[str, int]:
 
 
 def faulty(rate: float, rng: random.Random):
-    faults = [FakeReply.rate_limited(retry_after=0.05), FakeReply.server_error(),
-              FakeReply.text("{not json")]
+    faults = [
+        FakeReply.rate_limited(retry_after=0.05),
+        FakeReply.server_error(),
+        FakeReply.text("{not json"),
+    ]
     lock = threading.Lock()
 
     def respond(request: dict):
@@ -186,9 +215,12 @@ def faulty(rate: float, rng: random.Random):
 
 def fault_test(args, llm: FakeLLMServer, workdir: Path) -> dict[str, int]:
     db, log = workdir / "faults.duckdb", workdir / "faults.log"
-    env = chat_settings_env(llm, SVC_KNOWLEDGE_QUEUE_POLL_SECONDS="0.1",
-                            SVC_KNOWLEDGE_LLM_MAX_RETRIES="0",
-                            SVC_KNOWLEDGE_QUEUE_MAX_ATTEMPTS="3")
+    env = chat_settings_env(
+        llm,
+        SVC_KNOWLEDGE_QUEUE_POLL_SECONDS="0.1",
+        SVC_KNOWLEDGE_LLM_MAX_RETRIES="0",
+        SVC_KNOWLEDGE_QUEUE_MAX_ATTEMPTS="3",
+    )
     llm.set_responder(faulty(args.fault_rate, random.Random(args.seed)))
     llm.latency = 0.0
     serve = Serve(env, db, log)
@@ -200,8 +232,9 @@ def fault_test(args, llm: FakeLLMServer, workdir: Path) -> dict[str, int]:
     first = report(f"fault test ({args.fault_rate:.0%} of LLM calls fail)", db, adder.accepted)
     serve = Serve(env, db, log)
     serve.wait_ready()
-    requeued = httpx.post(f"{serve.url}/tools/retry_failed_episodes", json={},
-                          timeout=30).json()["episode_uuids"]
+    requeued = httpx.post(f"{serve.url}/tools/retry_failed_episodes", json={}, timeout=30).json()[
+        "episode_uuids"
+    ]
     wait_settled(serve.url, args.episodes)
     serve.stop(signal.SIGTERM)
     report(f"  after re-queueing the {len(requeued)} failed once", db, adder.accepted)
@@ -222,8 +255,7 @@ def main() -> None:
         workdir = Path(tmp)
         crash = crash_test(args, llm, workdir)
         fault = None if args.skip_faults else fault_test(args, llm, workdir)
-    bad = crash["lost"] or crash["duplicated"] or (fault and (fault["lost"]
-                                                              or fault["duplicated"]))
+    bad = crash["lost"] or crash["duplicated"] or (fault and (fault["lost"] or fault["duplicated"]))
     sys.exit(1 if bad else 0)
 
 

@@ -53,7 +53,7 @@ def clustered(n: int, rng: np.random.Generator, basis: np.ndarray) -> np.ndarray
         m = min(100_000, n - start)
         block = rng.standard_normal((m, basis.shape[0]), dtype=np.float32) @ basis
         block += 0.35 * rng.standard_normal((m, DIM), dtype=np.float32)
-        out[start:start + m] = block / np.linalg.norm(block, axis=1, keepdims=True)
+        out[start : start + m] = block / np.linalg.norm(block, axis=1, keepdims=True)
     return out
 
 
@@ -71,27 +71,39 @@ def build_store(n: int, seed: int = 0) -> tuple[Store, dict]:
     ent_uuids = [str(uuidlib.uuid4()) for _ in range(n)]
     groups = np.where(rng.random(n) < 0.1, "work", "main")
     ent_text = texts(n, rng, vocab)
-    entities = pa.table({
-        "uuid": ent_uuids, "group_id": groups, "name": [t[:24] for t in ent_text],
-        "name_norm": [t[:24] for t in ent_text], "summary": ent_text,
-        "created_at": pa.array([T0] * n, pa.timestamp("us", tz="UTC")),
-    })
+    entities = pa.table(
+        {
+            "uuid": ent_uuids,
+            "group_id": groups,
+            "name": [t[:24] for t in ent_text],
+            "name_norm": [t[:24] for t in ent_text],
+            "summary": ent_text,
+            "created_at": pa.array([T0] * n, pa.timestamp("us", tz="UTC")),
+        }
+    )
     src = rng.integers(0, n, n)
-    facts = pa.table({
-        "uuid": [str(uuidlib.uuid4()) for _ in range(n)], "group_id": groups,
-        "source_uuid": [ent_uuids[i] for i in src],
-        "target_uuid": [ent_uuids[i] for i in rng.integers(0, n, n)],
-        "fact": texts(n, rng, vocab),
-        "created_at": pa.array([T0] * n, pa.timestamp("us", tz="UTC")),
-    })
+    facts = pa.table(
+        {
+            "uuid": [str(uuidlib.uuid4()) for _ in range(n)],
+            "group_id": groups,
+            "source_uuid": [ent_uuids[i] for i in src],
+            "target_uuid": [ent_uuids[i] for i in rng.integers(0, n, n)],
+            "fact": texts(n, rng, vocab),
+            "created_at": pa.array([T0] * n, pa.timestamp("us", tz="UTC")),
+        }
+    )
     store.register("_e", entities)
-    store.execute("INSERT INTO entities (uuid, group_id, name, name_norm, summary, created_at, "
-                  "updated_at) SELECT uuid, group_id, name, name_norm, summary, created_at, "
-                  "created_at FROM _e")
+    store.execute(
+        "INSERT INTO entities (uuid, group_id, name, name_norm, summary, created_at, "
+        "updated_at) SELECT uuid, group_id, name, name_norm, summary, created_at, "
+        "created_at FROM _e"
+    )
     store.register("_f", facts)
-    store.execute("INSERT INTO facts (uuid, group_id, source_uuid, target_uuid, fact, "
-                  "created_at) SELECT uuid, group_id, source_uuid, target_uuid, fact, "
-                  "created_at FROM _f")
+    store.execute(
+        "INSERT INTO facts (uuid, group_id, source_uuid, target_uuid, fact, "
+        "created_at) SELECT uuid, group_id, source_uuid, target_uuid, fact, "
+        "created_at FROM _f"
+    )
     store.unregister("_e")
     store.unregister("_f")
     vectors = {}
@@ -99,12 +111,23 @@ def build_store(n: int, seed: int = 0) -> tuple[Store, dict]:
         vectors[kind] = clustered(n, rng, basis)
         uuids = table.column("uuid").to_pylist()
         for start in range(0, n, 50_000):
-            g.insert_embeddings(store, kind, uuids[start:start + 50_000],
-                                vectors[kind][start:start + 50_000], "synthetic")
-    corpus = {"vectors": vectors, "basis": basis, "rng": rng, "vocab": vocab,
-              "groups": groups, "fill_seconds": time.perf_counter() - started,
-              "texts": {"entity": ent_text, "fact": facts.column("fact").to_pylist()},
-              "uuids": {"entity": ent_uuids, "fact": facts.column("uuid").to_pylist()}}
+            g.insert_embeddings(
+                store,
+                kind,
+                uuids[start : start + 50_000],
+                vectors[kind][start : start + 50_000],
+                "synthetic",
+            )
+    corpus = {
+        "vectors": vectors,
+        "basis": basis,
+        "rng": rng,
+        "vocab": vocab,
+        "groups": groups,
+        "fill_seconds": time.perf_counter() - started,
+        "texts": {"entity": ent_text, "fact": facts.column("fact").to_pylist()},
+        "uuids": {"entity": ent_uuids, "fact": facts.column("uuid").to_pylist()},
+    }
     return store, corpus
 
 
@@ -140,11 +163,13 @@ def pct(samples: list[tuple[float, float]]) -> dict[str, float]:
     BM25 worker thread of a search and the background access flusher)."""
     arr = np.asarray(samples) * 1000
     wall, cpu = arr[:, 0], arr[:, 1]
-    return {"p50_ms": round(float(np.percentile(wall, 50)), 3),
-            "p95_ms": round(float(np.percentile(wall, 95)), 3),
-            "max_ms": round(float(wall.max()), 3),
-            "cpu_p50_ms": round(float(np.percentile(cpu, 50)), 3),
-            "cpu_p95_ms": round(float(np.percentile(cpu, 95)), 3)}
+    return {
+        "p50_ms": round(float(np.percentile(wall, 50)), 3),
+        "p95_ms": round(float(np.percentile(wall, 95)), 3),
+        "max_ms": round(float(wall.max()), 3),
+        "cpu_p50_ms": round(float(np.percentile(cpu, 50)), 3),
+        "cpu_p95_ms": round(float(np.percentile(cpu, 95)), 3),
+    }
 
 
 def timed(fn, items) -> list[tuple[float, float]]:
@@ -175,33 +200,38 @@ def bench_size(n: int, args, model) -> dict:
     queries = {k: make_queries(corpus, k, args.queries) for k in ("entity", "fact")}
     table = {t: v for qs in queries.values() for t, v in qs.items()}
     started = time.perf_counter()
-    engine = SearchEngine(store, TableEmbedder(table), Metrics(), query_cache_size=0,
-                          ann_threshold=args.ann_threshold)
+    engine = SearchEngine(
+        store, TableEmbedder(table), Metrics(), query_cache_size=0, ann_threshold=args.ann_threshold
+    )
     result: dict = {"n": n, "startup_seconds": round(time.perf_counter() - started, 2)}
     for kind in ("entity", "fact"):
         engine.vectors[kind].wait_ready()
     result["ann_ready_seconds"] = round(time.perf_counter() - started, 2)
     result["ann"] = engine.vectors["fact"].uses_ann
-    print(f"    engine startup {result['startup_seconds']} s, ANN graphs ready after "
-          f"{result['ann_ready_seconds']} s (ANN: {result['ann']})", flush=True)
+    print(
+        f"    engine startup {result['startup_seconds']} s, ANN graphs ready after "
+        f"{result['ann_ready_seconds']} s (ANN: {result['ann']})",
+        flush=True,
+    )
     for _ in range(20):  # warm up
         engine.search_facts(next(iter(queries["fact"])))
     result["search_nodes"] = pct(timed(engine.search_nodes, queries["entity"]))
     result["search_facts"] = pct(timed(engine.search_facts, queries["fact"]))
-    result["search_facts_group_10pct"] = pct(timed(
-        lambda t: engine.search_facts(t, group_ids=["work"]), queries["fact"]))
+    result["search_facts_group_10pct"] = pct(
+        timed(lambda t: engine.search_facts(t, group_ids=["work"]), queries["fact"])
+    )
     qv = list(queries["fact"].values())
     result["vector_index"] = pct(timed(lambda v: engine.vectors["fact"].search(v, 50), qv))
-    result["bm25_index"] = pct(timed(lambda t: engine.keywords["fact"].search(t, 50),
-                                     queries["fact"]))
+    result["bm25_index"] = pct(
+        timed(lambda t: engine.keywords["fact"].search(t, 50), queries["fact"])
+    )
     result["recall_at_10_vs_exact"] = ann_recall(engine, corpus, "fact", qv[:100], 10)
     result["recall_at_10_vs_exact_pool50"] = ann_recall(engine, corpus, "fact", qv[:100], 50)
     if model is not None:
         engine.embedder = model
         texts_ = list(queries["fact"])
         result["search_facts_with_model"] = pct(timed(engine.search_facts, texts_))
-        result["search_nodes_with_model"] = pct(timed(engine.search_nodes,
-                                                      list(queries["entity"])))
+        result["search_nodes_with_model"] = pct(timed(engine.search_nodes, list(queries["entity"])))
     engine.close()
     store.close()
     print(json.dumps(result, indent=2), flush=True)
@@ -225,8 +255,9 @@ def main() -> None:
 
         model = LocalEmbedder()
         model.warm_up()
-        sentences = [f"What did I say about project number {i} last week?" for i in
-                     range(args.queries)]
+        sentences = [
+            f"What did I say about project number {i} last week?" for i in range(args.queries)
+        ]
         report["query_embedding"] = pct(timed(lambda s: model.embed([s]), sentences))
         print("query embedding (all-MiniLM-L6-v2, 1 thread):", report["query_embedding"])
     for n in sizes:

@@ -37,11 +37,29 @@ DATA = ROOT / "data"
 
 RECORDED_MODEL = "gpt-4o-mini"
 CACHE_MIN_TOKENS = 1024
-ENTITY_SCORES = {"Person": (4, 4), "Organization": (3, 4), "Place": (3, 4), "Project": (3, 3),
-                 "Tool": (2, 3), "Preference": (3, 4), "Event": (2, 2), "Concept": (3, 3)}
-FACT_SCORES = {"PARTNER_OF": (5, 5), "LIVES_IN": (4, 3), "WORKS_AT": (4, 3),
-               "REPORTS_TO": (3, 3), "PREFERS": (3, 4), "DISLIKES": (3, 4), "USES": (2, 3),
-               "ATTENDS": (2, 1), "SPEAKS_AT": (3, 1), "ABOUT": (2, 2), "LOCATED_IN": (2, 5)}
+ENTITY_SCORES = {
+    "Person": (4, 4),
+    "Organization": (3, 4),
+    "Place": (3, 4),
+    "Project": (3, 3),
+    "Tool": (2, 3),
+    "Preference": (3, 4),
+    "Event": (2, 2),
+    "Concept": (3, 3),
+}
+FACT_SCORES = {
+    "PARTNER_OF": (5, 5),
+    "LIVES_IN": (4, 3),
+    "WORKS_AT": (4, 3),
+    "REPORTS_TO": (3, 3),
+    "PREFERS": (3, 4),
+    "DISLIKES": (3, 4),
+    "USES": (2, 3),
+    "ATTENDS": (2, 1),
+    "SPEAKS_AT": (3, 1),
+    "ABOUT": (2, 2),
+    "LOCATED_IN": (2, 5),
+}
 USERS = {"Alex Morgan", "Nadia Okafor", "Aiko Tanaka"}  # the people the notes are about
 
 _embedder_lock = threading.Lock()
@@ -95,10 +113,12 @@ class LabelledResponder:
         self._lock = threading.Lock()
 
     def __call__(self, request: dict) -> FakeReply | None:
-        answer = {"ExtractedEntities": self._entities, "ExtractedEdges": self._edges,
-                  "NodeResolutions": self._resolutions,
-                  "MemoryClassifications": self._classifications}.get(
-                      structure_name(request) or "")
+        answer = {
+            "ExtractedEntities": self._entities,
+            "ExtractedEdges": self._edges,
+            "NodeResolutions": self._resolutions,
+            "MemoryClassifications": self._classifications,
+        }.get(structure_name(request) or "")
         if answer is None:
             return None
         return FakeReply.ok(answer(request), cached_tokens=self._cached(request))
@@ -125,33 +145,55 @@ class LabelledResponder:
         out = []
         for i, ent in enumerate(ep.gold.entities if ep else ()):
             if self._keep(i):
-                imp, stab = (5, 5) if ent.name in USERS else ENTITY_SCORES.get(
-                    ent.entity_type or "", (3, 3))
-                out.append({"name": ent.name, "entity_type": ent.entity_type,
-                            "summary": f"{ent.name} ({ent.entity_type}) in '{ep.name}'.",
-                            "importance": imp, "stability": stab})
+                imp, stab = (
+                    (5, 5)
+                    if ent.name in USERS
+                    else ENTITY_SCORES.get(ent.entity_type or "", (3, 3))
+                )
+                out.append(
+                    {
+                        "name": ent.name,
+                        "entity_type": ent.entity_type,
+                        "summary": f"{ent.name} ({ent.entity_type}) in '{ep.name}'.",
+                        "importance": imp,
+                        "stability": stab,
+                    }
+                )
         return {"entities": out}
 
     def _edges(self, request: dict) -> dict:
         ep = self._episode(request)
         text = _user_text(request)
-        listed = {loose_name_key(line[2:].rsplit(" (", 1)[0]): line[2:].rsplit(" (", 1)[0]
-                  for line in text.split("EXISTING FACTS:", 1)[0].splitlines()
-                  if line.startswith("- ")}
+        listed = {
+            loose_name_key(line[2:].rsplit(" (", 1)[0]): line[2:].rsplit(" (", 1)[0]
+            for line in text.split("EXISTING FACTS:", 1)[0].splitlines()
+            if line.startswith("- ")
+        }
         ended = [f for f in (ep.gold.facts if ep else ()) if f.ended]
         edges = []
         for i, fact in enumerate(f for f in (ep.gold.facts if ep else ()) if not f.ended):
-            src, dst = listed.get(loose_name_key(fact.source)), listed.get(
-                loose_name_key(fact.target))
+            src, dst = (
+                listed.get(loose_name_key(fact.source)),
+                listed.get(loose_name_key(fact.target)),
+            )
             if not (src and dst and self._keep(i)):
                 continue
             renamed = self.drop_every and (i + 2) % self.drop_every == 0
             relation = "RELATES_TO" if renamed else fact.relation
             imp, stab = FACT_SCORES.get(relation, (3, 3))
-            edges.append({"source": src, "target": dst, "relation": relation,
-                          "fact": fact.fact, "valid_at": fact.valid_at,
-                          "invalid_at": fact.invalid_at, "importance": imp, "stability": stab,
-                          "invalidates": []})
+            edges.append(
+                {
+                    "source": src,
+                    "target": dst,
+                    "relation": relation,
+                    "fact": fact.fact,
+                    "valid_at": fact.valid_at,
+                    "invalid_at": fact.invalid_at,
+                    "importance": imp,
+                    "stability": stab,
+                    "invalidates": [],
+                }
+            )
         ids = _existing_ids(text, ended)
         if edges and ids:
             edges[0]["invalidates"] = ids
@@ -170,14 +212,19 @@ class LabelledResponder:
                 answers.append(current)
             elif current and current["duplicate_of"] is None and name == current["name"]:
                 current["duplicate_of"] = int(ident)
-        return {"entity_resolutions": [{"id": a["id"], "duplicate_of": a["duplicate_of"]}
-                                       for a in answers]}
+        return {
+            "entity_resolutions": [
+                {"id": a["id"], "duplicate_of": a["duplicate_of"]} for a in answers
+            ]
+        }
 
     def _classifications(self, request: dict) -> dict:
-        count = sum(1 for line in _user_text(request).splitlines()
-                    if line.startswith("MEMORY "))
-        return {"classifications": [{"index": i, "importance": 3, "stability": 3}
-                                    for i in range(1, count + 1)]}
+        count = sum(1 for line in _user_text(request).splitlines() if line.startswith("MEMORY "))
+        return {
+            "classifications": [
+                {"index": i, "importance": 3, "stability": 3} for i in range(1, count + 1)
+            ]
+        }
 
 
 def _user_text(request: dict) -> str:
@@ -229,8 +276,13 @@ def llm_mode(requested: str | None = None) -> str:
     return mode
 
 
-def open_lab(db_path: str = ":memory:", llm: str | None = None, clock=utcnow,
-             drop_every: int = 0, **overrides: Any) -> Lab:
+def open_lab(
+    db_path: str = ":memory:",
+    llm: str | None = None,
+    clock=utcnow,
+    drop_every: int = 0,
+    **overrides: Any,
+) -> Lab:
     """A workbench on ``db_path`` with the local embedder and the LLM ``llm`` selects."""
     mode = llm_mode(llm)
     server = None
@@ -238,9 +290,14 @@ def open_lab(db_path: str = ":memory:", llm: str | None = None, clock=utcnow,
     if mode == "recorded":
         server = FakeLLMServer(model=RECORDED_MODEL).start()
         server.set_responder(LabelledResponder(labelled_set(), drop_every=drop_every))
-        settings = settings.model_copy(update={
-            "llm_provider": "compat", "model_name": RECORDED_MODEL,
-            "compat_base_url": server.base_url, "llm_requests_per_minute": 0})
+        settings = settings.model_copy(
+            update={
+                "llm_provider": "compat",
+                "model_name": RECORDED_MODEL,
+                "compat_base_url": server.base_url,
+                "llm_requests_per_minute": 0,
+            }
+        )
     workbench = Workbench.open(settings, embedder=shared_embedder(), clock=clock)
     return Lab(workbench, mode, server)
 

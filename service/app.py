@@ -58,10 +58,16 @@ def max_body_bytes(settings: Settings) -> int:
     return max(MIN_BODY_BYTES, settings.max_episode_chars * 6 + 64 * 1024)
 
 
-IdempotencyKey = Annotated[str | None, HeaderParameter(
-    name="Idempotency-Key", required=False, max_length=256,
-    description="Makes a retried add_memory return the first result (the episode uuid is "
-                "derived from it when the body names none).")]
+IdempotencyKey = Annotated[
+    str | None,
+    HeaderParameter(
+        name="Idempotency-Key",
+        required=False,
+        max_length=256,
+        description="Makes a retried add_memory return the first result (the episode uuid is "
+        "derived from it when the body names none).",
+    ),
+]
 IDEMPOTENCY_NAMESPACE = uuidlib.UUID("5b0c8e6e-3f2a-4d0b-9a57-9f1f4b7c2d11")
 
 
@@ -75,25 +81,35 @@ def tool_route(workbench: Any, tool: Tool):
     """``POST /tools/<name>``: the body is validated against the tool's argument model (a tool
     without arguments takes no body or ``{}``)."""
     if tool.name == "add_memory":
+
         def handler(data: Any, idempotency_key: IdempotencyKey = None) -> dict[str, Any]:
             args = tool.parse(data)
             if idempotency_key and args.uuid is None:
                 args = args.model_copy(update={"uuid": idempotent_uuid(idempotency_key)})
             return tool.invoke(workbench, args)
+
         handler.__annotations__["data"] = JSONBody[tool.args]
     elif tool.args_optional:
+
         def handler(data: Any = None) -> dict[str, Any]:
             return tool.invoke(workbench, data)
+
         handler.__annotations__["data"] = JSONBody[tool.args | None]
     else:
+
         def handler(data: Any) -> dict[str, Any]:
             return tool.invoke(workbench, data)
+
         handler.__annotations__["data"] = JSONBody[tool.args]
     handler.__name__ = handler.__qualname__ = tool.name
     return post(
-        f"/tools/{tool.name}", sync_to_thread=True, status_code=200, operation_id=tool.name,
+        f"/tools/{tool.name}",
+        sync_to_thread=True,
+        status_code=200,
+        operation_id=tool.name,
         summary=tool.description.split(". ")[0].rstrip(".") + ".",
-        description=tool.description, tags=["tools"],
+        description=tool.description,
+        tags=["tools"],
     )(handler)
 
 
@@ -104,24 +120,39 @@ async def unknown_tool(name: FromPath[str]) -> None:
 
 @get("/tools", tags=["tools"], summary="The tool table (names, descriptions, schemas).")
 async def list_tools() -> dict[str, Any]:
-    return {"tools": [{"name": t.name, "description": t.description,
-                       "input_schema": t.input_schema(), "read_only": t.read_only,
-                       "destructive": t.destructive} for t in TOOLS]}
+    return {
+        "tools": [
+            {
+                "name": t.name,
+                "description": t.description,
+                "input_schema": t.input_schema(),
+                "read_only": t.read_only,
+                "destructive": t.destructive,
+            }
+            for t in TOOLS
+        ]
+    }
 
 
-def health_route(workbench: Any, settings: Settings,
-                 embedder_loaded: threading.Event | None = None):
+def health_route(
+    workbench: Any, settings: Settings, embedder_loaded: threading.Event | None = None
+):
     """``GET /health`` needs no token (probes); with a token configured, only a caller that
     sends it sees the details (paths, models, URLs)."""
     probe = EmbedderProbe(workbench.embedder, loaded=embedder_loaded)
     token = settings.api_token.get_secret_value() if settings.api_token else ""
 
-    @get("/health", sync_to_thread=True, tags=["health"],
-         summary="Liveness and readiness: store, embedder, LLM.")
+    @get(
+        "/health",
+        sync_to_thread=True,
+        tags=["health"],
+        summary="Liveness and readiness: store, embedder, LLM.",
+    )
     def health_handler(authorization: FromHeader[str | None] = None) -> Response[dict[str, Any]]:
         body, ready = health(workbench, probe)
-        if token and not hmac.compare_digest((authorization or "").encode(),
-                                             f"Bearer {token}".encode()):
+        if token and not hmac.compare_digest(
+            (authorization or "").encode(), f"Bearer {token}".encode()
+        ):
             body = {k: body[k] for k in ("status", "live", "ready")}
         return Response(content=body, status_code=200 if ready else 503)
 
@@ -129,23 +160,27 @@ def health_route(workbench: Any, settings: Settings,
 
 
 def exposure_of(settings: Settings, extra_hosts: tuple[str, ...] = ()) -> Exposure:
-    return Exposure(settings.host, settings.allowed_host_list + tuple(extra_hosts),
-                    settings.allowed_origin_list)
+    return Exposure(
+        settings.host, settings.allowed_host_list + tuple(extra_hosts), settings.allowed_origin_list
+    )
 
 
-def middleware_stack(settings: Settings, rate_clock: Callable[[], float],
-                     exposure: Exposure) -> list:
+def middleware_stack(
+    settings: Settings, rate_clock: Callable[[], float], exposure: Exposure
+) -> list:
     per_minute = settings.rate_limit_per_minute
     buckets = TokenBuckets(per_minute, rate_clock) if per_minute > 0 else None
     stack = [
         RequestContextMiddleware,
         DefineMiddleware(ExposureMiddleware, exposure=exposure),
-        DefineMiddleware(RateLimitMiddleware, buckets=buckets,
-                         trusted_proxies=settings.trusted_proxy_list),
+        DefineMiddleware(
+            RateLimitMiddleware, buckets=buckets, trusted_proxies=settings.trusted_proxy_list
+        ),
     ]
     if settings.api_token is not None and settings.api_token.get_secret_value():
-        stack.append(DefineMiddleware(BearerAuthMiddleware,
-                                      token=settings.api_token.get_secret_value()))
+        stack.append(
+            DefineMiddleware(BearerAuthMiddleware, token=settings.api_token.get_secret_value())
+        )
     stack.append(DefineMiddleware(BodyLimitMiddleware, max_bytes=max_body_bytes(settings)))
     stack.append(DefineMiddleware(JsonBodyMiddleware, max_bytes=max_body_bytes(settings)))
     return stack
@@ -184,8 +219,13 @@ def create_app(
         managers.remove(manager)
 
     return Litestar(
-        route_handlers=[*(tool_route(workbench, t) for t in TOOLS), unknown_tool, list_tools,
-                        health_route(workbench, settings, embedder_loaded), mcp_endpoint],
+        route_handlers=[
+            *(tool_route(workbench, t) for t in TOOLS),
+            unknown_tool,
+            list_tools,
+            health_route(workbench, settings, embedder_loaded),
+            mcp_endpoint,
+        ],
         middleware=middleware_stack(settings, rate_clock, exposure),
         exception_handlers={Exception: exception_handler},
         request_max_body_size=max_body_bytes(settings),
@@ -193,7 +233,10 @@ def create_app(
         plugins=[PydanticPlugin(validate_strict=True)],  # "10" is not a number
         logging_config=None,  # service.logs owns the log format
         openapi_config=OpenAPIConfig(
-            title="Knowledge Workbench", version=package_version(), path="/schema",
+            title="Knowledge Workbench",
+            version=package_version(),
+            path="/schema",
             description="Memory tools for AI assistants over REST; the same tools over MCP "
-                        "at /mcp."),
+            "at /mcp.",
+        ),
     )

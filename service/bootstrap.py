@@ -10,8 +10,9 @@ from workbench.config import Settings
 
 
 def secrets_of(settings: Settings) -> list[str | None]:
-    return [s.get_secret_value() if s else None
-            for s in (settings.api_token, settings.compat_api_key)]
+    return [
+        s.get_secret_value() if s else None for s in (settings.api_token, settings.compat_api_key)
+    ]
 
 
 def open_workbench(settings: Settings, embedder=None, start: bool = False):

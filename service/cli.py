@@ -45,8 +45,12 @@ def print_json(value: Any) -> None:
 def cmd_serve(args: argparse.Namespace) -> int:
     from service.runner import serve
 
-    flags = {"host": args.host, "port": args.port, "metrics_port": args.metrics_port,
-             "metrics_host": args.metrics_host}
+    flags = {
+        "host": args.host,
+        "port": args.port,
+        "metrics_port": args.metrics_port,
+        "metrics_host": args.metrics_host,
+    }
     settings = settings_from(args, **flags)
     log_format = args.log_format or ("text" if args.dev else "json")
     if not args.local_llm:
@@ -100,8 +104,7 @@ def cmd_import(args: argparse.Namespace) -> int:
     settings = settings_from(args)
     setup_logging(settings.log_level, secrets_of(settings), fmt="text")
     with open_workbench(settings) as workbench:
-        summary = workbench.import_jsonl(args.file, progress=not args.quiet,
-                                         group_id=args.group_id)
+        summary = workbench.import_jsonl(args.file, progress=not args.quiet, group_id=args.group_id)
     print_json(summary)
     return 0
 
@@ -123,87 +126,126 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 # --- parser -------------------------------------------------------------------------------
 def _add_db(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--db", metavar="PATH",
-                        help="DuckDB file (default: SVC_KNOWLEDGE_DB_PATH or "
-                             "data/knowledge.duckdb; ':memory:' for a throw-away store)")
+    parser.add_argument(
+        "--db",
+        metavar="PATH",
+        help="DuckDB file (default: SVC_KNOWLEDGE_DB_PATH or "
+        "data/knowledge.duckdb; ':memory:' for a throw-away store)",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="workbench",
         description="Knowledge Workbench: long-term memory for AI assistants.",
-        epilog="Settings: SVC_KNOWLEDGE_* environment variables (or .env); flags override.")
+        epilog="Settings: SVC_KNOWLEDGE_* environment variables (or .env); flags override.",
+    )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     serve = sub.add_parser(
-        "serve", help="run the knowledge service (REST + MCP tools, metrics, health)",
+        "serve",
+        help="run the knowledge service (REST + MCP tools, metrics, health)",
         description="Serve the tools over REST (POST /tools/<name>) and MCP streamable HTTP "
-                    "(/mcp), GET /health, the OpenAPI schema (/schema), and metrics plus "
-                    "decay health on the metrics port. Stops gracefully on SIGTERM/SIGINT.")
-    serve.add_argument("--host", help="address to bind (default 127.0.0.1; anything but "
-                                      "loopback requires SVC_KNOWLEDGE_API_TOKEN)")
+        "(/mcp), GET /health, the OpenAPI schema (/schema), and metrics plus "
+        "decay health on the metrics port. Stops gracefully on SIGTERM/SIGINT.",
+    )
+    serve.add_argument(
+        "--host",
+        help="address to bind (default 127.0.0.1; anything but "
+        "loopback requires SVC_KNOWLEDGE_API_TOKEN)",
+    )
     serve.add_argument("--port", type=int, help="tools port (default 8000)")
-    serve.add_argument("--metrics-port", type=int,
-                       help="metrics port (default 9090, or 9091 with --dev)")
-    serve.add_argument("--metrics-host",
-                       help="address the metrics port binds (default 127.0.0.1, whatever "
-                            "--host is; set SVC_KNOWLEDGE_METRICS_TOKEN when exposing it)")
-    serve.add_argument("--dev", action="store_true",
-                       help="development mode: metrics on 9091, human-readable logs")
-    serve.add_argument("--local-llm", action="store_true",
-                       help="start the bundled tiny local model (SmolLM2-135M via "
-                            "llama-cpp-python) as the LLM: fully offline, poor extraction")
-    serve.add_argument("--log-format", choices=("json", "text"),
-                       help="log line format (default json; text with --dev)")
+    serve.add_argument(
+        "--metrics-port", type=int, help="metrics port (default 9090, or 9091 with --dev)"
+    )
+    serve.add_argument(
+        "--metrics-host",
+        help="address the metrics port binds (default 127.0.0.1, whatever "
+        "--host is; set SVC_KNOWLEDGE_METRICS_TOKEN when exposing it)",
+    )
+    serve.add_argument(
+        "--dev", action="store_true", help="development mode: metrics on 9091, human-readable logs"
+    )
+    serve.add_argument(
+        "--local-llm",
+        action="store_true",
+        help="start the bundled tiny local model (SmolLM2-135M via "
+        "llama-cpp-python) as the LLM: fully offline, poor extraction",
+    )
+    serve.add_argument(
+        "--log-format",
+        choices=("json", "text"),
+        help="log line format (default json; text with --dev)",
+    )
     _add_db(serve)
     serve.set_defaults(func=cmd_serve)
 
-    mcp = sub.add_parser("mcp", help="serve the tools over MCP on stdin/stdout",
-                         description="MCP over stdio for a client that spawns the server "
-                                     "(logs go to stderr).")
+    mcp = sub.add_parser(
+        "mcp",
+        help="serve the tools over MCP on stdin/stdout",
+        description="MCP over stdio for a client that spawns the server (logs go to stderr).",
+    )
     _add_db(mcp)
     mcp.set_defaults(func=cmd_mcp)
 
     embed = sub.add_parser(
-        "embed-server", help="run the local OpenAI-compatible embeddings server",
+        "embed-server",
+        help="run the local OpenAI-compatible embeddings server",
         description="POST /v1/embeddings and GET /v1/models (OpenAI wire format) on a local "
-                    "sentence-transformers model; point SVC_KNOWLEDGE_EMBEDDER_BASE_URL at "
-                    "http://HOST:PORT/v1.")
+        "sentence-transformers model; point SVC_KNOWLEDGE_EMBEDDER_BASE_URL at "
+        "http://HOST:PORT/v1.",
+    )
     embed.add_argument("--host", help="address to bind (default 127.0.0.1)")
-    embed.add_argument("--port", type=int,
-                       help="port (default 8001 or SVC_KNOWLEDGE_EMBED_SERVER_PORT)")
-    embed.add_argument("--model", help="sentence-transformers model name or path "
-                                       "(default all-MiniLM-L6-v2, 384 dimensions)")
+    embed.add_argument(
+        "--port", type=int, help="port (default 8001 or SVC_KNOWLEDGE_EMBED_SERVER_PORT)"
+    )
+    embed.add_argument(
+        "--model",
+        help="sentence-transformers model name or path (default all-MiniLM-L6-v2, 384 dimensions)",
+    )
     embed.set_defaults(func=cmd_embed_server)
 
-    maint = sub.add_parser("maintenance", help="run one decay maintenance pass and exit",
-                           description="Recompute decay scores, apply lifecycle transitions "
-                                       "and purge expired soft-deleted memories; prints the "
-                                       "report as JSON.")
-    maint.add_argument("--dry-run", action="store_true",
-                       help="report what would change without changing anything")
+    maint = sub.add_parser(
+        "maintenance",
+        help="run one decay maintenance pass and exit",
+        description="Recompute decay scores, apply lifecycle transitions "
+        "and purge expired soft-deleted memories; prints the "
+        "report as JSON.",
+    )
+    maint.add_argument(
+        "--dry-run", action="store_true", help="report what would change without changing anything"
+    )
     _add_db(maint)
     maint.set_defaults(func=cmd_maintenance)
 
-    imp = sub.add_parser("import", help="import entities and facts from a JSON-lines file",
-                         description="Import pre-extracted entities and facts (JSON lines, "
-                                     "see the import format in the docs); no LLM is used.")
+    imp = sub.add_parser(
+        "import",
+        help="import entities and facts from a JSON-lines file",
+        description="Import pre-extracted entities and facts (JSON lines, "
+        "see the import format in the docs); no LLM is used.",
+    )
     imp.add_argument("file", metavar="FILE", help="the .jsonl file")
     imp.add_argument("--group-id", help="group for records that name none")
     imp.add_argument("--quiet", action="store_true", help="no progress bar")
     _add_db(imp)
     imp.set_defaults(func=cmd_import)
 
-    exp = sub.add_parser("export", help="write a Parquet snapshot of every table",
-                         description="Write DIR/<table>.parquet for every table (a consistent "
-                                     "snapshot a notebook can read while the service runs "
-                                     "elsewhere).")
+    exp = sub.add_parser(
+        "export",
+        help="write a Parquet snapshot of every table",
+        description="Write DIR/<table>.parquet for every table (a consistent "
+        "snapshot a notebook can read while the service runs "
+        "elsewhere).",
+    )
     exp.add_argument("dir", metavar="DIR", help="output folder (created when missing)")
     _add_db(exp)
     exp.set_defaults(func=cmd_export)
 
-    status = sub.add_parser("status", help="print the service status as JSON",
-                            description="Database, embedder, LLM, graph and queue counts.")
+    status = sub.add_parser(
+        "status",
+        help="print the service status as JSON",
+        description="Database, embedder, LLM, graph and queue counts.",
+    )
     _add_db(status)
     status.set_defaults(func=cmd_status)
     return parser
@@ -223,8 +265,10 @@ def run_guarded(func: Callable[[argparse.Namespace], int], args: argparse.Namesp
         return 130
     except Exception as exc:  # noqa: BLE001 - the last line of defence
         log.debug("unexpected failure", exc_info=True)
-        print(f"error: unexpected {type(exc).__name__}: {exc} "
-              "(LOG_LEVEL=DEBUG shows details)", file=sys.stderr)
+        print(
+            f"error: unexpected {type(exc).__name__}: {exc} (LOG_LEVEL=DEBUG shows details)",
+            file=sys.stderr,
+        )
         return EXIT_FAILURE
 
 

@@ -39,11 +39,22 @@ MAX_BODY_BYTES = 16 * 1024 * 1024
 class OpenAIError(Exception):
     """An error answered in the OpenAI shape."""
 
-    def __init__(self, status: int, message: str, type_: str = "invalid_request_error",
-                 param: str | None = None, code: str | None = None):
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        type_: str = "invalid_request_error",
+        param: str | None = None,
+        code: str | None = None,
+    ):
         super().__init__(message)
         self.status, self.message, self.type, self.param, self.code = (
-            status, message, type_, param, code)
+            status,
+            message,
+            type_,
+            param,
+            code,
+        )
 
 
 def openai_error_body(message: str, type_: str, param: str | None, code: str | None) -> dict:
@@ -56,8 +67,9 @@ def model_aliases(name: str) -> set[str]:
     return {name, base, f"sentence-transformers/{base}"}
 
 
-def parse_request(payload: Any, model: str, dimensions: int, max_items: int,
-                  max_chars: int) -> tuple[list[str], str]:
+def parse_request(
+    payload: Any, model: str, dimensions: int, max_items: int, max_chars: int
+) -> tuple[list[str], str]:
     """Validate a request body; return ``(texts, encoding_format)`` or raise OpenAIError."""
     if not isinstance(payload, dict):
         raise OpenAIError(400, "the request body must be a JSON object")
@@ -72,16 +84,25 @@ def parse_request(payload: Any, model: str, dimensions: int, max_items: int,
         raise OpenAIError(400, exc.message, param="input") from None
     requested = payload.get("model")
     if requested is not None and requested not in model_aliases(model):
-        raise OpenAIError(404, f"the model {requested!r} is not served here; this server "
-                          f"serves {model!r}", param="model", code="model_not_found")
+        raise OpenAIError(
+            404,
+            f"the model {requested!r} is not served here; this server serves {model!r}",
+            param="model",
+            code="model_not_found",
+        )
     fmt = payload.get("encoding_format") or "float"
     if fmt not in ("float", "base64"):
-        raise OpenAIError(400, "'encoding_format' must be 'float' or 'base64'",
-                          param="encoding_format")
+        raise OpenAIError(
+            400, "'encoding_format' must be 'float' or 'base64'", param="encoding_format"
+        )
     wanted = payload.get("dimensions")
     if wanted is not None and wanted != dimensions:
-        raise OpenAIError(400, f"this model produces {dimensions} dimensions; 'dimensions' "
-                          f"{wanted!r} is not supported", param="dimensions")
+        raise OpenAIError(
+            400,
+            f"this model produces {dimensions} dimensions; 'dimensions' "
+            f"{wanted!r} is not supported",
+            param="dimensions",
+        )
     return texts, fmt
 
 
@@ -113,8 +134,9 @@ class TokenCounter:
         return sum(max(1, len(t.split())) for t in texts)
 
 
-def embeddings_response(embedder: Embedder, texts: list[str], fmt: str,
-                        count: TokenCounter) -> dict[str, Any]:
+def embeddings_response(
+    embedder: Embedder, texts: list[str], fmt: str, count: TokenCounter
+) -> dict[str, Any]:
     vectors = embedder.embed(texts)
     tokens = count(texts)
     return {
@@ -160,8 +182,9 @@ def create_embed_app(
             payload = json.loads(body)
         except (ValueError, UnicodeDecodeError):
             raise OpenAIError(400, "the request body is not valid JSON") from None
-        texts, fmt = parse_request(payload, embedder.model, embedder.dimensions,
-                                   max_items, max_chars)
+        texts, fmt = parse_request(
+            payload, embedder.model, embedder.dimensions, max_items, max_chars
+        )
         return embeddings_response(embedder, texts, fmt, count)
 
     @get("/v1/models")
@@ -171,8 +194,12 @@ def create_embed_app(
     @get("/v1/models/{model_id:path}")
     async def model(model_id: FromPath[str]) -> dict[str, Any]:
         if model_id.lstrip("/") not in model_aliases(embedder.model):
-            raise OpenAIError(404, f"the model {model_id.lstrip('/')!r} is not served here",
-                              param="model", code="model_not_found")
+            raise OpenAIError(
+                404,
+                f"the model {model_id.lstrip('/')!r} is not served here",
+                param="model",
+                code="model_not_found",
+            )
         return _model_card(embedder)
 
     @get("/health")
@@ -190,5 +217,10 @@ def create_embed_app(
 
 
 def _model_card(embedder: Embedder) -> dict[str, Any]:
-    return {"id": embedder.model, "object": "model", "created": 0, "owned_by": "workbench",
-            "dimensions": embedder.dimensions}
+    return {
+        "id": embedder.model,
+        "object": "model",
+        "created": 0,
+        "owned_by": "workbench",
+        "dimensions": embedder.dimensions,
+    }

@@ -136,12 +136,15 @@ def exception_handler(_request: Request, exc: Exception) -> Response:
     return to_response(exc)
 
 
-async def send_error(send, status: int, kind: str, message: str,
-                     headers: dict[str, str] | None = None) -> None:
+async def send_error(
+    send, status: int, kind: str, message: str, headers: dict[str, str] | None = None
+) -> None:
     """Answer from a pure ASGI middleware (auth, rate limit) with the same body shape."""
     body = json.dumps(error_payload(kind, message)).encode()
-    raw_headers = [(b"content-type", b"application/json"),
-                   (b"content-length", str(len(body)).encode())]
+    raw_headers = [
+        (b"content-type", b"application/json"),
+        (b"content-length", str(len(body)).encode()),
+    ]
     raw_headers += [(k.lower().encode(), v.encode()) for k, v in (headers or {}).items()]
     await send({"type": "http.response.start", "status": status, "headers": raw_headers})
     await send({"type": "http.response.body", "body": body})

@@ -18,9 +18,13 @@ LLM_HOWTO = "not configured: set SVC_KNOWLEDGE_COMPAT_BASE_URL and SVC_KNOWLEDGE
 class EmbedderProbe:
     """Embed one short text, remembering the verdict for ``ttl`` seconds."""
 
-    def __init__(self, embedder: Any, ttl: float = 30.0,
-                 clock: Callable[[], float] = time.monotonic,
-                 loaded: threading.Event | None = None):
+    def __init__(
+        self,
+        embedder: Any,
+        ttl: float = 30.0,
+        clock: Callable[[], float] = time.monotonic,
+        loaded: threading.Event | None = None,
+    ):
         self.embedder = embedder
         self.ttl = ttl
         self.clock = clock
@@ -30,9 +34,13 @@ class EmbedderProbe:
 
     def check(self) -> dict[str, Any]:
         if self.loaded is not None and not self.loaded.is_set():
-            return {"ok": False, "loading": True, "model": self.embedder.model,
-                    "dimensions": self.embedder.dimensions,
-                    "detail": "the local embedding model is loading"}
+            return {
+                "ok": False,
+                "loading": True,
+                "model": self.embedder.model,
+                "dimensions": self.embedder.dimensions,
+                "detail": "the local embedding model is loading",
+            }
         with self._lock:
             now = self.clock()
             if self._verdict is None or now - self._verdict[0] > self.ttl:
@@ -40,8 +48,10 @@ class EmbedderProbe:
             return self._verdict[1]
 
     def _probe(self) -> dict[str, Any]:
-        info: dict[str, Any] = {"model": self.embedder.model,
-                                "dimensions": self.embedder.dimensions}
+        info: dict[str, Any] = {
+            "model": self.embedder.model,
+            "dimensions": self.embedder.dimensions,
+        }
         url = getattr(self.embedder, "base_url", None)
         if url:
             info["url"] = url
@@ -56,8 +66,11 @@ def store_check(workbench: Any) -> dict[str, Any]:
     try:
         workbench.store.fetchone("SELECT 1")
     except Exception as exc:  # noqa: BLE001 - reported, not raised
-        return {"ok": False, "path": workbench.store.path,
-                "detail": getattr(exc, "message", str(exc))}
+        return {
+            "ok": False,
+            "path": workbench.store.path,
+            "detail": getattr(exc, "message", str(exc)),
+        }
     return {"ok": True, "path": workbench.store.path}
 
 
@@ -70,8 +83,11 @@ def llm_check(workbench: Any) -> dict[str, Any]:
 
 def health(workbench: Any, probe: EmbedderProbe) -> tuple[dict[str, Any], bool]:
     """``(body, ready)``: ``status`` is ok, degraded (no LLM) or unavailable (not ready)."""
-    checks = {"store": store_check(workbench), "embedder": probe.check(),
-              "llm": llm_check(workbench)}
+    checks = {
+        "store": store_check(workbench),
+        "embedder": probe.check(),
+        "llm": llm_check(workbench),
+    }
     ready = checks["store"]["ok"] and checks["embedder"]["ok"]
     status = "unavailable" if not ready else ("ok" if checks["llm"]["ok"] else "degraded")
     return {"status": status, "live": True, "ready": ready, "checks": checks}, ready

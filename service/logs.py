@@ -32,7 +32,11 @@ access_log = logging.getLogger("service.access")
 
 
 _STANDARD_ATTRS = set(vars(logging.LogRecord("", 0, "", 0, "", (), None))) | {
-    "message", "asctime", "color_message", "taskName"}
+    "message",
+    "asctime",
+    "color_message",
+    "taskName",
+}
 
 
 class JsonFormatter(logging.Formatter):
@@ -130,7 +134,10 @@ class RequestContextMiddleware:
             await self.app(scope, receive, send_with_id)
         finally:
             access_log.info(
-                "%s %s -> %s", scope.get("method"), scope.get("path"), state["status"],
+                "%s %s -> %s",
+                scope.get("method"),
+                scope.get("path"),
+                state["status"],
                 extra={
                     "status": state["status"],
                     "duration_ms": round((time.perf_counter() - started) * 1000, 2),

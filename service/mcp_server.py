@@ -50,22 +50,29 @@ def mcp_tool(tool: Tool) -> types.Tool:
 
 def _result(payload: dict[str, Any], is_error: bool = False) -> types.CallToolResult:
     text = json.dumps(payload, default=str, ensure_ascii=False)
-    return types.CallToolResult(content=[types.TextContent(text=text)],
-                                structured_content=payload, is_error=is_error)
+    return types.CallToolResult(
+        content=[types.TextContent(text=text)], structured_content=payload, is_error=is_error
+    )
 
 
-async def call_tool(workbench: Any, name: str, arguments: dict[str, Any] | None
-                    ) -> types.CallToolResult:
+async def call_tool(
+    workbench: Any, name: str, arguments: dict[str, Any] | None
+) -> types.CallToolResult:
     """Run one tool in a worker thread; every failure becomes an ``isError`` result."""
     token = REQUEST_ID.set(f"mcp-{new_request_id()}")
     try:
         tool = TOOLS_BY_NAME.get(name)
         if tool is None:
-            return _result(error_payload(
-                "not_found", f"no tool named {name!r}; tools: {', '.join(TOOLS_BY_NAME)}"), True)
+            return _result(
+                error_payload(
+                    "not_found", f"no tool named {name!r}; tools: {', '.join(TOOLS_BY_NAME)}"
+                ),
+                True,
+            )
         try:
             result = await anyio.to_thread.run_sync(
-                functools.partial(tool.invoke, workbench, arguments))
+                functools.partial(tool.invoke, workbench, arguments)
+            )
         except Exception as exc:  # noqa: BLE001 - mapped like HTTP errors, logged when a fault
             status, kind, message = describe(exc)
             if status == 500:
@@ -107,21 +114,23 @@ def transport_security(exposure: Exposure) -> TransportSecuritySettings:
     if not is_loopback(exposure.bind_host) and not exposure.allowed_hosts:
         return TransportSecuritySettings(enable_dns_rebinding_protection=False)
     names = ["127.0.0.1", "localhost", "[::1]", exposure.bind_host, *exposure.allowed_hosts]
-    names = list(dict.fromkeys(f"[{n}]" if ":" in n and not n.startswith("[") else n
-                               for n in names))
+    names = list(
+        dict.fromkeys(f"[{n}]" if ":" in n and not n.startswith("[") else n for n in names)
+    )
     return TransportSecuritySettings(
         enable_dns_rebinding_protection=True,
         allowed_hosts=[h for name in names for h in (name, f"{name}:*")],
-        allowed_origins=[*(f"{scheme}://{name}:*" for name in names
-                           for scheme in ("http", "https")),
-                         *(f"{scheme}://{name}" for name in names
-                           for scheme in ("http", "https")),
-                         *exposure.allowed_origins],
+        allowed_origins=[
+            *(f"{scheme}://{name}:*" for name in names for scheme in ("http", "https")),
+            *(f"{scheme}://{name}" for name in names for scheme in ("http", "https")),
+            *exposure.allowed_origins,
+        ],
     )
 
 
-def build_session_manager(server: Server, exposure: Exposure,
-                          max_body_bytes: int) -> StreamableHTTPSessionManager:
+def build_session_manager(
+    server: Server, exposure: Exposure, max_body_bytes: int
+) -> StreamableHTTPSessionManager:
     """Stateless JSON-response streamable HTTP: every POST is self-contained."""
     return StreamableHTTPSessionManager(
         app=server,

@@ -49,9 +49,13 @@ def create_metrics_app(workbench: Any, token: str | None = None) -> Litestar:
 
     return Litestar(
         route_handlers=[metrics, health_decay],
-        middleware=[DefineMiddleware(BearerAuthMiddleware, token=token, exempt=(),
-                                     setting="SVC_KNOWLEDGE_METRICS_TOKEN")]
-        if token else [],
+        middleware=[
+            DefineMiddleware(
+                BearerAuthMiddleware, token=token, exempt=(), setting="SVC_KNOWLEDGE_METRICS_TOKEN"
+            )
+        ]
+        if token
+        else [],
         exception_handlers={Exception: exception_handler},
         openapi_config=None,
         logging_config=None,  # service.logs owns the log format

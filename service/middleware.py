@@ -51,16 +51,26 @@ class BodyLimitMiddleware:
         if scope["type"] == "http":
             declared = _header(scope, b"content-length")
             if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
-                await send_error(send, 413, "payload_too_large",
-                                 f"the request body has {int(declared)} bytes; "
-                                 f"at most {self.max_bytes} are accepted")
+                await send_error(
+                    send,
+                    413,
+                    "payload_too_large",
+                    f"the request body has {int(declared)} bytes; "
+                    f"at most {self.max_bytes} are accepted",
+                )
                 return
         await self.app(scope, receive, send)
 
 
 class BearerAuthMiddleware:
-    def __init__(self, app, token: str, exempt: Iterable[str] = EXEMPT_PATHS,
-                 setting: str = "SVC_KNOWLEDGE_API_TOKEN", error: ErrorSender = send_error):
+    def __init__(
+        self,
+        app,
+        token: str,
+        exempt: Iterable[str] = EXEMPT_PATHS,
+        setting: str = "SVC_KNOWLEDGE_API_TOKEN",
+        error: ErrorSender = send_error,
+    ):
         self.app = app
         self._error = error
         self._expected = f"Bearer {token}".encode()
@@ -71,10 +81,18 @@ class BearerAuthMiddleware:
         if scope["type"] == "http" and scope.get("path") not in self._exempt:
             given = _header(scope, b"authorization") or b""
             if not hmac.compare_digest(given, self._expected):
-                message = ("missing bearer token: send 'Authorization: Bearer <token>' "
-                           f"({self._setting})" if not given else "invalid bearer token")
-                await self._error(send, 401, "unauthorized", message,
-                                 {"WWW-Authenticate": 'Bearer realm="workbench"'})
+                message = (
+                    f"missing bearer token: send 'Authorization: Bearer <token>' ({self._setting})"
+                    if not given
+                    else "invalid bearer token"
+                )
+                await self._error(
+                    send,
+                    401,
+                    "unauthorized",
+                    message,
+                    {"WWW-Authenticate": 'Bearer realm="workbench"'},
+                )
                 return
         await self.app(scope, receive, send)
 
@@ -82,8 +100,9 @@ class BearerAuthMiddleware:
 class TokenBuckets:
     """Per-key token buckets; thread-safe, bounded in size (least recently used evicted)."""
 
-    def __init__(self, per_minute: int, clock: Callable[[], float] = time.monotonic,
-                 max_keys: int = 10_000):
+    def __init__(
+        self, per_minute: int, clock: Callable[[], float] = time.monotonic, max_keys: int = 10_000
+    ):
         self.capacity = float(per_minute)
         self.rate = per_minute / 60.0
         self.clock = clock
@@ -127,25 +146,37 @@ def client_key(scope, trusted_proxies: frozenset[str] = frozenset()) -> str:
 class RateLimitMiddleware:
     """``buckets`` is shared: Litestar builds one middleware instance per route."""
 
-    def __init__(self, app, buckets: TokenBuckets | None,
-                 exempt: Iterable[str] = EXEMPT_PATHS, trusted_proxies: Iterable[str] = ()):
+    def __init__(
+        self,
+        app,
+        buckets: TokenBuckets | None,
+        exempt: Iterable[str] = EXEMPT_PATHS,
+        trusted_proxies: Iterable[str] = (),
+    ):
         self.app = app
         self.buckets = buckets
         self._exempt = frozenset(exempt)
         self._trusted = frozenset(trusted_proxies)
 
     async def __call__(self, scope, receive, send) -> None:
-        if (self.buckets is not None and scope["type"] == "http"
-                and scope.get("path") not in self._exempt):
+        if (
+            self.buckets is not None
+            and scope["type"] == "http"
+            and scope.get("path") not in self._exempt
+        ):
             client = client_key(scope, self._trusted)
             wait = self.buckets.take(client)
             if wait > 0:
                 retry = max(1, math.ceil(wait))
                 who = "this token" if client.startswith("token:") else client
-                await send_error(send, 429, "rate_limited",
-                                 f"more than {int(self.buckets.capacity)} requests a minute "
-                                 f"from {who}; retry in {retry} s",
-                                 {"Retry-After": str(retry)})
+                await send_error(
+                    send,
+                    429,
+                    "rate_limited",
+                    f"more than {int(self.buckets.capacity)} requests a minute "
+                    f"from {who}; retry in {retry} s",
+                    {"Retry-After": str(retry)},
+                )
                 return
         await self.app(scope, receive, send)
 
@@ -198,16 +229,24 @@ class Exposure:
         if origin in self.allowed_origins:
             return True
         parts = urlsplit(origin)
-        return bool(host) and parts.scheme in ("http", "https") and \
-            parts.netloc.lower() == host.strip().lower()
+        return (
+            bool(host)
+            and parts.scheme in ("http", "https")
+            and parts.netloc.lower() == host.strip().lower()
+        )
 
 
 class ExposureMiddleware:
     """421 for a foreign ``Host``, 403 for a foreign ``Origin`` on a state-changing request,
     415 for a request body that is not JSON (see :class:`Exposure`)."""
 
-    def __init__(self, app, exposure: Exposure, json_paths: tuple[str, ...] = ("/tools/",),
-                 error: ErrorSender = send_error):
+    def __init__(
+        self,
+        app,
+        exposure: Exposure,
+        json_paths: tuple[str, ...] = ("/tools/",),
+        error: ErrorSender = send_error,
+    ):
         self.app = app
         self._error = error
         self.exposure = exposure
@@ -224,22 +263,30 @@ class ExposureMiddleware:
     def problem(self, scope) -> tuple[int, str, str] | None:
         host = (_header(scope, b"host") or b"").decode("latin-1") or None
         if not self.exposure.host_allowed(host):
-            return (421, "misdirected_request",
-                    f"this server does not answer to the host name {host!r}; add it to "
-                    "SVC_KNOWLEDGE_ALLOWED_HOSTS if it is yours")
+            return (
+                421,
+                "misdirected_request",
+                f"this server does not answer to the host name {host!r}; add it to "
+                "SVC_KNOWLEDGE_ALLOWED_HOSTS if it is yours",
+            )
         if scope.get("method", "GET") in SAFE_METHODS:
             return None
         origin = _header(scope, b"origin")
-        if origin is not None and not self.exposure.origin_allowed(origin.decode("latin-1"),
-                                                                   host):
-            return (403, "forbidden",
-                    f"cross-origin request from {origin.decode('latin-1')!r} refused; add the "
-                    "origin to SVC_KNOWLEDGE_ALLOWED_ORIGINS if the page is yours")
+        if origin is not None and not self.exposure.origin_allowed(origin.decode("latin-1"), host):
+            return (
+                403,
+                "forbidden",
+                f"cross-origin request from {origin.decode('latin-1')!r} refused; add the "
+                "origin to SVC_KNOWLEDGE_ALLOWED_ORIGINS if the page is yours",
+            )
         if scope.get("path", "").startswith(self.json_paths) and _has_body(scope):
             kind = (_header(scope, b"content-type") or b"").split(b";")[0].strip().lower()
             if kind != b"application/json" and not kind.endswith(b"+json"):
-                return (415, "unsupported_media_type",
-                        "send the arguments as JSON with 'Content-Type: application/json'")
+                return (
+                    415,
+                    "unsupported_media_type",
+                    "send the arguments as JSON with 'Content-Type: application/json'",
+                )
         return None
 
 
@@ -261,8 +308,7 @@ class JsonBodyMiddleware:
 
     async def __call__(self, scope, receive, send) -> None:
         kind = (_header(scope, b"content-type") or b"").split(b";")[0].strip().lower()
-        if scope["type"] != "http" or not (kind == b"application/json"
-                                           or kind.endswith(b"+json")):
+        if scope["type"] != "http" or not (kind == b"application/json" or kind.endswith(b"+json")):
             await self.app(scope, receive, send)
             return
         chunks, size, more = [], 0, True
@@ -275,23 +321,32 @@ class JsonBodyMiddleware:
             size += len(chunks[-1])
             more = message.get("more_body", False)
             if size > self.max_bytes:
-                await send_error(send, 413, "payload_too_large",
-                                 f"the request body is larger than {self.max_bytes} bytes")
+                await send_error(
+                    send,
+                    413,
+                    "payload_too_large",
+                    f"the request body is larger than {self.max_bytes} bytes",
+                )
                 return
         body = b"".join(chunks)
         problem = self.problem(body)
         if problem is not None:
             await send_error(send, 400, "invalid_input", problem)
             return
-        await self.app(scope, _replay([{"type": "http.request", "body": body,
-                                        "more_body": False}], receive), send)
+        await self.app(
+            scope,
+            _replay([{"type": "http.request", "body": body, "more_body": False}], receive),
+            send,
+        )
 
     def problem(self, body: bytes) -> str | None:
         try:
             body.decode("utf-8")
         except UnicodeDecodeError as exc:
-            return (f"the request body is not valid UTF-8 (byte {exc.start}): "
-                    "send JSON encoded as UTF-8")
+            return (
+                f"the request body is not valid UTF-8 (byte {exc.start}): "
+                "send JSON encoded as UTF-8"
+            )
         if json_depth(body, self.max_depth) > self.max_depth:
             return f"the JSON body nests deeper than {self.max_depth} levels"
         return None

@@ -51,20 +51,24 @@ def check_exposure(settings: Settings) -> None:
     if not token:
         raise StartupError(
             f"--host {settings.host} is not a loopback address: set SVC_KNOWLEDGE_API_TOKEN "
-            "so that callers must send 'Authorization: Bearer <token>' (or bind 127.0.0.1)")
+            "so that callers must send 'Authorization: Bearer <token>' (or bind 127.0.0.1)"
+        )
     if len(token) < MIN_TOKEN_CHARS:
         raise StartupError(
             f"SVC_KNOWLEDGE_API_TOKEN has {len(token)} characters; use at least "
-            f"{MIN_TOKEN_CHARS} random ones when binding {settings.host}")
+            f"{MIN_TOKEN_CHARS} random ones when binding {settings.host}"
+        )
 
 
 def metrics_token(settings: Settings) -> str | None:
     """The metrics port's bearer token; exposed without one, it says so in the log."""
     token = settings.metrics_token.get_secret_value() if settings.metrics_token else None
     if not token and not is_loopback(settings.metrics_host):
-        log.warning("the metrics port is bound to %s without SVC_KNOWLEDGE_METRICS_TOKEN: "
-                    "anyone who reaches it reads the metrics and decay health",
-                    settings.metrics_host)
+        log.warning(
+            "the metrics port is bound to %s without SVC_KNOWLEDGE_METRICS_TOKEN: "
+            "anyone who reaches it reads the metrics and decay health",
+            settings.metrics_host,
+        )
     return token or None
 
 
@@ -82,7 +86,8 @@ def bind_socket(host: str, port: int, what: str, flag: str) -> socket.socket:
         if exc.errno == errno.EADDRINUSE:
             raise StartupError(
                 f"port {port} on {host} is already in use ({what}): stop the other process "
-                f"or choose another port with {flag}") from None
+                f"or choose another port with {flag}"
+            ) from None
         raise StartupError(f"cannot bind {what} to {host}:{port}: {exc.strerror}") from None
     return sock
 
@@ -103,9 +108,11 @@ def prepare_embedder(settings: Settings, background: bool = False):
     return embedder
 
 
-def warm_in_background(embedder, loaded: threading.Event,
-                       on_failure: Callable[[str], None]) -> threading.Thread:
+def warm_in_background(
+    embedder, loaded: threading.Event, on_failure: Callable[[str], None]
+) -> threading.Thread:
     """Load the model in a thread; ``loaded`` is set when done, ``on_failure(message)`` else."""
+
     def warm() -> None:
         started = time.monotonic()
         try:
@@ -114,8 +121,9 @@ def warm_in_background(embedder, loaded: threading.Event,
             on_failure(getattr(exc, "message", None) or f"{type(exc).__name__}: {exc}")
             return
         loaded.set()
-        log.info("local embedding model %s loaded in %.1f s", embedder.model,
-                 time.monotonic() - started)
+        log.info(
+            "local embedding model %s loaded in %.1f s", embedder.model, time.monotonic() - started
+        )
 
     thread = threading.Thread(target=warm, name="embedder-warm-up", daemon=True)
     thread.start()
@@ -132,13 +140,22 @@ class _Server(uvicorn.Server):
 
 
 def make_server(app: Any, graceful: int = GRACEFUL_SECONDS) -> _Server:
-    return _Server(uvicorn.Config(
-        app, log_config=None, access_log=False, lifespan="on", server_header=False,
-        timeout_graceful_shutdown=graceful, proxy_headers=False))
+    return _Server(
+        uvicorn.Config(
+            app,
+            log_config=None,
+            access_log=False,
+            lifespan="on",
+            server_header=False,
+            timeout_graceful_shutdown=graceful,
+            proxy_headers=False,
+        )
+    )
 
 
-async def serve_all(pairs: list[tuple[_Server, socket.socket]],
-                    on_ready: Callable[[], None] | None = None) -> None:
+async def serve_all(
+    pairs: list[tuple[_Server, socket.socket]], on_ready: Callable[[], None] | None = None
+) -> None:
     """Serve every (server, socket) until a signal, or until one of them stops;
     ``on_ready`` runs once every server has started."""
     loop = asyncio.get_running_loop()
@@ -148,8 +165,7 @@ async def serve_all(pairs: list[tuple[_Server, socket.socket]],
         if sig == signal.SIGINT and any(s.should_exit for s in servers):
             for server in servers:
                 server.force_exit = True
-        log.info("received %s: stopping (in-flight requests finish first)",
-                 sig.name)
+        log.info("received %s: stopping (in-flight requests finish first)", sig.name)
         for server in servers:
             server.should_exit = True
 
@@ -183,8 +199,9 @@ def serve(settings: Settings, dev: bool = False, log_format: str = "json") -> in
     setup_logging(settings.log_level, secrets_of(settings), fmt=log_format)
     metrics_port = settings.resolved_metrics_port(dev)
     main_sock = bind_socket(settings.host, settings.port, "the tools port", "--port")
-    metrics_sock = bind_socket(settings.metrics_host, metrics_port, "the metrics port",
-                               "--metrics-port")
+    metrics_sock = bind_socket(
+        settings.metrics_host, metrics_port, "the metrics port", "--metrics-port"
+    )
     try:
         embedder = prepare_embedder(settings, background=True)
         workbench = open_workbench(settings, embedder=embedder)
@@ -195,13 +212,15 @@ def serve(settings: Settings, dev: bool = False, log_format: str = "json") -> in
     loaded = threading.Event()
     failures: list[str] = []
     try:
-        log.info("%d objects loaded at start-up exempted from full garbage collections",
-                 freeze_loaded_memory())
+        log.info(
+            "%d objects loaded at start-up exempted from full garbage collections",
+            freeze_loaded_memory(),
+        )
         workbench.start()
-        pairs = [(make_server(create_app(workbench, settings, embedder_loaded=loaded)),
-                  main_sock),
-                 (make_server(create_metrics_app(workbench, metrics_token(settings)), 2),
-                  metrics_sock)]
+        pairs = [
+            (make_server(create_app(workbench, settings, embedder_loaded=loaded)), main_sock),
+            (make_server(create_metrics_app(workbench, metrics_token(settings)), 2), metrics_sock),
+        ]
         base = f"http://{_url_host(settings.host)}"
         metrics_base = f"http://{_url_host(settings.metrics_host)}"
 
@@ -216,13 +235,24 @@ def serve(settings: Settings, dev: bool = False, log_format: str = "json") -> in
             warm_in_background(embedder, loaded, embedder_failed)
 
         def ready() -> None:
-            log.info("ready in %.1f s: tools %s:%d (REST /tools, MCP /mcp, /health, /schema), "
-                     "metrics %s:%d%s, database %s, embedder %s (%d dims%s), LLM %s",
-                     time.monotonic() - started, base, settings.port, metrics_base, metrics_port,
-                     METRICS_PATH, workbench.store.path, embedder.model, embedder.dimensions,
-                     "" if loaded.is_set() else "; loading in the background, /health is 503 "
-                     "until it is loaded", getattr(workbench.chat, "model", None) or
-                     "not configured (episodes wait in the queue)")
+            log.info(
+                "ready in %.1f s: tools %s:%d (REST /tools, MCP /mcp, /health, /schema), "
+                "metrics %s:%d%s, database %s, embedder %s (%d dims%s), LLM %s",
+                time.monotonic() - started,
+                base,
+                settings.port,
+                metrics_base,
+                metrics_port,
+                METRICS_PATH,
+                workbench.store.path,
+                embedder.model,
+                embedder.dimensions,
+                ""
+                if loaded.is_set()
+                else "; loading in the background, /health is 503 until it is loaded",
+                getattr(workbench.chat, "model", None)
+                or "not configured (episodes wait in the queue)",
+            )
 
         asyncio.run(serve_all(pairs, ready))
     finally:
@@ -255,9 +285,14 @@ def serve_embeddings(settings: Settings, host: str, port: int, model: str) -> in
         log.warning("the embeddings server has no authentication and is bound to %s", host)
 
     def ready() -> None:
-        log.info("ready in %.1f s: embeddings http://%s:%d/v1 (model %s, %d dims)",
-                 time.monotonic() - started, _url_host(host), port, embedder.model,
-                 embedder.dimensions)
+        log.info(
+            "ready in %.1f s: embeddings http://%s:%d/v1 (model %s, %d dims)",
+            time.monotonic() - started,
+            _url_host(host),
+            port,
+            embedder.model,
+            embedder.dimensions,
+        )
 
     asyncio.run(serve_all([(make_server(create_embed_app(embedder)), sock)], ready))
     return 0

@@ -18,10 +18,12 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from workbench.errors import NotFound
 
 GroupIds = list[str] | None
-_GROUPS = ("Groups (namespaces) to search; omit to search all groups.")
+_GROUPS = "Groups (namespaces) to search; omit to search all groups."
 State = Literal["ACTIVE", "DORMANT", "ARCHIVED", "EXPIRED", "SOFT_DELETED", "PERMANENT"]
-_STATES = ("Only memories in these lifecycle states; default all but EXPIRED and SOFT_DELETED "
-           "(name them to search forgotten memories).")
+_STATES = (
+    "Only memories in these lifecycle states; default all but EXPIRED and SOFT_DELETED "
+    "(name them to search forgotten memories)."
+)
 _AFTER = "Only memories created at or after this time (ISO 8601)."
 _BEFORE = "Only memories created before this time (ISO 8601)."
 
@@ -42,22 +44,28 @@ class AddMemoryArgs(Args):
     episode_body: str = Field(
         min_length=1,
         description="The content to remember: plain text, a chat transcript (source "
-        "'message', lines like 'user: ...'), or a JSON document (source 'json').")
+        "'message', lines like 'user: ...'), or a JSON document (source 'json').",
+    )
     group_id: str | None = Field(
-        None, description="Group (namespace) to store the episode in; default group if omitted.")
+        None, description="Group (namespace) to store the episode in; default group if omitted."
+    )
     source: Literal["text", "message", "json"] = Field(
-        "text", description="How to read episode_body: text, message or json.")
-    source_description: str = Field("", max_length=500,
-                                    description="Where the content came from.")
+        "text", description="How to read episode_body: text, message or json."
+    )
+    source_description: str = Field("", max_length=500, description="Where the content came from.")
     uuid: str | None = Field(
-        None, description="Optional uuid to give the episode. Sending the same episode again "
+        None,
+        description="Optional uuid to give the episode. Sending the same episode again "
         "under its uuid returns the first result (a safe retry); other content under a used "
-        "uuid is a conflict.")
+        "uuid is a conflict.",
+    )
     reference_time: str | None = Field(
-        None, description="When the content happened (ISO 8601, e.g. 2025-03-01T12:00:00Z); "
-        "default now.")
+        None,
+        description="When the content happened (ISO 8601, e.g. 2025-03-01T12:00:00Z); default now.",
+    )
     priority: Literal["high", "normal", "low"] = Field(
-        "normal", description="Queue priority of the extraction.")
+        "normal", description="Queue priority of the extraction."
+    )
 
 
 class SearchNodesArgs(Args):
@@ -65,13 +73,16 @@ class SearchNodesArgs(Args):
     group_ids: GroupIds = Field(None, description=_GROUPS)
     max_nodes: int = Field(10, ge=1, le=1000, description="Maximum number of entities.")
     entity_types: list[str] | None = Field(
-        None, description="Only entities of these types (e.g. Person, Organization).")
+        None, description="Only entities of these types (e.g. Person, Organization)."
+    )
     created_after: str | None = Field(None, description=_AFTER)
     created_before: str | None = Field(None, description=_BEFORE)
     states: list[State] | None = Field(None, description=_STATES)
     include_weighted_scores: bool | None = Field(
-        None, description="Rank by similarity, keyword match, freshness and importance "
-        "(default true); false ranks by relevance (similarity and keyword match) only.")
+        None,
+        description="Rank by similarity, keyword match, freshness and importance "
+        "(default true); false ranks by relevance (similarity and keyword match) only.",
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -90,13 +101,16 @@ class SearchFactsArgs(Args):
     group_ids: GroupIds = Field(None, description=_GROUPS)
     max_facts: int = Field(10, ge=1, le=1000, description="Maximum number of facts.")
     center_node_uuid: str | None = Field(
-        None, description="Rank facts near this entity first (uuid of an entity).")
+        None, description="Rank facts near this entity first (uuid of an entity)."
+    )
     created_after: str | None = Field(None, description=_AFTER)
     created_before: str | None = Field(None, description=_BEFORE)
     relation_types: list[str] | None = Field(
-        None, description="Only facts of these relations (e.g. WORKS_AT).")
+        None, description="Only facts of these relations (e.g. WORKS_AT)."
+    )
     include_invalidated: bool | None = Field(
-        None, description="Also return facts no longer valid (superseded); default false.")
+        None, description="Also return facts no longer valid (superseded); default false."
+    )
     states: list[State] | None = Field(None, description=_STATES)
 
 
@@ -125,13 +139,16 @@ class UuidArgs(Args):
 
 class ClearGraphArgs(Args):
     group_ids: list[str] = Field(
-        min_length=1, description="Groups to erase completely (required: nothing is cleared "
-        "without naming its group).")
+        min_length=1,
+        description="Groups to erase completely (required: nothing is cleared "
+        "without naming its group).",
+    )
 
 
 class RetryArgs(Args):
     episode_uuids: list[str] | None = Field(
-        None, description="Failed episodes to re-queue; omit to re-queue every failed one.")
+        None, description="Failed episodes to re-queue; omit to re-queue every failed one."
+    )
     group_id: str | None = Field(None, description="Only failed episodes of this group.")
 
 
@@ -185,75 +202,115 @@ TOOLS: tuple[Tool, ...] = (
         "Remember something: store an episode (text, a conversation, or JSON) in the knowledge "
         "graph. Returns at once; entities and facts are extracted in the background by the LLM "
         "(see get_queue_status). Use one episode per coherent piece of information.",
-        AddMemoryArgs, "add_memory"),
+        AddMemoryArgs,
+        "add_memory",
+    ),
     Tool(
         "search_memory_nodes",
         "Search remembered entities (people, organisations, projects, concepts...) by meaning. "
         "Returns entity summaries with a relevance score and its parts (similarity, keyword, "
         "freshness, importance). Use for 'who/what is X'. No LLM call.",
-        SearchNodesArgs, "search_memory_nodes", read_only=True),
+        SearchNodesArgs,
+        "search_memory_nodes",
+        read_only=True,
+    ),
     Tool(
         "search_memory_facts",
         "Search remembered facts (relationships between entities, e.g. 'Alice works at Acme') "
         "by meaning. Returns facts with validity dates and a relevance score. Use for questions "
         "about relationships and events. No LLM call.",
-        SearchFactsArgs, "search_memory_facts", read_only=True),
+        SearchFactsArgs,
+        "search_memory_facts",
+        read_only=True,
+    ),
     Tool(
         "get_episodes",
         "List the most recent episodes (the raw stored inputs) with their processing status.",
-        GetEpisodesArgs, "get_episodes", read_only=True),
+        GetEpisodesArgs,
+        "get_episodes",
+        read_only=True,
+    ),
     Tool(
         "delete_episode",
         "Delete one episode and the entities and facts only it supports. Cannot be undone.",
-        UuidArgs, "delete_episode", destructive=True),
+        UuidArgs,
+        "delete_episode",
+        destructive=True,
+    ),
     Tool(
         "get_entity_edge",
         "Get one fact (entity edge) by uuid, with its endpoints, validity and decay state.",
-        UuidArgs, "get_entity_edge", read_only=True),
+        UuidArgs,
+        "get_entity_edge",
+        read_only=True,
+    ),
     Tool(
         "delete_entity_edge",
         "Delete one fact (entity edge) by uuid. Cannot be undone.",
-        UuidArgs, "delete_entity_edge", destructive=True),
+        UuidArgs,
+        "delete_entity_edge",
+        destructive=True,
+    ),
     Tool(
         "clear_graph",
         "Erase everything (episodes, entities, facts) in the named groups. Cannot be undone; "
         "group_ids is required and must be non-empty.",
-        ClearGraphArgs, "clear_graph", destructive=True),
+        ClearGraphArgs,
+        "clear_graph",
+        destructive=True,
+    ),
     Tool(
         "get_status",
-        "Service status: database, embedder, whether an LLM is configured, graph and queue "
-        "counts.",
-        NoArgs, "get_status", read_only=True),
+        "Service status: database, embedder, whether an LLM is configured, graph and queue counts.",
+        NoArgs,
+        "get_status",
+        read_only=True,
+    ),
     Tool(
         "get_queue_status",
         "Extraction queue status: episodes queued, processing, done and failed (with the "
         "failure reasons), workers running.",
-        NoArgs, "get_queue_status", read_only=True),
+        NoArgs,
+        "get_queue_status",
+        read_only=True,
+    ),
     Tool(
         "retry_failed_episodes",
         "Re-queue failed episodes for extraction (all, some by uuid, or one group's).",
-        RetryArgs, "retry_failed_episodes"),
+        RetryArgs,
+        "retry_failed_episodes",
+    ),
     Tool(
         "run_decay_maintenance",
         "Run one decay maintenance pass now: recompute decay scores, move memories through "
         "their lifecycle (ACTIVE, DORMANT, ARCHIVED, EXPIRED, SOFT_DELETED) and purge expired "
         "soft-deleted ones. dry_run reports without changing anything.",
-        MaintenanceArgs, "run_decay_maintenance"),
+        MaintenanceArgs,
+        "run_decay_maintenance",
+    ),
     Tool(
         "get_knowledge_health",
         "Health of the memory decay system: status, last maintenance run, memories per "
         "lifecycle state, average decay score, importance and stability.",
-        NoArgs, "get_knowledge_health", read_only=True),
+        NoArgs,
+        "get_knowledge_health",
+        read_only=True,
+    ),
     Tool(
         "classify_memory",
         "Rate a piece of text for importance and stability (1-5 each) as the service would "
         "for a new memory; reports whether the LLM or the defaults were used.",
-        ClassifyArgs, "classify_memory", read_only=True),
+        ClassifyArgs,
+        "classify_memory",
+        read_only=True,
+    ),
     Tool(
         "recover_soft_deleted",
         "Recover a soft-deleted memory (entity or fact) by uuid before it is purged; it "
         "becomes ACTIVE again.",
-        UuidArgs, "recover_soft_deleted"),
+        UuidArgs,
+        "recover_soft_deleted",
+    ),
 )
 
 TOOLS_BY_NAME: dict[str, Tool] = {tool.name: tool for tool in TOOLS}

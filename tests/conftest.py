@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from workbench.config import load_settings
-from workbench.fakes.embedder import HashEmbedder
-
 # the fake LLM server and its fixture (a real HTTP server on loopback)
 from tests.fakes.fixtures import *  # noqa: E402,F401,F403
+from workbench.config import load_settings
+from workbench.fakes.embedder import HashEmbedder
 
 
 @pytest.fixture

@@ -18,8 +18,11 @@ def parse(exposition: bytes | str) -> dict[tuple[str, frozenset], float]:
 def family_types(exposition: bytes | str) -> dict[str, str]:
     """``{family name: type}``, without the ``*_created`` twins prometheus_client adds."""
     text = exposition.decode() if isinstance(exposition, bytes) else exposition
-    return {f.name: f.type for f in text_string_to_metric_families(text)
-            if not f.name.endswith("_created")}
+    return {
+        f.name: f.type
+        for f in text_string_to_metric_families(text)
+        if not f.name.endswith("_created")
+    }
 
 
 def sample_names(exposition: bytes | str) -> set[str]:

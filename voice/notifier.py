@@ -91,8 +91,12 @@ class Notifier:
                 self._queue.put_nowait(_STOP)
         self._thread = None
         if waiting := sum(1 for item in list(self._queue.queue) if item is not _STOP):
-            log.warning("voice server stopping: %d queued notification(s) discarded after "
-                        "waiting %.0f s for them", waiting, timeout)
+            log.warning(
+                "voice server stopping: %d queued notification(s) discarded after "
+                "waiting %.0f s for them",
+                waiting,
+                timeout,
+            )
 
     def submit(self, notification: Notification) -> None:
         try:

@@ -73,8 +73,10 @@ def _text(body: dict, name: str, limit: int) -> str:
     try:
         value.encode("utf-8")
     except UnicodeEncodeError as exc:  # a lone surrogate such as "\ud800": not speakable text
-        raise RequestInvalid(f"'{name}' holds an invalid character at {exc.start} (a lone "
-                             "UTF-16 surrogate); send real Unicode text") from None
+        raise RequestInvalid(
+            f"'{name}' holds an invalid character at {exc.start} (a lone "
+            "UTF-16 surrogate); send real Unicode text"
+        ) from None
     return value.strip()
 
 

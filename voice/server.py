@@ -180,8 +180,9 @@ POST_PATHS = ("/notify", "/v1/audio/speech")
 MIN_TOKEN_CHARS = 16
 
 
-async def _send_error(send, status: int, _kind: str, message: str,
-                      headers: dict[str, str] | None = None) -> None:
+async def _send_error(
+    send, status: int, _kind: str, message: str, headers: dict[str, str] | None = None
+) -> None:
     """A middleware's answer in this server's error shape."""
     body = json.dumps({"status": "error", "message": message}).encode()
     raw = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
@@ -194,12 +195,21 @@ def guards(settings: Settings) -> list:
     """What a browser page must not do (a foreign Host or Origin, a body that is not JSON) and,
     with a token, who may post at all."""
     exposure = Exposure(settings.host, settings.allowed_hosts, settings.allowed_origins)
-    stack = [DefineMiddleware(ExposureMiddleware, exposure=exposure, json_paths=POST_PATHS,
-                              error=_send_error)]
+    stack = [
+        DefineMiddleware(
+            ExposureMiddleware, exposure=exposure, json_paths=POST_PATHS, error=_send_error
+        )
+    ]
     if settings.token:
-        stack.append(DefineMiddleware(BearerAuthMiddleware, token=settings.token,
-                                      exempt=("/health",), setting="VOICE_TOKEN",
-                                      error=_send_error))
+        stack.append(
+            DefineMiddleware(
+                BearerAuthMiddleware,
+                token=settings.token,
+                exempt=("/health",),
+                setting="VOICE_TOKEN",
+                error=_send_error,
+            )
+        )
     return stack
 
 
@@ -212,7 +222,8 @@ def check_exposure(settings: Settings) -> None:
         raise SystemExit(
             f"voice-server: --host {settings.host} is not a loopback address: set VOICE_TOKEN "
             f"(at least {MIN_TOKEN_CHARS} random characters) so that callers must send "
-            "'Authorization: Bearer <token>', or bind 127.0.0.1")
+            "'Authorization: Bearer <token>', or bind 127.0.0.1"
+        )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -254,7 +265,10 @@ def main(argv: list[str] | None = None) -> None:
     log.info("voice-server on http://%s:%d (assets: %s)", settings.host, settings.port,
              settings.resolved_assets_dir())  # fmt: skip
     uvicorn.run(
-        create_app(settings), host=settings.host, port=settings.port, log_level=args.log_level,
+        create_app(settings),
+        host=settings.host,
+        port=settings.port,
+        log_level=args.log_level,
         timeout_graceful_shutdown=int(settings.stop_seconds) + 5,
     )
 

@@ -72,9 +72,9 @@ class Settings(BaseSettings):
     rate_limit_per_minute: int = Field(default=600, ge=0)
 
     # --- ours: exposure (who may call the servers) ----------------------------------------
-    allowed_hosts: str = ""      # extra Host names the tools and /mcp answer (comma-separated)
-    allowed_origins: str = ""    # browser origins allowed to call them (scheme://host[:port])
-    trusted_proxies: str = ""    # their X-Forwarded-For names the client (rate limits)
+    allowed_hosts: str = ""  # extra Host names the tools and /mcp answer (comma-separated)
+    allowed_origins: str = ""  # browser origins allowed to call them (scheme://host[:port])
+    trusted_proxies: str = ""  # their X-Forwarded-For names the client (rate limits)
     metrics_host: str = "127.0.0.1"
     metrics_token: SecretStr | None = None
     metrics_max_groups: int = Field(default=100, ge=0)
@@ -203,7 +203,7 @@ def load_settings(
     try:
         if environ is not None:
             data = {
-                k[len(ENV_PREFIX):].lower(): v
+                k[len(ENV_PREFIX) :].lower(): v
                 for k, v in environ.items()
                 if k.upper().startswith(ENV_PREFIX)
             }

@@ -84,15 +84,25 @@ class Workbench:
         # every writer of entities and facts publishes through it, and the queue claims
         # under its gate: extraction reads the graph from the engine's rows
         self.publisher = self.search.publisher
-        self.pipeline = EpisodePipeline(store, chat, embedder, metrics, clock, self.publisher,
-                                        settings.entity_reembed_fraction)
+        self.pipeline = EpisodePipeline(
+            store, chat, embedder, metrics, clock, self.publisher, settings.entity_reembed_fraction
+        )
         self.queue = EpisodeQueue(
-            store, self.pipeline, metrics, clock, gate=self.publisher,
-            concurrency=settings.queue_concurrency, lease_seconds=settings.queue_lease_seconds,
-            max_attempts=settings.queue_max_attempts, poll_seconds=settings.queue_poll_seconds,
-            batch_size=settings.queue_batch_size, max_crashes=settings.queue_max_crashes)
+            store,
+            self.pipeline,
+            metrics,
+            clock,
+            gate=self.publisher,
+            concurrency=settings.queue_concurrency,
+            lease_seconds=settings.queue_lease_seconds,
+            max_attempts=settings.queue_max_attempts,
+            poll_seconds=settings.queue_poll_seconds,
+            batch_size=settings.queue_batch_size,
+            max_crashes=settings.queue_max_crashes,
+        )
         self.scheduler = MaintenanceScheduler.from_settings(
-            store, settings, metrics, clock, chat=chat, index=self.publisher)
+            store, settings, metrics, clock, chat=chat, index=self.publisher
+        )
 
     # --- construction -------------------------------------------------------------------
     @classmethod
@@ -114,7 +124,8 @@ class Workbench:
         metrics = metrics or Metrics(
             enabled=settings.prompt_cache_metrics_enabled,
             cache_enabled=settings.prompt_cache_enabled,
-            max_group_labels=settings.metrics_max_groups)
+            max_group_labels=settings.metrics_max_groups,
+        )
         embedder = embedder or build_embedder(settings)
         store = Store.open(settings.db_location(), embedder.dimensions, embedder.model)
         if chat is _DEFAULT:
@@ -161,14 +172,20 @@ class Workbench:
         priority: str = "normal",
     ) -> dict[str, Any]:
         """Store an episode and queue it for extraction; returns at once."""
-        episode = self._validate_episode(name, episode_body, group_id, source,
-                                         source_description, uuid, reference_time, priority)
+        episode = self._validate_episode(
+            name, episode_body, group_id, source, source_description, uuid, reference_time, priority
+        )
         with self.store.transaction():
             existing = g.get_episode(self.store, episode["uuid"])
             if existing is None:
                 g.insert_episode(self.store, episode)
-                q.enqueue(self.store, episode["uuid"], episode["group_id"],
-                          episode["priority"], episode["created_at"])
+                q.enqueue(
+                    self.store,
+                    episode["uuid"],
+                    episode["group_id"],
+                    episode["priority"],
+                    episode["created_at"],
+                )
         if existing is not None:
             return self._added_before(existing, episode)
         self.queue.notify_enqueued(episode["priority"])
@@ -188,27 +205,30 @@ class Workbench:
         same = all(existing[k] == episode[k] for k in ("group_id", "name", "body", "source"))
         if not same:
             raise errors.Conflict(
-                f"an episode with uuid {episode['uuid']} already exists with other content")
+                f"an episode with uuid {episode['uuid']} already exists with other content"
+            )
         return {
-            "message": f"Episode '{existing['name']}' was added before (a retry): not added "
-                       "again",
+            "message": f"Episode '{existing['name']}' was added before (a retry): not added again",
             "episode_uuid": existing["uuid"],
             "group_id": existing["group_id"],
             "status": existing["status"],
             "detail": scrub(existing.get("status_detail")) or existing["status"],
         }
 
-    def add_memories(self, episodes: Sequence[dict[str, Any]],
-                     progress: bool = False) -> list[dict[str, Any]]:
+    def add_memories(
+        self, episodes: Sequence[dict[str, Any]], progress: bool = False
+    ) -> list[dict[str, Any]]:
         """``add_memory`` for many episodes (dicts of its arguments), with a progress bar."""
         from tqdm.auto import tqdm
 
-        return [self.add_memory(**episode)
-                for episode in tqdm(episodes, desc="add_memory", unit="episode",
-                                    disable=not progress)]
+        return [
+            self.add_memory(**episode)
+            for episode in tqdm(episodes, desc="add_memory", unit="episode", disable=not progress)
+        ]
 
-    def _validate_episode(self, name, body, group_id, source, source_description, uuid,
-                          reference_time, priority) -> dict[str, Any]:
+    def _validate_episode(
+        self, name, body, group_id, source, source_description, uuid, reference_time, priority
+    ) -> dict[str, Any]:
         if not isinstance(name, str) or not name.strip():
             raise errors.InvalidInput("'name' must be a non-empty string")
         if len(name) > MAX_NAME:
@@ -219,7 +239,8 @@ class Workbench:
         if len(body) > limit:
             raise errors.InvalidInput(
                 f"'episode_body' has {len(body)} characters; at most {limit} "
-                "(split it into several episodes)")
+                "(split it into several episodes)"
+            )
         if source not in SOURCES:
             raise errors.InvalidInput(f"'source' must be one of {', '.join(SOURCES)}")
         if source == "json":
@@ -259,31 +280,49 @@ class Workbench:
             raise errors.LLMNotConfigured(NO_LLM)
         return self.queue.drain(max_messages)
 
-    def import_jsonl(self, source: str | Path | Sequence[Any], progress: bool = False,
-                     group_id: str | None = None) -> dict[str, Any]:
+    def import_jsonl(
+        self,
+        source: str | Path | Sequence[Any],
+        progress: bool = False,
+        group_id: str | None = None,
+    ) -> dict[str, Any]:
         """Import pre-extracted entities and facts (JSON lines), no LLM."""
-        importer = Importer(self.store, self.embedder, self.clock, self._group(group_id),
-                            self.publisher)
+        importer = Importer(
+            self.store, self.embedder, self.clock, self._group(group_id), self.publisher
+        )
         return importer.run(source, progress=progress).as_dict()
 
     # --- search -------------------------------------------------------------------------
-    def search_memory_nodes(self, query: str, group_ids: Sequence[str] | None = None,
-                            max_nodes: int = 10, entity_types: Sequence[str] | None = None,
-                            **filters: Any) -> dict[str, Any]:
-        nodes = self.search.search_nodes(query, self._groups(group_ids), max_nodes,
-                                         entity_types, **filters)
+    def search_memory_nodes(
+        self,
+        query: str,
+        group_ids: Sequence[str] | None = None,
+        max_nodes: int = 10,
+        entity_types: Sequence[str] | None = None,
+        **filters: Any,
+    ) -> dict[str, Any]:
+        nodes = self.search.search_nodes(
+            query, self._groups(group_ids), max_nodes, entity_types, **filters
+        )
         return {"message": f"{len(nodes)} nodes found", "nodes": jsonable(nodes)}
 
-    def search_memory_facts(self, query: str, group_ids: Sequence[str] | None = None,
-                            max_facts: int = 10, center_node_uuid: str | None = None,
-                            **filters: Any) -> dict[str, Any]:
-        facts = self.search.search_facts(query, self._groups(group_ids), max_facts,
-                                         center_node_uuid, **filters)
+    def search_memory_facts(
+        self,
+        query: str,
+        group_ids: Sequence[str] | None = None,
+        max_facts: int = 10,
+        center_node_uuid: str | None = None,
+        **filters: Any,
+    ) -> dict[str, Any]:
+        facts = self.search.search_facts(
+            query, self._groups(group_ids), max_facts, center_node_uuid, **filters
+        )
         return {"message": f"{len(facts)} facts found", "facts": jsonable(facts)}
 
     # --- episodes and edges -------------------------------------------------------------
-    def get_episodes(self, group_ids: Sequence[str] | None = None,
-                     max_episodes: int = 10) -> dict[str, Any]:
+    def get_episodes(
+        self, group_ids: Sequence[str] | None = None, max_episodes: int = 10
+    ) -> dict[str, Any]:
         if not isinstance(max_episodes, int) or not 1 <= max_episodes <= MAX_LIST:
             raise errors.InvalidInput(f"'max_episodes' must be an integer from 1 to {MAX_LIST}")
         rows = g.list_episodes(self.store, self._groups(group_ids), max_episodes)
@@ -300,9 +339,11 @@ class Workbench:
             self.pipeline.forget_groups([episode["group_id"]])
             self.publisher.deleted(removed, "deleting an episode")
         self.queue.refresh_gauges()
-        return {"message": f"Episode {uuid} deleted",
-                "entities_removed": len(removed["entity"]),
-                "facts_removed": len(removed["fact"])}
+        return {
+            "message": f"Episode {uuid} deleted",
+            "entities_removed": len(removed["entity"]),
+            "facts_removed": len(removed["fact"]),
+        }
 
     def get_entity_edge(self, uuid: str) -> dict[str, Any]:
         fact = g.get_fact(self.store, _check_uuid(uuid))
@@ -325,32 +366,42 @@ class Workbench:
         if not groups:
             raise errors.InvalidInput(
                 "'group_ids' must name at least one group: clearing everything is not allowed "
-                "by accident")
+                "by accident"
+            )
         with self.publisher:
             with self.store.transaction():
                 removed = g.clear_groups(self.store, groups)
             self.pipeline.forget_groups(groups)
             self.publisher.deleted(removed, "clearing groups")
         self.queue.refresh_gauges()
-        return {"message": f"Cleared groups {', '.join(groups)}",
-                "episodes_removed": removed["episodes"],
-                "entities_removed": len(removed["entity"]),
-                "facts_removed": len(removed["fact"])}
+        return {
+            "message": f"Cleared groups {', '.join(groups)}",
+            "episodes_removed": removed["episodes"],
+            "entities_removed": len(removed["entity"]),
+            "facts_removed": len(removed["fact"]),
+        }
 
     # --- status and queue ---------------------------------------------------------------
     def get_status(self) -> dict[str, Any]:
-        return jsonable({
-            "status": "ok",
-            "database": self.store.path,
-            "llm": {"configured": self.chat is not None,
+        return jsonable(
+            {
+                "status": "ok",
+                "database": self.store.path,
+                "llm": {
+                    "configured": self.chat is not None,
                     "model": getattr(self.chat, "model", None),
-                    "detail": None if self.chat is not None else NO_LLM},
-            "embedder": {"model": self.embedder.model, "dimensions": self.embedder.dimensions,
-                         "provider": self.settings.embedder_kind},
-            "graph": g.graph_counts(self.store),
-            "queue": q.status(self.store, self.clock())["counts"],
-            "workers_running": self.queue.running,
-        })
+                    "detail": None if self.chat is not None else NO_LLM,
+                },
+                "embedder": {
+                    "model": self.embedder.model,
+                    "dimensions": self.embedder.dimensions,
+                    "provider": self.settings.embedder_kind,
+                },
+                "graph": g.graph_counts(self.store),
+                "queue": q.status(self.store, self.clock())["counts"],
+                "workers_running": self.queue.running,
+            }
+        )
 
     def get_queue_status(self) -> dict[str, Any]:
         status = q.status(self.store, self.clock())
@@ -364,11 +415,14 @@ class Workbench:
         self.queue.refresh_gauges()
         maintenance.refresh_gauges(self.store, self.metrics)
 
-    def retry_failed_episodes(self, episode_uuids: Sequence[str] | None = None,
-                              group_id: str | None = None) -> dict[str, Any]:
+    def retry_failed_episodes(
+        self, episode_uuids: Sequence[str] | None = None, group_id: str | None = None
+    ) -> dict[str, Any]:
         if episode_uuids is not None:
             episode_uuids = [_check_uuid(u) for u in episode_uuids]
-        uuids = self.queue.retry_failed(episode_uuids, self._group(group_id) if group_id is not None else None)
+        uuids = self.queue.retry_failed(
+            episode_uuids, self._group(group_id) if group_id is not None else None
+        )
         return {"message": f"{len(uuids)} failed episodes re-queued", "episode_uuids": uuids}
 
     # --- decay, classification ----------------------------------------------------------
@@ -378,16 +432,24 @@ class Workbench:
         return jsonable(_as_dict(report))
 
     def get_knowledge_health(self) -> dict[str, Any]:
-        return jsonable(maintenance.decay_health(
-            self.store, self.policy, self.clock, self.settings.maintenance_interval_hours,
-            enabled=self.settings.decay_enabled, scheduler=self.scheduler))
+        return jsonable(
+            maintenance.decay_health(
+                self.store,
+                self.policy,
+                self.clock,
+                self.settings.maintenance_interval_hours,
+                enabled=self.settings.decay_enabled,
+                scheduler=self.scheduler,
+            )
+        )
 
     def classify_memory(self, text: str) -> dict[str, Any]:
         if not isinstance(text, str) or not text.strip():
             raise errors.InvalidInput("'text' must be a non-empty string")
         if len(text) > self.settings.max_episode_chars:
             raise errors.InvalidInput(
-                f"'text' has {len(text)} characters; at most {self.settings.max_episode_chars}")
+                f"'text' has {len(text)} characters; at most {self.settings.max_episode_chars}"
+            )
         result = classify_texts(self.chat, [text], self.metrics)[0]
         return jsonable(_as_dict(result))
 
@@ -417,19 +479,22 @@ def _check_group(group: Any) -> str:
     if not isinstance(group, str) or not GROUP_ID.match(group):
         raise errors.InvalidInput(
             f"'group_id' {group!r} is not valid: 1-128 characters of letters, digits, '_', '-', "
-            "'.', ':' starting with a letter or digit (omit it for the default group)")
+            "'.', ':' starting with a letter or digit (omit it for the default group)"
+        )
     return group
 
 
 def _check_json_episode(body: str) -> None:
     if json_depth(body) > MAX_JSON_DEPTH:
         raise errors.InvalidInput(
-            f"'episode_body' nests deeper than {MAX_JSON_DEPTH} levels for source 'json'")
+            f"'episode_body' nests deeper than {MAX_JSON_DEPTH} levels for source 'json'"
+        )
     try:
         json.loads(body)
     except json.JSONDecodeError as exc:
         raise errors.InvalidInput(
-            f"'episode_body' is not valid JSON for source 'json': {exc.msg}") from None
+            f"'episode_body' is not valid JSON for source 'json': {exc.msg}"
+        ) from None
 
 
 def _check_uuid(value: Any) -> str:
@@ -444,7 +509,8 @@ def _time_arg(name: str, value: Any) -> datetime | None:
         return as_utc(value)
     except (TypeError, ValueError):
         raise errors.InvalidInput(
-            f"'{name}' must be an ISO 8601 timestamp such as 2025-03-01T12:00:00Z") from None
+            f"'{name}' must be an ISO 8601 timestamp such as 2025-03-01T12:00:00Z"
+        ) from None
 
 
 def _as_dict(value: Any) -> dict[str, Any]:

@@ -31,12 +31,45 @@ from prometheus_client import (
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
-TOKEN_BUCKETS = (10, 25, 50, 100, 250, 500, 1000, 2000, 3000, 5000, 10000, 25000, 50000,
-                 100000, 200000)
-COST_BUCKETS = (0.000005, 0.00001, 0.000025, 0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025,
-                0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
-LLM_DURATION_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 15.0, 30.0, 60.0, 120.0,
-                        300.0)
+TOKEN_BUCKETS = (
+    10,
+    25,
+    50,
+    100,
+    250,
+    500,
+    1000,
+    2000,
+    3000,
+    5000,
+    10000,
+    25000,
+    50000,
+    100000,
+    200000,
+)
+COST_BUCKETS = (
+    0.000005,
+    0.00001,
+    0.000025,
+    0.00005,
+    0.0001,
+    0.00025,
+    0.0005,
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+)
+LLM_DURATION_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 15.0, 30.0, 60.0, 120.0, 300.0)
 MAINTENANCE_BUCKETS = (1, 5, 30, 60, 120, 300, 600)
 CLASSIFICATION_BUCKETS = (0.1, 0.5, 1, 2, 5)
 ACCESS_AGE_BUCKETS = (1, 7, 30, 90, 180, 365, 730, 1095)
@@ -80,135 +113,224 @@ class Metrics:
         # --- graph_: tokens, cost, latency (labelled: no series before the first call) ---
         self.prompt_tokens = Counter("graph_prompt_tokens", "Prompt tokens", ["model"], registry=r)
         self.completion_tokens = Counter(
-            "graph_completion_tokens", "Completion tokens", ["model"], registry=r)
+            "graph_completion_tokens", "Completion tokens", ["model"], registry=r
+        )
         self.total_tokens = Counter("graph_total_tokens", "Total tokens", ["model"], registry=r)
         self.api_cost = Counter("graph_api_cost", "Cost in USD", ["model"], registry=r)
         self.api_input_cost = Counter(
-            "graph_api_input_cost", "Input cost in USD", ["model"], registry=r)
+            "graph_api_input_cost", "Input cost in USD", ["model"], registry=r
+        )
         self.api_output_cost = Counter(
-            "graph_api_output_cost", "Output cost in USD", ["model"], registry=r)
+            "graph_api_output_cost", "Output cost in USD", ["model"], registry=r
+        )
         self.prompt_tokens_per_request = Histogram(
-            "graph_prompt_tokens_per_request", "Prompt tokens per request", ["model"],
-            buckets=TOKEN_BUCKETS, registry=r)
+            "graph_prompt_tokens_per_request",
+            "Prompt tokens per request",
+            ["model"],
+            buckets=TOKEN_BUCKETS,
+            registry=r,
+        )
         self.completion_tokens_per_request = Histogram(
-            "graph_completion_tokens_per_request", "Completion tokens per request", ["model"],
-            buckets=TOKEN_BUCKETS, registry=r)
+            "graph_completion_tokens_per_request",
+            "Completion tokens per request",
+            ["model"],
+            buckets=TOKEN_BUCKETS,
+            registry=r,
+        )
         self.total_tokens_per_request = Histogram(
-            "graph_total_tokens_per_request", "Total tokens per request", ["model"],
-            buckets=TOKEN_BUCKETS, registry=r)
+            "graph_total_tokens_per_request",
+            "Total tokens per request",
+            ["model"],
+            buckets=TOKEN_BUCKETS,
+            registry=r,
+        )
         self.api_cost_per_request = Histogram(
-            "graph_api_cost_per_request", "Cost per request in USD", ["model"],
-            buckets=COST_BUCKETS, registry=r)
+            "graph_api_cost_per_request",
+            "Cost per request in USD",
+            ["model"],
+            buckets=COST_BUCKETS,
+            registry=r,
+        )
         self.api_input_cost_per_request = Histogram(
-            "graph_api_input_cost_per_request", "Input cost per request in USD", ["model"],
-            buckets=COST_BUCKETS, registry=r)
+            "graph_api_input_cost_per_request",
+            "Input cost per request in USD",
+            ["model"],
+            buckets=COST_BUCKETS,
+            registry=r,
+        )
         self.api_output_cost_per_request = Histogram(
-            "graph_api_output_cost_per_request", "Output cost per request in USD", ["model"],
-            buckets=COST_BUCKETS, registry=r)
+            "graph_api_output_cost_per_request",
+            "Output cost per request in USD",
+            ["model"],
+            buckets=COST_BUCKETS,
+            registry=r,
+        )
         self.llm_request_duration = Histogram(
-            "graph_llm_request_duration_seconds", "LLM request duration", ["model"],
-            buckets=LLM_DURATION_BUCKETS, registry=r)
+            "graph_llm_request_duration_seconds",
+            "LLM request duration",
+            ["model"],
+            buckets=LLM_DURATION_BUCKETS,
+            registry=r,
+        )
 
         # --- graph_: cache ---
         self.cache_enabled_gauge = Gauge(
-            "graph_cache_enabled", "1 when prompt caching is enabled", registry=r)
+            "graph_cache_enabled", "1 when prompt caching is enabled", registry=r
+        )
         self.cache_hit_rate = Gauge(
-            "graph_cache_hit_rate", "Cache hit rate of this session, percent", registry=r)
+            "graph_cache_hit_rate", "Cache hit rate of this session, percent", registry=r
+        )
         self.cache_hits = Counter("graph_cache_hits", "Cache hits", ["model"], registry=r)
         self.cache_misses = Counter("graph_cache_misses", "Cache misses", ["model"], registry=r)
         self.cache_tokens_saved = Counter(
-            "graph_cache_tokens_saved", "Tokens read from cache", ["model"], registry=r)
+            "graph_cache_tokens_saved", "Tokens read from cache", ["model"], registry=r
+        )
         self.cache_cost_saved = Counter(
-            "graph_cache_cost_saved", "USD saved by caching", ["model"], registry=r)
+            "graph_cache_cost_saved", "USD saved by caching", ["model"], registry=r
+        )
         self.cache_write_tokens = Counter(
-            "graph_cache_write_tokens", "Tokens written to cache", ["model"], registry=r)
+            "graph_cache_write_tokens", "Tokens written to cache", ["model"], registry=r
+        )
         self.cache_tokens_saved_per_request = Histogram(
-            "graph_cache_tokens_saved_per_request", "Cached tokens per request", ["model"],
-            buckets=TOKEN_BUCKETS, registry=r)
+            "graph_cache_tokens_saved_per_request",
+            "Cached tokens per request",
+            ["model"],
+            buckets=TOKEN_BUCKETS,
+            registry=r,
+        )
         self.cache_cost_saved_per_request = Histogram(
-            "graph_cache_cost_saved_per_request", "USD saved per request", ["model"],
-            buckets=COST_BUCKETS, registry=r)
+            "graph_cache_cost_saved_per_request",
+            "USD saved per request",
+            ["model"],
+            buckets=COST_BUCKETS,
+            registry=r,
+        )
 
         # --- graph_: errors and throughput ---
         self.llm_errors = Counter(
-            "graph_llm_errors", "LLM errors", ["model", "error_type"], registry=r)
+            "graph_llm_errors", "LLM errors", ["model", "error_type"], registry=r
+        )
         self.episodes_processed = Counter(
-            "graph_episodes_processed", "Episodes processed", ["group_id"], registry=r)
+            "graph_episodes_processed", "Episodes processed", ["group_id"], registry=r
+        )
 
         # --- knowledge_: decay, lifecycle, classification ---
         self.maintenance_runs = Counter(
-            "knowledge_decay_maintenance_runs", "Maintenance runs", ["status"], registry=r)
+            "knowledge_decay_maintenance_runs", "Maintenance runs", ["status"], registry=r
+        )
         self.decay_scores_updated = Counter(
-            "knowledge_decay_scores_updated", "Decay scores recalculated", registry=r)
+            "knowledge_decay_scores_updated", "Decay scores recalculated", registry=r
+        )
         self.maintenance_duration = Histogram(
-            "knowledge_maintenance_duration_seconds", "Maintenance run duration",
-            buckets=MAINTENANCE_BUCKETS, registry=r)
+            "knowledge_maintenance_duration_seconds",
+            "Maintenance run duration",
+            buckets=MAINTENANCE_BUCKETS,
+            registry=r,
+        )
         self.memories_purged = Counter(
-            "knowledge_memories_purged", "Soft-deleted memories purged", registry=r)
+            "knowledge_memories_purged", "Soft-deleted memories purged", registry=r
+        )
         self.lifecycle_transitions = Counter(
-            "knowledge_lifecycle_transitions", "Lifecycle transitions",
-            ["from_state", "to_state"], registry=r)
+            "knowledge_lifecycle_transitions",
+            "Lifecycle transitions",
+            ["from_state", "to_state"],
+            registry=r,
+        )
         self.memories_by_state = Gauge(
-            "knowledge_memories_by_state", "Memories per lifecycle state", ["state"], registry=r)
+            "knowledge_memories_by_state", "Memories per lifecycle state", ["state"], registry=r
+        )
         self.memories_total = Gauge(
-            "knowledge_memories_total", "Memories, soft-deleted excluded", registry=r)
+            "knowledge_memories_total", "Memories, soft-deleted excluded", registry=r
+        )
         self.classification_requests = Counter(
-            "knowledge_classification_requests", "Classification attempts", ["status"],
-            registry=r)
+            "knowledge_classification_requests", "Classification attempts", ["status"], registry=r
+        )
         self.classification_latency = Histogram(
-            "knowledge_classification_latency_seconds", "Classification latency",
-            buckets=CLASSIFICATION_BUCKETS, registry=r)
-        self.decay_score_avg = Gauge(
-            "knowledge_decay_score_avg", "Average decay score", registry=r)
+            "knowledge_classification_latency_seconds",
+            "Classification latency",
+            buckets=CLASSIFICATION_BUCKETS,
+            registry=r,
+        )
+        self.decay_score_avg = Gauge("knowledge_decay_score_avg", "Average decay score", registry=r)
         self.importance_avg = Gauge("knowledge_importance_avg", "Average importance", registry=r)
         self.stability_avg = Gauge("knowledge_stability_avg", "Average stability", registry=r)
         self.weighted_searches = Counter(
-            "knowledge_weighted_searches", "Weighted searches", registry=r)
+            "knowledge_weighted_searches", "Weighted searches", registry=r
+        )
         self.search_latency = Histogram(
-            "knowledge_search_weighted_latency_seconds", "Weighted search latency",
-            buckets=SEARCH_BUCKETS, registry=r)
+            "knowledge_search_weighted_latency_seconds",
+            "Weighted search latency",
+            buckets=SEARCH_BUCKETS,
+            registry=r,
+        )
 
         # --- knowledge_: access patterns ---
         self.access_by_importance = Counter(
-            "knowledge_access_by_importance", "Accesses by importance level", ["level"],
-            registry=r)
+            "knowledge_access_by_importance", "Accesses by importance level", ["level"], registry=r
+        )
         self.access_by_state = Counter(
-            "knowledge_access_by_state", "Accesses by lifecycle state", ["state"], registry=r)
+            "knowledge_access_by_state", "Accesses by lifecycle state", ["state"], registry=r
+        )
         self.days_since_last_access = Histogram(
-            "knowledge_days_since_last_access", "Days since the previous access",
-            buckets=ACCESS_AGE_BUCKETS, registry=r)
+            "knowledge_days_since_last_access",
+            "Days since the previous access",
+            buckets=ACCESS_AGE_BUCKETS,
+            registry=r,
+        )
         self.reactivations = Counter(
-            "knowledge_reactivations", "Reactivations to ACTIVE", ["from_state"], registry=r)
+            "knowledge_reactivations", "Reactivations to ACTIVE", ["from_state"], registry=r
+        )
         self.memory_access = Counter(
-            "knowledge_memory_access", "Cumulative memory accesses", registry=r)
+            "knowledge_memory_access", "Cumulative memory accesses", registry=r
+        )
 
         # --- messaging_: queue ---
         self.messages_processed = Counter(
-            "messaging_messages_processed", "Messages processed", ["queue_name", "status"],
-            registry=r)
+            "messaging_messages_processed",
+            "Messages processed",
+            ["queue_name", "status"],
+            registry=r,
+        )
         self.messages_failed = Counter(
-            "messaging_messages_failed", "Failed messages", ["queue_name", "error_type"],
-            registry=r)
+            "messaging_messages_failed", "Failed messages", ["queue_name", "error_type"], registry=r
+        )
         self.retries = Counter("messaging_retries", "Retries", ["queue_name"], registry=r)
         self.queue_depth = Gauge(
-            "messaging_queue_depth", "Messages waiting", ["queue_name", "priority"], registry=r)
+            "messaging_queue_depth", "Messages waiting", ["queue_name", "priority"], registry=r
+        )
         self.active_consumers = Gauge(
-            "messaging_active_consumers", "Busy consumers", ["queue_name"], registry=r)
+            "messaging_active_consumers", "Busy consumers", ["queue_name"], registry=r
+        )
         self.consumer_saturation = Gauge(
-            "messaging_consumer_saturation", "Busy consumers / consumers", ["queue_name"],
-            registry=r)
+            "messaging_consumer_saturation",
+            "Busy consumers / consumers",
+            ["queue_name"],
+            registry=r,
+        )
         self.consumer_lag = Gauge(
-            "messaging_consumer_lag_seconds", "Estimated time to drain the queue",
-            ["queue_name"], registry=r)
+            "messaging_consumer_lag_seconds",
+            "Estimated time to drain the queue",
+            ["queue_name"],
+            registry=r,
+        )
         self.processing_duration = Histogram(
-            "messaging_processing_duration_seconds", "Processing time per message",
-            buckets=QUEUE_BUCKETS, registry=r)
+            "messaging_processing_duration_seconds",
+            "Processing time per message",
+            buckets=QUEUE_BUCKETS,
+            registry=r,
+        )
         self.wait_time = Histogram(
-            "messaging_wait_time_seconds", "Wait from enqueue to start",
-            buckets=QUEUE_BUCKETS, registry=r)
+            "messaging_wait_time_seconds",
+            "Wait from enqueue to start",
+            buckets=QUEUE_BUCKETS,
+            registry=r,
+        )
         self.end_to_end_latency = Histogram(
-            "messaging_end_to_end_latency_seconds", "Enqueue to completion",
-            buckets=QUEUE_BUCKETS, registry=r)
+            "messaging_end_to_end_latency_seconds",
+            "Enqueue to completion",
+            buckets=QUEUE_BUCKETS,
+            registry=r,
+        )
 
         if enabled:
             self.cache_enabled_gauge.set(1 if cache_enabled else 0)
@@ -247,15 +369,14 @@ class Metrics:
         self.api_cost.labels(model).inc(cost)
         self.api_input_cost.labels(model).inc(input_cost)
         self.api_output_cost.labels(model).inc(output_cost)
-        self._all("graph_prompt_tokens_all_models", "Prompt tokens, all models").inc(
-            prompt_tokens)
+        self._all("graph_prompt_tokens_all_models", "Prompt tokens, all models").inc(prompt_tokens)
         self._all("graph_completion_tokens_all_models", "Completion tokens, all models").inc(
-            completion_tokens)
+            completion_tokens
+        )
         self._all("graph_total_tokens_all_models", "Total tokens, all models").inc(total)
         self._all("graph_api_cost_all_models", "Cost in USD, all models").inc(cost)
         self._all("graph_api_input_cost_all_models", "Input cost, all models").inc(input_cost)
-        self._all("graph_api_output_cost_all_models", "Output cost, all models").inc(
-            output_cost)
+        self._all("graph_api_output_cost_all_models", "Output cost, all models").inc(output_cost)
         self.prompt_tokens_per_request.labels(model).observe(prompt_tokens)
         self.completion_tokens_per_request.labels(model).observe(completion_tokens)
         self.total_tokens_per_request.labels(model).observe(total)
@@ -282,10 +403,12 @@ class Metrics:
         self.cache_tokens_saved_per_request.labels(model).observe(tokens_saved)
         self.cache_cost_saved_per_request.labels(model).observe(cost_saved)
         self._all("graph_cache_tokens_saved_all_models", "Cached tokens, all models").inc(
-            tokens_saved)
+            tokens_saved
+        )
         self._all("graph_cache_cost_saved_all_models", "USD saved, all models").inc(cost_saved)
         self._all("graph_cache_write_tokens_all_models", "Cache writes, all models").inc(
-            write_tokens)
+            write_tokens
+        )
         self._all("graph_cache_requests", "Requests eligible for caching").inc()
         with self._lock:
             self._cache_requests += 1
@@ -390,8 +513,9 @@ class Metrics:
             return
         self.queue_depth.labels(queue, priority).inc()
 
-    def record_dequeue(self, queue: str, priority: str | None = None,
-                       wait_time: float | None = None) -> None:
+    def record_dequeue(
+        self, queue: str, priority: str | None = None, wait_time: float | None = None
+    ) -> None:
         if not self.enabled:
             return
         if priority is not None:

@@ -27,8 +27,10 @@ MAX_JSON_DEPTH = 64
 
 _PATTERNS = (
     re.compile(r"(?i)(bearer\s+)[A-Za-z0-9._~+/=-]+"),
-    re.compile(r"(?i)((?:api[_-]?key|token|password|secret|authorization)[\"']?\s*[:=]\s*[\"']?)"
-               r"[^\s\"',;]+"),
+    re.compile(
+        r"(?i)((?:api[_-]?key|token|password|secret|authorization)[\"']?\s*[:=]\s*[\"']?)"
+        r"[^\s\"',;]+"
+    ),
     re.compile(r"\bsk-[A-Za-z0-9_-]{8,}"),
 )
 

@@ -32,109 +32,113 @@ from workbench.metrics import Metrics  # noqa: E402
 
 SETTING_MEANINGS: dict[str, str] = {
     "llm_provider": "API format of the LLM backend; `compat` = chat-completions compatible. "
-                    "Names the wire format only, not the backend.",
+    "Names the wire format only, not the backend.",
     "model_name": "LLM model identifier in the backend's own naming (also the key into the "
-                  "price table). With `SVC_KNOWLEDGE_COMPAT_BASE_URL` it enables extraction.",
+    "price table). With `SVC_KNOWLEDGE_COMPAT_BASE_URL` it enables extraction.",
     "compat_base_url": "Base address of the LLM backend (`<llm_base_url>`, usually ends in "
-                       "`/v1`). Unset: no LLM; episodes wait in the queue.",
+    "`/v1`). Unset: no LLM; episodes wait in the queue.",
     "compat_api_key": "Credential sent to the LLM backend (`<API_KEY>`). Never logged.",
     "embedder_provider": "API format of the embedder: `compat` = an OpenAI-style "
-                         "`/v1/embeddings` server at `SVC_KNOWLEDGE_EMBEDDER_BASE_URL`; "
-                         "`local` = the in-process model. Unset: `compat` when a base URL "
-                         "is set, else `local`.",
+    "`/v1/embeddings` server at `SVC_KNOWLEDGE_EMBEDDER_BASE_URL`; "
+    "`local` = the in-process model. Unset: `compat` when a base URL "
+    "is set, else `local`.",
     "embedder_base_url": "Base address of the embedder (`<embedder_base_url>`, path ends in "
-                         "`/v1`); requests go to `POST <embedder_base_url>/embeddings`.",
+    "`/v1`); requests go to `POST <embedder_base_url>/embeddings`.",
     "embedder_model": "Embedding model identifier sent to a `compat` embedder (for `local`, "
-                      "see `SVC_KNOWLEDGE_LOCAL_EMBEDDER_MODEL`).",
+    "see `SVC_KNOWLEDGE_LOCAL_EMBEDDER_MODEL`).",
     "embedder_api_key": "Credential sent as a bearer token to a hosted embedder (never logged).",
     "local_embedder_backend": "Engine of the local embedder: `onnx` (ONNX Runtime, fast start; the "
-                              "default when available) or `torch` (sentence-transformers).",
+    "default when available) or `torch` (sentence-transformers).",
     "model_cache_dir": "Folder for the local embedder's exported ONNX model (default "
-                       "`~/.cache/knowledge-workbench/models`).",
+    "`~/.cache/knowledge-workbench/models`).",
     "search_weight_keyword": "Weight of the normalised BM25 keyword score added to the search "
-                             "score (0 turns keyword fusion off).",
+    "score (0 turns keyword fusion off).",
     "embedder_dimensions": "Vector size; must equal the embedding model's output size (384 for "
-                           "the local all-MiniLM-L6-v2, 1536 for a typical hosted embedder). "
-                           "Fixed when the database is created.",
+    "the local all-MiniLM-L6-v2, 1536 for a typical hosted embedder). "
+    "Fixed when the database is created.",
     "prompt_cache_metrics_enabled": "Collect the Prometheus metrics; `false` makes every "
-                                    "metric operation a no-op.",
+    "metric operation a no-op.",
     "prompt_cache_log_requests": "Log one line per LLM request (tokens, cost, input and "
-                                 "output cost in USD); visible only with `LOG_LEVEL=DEBUG`.",
+    "output cost in USD); visible only with `LOG_LEVEL=DEBUG`.",
     "prompt_cache_enabled": "Enable prompt caching (only for the caching model family "
-                            "through the hosted aggregator); enables the cache metrics.",
+    "through the hosted aggregator); enables the cache metrics.",
     "log_level": "Log level: DEBUG, INFO, WARNING, ERROR or CRITICAL. DEBUG enables the "
-                 "per-request metric line.",
+    "per-request metric line.",
     "db_path": "DuckDB database file (`:memory:` for a throwaway database). CLI: `--db`.",
     "host": "Address the servers bind to. CLI: `--host`.",
     "port": "Port of the knowledge service (REST tools, `/mcp`, `/health`). CLI: `--port`.",
     "metrics_port": "Port of `/metrics` and `/health/decay`. Unset: 9090, or 9091 with "
-                    "`--dev`. CLI: `--metrics-port`.",
+    "`--dev`. CLI: `--metrics-port`.",
     "embed_server_port": "Port of `workbench embed-server`.",
     "api_token": "When set, every request except `GET /health` needs "
-                 "`Authorization: Bearer <token>` (REST tools and `/mcp`).",
+    "`Authorization: Bearer <token>` (REST tools and `/mcp`).",
     "default_group_id": "Group an episode goes to when `add_memory` names none.",
     "max_episode_chars": "Largest accepted `episode_body` (characters); larger bodies are "
-                         "rejected with an `invalid_input` error.",
+    "rejected with an `invalid_input` error.",
     "rate_limit_per_minute": "Requests per minute per client on the service port: per bearer "
-                             "token when one is sent, else per address (token bucket; over "
-                             "it: HTTP 429 with `Retry-After`). 0 disables the limit.",
+    "token when one is sent, else per address (token bucket; over "
+    "it: HTTP 429 with `Retry-After`). 0 disables the limit.",
     "allowed_hosts": "Extra `Host` names the tools and `/mcp` answer (comma-separated, e.g. "
-                     "`memory.example.org`). Bound to loopback the service answers only "
-                     "127.0.0.1, localhost and ::1 (a page that rebinds its name to 127.0.0.1 "
-                     "gets 421); bound elsewhere, any name unless this lists them.",
+    "`memory.example.org`). Bound to loopback the service answers only "
+    "127.0.0.1, localhost and ::1 (a page that rebinds its name to 127.0.0.1 "
+    "gets 421); bound elsewhere, any name unless this lists them.",
     "allowed_origins": "Browser origins allowed to call the tools and `/mcp` "
-                       "(comma-separated `scheme://host[:port]`). A state-changing request "
-                       "from any other origin than the service's own is refused with 403.",
+    "(comma-separated `scheme://host[:port]`). A state-changing request "
+    "from any other origin than the service's own is refused with 403.",
     "trusted_proxies": "Addresses of reverse proxies (comma-separated) whose "
-                       "`X-Forwarded-For` names the client for the rate limit; from any other "
-                       "address the header is ignored.",
+    "`X-Forwarded-For` names the client for the rate limit; from any other "
+    "address the header is ignored.",
     "metrics_host": "Address the metrics port binds: loopback by default, whatever `--host` "
-                    "the tools use. CLI: `--metrics-host`.",
+    "the tools use. CLI: `--metrics-host`.",
     "metrics_token": "When set, `/metrics` and `/health/decay` need "
-                     "`Authorization: Bearer <token>` (Prometheus: `authorization.credentials`).",
+    "`Authorization: Bearer <token>` (Prometheus: `authorization.credentials`).",
     "metrics_max_groups": "At most this many `group_id` label values on "
-                          "`graph_episodes_processed_total`; further groups are counted under "
-                          "`_other` (bounds the series count and the group names shown).",
+    "`graph_episodes_processed_total`; further groups are counted under "
+    "`_other` (bounds the series count and the group names shown).",
     "llm_structured_output": "How structured output is requested: `json_schema` "
-                             "(response_format json_schema, strict), `json_object` (for "
-                             "llama.cpp-style local servers: schema turned into a grammar) or "
-                             "`tool` (a forced tool call).",
+    "(response_format json_schema, strict), `json_object` (for "
+    "llama.cpp-style local servers: schema turned into a grammar) or "
+    "`tool` (a forced tool call).",
     "llm_requests_per_minute": "Client-side throttle of LLM requests, so bulk imports do not "
-                               "turn into 429 storms. 0 disables it.",
+    "turn into 429 storms. 0 disables it.",
     "llm_timeout_seconds": "Timeout of one LLM request.",
     "llm_max_retries": "Retries of one LLM request on rate limits, timeouts and connection "
-                       "errors (exponential backoff with jitter).",
+    "errors (exponential backoff with jitter).",
     "llm_max_tokens": "`max_tokens` of each completion; a reply cut at this length is a "
-                      "truncation error.",
+    "truncation error.",
     "price_table_path": "A JSON price table merged over the shipped one (USD per million "
-                        "input/output/cached-read/cache-write tokens; its entries win).",
+    "input/output/cached-read/cache-write tokens; its entries win).",
     "local_embedder_model": "Model of the in-process embedder (loaded from the installed "
-                            "package, offline).",
+    "package, offline).",
     "local_embedder_threads": "CPU threads the in-process embedder may use.",
     "queue_concurrency": "Episodes processed in parallel (one group at a time each: episodes "
-                         "of one group stay in order).",
+    "of one group stay in order).",
     "queue_lease_seconds": "How long a worker holds an episode before a crashed worker's "
-                           "episode returns to the queue (a live worker renews it every "
-                           "third of this while the episode's LLM calls run).",
+    "episode returns to the queue (a live worker renews it every "
+    "third of this while the episode's LLM calls run).",
     "queue_max_attempts": "Attempts before a transiently failing episode is marked failed "
-                          "(a validation failure is retried once).",
+    "(a validation failure is retried once).",
     "queue_poll_seconds": (
         "How often the idle queue dispatcher looks for retries that fell due and leases that "
-        "ran out (a new episode wakes it at once)."),
+        "ran out (a new episode wakes it at once)."
+    ),
     "queue_max_crashes": (
         "An episode that was being processed when the service process died this many times "
         "is failed with the reason `crashed` instead of being retried (a crash loop); "
-        "`retry_failed_episodes` queues it again."),
+        "`retry_failed_episodes` queues it again."
+    ),
     "queue_batch_size": (
         "At most this many episodes are written per transaction: an extracted episode waits "
         "up to 0.2 s for others to share its commit, and inline processing claims the heads "
-        "of up to this many groups at once. 1 writes every episode on its own."),
+        "of up to this many groups at once. 1 writes every episode on its own."
+    ),
     "entity_reembed_fraction": (
         "An entity whose summary grew keeps its vector until the text the vector has not seen "
         "reaches this fraction of the summary (then it is embedded again): with 0.2 a vector "
         "reflects at least ~80% of the current summary, and a popular entity is embedded on "
         "about one mention in three instead of on every one. The summary itself and the "
-        "keyword index are always current. 0 embeds on every change."),
+        "keyword index are always current. 0 embeds on every change."
+    ),
     "decay_enabled": "Run the maintenance scheduler (decay scores, lifecycle, purge).",
     "decay_half_life_days": "Half-life of a default (importance 3, stability 3) memory.",
     "decay_dormant_days": "Days without access before ACTIVE becomes DORMANT.",
@@ -142,10 +146,8 @@ SETTING_MEANINGS: dict[str, str] = {
     "decay_expire_threshold": "Decay score at which an ARCHIVED memory expires.",
     "decay_expire_max_importance": "Only memories with importance at most this expire.",
     "decay_purge_days": "Recovery period of a soft-deleted memory before it is purged.",
-    "decay_permanent_min_importance": "Importance needed (with the stability below) for "
-                                      "PERMANENT.",
-    "decay_permanent_min_stability": "Stability needed (with the importance above) for "
-                                     "PERMANENT.",
+    "decay_permanent_min_importance": "Importance needed (with the stability below) for PERMANENT.",
+    "decay_permanent_min_stability": "Stability needed (with the importance above) for PERMANENT.",
     "maintenance_interval_hours": "Hours between scheduled maintenance runs.",
     "maintenance_first_run_seconds": "Delay of the first scheduled run after start-up.",
     "search_weight_similarity": "Weight of semantic similarity in the search score.",
@@ -171,9 +173,13 @@ def type_name(annotation: Any) -> str:
         return "list of " + (type_name(args[0]) + "s" if args else "values")
     if origin is typing.Literal:
         return "one of " + ", ".join(f"`{a}`" for a in args)
-    return {bool: "boolean", int: "integer", float: "number", str: "string",
-            SecretStr: "string (secret)"}.get(annotation, getattr(annotation, "__name__",
-                                                                   str(annotation)))
+    return {
+        bool: "boolean",
+        int: "integer",
+        float: "number",
+        str: "string",
+        SecretStr: "string (secret)",
+    }.get(annotation, getattr(annotation, "__name__", str(annotation)))
 
 
 def default_text(value: Any) -> str:
@@ -192,8 +198,10 @@ def settings_table() -> str:
         raise SystemExit(f"add a meaning for these settings to {__file__}: {missing}")
     lines = ["| Environment variable | Type | Default | Meaning |", "|---|---|---|---|"]
     for name, field in Settings.model_fields.items():
-        lines.append(f"| `{env_name(name)}` | {type_name(field.annotation)} | "
-                     f"{default_text(field.default)} | {SETTING_MEANINGS[name]} |")
+        lines.append(
+            f"| `{env_name(name)}` | {type_name(field.annotation)} | "
+            f"{default_text(field.default)} | {SETTING_MEANINGS[name]} |"
+        )
     return "\n".join(lines)
 
 
@@ -217,12 +225,15 @@ def metric_rows(metrics: Metrics | None = None) -> list[dict[str, Any]]:
         name = collector._name  # noqa: SLF001
         exposed = name + "_total" if kind == "counter" else name
         bounds = getattr(collector, "_upper_bounds", None)
-        rows.append({
-            "name": exposed, "type": kind,
-            "labels": tuple(getattr(collector, "_labelnames", ())),
-            "buckets": tuple(b for b in bounds if b != float("inf")) if bounds else (),
-            "help": collector._documentation,  # noqa: SLF001
-        })
+        rows.append(
+            {
+                "name": exposed,
+                "type": kind,
+                "labels": tuple(getattr(collector, "_labelnames", ())),
+                "buckets": tuple(b for b in bounds if b != float("inf")) if bounds else (),
+                "help": collector._documentation,  # noqa: SLF001
+            }
+        )
     return sorted(rows, key=lambda r: r["name"])
 
 
@@ -235,8 +246,7 @@ def metrics_table() -> str:
     for row in metric_rows():
         labels = ", ".join(f"`{x}`" for x in row["labels"]) or "—"
         buckets = _bucket_text(row["buckets"]) if row["buckets"] else "—"
-        lines.append(f"| `{row['name']}` | {row['type']} | {labels} | {buckets} | "
-                     f"{row['help']} |")
+        lines.append(f"| `{row['name']}` | {row['type']} | {labels} | {buckets} | {row['help']} |")
     return "\n".join(lines)
 
 
@@ -246,8 +256,9 @@ def tools_sections() -> str:
 
     out = []
     for tool in TOOLS:
-        flags = [x for x, on in (("read-only", tool.read_only),
-                                 ("destructive", tool.destructive)) if on]
+        flags = [
+            x for x, on in (("read-only", tool.read_only), ("destructive", tool.destructive)) if on
+        ]
         out.append(f"### `{tool.name}`\n")
         out.append(tool.description + (f" *({', '.join(flags)})*" if flags else "") + "\n")
         out.append(f"REST: `POST /tools/{tool.name}`\n")
@@ -279,12 +290,14 @@ def cli_commands() -> dict[str, Any]:
 
 
 def _flag_row(action: Any) -> str:
-    name = (", ".join(f"`{o}`" for o in action.option_strings)
-            or f"`{action.metavar or action.dest}`")
+    name = (
+        ", ".join(f"`{o}`" for o in action.option_strings) or f"`{action.metavar or action.dest}`"
+    )
     value = ""
     if action.option_strings and action.nargs != 0:
-        value = action.metavar or (", ".join(action.choices) if action.choices else
-                                   action.dest.upper())
+        value = action.metavar or (
+            ", ".join(action.choices) if action.choices else action.dest.upper()
+        )
     helptext = (action.help or "").replace("|", "\\|")
     return f"| {name} | {('`' + value + '`') if value else ''} | {helptext} |"
 
@@ -316,13 +329,16 @@ def data_model_sections() -> str:
             rows = store.fetchall(
                 "SELECT column_name, data_type, is_nullable, column_default "
                 "FROM information_schema.columns WHERE table_name = ? ORDER BY ordinal_position",
-                [table])
+                [table],
+            )
             out.append(f"### `{table}`\n")
             out.append("| Column | Type | Null | Default |\n|---|---|---|---|")
             for name, dtype, nullable, default in rows:
                 dtype = dtype.replace("[384]", "[dim]")
-                out.append(f"| `{name}` | {dtype} | {'yes' if nullable == 'YES' else 'no'} | "
-                           f"{'`' + str(default) + '`' if default is not None else ''} |")
+                out.append(
+                    f"| `{name}` | {dtype} | {'yes' if nullable == 'YES' else 'no'} | "
+                    f"{'`' + str(default) + '`' if default is not None else ''} |"
+                )
             out.append("")
         return "\n".join(out).rstrip()
     finally:
@@ -341,7 +357,8 @@ BLOCKS = {
 
 def render(text: str, name: str, body: str) -> str:
     pattern = re.compile(
-        rf"(<!-- BEGIN GENERATED: {name} -->\n).*?(<!-- END GENERATED: {name} -->)", re.S)
+        rf"(<!-- BEGIN GENERATED: {name} -->\n).*?(<!-- END GENERATED: {name} -->)", re.S
+    )
     if not pattern.search(text):
         raise SystemExit(f"no generated block {name!r} in the docs")
     return pattern.sub(lambda m: m.group(1) + body + "\n" + m.group(2), text)
@@ -359,8 +376,11 @@ def main(argv: list[str]) -> int:
             if not check:
                 path.write_text(new, encoding="utf-8")
     if check and stale:
-        print("stale generated docs: " + ", ".join(stale)
-              + " (run: .venv/bin/python docs/_gen/reference.py)")
+        print(
+            "stale generated docs: "
+            + ", ".join(stale)
+            + " (run: .venv/bin/python docs/_gen/reference.py)"
+        )
         return 1
     return 0
 

@@ -14,14 +14,35 @@ import pytest
 import workbench
 
 ROOT = Path(__file__).resolve().parents[2]
-FORBIDDEN = ("litestar", "service", "voice", "uvicorn", "mcp", "IPython", "ipywidgets",
-             "torch", "sentence_transformers", "transformers", "onnxruntime")
+FORBIDDEN = (
+    "litestar",
+    "service",
+    "voice",
+    "uvicorn",
+    "mcp",
+    "IPython",
+    "ipywidgets",
+    "torch",
+    "sentence_transformers",
+    "transformers",
+    "onnxruntime",
+)
 
 # The direction of imports in the core: a module may import its own layer and those below.
 # The pure decay rules sit with the kernel: the store's maintenance SQL is their twin.
 LAYERS = [
-    ("kernel", ("workbench.config", "workbench.errors", "workbench.clock", "workbench.metrics",
-                "workbench.names", "workbench.safety", "workbench.decay.rules")),
+    (
+        "kernel",
+        (
+            "workbench.config",
+            "workbench.errors",
+            "workbench.clock",
+            "workbench.metrics",
+            "workbench.names",
+            "workbench.safety",
+            "workbench.decay.rules",
+        ),
+    ),
     ("store", ("workbench.store",)),
     ("models", ("workbench.llm", "workbench.prompts", "workbench.embedding")),
     ("search", ("workbench.search",)),
@@ -125,25 +146,35 @@ def test_the_cycle_finder_finds_a_circle_through_three_modules():
 def test_the_core_imports_downwards_only():
     upward = [
         f"{module} ({LAYERS[layer(module)][0]}) imports {target} ({LAYERS[layer(target)][0]})"
-        for module, targets in GRAPH.items() if module.startswith("workbench")
-        for target in targets if layer(target) > layer(module)
+        for module, targets in GRAPH.items()
+        if module.startswith("workbench")
+        for target in targets
+        if layer(target) > layer(module)
     ]
     assert upward == []
 
 
 def test_the_core_imports_neither_the_service_nor_the_voice_server():
-    crossing = [(m, t) for m, targets in GRAPH.items() if m.startswith("workbench")
-                for t in targets if not t.startswith("workbench")]
+    crossing = [
+        (m, t)
+        for m, targets in GRAPH.items()
+        if m.startswith("workbench")
+        for t in targets
+        if not t.startswith("workbench")
+    ]
     assert crossing == []
 
 
-@pytest.mark.parametrize("module, target", [
-    ("workbench.store.graph", "workbench.search.engine"),
-    ("workbench.search.engine", "workbench.ingest.write"),
-    ("workbench.ingest.extract", "workbench.facade"),
-    ("workbench.facade", "workbench.eval.retrieval"),
-    ("workbench.safety", "workbench.store"),
-])
+@pytest.mark.parametrize(
+    "module, target",
+    [
+        ("workbench.store.graph", "workbench.search.engine"),
+        ("workbench.search.engine", "workbench.ingest.write"),
+        ("workbench.ingest.extract", "workbench.facade"),
+        ("workbench.facade", "workbench.eval.retrieval"),
+        ("workbench.safety", "workbench.store"),
+    ],
+)
 def test_the_layer_rule_would_catch_an_upward_import(module, target):
     assert layer(target) > layer(module)
 
@@ -165,8 +196,7 @@ def test_importing_the_core_loads_no_adapter_and_no_model_library():
         "workbench.llm, workbench.ingest.pipeline, workbench.ingest.importer\n"
         f"print([m for m in {FORBIDDEN!r} if m in sys.modules])"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         check=True)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
 
 

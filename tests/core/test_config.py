@@ -21,18 +21,33 @@ def test_defaults_follow_the_spec():
 @pytest.mark.parametrize(
     ("env", "name", "expected"),
     [
-        ({"SVC_KNOWLEDGE_EMBEDDER_DIMENSIONS": "abc"}, "SVC_KNOWLEDGE_EMBEDDER_DIMENSIONS",
-         "integer"),
-        ({"SVC_KNOWLEDGE_EMBEDDER_DIMENSIONS": "-3"}, "SVC_KNOWLEDGE_EMBEDDER_DIMENSIONS",
-         "greater than 0"),
+        (
+            {"SVC_KNOWLEDGE_EMBEDDER_DIMENSIONS": "abc"},
+            "SVC_KNOWLEDGE_EMBEDDER_DIMENSIONS",
+            "integer",
+        ),
+        (
+            {"SVC_KNOWLEDGE_EMBEDDER_DIMENSIONS": "-3"},
+            "SVC_KNOWLEDGE_EMBEDDER_DIMENSIONS",
+            "greater than 0",
+        ),
         ({"SVC_KNOWLEDGE_LLM_PROVIDER": "openai"}, "SVC_KNOWLEDGE_LLM_PROVIDER", "compat"),
         ({"SVC_KNOWLEDGE_EMBEDDER_PROVIDER": "x"}, "SVC_KNOWLEDGE_EMBEDDER_PROVIDER", "compat"),
-        ({"SVC_KNOWLEDGE_COMPAT_BASE_URL": "localhost:8000/v1"},
-         "SVC_KNOWLEDGE_COMPAT_BASE_URL", "http(s) URL"),
-        ({"SVC_KNOWLEDGE_EMBEDDER_BASE_URL": "ftp://x/v1"}, "SVC_KNOWLEDGE_EMBEDDER_BASE_URL",
-         "http(s) URL"),
-        ({"SVC_KNOWLEDGE_PROMPT_CACHE_ENABLED": "maybe"}, "SVC_KNOWLEDGE_PROMPT_CACHE_ENABLED",
-         "boolean"),
+        (
+            {"SVC_KNOWLEDGE_COMPAT_BASE_URL": "localhost:8000/v1"},
+            "SVC_KNOWLEDGE_COMPAT_BASE_URL",
+            "http(s) URL",
+        ),
+        (
+            {"SVC_KNOWLEDGE_EMBEDDER_BASE_URL": "ftp://x/v1"},
+            "SVC_KNOWLEDGE_EMBEDDER_BASE_URL",
+            "http(s) URL",
+        ),
+        (
+            {"SVC_KNOWLEDGE_PROMPT_CACHE_ENABLED": "maybe"},
+            "SVC_KNOWLEDGE_PROMPT_CACHE_ENABLED",
+            "boolean",
+        ),
         ({"LOG_LEVEL": "loud"}, "LOG_LEVEL", "DEBUG"),
     ],
 )
@@ -46,9 +61,14 @@ def test_a_bad_value_names_the_variable_and_the_expectation(env, name, expected)
 
 
 def test_the_api_key_never_shows():
-    s = load_settings({"SVC_KNOWLEDGE_COMPAT_API_KEY": "sk-very-secret",
-                       "SVC_KNOWLEDGE_COMPAT_BASE_URL": "http://127.0.0.1:9/v1",
-                       "SVC_KNOWLEDGE_MODEL_NAME": "m"}, env_file=None)
+    s = load_settings(
+        {
+            "SVC_KNOWLEDGE_COMPAT_API_KEY": "sk-very-secret",
+            "SVC_KNOWLEDGE_COMPAT_BASE_URL": "http://127.0.0.1:9/v1",
+            "SVC_KNOWLEDGE_MODEL_NAME": "m",
+        },
+        env_file=None,
+    )
     assert "sk-very-secret" not in repr(s)
     assert "sk-very-secret" not in str(s.model_dump())
     assert s.compat_api_key.get_secret_value() == "sk-very-secret"
@@ -57,8 +77,10 @@ def test_the_api_key_never_shows():
 
 def test_settings_are_frozen_and_read_from_a_dotenv(tmp_path, monkeypatch):
     env = tmp_path / ".env"
-    env.write_text("SVC_KNOWLEDGE_EMBEDDER_BASE_URL=http://127.0.0.1:8001/v1/\n"
-                   "SVC_KNOWLEDGE_EMBEDDER_DIMENSIONS=384\n")
+    env.write_text(
+        "SVC_KNOWLEDGE_EMBEDDER_BASE_URL=http://127.0.0.1:8001/v1/\n"
+        "SVC_KNOWLEDGE_EMBEDDER_DIMENSIONS=384\n"
+    )
     for key in ("SVC_KNOWLEDGE_EMBEDDER_BASE_URL", "SVC_KNOWLEDGE_EMBEDDER_DIMENSIONS"):
         monkeypatch.delenv(key, raising=False)
     s = load_settings(env_file=env)

@@ -6,25 +6,43 @@ import pytest
 from workbench.names import loose_name_key, name_key, relation_name
 
 
-@pytest.mark.parametrize("raw, key", [
-    ("Maria  Keller", "maria keller"), ("ACME-Corp.", "acme corp"), ("The Who", "the who"),
-    ("Café", "café"),
-])
+@pytest.mark.parametrize(
+    "raw, key",
+    [
+        ("Maria  Keller", "maria keller"),
+        ("ACME-Corp.", "acme corp"),
+        ("The Who", "the who"),
+        ("Café", "café"),
+    ],
+)
 def test_the_stored_key_ignores_case_space_and_punctuation_only(raw, key):
     assert name_key(raw) == key
 
 
-@pytest.mark.parametrize("raw, key", [
-    ("The  Acme-Corp.", "acme corp"), ("O'Brien", "obrien"), ("Café", "cafe"), ("The", "the"),
-])
+@pytest.mark.parametrize(
+    "raw, key",
+    [
+        ("The  Acme-Corp.", "acme corp"),
+        ("O'Brien", "obrien"),
+        ("Café", "cafe"),
+        ("The", "the"),
+    ],
+)
 def test_the_loose_key_also_drops_accents_apostrophes_and_a_leading_article(raw, key):
     assert loose_name_key(raw) == key
 
 
-@pytest.mark.parametrize("raw, rel", [
-    ("works at", "WORKS_AT"), ("works-at", "WORKS_AT"), ("WorksAt", "WORKS_AT"),
-    ("WORKS_AT", "WORKS_AT"), ("  ", "RELATES_TO"), ("!!", "RELATES_TO"),
-])
+@pytest.mark.parametrize(
+    "raw, rel",
+    [
+        ("works at", "WORKS_AT"),
+        ("works-at", "WORKS_AT"),
+        ("WorksAt", "WORKS_AT"),
+        ("WORKS_AT", "WORKS_AT"),
+        ("  ", "RELATES_TO"),
+        ("!!", "RELATES_TO"),
+    ],
+)
 def test_one_relation_rule(raw, rel):
     assert relation_name(raw) == rel
 
@@ -40,10 +58,21 @@ def test_import_stores_relations_by_the_same_rule(tmp_path, hash_embedder):
     from workbench import Workbench, load_settings
 
     path = tmp_path / "facts.jsonl"
-    path.write_text(json.dumps({"type": "fact", "source": "Maria", "target": "Acme",
-                                "relation": "worksAt", "fact": "Maria works at Acme."}) + "\n")
-    settings = load_settings({"SVC_KNOWLEDGE_DB_PATH": ":memory:",
-                              "SVC_KNOWLEDGE_DECAY_ENABLED": "false"})
+    path.write_text(
+        json.dumps(
+            {
+                "type": "fact",
+                "source": "Maria",
+                "target": "Acme",
+                "relation": "worksAt",
+                "fact": "Maria works at Acme.",
+            }
+        )
+        + "\n"
+    )
+    settings = load_settings(
+        {"SVC_KNOWLEDGE_DB_PATH": ":memory:", "SVC_KNOWLEDGE_DECAY_ENABLED": "false"}
+    )
     with Workbench.open(settings, embedder=hash_embedder, chat=None) as wb:
         wb.import_jsonl(path)
         assert wb.store.fetchall("SELECT relation FROM facts") == [("WORKS_AT",)]

@@ -45,53 +45,101 @@ def _vector(store):
     return [1.0] + [0.0] * (store.dim - 1)
 
 
-def add_entity(store, now, *, uuid=None, days_old=0.0, accessed_days_ago=None, state="ACTIVE",
-               importance=3, stability=3, soft_deleted_days_ago=None, status="success",
-               embedding=True, name=None):
+def add_entity(
+    store,
+    now,
+    *,
+    uuid=None,
+    days_old=0.0,
+    accessed_days_ago=None,
+    state="ACTIVE",
+    importance=3,
+    stability=3,
+    soft_deleted_days_ago=None,
+    status="success",
+    embedding=True,
+    name=None,
+):
     """Insert an entity with plain SQL (and its embedding row); returns its uuid."""
     uuid = uuid or f"e{next(_ids)}"
     created = now - timedelta(days=days_old)
     accessed = None if accessed_days_ago is None else now - timedelta(days=accessed_days_ago)
-    deleted = (None if soft_deleted_days_ago is None
-               else now - timedelta(days=soft_deleted_days_ago))
+    deleted = None if soft_deleted_days_ago is None else now - timedelta(days=soft_deleted_days_ago)
     store.execute(
         """INSERT INTO entities (uuid, group_id, name, name_norm, summary, created_at,
                updated_at, importance, stability, classification_status, lifecycle_state,
                last_accessed_at, soft_deleted_at)
            VALUES (?, 'main', ?, ?, 'a summary', ?, ?, ?, ?, ?, ?, ?, ?)""",
-        [uuid, name or uuid, (name or uuid).lower(), created, created, importance, stability,
-         status, state, accessed, deleted])
+        [
+            uuid,
+            name or uuid,
+            (name or uuid).lower(),
+            created,
+            created,
+            importance,
+            stability,
+            status,
+            state,
+            accessed,
+            deleted,
+        ],
+    )
     if embedding:
-        store.execute("INSERT INTO entity_embeddings VALUES (?, 'test', ?)",
-                      [uuid, _vector(store)])
+        store.execute("INSERT INTO entity_embeddings VALUES (?, 'test', ?)", [uuid, _vector(store)])
     return uuid
 
 
-def add_fact(store, now, source, target, *, uuid=None, days_old=0.0, accessed_days_ago=None,
-             state="ACTIVE", importance=3, stability=3, soft_deleted_days_ago=None,
-             status="success", embedding=True, text="x relates to y"):
+def add_fact(
+    store,
+    now,
+    source,
+    target,
+    *,
+    uuid=None,
+    days_old=0.0,
+    accessed_days_ago=None,
+    state="ACTIVE",
+    importance=3,
+    stability=3,
+    soft_deleted_days_ago=None,
+    status="success",
+    embedding=True,
+    text="x relates to y",
+):
     uuid = uuid or f"f{next(_ids)}"
     created = now - timedelta(days=days_old)
     accessed = None if accessed_days_ago is None else now - timedelta(days=accessed_days_ago)
-    deleted = (None if soft_deleted_days_ago is None
-               else now - timedelta(days=soft_deleted_days_ago))
+    deleted = None if soft_deleted_days_ago is None else now - timedelta(days=soft_deleted_days_ago)
     store.execute(
         """INSERT INTO facts (uuid, group_id, source_uuid, target_uuid, fact, created_at,
                importance, stability, classification_status, lifecycle_state,
                last_accessed_at, soft_deleted_at)
            VALUES (?, 'main', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
-        [uuid, source, target, text, created, importance, stability, status, state, accessed,
-         deleted])
+        [
+            uuid,
+            source,
+            target,
+            text,
+            created,
+            importance,
+            stability,
+            status,
+            state,
+            accessed,
+            deleted,
+        ],
+    )
     if embedding:
-        store.execute("INSERT INTO fact_embeddings VALUES (?, 'test', ?)",
-                      [uuid, _vector(store)])
+        store.execute("INSERT INTO fact_embeddings VALUES (?, 'test', ?)", [uuid, _vector(store)])
     return uuid
 
 
 def state_of(store, uuid):
     row = store.fetchone(
         "SELECT lifecycle_state FROM entities WHERE uuid = ? "
-        "UNION ALL SELECT lifecycle_state FROM facts WHERE uuid = ?", [uuid, uuid])
+        "UNION ALL SELECT lifecycle_state FROM facts WHERE uuid = ?",
+        [uuid, uuid],
+    )
     return row[0] if row else None
 
 
@@ -100,7 +148,9 @@ def row_of(store, uuid):
         rows = store.fetch_dicts(
             f"SELECT uuid, lifecycle_state, decay_score, importance, stability, "
             f"classification_status, soft_deleted_at IS NOT NULL AS soft_deleted "
-            f"FROM {table} WHERE uuid = ?", [uuid])
+            f"FROM {table} WHERE uuid = ?",
+            [uuid],
+        )
         if rows:
             return rows[0]
     return None
@@ -117,17 +167,35 @@ def sample(metrics, name, **labels):
 
 def snapshot(store):
     """Every row of every table the maintenance touches (to prove nothing changed)."""
-    tables = ("entities", "facts", "mentions", "entity_embeddings", "fact_embeddings",
-              "maintenance_runs", "decay_history")
-    return {t: store.fetchall(
-        f"SELECT * EXCLUDE ({_ts_cols(t)}) , {_ts_epochs(t)} FROM {t} ORDER BY ALL")
-        if _ts_cols(t) else store.fetchall(f"SELECT * FROM {t} ORDER BY ALL") for t in tables}
+    tables = (
+        "entities",
+        "facts",
+        "mentions",
+        "entity_embeddings",
+        "fact_embeddings",
+        "maintenance_runs",
+        "decay_history",
+    )
+    return {
+        t: store.fetchall(
+            f"SELECT * EXCLUDE ({_ts_cols(t)}) , {_ts_epochs(t)} FROM {t} ORDER BY ALL"
+        )
+        if _ts_cols(t)
+        else store.fetchall(f"SELECT * FROM {t} ORDER BY ALL")
+        for t in tables
+    }
 
 
 _TS = {
     "entities": ("created_at", "updated_at", "last_accessed_at", "soft_deleted_at"),
-    "facts": ("created_at", "valid_at", "invalid_at", "expired_at", "last_accessed_at",
-              "soft_deleted_at"),
+    "facts": (
+        "created_at",
+        "valid_at",
+        "invalid_at",
+        "expired_at",
+        "last_accessed_at",
+        "soft_deleted_at",
+    ),
     "maintenance_runs": ("started_at", "finished_at"),
 }
 

@@ -17,15 +17,24 @@ RULES = Path(__file__).resolve().parents[2] / "ops" / "prometheus" / "alerts.yml
 RULE_TESTS = RULES.with_name("alerts_test.yml")
 
 EXPECTED = {
-    "MaintenanceTimeout": ("warning", ["knowledge_maintenance_duration_seconds_count",
-                                       "knowledge_maintenance_duration_seconds_bucket",
-                                       'le="600.0"']),
-    "MaintenanceFailed": ("critical", ['knowledge_decay_maintenance_runs_total{status="failure"}',
-                                       "[1h]", "> 0"]),
+    "MaintenanceTimeout": (
+        "warning",
+        [
+            "knowledge_maintenance_duration_seconds_count",
+            "knowledge_maintenance_duration_seconds_bucket",
+            'le="600.0"',
+        ],
+    ),
+    "MaintenanceFailed": (
+        "critical",
+        ['knowledge_decay_maintenance_runs_total{status="failure"}', "[1h]", "> 0"],
+    ),
     "ClassificationDegraded": ("warning", ['{status="fallback"}', "> 0.2"]),
     "ExcessiveExpiration": ("warning", ['to_state="EXPIRED"', "[1h]", "> 100"]),
-    "SoftDeleteBacklog": ("warning", ['knowledge_memories_by_state{state="SOFT_DELETED"}',
-                                      "> 1000"]),
+    "SoftDeleteBacklog": (
+        "warning",
+        ['knowledge_memories_by_state{state="SOFT_DELETED"}', "> 1000"],
+    ),
     "QueueConsumerSaturation": ("warning", ["messaging_consumer_saturation", "> 0.85"]),
     "QueueDepthWarning": ("warning", ["messaging_queue_depth", "> 10"]),
     "QueueDepthCritical": ("critical", ["messaging_queue_depth", "> 50"]),
@@ -87,13 +96,15 @@ def test_every_alert_has_firing_and_quiet_promtool_cases():
         assert any(not c["exp_alerts"] for c in mine), f"{name}: no case where it is quiet"
 
 
-needs_promtool = pytest.mark.skipif(shutil.which("promtool") is None,
-                                    reason="promtool is not installed")
+needs_promtool = pytest.mark.skipif(
+    shutil.which("promtool") is None, reason="promtool is not installed"
+)
 
 
 @needs_promtool
 @pytest.mark.parametrize("command,path", [("check", RULES), ("test", RULE_TESTS)])
 def test_promtool(command, path):  # pragma: no cover - only where promtool exists
-    out = subprocess.run(["promtool", command, "rules", str(path)], capture_output=True,
-                         text=True, timeout=120)
+    out = subprocess.run(
+        ["promtool", command, "rules", str(path)], capture_output=True, text=True, timeout=120
+    )
     assert out.returncode == 0, out.stdout + out.stderr

@@ -11,8 +11,8 @@ from pydantic import ValidationError
 
 from tests.decay.conftest import add_entity, add_fact, row_of, sample
 from workbench.decay.classification import classify_pending, classify_texts
-from workbench.errors import LLMNotConfigured, LLMTimeout, StructuredOutputError
 from workbench.decay.maintenance import run_maintenance
+from workbench.errors import LLMNotConfigured, LLMTimeout, StructuredOutputError
 from workbench.prompts import classify_memories as prompt
 
 
@@ -24,14 +24,16 @@ class ScriptedChat:
         self.error = error
         self.calls = []
 
-    def complete(self, prompt_name, messages, response_model, *, episode_uuid=None,
-                 max_tokens=None):
+    def complete(
+        self, prompt_name, messages, response_model, *, episode_uuid=None, max_tokens=None
+    ):
         lines = messages[-1]["content"].splitlines()
         self.calls.append((prompt_name, lines, response_model, episode_uuid))
         if self.error:
             raise self.error
-        items = [{"index": i, "importance": imp, "stability": st}
-                 for i, imp, st in self.answer(lines)]
+        items = [
+            {"index": i, "importance": imp, "stability": st} for i, imp, st in self.answer(lines)
+        ]
         return response_model.model_validate({"classifications": items})
 
 
@@ -59,8 +61,9 @@ def test_not_configured_error_is_a_fallback(metrics):
     assert (out[0].status, out[0].importance, out[0].stability) == ("fallback", 3, 3)
 
 
-@pytest.mark.parametrize("error", [LLMTimeout("slow"),
-                                   StructuredOutputError("MemoryClassifications", "bad json")])
+@pytest.mark.parametrize(
+    "error", [LLMTimeout("slow"), StructuredOutputError("MemoryClassifications", "bad json")]
+)
 def test_failure_uses_defaults(metrics, error):
     out = classify_texts(ScriptedChat(error=error), ["a", "b"], metrics)
     assert [(c.importance, c.stability, c.status) for c in out] == [(3, 3, "failure")] * 2
@@ -73,7 +76,9 @@ def test_a_memory_left_out_of_the_reply_fails_alone(metrics):
     chat = ScriptedChat(answer=lambda texts: [(2, 5, 5), (2, 1, 1), (9, 1, 1)])
     out = classify_texts(chat, ["a", "b"], metrics)
     assert [(c.importance, c.stability, c.status) for c in out] == [
-        (3, 3, "failure"), (5, 5, "success")]
+        (3, 3, "failure"),
+        (5, 5, "success"),
+    ]
 
 
 def test_batches(metrics):
@@ -86,7 +91,8 @@ def test_batches(metrics):
 def test_schema_rejects_out_of_range_scores():
     with pytest.raises(ValidationError):
         prompt.MemoryClassifications.model_validate(
-            {"classifications": [{"index": 1, "importance": 6, "stability": 3}]})
+            {"classifications": [{"index": 1, "importance": 6, "stability": 3}]}
+        )
 
 
 def test_long_texts_are_clipped():
@@ -94,8 +100,9 @@ def test_long_texts_are_clipped():
     assert len(lines) < prompt.MAX_TEXT_CHARS + 20
 
 
-def test_classify_pending_writes_scores_and_the_run_makes_them_permanent(store, policy,
-                                                                         metrics, clock):
+def test_classify_pending_writes_scores_and_the_run_makes_them_permanent(
+    store, policy, metrics, clock
+):
     now = clock()
     ent = add_entity(store, now, status=None, name="User")
     fact = add_fact(store, now, ent, ent, status=None, text="User is allergic to penicillin")
@@ -104,8 +111,10 @@ def test_classify_pending_writes_scores_and_the_run_makes_them_permanent(store, 
     chat = ScriptedChat(answer=lambda texts: [(i, 5, 5) for i in range(1, len(texts) + 1)])
     counts = classify_pending(store, chat, metrics, limit=10)
     assert counts == {"success": 2, "failure": 0, "fallback": 0, "classified": 2}
-    assert (row_of(store, fact)["importance"], row_of(store, fact)["classification_status"]) \
-        == (5, "success")
+    assert (row_of(store, fact)["importance"], row_of(store, fact)["classification_status"]) == (
+        5,
+        "success",
+    )
     assert row_of(store, done)["importance"] == 2
     assert row_of(store, gone)["classification_status"] is None
     assert any("allergic to penicillin" in line for line in chat.calls[0][1])
@@ -118,8 +127,7 @@ def test_classify_pending_failure_keeps_values_and_is_retried(store, metrics, cl
     counts = classify_pending(store, ScriptedChat(error=LLMTimeout("slow")), metrics)
     assert counts["failure"] == 1
     row = row_of(store, ent)
-    assert (row["importance"], row["stability"], row["classification_status"]) == (
-        5, 1, "failure")
+    assert (row["importance"], row["stability"], row["classification_status"]) == (5, 1, "failure")
     counts = classify_pending(store, ScriptedChat(), metrics)
     assert counts["success"] == 1 and row_of(store, ent)["classification_status"] == "success"
 

@@ -4,12 +4,12 @@
 from __future__ import annotations
 
 import json
+from uuid import uuid4
 
 import pytest
 
 from tests.decay.conftest import START, add_entity
 from workbench.clock import ManualClock
-from uuid import uuid4
 
 
 @pytest.fixture
@@ -37,4 +37,8 @@ def test_tools_round_trip(workbench):
     recovered = workbench.recover_soft_deleted(old)
     assert recovered["to_state"] == "ARCHIVED"
     assert workbench.classify_memory("User is allergic to nuts") == {
-        "importance": 3, "stability": 3, "status": "fallback", "error": "no LLM configured"}
+        "importance": 3,
+        "stability": 3,
+        "status": "fallback",
+        "error": "no LLM configured",
+    }

@@ -8,13 +8,13 @@ from datetime import timedelta
 import pytest
 
 from tests.decay.conftest import add_entity, add_fact, row_of, state_of
-from workbench.errors import Conflict, InvalidInput, NotFound, StoreError
 from workbench.decay.maintenance import (
     MaintenanceScheduler,
     decay_health,
     recover_soft_deleted,
     run_maintenance,
 )
+from workbench.errors import Conflict, InvalidInput, NotFound, StoreError
 from workbench.store import maintenance as msql
 
 
@@ -29,18 +29,24 @@ def test_health_has_the_spec_fields(store, policy, metrics, clock):
     assert data["status"] == "healthy"
     assert data["decay_enabled"] is True
     assert data["metrics_endpoint"] == "/metrics"
-    assert data["last_maintenance"].startswith("2026-01-01T00:00:00") and \
-        data["last_maintenance"].endswith("Z")
+    assert data["last_maintenance"].startswith("2026-01-01T00:00:00") and data[
+        "last_maintenance"
+    ].endswith("Z")
     assert data["next_scheduled"] == "2026-01-02T00:00:00Z"
     assert data["last_run"]["status"] == "success"
-    assert set(data["memories_by_state"]) == {"ACTIVE", "DORMANT", "ARCHIVED", "EXPIRED",
-                                              "SOFT_DELETED", "PERMANENT"}
+    assert set(data["memories_by_state"]) == {
+        "ACTIVE",
+        "DORMANT",
+        "ARCHIVED",
+        "EXPIRED",
+        "SOFT_DELETED",
+        "PERMANENT",
+    }
 
 
 def test_health_before_the_first_run(store, policy, clock):
     data = health(store, policy, clock)
-    assert (data["status"], data["last_maintenance"], data["last_run"]) == (
-        "healthy", None, None)
+    assert (data["status"], data["last_maintenance"], data["last_run"]) == ("healthy", None, None)
     started = clock()
     clock.advance(days=1, seconds=599)
     assert health(store, policy, clock, started_at=started)["status"] == "healthy"
@@ -49,8 +55,7 @@ def test_health_before_the_first_run(store, policy, clock):
     assert data["status"] == "degraded" and "no maintenance run" in data["reason"]
 
 
-def test_health_becomes_degraded_when_overdue_and_healthy_again(store, policy, metrics,
-                                                                clock):
+def test_health_becomes_degraded_when_overdue_and_healthy_again(store, policy, metrics, clock):
     run_maintenance(store, policy, metrics, clock)
     clock.advance(days=1, seconds=600)
     assert health(store, policy, clock)["status"] == "healthy"  # within the 10 min grace
@@ -62,14 +67,16 @@ def test_health_becomes_degraded_when_overdue_and_healthy_again(store, policy, m
 
 
 def test_health_is_degraded_after_a_run_over_ten_minutes(store, policy, clock):
-    msql._insert_run(store, 7, clock(), {"duration": 601.0, "scores_updated": 1,
-                                         "transitions": {}, "purged": 0})
+    msql._insert_run(
+        store, 7, clock(), {"duration": 601.0, "scores_updated": 1, "transitions": {}, "purged": 0}
+    )
     data = health(store, policy, clock)
     assert data["status"] == "degraded" and "10 minutes" in data["reason"]
 
 
-def test_health_is_unhealthy_after_a_failure_until_a_success(store, policy, metrics, clock,
-                                                             monkeypatch):
+def test_health_is_unhealthy_after_a_failure_until_a_success(
+    store, policy, metrics, clock, monkeypatch
+):
     monkeypatch.setattr(msql, "_purge", lambda *a, **k: 1 / 0)
     with pytest.raises(StoreError):
         run_maintenance(store, policy, metrics, clock)
@@ -85,7 +92,10 @@ def test_health_is_unhealthy_after_a_failure_until_a_success(store, policy, metr
 def test_health_when_decay_is_disabled(store, policy, clock):
     data = health(store, policy, clock, enabled=False)
     assert (data["status"], data["decay_enabled"], data["next_scheduled"]) == (
-        "healthy", False, None)
+        "healthy",
+        False,
+        None,
+    )
 
 
 def test_health_counts_by_state(store, policy, metrics, clock):
@@ -98,12 +108,16 @@ def test_health_counts_by_state(store, policy, metrics, clock):
 
 # --- recovery ---------------------------------------------------------------------------
 def test_recover_soft_deleted_entity_and_fact(store, policy, metrics, clock):
-    ent = add_entity(store, clock(), state="SOFT_DELETED", soft_deleted_days_ago=30,
-                     days_old=2000)
+    ent = add_entity(store, clock(), state="SOFT_DELETED", soft_deleted_days_ago=30, days_old=2000)
     fact = add_fact(store, clock(), ent, ent, state="SOFT_DELETED", soft_deleted_days_ago=1)
     out = recover_soft_deleted(store, ent, clock)
-    assert out == {"uuid": ent, "kind": "entity", "from_state": "SOFT_DELETED",
-                   "to_state": "ARCHIVED", "recovered_at": "2026-01-01T00:00:00Z"}
+    assert out == {
+        "uuid": ent,
+        "kind": "entity",
+        "from_state": "SOFT_DELETED",
+        "to_state": "ARCHIVED",
+        "recovered_at": "2026-01-01T00:00:00Z",
+    }
     assert recover_soft_deleted(store, fact, clock)["kind"] == "fact"
     row = row_of(store, ent)
     assert (row["lifecycle_state"], row["soft_deleted"]) == ("ARCHIVED", False)
@@ -133,8 +147,9 @@ def test_purged_memory_cannot_be_recovered(store, policy, metrics, clock):
 # --- the scheduler ------------------------------------------------------------------------
 def test_scheduler_runs_first_after_its_delay_and_stops(store, policy, metrics, clock):
     add_entity(store, clock(), days_old=40)
-    sched = MaintenanceScheduler(store, policy, metrics, clock, interval_hours=1000,
-                                 first_run_seconds=0)
+    sched = MaintenanceScheduler(
+        store, policy, metrics, clock, interval_hours=1000, first_run_seconds=0
+    )
     sched.start()
     try:
         assert sched.wait_for_runs(1, timeout=20)
@@ -167,8 +182,9 @@ def test_scheduler_next_tick_reported_before_first_run(store, policy, metrics, c
         sched.stop()
 
 
-def test_scheduler_run_now_conflicts_with_a_run_in_progress(store, policy, metrics, clock,
-                                                            monkeypatch):
+def test_scheduler_run_now_conflicts_with_a_run_in_progress(
+    store, policy, metrics, clock, monkeypatch
+):
     sched = MaintenanceScheduler(store, policy, metrics, clock)
     from workbench.decay import maintenance
 
@@ -185,9 +201,13 @@ def test_scheduler_run_now_conflicts_with_a_run_in_progress(store, policy, metri
 def test_scheduler_from_settings(store, metrics, clock):
     from workbench.config import load_settings
 
-    s = load_settings(environ={"SVC_KNOWLEDGE_MAINTENANCE_INTERVAL_HOURS": "6",
-                               "SVC_KNOWLEDGE_MAINTENANCE_FIRST_RUN_SECONDS": "5"},
-                      env_file=None)
+    s = load_settings(
+        environ={
+            "SVC_KNOWLEDGE_MAINTENANCE_INTERVAL_HOURS": "6",
+            "SVC_KNOWLEDGE_MAINTENANCE_FIRST_RUN_SECONDS": "5",
+        },
+        env_file=None,
+    )
     sched = MaintenanceScheduler.from_settings(store, s, metrics, clock)
     assert (sched.interval_hours, sched.first_run_seconds, sched.enabled) == (6.0, 5.0, True)
 

@@ -31,34 +31,58 @@ EXPIRY_DAYS_33 = 180 * math.log2(10)
 
 
 def test_policy_from_settings_reads_every_number():
-    s = load_settings(environ={
-        "SVC_KNOWLEDGE_DECAY_HALF_LIFE_DAYS": "90", "SVC_KNOWLEDGE_DECAY_DORMANT_DAYS": "7",
-        "SVC_KNOWLEDGE_DECAY_ARCHIVED_DAYS": "14", "SVC_KNOWLEDGE_DECAY_EXPIRE_THRESHOLD": "0.5",
-        "SVC_KNOWLEDGE_DECAY_EXPIRE_MAX_IMPORTANCE": "2", "SVC_KNOWLEDGE_DECAY_PURGE_DAYS": "1",
-        "SVC_KNOWLEDGE_DECAY_PERMANENT_MIN_IMPORTANCE": "5",
-        "SVC_KNOWLEDGE_DECAY_PERMANENT_MIN_STABILITY": "3",
-        "SVC_KNOWLEDGE_DECAY_ENABLED": "false"}, env_file=None)
+    s = load_settings(
+        environ={
+            "SVC_KNOWLEDGE_DECAY_HALF_LIFE_DAYS": "90",
+            "SVC_KNOWLEDGE_DECAY_DORMANT_DAYS": "7",
+            "SVC_KNOWLEDGE_DECAY_ARCHIVED_DAYS": "14",
+            "SVC_KNOWLEDGE_DECAY_EXPIRE_THRESHOLD": "0.5",
+            "SVC_KNOWLEDGE_DECAY_EXPIRE_MAX_IMPORTANCE": "2",
+            "SVC_KNOWLEDGE_DECAY_PURGE_DAYS": "1",
+            "SVC_KNOWLEDGE_DECAY_PERMANENT_MIN_IMPORTANCE": "5",
+            "SVC_KNOWLEDGE_DECAY_PERMANENT_MIN_STABILITY": "3",
+            "SVC_KNOWLEDGE_DECAY_ENABLED": "false",
+        },
+        env_file=None,
+    )
     assert DecayPolicy.from_settings(s) == DecayPolicy(
-        enabled=False, half_life_days=90, dormant_days=7, archived_days=14,
-        expire_threshold=0.5, expire_max_importance=2, purge_days=1,
-        permanent_min_importance=5, permanent_min_stability=3)
+        enabled=False,
+        half_life_days=90,
+        dormant_days=7,
+        archived_days=14,
+        expire_threshold=0.5,
+        expire_max_importance=2,
+        purge_days=1,
+        permanent_min_importance=5,
+        permanent_min_stability=3,
+    )
 
 
 def test_default_policy_matches_default_settings():
     assert DecayPolicy.from_settings(load_settings(environ={}, env_file=None)) == DecayPolicy()
 
 
-@pytest.mark.parametrize("kwargs", [{"half_life_days": 0}, {"expire_threshold": 1.5},
-                                    {"dormant_days": -1}])
+@pytest.mark.parametrize(
+    "kwargs", [{"half_life_days": 0}, {"expire_threshold": 1.5}, {"dormant_days": -1}]
+)
 def test_policy_rejects_bad_numbers(kwargs):
     with pytest.raises(ValueError):
         DecayPolicy(**kwargs)
 
 
-@pytest.mark.parametrize("importance,stability,expected", [
-    (3, 3, 180.0), (1, 1, 20.0), (5, 5, 500.0), (1, 5, 100.0), (5, 1, 100.0), (4, 3, 240.0),
-    (0, 3, 60.0), (9, 3, 300.0),  # clamped to 1..5
-])
+@pytest.mark.parametrize(
+    "importance,stability,expected",
+    [
+        (3, 3, 180.0),
+        (1, 1, 20.0),
+        (5, 5, 500.0),
+        (1, 5, 100.0),
+        (5, 1, 100.0),
+        (4, 3, 240.0),
+        (0, 3, 60.0),
+        (9, 3, 300.0),  # clamped to 1..5
+    ],
+)
 def test_half_life(importance, stability, expected):
     assert half_life_days(importance, stability, P) == pytest.approx(expected)
 
@@ -89,18 +113,35 @@ def test_custom_half_life_is_used():
     assert decay_score(90, 3, 3, DecayPolicy(half_life_days=90)) == pytest.approx(0.5)
 
 
-@pytest.mark.parametrize("importance,stability,expected", [
-    (4, 4, True), (5, 5, True), (4, 5, True), (3, 5, False), (5, 3, False), (3, 3, False),
-])
+@pytest.mark.parametrize(
+    "importance,stability,expected",
+    [
+        (4, 4, True),
+        (5, 5, True),
+        (4, 5, True),
+        (3, 5, False),
+        (5, 3, False),
+        (3, 3, False),
+    ],
+)
 def test_permanent_rule(importance, stability, expected):
     assert is_permanent(importance, stability, P) is expected
 
 
 # --- lifecycle: one state per threshold, exactly at the boundaries -----------------------
-@pytest.mark.parametrize("days,expected", [
-    (0, ACTIVE), (29.999, ACTIVE), (30, DORMANT), (89.999, DORMANT), (90, ARCHIVED),
-    (EXPIRY_DAYS_33 - 0.01, ARCHIVED), (EXPIRY_DAYS_33 + 0.01, EXPIRED), (5000, EXPIRED),
-])
+@pytest.mark.parametrize(
+    "days,expected",
+    [
+        (0, ACTIVE),
+        (29.999, ACTIVE),
+        (30, DORMANT),
+        (89.999, DORMANT),
+        (90, ARCHIVED),
+        (EXPIRY_DAYS_33 - 0.01, ARCHIVED),
+        (EXPIRY_DAYS_33 + 0.01, EXPIRED),
+        (5000, EXPIRED),
+    ],
+)
 def test_active_memory_reaches_the_state_its_age_implies(days, expected):
     assert plan_lifecycle(ACTIVE, days, 3, 3, P).state == expected
 
@@ -149,16 +190,15 @@ def test_permanent_never_decays_and_never_moves():
 
 
 def test_soft_deleted_is_not_rescued_by_importance():
-    assert plan_lifecycle(SOFT_DELETED, 10, 5, 5, P, days_since_soft_delete=1).state == \
-        SOFT_DELETED
+    assert plan_lifecycle(SOFT_DELETED, 10, 5, 5, P, days_since_soft_delete=1).state == SOFT_DELETED
 
 
-@pytest.mark.parametrize("days,expected", [(None, False), (0, False), (89.999, False),
-                                           (90, True), (400, True)])
+@pytest.mark.parametrize(
+    "days,expected", [(None, False), (0, False), (89.999, False), (90, True), (400, True)]
+)
 def test_purge_after_the_recovery_period(days, expected):
     assert purge_due(days, P) is expected
-    assert plan_lifecycle(SOFT_DELETED, 10, 3, 3, P, days_since_soft_delete=days).purge \
-        is expected
+    assert plan_lifecycle(SOFT_DELETED, 10, 3, 3, P, days_since_soft_delete=days).purge is expected
 
 
 def test_purge_days_zero_purges_at_the_run_after_soft_delete():
@@ -178,10 +218,17 @@ def test_unknown_state_is_rejected():
         plan_lifecycle("ZOMBIE", 1, 3, 3, P)
 
 
-@pytest.mark.parametrize("state,expected", [
-    (DORMANT, ACTIVE), (ARCHIVED, ACTIVE), (ACTIVE, None), (PERMANENT, None),
-    (EXPIRED, None), (SOFT_DELETED, None),
-])
+@pytest.mark.parametrize(
+    "state,expected",
+    [
+        (DORMANT, ACTIVE),
+        (ARCHIVED, ACTIVE),
+        (ACTIVE, None),
+        (PERMANENT, None),
+        (EXPIRED, None),
+        (SOFT_DELETED, None),
+    ],
+)
 def test_reactivation(state, expected):
     assert reactivated_state(state) == expected
 

@@ -13,14 +13,31 @@ from tests.decay.conftest import START
 from workbench.decay.rules import STATES, DecayPolicy, plan_lifecycle
 from workbench.store.maintenance import plan_rows
 
-DAYS = [-3, 0, 1, 29.999, 30, 30.5, 89.999, 90, 120, 180, 180 * math.log2(10),
-        200 * math.log2(10) + 0.001, 599, 1000, 3000, 20000]
+DAYS = [
+    -3,
+    0,
+    1,
+    29.999,
+    30,
+    30.5,
+    89.999,
+    90,
+    120,
+    180,
+    180 * math.log2(10),
+    200 * math.log2(10) + 0.001,
+    599,
+    1000,
+    3000,
+    20000,
+]
 SOFT_DAYS = [None, 0, 89.999, 90, 365]
 
 
 def _grid():
-    for n, (state, days, imp, stab) in enumerate(itertools.product(
-            STATES, DAYS, range(1, 6), range(1, 6))):
+    for n, (state, days, imp, stab) in enumerate(
+        itertools.product(STATES, DAYS, range(1, 6), range(1, 6))
+    ):
         soft = SOFT_DAYS[n % len(SOFT_DAYS)] if state == "SOFT_DELETED" else None
         accessed = n % 3 == 0  # sometimes last_accessed_at, else created_at
         yield f"m{n}", state, days, imp, stab, soft, accessed
@@ -33,9 +50,18 @@ def _insert(store, now, cases):
         created = now - timedelta(days=days + 50) if accessed else age
         deleted = None if soft is None else now - timedelta(days=soft)
         rows.append([uuid, created, imp, stab, state, age if accessed else None, deleted])
-    frame = pd.DataFrame(rows, columns=["uuid", "created_at", "importance", "stability",
-                                        "lifecycle_state", "last_accessed_at",
-                                        "soft_deleted_at"])
+    frame = pd.DataFrame(
+        rows,
+        columns=[
+            "uuid",
+            "created_at",
+            "importance",
+            "stability",
+            "lifecycle_state",
+            "last_accessed_at",
+            "soft_deleted_at",
+        ],
+    )
     for col in ("created_at", "last_accessed_at", "soft_deleted_at"):
         frame[col] = pd.to_datetime(frame[col], utc=True)
     store.register("grid_rows", frame)
@@ -43,17 +69,29 @@ def _insert(store, now, cases):
         """INSERT INTO facts (uuid, group_id, source_uuid, target_uuid, fact, created_at,
                importance, stability, lifecycle_state, last_accessed_at, soft_deleted_at)
            SELECT uuid, 'g', 's', 't', 'f', created_at, importance, stability, lifecycle_state,
-                  last_accessed_at, soft_deleted_at FROM grid_rows""")
+                  last_accessed_at, soft_deleted_at FROM grid_rows"""
+    )
     store.unregister("grid_rows")
     return {r[0]: r for r in rows}
 
 
-@pytest.mark.parametrize("policy", [
-    DecayPolicy(),
-    DecayPolicy(half_life_days=30, dormant_days=7, archived_days=20, expire_threshold=0.5,
-                expire_max_importance=4, purge_days=30, permanent_min_importance=5,
-                permanent_min_stability=5),
-], ids=["default", "custom"])
+@pytest.mark.parametrize(
+    "policy",
+    [
+        DecayPolicy(),
+        DecayPolicy(
+            half_life_days=30,
+            dormant_days=7,
+            archived_days=20,
+            expire_threshold=0.5,
+            expire_max_importance=4,
+            purge_days=30,
+            permanent_min_importance=5,
+            permanent_min_stability=5,
+        ),
+    ],
+    ids=["default", "custom"],
+)
 def test_sql_plan_equals_python_rules(store, policy):
     now = START
     inserted = _insert(store, now, list(_grid()))

@@ -35,14 +35,34 @@ LAZY_METRICS = (
 
 # The tool names of the team brief (Graphiti names plus ours), used when service/ is absent.
 BRIEF_TOOLS = (
-    "add_memory", "search_memory_nodes", "search_memory_facts", "get_episodes",
-    "delete_episode", "get_entity_edge", "delete_entity_edge", "clear_graph", "get_status",
-    "get_queue_status", "retry_failed_episodes", "run_decay_maintenance",
-    "get_knowledge_health", "classify_memory", "recover_soft_deleted",
+    "add_memory",
+    "search_memory_nodes",
+    "search_memory_facts",
+    "get_episodes",
+    "delete_episode",
+    "get_entity_edge",
+    "delete_entity_edge",
+    "clear_graph",
+    "get_status",
+    "get_queue_status",
+    "retry_failed_episodes",
+    "run_decay_maintenance",
+    "get_knowledge_health",
+    "classify_memory",
+    "recover_soft_deleted",
 )
 
-ENDPOINTS = ("/tools/", "/mcp", "/health", "/schema", "/metrics", "/health/decay",
-             "/v1/embeddings", "/v1/models", "/notify")
+ENDPOINTS = (
+    "/tools/",
+    "/mcp",
+    "/health",
+    "/schema",
+    "/metrics",
+    "/health/decay",
+    "/v1/embeddings",
+    "/v1/models",
+    "/notify",
+)
 
 
 @cache
@@ -90,13 +110,20 @@ def test_every_setting_is_documented():
 
 def test_spec_settings_in_the_spec_order():
     text = page("configuration.md")
-    spec = ["SVC_KNOWLEDGE_LLM_PROVIDER", "SVC_KNOWLEDGE_MODEL_NAME",
-            "SVC_KNOWLEDGE_COMPAT_BASE_URL", "SVC_KNOWLEDGE_COMPAT_API_KEY",
-            "SVC_KNOWLEDGE_EMBEDDER_PROVIDER", "SVC_KNOWLEDGE_EMBEDDER_BASE_URL",
-            "SVC_KNOWLEDGE_EMBEDDER_MODEL", "SVC_KNOWLEDGE_EMBEDDER_DIMENSIONS",
-            "SVC_KNOWLEDGE_PROMPT_CACHE_METRICS_ENABLED",
-            "SVC_KNOWLEDGE_PROMPT_CACHE_LOG_REQUESTS", "SVC_KNOWLEDGE_PROMPT_CACHE_ENABLED",
-            "LOG_LEVEL"]
+    spec = [
+        "SVC_KNOWLEDGE_LLM_PROVIDER",
+        "SVC_KNOWLEDGE_MODEL_NAME",
+        "SVC_KNOWLEDGE_COMPAT_BASE_URL",
+        "SVC_KNOWLEDGE_COMPAT_API_KEY",
+        "SVC_KNOWLEDGE_EMBEDDER_PROVIDER",
+        "SVC_KNOWLEDGE_EMBEDDER_BASE_URL",
+        "SVC_KNOWLEDGE_EMBEDDER_MODEL",
+        "SVC_KNOWLEDGE_EMBEDDER_DIMENSIONS",
+        "SVC_KNOWLEDGE_PROMPT_CACHE_METRICS_ENABLED",
+        "SVC_KNOWLEDGE_PROMPT_CACHE_LOG_REQUESTS",
+        "SVC_KNOWLEDGE_PROMPT_CACHE_ENABLED",
+        "LOG_LEVEL",
+    ]
     positions = [text.index(f"| `{name}` |") for name in spec]
     assert positions == sorted(positions)
 
@@ -118,8 +145,11 @@ def test_env_snippets_load_as_settings():
     from workbench.config import load_settings
 
     for snippet in re.findall(r"```dotenv\n(.*?)```", page("deployment.md"), re.S):
-        env = dict(line.split("=", 1) for line in snippet.splitlines()
-                   if line.strip() and not line.startswith("#"))
+        env = dict(
+            line.split("=", 1)
+            for line in snippet.splitlines()
+            if line.strip() and not line.startswith("#")
+        )
         settings = load_settings(environ=env)
         if "SVC_KNOWLEDGE_COMPAT_BASE_URL" in env and "SVC_KNOWLEDGE_MODEL_NAME" in env:
             assert settings.llm_configured
@@ -231,10 +261,23 @@ def test_every_endpoint_is_documented():
 # --- the other pages --------------------------------------------------------------------
 def test_troubleshooting_covers_the_spec_errors():
     text = page("troubleshooting.md")
-    for needle in ("NodeResolutions", "ExtractedEntities", "ExtractedEdges",
-                   "entity_resolutions", "schema", "truncated", "refused", "compat",
-                   "fallback", "failure", "ConnectionError", "ValidationError", "TimeoutError",
-                   "RateLimitError", "UnknownError"):
+    for needle in (
+        "NodeResolutions",
+        "ExtractedEntities",
+        "ExtractedEdges",
+        "entity_resolutions",
+        "schema",
+        "truncated",
+        "refused",
+        "compat",
+        "fallback",
+        "failure",
+        "ConnectionError",
+        "ValidationError",
+        "TimeoutError",
+        "RateLimitError",
+        "UnknownError",
+    ):
         assert needle.lower() in text.lower(), needle
 
 
@@ -248,11 +291,19 @@ def test_decay_page_has_formula_and_lifecycle_table():
 
 def test_operations_page_names_the_alerts_and_files():
     text = page("operations.md")
-    for alert in ("MaintenanceTimeout", "MaintenanceFailed", "ClassificationDegraded",
-                  "ExcessiveExpiration", "SoftDeleteBacklog"):
+    for alert in (
+        "MaintenanceTimeout",
+        "MaintenanceFailed",
+        "ClassificationDegraded",
+        "ExcessiveExpiration",
+        "SoftDeleteBacklog",
+    ):
         assert alert in text
-    for path in ("ops/prometheus/prometheus.yml", "ops/prometheus/alerts.yml",
-                 "ops/grafana/dashboard.json"):
+    for path in (
+        "ops/prometheus/prometheus.yml",
+        "ops/prometheus/alerts.yml",
+        "ops/grafana/dashboard.json",
+    ):
         assert path in text
         if not (ROOT / path).exists():
             pytest.skip(f"{path} not written yet")
@@ -286,8 +337,7 @@ def nav_pages() -> list[str]:
 
 def test_nav_and_pages_agree():
     pages = nav_pages()
-    files = {p.relative_to(DOCS).as_posix() for p in DOCS.rglob("*.md")
-             if "_gen" not in p.parts}
+    files = {p.relative_to(DOCS).as_posix() for p in DOCS.rglob("*.md") if "_gen" not in p.parts}
     assert files - set(pages) == set()
     absent = set(pages) - files
     assert absent <= {"voice.md"}, absent
@@ -316,13 +366,16 @@ def test_no_build_time_fetching_plugins():
 
 @pytest.mark.slow
 def test_mkdocs_build_strict(tmp_path):
-    mkdocs = shutil.which("mkdocs", path=str(Path(sys.executable).parent)) or \
-        shutil.which("mkdocs")
+    mkdocs = shutil.which("mkdocs", path=str(Path(sys.executable).parent)) or shutil.which("mkdocs")
     if mkdocs is None:
         pytest.skip("mkdocs is not installed")
     result = subprocess.run(
         [mkdocs, "build", "--strict", "--site-dir", str(tmp_path / "site")],
-        cwd=ROOT, capture_output=True, text=True, timeout=240)
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     assert (tmp_path / "site" / "configuration" / "index.html").exists()
 

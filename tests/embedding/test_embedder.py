@@ -10,8 +10,9 @@ from workbench.errors import DimensionMismatch, EmbedderError, InvalidInput
 
 
 def test_local_model_gives_unit_vectors_that_rank_meaning(local_embedder):
-    vecs = local_embedder.embed(["The user lives in Berlin", "Their home is in Berlin",
-                                 "Quarterly tax forms are due"])
+    vecs = local_embedder.embed(
+        ["The user lives in Berlin", "Their home is in Berlin", "Quarterly tax forms are due"]
+    )
     assert vecs.shape == (3, 384) and vecs.dtype == np.float32
     assert np.allclose(np.linalg.norm(vecs, axis=1), 1.0, atol=1e-4)
     assert vecs[0] @ vecs[1] > vecs[0] @ vecs[2] + 0.2
@@ -32,15 +33,24 @@ def test_a_wrong_configured_dimension_is_a_clear_error():
 def test_settings_choose_the_embedder():
     local = build_embedder(load_settings({}, env_file=None))
     assert isinstance(local, LocalEmbedder) and local.dimensions == 384
-    compat = build_embedder(load_settings({
-        "SVC_KNOWLEDGE_EMBEDDER_PROVIDER": "compat",
-        "SVC_KNOWLEDGE_EMBEDDER_BASE_URL": "http://127.0.0.1:9/v1",
-        "SVC_KNOWLEDGE_EMBEDDER_MODEL": "m", "SVC_KNOWLEDGE_EMBEDDER_DIMENSIONS": "384"},
-        env_file=None))
+    compat = build_embedder(
+        load_settings(
+            {
+                "SVC_KNOWLEDGE_EMBEDDER_PROVIDER": "compat",
+                "SVC_KNOWLEDGE_EMBEDDER_BASE_URL": "http://127.0.0.1:9/v1",
+                "SVC_KNOWLEDGE_EMBEDDER_MODEL": "m",
+                "SVC_KNOWLEDGE_EMBEDDER_DIMENSIONS": "384",
+            },
+            env_file=None,
+        )
+    )
     assert isinstance(compat, CompatEmbedder) and compat.base_url == "http://127.0.0.1:9/v1"
     with pytest.raises(EmbedderError, match="SVC_KNOWLEDGE_EMBEDDER_MODEL"):
-        build_embedder(load_settings(
-            {"SVC_KNOWLEDGE_EMBEDDER_BASE_URL": "http://127.0.0.1:9/v1"}, env_file=None))
+        build_embedder(
+            load_settings(
+                {"SVC_KNOWLEDGE_EMBEDDER_BASE_URL": "http://127.0.0.1:9/v1"}, env_file=None
+            )
+        )
 
 
 def test_a_refused_connection_names_the_url():
@@ -51,8 +61,13 @@ def test_a_refused_connection_names_the_url():
 
 @pytest.mark.parametrize(
     ("texts", "message"),
-    [([], "non-empty"), (["a", 3], r"input\[1\]"), (["a", " "], "empty"),
-     (["a"] * 5, "at most 4"), (["x" * 11], "at most 10")],
+    [
+        ([], "non-empty"),
+        (["a", 3], r"input\[1\]"),
+        (["a", " "], "empty"),
+        (["a"] * 5, "at most 4"),
+        (["x" * 11], "at most 10"),
+    ],
 )
 def test_embedding_input_is_checked(texts, message):
     with pytest.raises(InvalidInput, match=message):
@@ -60,10 +75,15 @@ def test_embedding_input_is_checked(texts, message):
 
 
 def test_a_hosted_embedder_sends_its_key():
-    settings = load_settings({
-        "SVC_KNOWLEDGE_EMBEDDER_BASE_URL": "http://127.0.0.1:9/v1",
-        "SVC_KNOWLEDGE_EMBEDDER_MODEL": "m", "SVC_KNOWLEDGE_EMBEDDER_DIMENSIONS": "8",
-        "SVC_KNOWLEDGE_EMBEDDER_API_KEY": "emb-secret"}, env_file=None)
+    settings = load_settings(
+        {
+            "SVC_KNOWLEDGE_EMBEDDER_BASE_URL": "http://127.0.0.1:9/v1",
+            "SVC_KNOWLEDGE_EMBEDDER_MODEL": "m",
+            "SVC_KNOWLEDGE_EMBEDDER_DIMENSIONS": "8",
+            "SVC_KNOWLEDGE_EMBEDDER_API_KEY": "emb-secret",
+        },
+        env_file=None,
+    )
     embedder = build_embedder(settings)
     assert embedder._client.headers["authorization"] == "Bearer emb-secret"
     assert "emb-secret" not in repr(settings)

@@ -16,10 +16,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from workbench.embedding import onnx_backend as onnx_embedder
 from workbench.embedding import LocalEmbedder
+from workbench.embedding import onnx_backend as onnx_embedder
 from workbench.embedding.models import resolve_local_model
-from workbench.errors import DimensionMismatch, EmbedderError
 from workbench.embedding.onnx_backend import (
     MANIFEST_FILE,
     ensure_onnx,
@@ -28,6 +27,7 @@ from workbench.embedding.onnx_backend import (
     onnx_path,
     read_manifest,
 )
+from workbench.errors import DimensionMismatch, EmbedderError
 
 ROOT = Path(__file__).resolve().parents[2]
 MODEL = "all-MiniLM-L6-v2"
@@ -185,7 +185,11 @@ def test_without_an_export_the_automatic_backend_falls_back_to_torch(
 
 def _run(code: str) -> dict:
     result = subprocess.run(
-        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120,
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
         env={**os.environ, "PYTHONPATH": str(ROOT)},
     )
     assert result.returncode == 0, result.stderr
@@ -283,12 +287,14 @@ def test_a_new_package_version_re_exports_only_if_the_weights_differ(tmp_path, o
     target = tmp_path / MODEL / "model.onnx"
     target.parent.mkdir()
     target.write_bytes(b"stand-in")
-    (target.parent / MANIFEST_FILE).write_text(json.dumps(
-        {**real, "source_package_version": "0.0.9", "source_stat": {}}))
+    (target.parent / MANIFEST_FILE).write_text(
+        json.dumps({**real, "source_package_version": "0.0.9", "source_stat": {}})
+    )
     assert onnx_is_current(MODEL, target, source)  # same sha: manifest refreshed
     assert read_manifest(target)["source_package_version"] == "0.1.0"
-    (target.parent / MANIFEST_FILE).write_text(json.dumps(
-        {**real, "source_package_version": "0.0.9", "source_sha256": "0" * 64}))
+    (target.parent / MANIFEST_FILE).write_text(
+        json.dumps({**real, "source_package_version": "0.0.9", "source_sha256": "0" * 64})
+    )
     assert not onnx_is_current(MODEL, target, source)
 
 

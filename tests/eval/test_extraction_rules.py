@@ -21,8 +21,10 @@ from workbench.eval.extraction import (
 
 
 def ext(entities=(), facts=()):
-    ents = tuple(e if isinstance(e, Entity) else Entity(*e) if isinstance(e, tuple)
-                 else Entity(e) for e in entities)
+    ents = tuple(
+        e if isinstance(e, Entity) else Entity(*e) if isinstance(e, tuple) else Entity(e)
+        for e in entities
+    )
     return Extraction(ents, tuple(f if isinstance(f, Fact) else Fact(*f) for f in facts))
 
 
@@ -33,34 +35,40 @@ GOLD = ext(
 
 
 # --- normalisation ----------------------------------------------------------------------
-@pytest.mark.parametrize(("raw", "norm"), [
-    ("Maya Chen", "maya chen"),
-    ("  MAYA   chen ", "maya chen"),
-    ("Acme-Corp.", "acme corp"),
-    ("The Acme Corp", "acme corp"),
-    ("The", "the"),
-    ("A", "a"),
-    ("O'Brien", "obrien"),
-    ("O\u2019Brien", "obrien"),
-    ("São Paulo", "sao paulo"),
-    ("Zürich", "zurich"),
-    ("VS Code", "vs code"),
-    ("Neovim (nvim)", "neovim nvim"),
-    ("", ""),
-])
+@pytest.mark.parametrize(
+    ("raw", "norm"),
+    [
+        ("Maya Chen", "maya chen"),
+        ("  MAYA   chen ", "maya chen"),
+        ("Acme-Corp.", "acme corp"),
+        ("The Acme Corp", "acme corp"),
+        ("The", "the"),
+        ("A", "a"),
+        ("O'Brien", "obrien"),
+        ("O\u2019Brien", "obrien"),
+        ("São Paulo", "sao paulo"),
+        ("Zürich", "zurich"),
+        ("VS Code", "vs code"),
+        ("Neovim (nvim)", "neovim nvim"),
+        ("", ""),
+    ],
+)
 def test_normalize_name(raw, norm):
     assert loose_name_key(raw) == norm
 
 
-@pytest.mark.parametrize(("raw", "norm"), [
-    ("WORKS_AT", "WORKS_AT"),
-    ("works at", "WORKS_AT"),
-    ("works-at", "WORKS_AT"),
-    ("WorksAt", "WORKS_AT"),
-    ("  lives_in ", "LIVES_IN"),
-    ("", "RELATES_TO"),
-    ("--", "RELATES_TO"),
-])
+@pytest.mark.parametrize(
+    ("raw", "norm"),
+    [
+        ("WORKS_AT", "WORKS_AT"),
+        ("works at", "WORKS_AT"),
+        ("works-at", "WORKS_AT"),
+        ("WorksAt", "WORKS_AT"),
+        ("  lives_in ", "LIVES_IN"),
+        ("", "RELATES_TO"),
+        ("--", "RELATES_TO"),
+    ],
+)
 def test_normalize_relation(raw, norm):
     assert relation_name(raw) == norm
 
@@ -73,12 +81,15 @@ def test_prf_values():
     assert s.f1 == pytest.approx(2 * (2 / 3) * (2 / 5) / (2 / 3 + 2 / 5))
 
 
-@pytest.mark.parametrize(("counts", "p", "r", "f"), [
-    ((0, 0, 0), 1.0, 1.0, 1.0),   # nothing to find, nothing predicted
-    ((0, 0, 2), 0.0, 0.0, 0.0),   # predicted nothing, missed everything
-    ((0, 2, 0), 0.0, 0.0, 0.0),   # predicted something, nothing to find
-    ((0, 1, 1), 0.0, 0.0, 0.0),
-])
+@pytest.mark.parametrize(
+    ("counts", "p", "r", "f"),
+    [
+        ((0, 0, 0), 1.0, 1.0, 1.0),  # nothing to find, nothing predicted
+        ((0, 0, 2), 0.0, 0.0, 0.0),  # predicted nothing, missed everything
+        ((0, 2, 0), 0.0, 0.0, 0.0),  # predicted something, nothing to find
+        ((0, 1, 1), 0.0, 0.0, 0.0),
+    ],
+)
 def test_prf_zero_division(counts, p, r, f):
     s = PRF(*counts)
     assert (s.precision, s.recall, s.f1) == (p, r, f)
@@ -118,8 +129,10 @@ def test_prediction_without_gold():
 
 
 def test_partial():
-    pred = ext([("Maya Chen", "Person"), ("Acme Corp", "Organization"), ("Berlin", "Place")],
-               [("Maya Chen", "Acme Corp", "WORKS_AT"), ("Maya Chen", "Berlin", "LIVES_IN")])
+    pred = ext(
+        [("Maya Chen", "Person"), ("Acme Corp", "Organization"), ("Berlin", "Place")],
+        [("Maya Chen", "Acme Corp", "WORKS_AT"), ("Maya Chen", "Berlin", "LIVES_IN")],
+    )
     s = score_episode(pred, GOLD)
     assert s.entities == PRF(tp=2, fp=1, fn=1)
     assert s.facts == PRF(tp=1, fp=1, fn=1)
@@ -129,19 +142,30 @@ def test_partial():
 
 
 def test_case_whitespace_punctuation_ignored():
-    pred = ext([("maya  CHEN", "Person"), ("ACME corp.", "Organization"),
-                ("the Lisbon", "Place")],
-               [("MAYA CHEN", "acme-corp", "works at"), ("maya chen", "Lisbon", "LivesIn")])
+    pred = ext(
+        [("maya  CHEN", "Person"), ("ACME corp.", "Organization"), ("the Lisbon", "Place")],
+        [("MAYA CHEN", "acme-corp", "works at"), ("maya chen", "Lisbon", "LivesIn")],
+    )
     s = score_episode(pred, GOLD)
     assert s.entities.f1 == 1.0
     assert s.facts.f1 == 1.0
 
 
 def test_duplicates_collapse_and_are_reported():
-    pred = ext([("Maya Chen", "Person"), ("maya chen", "Person"), ("Maya", "Person"),
-                ("Acme Corp", "Organization"), ("Lisbon", "Place")],
-               [("Maya Chen", "Acme Corp", "WORKS_AT"), ("Maya", "Acme Corp", "WORKS_AT"),
-                ("Maya Chen", "Lisbon", "LIVES_IN")])
+    pred = ext(
+        [
+            ("Maya Chen", "Person"),
+            ("maya chen", "Person"),
+            ("Maya", "Person"),
+            ("Acme Corp", "Organization"),
+            ("Lisbon", "Place"),
+        ],
+        [
+            ("Maya Chen", "Acme Corp", "WORKS_AT"),
+            ("Maya", "Acme Corp", "WORKS_AT"),
+            ("Maya Chen", "Lisbon", "LIVES_IN"),
+        ],
+    )
     s = score_episode(pred, GOLD)
     assert s.entities == PRF(3, 0, 0)
     assert s.duplicates == 2
@@ -161,32 +185,35 @@ def test_gold_duplicates_count_once():
 
 
 def test_fact_direction_matters():
-    pred = ext(facts=[("Acme Corp", "Maya Chen", "WORKS_AT"),
-                      ("Maya Chen", "Lisbon", "LIVES_IN")])
+    pred = ext(facts=[("Acme Corp", "Maya Chen", "WORKS_AT"), ("Maya Chen", "Lisbon", "LIVES_IN")])
     s = score_episode(pred, GOLD)
     assert s.facts == PRF(tp=1, fp=1, fn=1)
     assert s.fact_links == PRF(tp=1, fp=1, fn=1)
 
 
 def test_symmetric_relation_ignores_direction_only_when_declared():
-    gold = ext([("Maya Chen", "Person"), ("Tom Reyes", "Person")],
-               [("Maya Chen", "Tom Reyes", "MARRIED_TO")])
+    gold = ext(
+        [("Maya Chen", "Person"), ("Tom Reyes", "Person")],
+        [("Maya Chen", "Tom Reyes", "MARRIED_TO")],
+    )
     pred = ext(facts=[("Tom Reyes", "Maya Chen", "married to")])
     assert score_episode(pred, gold).facts == PRF(0, 1, 1)
     assert score_episode(pred, gold, symmetric_relations=["MARRIED_TO"]).facts == PRF(1, 0, 0)
 
 
 def test_relation_mismatch_is_one_fp_and_one_fn_but_link_matches():
-    pred = ext(facts=[("Maya Chen", "Acme Corp", "EMPLOYED_BY"),
-                      ("Maya Chen", "Lisbon", "LIVES_IN")])
+    pred = ext(
+        facts=[("Maya Chen", "Acme Corp", "EMPLOYED_BY"), ("Maya Chen", "Lisbon", "LIVES_IN")]
+    )
     s = score_episode(pred, GOLD)
     assert s.facts == PRF(tp=1, fp=1, fn=1)
     assert s.fact_links == PRF(tp=2, fp=0, fn=0)
 
 
 def test_relation_synonyms_map_predictions():
-    pred = ext(facts=[("Maya Chen", "Acme Corp", "employed by"),
-                      ("Maya Chen", "Lisbon", "LIVES_IN")])
+    pred = ext(
+        facts=[("Maya Chen", "Acme Corp", "employed by"), ("Maya Chen", "Lisbon", "LIVES_IN")]
+    )
     s = score_episode(pred, GOLD, relation_synonyms={"EMPLOYED_BY": "works_at"})
     assert s.facts == PRF(2, 0, 0)
 
@@ -253,8 +280,9 @@ def test_declared_aliases():
 
 
 def test_declared_alias_claimed_twice_is_ambiguous():
-    gold = ext([Entity("New York City", "Place", ("NY",)),
-                Entity("New York State", "Place", ("NY",))])
+    gold = ext(
+        [Entity("New York City", "Place", ("NY",)), Entity("New York State", "Place", ("NY",))]
+    )
     assert score_episode(ext(["NY"]), gold).entities == PRF(0, 1, 2)
 
 
@@ -304,29 +332,37 @@ def test_aggregate_sums_duplicates():
 def test_set_passes_options_through():
     gold = {"a": ext(["m", "n"], [("m", "n", "KNOWS")])}
     pred = {"a": ext(["m", "n"], [("n", "m", "acquainted with")])}
-    s = score_set(pred, gold, relation_synonyms={"ACQUAINTED_WITH": "KNOWS"},
-                  symmetric_relations={"KNOWS"})
+    s = score_set(
+        pred, gold, relation_synonyms={"ACQUAINTED_WITH": "KNOWS"}, symmetric_relations={"KNOWS"}
+    )
     assert s.facts == PRF(1, 0, 0)
 
 
 # --- parsing ------------------------------------------------------------------------------
 def test_from_dict_synonyms_and_defaults():
-    e = Extraction.from_dict({
-        "entities": [{"name": "Maya", "type": "Person", "aliases": ["M"]}, {"name": "Acme"}],
-        "facts": [{"source": "Maya", "target": "Acme", "relation_type": "WORKS_AT"},
-                  {"source": "Maya", "target": "Acme"}],
-    })
+    e = Extraction.from_dict(
+        {
+            "entities": [{"name": "Maya", "type": "Person", "aliases": ["M"]}, {"name": "Acme"}],
+            "facts": [
+                {"source": "Maya", "target": "Acme", "relation_type": "WORKS_AT"},
+                {"source": "Maya", "target": "Acme"},
+            ],
+        }
+    )
     assert e.entities[0] == Entity("Maya", "Person", ("M",))
     assert e.entities[1].entity_type is None
     assert e.facts[0].relation == "WORKS_AT" and e.facts[1].relation == "RELATES_TO"
     assert Extraction.from_dict({}) == Extraction()
 
 
-@pytest.mark.parametrize("bad", [
-    {"entities": [{"type": "Person"}]},
-    {"facts": [{"source": "a"}]},
-    {"entities": ["just a string"]},
-])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"entities": [{"type": "Person"}]},
+        {"facts": [{"source": "a"}]},
+        {"entities": ["just a string"]},
+    ],
+)
 def test_from_dict_rejects_malformed(bad):
     with pytest.raises(InvalidInput):
         Extraction.from_dict(bad)
@@ -334,5 +370,4 @@ def test_from_dict_rejects_malformed(bad):
 
 def test_scores_are_finite():
     s = score_episode(ext(["a"]), ext(["b"]))
-    assert all(math.isfinite(v) for v in (s.entities.precision, s.entities.recall,
-                                          s.entities.f1))
+    assert all(math.isfinite(v) for v in (s.entities.precision, s.entities.recall, s.entities.f1))

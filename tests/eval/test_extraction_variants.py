@@ -21,8 +21,10 @@ from workbench.eval.extraction import (
 )
 
 GOLD = {
-    "a": Extraction((Entity("Maya Chen", "Person"), Entity("Acme", "Organization")),
-                    (Fact("Maya Chen", "Acme", "WORKS_AT"),)),
+    "a": Extraction(
+        (Entity("Maya Chen", "Person"), Entity("Acme", "Organization")),
+        (Fact("Maya Chen", "Acme", "WORKS_AT"),),
+    ),
     "b": Extraction((Entity("Lisbon", "Place"),), ()),
 }
 
@@ -30,11 +32,21 @@ GOLD = {
 def test_tabulate_two_variants():
     good = score_set(GOLD, GOLD)
     bad = score_set({"a": Extraction((Entity("Maya"),))}, GOLD)
-    rows = tabulate_variants({
-        "baseline": (good, VariantUsage(episodes=2, llm_calls=5, prompt_tokens=1000,
-                                        completion_tokens=200, cost_usd=0.004)),
-        "cheap": (bad, VariantUsage(episodes=2, llm_calls=2)),
-    })
+    rows = tabulate_variants(
+        {
+            "baseline": (
+                good,
+                VariantUsage(
+                    episodes=2,
+                    llm_calls=5,
+                    prompt_tokens=1000,
+                    completion_tokens=200,
+                    cost_usd=0.004,
+                ),
+            ),
+            "cheap": (bad, VariantUsage(episodes=2, llm_calls=2)),
+        }
+    )
     assert [r.variant for r in rows] == ["baseline", "cheap"]
     base, cheap = rows
     assert base.entity_f1 == base.fact_f1 == 1.0
@@ -64,9 +76,17 @@ def test_to_frame_variants_and_episode_scores():
 
 
 def _line(**over):
-    row = {"id": "e1", "name": "n", "episode_body": "b", "group_id": "g", "source": "text",
-           "source_description": "d", "reference_time": "2025-01-01T00:00:00Z",
-           "entities": [{"name": "Maya", "entity_type": "Person"}], "facts": []}
+    row = {
+        "id": "e1",
+        "name": "n",
+        "episode_body": "b",
+        "group_id": "g",
+        "source": "text",
+        "source_description": "d",
+        "reference_time": "2025-01-01T00:00:00Z",
+        "entities": [{"name": "Maya", "entity_type": "Person"}],
+        "facts": [],
+    }
     row.update(over)
     return json.dumps(row)
 
@@ -79,18 +99,31 @@ def test_parse_labelled_skips_blank_lines(tmp_path):
     assert rows[0].gold.entities == (Entity("Maya", "Person"),)
 
 
-@pytest.mark.parametrize("bad", ["{not json", _line(id=None).replace('"id": null, ', ""),
-                                 _line(entities=[{"entity_type": "Person"}])])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        "{not json",
+        _line(id=None).replace('"id": null, ', ""),
+        _line(entities=[{"entity_type": "Person"}]),
+    ],
+)
 def test_parse_labelled_names_the_line(bad):
     with pytest.raises(InvalidInput, match="line 2"):
         parse_labelled([_line(), bad])
 
 
 def test_usage_from_llm_calls():
-    calls = [{"prompt_tokens": 100, "completion_tokens": 20, "total_cost": 0.001},
-             {"prompt_tokens": 50, "completion_tokens": None, "total_cost": 0.0005},
-             {"status": "error"}]
+    calls = [
+        {"prompt_tokens": 100, "completion_tokens": 20, "total_cost": 0.001},
+        {"prompt_tokens": 50, "completion_tokens": None, "total_cost": 0.0005},
+        {"status": "error"},
+    ]
     usage = usage_from_llm_calls(calls, episodes=2)
-    assert usage == VariantUsage(episodes=2, llm_calls=3, prompt_tokens=150,
-                                 completion_tokens=20, cost_usd=pytest.approx(0.0015))
+    assert usage == VariantUsage(
+        episodes=2,
+        llm_calls=3,
+        prompt_tokens=150,
+        completion_tokens=20,
+        cost_usd=pytest.approx(0.0015),
+    )
     assert usage_from_llm_calls([], episodes=1) == VariantUsage(episodes=1)

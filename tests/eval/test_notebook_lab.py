@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
+from workbench.eval.extraction import loose_name_key
 from workbench.llm.structured import request_options
 from workbench.prompts import classify_memories, extract_edges, extract_entities, resolve_nodes
-from workbench.eval.extraction import loose_name_key
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -41,9 +41,15 @@ def request(messages, model, mode="json_schema"):
 
 
 def episode(ep):
-    return {"uuid": "u", "name": ep.name, "body": ep.episode_body, "source": ep.source,
-            "source_description": ep.source_description, "group_id": ep.group_id,
-            "reference_time": datetime.fromisoformat(ep.reference_time.replace("Z", "+00:00"))}
+    return {
+        "uuid": "u",
+        "name": ep.name,
+        "body": ep.episode_body,
+        "source": ep.source,
+        "source_description": ep.source_description,
+        "group_id": ep.group_id,
+        "reference_time": datetime.fromisoformat(ep.reference_time.replace("Z", "+00:00")),
+    }
 
 
 def answer(responder, req):
@@ -56,8 +62,9 @@ def answer(responder, req):
 def test_entities_answer_is_the_gold(lab, labelled, mode):
     ep = labelled["alex-08"]
     responder = lab.LabelledResponder(list(labelled.values()))
-    req = request(extract_entities.build_messages(episode(ep), []),
-                  extract_entities.ExtractedEntities, mode)
+    req = request(
+        extract_entities.build_messages(episode(ep), []), extract_entities.ExtractedEntities, mode
+    )
     data, _ = answer(responder, req)
     assert [e["name"] for e in data["entities"]] == [e.name for e in ep.gold.entities]
     extract_entities.ExtractedEntities.model_validate(data)
@@ -66,26 +73,36 @@ def test_entities_answer_is_the_gold(lab, labelled, mode):
 def test_edges_answer_uses_listed_names_and_invalidates(lab, labelled):
     ep = labelled["alex-08"]
     listed = [{"name": e.name, "entity_type": e.entity_type} for e in ep.gold.entities]
-    existing = [{"source_name": "Alex Morgan", "relation": "USES", "target_name": "Python",
-                 "fact": "x"},
-                {"source_name": "Alex Morgan", "relation": "USES", "target_name": "VS Code",
-                 "fact": "Alex Morgan does all their coding in VS Code."}]
-    req = request(extract_edges.build_messages(episode(ep), listed, existing),
-                  extract_edges.ExtractedEdges)
+    existing = [
+        {"source_name": "Alex Morgan", "relation": "USES", "target_name": "Python", "fact": "x"},
+        {
+            "source_name": "Alex Morgan",
+            "relation": "USES",
+            "target_name": "VS Code",
+            "fact": "Alex Morgan does all their coding in VS Code.",
+        },
+    ]
+    req = request(
+        extract_edges.build_messages(episode(ep), listed, existing), extract_edges.ExtractedEdges
+    )
     data, _ = answer(lab.LabelledResponder(list(labelled.values())), req)
     parsed = extract_edges.ExtractedEdges.model_validate(data)
     current = [f for f in ep.gold.facts if not f.ended]
     assert [(e.source, e.relation, e.target) for e in parsed.edges] == [
-        (f.source, f.relation, f.target) for f in current]
+        (f.source, f.relation, f.target) for f in current
+    ]
     assert parsed.edges[0].invalidates == [2]
 
 
 def test_edges_skip_endpoints_not_listed(lab, labelled):
     ep = labelled["alex-01"]
-    listed = [{"name": "Alex Morgan", "entity_type": "Person"},
-              {"name": "Portland", "entity_type": "Place"}]
-    req = request(extract_edges.build_messages(episode(ep), listed, []),
-                  extract_edges.ExtractedEdges)
+    listed = [
+        {"name": "Alex Morgan", "entity_type": "Person"},
+        {"name": "Portland", "entity_type": "Place"},
+    ]
+    req = request(
+        extract_edges.build_messages(episode(ep), listed, []), extract_edges.ExtractedEdges
+    )
     data, _ = answer(lab.LabelledResponder(list(labelled.values())), req)
     assert [(e["source"], e["target"]) for e in data["edges"]] == [("Alex Morgan", "Portland")]
 
@@ -93,8 +110,9 @@ def test_edges_skip_endpoints_not_listed(lab, labelled):
 def test_degraded_responder_drops_and_renames(lab, labelled):
     ep = labelled["alex-01"]
     listed = [{"name": e.name, "entity_type": e.entity_type} for e in ep.gold.entities]
-    req = request(extract_edges.build_messages(episode(ep), listed, []),
-                  extract_edges.ExtractedEdges)
+    req = request(
+        extract_edges.build_messages(episode(ep), listed, []), extract_edges.ExtractedEdges
+    )
     good, _ = answer(lab.LabelledResponder(list(labelled.values())), req)
     bad, _ = answer(lab.LabelledResponder(list(labelled.values()), drop_every=4), req)
     assert len(bad["edges"]) < len(good["edges"])
@@ -103,21 +121,34 @@ def test_degraded_responder_drops_and_renames(lab, labelled):
 
 def test_resolutions_match_by_normalised_name(lab, labelled):
     questions = [
-        {"id": 1, "name": "alex morgan", "entity_type": "Person", "summary": "s",
-         "candidates": [{"id": 7, "name": "Alex Morgan", "entity_type": "Person",
-                         "summary": "t"}]},
-        {"id": 2, "name": "Neovim", "entity_type": "Tool", "summary": "s",
-         "candidates": [{"id": 8, "name": "LazyVim", "entity_type": "Tool", "summary": "t"}]},
+        {
+            "id": 1,
+            "name": "alex morgan",
+            "entity_type": "Person",
+            "summary": "s",
+            "candidates": [
+                {"id": 7, "name": "Alex Morgan", "entity_type": "Person", "summary": "t"}
+            ],
+        },
+        {
+            "id": 2,
+            "name": "Neovim",
+            "entity_type": "Tool",
+            "summary": "s",
+            "candidates": [{"id": 8, "name": "LazyVim", "entity_type": "Tool", "summary": "t"}],
+        },
     ]
     req = request(resolve_nodes.build_messages(questions), resolve_nodes.NodeResolutions)
     data, _ = answer(lab.LabelledResponder(list(labelled.values())), req)
-    assert data == {"entity_resolutions": [{"id": 1, "duplicate_of": 7},
-                                           {"id": 2, "duplicate_of": None}]}
+    assert data == {
+        "entity_resolutions": [{"id": 1, "duplicate_of": 7}, {"id": 2, "duplicate_of": None}]
+    }
 
 
 def test_classifications_one_per_memory(lab, labelled):
-    req = request(classify_memories.build_messages(["a", "b", "c"]),
-                  classify_memories.MemoryClassifications)
+    req = request(
+        classify_memories.build_messages(["a", "b", "c"]), classify_memories.MemoryClassifications
+    )
     data, _ = answer(lab.LabelledResponder(list(labelled.values())), req)
     assert [c["index"] for c in data["classifications"]] == [1, 2, 3]
 

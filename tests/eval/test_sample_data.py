@@ -17,8 +17,14 @@ from workbench.eval.extraction import (
 )
 
 DATA = Path(__file__).resolve().parents[2] / "data"
-SAMPLE_FIELDS = {"name", "episode_body", "group_id", "source", "source_description",
-                 "reference_time"}
+SAMPLE_FIELDS = {
+    "name",
+    "episode_body",
+    "group_id",
+    "source",
+    "source_description",
+    "reference_time",
+}
 
 
 def _lines(name: str) -> list[dict]:
@@ -119,10 +125,18 @@ def test_import_example_shape():
     entities = [r for r in rows if r["type"] == "entity"]
     facts = [r for r in rows if r["type"] == "fact"]
     assert entities and facts and len(entities) + len(facts) == len(rows)
-    entity_keys = {"type", "name", "entity_type", "summary", "group_id", "importance",
-                   "stability"}
-    fact_keys = {"type", "source", "target", "relation", "fact", "valid_at", "invalid_at",
-                 "group_id", "created_at"}
+    entity_keys = {"type", "name", "entity_type", "summary", "group_id", "importance", "stability"}
+    fact_keys = {
+        "type",
+        "source",
+        "target",
+        "relation",
+        "fact",
+        "valid_at",
+        "invalid_at",
+        "group_id",
+        "created_at",
+    }
     for row in entities:
         assert set(row) <= entity_keys and row["name"]
         assert 1 <= row.get("importance", 3) <= 5 and 1 <= row.get("stability", 3) <= 5

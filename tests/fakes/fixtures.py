@@ -21,5 +21,3 @@ from workbench.fakes.chat_server import FakeLLMServer
 def fake_llm() -> Iterator[FakeLLMServer]:
     with FakeLLMServer() as server:
         yield server
-
-

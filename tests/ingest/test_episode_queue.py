@@ -7,8 +7,8 @@ import pytest
 from tests import prom
 from workbench import errors
 from workbench.clock import ManualClock
-from workbench.metrics import Metrics
 from workbench.ingest.episode_queue import EpisodeQueue
+from workbench.metrics import Metrics
 from workbench.store import Store
 from workbench.store import graph as g
 from workbench.store import queue as q
@@ -64,10 +64,20 @@ def env():
     queue = EpisodeQueue(store, Work(processor), metrics, clock, concurrency=2, base_delay=2.0)
 
     def add(uuid: str, group: str, priority: int = 1):
-        g.insert_episode(store, {
-            "uuid": uuid, "group_id": group, "name": uuid, "body": "b", "source": "text",
-            "source_description": "", "reference_time": clock(), "created_at": clock(),
-            "priority": priority})
+        g.insert_episode(
+            store,
+            {
+                "uuid": uuid,
+                "group_id": group,
+                "name": uuid,
+                "body": "b",
+                "source": "text",
+                "source_description": "",
+                "reference_time": clock(),
+                "created_at": clock(),
+                "priority": priority,
+            },
+        )
         q.enqueue(store, uuid, group, priority, clock())
         queue.notify_enqueued(priority)
         clock.advance(seconds=1)
@@ -77,7 +87,9 @@ def env():
 
 def test_a_group_runs_in_order_while_groups_run_in_parallel(env):
     store, clock, _, _, _, _, add = env
-    add("a1", "A"); add("a2", "A"); add("b1", "B")  # noqa: E702
+    add("a1", "A")
+    add("a2", "A")
+    add("b1", "B")  # noqa: E702
     first = claim_next(store, "w1", clock(), 60)
     second = claim_next(store, "w2", clock(), 60)
     assert (first["episode_uuid"], second["episode_uuid"]) == ("a1", "b1")
@@ -88,7 +100,9 @@ def test_a_group_runs_in_order_while_groups_run_in_parallel(env):
 
 def test_priority_orders_groups(env):
     store, clock, _, _, _, _, add = env
-    add("low", "L", priority=2); add("normal", "N", 1); add("high", "H", 0)  # noqa: E702
+    add("low", "L", priority=2)
+    add("normal", "N", 1)
+    add("high", "H", 0)  # noqa: E702
     order = [claim_next(store, "w", clock(), 60)["episode_uuid"] for _ in range(3)]
     assert order == ["high", "normal", "low"]
 
@@ -97,8 +111,8 @@ def test_a_crashed_workers_message_returns_after_its_lease(env):
     store, clock, _, queue, seen, _, add = env
     add("e1", "A")
     assert claim_next(store, "dead-worker", clock(), 60)["episode_uuid"] == "e1"
-    assert queue.drain() == 0           # leased: nothing to do yet
-    clock.advance(seconds=61)           # the lease runs out
+    assert queue.drain() == 0  # leased: nothing to do yet
+    clock.advance(seconds=61)  # the lease runs out
     assert queue.drain() == 1 and seen == ["e1"]
 
 
@@ -110,18 +124,20 @@ def test_start_returns_in_flight_messages_of_a_previous_run(env):
     assert q.release_all(store) == 1
     assert get_message(store, "e1")["state"] == "queued"
     assert store.fetchone("SELECT status, status_detail FROM episodes")[0:2] == (
-        "queued", "returned to the queue")
+        "queued",
+        "returned to the queue",
+    )
 
 
 def test_transient_failures_retry_with_backoff_and_count(env):
     store, clock, metrics, queue, seen, behaviour, add = env
     add("e1", "A")
     behaviour["e1"] = [errors.LLMRateLimited("429"), errors.LLMTimeout("slow")]
-    assert queue.drain() == 1                   # first attempt fails, retry scheduled
+    assert queue.drain() == 1  # first attempt fails, retry scheduled
     msg = get_message(store, "e1")
     assert msg["state"] == "queued" and msg["error_type"] == "RateLimitError"
     assert msg["available_at"] > clock()
-    assert queue.drain() == 0                   # not due yet
+    assert queue.drain() == 0  # not due yet
     clock.advance(seconds=10)
     queue.drain()
     clock.advance(seconds=20)
@@ -129,8 +145,14 @@ def test_transient_failures_retry_with_backoff_and_count(env):
     assert seen == ["e1"]
     text = metrics.exposition().decode()
     assert sample(text, "messaging_retries_total", {"queue_name": "episodes"}) == 2
-    assert sample(text, "messaging_messages_processed_total",
-                  {"queue_name": "episodes", "status": "success"}) == 1
+    assert (
+        sample(
+            text,
+            "messaging_messages_processed_total",
+            {"queue_name": "episodes", "status": "success"},
+        )
+        == 1
+    )
     assert sample(text, "messaging_wait_time_seconds_count") == 3
 
 
@@ -144,10 +166,16 @@ def test_validation_failures_retry_once_then_fail_and_can_be_requeued(env):
     assert msg["state"] == "failed" and msg["error_type"] == "ValidationError"
     assert "ExtractedEntities" in msg["error_message"]
     assert g.get_episode(store, "e1")["status"] == "failed"
-    assert seen == ["e2"]                       # a failed head does not block its group
+    assert seen == ["e2"]  # a failed head does not block its group
     text = metrics.exposition().decode()
-    assert sample(text, "messaging_messages_failed_total",
-                  {"queue_name": "episodes", "error_type": "ValidationError"}) == 1
+    assert (
+        sample(
+            text,
+            "messaging_messages_failed_total",
+            {"queue_name": "episodes", "error_type": "ValidationError"},
+        )
+        == 1
+    )
     assert sample(text, "messaging_messages_processed_total", {"status": "failure"}) == 1
     status = q.status(store, clock())
     assert status["counts"]["failed"] == 1 and status["failed"][0]["episode_uuid"] == "e1"
@@ -158,7 +186,9 @@ def test_validation_failures_retry_once_then_fail_and_can_be_requeued(env):
 
 def test_queue_gauges_follow_the_table(env):
     store, clock, metrics, queue, _, _, add = env
-    add("h", "A", 0); add("n1", "B", 1); add("n2", "C", 1)  # noqa: E702
+    add("h", "A", 0)
+    add("n1", "B", 1)
+    add("n2", "C", 1)  # noqa: E702
     queue.refresh_gauges()
     text = metrics.exposition().decode()
     assert sample(text, "messaging_queue_depth", {"priority": "normal"}) == 2
@@ -177,6 +207,7 @@ def test_workers_process_in_the_background_and_stop_cleanly(env):
         add(f"e{i}", f"G{i % 2}")
     queue.start()
     import time
+
     deadline = time.monotonic() + 10
     while len(seen) < 5 and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -239,9 +270,14 @@ def test_group_commit_writes_what_arrived_meanwhile_in_one_batch_and_isolates_fa
         except ValueError as exc:
             errors_seen[item] = exc
 
-    while_first_is_written(commit, first_write_started, release_first,
-                           lambda: submit("first"),
-                           [lambda x=x: submit(x) for x in ("a", "bad", "b")], waiting=3)
+    while_first_is_written(
+        commit,
+        first_write_started,
+        release_first,
+        lambda: submit("first"),
+        [lambda x=x: submit(x) for x in ("a", "bad", "b")],
+        waiting=3,
+    )
     assert batches[0] == ["first"]
     # the three that waited went as one batch, which failed; then one by one
     assert sorted(map(tuple, batches[1:])) == [("a",), ("b",)]
@@ -276,12 +312,14 @@ def test_drain_writes_the_heads_of_several_groups_in_one_commit(env):
 
 def test_claim_batch_leases_only_group_heads_in_priority_order(env):
     store, clock, _, _, _, _, add = env
-    add("a1", "A"); add("a2", "A"); add("b1", "B", priority=2); add("c1", "C", priority=0)  # noqa: E702
+    add("a1", "A")
+    add("a2", "A")
+    add("b1", "B", priority=2)
+    add("c1", "C", priority=0)  # noqa: E702
     claimed = q.claim_batch(store, "w", clock(), 60, 10)
     assert [m["episode_uuid"] for m in claimed] == ["c1", "a1", "b1"]
     statuses = dict(store.fetchall("SELECT uuid, status FROM episodes"))
-    assert statuses == {"a1": "processing", "a2": "queued", "b1": "processing",
-                        "c1": "processing"}
+    assert statuses == {"a1": "processing", "a2": "queued", "b1": "processing", "c1": "processing"}
     assert q.claim_batch(store, "w", clock(), 60, 10) == []  # a2 waits for a1
 
 
@@ -355,7 +393,9 @@ def test_one_claim_serves_several_workers(env, monkeypatch):
         return message["episode_uuid"]
 
     # a long poll: progress must come from events (enqueues, finished episodes), not polls
-    queue = EpisodeQueue(store, Work(prepare), metrics, clock, concurrency=3, batch_size=8, poll_seconds=5)
+    queue = EpisodeQueue(
+        store, Work(prepare), metrics, clock, concurrency=3, batch_size=8, poll_seconds=5
+    )
     for i in range(4):
         for group in "ABCDEFGH":
             add(f"{group}{i}", group)
@@ -398,7 +438,9 @@ def test_workers_hand_their_episodes_to_one_shared_commit(env, monkeypatch):
             ack()
         commits.append(sorted(results))
 
-    queue = EpisodeQueue(store, Work(prepare, commit), metrics, clock, concurrency=3, max_attempts=1)
+    queue = EpisodeQueue(
+        store, Work(prepare, commit), metrics, clock, concurrency=3, max_attempts=1
+    )
     for uuid, group in (("a1", "A"), ("b1", "B"), ("c1", "C")):
         add(uuid, group)
     started = time.monotonic()
@@ -422,7 +464,8 @@ def test_stop_returns_claimed_messages_no_worker_started(env):
         return message["episode_uuid"]
 
     queue = EpisodeQueue(store, Work(prepare), metrics, clock, concurrency=1, poll_seconds=0.01)
-    add("a1", "A"); add("b1", "B")  # noqa: E702 - one worker: b1 waits, claimed
+    add("a1", "A")
+    add("b1", "B")  # noqa: E702 - one worker: b1 waits, claimed
     queue.start()
     assert started.wait(5)
     wait_for(lambda: states(store) == {"processing": 2})
@@ -438,7 +481,8 @@ def test_stop_returns_claimed_messages_no_worker_started(env):
 
 def test_expired_leases_return_to_the_queue_but_those_of_live_work(env):
     store, clock, _, _, _, _, add = env
-    add("a1", "A"); add("b1", "B")  # noqa: E702
+    add("a1", "A")
+    add("b1", "B")  # noqa: E702
     assert len(q.claim_batch(store, "me", clock(), 60, 10)) == 2
     clock.advance(seconds=61)
     assert q.requeue_expired_leases(store, clock(), keep=["a1"]) == 1
@@ -457,8 +501,14 @@ def test_a_group_runs_on_without_waiting_for_polls(env):
         ack()
         done.extend(results)
 
-    queue = EpisodeQueue(store, Work(lambda m: m["episode_uuid"], commit), metrics, clock,
-                         concurrency=2, poll_seconds=0.5)
+    queue = EpisodeQueue(
+        store,
+        Work(lambda m: m["episode_uuid"], commit),
+        metrics,
+        clock,
+        concurrency=2,
+        poll_seconds=0.5,
+    )
     for i in range(5):
         add(f"a{i}", "A")
     started = time.monotonic()
@@ -477,7 +527,16 @@ def test_a_retry_falls_due_and_runs_although_leases_are_shorter_than_the_poll(en
             raise errors.LLMTimeout("slow")  # transient: retried after a backoff
         return message["episode_uuid"]
 
-    queue = EpisodeQueue(store, Work(prepare), metrics, clock, concurrency=1, lease_seconds=1.2, poll_seconds=0.2, base_delay=1.0)
+    queue = EpisodeQueue(
+        store,
+        Work(prepare),
+        metrics,
+        clock,
+        concurrency=1,
+        lease_seconds=1.2,
+        poll_seconds=0.2,
+        base_delay=1.0,
+    )
     add("a1", "A")
     queue.start()
     try:
@@ -509,7 +568,8 @@ def test_a_failure_that_cannot_be_recorded_does_not_strand_the_batch(env, monkey
         raise RuntimeError("the store is gone")
 
     monkeypatch.setattr(queue, "_failed", failing_record)
-    add("a1", "A"); add("b1", "B")  # noqa: E702
+    add("a1", "A")
+    add("b1", "B")  # noqa: E702
     run_until(queue, lambda: get_message(store, "b1")["state"] == "done")
     # a1 stays leased until its lease runs out (then it returns); b1 was written
     assert get_message(store, "a1")["state"] == "processing"
@@ -528,7 +588,9 @@ def test_a_worker_raising_past_its_handling_fails_the_attempt_not_loops(env):
         calls.append(message["episode_uuid"])
         raise Escaped("boom")
 
-    queue = EpisodeQueue(store, Work(prepare), metrics, clock, concurrency=1, max_attempts=1, poll_seconds=0.01)
+    queue = EpisodeQueue(
+        store, Work(prepare), metrics, clock, concurrency=1, max_attempts=1, poll_seconds=0.01
+    )
     add("a1", "A")
     run_until(queue, lambda: states(store) == {"failed": 1})
     assert calls == ["a1"]  # failed once, not handed out again and again
@@ -542,7 +604,9 @@ def test_a_stop_that_times_out_leaves_nothing_claimed(env):
 
     store, clock, metrics, _, _, _, add = env
     gate = threading.RLock()
-    queue = EpisodeQueue(store, Work(lambda m: m["episode_uuid"]), metrics, clock, concurrency=2, gate=gate)
+    queue = EpisodeQueue(
+        store, Work(lambda m: m["episode_uuid"]), metrics, clock, concurrency=2, gate=gate
+    )
     queue.start()
     held = threading.Event()
 
@@ -554,7 +618,8 @@ def test_a_stop_that_times_out_leaves_nothing_claimed(env):
     holder = threading.Thread(target=hold)
     holder.start()
     assert held.wait(5)
-    add("a1", "A"); add("b1", "B")  # noqa: E702
+    add("a1", "A")
+    add("b1", "B")  # noqa: E702
     queue.notify_enqueued(1)  # (add() tells the fixture's queue) it wakes, waits for the gate
     time.sleep(0.1)
     queue.stop(timeout=0.3)
@@ -572,11 +637,13 @@ def test_the_dispatcher_keeps_the_leases_of_unfinished_messages(env):
 
     def prepare(message):
         clock.advance(seconds=10)  # this episode takes 10 s (leases last 0.3 s)
-        time.sleep(0.4)            # the dispatcher renews every 0.1 s (real time)
+        time.sleep(0.4)  # the dispatcher renews every 0.1 s (real time)
         held.append(get_message(store, message["episode_uuid"])["leased_until"] > clock())
         return message["episode_uuid"]
 
-    queue = EpisodeQueue(store, Work(prepare), metrics, clock, concurrency=1, lease_seconds=0.3, poll_seconds=0.01)
+    queue = EpisodeQueue(
+        store, Work(prepare), metrics, clock, concurrency=1, lease_seconds=0.3, poll_seconds=0.01
+    )
     add("a1", "A")
     run_until(queue, lambda: states(store) == {"done": 1})
     # not expired while it ran: never handed out again, processed once
@@ -622,7 +689,7 @@ def test_a_batch_keeps_its_leases_while_it_is_prepared(env):
         uuid = message["episode_uuid"]
         if uuid == "a1":
             clock.advance(seconds=10)  # this episode takes 10 s (leases last 0.3 s)
-            time.sleep(0.4)            # the keeper renews every 0.1 s (real time)
+            time.sleep(0.4)  # the keeper renews every 0.1 s (real time)
         else:
             leases[uuid] = get_message(store, uuid)["leased_until"] > clock()
         return uuid
@@ -631,7 +698,9 @@ def test_a_batch_keeps_its_leases_while_it_is_prepared(env):
         with store.transaction():
             ack()
 
-    queue = EpisodeQueue(store, Work(prepare, commit), metrics, clock, concurrency=1, lease_seconds=0.3)
+    queue = EpisodeQueue(
+        store, Work(prepare, commit), metrics, clock, concurrency=1, lease_seconds=0.3
+    )
     add("a1", "A")
     add("b1", "B")
     assert queue.drain() == 2
@@ -647,7 +716,7 @@ def test_a_single_message_keeps_its_lease_while_it_is_processed(env):
     def process(message):
         uuid = message["episode_uuid"]
         clock.advance(seconds=10)  # this episode takes 10 s (leases last 0.3 s)
-        time.sleep(0.4)            # the keeper renews every 0.1 s (real time)
+        time.sleep(0.4)  # the keeper renews every 0.1 s (real time)
         held.append(get_message(store, uuid)["leased_until"] > clock())
         return uuid
 
@@ -655,8 +724,9 @@ def test_a_single_message_keeps_its_lease_while_it_is_processed(env):
         with store.transaction():
             ack()
 
-    queue = EpisodeQueue(store, Work(process, commit), metrics, clock, concurrency=1,
-                         lease_seconds=0.3)
+    queue = EpisodeQueue(
+        store, Work(process, commit), metrics, clock, concurrency=1, lease_seconds=0.3
+    )
     add("a1", "A")
     assert queue.drain(1) == 1
     assert held == [True]  # not expired: no other worker could have taken it meanwhile
@@ -671,10 +741,14 @@ def test_group_commit_writes_batches_of_several_workers_together():
     def submit(name, items):
         results[name] = commit.submit_many(items)
 
-    while_first_is_written(commit, first_write_started, release_first,
-                           lambda: submit("leader", ["first"]),
-                           [lambda: submit("w1", ["a1", "a2"]),
-                            lambda: submit("w2", ["b1", "b2"])], waiting=4)
+    while_first_is_written(
+        commit,
+        first_write_started,
+        release_first,
+        lambda: submit("leader", ["first"]),
+        [lambda: submit("w1", ["a1", "a2"]), lambda: submit("w2", ["b1", "b2"])],
+        waiting=4,
+    )
     assert batches[0] == ["first"]
     assert sorted(batches[1]) == ["a1", "a2", "b1", "b2"]  # two workers, one transaction
     assert all(t.done and t.error is None for ts in results.values() for t in ts)
@@ -720,8 +794,7 @@ def test_an_episode_that_kills_the_process_again_and_again_is_failed_as_crashed(
             assert (returned, failed) == (1, [])
             assert (message["state"], message["attempts"]) == ("queued", 0)  # not an attempt
     assert (returned, failed) == (0, ["a1"])
-    assert (message["state"], message["error_type"], message["crashes"]) == ("failed",
-                                                                              "crashed", 3)
+    assert (message["state"], message["error_type"], message["crashes"]) == ("failed", "crashed", 3)
     assert "died 3 times" in message["error_message"]
     status = store.fetchone("SELECT status, status_detail FROM episodes WHERE uuid = 'a1'")
     assert status[0] == "failed" and status[1].startswith("crashed")
@@ -734,10 +807,22 @@ def test_the_queue_fails_a_crash_looping_episode_when_it_starts(env):
     add("a1", "A")
     add("b1", "B")
     claim_next(store, "dead-process", clock(), 600)  # a1 was in flight
-    queue = EpisodeQueue(store, Work(lambda m: seen.append(m["episode_uuid"])), metrics,
-                         clock, max_crashes=1, poll_seconds=0.05)
+    queue = EpisodeQueue(
+        store,
+        Work(lambda m: seen.append(m["episode_uuid"])),
+        metrics,
+        clock,
+        max_crashes=1,
+        poll_seconds=0.05,
+    )
     run_until(queue, lambda: get_message(store, "b1")["state"] == "done")
     assert get_message(store, "a1")["state"] == "failed" and seen == ["b1"]
     text = metrics.exposition().decode()
-    assert sample(text, "messaging_messages_failed_total",
-                  {"queue_name": "episodes", "error_type": "UnknownError"}) == 1
+    assert (
+        sample(
+            text,
+            "messaging_messages_failed_total",
+            {"queue_name": "episodes", "error_type": "UnknownError"},
+        )
+        == 1
+    )

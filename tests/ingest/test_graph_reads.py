@@ -12,12 +12,13 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from workbench.fakes import rule_llm
 from tests.ingest.test_pipeline import open_wb
+from workbench.fakes import rule_llm
 from workbench.ingest.reads import CachedReads
 from workbench.search.rows import RowCache
 from workbench.store import Store
 from workbench.store import graph as g
+
 
 class StoreReads:
     """The oracle: :class:`GraphReads` answered by the store's SQL (the source of truth)."""
@@ -47,28 +48,44 @@ def random_graph(store: Store, rng: random.Random, n_entities: int = 60, n_facts
     entities = []
     for i in range(n_entities):
         name = rng.choice(NAMES)
-        entities.append({
-            "uuid": str(uuidlib.UUID(int=rng.getrandbits(128))),
-            "group_id": rng.choice(["g1", "g2"]), "name": name.title(), "name_norm": name,
-            "entity_type": rng.choice(["Person", "Organization"]), "summary": f"s{i}",
-            "created_at": T0 + timedelta(minutes=i), "importance": 3, "stability": 3,
-            "classification_status": "success", "lifecycle_state": rng.choice(STATES)})
+        entities.append(
+            {
+                "uuid": str(uuidlib.UUID(int=rng.getrandbits(128))),
+                "group_id": rng.choice(["g1", "g2"]),
+                "name": name.title(),
+                "name_norm": name,
+                "entity_type": rng.choice(["Person", "Organization"]),
+                "summary": f"s{i}",
+                "created_at": T0 + timedelta(minutes=i),
+                "importance": 3,
+                "stability": 3,
+                "classification_status": "success",
+                "lifecycle_state": rng.choice(STATES),
+            }
+        )
     g.insert_entities(store, entities)
     facts = []
     for i in range(n_facts):
         a, b = rng.sample(entities, 2)
-        facts.append({
-            "uuid": str(uuidlib.UUID(int=rng.getrandbits(128))), "group_id": a["group_id"],
-            "source_uuid": a["uuid"], "target_uuid": b["uuid"], "relation": "RELATES_TO",
-            "fact": rng.choice(["Likes it", "  uses it ", "Works at it", "LIKES IT"]),
-            "created_at": T0 + timedelta(minutes=i),
-            "invalid_at": T0 if rng.random() < 0.2 else None,
-            "importance": 3, "stability": 3, "classification_status": "success",
-            "lifecycle_state": rng.choice(STATES)})
+        facts.append(
+            {
+                "uuid": str(uuidlib.UUID(int=rng.getrandbits(128))),
+                "group_id": a["group_id"],
+                "source_uuid": a["uuid"],
+                "target_uuid": b["uuid"],
+                "relation": "RELATES_TO",
+                "fact": rng.choice(["Likes it", "  uses it ", "Works at it", "LIKES IT"]),
+                "created_at": T0 + timedelta(minutes=i),
+                "invalid_at": T0 if rng.random() < 0.2 else None,
+                "importance": 3,
+                "stability": 3,
+                "classification_status": "success",
+                "lifecycle_state": rng.choice(STATES),
+            }
+        )
     g.insert_facts(store, facts)
     expired = [f["uuid"] for f in facts if rng.random() < 0.2]
-    store.execute("UPDATE facts SET expired_at = ? WHERE list_contains(?, uuid)",
-                  [T0, expired])
+    store.execute("UPDATE facts SET expired_at = ? WHERE list_contains(?, uuid)", [T0, expired])
     return entities, facts
 
 
@@ -89,8 +106,7 @@ def ask_both(store_reads, cached, entities, facts, rng):
     for _ in range(30):
         group = rng.choice(["g1", "g2", "g3"])
         names = rng.sample([*NAMES, "nobody"], 3)
-        assert cached.entities_by_norm(group, names) == store_reads.entities_by_norm(group,
-                                                                                     names)
+        assert cached.entities_by_norm(group, names) == store_reads.entities_by_norm(group, names)
         some = rng.sample(uuids, 5) + ["missing"]
         by_uuid = store_reads.entities_by_uuid(some)
         assert cached.entities_by_uuid(some).keys() == by_uuid.keys()
@@ -98,10 +114,11 @@ def ask_both(store_reads, cached, entities, facts, rng):
             assert {k: by_uuid[u][k] for k in row} == row
         limit = rng.choice([3, 30])
         assert cached.facts_between(some, limit) == store_reads.facts_between(some, limit)
-        keys = [(f["source_uuid"], f["target_uuid"], rng.choice(["likes it", "uses it", "x"]))
-                for f in rng.sample(facts, 20)]
-        assert cached.existing_fact_keys(group, keys) == store_reads.existing_fact_keys(group,
-                                                                                       keys)
+        keys = [
+            (f["source_uuid"], f["target_uuid"], rng.choice(["likes it", "uses it", "x"]))
+            for f in rng.sample(facts, 20)
+        ]
+        assert cached.existing_fact_keys(group, keys) == store_reads.existing_fact_keys(group, keys)
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3])
@@ -116,8 +133,10 @@ def test_cached_reads_answer_as_duckdb_does(seed):
     g.delete_entities(store, [e["uuid"] for e in gone])
     ent_cache.remove([e["uuid"] for e in gone])
     renamed = [e for e in entities if e not in gone][:5]
-    store.execute("UPDATE entities SET name_norm = 'renamed' WHERE list_contains(?, uuid)",
-                  [[e["uuid"] for e in renamed]])
+    store.execute(
+        "UPDATE entities SET name_norm = 'renamed' WHERE list_contains(?, uuid)",
+        [[e["uuid"] for e in renamed]],
+    )
     ent_cache.refresh(store, [e["uuid"] for e in renamed])
     dropped = rng.sample(facts, 30)
     g.delete_facts(store, [f["uuid"] for f in dropped])
@@ -141,13 +160,17 @@ def test_the_name_index_follows_puts_and_removes():
     assert cache.named == {}
 
 
-def test_the_next_episode_of_a_group_waits_for_the_indexes_of_the_previous(
-        fake_llm, hash_embedder):
+def test_the_next_episode_of_a_group_waits_for_the_indexes_of_the_previous(fake_llm, hash_embedder):
     """Workers must not claim a group's next episode between the previous one's commit and the
     search-index update: extraction would miss its entities and create duplicates."""
     fake_llm.set_responder(rule_llm.respond)
-    wb = open_wb(fake_llm, hash_embedder, SVC_KNOWLEDGE_QUEUE_CONCURRENCY="3",
-                 SVC_KNOWLEDGE_QUEUE_POLL_SECONDS="0.01", SVC_KNOWLEDGE_DECAY_ENABLED="false")
+    wb = open_wb(
+        fake_llm,
+        hash_embedder,
+        SVC_KNOWLEDGE_QUEUE_CONCURRENCY="3",
+        SVC_KNOWLEDGE_QUEUE_POLL_SECONDS="0.01",
+        SVC_KNOWLEDGE_DECAY_ENABLED="false",
+    )
     on_upsert = wb.search.on_upsert
     slow = threading.Event()
 
@@ -186,7 +209,8 @@ def open_wb_with_broken_index_updates(fake_llm, hash_embedder):
 
 
 def test_an_index_update_failing_after_the_commit_does_not_process_episodes_again(
-        fake_llm, hash_embedder, caplog):
+    fake_llm, hash_embedder, caplog
+):
     """The episodes are written and acknowledged before the search indexes hear of them: a
     failure there must neither re-queue them (duplicates) nor hide their entities from the
     next episode of the group (the row caches are re-read)."""
@@ -206,7 +230,8 @@ def test_an_index_update_failing_after_the_commit_does_not_process_episodes_agai
 
 
 def test_memories_whose_index_update_failed_are_searchable_after_the_resync(
-        fake_llm, hash_embedder):
+    fake_llm, hash_embedder
+):
     """The resync after a failed index update must bring the written memories into the
     vector and keyword indexes too, not only into the row caches: else no search finds
     them, and extraction's vector dedupe (``similar``) cannot offer them as duplicates."""
@@ -229,7 +254,8 @@ def test_memories_whose_index_update_failed_are_searchable_after_the_resync(
 
 @pytest.mark.parametrize("delete", ["episode", "fact", "group"])
 def test_a_delete_whose_index_update_fails_still_succeeds_and_hides_the_memories(
-        fake_llm, hash_embedder, caplog, delete):
+    fake_llm, hash_embedder, caplog, delete
+):
     """The delete is committed before the search indexes hear of it: a failure there must not
     report the delete as failed, and the indexes are re-read so searches stop finding it."""
     fake_llm.set_responder(rule_llm.respond)

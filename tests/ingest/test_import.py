@@ -6,14 +6,37 @@ from workbench.facade import Workbench
 
 def test_import_creates_endpoints_dedupes_and_reports_bad_lines(tmp_path, hash_embedder):
     lines = [
-        {"type": "entity", "name": "Maria Keller", "entity_type": "Person",
-         "summary": "Data engineer", "importance": 5, "stability": 5},
-        {"type": "fact", "source": "maria keller", "target": "Acme", "relation": "WORKS_AT",
-         "fact": "Maria Keller works at Acme", "valid_at": "2024-01-01T00:00:00Z"},
-        {"type": "fact", "source": "Maria Keller", "target": "Acme", "relation": "WORKS_AT",
-         "fact": "Maria Keller works at Acme"},
-        {"type": "fact", "source": "Tom", "target": "Acme", "fact": "Tom works at Acme",
-         "group_id": "other", "created_at": "2023-01-01T00:00:00Z"},
+        {
+            "type": "entity",
+            "name": "Maria Keller",
+            "entity_type": "Person",
+            "summary": "Data engineer",
+            "importance": 5,
+            "stability": 5,
+        },
+        {
+            "type": "fact",
+            "source": "maria keller",
+            "target": "Acme",
+            "relation": "WORKS_AT",
+            "fact": "Maria Keller works at Acme",
+            "valid_at": "2024-01-01T00:00:00Z",
+        },
+        {
+            "type": "fact",
+            "source": "Maria Keller",
+            "target": "Acme",
+            "relation": "WORKS_AT",
+            "fact": "Maria Keller works at Acme",
+        },
+        {
+            "type": "fact",
+            "source": "Tom",
+            "target": "Acme",
+            "fact": "Tom works at Acme",
+            "group_id": "other",
+            "created_at": "2023-01-01T00:00:00Z",
+        },
         {"type": "widget", "name": "x"},
         {"type": "fact", "source": "A"},
     ]
@@ -22,7 +45,7 @@ def test_import_creates_endpoints_dedupes_and_reports_bad_lines(tmp_path, hash_e
     settings = load_settings({"SVC_KNOWLEDGE_DB_PATH": ":memory:"}, env_file=None)
     with Workbench.open(settings, embedder=hash_embedder) as wb:
         report = wb.import_jsonl(path)
-        assert report["entities_created"] == 4      # Maria, Acme (main), Tom, Acme (other)
+        assert report["entities_created"] == 4  # Maria, Acme (main), Tom, Acme (other)
         assert report["facts_created"] == 2 and report["facts_existing"] == 1
         assert report["error_count"] == 3
         assert report["errors"][0].startswith("line 5:")
@@ -32,7 +55,7 @@ def test_import_creates_endpoints_dedupes_and_reports_bad_lines(tmp_path, hash_e
         assert maria["classification_status"] == "provided"
         tom_fact = wb.store.fetch_dicts("SELECT * FROM facts WHERE group_id = 'other'")[0]
         assert tom_fact["created_at"].year == 2023
-        assert tom_fact["classification_status"] is None   # left for the classifier
+        assert tom_fact["classification_status"] is None  # left for the classifier
         assert wb.store.fetchone("SELECT count(*) FROM fact_embeddings")[0] == 2
         hits = wb.search_memory_facts("where does Maria work", group_ids=["main"])["facts"]
         assert hits and hits[0]["fact"] == "Maria Keller works at Acme"
@@ -50,22 +73,34 @@ def test_add_memories_queues_every_episode(hash_embedder):
 
 
 def test_an_index_update_failing_after_an_import_commit_leaves_the_caches_current(
-        tmp_path, hash_embedder):
+    tmp_path, hash_embedder
+):
     """The chunk is committed before the search indexes hear of it: when telling them fails,
     extraction (which reads the graph from the row caches) must still see the imported
     entities, or the next episode creates them a second time."""
     path = tmp_path / "in.jsonl"
-    path.write_text(json.dumps({"type": "fact", "source": "Maria Keller", "target": "Acme",
-                                "fact": "Maria Keller works at Acme"}) + "\n")
+    path.write_text(
+        json.dumps(
+            {
+                "type": "fact",
+                "source": "Maria Keller",
+                "target": "Acme",
+                "fact": "Maria Keller works at Acme",
+            }
+        )
+        + "\n"
+    )
     settings = load_settings({"SVC_KNOWLEDGE_DB_PATH": ":memory:"}, env_file=None)
     with Workbench.open(settings, embedder=hash_embedder) as wb:
+
         def broken_upsert(*args, **kwargs):
             raise RuntimeError("index update failed")
 
         wb.search.on_upsert = broken_upsert
         report = wb.import_jsonl(path)
         assert report["entities_created"] == 2 and report["facts_created"] == 1
-        assert wb.pipeline.extractor.reads.entities_by_norm("main", ["maria keller", "acme"]).keys() \
-            == {"maria keller", "acme"}
+        assert wb.pipeline.extractor.reads.entities_by_norm(
+            "main", ["maria keller", "acme"]
+        ).keys() == {"maria keller", "acme"}
         hits = wb.search_memory_facts("where does Maria work", group_ids=["main"])["facts"]
         assert [h["fact"] for h in hits] == ["Maria Keller works at Acme"]

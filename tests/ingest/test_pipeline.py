@@ -8,14 +8,13 @@ import logging
 import pytest
 
 from tests import prom
-from workbench.fakes.chat_server import FakeReply, message_text
-from workbench.fakes.chat_server import chat_settings_env
-from workbench.fakes import rule_llm
 from workbench.config import load_settings
 from workbench.errors import InvalidInput
+from workbench.facade import Workbench
+from workbench.fakes import rule_llm
+from workbench.fakes.chat_server import FakeReply, chat_settings_env, message_text
 from workbench.metrics import Metrics
 from workbench.store import queue as q
-from workbench.facade import Workbench
 
 
 def sample(wb: Workbench, name: str, **labels) -> float | None:
@@ -23,8 +22,9 @@ def sample(wb: Workbench, name: str, **labels) -> float | None:
 
 
 def open_wb(fake_llm, embedder, db=":memory:", **extra) -> Workbench:
-    env = chat_settings_env(fake_llm, SVC_KNOWLEDGE_DB_PATH=str(db),
-                            SVC_KNOWLEDGE_LLM_MAX_RETRIES="2", **extra)
+    env = chat_settings_env(
+        fake_llm, SVC_KNOWLEDGE_DB_PATH=str(db), SVC_KNOWLEDGE_LLM_MAX_RETRIES="2", **extra
+    )
     settings = load_settings(env, env_file=None)
     return Workbench.open(settings, embedder=embedder, metrics=Metrics())
 
@@ -42,8 +42,9 @@ def count(wb, table):
 
 
 def test_an_episode_becomes_entities_facts_and_embeddings(wb, fake_llm):
-    out = wb.add_memory("intro", "Maria Keller works at Acme. Maria Keller lives in Munich.",
-                        group_id="g1")
+    out = wb.add_memory(
+        "intro", "Maria Keller works at Acme. Maria Keller lives in Munich.", group_id="g1"
+    )
     assert out["status"] == "queued"
     assert wb.process_pending() == 1
     names = {r[0] for r in wb.store.fetchall("SELECT name FROM entities")}
@@ -71,7 +72,8 @@ def test_entities_are_deduplicated_across_episodes(wb):
     wb.add_memory("c", "Maria Keller works at Acme.", group_id="other")
     wb.process_pending()
     rows = wb.store.fetchall(
-        "SELECT group_id, count(*) FROM entities WHERE name = 'Maria Keller' GROUP BY 1")
+        "SELECT group_id, count(*) FROM entities WHERE name = 'Maria Keller' GROUP BY 1"
+    )
     assert dict(rows) == {"g1": 1, "other": 1}
     assert count(wb, "mentions") == 6  # a: Maria, Acme; b: Maria, Neovim; c: Maria, Acme
 
@@ -92,8 +94,9 @@ def test_a_redelivered_message_changes_nothing(wb):
     before = [count(wb, t) for t in ("entities", "facts", "mentions", "entity_embeddings")]
     calls = count(wb, "llm_calls")
     # the message is delivered again (at-least-once): the written episode is skipped
-    wb.store.execute("UPDATE queue SET state = 'queued' WHERE episode_uuid = ?",
-                     [out["episode_uuid"]])
+    wb.store.execute(
+        "UPDATE queue SET state = 'queued' WHERE episode_uuid = ?", [out["episode_uuid"]]
+    )
     wb.process_pending()
     assert [count(wb, t) for t in ("entities", "facts", "mentions", "entity_embeddings")] == before
     assert count(wb, "llm_calls") == calls
@@ -116,6 +119,7 @@ def test_a_crash_mid_episode_loses_nothing(fake_llm, hash_embedder, tmp_path):
     second.start()  # returns in-flight messages of the dead process to the queue
     try:
         import time
+
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
             if second.get_queue_status()["counts"]["done"] == 1:
@@ -136,8 +140,7 @@ def test_rate_limit_then_success_is_retried_and_counted(wb, fake_llm):
     wb.process_pending()
     assert count(wb, "facts") == 1
     assert sample(wb, "graph_llm_errors_total", error_type="rate_limit") == 1
-    assert wb.store.fetchone(
-        "SELECT count(*) FROM llm_calls WHERE status <> 'success'")[0] == 1
+    assert wb.store.fetchone("SELECT count(*) FROM llm_calls WHERE status <> 'success'")[0] == 1
 
 
 @pytest.mark.parametrize(
@@ -149,7 +152,8 @@ def test_rate_limit_then_success_is_retried_and_counted(wb, fake_llm):
     ],
 )
 def test_bad_structured_output_fails_the_episode_naming_the_structure(
-        wb, fake_llm, reply, structure, caplog):
+    wb, fake_llm, reply, structure, caplog
+):
     fake_llm.set_responder(lambda req: reply)
     out = wb.add_memory("a", "Tom works at Globex.")
     with caplog.at_level(logging.ERROR, logger="workbench.ingest.episode_queue"):
@@ -171,8 +175,11 @@ def test_bad_structured_output_fails_the_episode_naming_the_structure(
 
 
 def test_schema_echo_names_the_missing_required_field(wb, fake_llm):
-    fake_llm.set_responder(lambda req: FakeReply.schema_echo()
-                           if "NodeResolutions" in str(req) else rule_llm.respond(req))
+    fake_llm.set_responder(
+        lambda req: (
+            FakeReply.schema_echo() if "NodeResolutions" in str(req) else rule_llm.respond(req)
+        )
+    )
     from workbench.errors import SchemaEchoError
     from workbench.prompts.resolve_nodes import NodeResolutions
 
@@ -182,11 +189,18 @@ def test_schema_echo_names_the_missing_required_field(wb, fake_llm):
 
 def test_a_groups_episodes_are_extracted_in_order(wb, fake_llm):
     for i in range(4):
-        wb.add_memory(f"e{i}", f"Tom uses Python. Step {i}.", group_id="g",
-                      priority="low" if i % 2 else "high")
+        wb.add_memory(
+            f"e{i}",
+            f"Tom uses Python. Step {i}.",
+            group_id="g",
+            priority="low" if i % 2 else "high",
+        )
     wb.process_pending()
-    steps = [rule_llm.episode_text(r).split("Step ")[-1][:1]
-             for r in fake_llm.requests if "ExtractedEntities" in str(r.get("response_format"))]
+    steps = [
+        rule_llm.episode_text(r).split("Step ")[-1][:1]
+        for r in fake_llm.requests
+        if "ExtractedEntities" in str(r.get("response_format"))
+    ]
     assert steps == ["0", "1", "2", "3"]
 
 
@@ -230,21 +244,22 @@ def test_search_follows_ingestion_changes_at_once(wb):
     wb.add_memory("new", "User moved to Berlin.", reference_time="2025-06-01T00:00:00Z")
     wb.process_pending()
     current = [h["fact"] for h in wb.search_memory_facts("where does the user live")["facts"]]
-    assert current == ["User lives in Berlin."]          # the invalidated fact is hidden
+    assert current == ["User lives in Berlin."]  # the invalidated fact is hidden
     both = wb.search_memory_facts("where does the user live", include_invalidated=True)
-    assert {h["fact"] for h in both["facts"]} == {"User lives in Berlin.",
-                                                  "User lives in Munich."}
+    assert {h["fact"] for h in both["facts"]} == {"User lives in Berlin.", "User lives in Munich."}
     node = wb.search_memory_nodes("User", max_nodes=1)["nodes"][0]
     assert "Berlin" in node["summary"] and "Munich" in node["summary"]
 
 
 def test_batched_writes_build_the_same_graph_as_one_episode_at_a_time(fake_llm, hash_embedder):
     fake_llm.set_responder(rule_llm.respond)
-    bodies = [("g1", "Maria Keller works at Acme. Tom uses Python."),
-              ("g2", "Tom works at Globex. Maria Keller uses Neovim."),
-              ("g1", "Maria Keller works at Globex."),   # contradicts g1's first episode
-              ("g3", "User uses VS Code. Tom lives in Munich."),
-              ("g2", "Tom uses Python. Tom works at Globex.")]
+    bodies = [
+        ("g1", "Maria Keller works at Acme. Tom uses Python."),
+        ("g2", "Tom works at Globex. Maria Keller uses Neovim."),
+        ("g1", "Maria Keller works at Globex."),  # contradicts g1's first episode
+        ("g3", "User uses VS Code. Tom lives in Munich."),
+        ("g2", "Tom uses Python. Tom works at Globex."),
+    ]
 
     def build(batch_size: str):
         wb = open_wb(fake_llm, hash_embedder, SVC_KNOWLEDGE_QUEUE_BATCH_SIZE=batch_size)
@@ -252,22 +267,31 @@ def test_batched_writes_build_the_same_graph_as_one_episode_at_a_time(fake_llm, 
             wb.add_memory(f"e{i}", body, group_id=group)
         assert wb.process_pending() == len(bodies)
         graph = {
-            "entities": sorted(wb.store.fetchall(
-                "SELECT group_id, name, summary FROM entities")),
-            "facts": sorted(wb.store.fetchall(
-                "SELECT group_id, fact, invalid_at IS NOT NULL, expired_at IS NOT NULL "
-                "FROM facts")),
+            "entities": sorted(wb.store.fetchall("SELECT group_id, name, summary FROM entities")),
+            "facts": sorted(
+                wb.store.fetchall(
+                    "SELECT group_id, fact, invalid_at IS NOT NULL, expired_at IS NOT NULL "
+                    "FROM facts"
+                )
+            ),
             "mentions": count(wb, "mentions"),
             "embeddings": (count(wb, "entity_embeddings"), count(wb, "fact_embeddings")),
             # each vector belongs to its own memory's text
-            "vectors": sorted(wb.store.fetchall(
-                "SELECT e.group_id, e.name, round(v.vector[1], 5), round(v.vector[2], 5) "
-                "FROM entities e JOIN entity_embeddings v USING (uuid)")) + sorted(
+            "vectors": sorted(
+                wb.store.fetchall(
+                    "SELECT e.group_id, e.name, round(v.vector[1], 5), round(v.vector[2], 5) "
+                    "FROM entities e JOIN entity_embeddings v USING (uuid)"
+                )
+            )
+            + sorted(
                 wb.store.fetchall(
                     "SELECT f.group_id, f.fact, round(v.vector[1], 5) "
-                    "FROM facts f JOIN fact_embeddings v USING (uuid)")),
-            "episodes": sorted(wb.store.fetchall(
-                "SELECT name, status, entity_count, fact_count FROM episodes")),
+                    "FROM facts f JOIN fact_embeddings v USING (uuid)"
+                )
+            ),
+            "episodes": sorted(
+                wb.store.fetchall("SELECT name, status, entity_count, fact_count FROM episodes")
+            ),
             "llm_calls": count(wb, "llm_calls"),
             "searchable": len(wb.search_memory_facts("Globex", max_facts=50)["facts"]),
         }
@@ -281,9 +305,13 @@ def test_batched_writes_build_the_same_graph_as_one_episode_at_a_time(fake_llm, 
 
 def _previous_episodes(fake_llm) -> list[str]:
     """The PREVIOUS EPISODES section of each entity extraction prompt, in order."""
-    return [message_text(r).split("PREVIOUS EPISODES (context only):", 1)[1]
-            .split("CURRENT EPISODE", 1)[0]
-            for r in fake_llm.requests if "ExtractedEntities" in str(r.get("response_format"))]
+    return [
+        message_text(r)
+        .split("PREVIOUS EPISODES (context only):", 1)[1]
+        .split("CURRENT EPISODE", 1)[0]
+        for r in fake_llm.requests
+        if "ExtractedEntities" in str(r.get("response_format"))
+    ]
 
 
 def test_the_context_is_the_groups_latest_episodes_and_forgets_deleted_ones(wb, fake_llm):
@@ -295,9 +323,13 @@ def test_the_context_is_the_groups_latest_episodes_and_forgets_deleted_ones(wb, 
     wb.delete_episode(beta)
     wb.add_memory("c", "Tom uses VS Code. Gamma note.", group_id="g")
     wb.process_pending()
-    by_body = {rule_llm.episode_text(r).strip(): prev for r, prev in zip(
-        [r for r in fake_llm.requests if "ExtractedEntities" in str(r.get("response_format"))],
-        _previous_episodes(fake_llm))}
+    by_body = {
+        rule_llm.episode_text(r).strip(): prev
+        for r, prev in zip(
+            [r for r in fake_llm.requests if "ExtractedEntities" in str(r.get("response_format"))],
+            _previous_episodes(fake_llm),
+        )
+    }
     assert "(none)" in by_body["Tom uses Python. Alpha note."]
     assert "Alpha note" in by_body["Tom uses Neovim. Beta note."]
     gamma = by_body["Tom uses VS Code. Gamma note."]
@@ -309,10 +341,13 @@ def test_the_context_is_the_groups_latest_episodes_and_forgets_deleted_ones(wb, 
 
 
 def _prepared(wb, *bodies, group_prefix="g"):
-    uuids = [wb.add_memory(f"n{i}", body, group_id=f"{group_prefix}{i}")["episode_uuid"]
-             for i, body in enumerate(bodies)]
-    episodes = [wb.store.fetch_dicts("SELECT * FROM episodes WHERE uuid = ?", [u])[0]
-                for u in uuids]
+    uuids = [
+        wb.add_memory(f"n{i}", body, group_id=f"{group_prefix}{i}")["episode_uuid"]
+        for i, body in enumerate(bodies)
+    ]
+    episodes = [
+        wb.store.fetch_dicts("SELECT * FROM episodes WHERE uuid = ?", [u])[0] for u in uuids
+    ]
     return [wb.pipeline.extractor.prepare(e) for e in episodes]
 
 
@@ -323,8 +358,7 @@ def test_an_episode_written_twice_writes_once_and_acknowledges_both(wb):
     assert graph[0] >= 2 and graph[1] >= 1 and graph[2] >= 2
     acks = []
     wb.pipeline.writer.write(prepared, also=lambda: acks.append(True))  # a second delivery
-    assert [count(wb, t) for t in ("entities", "facts", "mentions", "entity_embeddings")] \
-        == graph
+    assert [count(wb, t) for t in ("entities", "facts", "mentions", "entity_embeddings")] == graph
     assert acks == [True]
 
 
@@ -336,8 +370,10 @@ def test_an_episode_deleted_while_extracted_writes_nothing_but_its_batch_does(wb
     assert not sample(wb, "graph_episodes_processed_total", group_id="g1")
     names = {r[0] for r in wb.store.fetchall("SELECT name FROM entities")}
     assert names == {"Tom", "Python"}
-    assert wb.store.fetchone("SELECT status FROM episodes WHERE uuid = ?",
-                             [kept.episode_uuid])[0] == "done"
+    assert (
+        wb.store.fetchone("SELECT status FROM episodes WHERE uuid = ?", [kept.episode_uuid])[0]
+        == "done"
+    )
 
 
 def test_an_episode_deleted_and_added_again_while_extracted_is_processed_anew(wb, fake_llm):
@@ -368,10 +404,12 @@ def test_a_failed_second_delivery_does_not_undo_a_written_episode(wb):
     assert not sample(wb, "messaging_retries_total")
 
 
-@pytest.mark.parametrize(("error", "failed_before"), [(TimeoutError("timed out"), 0),
-                                                     (InvalidInput("bad request"), 1)])
+@pytest.mark.parametrize(
+    ("error", "failed_before"), [(TimeoutError("timed out"), 0), (InvalidInput("bad request"), 1)]
+)
 def test_a_late_failure_of_an_episode_deleted_and_added_again_leaves_the_new_one_queued(
-        wb, error, failed_before):
+    wb, error, failed_before
+):
     """The old delivery's failure (retried or final) must not delay, fail or relabel the
     episode added again under the same uuid."""
     uuid = "7d3c1f7e-2b1a-4c55-9a51-0d6f6b7f1a02"

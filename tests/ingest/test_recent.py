@@ -16,28 +16,41 @@ START = datetime(2026, 1, 1, tzinfo=UTC)
 
 
 def _episode(uuid: str, group: str, day: int, status: str = "queued") -> dict:
-    return {"uuid": uuid, "group_id": group, "name": f"name {uuid}", "body": f"body {uuid}",
-            "source": "text", "source_description": "", "priority": 1,
-            "reference_time": START + timedelta(days=day), "created_at": START,
-            "status": status}
+    return {
+        "uuid": uuid,
+        "group_id": group,
+        "name": f"name {uuid}",
+        "body": f"body {uuid}",
+        "source": "text",
+        "source_description": "",
+        "priority": 1,
+        "reference_time": START + timedelta(days=day),
+        "created_at": START,
+        "status": status,
+    }
 
 
 def _exact(store: Store, episode: dict, k: int) -> list[dict]:
-    return g.recent_episodes(store, episode["group_id"], episode["reference_time"],
-                             episode["uuid"], k)
+    return g.recent_episodes(
+        store, episode["group_id"], episode["reference_time"], episode["uuid"], k
+    )
 
 
 def _contexts(store: Store, recent: RecentEpisodes, episodes: list[dict], k: int) -> dict:
     return recent.contexts(
-        episodes, k, load=lambda groups, keep: g.latest_episodes(store, groups, keep),
-        fallback=lambda e: _exact(store, e, k))
+        episodes,
+        k,
+        load=lambda groups, keep: g.latest_episodes(store, groups, keep),
+        fallback=lambda e: _exact(store, e, k),
+    )
 
 
 def test_latest_episodes_are_each_groups_first_processed_ones_in_the_exact_order():
     store = Store.open(":memory:", dim=4)
     for i in range(14):  # days repeat: equal reference times are ordered by uuid
-        g.insert_episode(store, _episode(f"e{i:02d}", f"g{i % 2}", (5 * i) % 4,
-                                         "done" if i % 5 else "queued"))
+        g.insert_episode(
+            store, _episode(f"e{i:02d}", f"g{i % 2}", (5 * i) % 4, "done" if i % 5 else "queued")
+        )
     latest = g.latest_episodes(store, ["g0", "g1", "nobody"], 3)
     far = START + timedelta(days=100)
     for group in ("g0", "g1"):
@@ -57,8 +70,11 @@ def test_kept_contexts_equal_the_exact_query_through_adds_deletes_and_late_episo
     for step in range(160):
         action = rng.random()
         if action < 0.45 or not queued:  # a new episode, sometimes older than the others
-            ep = _episode(f"u{step:03d}", rng.choice("ab"),
-                          step // 3 - (rng.randrange(40) if rng.random() < 0.2 else 0))
+            ep = _episode(
+                f"u{step:03d}",
+                rng.choice("ab"),
+                step // 3 - (rng.randrange(40) if rng.random() < 0.2 else 0),
+            )
             g.insert_episode(store, ep)
             queued.append(g.get_episode(store, ep["uuid"]))
         elif action < 0.8:  # a batch is processed: marked done, then told to the cache
@@ -66,8 +82,10 @@ def test_kept_contexts_equal_the_exact_query_through_adds_deletes_and_late_episo
             g.mark_episodes_done(store, [(e["uuid"], 0, 0) for e in batch], START)
             for e in batch:
                 queued.remove(e)
-                recent.add(e["group_id"], [{key: e[key] for key in
-                                                ("uuid", "name", "body", "reference_time")}])
+                recent.add(
+                    e["group_id"],
+                    [{key: e[key] for key in ("uuid", "name", "body", "reference_time")}],
+                )
         else:  # an episode (processed or not) is deleted
             done = [r[0] for r in store.fetchall("SELECT uuid FROM episodes")]
             gone = g.get_episode(store, rng.choice(done))

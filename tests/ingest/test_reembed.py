@@ -6,13 +6,25 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from workbench.fakes import rule_llm
 from tests.ingest.test_pipeline import open_wb
+from workbench.fakes import rule_llm
 from workbench.ingest.extract import entity_text
 from workbench.ingest.reembed import ReembedPolicy
 
-WORDS = ["amber", "basalt", "cobalt", "dune", "ember", "fjord", "garnet", "harbor", "indigo",
-         "jasper", "kelp", "lagoon"]
+WORDS = [
+    "amber",
+    "basalt",
+    "cobalt",
+    "dune",
+    "ember",
+    "fjord",
+    "garnet",
+    "harbor",
+    "indigo",
+    "jasper",
+    "kelp",
+    "lagoon",
+]
 
 
 def test_the_policy_embeds_again_once_the_unseen_text_reaches_the_fraction():
@@ -50,12 +62,23 @@ def _history(wb, episodes):
         wb.add_memory(f"n{i}", f"Maria Keller noted {word}.", group_id="g1")
         assert wb.process_pending() == 1
         uuid, summary, etype = wb.store.fetchone(
-            "SELECT uuid, summary, entity_type FROM entities WHERE name = 'Maria Keller'")
-        stored = np.asarray(wb.store.fetchone(
-            "SELECT vector FROM entity_embeddings WHERE uuid = ?", [uuid])[0], dtype=np.float32)
+            "SELECT uuid, summary, entity_type FROM entities WHERE name = 'Maria Keller'"
+        )
+        stored = np.asarray(
+            wb.store.fetchone("SELECT vector FROM entity_embeddings WHERE uuid = ?", [uuid])[0],
+            dtype=np.float32,
+        )
         indexed = wb.search.vectors["entity"].vector(uuid)
-        out.append({"uuid": uuid, "summary": summary, "type": etype, "stored": stored,
-                    "indexed": indexed, "word": word})
+        out.append(
+            {
+                "uuid": uuid,
+                "summary": summary,
+                "type": etype,
+                "stored": stored,
+                "indexed": indexed,
+                "word": word,
+            }
+        )
     return out
 
 
@@ -65,7 +88,8 @@ def _embedding(embedder, step):
 
 @pytest.mark.parametrize("fraction", [0.3, 0.0])
 def test_a_growing_summary_is_embedded_again_only_when_enough_is_unseen(
-        fake_llm, hash_embedder, fraction):
+    fake_llm, hash_embedder, fraction
+):
     fake_llm.set_responder(rule_llm.respond)
     wb = open_wb(fake_llm, hash_embedder, SVC_KNOWLEDGE_ENTITY_REEMBED_FRACTION=str(fraction))
     try:
@@ -83,8 +107,9 @@ def test_a_growing_summary_is_embedded_again_only_when_enough_is_unseen(
                 unseen = len(step["summary"]) - len(steps[embedded_at]["summary"])
                 assert unseen < fraction * len(step["summary"])
             else:
-                np.testing.assert_allclose(step["stored"], _embedding(hash_embedder, step),
-                                           atol=1e-5)
+                np.testing.assert_allclose(
+                    step["stored"], _embedding(hash_embedder, step), atol=1e-5
+                )
                 if i:
                     unseen = len(step["summary"]) - len(steps[embedded_at]["summary"])
                     assert unseen >= fraction * len(step["summary"])
@@ -98,7 +123,8 @@ def test_a_growing_summary_is_embedded_again_only_when_enough_is_unseen(
 
 
 def test_after_a_restart_the_first_update_embeds_the_summary_again(
-        fake_llm, hash_embedder, tmp_path):
+    fake_llm, hash_embedder, tmp_path
+):
     fake_llm.set_responder(rule_llm.respond)
     db = tmp_path / "kb.duckdb"
     wb = open_wb(fake_llm, hash_embedder, db=db, SVC_KNOWLEDGE_ENTITY_REEMBED_FRACTION="0.9")
@@ -120,6 +146,7 @@ def _alias_responder(first: str, second: str, reverse: bool):
     """Episode "alias": two names, Maria Keller and Keller, that resolve to one entity (Keller
     is close to Maria Keller and the model says it is her), each adding its own text to the
     summary."""
+
     def respond(request):
         if rule_llm.structure_name(request) == "NodeResolutions":
             return {"entity_resolutions": [{"id": 0, "duplicate_of": 0}]}
@@ -129,20 +156,33 @@ def _alias_responder(first: str, second: str, reverse: bool):
         name = rule_llm.structure_name(request)
         if name == "ExtractedEntities":
             base = "Maria Keller is mentioned: Maria Keller noted amber."
-            found = [{"name": "Maria Keller", "entity_type": "Person", "summary": first,
-                      "importance": 4, "stability": 3},
-                     {"name": "Keller", "entity_type": "Person", "summary": f"{base} {second}",
-                      "importance": 4, "stability": 3}]
+            found = [
+                {
+                    "name": "Maria Keller",
+                    "entity_type": "Person",
+                    "summary": first,
+                    "importance": 4,
+                    "stability": 3,
+                },
+                {
+                    "name": "Keller",
+                    "entity_type": "Person",
+                    "summary": f"{base} {second}",
+                    "importance": 4,
+                    "stability": 3,
+                },
+            ]
             return {"entities": found[::-1] if reverse else found}
         return {"edges": []} if name == "ExtractedEdges" else None
+
     return respond
 
 
 @pytest.mark.parametrize("reverse", [False, True])
-@pytest.mark.parametrize(("fraction", "embedded_again"), [(0.9, False), (0.6, True),
-                                                         (0.35, True)])
+@pytest.mark.parametrize(("fraction", "embedded_again"), [(0.9, False), (0.6, True), (0.35, True)])
 def test_two_names_of_one_entity_in_an_episode_grow_one_summary_and_keep_vectors_aligned(
-        fake_llm, hash_embedder, fraction, embedded_again, reverse):
+    fake_llm, hash_embedder, fraction, embedded_again, reverse
+):
     first, second = "She prefers basalt tiles.", "Keller bought cobalt paint."
     fake_llm.set_responder(_alias_responder(first, second, reverse))
     wb = open_wb(fake_llm, hash_embedder, SVC_KNOWLEDGE_ENTITY_REEMBED_FRACTION=str(fraction))
@@ -156,11 +196,15 @@ def test_two_names_of_one_entity_in_an_episode_grow_one_summary_and_keep_vectors
         # both names' text is in the summary: the second merged onto the first
         assert "basalt" in summary and "cobalt" in summary and "amber" in summary
         added = len(summary) - len(before["summary"])
-        stored = np.asarray(wb.store.fetchone(
-            "SELECT vector FROM entity_embeddings WHERE uuid = ?", [before["uuid"]])[0],
-            dtype=np.float32)
-        np.testing.assert_allclose(wb.search.vectors["entity"].vector(before["uuid"]), stored,
-                                   atol=1e-6)
+        stored = np.asarray(
+            wb.store.fetchone(
+                "SELECT vector FROM entity_embeddings WHERE uuid = ?", [before["uuid"]]
+            )[0],
+            dtype=np.float32,
+        )
+        np.testing.assert_allclose(
+            wb.search.vectors["entity"].vector(before["uuid"]), stored, atol=1e-6
+        )
         # 0.9: the episode's text stays under the fraction, the vector is kept (and what it
         # has not seen is the sum of both names' text); 0.35: Maria Keller's short text alone
         # is under it, Keller's is not, so in either order the vector is made again; 0.6,
@@ -168,8 +212,9 @@ def test_two_names_of_one_entity_in_an_episode_grow_one_summary_and_keep_vectors
         # reaches it (so the sum must be counted; reversed, Keller's text alone reaches it)
         assert (added >= fraction * len(summary)) == embedded_again
         if embedded_again:
-            np.testing.assert_allclose(stored, _embedding(hash_embedder, {
-                "type": "Person", "summary": summary}), atol=1e-5)
+            np.testing.assert_allclose(
+                stored, _embedding(hash_embedder, {"type": "Person", "summary": summary}), atol=1e-5
+            )
         else:
             np.testing.assert_allclose(stored, before["stored"], atol=1e-6)
             assert wb.pipeline.extractor.reembed._unseen[before["uuid"]] == added
@@ -178,15 +223,20 @@ def test_two_names_of_one_entity_in_an_episode_grow_one_summary_and_keep_vectors
 
 
 def test_a_batch_of_many_groups_keeps_every_indexed_vector_equal_to_the_stored_one(
-        fake_llm, hash_embedder):
+    fake_llm, hash_embedder
+):
     """Several groups in one process_pending: new entities, grown summaries that keep their
     vector, grown ones embedded again and new facts share one write; each row's vector must
     land on its own uuid in the index."""
     fake_llm.set_responder(rule_llm.respond)
     wb = open_wb(fake_llm, hash_embedder, SVC_KNOWLEDGE_ENTITY_REEMBED_FRACTION="0.4")
     groups = [f"g{i}" for i in range(6)]
-    lines = ["Maria Keller uses Neovim. Tom works at Acme.", "Maria Keller noted {w}.",
-             "Tom noted {w}. Tom lives in Berlin.", "Maria Keller leads Atlas {w}."]
+    lines = [
+        "Maria Keller uses Neovim. Tom works at Acme.",
+        "Maria Keller noted {w}.",
+        "Tom noted {w}. Tom lives in Berlin.",
+        "Maria Keller leads Atlas {w}.",
+    ]
     try:
         for round_, line in enumerate(lines):
             for i, group in enumerate(groups):
@@ -194,15 +244,20 @@ def test_a_batch_of_many_groups_keeps_every_indexed_vector_equal_to_the_stored_o
                 wb.add_memory(f"{group}-{round_}", line.format(w=word), group_id=group)
             assert wb.process_pending() == len(groups)
         kept = len(wb.pipeline.extractor.reembed._unseen) and sum(
-            1 for v in wb.pipeline.extractor.reembed._unseen.values() if v)
+            1 for v in wb.pipeline.extractor.reembed._unseen.values() if v
+        )
         assert kept  # some grown summaries kept their vector in these batches
         for kind, table in (("entity", "entity_embeddings"), ("fact", "fact_embeddings")):
             stored = wb.store.fetchall(f"SELECT uuid, vector FROM {table}")
             assert len(stored) > len(groups)
             index = wb.search.vectors[kind]
             for uuid, vector in stored:
-                np.testing.assert_allclose(index.vector(uuid), np.asarray(vector, np.float32),
-                                           atol=1e-6, err_msg=f"{kind} {uuid}")
+                np.testing.assert_allclose(
+                    index.vector(uuid),
+                    np.asarray(vector, np.float32),
+                    atol=1e-6,
+                    err_msg=f"{kind} {uuid}",
+                )
     finally:
         wb.close()
 
@@ -213,8 +268,7 @@ def _prepare(wb, body, group_id="g1"):
     return wb.pipeline.extractor.prepare(episode)
 
 
-def test_an_episode_written_again_or_deleted_does_not_count_its_text_twice(
-        fake_llm, hash_embedder):
+def test_an_episode_written_again_or_deleted_does_not_count_its_text_twice(fake_llm, hash_embedder):
     fake_llm.set_responder(rule_llm.respond)
     wb = open_wb(fake_llm, hash_embedder, SVC_KNOWLEDGE_ENTITY_REEMBED_FRACTION="0.9")
     try:
@@ -235,8 +289,7 @@ def test_an_episode_written_again_or_deleted_does_not_count_its_text_twice(
         wb.close()
 
 
-def test_a_prepared_episode_whose_vectors_do_not_match_its_rows_is_refused(
-        fake_llm, hash_embedder):
+def test_a_prepared_episode_whose_vectors_do_not_match_its_rows_is_refused(fake_llm, hash_embedder):
     fake_llm.set_responder(rule_llm.respond)
     wb = open_wb(fake_llm, hash_embedder)
     try:

@@ -39,8 +39,10 @@ def test_pydantic_errors_are_validation_errors():
 
 
 def test_transient_errors_back_off_exponentially_with_jitter_until_the_limit():
-    delays = [decide("RateLimitError", n, 0, 5, base_delay=2, rand=lambda: 0.5).delay
-              for n in (1, 2, 3, 4)]
+    delays = [
+        decide("RateLimitError", n, 0, 5, base_delay=2, rand=lambda: 0.5).delay
+        for n in (1, 2, 3, 4)
+    ]
     assert delays == [2, 4, 8, 16]
     assert decide("TimeoutError", 1, 0, 5, rand=lambda: 0.0).delay == 1.0  # jitter 0.5x
     assert decide("ConnectionError", 5, 0, 5).action == "fail"

@@ -10,7 +10,6 @@ import pytest
 from pydantic import BaseModel, Field
 
 from tests.fakes import FakeLLMServer, FakeReply
-from workbench.fakes.chat_server import chat_settings_env
 from tests.prom import sample_names, value
 from workbench.clock import ManualClock
 from workbench.config import load_settings
@@ -23,6 +22,7 @@ from workbench.errors import (
     StructuredOutputError,
     TruncatedOutput,
 )
+from workbench.fakes.chat_server import chat_settings_env
 from workbench.llm import CompatChatModel, PriceTable, build_chat_model
 from workbench.metrics import Metrics
 from workbench.store import Store
@@ -48,8 +48,10 @@ class NodeResolutions(BaseModel):
 
 
 ALICE = {"entities": [{"name": "Alice", "importance": 4}]}
-MESSAGES = [{"role": "system", "content": "You extract entities."},
-            {"role": "user", "content": "Alice met Bob."}]
+MESSAGES = [
+    {"role": "system", "content": "You extract entities."},
+    {"role": "user", "content": "Alice met Bob."},
+]
 
 
 class Harness:
@@ -59,9 +61,17 @@ class Harness:
         self.store = Store.open()
         self.sleeps: list[float] = []
         self.clock = ManualClock()
-        options = {"base_url": fake.base_url, "api_key": "sk-secret-123", "model": fake.model,
-                   "metrics": self.metrics, "store": self.store, "requests_per_minute": 0,
-                   "sleep": self.sleeps.append, "clock": self.clock, **kw}
+        options = {
+            "base_url": fake.base_url,
+            "api_key": "sk-secret-123",
+            "model": fake.model,
+            "metrics": self.metrics,
+            "store": self.store,
+            "requests_per_minute": 0,
+            "sleep": self.sleeps.append,
+            "clock": self.clock,
+            **kw,
+        }
         self.chat = CompatChatModel(**options)
 
     def complete(self, model=ExtractedEntities, **kw):
@@ -123,10 +133,15 @@ def test_response_cost_wins_over_the_table(h):
 
 
 def test_response_cost_details_give_the_split(h):
-    details = {"upstream_inference_prompt_cost": 0.001, "upstream_inference_completions_cost":
-               0.003}
-    h.fake.script(FakeReply.ok(ALICE, prompt_tokens=10, completion_tokens=10, cost=0.004,
-                               cost_details=details))
+    details = {
+        "upstream_inference_prompt_cost": 0.001,
+        "upstream_inference_completions_cost": 0.003,
+    }
+    h.fake.script(
+        FakeReply.ok(
+            ALICE, prompt_tokens=10, completion_tokens=10, cost=0.004, cost_details=details
+        )
+    )
     h.complete()
     (row,) = h.rows()
     assert (row["input_cost"], row["output_cost"]) == pytest.approx((0.001, 0.003))
@@ -135,8 +150,10 @@ def test_response_cost_details_give_the_split(h):
 def test_unknown_model_costs_nothing_and_warns_once(fake_llm, caplog):
     fake_llm.model = "mystery-model-7b"
     h = Harness(fake_llm)
-    fake_llm.script(FakeReply.ok(ALICE, prompt_tokens=100, completion_tokens=10),
-                    FakeReply.ok(ALICE, prompt_tokens=100, completion_tokens=10))
+    fake_llm.script(
+        FakeReply.ok(ALICE, prompt_tokens=100, completion_tokens=10),
+        FakeReply.ok(ALICE, prompt_tokens=100, completion_tokens=10),
+    )
     with caplog.at_level(logging.WARNING, logger="workbench.llm"):
         h.complete()
         h.complete()
@@ -147,8 +164,7 @@ def test_unknown_model_costs_nothing_and_warns_once(fake_llm, caplog):
 
 
 def test_cached_tokens_are_billed_at_the_cached_read_price(h):
-    h.fake.script(FakeReply.ok(ALICE, prompt_tokens=1000, completion_tokens=0,
-                               cached_tokens=800))
+    h.fake.script(FakeReply.ok(ALICE, prompt_tokens=1000, completion_tokens=0, cached_tokens=800))
     h.complete()
     (row,) = h.rows()
     assert row["cached_tokens"] == 800
@@ -172,7 +188,9 @@ def test_rate_limit_honours_retry_after_then_succeeds(h):
     assert h.sleeps == [7.0]
     assert len(h.fake.requests) == 2
     assert [(r["status"], r["attempt"], r["error_type"]) for r in h.rows()] == [
-        ("error", 1, "rate_limit"), ("success", 2, None)]
+        ("error", 1, "rate_limit"),
+        ("success", 2, None),
+    ]
     t = h.text
     assert value(t, "graph_llm_errors_total", model="gpt-4o-mini", error_type="rate_limit") == 1
     assert value(t, "graph_llm_errors_all_models_total") == 1
@@ -187,8 +205,9 @@ def test_rate_limit_exhausted_raises_llm_rate_limited(fake):
     assert "3 times" in str(info.value) and "rate_limit" in str(info.value)
     assert h.sleeps == [1.0, 1.0]
     assert len(h.rows()) == 3
-    assert value(h.text, "graph_llm_errors_total", model="gpt-4o-mini",
-                 error_type="rate_limit") == 3
+    assert (
+        value(h.text, "graph_llm_errors_total", model="gpt-4o-mini", error_type="rate_limit") == 3
+    )
 
 
 def test_server_error_is_retried_with_exponential_backoff(h):
@@ -196,8 +215,12 @@ def test_server_error_is_retried_with_exponential_backoff(h):
     h.complete()
     assert len(h.sleeps) == 2
     assert 0.25 <= h.sleeps[0] <= 0.5 and 0.5 <= h.sleeps[1] <= 1.0
-    assert value(h.text, "graph_llm_errors_total", model="gpt-4o-mini",
-                 error_type="InternalServerError") == 2
+    assert (
+        value(
+            h.text, "graph_llm_errors_total", model="gpt-4o-mini", error_type="InternalServerError"
+        )
+        == 2
+    )
 
 
 def test_server_error_exhausted_raises_transient_error_with_hint(fake):
@@ -242,13 +265,19 @@ def test_bad_request_is_not_retried(h):
     assert not isinstance(info.value, LLMTransientError)
     assert "unknown parameter" in str(info.value)
     assert len(h.fake.requests) == 1 and h.sleeps == []
-    assert value(h.text, "graph_llm_errors_total", model="gpt-4o-mini",
-                 error_type="BadRequestError") == 1
+    assert (
+        value(h.text, "graph_llm_errors_total", model="gpt-4o-mini", error_type="BadRequestError")
+        == 1
+    )
 
 
 def test_switches_to_max_completion_tokens_when_the_model_asks(h):
-    h.fake.script(FakeReply.error(400, "Unsupported parameter: 'max_tokens'; use "
-                                       "'max_completion_tokens' instead."), FakeReply.ok(ALICE))
+    h.fake.script(
+        FakeReply.error(
+            400, "Unsupported parameter: 'max_tokens'; use 'max_completion_tokens' instead."
+        ),
+        FakeReply.ok(ALICE),
+    )
     h.complete()
     first, second = h.fake.requests
     assert first["max_tokens"] == 4096 and "max_tokens" not in second
@@ -265,8 +294,10 @@ def test_schema_echo_names_the_missing_required_field(h):
     (row,) = h.rows()
     assert (row["status"], row["error_type"]) == ("invalid", "SchemaEchoError")
     assert row["prompt_tokens"] > 0  # an answered call is billed
-    assert value(h.text, "graph_llm_errors_total", model="gpt-4o-mini",
-                 error_type="SchemaEchoError") == 1
+    assert (
+        value(h.text, "graph_llm_errors_total", model="gpt-4o-mini", error_type="SchemaEchoError")
+        == 1
+    )
 
 
 def test_non_conforming_output_names_the_structure(h):
@@ -284,15 +315,25 @@ def test_invalid_json_names_the_structure(h):
         h.complete()
 
 
-@pytest.mark.parametrize("body", [
-    {"choices": []},
-    {"choices": "none"},
-    {"choices": [{"message": None, "finish_reason": "stop"}]},
-    {"choices": [{"message": {"tool_calls": [{"function": None}]}}]},
-    {"usage": "n/a", "model": 3},
-    {},
-], ids=["no-choices", "choices-not-a-list", "no-message", "tool-call-without-function",
-        "odd-usage", "empty"])
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"choices": []},
+        {"choices": "none"},
+        {"choices": [{"message": None, "finish_reason": "stop"}]},
+        {"choices": [{"message": {"tool_calls": [{"function": None}]}}]},
+        {"usage": "n/a", "model": 3},
+        {},
+    ],
+    ids=[
+        "no-choices",
+        "choices-not-a-list",
+        "no-message",
+        "tool-call-without-function",
+        "odd-usage",
+        "empty",
+    ],
+)
 def test_a_reply_of_an_unexpected_shape_fails_the_structure_not_the_client(h, body):
     h.fake.script(FakeReply(body=body))
     with pytest.raises(StructuredOutputError) as info:
@@ -305,24 +346,51 @@ def test_a_reply_of_an_unexpected_shape_fails_the_structure_not_the_client(h, bo
 def test_a_tool_call_reply_is_read_from_its_arguments(h):
     import json
 
-    h.fake.script(FakeReply(body={"model": "gpt-4o-mini", "choices": [{
-        "finish_reason": "tool_calls",
-        "message": {"tool_calls": [{"function": {"arguments": json.dumps(ALICE)}}]}}],
-        "usage": {"prompt_tokens": 10, "completion_tokens": 5,
-                  "prompt_tokens_details": {"cached_tokens": 4}}}))
+    h.fake.script(
+        FakeReply(
+            body={
+                "model": "gpt-4o-mini",
+                "choices": [
+                    {
+                        "finish_reason": "tool_calls",
+                        "message": {"tool_calls": [{"function": {"arguments": json.dumps(ALICE)}}]},
+                    }
+                ],
+                "usage": {
+                    "prompt_tokens": 10,
+                    "completion_tokens": 5,
+                    "prompt_tokens_details": {"cached_tokens": 4},
+                },
+            }
+        )
+    )
     assert h.complete().entities[0].name == "Alice"
     (row,) = h.rows()
     assert (row["prompt_tokens"], row["completion_tokens"], row["cached_tokens"]) == (10, 5, 4)
 
 
-@pytest.mark.parametrize("message", [
-    {"content": [{"type": "text", "text": '{"entities": [{"name": '},
-                 {"type": "text", "text": '"Alice", "importance": 4}]}'}]},
-    {"tool_calls": [{"function": {"arguments": ALICE}}]},  # arguments sent decoded
-], ids=["content-parts", "decoded-arguments"])
+@pytest.mark.parametrize(
+    "message",
+    [
+        {
+            "content": [
+                {"type": "text", "text": '{"entities": [{"name": '},
+                {"type": "text", "text": '"Alice", "importance": 4}]}'},
+            ]
+        },
+        {"tool_calls": [{"function": {"arguments": ALICE}}]},  # arguments sent decoded
+    ],
+    ids=["content-parts", "decoded-arguments"],
+)
 def test_replies_in_other_common_shapes_are_read(h, message):
-    h.fake.script(FakeReply(body={"model": "gpt-4o-mini", "choices": [
-        {"finish_reason": "stop", "message": message}]}))
+    h.fake.script(
+        FakeReply(
+            body={
+                "model": "gpt-4o-mini",
+                "choices": [{"finish_reason": "stop", "message": message}],
+            }
+        )
+    )
     assert h.complete().entities[0].name == "Alice"
 
 
@@ -331,9 +399,13 @@ def test_a_json_reply_sent_with_another_content_type_is_read(h):
 
     from workbench.llm.client import _Call
 
-    body = json.dumps({"model": "gpt-4o-mini", "choices": [
-        {"finish_reason": "stop", "message": {"content": json.dumps(ALICE)}}],
-        "usage": {"prompt_tokens": 7, "completion_tokens": 3}})
+    body = json.dumps(
+        {
+            "model": "gpt-4o-mini",
+            "choices": [{"finish_reason": "stop", "message": {"content": json.dumps(ALICE)}}],
+            "usage": {"prompt_tokens": 7, "completion_tokens": 3},
+        }
+    )
     reply = h.chat._reply(_Call("extract_entities", None, "ExtractedEntities"), body, 0.1)
     assert reply.text == json.dumps(ALICE) and reply.finish_reason == "stop"
     assert (reply.usage.prompt_tokens, reply.usage.completion_tokens) == (7, 3)
@@ -345,7 +417,9 @@ def test_truncation_is_retried_once_with_a_larger_budget(h):
     assert h.complete(max_tokens=100).entities[0].name == "Alice"
     assert [r["max_tokens"] for r in h.fake.requests] == [100, 200]
     assert [(r["status"], r["finish_reason"]) for r in h.rows()] == [
-        ("truncated", "length"), ("success", "stop")]
+        ("truncated", "length"),
+        ("success", "stop"),
+    ]
 
 
 def test_truncation_twice_raises_truncated_output(h):
@@ -354,13 +428,19 @@ def test_truncation_twice_raises_truncated_output(h):
         h.complete()
     assert info.value.structure == "ExtractedEntities"
     assert "cut off" in str(info.value)
-    assert value(h.text, "graph_llm_errors_total", model="gpt-4o-mini",
-                 error_type="TruncatedOutput") == 2
+    assert (
+        value(h.text, "graph_llm_errors_total", model="gpt-4o-mini", error_type="TruncatedOutput")
+        == 2
+    )
 
 
 def test_code_fences_and_reasoning_are_stripped(h):
-    h.fake.script(FakeReply.text('<think>Alice is a person.</think>\n```json\n'
-                                 '{"entities": [{"name": "Alice", "importance": 4}]}\n```'))
+    h.fake.script(
+        FakeReply.text(
+            "<think>Alice is a person.</think>\n```json\n"
+            '{"entities": [{"name": "Alice", "importance": 4}]}\n```'
+        )
+    )
     assert h.complete().entities[0].name == "Alice"
 
 
@@ -414,16 +494,28 @@ def test_every_mode_accepts_the_fakes_default_reply(fake, mode):
 def caching_harness(fake, model="anthropic/claude-sonnet-4.5", enabled=True, **kw):
     fake.model = model
     client = openai.OpenAI(base_url=fake.base_url, api_key="k", max_retries=0)
-    return Harness(fake, base_url="https://openrouter.ai/api/v1", model=model,
-                   cache_enabled=enabled, client=client, **kw)
+    return Harness(
+        fake,
+        base_url="https://openrouter.ai/api/v1",
+        model=model,
+        cache_enabled=enabled,
+        client=client,
+        **kw,
+    )
 
 
 def test_caching_marks_the_last_content_part_and_counts_hits(fake):
     h = caching_harness(fake)
-    fake.script(FakeReply.ok(ALICE, prompt_tokens=2000, completion_tokens=100,
-                             cache_write_tokens=1800),
-                FakeReply.ok(ALICE, prompt_tokens=2000, completion_tokens=100,
-                             cached_tokens=1800, cache_read_tokens=1800))
+    fake.script(
+        FakeReply.ok(ALICE, prompt_tokens=2000, completion_tokens=100, cache_write_tokens=1800),
+        FakeReply.ok(
+            ALICE,
+            prompt_tokens=2000,
+            completion_tokens=100,
+            cached_tokens=1800,
+            cache_read_tokens=1800,
+        ),
+    )
     h.complete()
     h.complete()
     msgs = fake.requests[0]["messages"]
@@ -446,11 +538,14 @@ def test_caching_marks_the_last_content_part_and_counts_hits(fake):
     assert second["cache_cost_saved"] == pytest.approx(saved)
 
 
-@pytest.mark.parametrize(("model", "enabled", "aggregator"), [
-    ("anthropic/claude-sonnet-4.5", False, True),   # disabled
-    ("openai/gpt-4o-mini", True, True),             # not the caching family
-    ("anthropic/claude-sonnet-4.5", True, False),   # not the hosted aggregator
-])
+@pytest.mark.parametrize(
+    ("model", "enabled", "aggregator"),
+    [
+        ("anthropic/claude-sonnet-4.5", False, True),  # disabled
+        ("openai/gpt-4o-mini", True, True),  # not the caching family
+        ("anthropic/claude-sonnet-4.5", True, False),  # not the hosted aggregator
+    ],
+)
 def test_caching_does_not_apply(fake, model, enabled, aggregator):
     if aggregator:
         h = caching_harness(fake, model=model, enabled=enabled)
@@ -471,8 +566,13 @@ def test_debug_line_per_request(fake, caplog):
     with caplog.at_level(logging.DEBUG, logger="workbench.llm"):
         h.complete()
     (line,) = [r.getMessage() for r in caplog.records if r.levelno == logging.DEBUG]
-    for part in ("prompt_tokens=1000", "completion_tokens=200", "cost=$0.00027000",
-                 "input_cost=$0.00015000", "output_cost=$0.00012000"):
+    for part in (
+        "prompt_tokens=1000",
+        "completion_tokens=200",
+        "cost=$0.00027000",
+        "input_cost=$0.00015000",
+        "output_cost=$0.00012000",
+    ):
         assert part in line
 
 
@@ -496,8 +596,9 @@ def test_api_key_is_sent_but_never_shown(fake, caplog):
 
 def test_build_chat_model_from_settings(fake):
     assert build_chat_model(load_settings({}, env_file=None), metrics=Metrics()) is None
-    env = chat_settings_env(fake, SVC_KNOWLEDGE_LLM_STRUCTURED_OUTPUT="tool",
-                            SVC_KNOWLEDGE_LLM_MAX_TOKENS="512")
+    env = chat_settings_env(
+        fake, SVC_KNOWLEDGE_LLM_STRUCTURED_OUTPUT="tool", SVC_KNOWLEDGE_LLM_MAX_TOKENS="512"
+    )
     chat = build_chat_model(load_settings(env, env_file=None), metrics=Metrics())
     assert isinstance(chat, CompatChatModel)
     assert (chat.model, chat.structured_output, chat.max_tokens) == ("gpt-4o-mini", "tool", 512)
@@ -515,9 +616,11 @@ def test_metrics_disabled_records_rows_but_no_series(fake):
 
 
 def test_cost_summary_per_episode(h):
-    h.fake.script(FakeReply.ok(ALICE, prompt_tokens=1000, completion_tokens=200),
-                  FakeReply.error(503), FakeReply.ok(ALICE, prompt_tokens=1000,
-                                                     completion_tokens=200))
+    h.fake.script(
+        FakeReply.ok(ALICE, prompt_tokens=1000, completion_tokens=200),
+        FakeReply.error(503),
+        FakeReply.ok(ALICE, prompt_tokens=1000, completion_tokens=200),
+    )
     h.complete(episode_uuid="ep-1")
     h.complete(episode_uuid="ep-2")
     summary = cost_summary(h.store, episode_uuid="ep-2")
@@ -570,8 +673,10 @@ def test_concurrent_calls_are_all_counted_and_recorded(fake):
 
 
 def test_cost_by_prompt(h):
-    h.fake.script(FakeReply.ok(ALICE, prompt_tokens=1000, completion_tokens=0),
-                  FakeReply.ok(ALICE, prompt_tokens=1000, completion_tokens=0))
+    h.fake.script(
+        FakeReply.ok(ALICE, prompt_tokens=1000, completion_tokens=0),
+        FakeReply.ok(ALICE, prompt_tokens=1000, completion_tokens=0),
+    )
     h.complete()
     h.chat.complete("classify", MESSAGES, ExtractedEntities)
     rows = {r["prompt_name"]: r for r in cost_by_prompt(h.store)}

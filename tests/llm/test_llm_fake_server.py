@@ -59,15 +59,26 @@ def test_minimal_instance_honours_bounds_refs_and_enums():
 
 
 def test_usage_fields(fake_llm):
-    fake_llm.script(FakeReply.ok({"items": []}, prompt_tokens=120, completion_tokens=30,
-                                 cached_tokens=100, cache_read_tokens=100,
-                                 cache_write_tokens=20, cost=0.5))
+    fake_llm.script(
+        FakeReply.ok(
+            {"items": []},
+            prompt_tokens=120,
+            completion_tokens=30,
+            cached_tokens=100,
+            cache_read_tokens=100,
+            cache_write_tokens=20,
+            cost=0.5,
+        )
+    )
     usage = ask(fake_llm).usage.model_dump()
     assert usage["prompt_tokens"] == 120 and usage["completion_tokens"] == 30
     assert usage["total_tokens"] == 150
     assert usage["prompt_tokens_details"]["cached_tokens"] == 100
     assert (usage["cache_read_tokens"], usage["cache_write_tokens"], usage["cost"]) == (
-        100, 20, 0.5)
+        100,
+        20,
+        0.5,
+    )
 
 
 def test_default_usage_is_deterministic(fake_llm):
@@ -86,8 +97,10 @@ def test_script_queue_then_responder_then_structure_then_default(fake_llm):
     fake_llm.set_responder(responder)
     fake_llm.script({"items": [], "note": "queued"})
     assert fake_llm.pending == 1
-    notes = [json.loads(ask(fake_llm, text=t).choices[0].message.content)["note"]
-             for t in ("respond", "respond", "other")]
+    notes = [
+        json.loads(ask(fake_llm, text=t).choices[0].message.content)["note"]
+        for t in ("respond", "respond", "other")
+    ]
     assert notes == ["queued", "responder", "structure"]
     assert seen == ["Items", "Items"]
     fake_llm.reset()
@@ -115,8 +128,10 @@ def test_error_replies_are_real_http_errors(fake_llm):
 
 
 def test_truncated_and_schema_echo_replies(fake_llm):
-    fake_llm.script(FakeReply.truncated({"items": [{"label": "long label"}]}, keep_chars=12),
-                    FakeReply.schema_echo())
+    fake_llm.script(
+        FakeReply.truncated({"items": [{"label": "long label"}]}, keep_chars=12),
+        FakeReply.schema_echo(),
+    )
     cut = ask(fake_llm).choices[0]
     assert (cut.finish_reason, cut.message.content) == ("length", '{"items": [{')
     echo = ask(fake_llm).choices[0].message.content
@@ -136,6 +151,9 @@ def test_fixed_latency_and_slow_replies(fake_llm):
 
 
 def test_raw_body_override(fake_llm):
-    fake_llm.script(FakeReply(body={"id": "x", "object": "chat.completion", "created": 0,
-                                    "model": "m", "choices": []}))
+    fake_llm.script(
+        FakeReply(
+            body={"id": "x", "object": "chat.completion", "created": 0, "model": "m", "choices": []}
+        )
+    )
     assert ask(fake_llm).choices == []

@@ -57,9 +57,25 @@ def local_server(tmp_path_factory):
     env = {**os.environ, "OMP_WAIT_POLICY": "PASSIVE"}
     log = (tmp_path_factory.mktemp("llama") / "server.log").open("wb")  # it logs ~200 kB
     proc = subprocess.Popen(
-        [sys.executable, "-m", "llama_cpp.server", "--model", str(gguf), "--host", "127.0.0.1",
-         "--port", str(port), "--n_threads", "1", "--n_ctx", "2048"],
-        env=env, stdout=log, stderr=subprocess.STDOUT)
+        [
+            sys.executable,
+            "-m",
+            "llama_cpp.server",
+            "--model",
+            str(gguf),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--n_threads",
+            "1",
+            "--n_ctx",
+            "2048",
+        ],
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
     base_url = f"http://127.0.0.1:{port}/v1"
     try:
         _wait_ready(proc, base_url, Path(log.name))
@@ -102,10 +118,21 @@ MESSAGES = [
 
 def chat(base_url: str, mode: str, **kw) -> CompatChatModel:
     prices = PriceTable.from_dict({"models": {MODEL: {"input": 0, "output": 0}}})
-    options = {"base_url": base_url, "api_key": None, "model": MODEL, "metrics": Metrics(),
-               "store": Store.open(), "prices": prices, "structured_output": mode,
-               "requests_per_minute": 0, "timeout": 120.0, "max_retries": 0,
-               "max_tokens": 64, "sleep": lambda s: None, **kw}
+    options = {
+        "base_url": base_url,
+        "api_key": None,
+        "model": MODEL,
+        "metrics": Metrics(),
+        "store": Store.open(),
+        "prices": prices,
+        "structured_output": mode,
+        "requests_per_minute": 0,
+        "timeout": 120.0,
+        "max_retries": 0,
+        "max_tokens": 64,
+        "sleep": lambda s: None,
+        **kw,
+    }
     return CompatChatModel(**options)
 
 
@@ -118,8 +145,10 @@ def test_structured_modes_give_valid_data_and_usage(local_server, mode):
     assert row["status"] == "success"
     assert row["prompt_tokens"] > 0 and row["completion_tokens"] > 0
     assert row["total_cost"] == 0.0
-    assert value(model.metrics.exposition(), "graph_prompt_tokens_total", model=MODEL) == (
-        row["prompt_tokens"])
+    assert (
+        value(model.metrics.exposition(), "graph_prompt_tokens_total", model=MODEL)
+        == (row["prompt_tokens"])
+    )
 
 
 def test_json_schema_mode_is_refused_with_a_hint(local_server):

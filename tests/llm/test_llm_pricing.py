@@ -28,22 +28,33 @@ def table():
 
 
 def test_package_table_has_the_main_families(table):
-    for name in ("gpt-4o", "gpt-4o-mini", "gpt-5", "claude-sonnet-4-5", "claude-haiku-4-5",
-                 "gemini-2.5-flash", "deepseek-chat", "llama-3.3-70b-instruct"):
+    for name in (
+        "gpt-4o",
+        "gpt-4o-mini",
+        "gpt-5",
+        "claude-sonnet-4-5",
+        "claude-haiku-4-5",
+        "gemini-2.5-flash",
+        "deepseek-chat",
+        "llama-3.3-70b-instruct",
+    ):
         assert name in table, name
     for price in table.prices.values():
         assert price.input >= 0 and price.output >= 0 and 0 <= price.cached_read <= price.input
 
 
-@pytest.mark.parametrize(("name", "canonical"), [
-    ("gpt-4o-mini", "gpt-4o-mini"),
-    ("openai/gpt-4o-mini", "gpt-4o-mini"),                    # alias
-    ("gpt-4o-mini-2024-07-18", "gpt-4o-mini"),                # alias with date
-    ("OpenAI/GPT-4o-Mini-2030-01-01", "gpt-4o-mini"),         # normalised
-    ("anthropic/claude-sonnet-4.5", "claude-sonnet-4-5"),
-    ("claude-sonnet-4-5-20250929", "claude-sonnet-4-5"),
-    ("anthropic/claude-haiku-4.5:beta", "claude-haiku-4-5"),  # aggregator variant
-])
+@pytest.mark.parametrize(
+    ("name", "canonical"),
+    [
+        ("gpt-4o-mini", "gpt-4o-mini"),
+        ("openai/gpt-4o-mini", "gpt-4o-mini"),  # alias
+        ("gpt-4o-mini-2024-07-18", "gpt-4o-mini"),  # alias with date
+        ("OpenAI/GPT-4o-Mini-2030-01-01", "gpt-4o-mini"),  # normalised
+        ("anthropic/claude-sonnet-4.5", "claude-sonnet-4-5"),
+        ("claude-sonnet-4-5-20250929", "claude-sonnet-4-5"),
+        ("anthropic/claude-haiku-4.5:beta", "claude-haiku-4-5"),  # aggregator variant
+    ],
+)
 def test_lookup_by_exact_name_alias_and_normalised_name(table, name, canonical):
     assert table.lookup(name) == table.prices[canonical]
 
@@ -56,7 +67,8 @@ def test_lookup_unknown_and_first_known(table):
 def test_normalize_model_name():
     assert normalize_model_name("Anthropic/Claude-3-5-Haiku-20241022") == "claude-3-5-haiku"
     assert normalize_model_name("meta-llama/llama-3.3-70b-instruct:free") == (
-        "llama-3.3-70b-instruct")
+        "llama-3.3-70b-instruct"
+    )
 
 
 def test_defaults_cached_read_quarter_and_cache_write_input():
@@ -66,9 +78,16 @@ def test_defaults_cached_read_quarter_and_cache_write_input():
 
 def test_user_file_is_merged_over_the_package_table(tmp_path):
     path = tmp_path / "p.json"
-    path.write_text(json.dumps({"models": {
-        "gpt-4o": {"input": 1.0, "output": 2.0},
-        "my-local": {"input": 0, "output": 0, "aliases": ["local/mine"]}}}))
+    path.write_text(
+        json.dumps(
+            {
+                "models": {
+                    "gpt-4o": {"input": 1.0, "output": 2.0},
+                    "my-local": {"input": 0, "output": 0, "aliases": ["local/mine"]},
+                }
+            }
+        )
+    )
     table = PriceTable.load(path)
     assert table.lookup("gpt-4o") == ModelPrice(1.0, 2.0, 0.25, 1.0)
     assert table.lookup("local/mine") == ModelPrice(0.0, 0.0, 0.0, 0.0)
@@ -80,11 +99,14 @@ def test_repository_example_file_loads():
     assert table.lookup("SmolLM2-135M-Instruct") == ModelPrice(0.0, 0.0, 0.0, 0.0)
 
 
-@pytest.mark.parametrize(("content", "message"), [
-    (None, "no file"),
-    ("{not json", "is not JSON"),
-    ('{"models": {"x": {"input": "cheap"}}}', "numeric 'input' and 'output'"),
-])
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (None, "no file"),
+        ("{not json", "is not JSON"),
+        ('{"models": {"x": {"input": "cheap"}}}', "numeric 'input' and 'output'"),
+    ],
+)
 def test_bad_user_files_raise_config_error(tmp_path, content, message):
     path = tmp_path / "p.json"
     if content is not None:
@@ -100,8 +122,9 @@ def test_table_cost_plain():
 
 
 def test_table_cost_with_cache_read_and_write():
-    usage = Usage(prompt_tokens=10_000, completion_tokens=1_000, cached_tokens=6_000,
-                  cache_write_tokens=3_000)
+    usage = Usage(
+        prompt_tokens=10_000, completion_tokens=1_000, cached_tokens=6_000, cache_write_tokens=3_000
+    )
     cost = table_cost(usage, CLAUDE)
     assert cost.input == pytest.approx((1_000 * 3.0 + 6_000 * 0.3 + 3_000 * 3.75) / 1e6)
     assert cost.output == pytest.approx(1_000 * 15.0 / 1e6)
@@ -120,22 +143,28 @@ def test_cache_saving_is_75_percent_at_the_default_cached_price():
 
 
 def test_reported_cost_wins_and_is_split_by_table_proportions():
-    cost = compute_cost(Usage(prompt_tokens=1_000_000, completion_tokens=500_000,
-                              reported_cost=1.5), GPT)
+    cost = compute_cost(
+        Usage(prompt_tokens=1_000_000, completion_tokens=500_000, reported_cost=1.5), GPT
+    )
     assert cost.source == "response"
     assert (cost.input, cost.output) == pytest.approx((0.5, 1.0))
 
 
 def test_reported_cost_details_give_the_split():
-    usage = Usage(prompt_tokens=10, completion_tokens=10, reported_cost=0.4,
-                  reported_input_cost=0.1, reported_output_cost=0.3)
+    usage = Usage(
+        prompt_tokens=10,
+        completion_tokens=10,
+        reported_cost=0.4,
+        reported_input_cost=0.1,
+        reported_output_cost=0.3,
+    )
     assert (compute_cost(usage, GPT).input, compute_cost(usage, GPT).output) == pytest.approx(
-        (0.1, 0.3))
+        (0.1, 0.3)
+    )
 
 
 def test_reported_cost_of_an_unknown_model_split_by_tokens():
-    cost = compute_cost(Usage(prompt_tokens=300, completion_tokens=100, reported_cost=0.04),
-                        None)
+    cost = compute_cost(Usage(prompt_tokens=300, completion_tokens=100, reported_cost=0.04), None)
     assert (cost.input, cost.output) == pytest.approx((0.03, 0.01))
 
 

@@ -28,30 +28,35 @@ from workbench.llm.retry import (
 
 def _error_from(fake_llm, reply: FakeReply, timeout: float = 5.0) -> openai.OpenAIError:
     fake_llm.script(reply)
-    client = openai.OpenAI(base_url=fake_llm.base_url, api_key="k", max_retries=0,
-                           timeout=timeout)
+    client = openai.OpenAI(base_url=fake_llm.base_url, api_key="k", max_retries=0, timeout=timeout)
     with pytest.raises(openai.OpenAIError) as info:
         client.chat.completions.create(model="m", messages=[{"role": "user", "content": "x"}])
     return info.value
 
 
-@pytest.mark.parametrize(("reply", "error_type", "transient", "retry_after"), [
-    (FakeReply.rate_limited(retry_after=3), "rate_limit", True, 3.0),
-    (FakeReply.rate_limited(retry_after=None), "rate_limit", True, None),
-    (FakeReply.rate_limited(retry_after=0.25), "rate_limit", True, 0.25),
-    (FakeReply.error(429, headers={"retry-after-ms": "1500"}), "rate_limit", True, 1.5),
-    (FakeReply.server_error(), "InternalServerError", True, None),
-    (FakeReply.server_error(503), "InternalServerError", True, None),
-    (FakeReply.error(408), "APIStatusError", True, None),
-    (FakeReply.error(400), "BadRequestError", False, None),
-    (FakeReply.error(401), "AuthenticationError", False, None),
-    (FakeReply.error(404), "NotFoundError", False, None),
-    (FakeReply.error(422), "UnprocessableEntityError", False, None),
-])
+@pytest.mark.parametrize(
+    ("reply", "error_type", "transient", "retry_after"),
+    [
+        (FakeReply.rate_limited(retry_after=3), "rate_limit", True, 3.0),
+        (FakeReply.rate_limited(retry_after=None), "rate_limit", True, None),
+        (FakeReply.rate_limited(retry_after=0.25), "rate_limit", True, 0.25),
+        (FakeReply.error(429, headers={"retry-after-ms": "1500"}), "rate_limit", True, 1.5),
+        (FakeReply.server_error(), "InternalServerError", True, None),
+        (FakeReply.server_error(503), "InternalServerError", True, None),
+        (FakeReply.error(408), "APIStatusError", True, None),
+        (FakeReply.error(400), "BadRequestError", False, None),
+        (FakeReply.error(401), "AuthenticationError", False, None),
+        (FakeReply.error(404), "NotFoundError", False, None),
+        (FakeReply.error(422), "UnprocessableEntityError", False, None),
+    ],
+)
 def test_classify_status_errors(fake_llm, reply, error_type, transient, retry_after):
     info = classify_error(_error_from(fake_llm, reply))
     assert (info.error_type, info.transient, info.retry_after) == (
-        error_type, transient, retry_after)
+        error_type,
+        transient,
+        retry_after,
+    )
     assert info.message.startswith(f"HTTP {reply.status}")
 
 
@@ -74,12 +79,15 @@ def test_other_exceptions_are_final():
     assert classify_error(ValueError("x")) == ErrorInfo("ValueError", False, None, "x")
 
 
-@pytest.mark.parametrize(("error_type", "cls", "queue_category"), [
-    ("rate_limit", LLMRateLimited, "RateLimitError"),
-    ("timeout", LLMTimeout, "TimeoutError"),
-    ("InternalServerError", LLMTransientError, "ConnectionError"),
-    ("APIConnectionError", LLMTransientError, "ConnectionError"),
-])
+@pytest.mark.parametrize(
+    ("error_type", "cls", "queue_category"),
+    [
+        ("rate_limit", LLMRateLimited, "RateLimitError"),
+        ("timeout", LLMTimeout, "TimeoutError"),
+        ("InternalServerError", LLMTransientError, "ConnectionError"),
+        ("APIConnectionError", LLMTransientError, "ConnectionError"),
+    ],
+)
 def test_exhausted_errors_carry_the_queue_category(error_type, cls, queue_category):
     err = exhausted_error(ErrorInfo(error_type, True, None, "m"), "detail")
     assert type(err) is cls and err.error_type == queue_category and str(err) == "detail"
@@ -138,23 +146,31 @@ def test_throttle_disabled():
 
 
 # --- caching rules -----------------------------------------------------------------------------
-@pytest.mark.parametrize(("url", "expected"), [
-    ("https://openrouter.ai/api/v1", True),
-    ("https://eu.openrouter.ai/api/v1", True),
-    ("https://api.openai.com/v1", False),
-    ("http://127.0.0.1:8080/v1", False),
-    ("https://openrouter.ai.evil.example/v1", False),
-    (None, False),
-])
+@pytest.mark.parametrize(
+    ("url", "expected"),
+    [
+        ("https://openrouter.ai/api/v1", True),
+        ("https://eu.openrouter.ai/api/v1", True),
+        ("https://api.openai.com/v1", False),
+        ("http://127.0.0.1:8080/v1", False),
+        ("https://openrouter.ai.evil.example/v1", False),
+        (None, False),
+    ],
+)
 def test_is_aggregator(url, expected):
     assert is_aggregator(url) is expected
 
 
-@pytest.mark.parametrize(("model", "expected"), [
-    ("anthropic/claude-sonnet-4.5", True), ("claude-3-5-haiku", True),
-    ("anthropic/claude-haiku-4.5", True), ("openai/gpt-4o", False), ("google/gemini-2.5-pro",
-                                                                     False),
-])
+@pytest.mark.parametrize(
+    ("model", "expected"),
+    [
+        ("anthropic/claude-sonnet-4.5", True),
+        ("claude-3-5-haiku", True),
+        ("anthropic/claude-haiku-4.5", True),
+        ("openai/gpt-4o", False),
+        ("google/gemini-2.5-pro", False),
+    ],
+)
 def test_is_caching_family(model, expected):
     assert is_caching_family(model) is expected
 
@@ -168,21 +184,27 @@ def test_caching_applies_only_with_all_three():
 
 
 def test_to_multipart_marks_the_last_part_and_the_system_prompt():
-    msgs = [{"role": "system", "content": "Stable."},
-            {"role": "user", "content": [{"type": "text", "text": "a"},
-                                         {"type": "text", "text": "b"}]}]
+    msgs = [
+        {"role": "system", "content": "Stable."},
+        {"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]},
+    ]
     out = to_multipart(msgs)
-    assert out[0]["content"] == [{"type": "text", "text": "Stable.",
-                                  "cache_control": {"type": "ephemeral"}}]
+    assert out[0]["content"] == [
+        {"type": "text", "text": "Stable.", "cache_control": {"type": "ephemeral"}}
+    ]
     assert out[1]["content"][0] == {"type": "text", "text": "a"}
-    assert out[1]["content"][-1] == {"type": "text", "text": "b",
-                                     "cache_control": {"type": "ephemeral"}}
+    assert out[1]["content"][-1] == {
+        "type": "text",
+        "text": "b",
+        "cache_control": {"type": "ephemeral"},
+    }
     assert msgs[1]["content"][-1] == {"type": "text", "text": "b"}  # input untouched
 
 
 def test_to_multipart_spec_only_marker():
-    out = to_multipart([{"role": "system", "content": "S"}, {"role": "user", "content": "U"}],
-                       mark_system=False)
+    out = to_multipart(
+        [{"role": "system", "content": "S"}, {"role": "user", "content": "U"}], mark_system=False
+    )
     assert "cache_control" not in out[0]["content"][0]
     assert out[1]["content"][0]["cache_control"] == {"type": "ephemeral"}
 
@@ -191,5 +213,6 @@ def test_cache_tokens_from_every_field():
     assert cache_tokens({}) == (0, 0)
     assert cache_tokens({"prompt_tokens_details": {"cached_tokens": 5}}) == (5, 0)
     assert cache_tokens({"cache_read_tokens": 7, "cache_write_tokens": 3}) == (7, 3)
-    assert cache_tokens({"prompt_tokens_details": {"cached_tokens": None,
-                                                   "cache_write_tokens": 9}}) == (0, 9)
+    assert cache_tokens(
+        {"prompt_tokens_details": {"cached_tokens": None, "cache_write_tokens": 9}}
+    ) == (0, 9)

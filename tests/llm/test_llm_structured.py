@@ -62,8 +62,10 @@ def test_inline_refs_removes_defs_and_refs():
 
 
 def test_inline_refs_rejects_recursion():
-    schema = {"$defs": {"N": {"type": "object", "properties": {"next": {"$ref": "#/$defs/N"}}}},
-              "$ref": "#/$defs/N"}
+    schema = {
+        "$defs": {"N": {"type": "object", "properties": {"next": {"$ref": "#/$defs/N"}}}},
+        "$ref": "#/$defs/N",
+    }
     with pytest.raises(ValueError, match="recursive"):
         inline_refs(schema)
 
@@ -84,8 +86,7 @@ def test_grammar_schema_is_grammar_friendly():
 
 
 def test_grammar_schema_bounds_are_optional():
-    schema = grammar_schema(model_schema(ExtractedEntities), max_items=None,
-                            max_string_length=None)
+    schema = grammar_schema(model_schema(ExtractedEntities), max_items=None, max_string_length=None)
     assert "maxItems" not in schema["properties"]["entities"]
 
 
@@ -103,8 +104,10 @@ def test_strict_schema_not_possible_with_optional_fields():
 
 
 # --- requests ----------------------------------------------------------------------------------
-MESSAGES = [{"role": "system", "content": "Stable instructions."},
-            {"role": "user", "content": "Episode text."}]
+MESSAGES = [
+    {"role": "system", "content": "Stable instructions."},
+    {"role": "user", "content": "Episode text."},
+]
 
 
 def test_json_schema_request():
@@ -146,7 +149,8 @@ def test_system_instruction_added_when_there_is_no_system_message():
 
 def test_system_instruction_appended_to_multipart_system():
     msgs = with_system_instruction(
-        [{"role": "system", "content": [{"type": "text", "text": "A"}]}], "B")
+        [{"role": "system", "content": [{"type": "text", "text": "A"}]}], "B"
+    )
     assert msgs[0]["content"] == [{"type": "text", "text": "A"}, {"type": "text", "text": "B"}]
 
 
@@ -154,17 +158,20 @@ def test_system_instruction_appended_to_multipart_system():
 GOOD = '{"entity_resolutions": [{"id": 0, "duplicate_of": -1}]}'
 
 
-@pytest.mark.parametrize("text", [
-    GOOD,
-    f"```json\n{GOOD}\n```",
-    f"```\n{GOOD}\n```",
-    f"<think>Let me see.\nThe ids...</think>\n{GOOD}",
-    f"<think>reason</think>```json\n{GOOD}\n```",
-    f"Reasoning without an opening tag</think>{GOOD}",
-    f"Here is the JSON:\n```json\n{GOOD}\n```\nHope it helps",
-    f"Here you go: {GOOD} done",
-    '{"NodeResolutions": ' + GOOD + "}",
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        GOOD,
+        f"```json\n{GOOD}\n```",
+        f"```\n{GOOD}\n```",
+        f"<think>Let me see.\nThe ids...</think>\n{GOOD}",
+        f"<think>reason</think>```json\n{GOOD}\n```",
+        f"Reasoning without an opening tag</think>{GOOD}",
+        f"Here is the JSON:\n```json\n{GOOD}\n```\nHope it helps",
+        f"Here you go: {GOOD} done",
+        '{"NodeResolutions": ' + GOOD + "}",
+    ],
+)
 def test_parse_reply_accepts_the_usual_wrappings(text):
     result = parse_reply(text, NodeResolutions)
     assert result.entity_resolutions[0].duplicate_of == -1
@@ -185,7 +192,8 @@ def test_schema_echo_is_detected():
         parse_reply(schema, NodeResolutions)
     assert str(info.value) == (
         "NodeResolutions: the reply is a JSON schema instead of data: the required field "
-        "`entity_resolutions` of NodeResolutions is missing")
+        "`entity_resolutions` of NodeResolutions is missing"
+    )
 
 
 class Optional_(BaseModel):
@@ -204,13 +212,16 @@ def test_schema_like_reply_with_the_data_is_not_an_echo():
     parse_reply('{"entity_resolutions": [], "type": "object"}', NodeResolutions)
 
 
-@pytest.mark.parametrize(("text", "detail"), [
-    ("", "the reply is empty"),
-    ("Alice, Bob", "not valid JSON"),
-    ('{"entity_resolutions": [{"id": "zero"}]}', "does not conform"),
-    ('{"entities": []', "not valid JSON"),
-    ("[1, 2]", "does not conform"),
-])
+@pytest.mark.parametrize(
+    ("text", "detail"),
+    [
+        ("", "the reply is empty"),
+        ("Alice, Bob", "not valid JSON"),
+        ('{"entity_resolutions": [{"id": "zero"}]}', "does not conform"),
+        ('{"entities": []', "not valid JSON"),
+        ("[1, 2]", "does not conform"),
+    ],
+)
 def test_non_conforming_replies_name_the_structure(text, detail):
     with pytest.raises(StructuredOutputError) as info:
         parse_reply(text, NodeResolutions)

@@ -16,12 +16,45 @@ from tests.prom import buckets, family_types, label_sets, parse, sample_names, v
 from workbench.metrics import Metrics
 
 INF = math.inf
-SPEC_TOKEN_BUCKETS = [10, 25, 50, 100, 250, 500, 1000, 2000, 3000, 5000, 10000, 25000, 50000,
-                      100000, 200000]
-SPEC_COST_BUCKETS = [0.000005, 0.00001, 0.000025, 0.00005, 0.0001, 0.00025, 0.0005, 0.001,
-                     0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0]
-SPEC_DURATION_BUCKETS = [0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 15.0, 30.0, 60.0, 120.0,
-                         300.0]
+SPEC_TOKEN_BUCKETS = [
+    10,
+    25,
+    50,
+    100,
+    250,
+    500,
+    1000,
+    2000,
+    3000,
+    5000,
+    10000,
+    25000,
+    50000,
+    100000,
+    200000,
+]
+SPEC_COST_BUCKETS = [
+    0.000005,
+    0.00001,
+    0.000025,
+    0.00005,
+    0.0001,
+    0.00025,
+    0.0005,
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+]
+SPEC_DURATION_BUCKETS = [0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 15.0, 30.0, 60.0, 120.0, 300.0]
 SPEC_MAINTENANCE_BUCKETS = [1, 5, 30, 60, 120, 300, 600]
 SPEC_CLASSIFICATION_BUCKETS = [0.1, 0.5, 1, 2, 5]
 SPEC_ACCESS_BUCKETS = [1, 7, 30, 90, 180, 365, 730, 1095]
@@ -176,23 +209,25 @@ def test_token_and_cost_counters_after_two_calls():
     assert value(text, "graph_completion_tokens_all_models_total") == 205
     assert value(text, "graph_total_tokens_all_models_total") == 1235
     assert value(text, "graph_api_input_cost_total", model="gpt-4o-mini") == pytest.approx(0.00015)
-    assert value(text, "graph_api_output_cost_total", model="gpt-4o-mini") == pytest.approx(
-        0.00012)
+    assert value(text, "graph_api_output_cost_total", model="gpt-4o-mini") == pytest.approx(0.00012)
     assert value(text, "graph_api_cost_total", model="gpt-4o-mini") == pytest.approx(0.00027)
     assert value(text, "graph_api_cost_all_models_total") == pytest.approx(0.000325)
     assert value(text, "graph_api_input_cost_all_models_total") == pytest.approx(0.00018)
     assert value(text, "graph_api_output_cost_all_models_total") == pytest.approx(0.000145)
 
 
-@pytest.mark.parametrize(("family", "bounds", "observed"), [
-    ("graph_prompt_tokens_per_request", SPEC_TOKEN_BUCKETS, [1000, 30]),
-    ("graph_completion_tokens_per_request", SPEC_TOKEN_BUCKETS, [200, 5]),
-    ("graph_total_tokens_per_request", SPEC_TOKEN_BUCKETS, [1200, 35]),
-    ("graph_api_cost_per_request", SPEC_COST_BUCKETS, [0.00027, 0.000055]),
-    ("graph_api_input_cost_per_request", SPEC_COST_BUCKETS, [0.00015, 0.00003]),
-    ("graph_api_output_cost_per_request", SPEC_COST_BUCKETS, [0.00012, 0.000025]),
-    ("graph_llm_request_duration_seconds", SPEC_DURATION_BUCKETS, [0.4, 2.0]),
-])
+@pytest.mark.parametrize(
+    ("family", "bounds", "observed"),
+    [
+        ("graph_prompt_tokens_per_request", SPEC_TOKEN_BUCKETS, [1000, 30]),
+        ("graph_completion_tokens_per_request", SPEC_TOKEN_BUCKETS, [200, 5]),
+        ("graph_total_tokens_per_request", SPEC_TOKEN_BUCKETS, [1200, 35]),
+        ("graph_api_cost_per_request", SPEC_COST_BUCKETS, [0.00027, 0.000055]),
+        ("graph_api_input_cost_per_request", SPEC_COST_BUCKETS, [0.00015, 0.00003]),
+        ("graph_api_output_cost_per_request", SPEC_COST_BUCKETS, [0.00012, 0.000025]),
+        ("graph_llm_request_duration_seconds", SPEC_DURATION_BUCKETS, [0.4, 2.0]),
+    ],
+)
 def test_llm_histograms_have_the_spec_buckets_and_cumulative_counts(family, bounds, observed):
     m = Metrics()
     m.record_llm_call("m1", 1000, 200, 0.00015, 0.00012, 0.4)
@@ -259,9 +294,11 @@ def test_cache_metrics_when_caching_is_enabled():
     assert value(text, "graph_cache_write_tokens_all_models_total") == 3500
     assert value(text, "graph_cache_requests_total") == 4
     assert buckets(text, "graph_cache_tokens_saved_per_request", model=model) == (
-        expected_buckets(SPEC_TOKEN_BUCKETS, [0, 1500, 1500, 0]))
+        expected_buckets(SPEC_TOKEN_BUCKETS, [0, 1500, 1500, 0])
+    )
     assert buckets(text, "graph_cache_cost_saved_per_request", model=model) == (
-        expected_buckets(SPEC_COST_BUCKETS, [0, 0.00405, 0.00405, 0]))
+        expected_buckets(SPEC_COST_BUCKETS, [0, 0.00405, 0.00405, 0])
+    )
 
 
 def test_cache_metrics_stay_empty_when_caching_is_disabled():
@@ -269,7 +306,9 @@ def test_cache_metrics_stay_empty_when_caching_is_disabled():
     m.record_cache("claude-sonnet-4-5", True, 1500, 0.00405, 0)
     names = sample_names(m.exposition())
     assert {n for n in names if n.startswith("graph_cache")} == {
-        "graph_cache_enabled", "graph_cache_hit_rate"}
+        "graph_cache_enabled",
+        "graph_cache_hit_rate",
+    }
     assert value(m.exposition(), "graph_cache_enabled") == 0
     assert value(m.exposition(), "graph_cache_hit_rate") == 0
 
@@ -277,8 +316,9 @@ def test_cache_metrics_stay_empty_when_caching_is_disabled():
 # --- knowledge_ families -----------------------------------------------------------------------
 def test_maintenance_lifecycle_and_classification_metrics():
     m = Metrics()
-    m.record_maintenance_run("success", 45.0, 10, {("ACTIVE", "DORMANT"): 3,
-                                                   ("DORMANT", "ARCHIVED"): 0}, 2)
+    m.record_maintenance_run(
+        "success", 45.0, 10, {("ACTIVE", "DORMANT"): 3, ("DORMANT", "ARCHIVED"): 0}, 2
+    )
     m.record_maintenance_run("failure", 700.0)
     m.set_memory_gauges({"ACTIVE": 7, "DORMANT": 3}, 10, 0.25, 3.2, 2.9)
     m.record_classification("success", 0.3)
@@ -288,12 +328,18 @@ def test_maintenance_lifecycle_and_classification_metrics():
     assert value(text, "knowledge_decay_maintenance_runs_total", status="failure") == 1
     assert value(text, "knowledge_decay_scores_updated_total") == 10
     assert value(text, "knowledge_memories_purged_total") == 2
-    assert value(text, "knowledge_lifecycle_transitions_total",
-                 from_state="ACTIVE", to_state="DORMANT") == 3
+    assert (
+        value(
+            text, "knowledge_lifecycle_transitions_total", from_state="ACTIVE", to_state="DORMANT"
+        )
+        == 3
+    )
     assert label_sets(text, "knowledge_lifecycle_transitions_total") == [
-        {"from_state": "ACTIVE", "to_state": "DORMANT"}]
+        {"from_state": "ACTIVE", "to_state": "DORMANT"}
+    ]
     assert buckets(text, "knowledge_maintenance_duration_seconds") == expected_buckets(
-        SPEC_MAINTENANCE_BUCKETS, [45.0, 700.0])
+        SPEC_MAINTENANCE_BUCKETS, [45.0, 700.0]
+    )
     assert value(text, "knowledge_memories_by_state", state="ACTIVE") == 7
     assert value(text, "knowledge_memories_by_state", state="DORMANT") == 3
     assert value(text, "knowledge_memories_total") == 10
@@ -303,7 +349,8 @@ def test_maintenance_lifecycle_and_classification_metrics():
     assert value(text, "knowledge_classification_requests_total", status="success") == 1
     assert value(text, "knowledge_classification_requests_total", status="fallback") == 1
     assert buckets(text, "knowledge_classification_latency_seconds") == expected_buckets(
-        SPEC_CLASSIFICATION_BUCKETS, [0.3])
+        SPEC_CLASSIFICATION_BUCKETS, [0.3]
+    )
 
 
 def test_search_and_access_metrics():
@@ -319,7 +366,8 @@ def test_search_and_access_metrics():
     text = m.exposition()
     assert value(text, "knowledge_weighted_searches_total") == 1
     assert buckets(text, "knowledge_search_weighted_latency_seconds") == expected_buckets(
-        SEARCH_BUCKETS, [0.02])
+        SEARCH_BUCKETS, [0.02]
+    )
     assert value(text, "knowledge_access_by_importance_total", level="CRITICAL") == 1
     assert value(text, "knowledge_access_by_importance_total", level="LOW") == 2
     assert value(text, "knowledge_access_by_importance_total", level="MEDIUM") == 1
@@ -329,7 +377,8 @@ def test_search_and_access_metrics():
     assert value(text, "knowledge_memory_access_total") == 5
     # only memories with last_accessed_at are observed
     assert buckets(text, "knowledge_days_since_last_access") == expected_buckets(
-        SPEC_ACCESS_BUCKETS, [40.0, 0.5, 2000.0, 100.0])
+        SPEC_ACCESS_BUCKETS, [40.0, 0.5, 2000.0, 100.0]
+    )
     assert value(text, "knowledge_reactivations_total", from_state="DORMANT") == 1
     assert value(text, "knowledge_reactivations_total", from_state="ARCHIVED") == 1
 
@@ -348,25 +397,41 @@ def test_queue_exporter_operations():
     text = m.exposition()
     assert value(text, "messaging_queue_depth", queue_name="episodes", priority="normal") == 1
     assert value(text, "messaging_queue_depth", queue_name="episodes", priority="high") == 1
-    assert value(text, "messaging_messages_processed_total", queue_name="episodes",
-                 status="success") == 1
-    assert value(text, "messaging_messages_processed_total", queue_name="episodes",
-                 status="failure") == 1
-    assert value(text, "messaging_messages_failed_total", queue_name="episodes",
-                 error_type="ValidationError") == 1
+    assert (
+        value(text, "messaging_messages_processed_total", queue_name="episodes", status="success")
+        == 1
+    )
+    assert (
+        value(text, "messaging_messages_processed_total", queue_name="episodes", status="failure")
+        == 1
+    )
+    assert (
+        value(
+            text,
+            "messaging_messages_failed_total",
+            queue_name="episodes",
+            error_type="ValidationError",
+        )
+        == 1
+    )
     assert value(text, "messaging_retries_total", queue_name="episodes") == 1
     assert value(text, "messaging_active_consumers", queue_name="episodes") == 3
     assert value(text, "messaging_consumer_saturation", queue_name="episodes") == 1.0  # clamped
     assert value(text, "messaging_consumer_lag_seconds", queue_name="episodes") == 0.0
     assert buckets(text, "messaging_wait_time_seconds") == expected_buckets(
-        SPEC_QUEUE_BUCKETS, [0.2])
+        SPEC_QUEUE_BUCKETS, [0.2]
+    )
     assert buckets(text, "messaging_processing_duration_seconds") == expected_buckets(
-        SPEC_QUEUE_BUCKETS, [1.5, 0.03])
+        SPEC_QUEUE_BUCKETS, [1.5, 0.03]
+    )
     assert buckets(text, "messaging_end_to_end_latency_seconds") == expected_buckets(
-        SPEC_QUEUE_BUCKETS, [2.0, 0.04])
+        SPEC_QUEUE_BUCKETS, [2.0, 0.04]
+    )
     m.update_queue_depth("episodes", 9, "normal")
-    assert value(m.exposition(), "messaging_queue_depth", queue_name="episodes",
-                 priority="normal") == 9
+    assert (
+        value(m.exposition(), "messaging_queue_depth", queue_name="episodes", priority="normal")
+        == 9
+    )
 
 
 # --- behaviour rules ---------------------------------------------------------------------------

@@ -15,16 +15,20 @@ T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
 def write_embeddings(store: Store, kind: str, uuids: list[str], vectors: np.ndarray) -> None:
     vectors = np.asarray(vectors, dtype=np.float32)
-    frame = pa.table({
-        "uuid": pa.array(uuids, pa.string()),
-        "vector": pa.FixedSizeListArray.from_arrays(pa.array(vectors.reshape(-1)),
-                                                    vectors.shape[1]),
-    })
+    frame = pa.table(
+        {
+            "uuid": pa.array(uuids, pa.string()),
+            "vector": pa.FixedSizeListArray.from_arrays(
+                pa.array(vectors.reshape(-1)), vectors.shape[1]
+            ),
+        }
+    )
     store.register("_test_vectors", frame)
     try:
         store.execute(
             f"INSERT OR REPLACE INTO {kind}_embeddings SELECT uuid, 'test', "
-            f"vector::FLOAT[{store.dim}] FROM _test_vectors")
+            f"vector::FLOAT[{store.dim}] FROM _test_vectors"
+        )
     finally:
         store.unregister("_test_vectors")
 
@@ -32,43 +36,94 @@ def write_embeddings(store: Store, kind: str, uuids: list[str], vectors: np.ndar
 def entity(name: str, summary: str = "", group_id: str = "main", **memory) -> dict:
     row = {
         "uuid": memory.pop("uuid", None) or str(uuidlib.uuid4()),
-        "group_id": group_id, "name": name, "entity_type": memory.pop("entity_type", "Entity"),
-        "summary": summary, "created_at": memory.pop("created_at", T0),
-        "importance": 3, "stability": 3, "decay_score": 0.0, "lifecycle_state": "ACTIVE",
-        "last_accessed_at": None, "access_count": 0,
+        "group_id": group_id,
+        "name": name,
+        "entity_type": memory.pop("entity_type", "Entity"),
+        "summary": summary,
+        "created_at": memory.pop("created_at", T0),
+        "importance": 3,
+        "stability": 3,
+        "decay_score": 0.0,
+        "lifecycle_state": "ACTIVE",
+        "last_accessed_at": None,
+        "access_count": 0,
     }
     row.update(memory)
     return row
 
 
-def fact(text: str, source: dict, target: dict, relation: str = "RELATES_TO",
-         group_id: str = "main", **memory) -> dict:
+def fact(
+    text: str,
+    source: dict,
+    target: dict,
+    relation: str = "RELATES_TO",
+    group_id: str = "main",
+    **memory,
+) -> dict:
     row = {
         "uuid": memory.pop("uuid", None) or str(uuidlib.uuid4()),
-        "group_id": group_id, "source_uuid": source["uuid"], "target_uuid": target["uuid"],
-        "relation": relation, "fact": text, "created_at": memory.pop("created_at", T0),
-        "valid_at": None, "invalid_at": None, "expired_at": None,
-        "importance": 3, "stability": 3, "decay_score": 0.0, "lifecycle_state": "ACTIVE",
-        "last_accessed_at": None, "access_count": 0,
+        "group_id": group_id,
+        "source_uuid": source["uuid"],
+        "target_uuid": target["uuid"],
+        "relation": relation,
+        "fact": text,
+        "created_at": memory.pop("created_at", T0),
+        "valid_at": None,
+        "invalid_at": None,
+        "expired_at": None,
+        "importance": 3,
+        "stability": 3,
+        "decay_score": 0.0,
+        "lifecycle_state": "ACTIVE",
+        "last_accessed_at": None,
+        "access_count": 0,
     }
     row.update(memory)
     return row
 
 
-_ENTITY_COLS = ("uuid", "group_id", "name", "entity_type", "summary", "created_at",
-                "importance", "stability", "decay_score", "lifecycle_state",
-                "last_accessed_at", "access_count")
-_FACT_COLS = ("uuid", "group_id", "source_uuid", "target_uuid", "relation", "fact",
-              "created_at", "valid_at", "invalid_at", "expired_at", "importance", "stability",
-              "decay_score", "lifecycle_state", "last_accessed_at", "access_count")
+_ENTITY_COLS = (
+    "uuid",
+    "group_id",
+    "name",
+    "entity_type",
+    "summary",
+    "created_at",
+    "importance",
+    "stability",
+    "decay_score",
+    "lifecycle_state",
+    "last_accessed_at",
+    "access_count",
+)
+_FACT_COLS = (
+    "uuid",
+    "group_id",
+    "source_uuid",
+    "target_uuid",
+    "relation",
+    "fact",
+    "created_at",
+    "valid_at",
+    "invalid_at",
+    "expired_at",
+    "importance",
+    "stability",
+    "decay_score",
+    "lifecycle_state",
+    "last_accessed_at",
+    "access_count",
+)
 
 
 def insert(store: Store, kind: str, rows: list[dict], vectors: np.ndarray) -> None:
     """Write memory rows and their embeddings (one transaction), like ingestion does."""
     if kind == "entity":
         cols = ", ".join(_ENTITY_COLS)
-        sql = (f"INSERT INTO entities ({cols}, name_norm, updated_at) VALUES "
-               f"({', '.join('?' * len(_ENTITY_COLS))}, lower(?), ?)")
+        sql = (
+            f"INSERT INTO entities ({cols}, name_norm, updated_at) VALUES "
+            f"({', '.join('?' * len(_ENTITY_COLS))}, lower(?), ?)"
+        )
         params = [[r[c] for c in _ENTITY_COLS] + [r["name"], r["created_at"]] for r in rows]
     else:
         cols = ", ".join(_FACT_COLS)

@@ -19,18 +19,28 @@ def engine(make_engine, hash_embedder):
 def row(store, uuid, table="entities"):
     return store.fetch_dicts(
         f"SELECT lifecycle_state, access_count, last_accessed_at, decay_score FROM {table} "
-        "WHERE uuid = ?", [uuid])[0]
+        "WHERE uuid = ?",
+        [uuid],
+    )[0]
 
 
 def test_returned_memories_are_accessed_and_reactivated(engine, store, clock, metrics):
     clock.advance(days=100)
-    dormant, archived, active = add(engine, "entity", [
-        entity("pizza dough recipe", lifecycle_state="DORMANT", decay_score=0.3,
-               last_accessed_at=T0 + timedelta(days=60), importance=2),
-        entity("pizza oven manual", lifecycle_state="ARCHIVED", decay_score=0.5,
-               importance=5),
-        entity("pizza night friends", access_count=4, importance=3),
-    ])
+    dormant, archived, active = add(
+        engine,
+        "entity",
+        [
+            entity(
+                "pizza dough recipe",
+                lifecycle_state="DORMANT",
+                decay_score=0.3,
+                last_accessed_at=T0 + timedelta(days=60),
+                importance=2,
+            ),
+            entity("pizza oven manual", lifecycle_state="ARCHIVED", decay_score=0.5, importance=5),
+            entity("pizza night friends", access_count=4, importance=3),
+        ],
+    )
     hits = engine.search_nodes("pizza")
     assert {h["lifecycle_state"] for h in hits} == {"ACTIVE"}
     by_uuid = {h["uuid"]: h for h in hits}
@@ -70,22 +80,27 @@ def test_returned_memories_are_accessed_and_reactivated(engine, store, clock, me
 
 def test_facts_are_tracked_too_and_only_returned_ones(engine, store):
     a, b = add(engine, "entity", [entity("Sam"), entity("Lena")])
-    hit, other = add(engine, "fact", [
-        fact("Sam visits Lena in Porto", a, b, lifecycle_state="DORMANT"),
-        fact("Sam visits Lena in Porto every June", a, b),
-    ])
+    hit, other = add(
+        engine,
+        "fact",
+        [
+            fact("Sam visits Lena in Porto", a, b, lifecycle_state="DORMANT"),
+            fact("Sam visits Lena in Porto every June", a, b),
+        ],
+    )
     assert len(engine.search_facts("visits Porto", max_facts=1)) == 1
     counts = {u: row(store, u, "facts")["access_count"] for u in (hit["uuid"], other["uuid"])}
     assert sorted(counts.values()) == [0, 1]
 
 
 def test_background_flusher_batches_and_close_writes_everything(
-        store, clock, metrics, hash_embedder):
-    engine = SearchEngine(store, hash_embedder, metrics, clock, access_background=True,
-                          flush_interval=3600)
+    store, clock, metrics, hash_embedder
+):
+    engine = SearchEngine(
+        store, hash_embedder, metrics, clock, access_background=True, flush_interval=3600
+    )
     try:
-        memo, = add(engine, "entity", [entity("tax return deadline",
-                                              lifecycle_state="ARCHIVED")])
+        (memo,) = add(engine, "entity", [entity("tax return deadline", lifecycle_state="ARCHIVED")])
         for _ in range(3):
             hits = engine.search_nodes("tax deadline")
             assert hits[0]["lifecycle_state"] == "ACTIVE"
@@ -103,7 +118,7 @@ def test_background_flusher_batches_and_close_writes_everything(
 def test_flush_is_explicit_and_idempotent(store, clock, metrics, hash_embedder):
     engine = SearchEngine(store, hash_embedder, metrics, clock, flush_interval=3600)
     try:
-        memo, = add(engine, "entity", [entity("dentist appointment")])
+        (memo,) = add(engine, "entity", [entity("dentist appointment")])
         engine.search_nodes("dentist")
         assert engine.flush() == 1
         assert engine.flush() == 0

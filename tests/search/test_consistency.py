@@ -8,26 +8,26 @@ import time
 import numpy as np
 import pytest
 
-from tests.search.helpers import add, entity, fact
-from workbench.search import engine as search_module
-from workbench.search import rows as search_cache
+from tests.search.helpers import T0, add, entity, fact
 from workbench.clock import ManualClock
 from workbench.ingest.reads import CachedReads
 from workbench.metrics import Metrics
+from workbench.search import engine as search_module
+from workbench.search import rows as search_cache
 from workbench.search.engine import SearchEngine
 from workbench.store import Store
-from tests.search.helpers import T0
 
 
 def open_engine(path, embedder):
     store = Store.open(path)
-    return store, SearchEngine(store, embedder, Metrics(), ManualClock(T0),
-                               access_background=False)
+    return store, SearchEngine(store, embedder, Metrics(), ManualClock(T0), access_background=False)
 
 
 def ranking(hits):
-    return [(h["uuid"], h["score_parts"]["similarity"], h["score_parts"]["keyword"],
-             h["score"]) for h in hits]
+    return [
+        (h["uuid"], h["score_parts"]["similarity"], h["score_parts"]["keyword"], h["score"])
+        for h in hits
+    ]
 
 
 @pytest.fixture
@@ -55,9 +55,12 @@ def test_results_are_identical_after_a_restart(db, hash_embedder):
 
 def test_deleted_memories_are_gone_now_and_after_restart(db, hash_embedder):
     store, engine = open_engine(db, hash_embedder)
-    sam, = add(engine, "entity", [entity("Sam")])
-    keep, drop = add(engine, "fact", [fact("Sam plays the piano", sam, sam),
-                                      fact("Sam plays the guitar", sam, sam)])
+    (sam,) = add(engine, "entity", [entity("Sam")])
+    keep, drop = add(
+        engine,
+        "fact",
+        [fact("Sam plays the piano", sam, sam), fact("Sam plays the guitar", sam, sam)],
+    )
     store.execute("DELETE FROM facts WHERE uuid = ?", [drop["uuid"]])
     store.execute("DELETE FROM fact_embeddings WHERE uuid = ?", [drop["uuid"]])
     engine.on_delete("fact", [drop["uuid"]])
@@ -74,8 +77,9 @@ def test_deleted_memories_are_gone_now_and_after_restart(db, hash_embedder):
         store.close()
 
 
-def test_refresh_states_drops_rows_purged_behind_the_engines_back(store, make_engine,
-                                                                  hash_embedder):
+def test_refresh_states_drops_rows_purged_behind_the_engines_back(
+    store, make_engine, hash_embedder
+):
     engine = make_engine(hash_embedder)
     a, b = add(engine, "entity", [entity("old receipt"), entity("new receipt")])
     store.execute("DELETE FROM entities WHERE uuid = ?", [a["uuid"]])  # e.g. a purge
@@ -91,8 +95,10 @@ def test_a_maintenance_run_is_noticed_without_being_told(store, make_engine, has
     engine = make_engine(hash_embedder, sync_seconds=0)
     a, b = add(engine, "entity", [entity("old receipt"), entity("new receipt")])
     store.execute("UPDATE entities SET lifecycle_state = 'EXPIRED' WHERE uuid = ?", [a["uuid"]])
-    store.execute("INSERT INTO maintenance_runs (id, started_at, status) "
-                  "VALUES (nextval('maintenance_runs_seq'), now(), 'success')")
+    store.execute(
+        "INSERT INTO maintenance_runs (id, started_at, status) "
+        "VALUES (nextval('maintenance_runs_seq'), now(), 'success')"
+    )
     engine.search_nodes("receipt")  # notices the run; reloads the rows in the background
     engine._sync_thread.join(timeout=30)
     assert [h["uuid"] for h in engine.search_nodes("receipt")] == [b["uuid"]]
@@ -100,10 +106,11 @@ def test_a_maintenance_run_is_noticed_without_being_told(store, make_engine, has
 
 def test_on_upsert_of_a_changed_row_rereads_it(store, make_engine, hash_embedder):
     engine = make_engine(hash_embedder)
-    sam, = add(engine, "entity", [entity("Sam")])
-    job, = add(engine, "fact", [fact("Sam works at Acme", sam, sam)])
-    store.execute("UPDATE facts SET invalid_at = now(), expired_at = now() WHERE uuid = ?",
-                  [job["uuid"]])
+    (sam,) = add(engine, "entity", [entity("Sam")])
+    (job,) = add(engine, "fact", [fact("Sam works at Acme", sam, sam)])
+    store.execute(
+        "UPDATE facts SET invalid_at = now(), expired_at = now() WHERE uuid = ?", [job["uuid"]]
+    )
     engine.on_upsert("fact", [{"uuid": job["uuid"], "group_id": "main"}])
     assert engine.search_facts("works at Acme") == []
     assert len(engine.search_facts("works at Acme", include_invalidated=True)) == 1
@@ -111,10 +118,9 @@ def test_on_upsert_of_a_changed_row_rereads_it(store, make_engine, hash_embedder
 
 def test_upsert_of_changed_text_replaces_the_old_one(store, make_engine, hash_embedder):
     engine = make_engine(hash_embedder)
-    memo, = add(engine, "entity", [entity("Sam", "likes coffee")])
+    (memo,) = add(engine, "entity", [entity("Sam", "likes coffee")])
     memo = dict(memo, summary="likes matcha now")
-    store.execute("UPDATE entities SET summary = ? WHERE uuid = ?", [memo["summary"],
-                                                                     memo["uuid"]])
+    store.execute("UPDATE entities SET summary = ? WHERE uuid = ?", [memo["summary"], memo["uuid"]])
     vector = hash_embedder.embed(["Sam: likes matcha now"])
     engine.on_upsert("entity", [memo], vector)
     assert engine.search_nodes("matcha")[0]["score_parts"]["keyword"] > 0
@@ -123,9 +129,10 @@ def test_upsert_of_changed_text_replaces_the_old_one(store, make_engine, hash_em
 
 
 def test_more_vectors_than_rows_are_refused_and_the_index_is_unchanged(
-        store, make_engine, hash_embedder):
+    store, make_engine, hash_embedder
+):
     engine = make_engine(hash_embedder)
-    sam, = add(engine, "entity", [entity("Sam", "likes coffee")])
+    (sam,) = add(engine, "entity", [entity("Sam", "likes coffee")])
     before = engine.vectors["entity"].vector(sam["uuid"]).copy()
     with pytest.raises(ValueError, match="2 vectors for 1 entity rows"):
         engine.on_upsert("entity", [sam], hash_embedder.embed(["a matcha", "b tea"]))
@@ -142,9 +149,10 @@ def test_search_over_an_empty_graph_returns_nothing(make_engine, hash_embedder, 
 def test_hnsw_graph_is_saved_and_reused_only_when_the_vectors_match(db, hash_embedder):
     store, engine = open_engine(db, hash_embedder)
     engine.ann_threshold = 50
-    sam, = add(engine, "entity", [entity("Sam")])
-    rows = add(engine, "fact", [fact(f"Sam note number {i} about tea", sam, sam)
-                                for i in range(120)])
+    (sam,) = add(engine, "entity", [entity("Sam")])
+    rows = add(
+        engine, "fact", [fact(f"Sam note number {i} about tea", sam, sam) for i in range(120)]
+    )
     engine.rebuild()  # now above the threshold: builds the graph
     assert engine.vectors["fact"].wait_ready(60) and engine.vectors["fact"].uses_ann
     before = ranking(engine.search_facts("note 7 tea"))
@@ -153,8 +161,9 @@ def test_hnsw_graph_is_saved_and_reused_only_when_the_vectors_match(db, hash_emb
     store.close()
 
     store = Store.open(db)
-    engine = SearchEngine(store, hash_embedder, Metrics(), ManualClock(T0),
-                          access_background=False, ann_threshold=50)
+    engine = SearchEngine(
+        store, hash_embedder, Metrics(), ManualClock(T0), access_background=False, ann_threshold=50
+    )
     try:
         index = engine.vectors["fact"]
         assert index.uses_ann and index._builder is None  # reused: no rebuild
@@ -165,8 +174,9 @@ def test_hnsw_graph_is_saved_and_reused_only_when_the_vectors_match(db, hash_emb
         store.close()
 
     store = Store.open(db)
-    engine = SearchEngine(store, hash_embedder, Metrics(), ManualClock(T0),
-                          access_background=False, ann_threshold=50)
+    engine = SearchEngine(
+        store, hash_embedder, Metrics(), ManualClock(T0), access_background=False, ann_threshold=50
+    )
     try:  # the store changed behind the saved graph: it is not trusted
         assert rows[0]["uuid"] not in engine.vectors["fact"]
         assert engine.vectors["fact"].wait_ready(60)
@@ -188,9 +198,15 @@ def test_a_saved_graph_built_with_other_hnsw_parameters_is_rebuilt(db, hash_embe
     store.close()
 
     store = Store.open(db)
-    engine = SearchEngine(store, hash_embedder, Metrics(), ManualClock(T0),
-                          access_background=False, ann_threshold=50,
-                          index_options={"connectivity": 8})
+    engine = SearchEngine(
+        store,
+        hash_embedder,
+        Metrics(),
+        ManualClock(T0),
+        access_background=False,
+        ann_threshold=50,
+        index_options={"connectivity": 8},
+    )
     try:  # same vectors, other parameters: not reused
         index = engine.vectors["fact"]
         assert index.wait_ready(60) and index.uses_ann
@@ -217,7 +233,8 @@ def _during_rank(engine, monkeypatch, action):
 
 
 def test_a_search_does_not_resurrect_a_memory_deleted_while_it_ranked(
-        store, make_engine, hash_embedder, monkeypatch):
+    store, make_engine, hash_embedder, monkeypatch
+):
     engine = make_engine(hash_embedder)
     gone, kept = add(engine, "entity", [entity("Harbour crane"), entity("Harbour master")])
 
@@ -237,13 +254,13 @@ def test_a_search_does_not_resurrect_a_memory_deleted_while_it_ranked(
 
 
 def test_a_search_keeps_a_change_made_while_it_ranked_and_adds_its_access(
-        store, make_engine, hash_embedder, monkeypatch):
+    store, make_engine, hash_embedder, monkeypatch
+):
     engine = make_engine(hash_embedder)
-    crane, = add(engine, "entity", [entity("Harbour crane", "old summary")])
+    (crane,) = add(engine, "entity", [entity("Harbour crane", "old summary")])
 
     def update():
-        store.execute("UPDATE entities SET summary = 'new summary' WHERE uuid = ?",
-                      [crane["uuid"]])
+        store.execute("UPDATE entities SET summary = 'new summary' WHERE uuid = ?", [crane["uuid"]])
         engine.on_upsert("entity", [{"uuid": crane["uuid"], "group_id": "main"}])
 
     _during_rank(engine, monkeypatch, update)
@@ -252,12 +269,14 @@ def test_a_search_keeps_a_change_made_while_it_ranked_and_adds_its_access(
     assert row["summary"] == "new summary"
     assert row["access_count"] == 1
     engine.flush()
-    assert store.fetchone("SELECT summary, access_count FROM entities WHERE uuid = ?",
-                          [crane["uuid"]]) == ("new summary", 1)
+    assert store.fetchone(
+        "SELECT summary, access_count FROM entities WHERE uuid = ?", [crane["uuid"]]
+    ) == ("new summary", 1)
 
 
 def test_a_delete_told_while_refresh_states_loads_is_not_undone(
-        store, make_engine, hash_embedder, monkeypatch):
+    store, make_engine, hash_embedder, monkeypatch
+):
     """refresh_states loads every row from a snapshot that still holds the entity; the
     delete told meanwhile must apply to the rows it swaps in, not to the ones it drops."""
     engine = make_engine(hash_embedder)
@@ -286,7 +305,8 @@ def test_a_delete_told_while_refresh_states_loads_is_not_undone(
 
 
 def test_a_refresh_does_not_drop_a_memory_told_after_another_refresh_swapped_its_rows(
-        store, make_engine, hash_embedder, monkeypatch):
+    store, make_engine, hash_embedder, monkeypatch
+):
     """Two refreshes overlap (the background sync a search starts after a maintenance run,
     and the run's own after_run): the first must not take a memory written and told after
     the second swapped its rows in for one purged (it is in no snapshot of the first)."""
@@ -327,18 +347,18 @@ def test_a_refresh_does_not_drop_a_memory_told_after_another_refresh_swapped_its
 
 
 def test_an_access_recorded_while_rebuild_loads_is_kept_in_its_rows(
-        store, make_engine, hash_embedder, monkeypatch):
+    store, make_engine, hash_embedder, monkeypatch
+):
     """rebuild applies the queued accesses to the rows it loaded: one recorded after that
     (a search while the other kind's index loads) must still be in the rows it swaps in."""
     engine = make_engine(hash_embedder)
-    crane, = add(engine, "entity", [entity("Harbour crane")])
+    (crane,) = add(engine, "entity", [entity("Harbour crane")])
     load = search_module.load_index
     searcher: list[threading.Thread] = []
 
     def search_while_loading(store_, kind, *args, **kwargs):
         if kind == "fact" and not searcher:
-            searcher.append(threading.Thread(target=engine.search_nodes,
-                                             args=("harbour crane",)))
+            searcher.append(threading.Thread(target=engine.search_nodes, args=("harbour crane",)))
             searcher[0].start()
             deadline = time.monotonic() + 10
             while engine.tracker.pending == 0 and time.monotonic() < deadline:
@@ -350,5 +370,6 @@ def test_an_access_recorded_while_rebuild_loads_is_kept_in_its_rows(
     searcher[0].join(timeout=10)
     assert not searcher[0].is_alive()
     assert engine.rows["entity"].get(crane["uuid"])["access_count"] == 1
-    assert store.fetchone("SELECT access_count FROM entities WHERE uuid = ?",
-                          [crane["uuid"]]) == (1,)
+    assert store.fetchone("SELECT access_count FROM entities WHERE uuid = ?", [crane["uuid"]]) == (
+        1,
+    )

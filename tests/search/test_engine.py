@@ -8,9 +8,9 @@ import time
 import numpy as np
 import pytest
 
-from workbench.fakes.embedder import HashEmbedder
 from tests.search.helpers import add, entity, fact
 from workbench.errors import EmbedderError
+from workbench.fakes.embedder import HashEmbedder
 
 
 class WaitingEmbedder(HashEmbedder):
@@ -151,8 +151,12 @@ def test_a_hit_only_the_vectors_found_gets_its_real_keyword_score(make_engine, h
     noise /= np.linalg.norm(noise, axis=1, keepdims=True)
     short = [fact("green tea, green tea", a, b) for _ in range(12)]
     add(engine, "fact", short, noise)
-    answer = fact("Ana drinks green tea every morning before she walks the dog to the park "
-                  "near the old station and back home again", a, b)
+    answer = fact(
+        "Ana drinks green tea every morning before she walks the dog to the park "
+        "near the old station and back home again",
+        a,
+        b,
+    )
     add(engine, "fact", [answer], hash_embedder.embed([query]))
     by_keyword = [u for u, *_ in engine.keywords["fact"].search(query, 5)]
     assert answer["uuid"] not in by_keyword  # only the vectors bring it

@@ -31,7 +31,8 @@ def brute(vectors, uuids, query, k, keep=None):
 
 def same(got, want) -> bool:
     return [u for u, _ in got] == [u for u, _ in want] and np.allclose(
-        [s for _, s in got], [s for _, s in want], atol=1e-5)
+        [s for _, s in got], [s for _, s in want], atol=1e-5
+    )
 
 
 @pytest.fixture
@@ -141,7 +142,12 @@ def test_the_search_breadth_grows_with_the_square_root_of_the_size():
     """A fixed ef lost recall as the graph grew (0.991 at 100k, 0.908 at 1M with ef 200)."""
     index = VectorIndex(8, ef_search=200, ef_reference_size=100_000)
     assert [index.ef_for(n) for n in (0, 50_000, 100_000, 400_000, 1_000_000)] == [
-        200, 200, 200, 400, 633]
+        200,
+        200,
+        200,
+        400,
+        633,
+    ]
     n = 6000
     vectors = clustered(n, 64, seed=3)
     small = VectorIndex(64, ann_threshold=1000, ef_search=50, ef_reference_size=375)

@@ -11,17 +11,30 @@ import pytest
 from workbench.search.bm25 import KeywordIndex, stem, tokenize
 
 
-@pytest.mark.parametrize("word, root", [
-    ("prefers", "prefer"), ("preferred", "prefer"), ("running", "run"), ("studies", "study"),
-    ("glasses", "glass"), ("status", "status"), ("duckdb", "duckdb"), ("is", "is"),
-])
+@pytest.mark.parametrize(
+    "word, root",
+    [
+        ("prefers", "prefer"),
+        ("preferred", "prefer"),
+        ("running", "run"),
+        ("studies", "study"),
+        ("glasses", "glass"),
+        ("status", "status"),
+        ("duckdb", "duckdb"),
+        ("is", "is"),
+    ],
+)
 def test_stem(word, root):
     assert stem(word) == root
 
 
 def test_tokenize_drops_stop_words_and_possessives():
     assert tokenize("What is Lena's favourite Editor? It's Neovim!") == [
-        "lena", "favourite", "editor", "neovim"]
+        "lena",
+        "favourite",
+        "editor",
+        "neovim",
+    ]
     assert tokenize("the and of") == []
 
 
@@ -30,8 +43,12 @@ def index():
     idx = KeywordIndex()
     idx.add(
         ["a", "b", "c", "d"],
-        ["Sam prefers Rust for services", "Priya prefers Kotlin on Android",
-         "Sam runs along the river", "Rust is a language; Rust Rust Rust"],
+        [
+            "Sam prefers Rust for services",
+            "Priya prefers Kotlin on Android",
+            "Sam runs along the river",
+            "Rust is a language; Rust Rust Rust",
+        ],
         ["g1", "g1", "g1", "g2"],
     )
     return idx
@@ -53,8 +70,8 @@ def test_group_filter_and_allowed(index):
 
 
 def test_unknown_words_lower_the_normalised_score(index):
-    (_, _, full), = index.search("kotlin", 1)
-    (_, _, partial), = index.search("kotlin zeppelin", 1)
+    ((_, _, full),) = index.search("kotlin", 1)
+    ((_, _, partial),) = index.search("kotlin zeppelin", 1)
     assert partial < full
 
 
@@ -71,8 +88,11 @@ def test_upsert_and_delete_follow_changes(index):
 def test_compaction_keeps_results():
     idx = KeywordIndex()
     n = 3000
-    idx.add([f"u{i}" for i in range(n)], [f"memory number{i} about topic{i % 7}" for i in
-                                           range(n)], ["g"] * n)
+    idx.add(
+        [f"u{i}" for i in range(n)],
+        [f"memory number{i} about topic{i % 7}" for i in range(n)],
+        ["g"] * n,
+    )
     before = idx.search("topic3 number10", 3)
     idx.remove([f"u{i}" for i in range(0, n, 2) if i != 10])  # forces a compaction
     assert idx._dead_postings == 0
@@ -94,8 +114,9 @@ def _same_as_fresh(idx: KeywordIndex, live: dict, rng: random.Random, words: lis
     fresh = KeywordIndex()
     fresh.add(list(live), [t for t, _ in live.values()], [g for _, g in live.values()])
     assert len(idx) == len(fresh) == len(live)
-    assert {t: idx._df[i] for t, i in idx._terms.items() if idx._df[i]} == \
-        {t: fresh._df[i] for t, i in fresh._terms.items()}
+    assert {t: idx._df[i] for t, i in idx._terms.items() if idx._df[i]} == {
+        t: fresh._df[i] for t, i in fresh._terms.items()
+    }
     for _ in range(10):
         query = " ".join(rng.choice(words) for _ in range(rng.randrange(1, 4)))
         groups = rng.choice([None, ["g0"], ["g1", "g2"]])
@@ -163,17 +184,27 @@ def reference_bm25(docs: dict[str, str], query: str, k1: float = 1.2, b: float =
     return out
 
 
-@pytest.mark.parametrize("query", [
-    "alpha", "alpha beta", "beta gamma delta", "omega3 alpha", "omega3", "omega3 omega7",
-    "omega3 omega7 omega1",
-])
+@pytest.mark.parametrize(
+    "query",
+    [
+        "alpha",
+        "alpha beta",
+        "beta gamma delta",
+        "omega3 alpha",
+        "omega3",
+        "omega3 omega7",
+        "omega3 omega7 omega1",
+    ],
+)
 def test_scores_equal_plain_bm25_on_sparse_and_dense_postings(query):
     """'alpha' / 'beta' / 'gamma' sit in most documents (the dense accumulation), 'omegaN'
     in a few (the sparse one); with no term treated as common every score is exact."""
     rng = random.Random(7)
     words = ["alpha"] * 6 + ["beta"] * 4 + ["gamma"] * 2 + ["delta"]
-    docs = {f"u{i}": " ".join(rng.choices(words, k=rng.randint(1, 8)) + [f"omega{i % 40}"])
-            for i in range(400)}
+    docs = {
+        f"u{i}": " ".join(rng.choices(words, k=rng.randint(1, 8)) + [f"omega{i % 40}"])
+        for i in range(400)
+    }
     index = KeywordIndex(common_fraction=1.0, common_min_df=10**9)
     index.add(list(docs), list(docs.values()), ["g"] * len(docs))
     index.remove(["u5", "u17"])  # dead postings are skipped
@@ -184,7 +215,8 @@ def test_scores_equal_plain_bm25_on_sparse_and_dense_postings(query):
     assert all(got[u] == pytest.approx(want[u], rel=1e-5) for u in want)
     top = sorted(want, key=lambda u: -want[u])[:10]
     assert [want[u] for u in top] == pytest.approx(
-        [bm25 for _, bm25, _ in index.search(query, 10)], rel=1e-5)
+        [bm25 for _, bm25, _ in index.search(query, 10)], rel=1e-5
+    )
 
 
 @pytest.mark.parametrize("query", ["alpha", "beta gamma delta", "omega3 alpha", "omega3 zzz"])
@@ -194,8 +226,10 @@ def test_scores_of_given_documents_equal_their_search_scores(query):
     unknown uuids."""
     rng = random.Random(11)
     words = ["alpha"] * 6 + ["beta"] * 4 + ["gamma"] * 2 + ["delta", "epsilon"]
-    docs = {f"u{i}": " ".join(rng.choices(words, k=rng.randint(1, 8)) + [f"omega{i % 40}"])
-            for i in range(300)}
+    docs = {
+        f"u{i}": " ".join(rng.choices(words, k=rng.randint(1, 8)) + [f"omega{i % 40}"])
+        for i in range(300)
+    }
     index = KeywordIndex(common_fraction=1.0, common_min_df=10**9)
     index.add(list(docs), list(docs.values()), ["g"] * len(docs))
     index.remove(["u9"])
@@ -246,14 +280,17 @@ def test_dense_queries_on_a_large_index_rank_exactly():
     gone = rng.sample(sorted(docs), 2000)
     index.remove(gone)
     live = sorted(set(docs) - set(gone))
-    for query, group_ids in [("alpha beta", None), ("alpha beta gamma", ["b"]),
-                             ("gamma w3", ["a", "c"]), ("beta", None)]:
+    for query, group_ids in [
+        ("alpha beta", None),
+        ("alpha beta gamma", ["b"]),
+        ("gamma w3", ["a", "c"]),
+        ("beta", None),
+    ]:
         pool = [u for u in live if group_ids is None or groups[u] in group_ids]
         full = sorted(zip(index.scores(query, pool), pool), key=lambda p: -p[0])
         got = index.search(query, 50, group_ids)
         assert len(got) == 50
-        assert [norm for _, _, norm in got] == pytest.approx([s for s, _ in full[:50]],
-                                                             rel=1e-5)
+        assert [norm for _, _, norm in got] == pytest.approx([s for s, _ in full[:50]], rel=1e-5)
         kth = full[49][0]
         assert {u for s, u in full if s > kth * (1 + 1e-5)} <= {u for u, *_ in got}
         assert all(groups[u] in (group_ids or "abc") and u not in gone for u, *_ in got)
@@ -272,10 +309,15 @@ def test_likely_top_falls_back_when_the_sample_overestimates():
     assert got.size == n
 
 
-@pytest.mark.parametrize("query, group_ids", [
-    ("alpha beta w3", None), ("alpha w7 w11", ["b"]), ("beta alpha w150", None),
-    ("alpha beta w1 w2", ["a", "c"]),
-])
+@pytest.mark.parametrize(
+    "query, group_ids",
+    [
+        ("alpha beta w3", None),
+        ("alpha w7 w11", ["b"]),
+        ("beta alpha w150", None),
+        ("alpha beta w1 w2", ["a", "c"]),
+    ],
+)
 def test_common_words_are_added_only_where_they_can_change_the_top_exactly(query, group_ids):
     """A common word's score is added only to candidates that can still reach the k best
     (MaxScore-style pruning); the top 20 must equal a full ranking of every candidate (a
@@ -292,10 +334,14 @@ def test_common_words_are_added_only_where_they_can_change_the_top_exactly(query
     index = KeywordIndex(common_min_df=1000)
     index.add(list(docs), list(docs.values()), [groups[u] for u in docs])
     assert {t for t in ("alpha", "beta")} == {
-        t for t in ("alpha", "beta") if index._df[index._terms[t]] > index.common_min_df}
+        t for t in ("alpha", "beta") if index._df[index._terms[t]] > index.common_min_df
+    }
     selective = {w for w in tokenize(query) if w.startswith("w")}
-    pool = [u for u in docs if selective & set(docs[u].split())
-            and (group_ids is None or groups[u] in group_ids)]
+    pool = [
+        u
+        for u in docs
+        if selective & set(docs[u].split()) and (group_ids is None or groups[u] in group_ids)
+    ]
     full = sorted(zip(index.scores(query, pool), pool), key=lambda p: -p[0])
     got = index.search(query, 20, group_ids)
     assert [norm for _, _, norm in got] == pytest.approx([s for s, _ in full[:20]], rel=1e-5)

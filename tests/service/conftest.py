@@ -4,8 +4,13 @@
 from __future__ import annotations
 
 import pytest
+from litestar.testing import TestClient
 
-from tests.service.svc_helpers import ServerThread
+from service.app import create_app
+from tests.service.svc_helpers import BASE, ServerThread, make_settings
+from workbench.facade import Workbench
+from workbench.fakes.embedder import HashEmbedder
+from workbench.metrics import Metrics
 
 
 @pytest.fixture
@@ -27,3 +32,19 @@ def server_thread():
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
+
+
+@pytest.fixture(scope="module")
+def plain_wb():
+    """One LLM-less workbench for the tests that change nothing (error paths, hardening)."""
+    workbench = Workbench.open(
+        make_settings(), embedder=HashEmbedder(), chat=None, metrics=Metrics()
+    )
+    yield workbench
+    workbench.close()
+
+
+@pytest.fixture(scope="module")
+def plain(plain_wb):
+    with TestClient(create_app(plain_wb, plain_wb.settings), base_url=BASE) as test_client:
+        yield test_client

@@ -9,6 +9,11 @@ from typing import Self
 
 import uvicorn
 
+from workbench.config import load_settings
+from workbench.fakes.chat_server import chat_settings_env
+
+BASE = "http://127.0.0.1:8000"
+
 
 def free_port() -> int:
     with socket.socket() as sock:
@@ -21,8 +26,9 @@ class ServerThread:
 
     def __init__(self, app, port: int | None = None):
         self.port = port or free_port()
-        config = uvicorn.Config(app, host="127.0.0.1", port=self.port, log_config=None,
-                                lifespan="on", access_log=False)
+        config = uvicorn.Config(
+            app, host="127.0.0.1", port=self.port, log_config=None, lifespan="on", access_log=False
+        )
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, daemon=True)
 
@@ -42,3 +48,37 @@ class ServerThread:
     def __exit__(self, *exc) -> None:
         self.server.should_exit = True
         self.thread.join(timeout=10)
+
+
+class Tick:
+    """A rate-limit clock that only moves when told to."""
+
+    def __init__(self):
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def make_settings(fake_llm=None, **env):
+    base = chat_settings_env(fake_llm) if fake_llm else {}
+    base.update({"SVC_KNOWLEDGE_DB_PATH": ":memory:", **env})
+    return load_settings(base, env_file=None)
+
+
+def call(client, tool: str, body: dict | None = None, status: int = 200, **kw):
+    response = (
+        client.post(f"/tools/{tool}", json=body, **kw)
+        if body is not None
+        else client.post(f"/tools/{tool}", **kw)
+    )
+    assert response.status_code == status, response.text
+    return response.json()
+
+
+def assert_error(body: dict, kind: str, fragment: str = "") -> None:
+    assert set(body) == {"error"}
+    error = body["error"]
+    assert error["type"] == kind
+    assert fragment in error["message"]
+    assert "Traceback" not in error["message"] and error["request_id"]

@@ -11,38 +11,19 @@ from litestar.testing import TestClient
 from pydantic import SecretStr
 
 from service.app import create_app, max_body_bytes
-from workbench.fakes.embedder import HashEmbedder
-from workbench.fakes.chat_server import chat_settings_env
-from workbench.fakes import rule_llm
-from workbench.config import load_settings
-from workbench.metrics import Metrics
+from tests.service.svc_helpers import BASE, Tick, assert_error, call, make_settings
 from workbench.facade import Workbench
+from workbench.fakes import rule_llm
+from workbench.fakes.embedder import HashEmbedder
+from workbench.metrics import Metrics
 
-BASE = "http://127.0.0.1:8000"
 MISSING = "00000000-0000-4000-8000-000000000000"
-
-
-class Tick:
-    """A rate-limit clock that only moves when told to."""
-
-    def __init__(self):
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-def make_settings(fake_llm=None, **env):
-    base = chat_settings_env(fake_llm) if fake_llm else {}
-    base.update({"SVC_KNOWLEDGE_DB_PATH": ":memory:", **env})
-    return load_settings(base, env_file=None)
 
 
 @pytest.fixture
 def wb(fake_llm, hash_embedder):
     fake_llm.set_responder(rule_llm.respond)
-    workbench = Workbench.open(make_settings(fake_llm), embedder=hash_embedder,
-                               metrics=Metrics())
+    workbench = Workbench.open(make_settings(fake_llm), embedder=hash_embedder, metrics=Metrics())
     yield workbench
     workbench.close()
 
@@ -53,49 +34,29 @@ def client(wb):
         yield test_client
 
 
-@pytest.fixture(scope="module")
-def plain_wb():
-    """One LLM-less workbench for the tests that change nothing (error paths, hardening)."""
-    workbench = Workbench.open(make_settings(), embedder=HashEmbedder(), chat=None,
-                               metrics=Metrics())
-    yield workbench
-    workbench.close()
-
-
-@pytest.fixture(scope="module")
-def plain(plain_wb):
-    with TestClient(create_app(plain_wb, plain_wb.settings), base_url=BASE) as test_client:
-        yield test_client
-
-
-def call(client, tool: str, body: dict | None = None, status: int = 200, **kw):
-    response = client.post(f"/tools/{tool}", json=body, **kw) if body is not None \
-        else client.post(f"/tools/{tool}", **kw)
-    assert response.status_code == status, response.text
-    return response.json()
-
-
-def assert_error(body: dict, kind: str, fragment: str = "") -> None:
-    assert set(body) == {"error"}
-    error = body["error"]
-    assert error["type"] == kind
-    assert fragment in error["message"]
-    assert "Traceback" not in error["message"] and error["request_id"]
-
-
 @pytest.fixture
 def ingested(client, wb):
-    out = call(client, "add_memory", {
-        "name": "intro", "episode_body": "Maria Keller works at Acme. Maria Keller lives in "
-        "Munich.", "group_id": "g1", "source_description": "test"})
+    out = call(
+        client,
+        "add_memory",
+        {
+            "name": "intro",
+            "episode_body": "Maria Keller works at Acme. Maria Keller lives in Munich.",
+            "group_id": "g1",
+            "source_description": "test",
+        },
+    )
     assert wb.process_pending() == 1
     return out
 
 
 # --- every tool ---------------------------------------------------------------------------
 def test_add_memory_queues_and_get_episodes_lists_it(client):
-    out = call(client, "add_memory", {"name": "n", "episode_body": "Tom uses Neovim.",
-                                      "priority": "high", "group_id": "g2"})
+    out = call(
+        client,
+        "add_memory",
+        {"name": "n", "episode_body": "Tom uses Neovim.", "priority": "high", "group_id": "g2"},
+    )
     assert out["status"] == "queued" and out["group_id"] == "g2"
     episodes = call(client, "get_episodes", {"group_ids": ["g2"]})["episodes"]
     assert [e["uuid"] for e in episodes] == [out["episode_uuid"]]
@@ -105,19 +66,40 @@ def test_add_memory_queues_and_get_episodes_lists_it(client):
 
 
 def test_search_tools_find_the_ingested_memories(client, ingested):
-    nodes = call(client, "search_memory_nodes", {"query": "Maria Keller", "group_ids": ["g1"],
-                                                 "max_nodes": 5})
+    nodes = call(
+        client,
+        "search_memory_nodes",
+        {"query": "Maria Keller", "group_ids": ["g1"], "max_nodes": 5},
+    )
     assert any(n["name"] == "Maria Keller" for n in nodes["nodes"])
-    facts = call(client, "search_memory_facts", {"query": "where does Maria work",
-                                                 "group_ids": ["g1"]})["facts"]
+    facts = call(
+        client, "search_memory_facts", {"query": "where does Maria work", "group_ids": ["g1"]}
+    )["facts"]
     assert facts and any("Acme" in f["fact"] for f in facts)
-    assert call(client, "search_memory_nodes", {"query": "Acme",
-                                                "entity_types": ["Organization"]})["nodes"]
-    assert call(client, "search_memory_facts", {"query": "Acme", "relation_types": ["LEADS"],
-                                                "include_invalidated": True})["facts"] == []
-    assert call(client, "search_memory_nodes", {"query": "Maria", "states": ["EXPIRED"],
-                                                "created_after": "2000-01-01T00:00:00Z",
-                                                "include_weighted_scores": False})["nodes"] == []
+    assert call(client, "search_memory_nodes", {"query": "Acme", "entity_types": ["Organization"]})[
+        "nodes"
+    ]
+    assert (
+        call(
+            client,
+            "search_memory_facts",
+            {"query": "Acme", "relation_types": ["LEADS"], "include_invalidated": True},
+        )["facts"]
+        == []
+    )
+    assert (
+        call(
+            client,
+            "search_memory_nodes",
+            {
+                "query": "Maria",
+                "states": ["EXPIRED"],
+                "created_after": "2000-01-01T00:00:00Z",
+                "include_weighted_scores": False,
+            },
+        )["nodes"]
+        == []
+    )
 
 
 def test_entity_edge_get_and_delete(client, ingested):
@@ -130,14 +112,15 @@ def test_entity_edge_get_and_delete(client, ingested):
 
 def test_delete_episode_and_clear_graph(client, ingested, wb):
     call(client, "delete_episode", {"uuid": ingested["episode_uuid"]})
-    assert_error(call(client, "delete_episode", {"uuid": ingested["episode_uuid"]}, 404),
-                 "not_found", ingested["episode_uuid"])
-    call(client, "add_memory", {"name": "x", "episode_body": "Tom uses Neovim.",
-                                "group_id": "g9"})
+    assert_error(
+        call(client, "delete_episode", {"uuid": ingested["episode_uuid"]}, 404),
+        "not_found",
+        ingested["episode_uuid"],
+    )
+    call(client, "add_memory", {"name": "x", "episode_body": "Tom uses Neovim.", "group_id": "g9"})
     cleared = call(client, "clear_graph", {"group_ids": ["g9"]})
     assert cleared["episodes_removed"] == 1
-    assert_error(call(client, "clear_graph", {"group_ids": []}, 400), "invalid_input",
-                 "group_ids")
+    assert_error(call(client, "clear_graph", {"group_ids": []}, 400), "invalid_input", "group_ids")
     assert_error(call(client, "clear_graph", {}, 400), "invalid_input", "group_ids")
 
 
@@ -173,10 +156,12 @@ def test_tool_table_and_openapi_schema(plain):
         ("add_memory", {"name": "a", "episode_body": "b", "priority": "urgent"}, "priority"),
         ("add_memory", {"name": "a", "episode_body": "b", "source": "xml"}, "source"),
         ("add_memory", {"name": "a", "episode_body": "b", "colour": "red"}, "colour"),
-        ("add_memory", {"name": "a", "episode_body": "b", "reference_time": "yesterday"},
-         "reference_time"),
-        ("add_memory", {"name": "a", "episode_body": "b", "group_id": "bad group!"},
-         "group_id"),
+        (
+            "add_memory",
+            {"name": "a", "episode_body": "b", "reference_time": "yesterday"},
+            "reference_time",
+        ),
+        ("add_memory", {"name": "a", "episode_body": "b", "group_id": "bad group!"}, "group_id"),
         ("add_memory", {"name": "a", "episode_body": "{not json", "source": "json"}, "JSON"),
         ("search_memory_facts", {"query": ""}, "query"),
         ("search_memory_facts", {"query": "x", "max_facts": 0}, "max_facts"),
@@ -188,17 +173,33 @@ def test_tool_table_and_openapi_schema(plain):
         ("delete_episode", {}, "uuid"),
         ("classify_memory", {"text": 5}, "text"),
     ],
-    ids=["missing-field", "bad-priority", "bad-source", "unknown-arg", "bad-time",
-         "bad-group", "bad-json-episode", "empty-query", "zero-max", "non-int",
-         "groups-not-list", "bad-state", "bad-after", "bad-uuid", "no-uuid", "text-not-string"],
+    ids=[
+        "missing-field",
+        "bad-priority",
+        "bad-source",
+        "unknown-arg",
+        "bad-time",
+        "bad-group",
+        "bad-json-episode",
+        "empty-query",
+        "zero-max",
+        "non-int",
+        "groups-not-list",
+        "bad-state",
+        "bad-after",
+        "bad-uuid",
+        "no-uuid",
+        "text-not-string",
+    ],
 )
 def test_bad_arguments_are_400_with_a_useful_message(plain, tool, body, fragment):
     assert_error(call(plain, tool, body, 400), "invalid_input", fragment)
 
 
 def test_body_that_is_not_json_or_not_an_object(plain):
-    bad = plain.post("/tools/add_memory", content=b"{nope",
-                      headers={"content-type": "application/json"})
+    bad = plain.post(
+        "/tools/add_memory", content=b"{nope", headers={"content-type": "application/json"}
+    )
     assert bad.status_code == 400
     assert_error(bad.json(), "invalid_input")
     not_object = plain.post("/tools/search_memory_facts", json=["query"])
@@ -254,14 +255,15 @@ def test_bearer_token_is_required_when_configured(plain_wb):
         assert_error(wrong.json(), "unauthorized", "invalid")
         assert client.post("/mcp", json={}).status_code == 401
         assert client.get("/schema/openapi.json").status_code == 401
-        ok = client.post("/tools/get_status",
-                         headers={"Authorization": "Bearer t0ken-with-enough-chars"})
+        ok = client.post(
+            "/tools/get_status", headers={"Authorization": "Bearer t0ken-with-enough-chars"}
+        )
         assert ok.status_code == 200
         anonymous = client.get("/health")
-        assert anonymous.status_code == 200 and set(anonymous.json()) == {"status", "live",
-                                                                         "ready"}
-        detailed = client.get("/health",
-                              headers={"Authorization": "Bearer t0ken-with-enough-chars"})
+        assert anonymous.status_code == 200 and set(anonymous.json()) == {"status", "live", "ready"}
+        detailed = client.get(
+            "/health", headers={"Authorization": "Bearer t0ken-with-enough-chars"}
+        )
         assert "checks" in detailed.json()
 
 
@@ -270,8 +272,9 @@ def test_request_ids_are_echoed_and_generated(plain):
     assert given.headers["x-request-id"] == "abc-123"
     fresh = plain.post("/tools/get_status", headers={"X-Request-ID": "bad id\n!"})
     assert fresh.headers["x-request-id"] != "bad id\n!" and len(fresh.headers["x-request-id"])
-    error = call(plain, "delete_episode", {"uuid": MISSING}, 404,
-                 headers={"X-Request-ID": "trace-7"})
+    error = call(
+        plain, "delete_episode", {"uuid": MISSING}, 404, headers={"X-Request-ID": "trace-7"}
+    )
     assert error["error"]["request_id"] == "trace-7"
 
 

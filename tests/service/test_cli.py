@@ -16,8 +16,8 @@ import pytest
 from service.cli import build_parser, main
 from service.embed_server import create_embed_app
 from service.logs import remove_handlers
-from workbench.fakes.embedder import HashEmbedder
 from tests.service.svc_helpers import free_port
+from workbench.fakes.embedder import HashEmbedder
 
 COMMANDS = ("serve", "mcp", "embed-server", "maintenance", "import", "export", "status")
 
@@ -75,12 +75,28 @@ def test_every_command_is_documented(capsys):
 
 
 def test_non_loopback_without_token_is_refused_by_the_real_command(tmp_path):
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith("SVC_KNOWLEDGE_") and k != "LOG_LEVEL"}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith("SVC_KNOWLEDGE_") and k != "LOG_LEVEL"
+    }
     result = subprocess.run(
-        [sys.executable, "-m", "service.cli", "serve", "--host", "0.0.0.0", "--db",
-         str(tmp_path / "x.duckdb")], env=env, cwd=tmp_path, capture_output=True, text=True,
-        timeout=120)
+        [
+            sys.executable,
+            "-m",
+            "service.cli",
+            "serve",
+            "--host",
+            "0.0.0.0",
+            "--db",
+            str(tmp_path / "x.duckdb"),
+        ],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     line = one_error_line(result)
     assert "SVC_KNOWLEDGE_API_TOKEN" in line and result.returncode == 2
 
@@ -102,19 +118,35 @@ def test_port_in_use_is_one_line(cli, tmp_path):
         busy.bind(("127.0.0.1", 0))
         busy.listen()
         port = busy.getsockname()[1]
-        result = cli("serve", "--port", str(port), "--metrics-port", str(free_port()),
-                         "--db", str(tmp_path / "x.duckdb"))
+        result = cli(
+            "serve",
+            "--port",
+            str(port),
+            "--metrics-port",
+            str(free_port()),
+            "--db",
+            str(tmp_path / "x.duckdb"),
+        )
     line = one_error_line(result)
     assert f"port {port}" in line and "in use" in line and "--port" in line
 
 
 def test_unreachable_embedder_names_its_url(cli, tmp_path):
     url = f"http://127.0.0.1:{free_port()}/v1"
-    result = cli("serve", "--port", str(free_port()), "--metrics-port", str(free_port()),
-                     "--db", str(tmp_path / "x.duckdb"),
-                     env={"SVC_KNOWLEDGE_EMBEDDER_BASE_URL": url,
-                          "SVC_KNOWLEDGE_EMBEDDER_MODEL": "all-MiniLM-L6-v2",
-                          "SVC_KNOWLEDGE_EMBEDDER_DIMENSIONS": "384"})
+    result = cli(
+        "serve",
+        "--port",
+        str(free_port()),
+        "--metrics-port",
+        str(free_port()),
+        "--db",
+        str(tmp_path / "x.duckdb"),
+        env={
+            "SVC_KNOWLEDGE_EMBEDDER_BASE_URL": url,
+            "SVC_KNOWLEDGE_EMBEDDER_MODEL": "all-MiniLM-L6-v2",
+            "SVC_KNOWLEDGE_EMBEDDER_DIMENSIONS": "384",
+        },
+    )
     line = one_error_line(result)
     assert f"{url}/embeddings" in line and "refused" in line
 
@@ -122,10 +154,16 @@ def test_unreachable_embedder_names_its_url(cli, tmp_path):
 def test_locked_database_names_the_file(cli, tmp_path):
     db = tmp_path / "held.duckdb"
     holder = subprocess.Popen(
-        [sys.executable, "-c",
-         f"import duckdb,sys,time; c=duckdb.connect({str(db)!r}); print('ok', flush=True); "
-         "sys.stdin.read()"],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        [
+            sys.executable,
+            "-c",
+            f"import duckdb,sys,time; c=duckdb.connect({str(db)!r}); print('ok', flush=True); "
+            "sys.stdin.read()",
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert holder.stdout.readline().strip() == "ok"
         line = one_error_line(cli("status", "--db", str(db)))
@@ -138,15 +176,23 @@ def test_import_status_maintenance_export(cli, tmp_path, server_thread):
     db = tmp_path / "kb.duckdb"
     records = [
         {"type": "entity", "name": "Maria Keller", "entity_type": "Person"},
-        {"type": "fact", "source": "Maria Keller", "target": "Acme", "relation": "WORKS_AT",
-         "fact": "Maria Keller works at Acme."},
+        {
+            "type": "fact",
+            "source": "Maria Keller",
+            "target": "Acme",
+            "relation": "WORKS_AT",
+            "fact": "Maria Keller works at Acme.",
+        },
     ]
     source = tmp_path / "facts.jsonl"
     source.write_text("\n".join(json.dumps(r) for r in records) + "\n")
     # the hybrid wiring: the compat embedder against a real embeddings server on loopback
     embed = server_thread(create_embed_app(HashEmbedder()))
-    env = {"SVC_KNOWLEDGE_EMBEDDER_BASE_URL": f"{embed.url}/v1",
-           "SVC_KNOWLEDGE_EMBEDDER_MODEL": "hash-bow", "SVC_KNOWLEDGE_EMBEDDER_DIMENSIONS": "384"}
+    env = {
+        "SVC_KNOWLEDGE_EMBEDDER_BASE_URL": f"{embed.url}/v1",
+        "SVC_KNOWLEDGE_EMBEDDER_MODEL": "hash-bow",
+        "SVC_KNOWLEDGE_EMBEDDER_DIMENSIONS": "384",
+    }
     imported = cli("import", str(source), "--db", str(db), "--quiet", env=env)
     assert imported.returncode == 0, imported.stderr
     assert json.loads(imported.stdout)
@@ -161,7 +207,8 @@ def test_import_status_maintenance_export(cli, tmp_path, server_thread):
     assert (tmp_path / "snap" / "facts.parquet").is_file()
     with duckdb.connect() as con:
         count = con.execute(
-            f"SELECT count(*) FROM '{tmp_path / 'snap' / 'facts.parquet'}'").fetchone()[0]
+            f"SELECT count(*) FROM '{tmp_path / 'snap' / 'facts.parquet'}'"
+        ).fetchone()[0]
     assert count == 1
 
 

@@ -34,8 +34,9 @@ def _assert_openai_error(response, status: int, param: str | None = "input") -> 
 
 
 def test_single_string_gives_one_unit_vector_and_usage(client):
-    response = client.post("/v1/embeddings", json={"input": "hello world",
-                                                   "model": "all-MiniLM-L6-v2"})
+    response = client.post(
+        "/v1/embeddings", json={"input": "hello world", "model": "all-MiniLM-L6-v2"}
+    )
     assert response.status_code == 200
     body = response.json()
     assert body["object"] == "list"
@@ -87,8 +88,17 @@ def test_models_lists_the_served_model(client):
         ({"model": "all-MiniLM-L6-v2"}, "required"),
         ({"input": None}, "non-empty"),
     ],
-    ids=["empty-list", "non-string-item", "nested-list", "blank-text", "batch-too-big",
-         "text-too-long", "token-array", "missing-input", "null-input"],
+    ids=[
+        "empty-list",
+        "non-string-item",
+        "nested-list",
+        "blank-text",
+        "batch-too-big",
+        "text-too-long",
+        "token-array",
+        "missing-input",
+        "null-input",
+    ],
 )
 def test_bad_input_is_a_400_with_an_openai_error(client, payload, fragment):
     error = _assert_openai_error(client.post("/v1/embeddings", json=payload), 400)
@@ -97,19 +107,26 @@ def test_bad_input_is_a_400_with_an_openai_error(client, payload, fragment):
 
 
 def test_other_bad_requests(client):
-    invalid_json = client.post("/v1/embeddings", content=b"{not json",
-                               headers={"content-type": "application/json"})
+    invalid_json = client.post(
+        "/v1/embeddings", content=b"{not json", headers={"content-type": "application/json"}
+    )
     _assert_openai_error(invalid_json, 400, param=None)
     error = _assert_openai_error(
         client.post("/v1/embeddings", json={"input": "x", "model": "text-embedding-3-small"}),
-        404, param="model")
+        404,
+        param="model",
+    )
     assert error["code"] == "model_not_found"
     _assert_openai_error(
         client.post("/v1/embeddings", json={"input": "x", "encoding_format": "int8"}),
-        400, param="encoding_format")
+        400,
+        param="encoding_format",
+    )
     _assert_openai_error(
         client.post("/v1/embeddings", json={"input": "x", "dimensions": 768}),
-        400, param="dimensions")
+        400,
+        param="dimensions",
+    )
     _assert_openai_error(client.post("/v1/embeddings", json=["x"]), 400, param=None)
 
 
@@ -131,8 +148,13 @@ def live_server(local_embedder):
 
 def test_compat_client_end_to_end(live_server, local_embedder):
     embedder = CompatEmbedder(f"{live_server.url}/v1", "all-MiniLM-L6-v2", 384, batch_size=2)
-    texts = ["Alice works at Acme", "Alice is employed by Acme", "the weather is cold",
-             "Bob likes tea", "Carol plays chess"]
+    texts = [
+        "Alice works at Acme",
+        "Alice is employed by Acme",
+        "the weather is cold",
+        "Bob likes tea",
+        "Carol plays chess",
+    ]
     vectors = embedder.embed(texts)
     assert vectors.shape == (5, 384) and vectors.dtype == np.float32
     np.testing.assert_allclose(vectors, local_embedder.embed(texts), atol=1e-5)

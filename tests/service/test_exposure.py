@@ -15,17 +15,9 @@ from service.app import create_app
 from service.metrics_server import create_metrics_app
 from service.middleware import Exposure, client_key
 from tests import prom
-from tests.service.test_app import (  # noqa: F401 - fixtures
-    BASE,
-    Tick,
-    assert_error,
-    call,
-    make_settings,
-    plain,
-    plain_wb,
-)
-from workbench.fakes.chat_server import FakeReply
+from tests.service.svc_helpers import BASE, Tick, assert_error, call, make_settings
 from workbench.facade import Workbench
+from workbench.fakes.chat_server import FakeReply
 from workbench.metrics import Metrics
 
 EVIL = "https://evil.example"
@@ -41,18 +33,22 @@ def fresh(hash_embedder):
 
 
 def add_episode(client) -> str:
-    return call(client, "add_memory", {"name": "e", "episode_body": "Maria works at Acme."}
-                )["episode_uuid"]
+    return call(client, "add_memory", {"name": "e", "episode_body": "Maria works at Acme."})[
+        "episode_uuid"
+    ]
 
 
 # --- 1. cross-site requests and DNS rebinding ---------------------------------------------------
 def test_a_cross_site_post_cannot_delete_an_episode(fresh):
     wb, client = fresh
     uuid = add_episode(client)
-    for headers in ({"Origin": EVIL, "Content-Type": "application/json"},
-                    {"Origin": EVIL, "Content-Type": "text/plain"}):
-        response = client.post("/tools/delete_episode", content=json.dumps({"uuid": uuid}),
-                               headers=headers)
+    for headers in (
+        {"Origin": EVIL, "Content-Type": "application/json"},
+        {"Origin": EVIL, "Content-Type": "text/plain"},
+    ):
+        response = client.post(
+            "/tools/delete_episode", content=json.dumps({"uuid": uuid}), headers=headers
+        )
         assert response.status_code == 403
         assert_error(response.json(), "forbidden", "evil.example")
     assert len(wb.get_episodes()["episodes"]) == 1
@@ -61,8 +57,11 @@ def test_a_cross_site_post_cannot_delete_an_episode(fresh):
 def test_a_tool_call_must_be_json(fresh):
     wb, client = fresh
     uuid = add_episode(client)
-    response = client.post("/tools/delete_episode", content=json.dumps({"uuid": uuid}),
-                           headers={"Content-Type": "text/plain"})
+    response = client.post(
+        "/tools/delete_episode",
+        content=json.dumps({"uuid": uuid}),
+        headers={"Content-Type": "text/plain"},
+    )
     assert response.status_code == 415
     assert_error(response.json(), "unsupported_media_type", "application/json")
     assert len(wb.get_episodes()["episodes"]) == 1
@@ -80,8 +79,9 @@ def test_a_foreign_host_name_is_refused_everywhere_but_the_own_origin_is_fine(fr
 
 
 def test_configured_hosts_and_origins_are_accepted(plain_wb):
-    settings = plain_wb.settings.model_copy(update={
-        "allowed_hosts": "memory.internal", "allowed_origins": "https://app.example/"})
+    settings = plain_wb.settings.model_copy(
+        update={"allowed_hosts": "memory.internal", "allowed_origins": "https://app.example/"}
+    )
     with TestClient(create_app(plain_wb, settings), base_url=BASE) as client:
         assert client.get("/tools", headers={"Host": "memory.internal:8000"}).status_code == 200
         ok = client.post("/tools/get_status", headers={"Origin": "https://app.example"})
@@ -89,16 +89,19 @@ def test_configured_hosts_and_origins_are_accepted(plain_wb):
         assert client.post("/tools/get_status", headers={"Origin": EVIL}).status_code == 403
 
 
-@pytest.mark.parametrize("bind, host, allowed, expected", [
-    ("127.0.0.1", "127.0.0.1:8000", (), True),
-    ("127.0.0.1", "localhost", (), True),
-    ("127.0.0.1", "[::1]:8000", (), True),
-    ("127.0.0.1", "evil.example", (), False),
-    ("127.0.0.1", None, (), False),
-    ("0.0.0.0", "memory.example.org", (), True),  # exposed (token required): any name
-    ("0.0.0.0", "evil.example", ("memory.example.org",), False),
-    ("0.0.0.0", "memory.example.org:443", ("memory.example.org",), True),
-])
+@pytest.mark.parametrize(
+    "bind, host, allowed, expected",
+    [
+        ("127.0.0.1", "127.0.0.1:8000", (), True),
+        ("127.0.0.1", "localhost", (), True),
+        ("127.0.0.1", "[::1]:8000", (), True),
+        ("127.0.0.1", "evil.example", (), False),
+        ("127.0.0.1", None, (), False),
+        ("0.0.0.0", "memory.example.org", (), True),  # exposed (token required): any name
+        ("0.0.0.0", "evil.example", ("memory.example.org",), False),
+        ("0.0.0.0", "memory.example.org:443", ("memory.example.org",), True),
+    ],
+)
 def test_host_rules(bind, host, allowed, expected):
     assert Exposure(bind, allowed).host_allowed(host) is expected
 
@@ -107,18 +110,27 @@ def test_host_rules(bind, host, allowed, expected):
 def test_an_echoed_api_key_is_stored_and_returned_nowhere(fake_llm, hash_embedder):
     echo = f"gateway rejected Authorization: Bearer {KEY} (key {KEY})"
     fake_llm.set_responder(lambda request: FakeReply.error(400, echo))
-    settings = make_settings(fake_llm, SVC_KNOWLEDGE_COMPAT_API_KEY=KEY,
-                             SVC_KNOWLEDGE_QUEUE_MAX_ATTEMPTS="1")
+    settings = make_settings(
+        fake_llm, SVC_KNOWLEDGE_COMPAT_API_KEY=KEY, SVC_KNOWLEDGE_QUEUE_MAX_ATTEMPTS="1"
+    )
     wb = Workbench.open(settings, embedder=hash_embedder, metrics=Metrics())
     try:
         with TestClient(create_app(wb, wb.settings), base_url=BASE) as client:
             add_episode(client)
             wb.process_pending()
-            returned = [call(client, "classify_memory", {"text": "Maria likes tea."}),
-                        call(client, "get_queue_status"), call(client, "get_episodes")]
-        stored = [wb.store.fetchall(f"SELECT {column} FROM {table}") for table, column in (
-            ("queue", "error_message"), ("llm_calls", "error_message"),
-            ("episodes", "status_detail"))]
+            returned = [
+                call(client, "classify_memory", {"text": "Maria likes tea."}),
+                call(client, "get_queue_status"),
+                call(client, "get_episodes"),
+            ]
+        stored = [
+            wb.store.fetchall(f"SELECT {column} FROM {table}")
+            for table, column in (
+                ("queue", "error_message"),
+                ("llm_calls", "error_message"),
+                ("episodes", "status_detail"),
+            )
+        ]
         text = json.dumps([returned, stored], default=str)
         assert KEY not in text
         assert "[REDACTED]" in text  # the errors are there, without the key
@@ -131,8 +143,9 @@ def test_an_echoed_api_key_is_stored_and_returned_nowhere(fake_llm, hash_embedde
 def test_clear_graph_never_takes_an_empty_name_for_the_default_group(fresh, groups):
     wb, client = fresh
     add_episode(client)
-    assert_error(call(client, "clear_graph", {"group_ids": groups}, 400), "invalid_input",
-                 "group_id")
+    assert_error(
+        call(client, "clear_graph", {"group_ids": groups}, 400), "invalid_input", "group_id"
+    )
     assert len(wb.get_episodes()["episodes"]) == 1
 
 
@@ -145,8 +158,14 @@ def test_an_empty_group_id_is_an_error_not_the_default(fresh):
 # --- 4. malformed bytes ---------------------------------------------------------------------
 @pytest.mark.parametrize("path", ["/tools/search_memory_facts", "/mcp"])
 def test_a_body_that_is_not_utf8_is_a_400(plain, path):
-    response = plain.post(path, content=b'{"query": "\xff"}', headers={
-        "Content-Type": "application/json", "Accept": "application/json, text/event-stream"})
+    response = plain.post(
+        path,
+        content=b'{"query": "\xff"}',
+        headers={
+            "Content-Type": "application/json",
+            "Accept": "application/json, text/event-stream",
+        },
+    )
     assert response.status_code == 400
     assert_error(response.json(), "invalid_input", "UTF-8")
 
@@ -154,8 +173,14 @@ def test_a_body_that_is_not_utf8_is_a_400(plain, path):
 @pytest.mark.parametrize("path", ["/tools/search_memory_facts", "/mcp"])
 def test_json_nested_a_thousand_deep_is_a_400(plain, path):
     deep = '{"query": ' + "[" * 1000 + "]" * 1000 + "}"
-    response = plain.post(path, content=deep, headers={
-        "Content-Type": "application/json", "Accept": "application/json, text/event-stream"})
+    response = plain.post(
+        path,
+        content=deep,
+        headers={
+            "Content-Type": "application/json",
+            "Accept": "application/json, text/event-stream",
+        },
+    )
     assert response.status_code == 400
     assert_error(response.json(), "invalid_input", "deeper than")
 
@@ -193,13 +218,16 @@ def test_group_labels_are_bounded():
 
 # --- 7. rate limits per client -------------------------------------------------------------------
 def test_behind_a_trusted_proxy_each_client_has_its_own_bucket(plain_wb):
-    settings = plain_wb.settings.model_copy(update={
-        "rate_limit_per_minute": 2, "trusted_proxies": "testclient"})
+    settings = plain_wb.settings.model_copy(
+        update={"rate_limit_per_minute": 2, "trusted_proxies": "testclient"}
+    )
     with TestClient(create_app(plain_wb, settings, rate_clock=Tick()), base_url=BASE) as client:
         for _ in range(2):
             call(client, "get_status", headers={"X-Forwarded-For": "10.0.0.1"})
-        assert client.post("/tools/get_status",
-                           headers={"X-Forwarded-For": "10.0.0.1"}).status_code == 429
+        assert (
+            client.post("/tools/get_status", headers={"X-Forwarded-For": "10.0.0.1"}).status_code
+            == 429
+        )
         call(client, "get_status", headers={"X-Forwarded-For": "10.0.0.2"})
 
 
@@ -211,8 +239,9 @@ def test_a_forwarded_header_from_an_untrusted_address_is_ignored():
 
 def test_requests_with_a_token_count_against_the_token_not_the_address(plain_wb):
     token = "t0ken-with-enough-chars"
-    settings = plain_wb.settings.model_copy(update={
-        "rate_limit_per_minute": 2, "api_token": SecretStr(token)})
+    settings = plain_wb.settings.model_copy(
+        update={"rate_limit_per_minute": 2, "api_token": SecretStr(token)}
+    )
     with TestClient(create_app(plain_wb, settings, rate_clock=Tick()), base_url=BASE) as client:
         for _ in range(3):  # unauthenticated requests drain their own bucket only
             client.post("/tools/get_status")
@@ -232,8 +261,7 @@ def test_a_retried_add_memory_with_an_idempotency_key_returns_the_first_result(f
     assert again["episode_uuid"] == first["episode_uuid"]
     assert "added before" in again["message"]
     assert len(wb.get_episodes()["episodes"]) == 1
-    other = call(client, "add_memory", {**body, "episode_body": "Tom likes tea."}, 409,
-                 headers=key)
+    other = call(client, "add_memory", {**body, "episode_body": "Tom likes tea."}, 409, headers=key)
     assert_error(other, "conflict", "other content")
     call(client, "add_memory", body, headers={"Idempotency-Key": "another-key"})
     assert len(wb.get_episodes()["episodes"]) == 2
@@ -247,13 +275,20 @@ def test_the_same_episode_under_its_uuid_is_a_safe_retry_for_clients_without_hea
     assert len(wb.get_episodes()["episodes"]) == 1
 
 
-@pytest.mark.parametrize("tool, body, fragment", [
-    ("search_memory_facts", {"query": "q", "max_facts": "10"}, "max_facts"),
-    ("search_memory_facts", {"query": "q", "include_invalidated": "yes"}, "include_invalidated"),
-    ("get_episodes", {"max_episodes": 2.5}, "max_episodes"),
-    ("get_status", {"verbose": True}, "verbose"),
-    ("get_queue_status", {"x": 1}, "Extra inputs"),
-])
+@pytest.mark.parametrize(
+    "tool, body, fragment",
+    [
+        ("search_memory_facts", {"query": "q", "max_facts": "10"}, "max_facts"),
+        (
+            "search_memory_facts",
+            {"query": "q", "include_invalidated": "yes"},
+            "include_invalidated",
+        ),
+        ("get_episodes", {"max_episodes": 2.5}, "max_episodes"),
+        ("get_status", {"verbose": True}, "verbose"),
+        ("get_queue_status", {"x": 1}, "Extra inputs"),
+    ],
+)
 def test_arguments_are_strict_and_unknown_ones_are_refused(plain, tool, body, fragment):
     assert_error(call(plain, tool, body, 400), "invalid_input", fragment)
 

@@ -10,14 +10,15 @@ schemathesis = pytest.importorskip("schemathesis")
 from hypothesis import HealthCheck, settings  # noqa: E402
 
 from service.app import create_app  # noqa: E402
-from workbench.fakes.embedder import HashEmbedder  # noqa: E402
 from workbench.config import load_settings  # noqa: E402
 from workbench.facade import Workbench  # noqa: E402
+from workbench.fakes.embedder import HashEmbedder  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
-_settings = load_settings({"SVC_KNOWLEDGE_DB_PATH": ":memory:",
-                           "SVC_KNOWLEDGE_RATE_LIMIT_PER_MINUTE": "0"}, env_file=None)
+_settings = load_settings(
+    {"SVC_KNOWLEDGE_DB_PATH": ":memory:", "SVC_KNOWLEDGE_RATE_LIMIT_PER_MINUTE": "0"}, env_file=None
+)
 _workbench = Workbench.open(_settings, embedder=HashEmbedder(), chat=None)
 _app = create_app(_workbench, _settings, allowed_hosts=("testserver",))  # the ASGI client's name
 schema = schemathesis.openapi.from_asgi("/schema/openapi.json", _app)
@@ -30,8 +31,13 @@ def _close_workbench():
 
 
 @schema.parametrize()
-@settings(max_examples=25, deadline=None, derandomize=True, database=None,
-          suppress_health_check=list(HealthCheck))
+@settings(
+    max_examples=25,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=list(HealthCheck),
+)
 def test_no_input_gives_a_server_error(case):
     response = case.call()
     assert response.status_code < 500, (case.path, case.body, response.text)

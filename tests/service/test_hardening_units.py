@@ -40,10 +40,20 @@ def test_buckets_stay_bounded():
     assert list(buckets._buckets) == ["c", "d", "e"]
 
 
-@pytest.mark.parametrize(("host", "loopback"), [
-    ("127.0.0.1", True), ("127.1.2.3", True), ("::1", True), ("[::1]", True),
-    ("localhost", True), ("0.0.0.0", False), ("192.168.1.5", False), ("::", False),
-    ("example.org", False)])
+@pytest.mark.parametrize(
+    ("host", "loopback"),
+    [
+        ("127.0.0.1", True),
+        ("127.1.2.3", True),
+        ("::1", True),
+        ("[::1]", True),
+        ("localhost", True),
+        ("0.0.0.0", False),
+        ("192.168.1.5", False),
+        ("::", False),
+        ("example.org", False),
+    ],
+)
 def test_is_loopback(host, loopback):
     assert is_loopback(host) is loopback
 
@@ -53,8 +63,7 @@ def test_exposure_rule():
     check_exposure(base)
     with pytest.raises(StartupError, match="SVC_KNOWLEDGE_API_TOKEN"):
         check_exposure(base.model_copy(update={"host": "0.0.0.0"}))
-    check_exposure(base.model_copy(update={"host": "0.0.0.0",
-                                           "api_token": SecretStr("x" * 16)}))
+    check_exposure(base.model_copy(update={"host": "0.0.0.0", "api_token": SecretStr("x" * 16)}))
     assert issubclass(StartupError, ConfigError)
 
 
@@ -86,8 +95,8 @@ def test_background_warm_up_sets_the_event_or_reports_the_failure():
     import threading
 
     from service.runner import warm_in_background
-    from workbench.fakes.embedder import HashEmbedder
     from workbench.errors import EmbedderError
+    from workbench.fakes.embedder import HashEmbedder
 
     loaded = threading.Event()
     warm_in_background(HashEmbedder(), loaded, lambda m: None).join(10)
@@ -155,8 +164,9 @@ def test_serve_freezes_the_loaded_workbench_before_it_starts_the_workers(monkeyp
     monkeypatch.setattr(runner, "open_workbench", fake_open)
     monkeypatch.setattr(runner, "freeze_loaded_memory", fake_freeze)
     monkeypatch.setattr(runner, "setup_logging", lambda *a, **k: None)
-    settings = load_settings({"SVC_KNOWLEDGE_PORT": "0", "SVC_KNOWLEDGE_METRICS_PORT": "0"},
-                             env_file=None)
+    settings = load_settings(
+        {"SVC_KNOWLEDGE_PORT": "0", "SVC_KNOWLEDGE_METRICS_PORT": "0"}, env_file=None
+    )
     with pytest.raises(RuntimeError, match="stop the test here"):
         runner.serve(settings)
     assert calls == ["open", "freeze", "start", "stop", "close"]

@@ -24,8 +24,10 @@ OPS = Path(__file__).resolve().parents[2] / "ops"
 
 def test_redactor_hides_registered_secrets_and_secret_patterns():
     redact = Redactor(["s3cr3t-token-value", None, ""])
-    text = redact("token s3cr3t-token-value; Authorization: Bearer abc.def-123 "
-                  "api_key=sk-abcdefghijkl password: hunter22")
+    text = redact(
+        "token s3cr3t-token-value; Authorization: Bearer abc.def-123 "
+        "api_key=sk-abcdefghijkl password: hunter22"
+    )
     assert "s3cr3t" not in text and "abc.def" not in text
     assert "sk-abcdefghijkl" not in text and "hunter22" not in text
     assert text.count("[REDACTED]") >= 4
@@ -95,6 +97,7 @@ def test_prometheus_config_scrapes_every_15_s_and_loads_the_alert_rules():
     config = yaml.safe_load((OPS / "prometheus" / "prometheus.yml").read_text())
     assert config["global"]["scrape_interval"] == "15s"
     assert "alerts.yml" in config["rule_files"]
-    targets = [t for job in config["scrape_configs"] for sc in job["static_configs"]
-               for t in sc["targets"]]
+    targets = [
+        t for job in config["scrape_configs"] for sc in job["static_configs"] for t in sc["targets"]
+    ]
     assert "127.0.0.1:9090" in targets

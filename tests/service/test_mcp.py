@@ -16,11 +16,11 @@ from pydantic import SecretStr
 
 from service.app import create_app
 from service.tools import TOOLS
-from workbench.fakes.chat_server import chat_settings_env
-from workbench.fakes import rule_llm
 from workbench.config import load_settings
-from workbench.metrics import Metrics
 from workbench.facade import Workbench
+from workbench.fakes import rule_llm
+from workbench.fakes.chat_server import chat_settings_env
+from workbench.metrics import Metrics
 
 pytestmark = pytest.mark.anyio
 
@@ -28,8 +28,9 @@ pytestmark = pytest.mark.anyio
 @pytest.fixture
 def wb(fake_llm, hash_embedder):
     fake_llm.set_responder(rule_llm.respond)
-    settings = load_settings({**chat_settings_env(fake_llm), "SVC_KNOWLEDGE_DB_PATH": ":memory:"},
-                             env_file=None)
+    settings = load_settings(
+        {**chat_settings_env(fake_llm), "SVC_KNOWLEDGE_DB_PATH": ":memory:"}, env_file=None
+    )
     workbench = Workbench.open(settings, embedder=hash_embedder, metrics=Metrics())
     yield workbench
     workbench.close()
@@ -46,16 +47,20 @@ async def test_lists_the_tool_table(mcp_url):
     assert list(listed) == [t.name for t in TOOLS]
     for tool in TOOLS:
         assert listed[tool.name].description == tool.description
-        assert listed[tool.name].input_schema["properties"].keys() == \
-            tool.input_schema()["properties"].keys()
+        assert (
+            listed[tool.name].input_schema["properties"].keys()
+            == tool.input_schema()["properties"].keys()
+        )
     assert listed["search_memory_facts"].annotations.read_only_hint is True
     assert listed["clear_graph"].annotations.destructive_hint is True
 
 
 async def test_calls_tools_and_gets_structured_results(mcp_url, wb):
     async with Client(mcp_url) as client:
-        added = await client.call_tool("add_memory", {
-            "name": "intro", "episode_body": "Maria Keller works at Acme.", "group_id": "g1"})
+        added = await client.call_tool(
+            "add_memory",
+            {"name": "intro", "episode_body": "Maria Keller works at Acme.", "group_id": "g1"},
+        )
         assert not added.is_error
         assert added.structured_content["status"] == "queued"
         await anyio.to_thread.run_sync(wb.process_pending)
@@ -73,7 +78,8 @@ async def test_errors_are_tool_results_with_the_error_body(mcp_url):
         assert missing.structured_content["error"]["type"] == "invalid_input"
         assert "episode_body" in missing.structured_content["error"]["message"]
         absent = await client.call_tool(
-            "get_entity_edge", {"uuid": "00000000-0000-4000-8000-000000000000"})
+            "get_entity_edge", {"uuid": "00000000-0000-4000-8000-000000000000"}
+        )
         assert absent.is_error and absent.structured_content["error"]["type"] == "not_found"
         unknown = await client.call_tool("nope", {})
         assert unknown.is_error
@@ -96,14 +102,16 @@ async def test_bearer_token_protects_mcp(wb, server_thread):
 async def test_stdio_subprocess(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith("SVC_KNOWLEDGE_")}
     env.update({"SVC_KNOWLEDGE_DB_PATH": str(tmp_path / "kb.duckdb"), "LOG_LEVEL": "WARNING"})
-    params = StdioServerParameters(command=sys.executable, args=["-m", "service.cli", "mcp"],
-                                   env=env, cwd=str(tmp_path))
+    params = StdioServerParameters(
+        command=sys.executable, args=["-m", "service.cli", "mcp"], env=env, cwd=str(tmp_path)
+    )
     with anyio.fail_after(90):
         async with Client(params) as client:
             tools = (await client.list_tools()).tools
             assert len(tools) == len(TOOLS)
-            added = await client.call_tool("add_memory", {"name": "n",
-                                                          "episode_body": "Tom uses Python."})
+            added = await client.call_tool(
+                "add_memory", {"name": "n", "episode_body": "Tom uses Python."}
+            )
             assert not added.is_error and "no LLM" in added.structured_content["detail"]
             status = await client.call_tool("get_status", {})
             assert status.structured_content["queue"]

@@ -8,10 +8,10 @@ from litestar.testing import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
 from service.metrics_server import create_metrics_app
-from workbench.fakes.embedder import HashEmbedder
 from workbench.config import load_settings
-from workbench.metrics import Metrics
 from workbench.facade import Workbench
+from workbench.fakes.embedder import HashEmbedder
+from workbench.metrics import Metrics
 
 
 @pytest.fixture(scope="module")
@@ -36,12 +36,18 @@ def test_metrics_is_prometheus_text_with_the_catalog(client, wb):
     assert response.headers["content-type"].startswith("text/plain; version=0.0.4")
     families = {f.name: f for f in text_string_to_metric_families(response.text)}
     assert families["graph_prompt_tokens"].type == "counter"
-    samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
-               for f in families.values() for s in f.samples}
+    samples = {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for f in families.values()
+        for s in f.samples
+    }
     assert samples[("graph_prompt_tokens_total", (("model", "m1"),))] == 100
     assert samples[("graph_total_tokens_all_models_total", ())] == 120
-    buckets = [s for s in families["graph_llm_request_duration_seconds"].samples
-               if s.name.endswith("_bucket")]
+    buckets = [
+        s
+        for s in families["graph_llm_request_duration_seconds"].samples
+        if s.name.endswith("_bucket")
+    ]
     assert [b.labels["le"] for b in buckets][-1] == "+Inf"
     assert "messaging_queue_depth" in families
 

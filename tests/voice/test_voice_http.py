@@ -117,8 +117,11 @@ def test_missing_backend_is_503_and_reported(settings, sink, tmp_path):
 
 
 def test_oversized_body_is_413(client):
-    r = client.post("/notify", content=b'{"message": "' + b"x" * 300_000 + b'"}',
-                    headers={"Content-Type": "application/json"})
+    r = client.post(
+        "/notify",
+        content=b'{"message": "' + b"x" * 300_000 + b'"}',
+        headers={"Content-Type": "application/json"},
+    )
     is_error(r, 413, "")
 
 
@@ -206,21 +209,40 @@ def test_openapi_schema_lists_the_routes(client):
 # --- hardening: the browser, malformed text, exposure -----------------------------------------
 def test_a_cross_site_or_non_json_post_is_refused(client):
     body = b'{"message": "You have been hacked", "voice_id": "1"}'
-    is_error(client.post("/notify", content=body,
-                         headers={"Content-Type": "text/plain", "Origin": "https://evil.example"}),
-             403, "cross-origin")
-    is_error(client.post("/notify", content=body, headers={"Content-Type": "text/plain"}),
-             415, "application/json")
-    is_error(client.post("/notify", content=body, headers={
-        "Content-Type": "application/json", "Host": "evil.example"}), 421, "host name")
+    is_error(
+        client.post(
+            "/notify",
+            content=body,
+            headers={"Content-Type": "text/plain", "Origin": "https://evil.example"},
+        ),
+        403,
+        "cross-origin",
+    )
+    is_error(
+        client.post("/notify", content=body, headers={"Content-Type": "text/plain"}),
+        415,
+        "application/json",
+    )
+    is_error(
+        client.post(
+            "/notify",
+            content=body,
+            headers={"Content-Type": "application/json", "Host": "evil.example"},
+        ),
+        421,
+        "host name",
+    )
     assert client.service.notifier.depth == 0 and not client.service.notifier.outcomes
 
 
-@pytest.mark.parametrize("raw, fragment", [
-    (b'{"message": "\\ud800", "voice_id": "1"}', "surrogate"),
-    (b'{"message": ' + b"[" * 1000 + b"]" * 1000 + b"}", "deeper than"),
-    (b'{"message": "\xff"}', "not valid JSON"),
-])
+@pytest.mark.parametrize(
+    "raw, fragment",
+    [
+        (b'{"message": "\\ud800", "voice_id": "1"}', "surrogate"),
+        (b'{"message": ' + b"[" * 1000 + b"]" * 1000 + b"}", "deeper than"),
+        (b'{"message": "\xff"}', "not valid JSON"),
+    ],
+)
 def test_text_that_cannot_be_spoken_is_a_400_not_an_accepted_failure(client, raw, fragment):
     response = client.post("/notify", content=raw, headers={"Content-Type": "application/json"})
     is_error(response, 400, fragment)
@@ -231,8 +253,9 @@ def test_with_a_token_posting_needs_it(settings, tone, sink):
     app = create_app(replace(settings, token=token), engine=tone, sink=sink)
     with TestClient(app) as client:
         is_error(client.post("/notify", json={"message": "hi"}), 401, "VOICE_TOKEN")
-        ok = client.post("/notify", json={"message": "hi"},
-                         headers={"Authorization": f"Bearer {token}"})
+        ok = client.post(
+            "/notify", json={"message": "hi"}, headers={"Authorization": f"Bearer {token}"}
+        )
         assert ok.status_code == 202
         assert client.get("/health").status_code == 200
 

@@ -17,7 +17,6 @@ import numpy as np
 import pytest
 
 from voice.assets import check_assets
-
 from voice.settings import settings_from_env
 
 

@@ -18,9 +18,9 @@ from voice.speech import (
     Speech,
     chunks_for,
     pauses_after,
-    trim_quiet_edges,
     sentences_for,
     stream_speech,
+    trim_quiet_edges,
 )
 from voice.text import Chunk
 from voice.voices import resolve_voice

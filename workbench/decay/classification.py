@@ -29,8 +29,8 @@ from typing import Any
 from pydantic import ValidationError
 
 from workbench.errors import LLMError, LLMNotConfigured
-from workbench.safety import scrub
 from workbench.prompts import classify_memories as prompt
+from workbench.safety import scrub
 from workbench.store import Store
 from workbench.store import classification as sql
 
@@ -64,25 +64,31 @@ def _record(metrics: Any, results: Sequence[Classification], latency: float | No
         metrics.record_classification(result.status, latency if i == 0 else None)
 
 
-def _classify_batch(chat: Any, texts: Sequence[str], episode_uuid: str | None
-                    ) -> tuple[list[Classification], float | None]:
+def _classify_batch(
+    chat: Any, texts: Sequence[str], episode_uuid: str | None
+) -> tuple[list[Classification], float | None]:
     started = time.perf_counter()
     try:
-        reply = chat.complete(prompt.PROMPT_NAME, prompt.build_messages(list(texts)),
-                              prompt.MemoryClassifications, episode_uuid=episode_uuid)
+        reply = chat.complete(
+            prompt.PROMPT_NAME,
+            prompt.build_messages(list(texts)),
+            prompt.MemoryClassifications,
+            episode_uuid=episode_uuid,
+        )
     except LLMNotConfigured as exc:
         return [_default("fallback", str(exc)) for _ in texts], None
     except (LLMError, ValidationError) as exc:
-        log.warning("classification of %d memories failed (defaults 3/3 used): %s",
-                    len(texts), exc)
-        return [_default("failure", f"{type(exc).__name__}: {exc}") for _ in texts], \
-            time.perf_counter() - started
+        log.warning("classification of %d memories failed (defaults 3/3 used): %s", len(texts), exc)
+        return [
+            _default("failure", f"{type(exc).__name__}: {exc}") for _ in texts
+        ], time.perf_counter() - started
     latency = time.perf_counter() - started
     by_index: dict[int, Classification] = {}
     for item in reply.classifications:
         if 1 <= item.index <= len(texts) and item.index not in by_index:
-            by_index[item.index] = Classification(int(item.importance), int(item.stability),
-                                                  "success")
+            by_index[item.index] = Classification(
+                int(item.importance), int(item.stability), "success"
+            )
     missing = _default("failure", "the reply left this memory out")
     return [by_index.get(i, missing) for i in range(1, len(texts) + 1)], latency
 
@@ -100,7 +106,7 @@ def classify_texts(
         raise ValueError("batch_size must be >= 1")
     results: list[Classification] = []
     for start in range(0, len(texts), batch_size):
-        batch = texts[start:start + batch_size]
+        batch = texts[start : start + batch_size]
         if chat is None:
             found, latency = [_default("fallback", "no LLM configured") for _ in batch], None
         else:
@@ -126,12 +132,15 @@ def classify_pending(
         return {**counts, "classified": 0}
     pending = sql.pending_memories(store, limit, retry_failed)
     for start in range(0, len(pending), batch_size):
-        batch = pending[start:start + batch_size]
+        batch = pending[start : start + batch_size]
         found = classify_texts(chat, [m["text"] for m in batch], metrics, batch_size=batch_size)
-        sql.write_classifications(store, [
-            (m["kind"], m["uuid"], c.importance, c.stability, c.status)
-            for m, c in zip(batch, found)
-        ])
+        sql.write_classifications(
+            store,
+            [
+                (m["kind"], m["uuid"], c.importance, c.stability, c.status)
+                for m, c in zip(batch, found)
+            ],
+        )
         for c in found:
             counts[c.status] += 1
     return {**counts, "classified": len(pending)}

@@ -133,8 +133,9 @@ def run_maintenance(
     """
     lock = _run_lock(store)
     if not lock.acquire(blocking=False):
-        raise Conflict("a decay maintenance run is already in progress; wait for it to finish "
-                       "and try again")
+        raise Conflict(
+            "a decay maintenance run is already in progress; wait for it to finish and try again"
+        )
     try:
         parallel = getattr(store, "parallel", None)
         if parallel is None:
@@ -145,8 +146,9 @@ def run_maintenance(
         lock.release()
 
 
-def _run_locked(store: Store, policy: DecayPolicy, metrics: Any, clock: Clock,
-                dry_run: bool) -> MaintenanceReport:
+def _run_locked(
+    store: Store, policy: DecayPolicy, metrics: Any, clock: Clock, dry_run: bool
+) -> MaintenanceReport:
     started_at = as_utc(clock())
     t0 = time.perf_counter()
     try:
@@ -157,37 +159,61 @@ def _run_locked(store: Store, policy: DecayPolicy, metrics: Any, clock: Clock,
             raise
         raise StoreError(f"decay maintenance failed and changed nothing: {exc}") from exc
     report = MaintenanceReport(
-        run_id=result["run_id"], status="success", dry_run=dry_run, started_at=started_at,
-        duration_seconds=result["duration"], scores_updated=result["scores_updated"],
-        transitions=result["transitions"], purged=result["purged"],
-        purged_detail=result["purged_detail"], by_state=result["by_state"],
-        total=result["total"], decay_avg=result["decay_avg"],
-        importance_avg=result["importance_avg"], stability_avg=result["stability_avg"],
+        run_id=result["run_id"],
+        status="success",
+        dry_run=dry_run,
+        started_at=started_at,
+        duration_seconds=result["duration"],
+        scores_updated=result["scores_updated"],
+        transitions=result["transitions"],
+        purged=result["purged"],
+        purged_detail=result["purged_detail"],
+        by_state=result["by_state"],
+        total=result["total"],
+        decay_avg=result["decay_avg"],
+        importance_avg=result["importance_avg"],
+        stability_avg=result["stability_avg"],
     )
     if not dry_run:
         _record_success(metrics, report)
-    log.info("decay maintenance %s: %s", "dry run" if dry_run else f"run {report.run_id}",
-             _summary(report))
+    log.info(
+        "decay maintenance %s: %s",
+        "dry run" if dry_run else f"run {report.run_id}",
+        _summary(report),
+    )
     return report
 
 
 def _summary(report: MaintenanceReport) -> str:
-    return (f"{report.scores_updated} scores, {report.transitions_total} transitions, "
-            f"{report.purged} purged in {report.duration_seconds:.2f}s")
+    return (
+        f"{report.scores_updated} scores, {report.transitions_total} transitions, "
+        f"{report.purged} purged in {report.duration_seconds:.2f}s"
+    )
 
 
 def _record_success(metrics: Any, report: MaintenanceReport) -> None:
     if metrics is None:
         return
     metrics.record_maintenance_run(
-        "success", report.duration_seconds, scores_updated=report.scores_updated,
-        transitions=report.transitions, purged=report.purged)
-    metrics.set_memory_gauges(report.by_state, report.total, report.decay_avg,
-                              report.importance_avg, report.stability_avg)
+        "success",
+        report.duration_seconds,
+        scores_updated=report.scores_updated,
+        transitions=report.transitions,
+        purged=report.purged,
+    )
+    metrics.set_memory_gauges(
+        report.by_state, report.total, report.decay_avg, report.importance_avg, report.stability_avg
+    )
 
 
-def _record_failure(store: Store, metrics: Any, started_at: datetime, duration: float,
-                    exc: BaseException, dry_run: bool) -> None:
+def _record_failure(
+    store: Store,
+    metrics: Any,
+    started_at: datetime,
+    duration: float,
+    exc: BaseException,
+    dry_run: bool,
+) -> None:
     log.error("decay maintenance failed (nothing changed): %s", exc)
     if dry_run:
         return
@@ -203,14 +229,24 @@ def refresh_gauges(store: Store, metrics: Any) -> dict[str, Any]:
     """Set the memory gauges from the current tables (e.g. at start-up); returns the stats."""
     stats = sql.memory_stats(store)
     if metrics is not None:
-        metrics.set_memory_gauges(stats["by_state"], stats["total"], stats["decay_avg"],
-                                  stats["importance_avg"], stats["stability_avg"])
+        metrics.set_memory_gauges(
+            stats["by_state"],
+            stats["total"],
+            stats["decay_avg"],
+            stats["importance_avg"],
+            stats["stability_avg"],
+        )
     return stats
 
 
 # --- health -----------------------------------------------------------------------------
-def _status(last: dict[str, Any] | None, now: datetime, enabled: bool, interval: timedelta,
-            started_at: datetime | None) -> tuple[str, str]:
+def _status(
+    last: dict[str, Any] | None,
+    now: datetime,
+    enabled: bool,
+    interval: timedelta,
+    started_at: datetime | None,
+) -> tuple[str, str]:
     grace = timedelta(seconds=MAX_RUN_SECONDS)
     if last is not None and last["status"] != "success":
         return "unhealthy", f"the last maintenance run failed: {last.get('error') or 'unknown'}"
@@ -252,8 +288,9 @@ def decay_health(
     interval = timedelta(hours=interval_hours)
     last = sql.last_run(store)
     last_ok = sql.last_run(store, status="success")
-    status, reason = _status(last, now, enabled, interval,
-                             as_utc(started_at) if started_at else None)
+    status, reason = _status(
+        last, now, enabled, interval, as_utc(started_at) if started_at else None
+    )
     if next_scheduled is None and enabled and last is not None:
         next_scheduled = last["started_at"] + interval
     stats = sql.memory_stats(store)
@@ -309,15 +346,23 @@ def recover_soft_deleted(store: Store, uuid: str, clock: Clock = utcnow) -> dict
     with store.transaction():
         found = sql.find_memory(store, uuid)
         if found is None:
-            raise NotFound(f"no entity or fact with uuid {uuid!r} (it may have been purged "
-                           "already)")
+            raise NotFound(
+                f"no entity or fact with uuid {uuid!r} (it may have been purged already)"
+            )
         kind, state = found
         if state != SOFT_DELETED:
-            raise InvalidInput(f"{kind} {uuid} is {state}, not SOFT_DELETED: only soft-deleted "
-                               "memories can be recovered")
+            raise InvalidInput(
+                f"{kind} {uuid} is {state}, not SOFT_DELETED: only soft-deleted "
+                "memories can be recovered"
+            )
         sql.recover_memory(store, kind, uuid, now)
-    return {"uuid": uuid, "kind": kind, "from_state": SOFT_DELETED, "to_state": "ARCHIVED",
-            "recovered_at": iso_utc(now)}
+    return {
+        "uuid": uuid,
+        "kind": kind,
+        "from_state": SOFT_DELETED,
+        "to_state": "ARCHIVED",
+        "recovered_at": iso_utc(now),
+    }
 
 
 # --- the schedule -------------------------------------------------------------------------
@@ -391,13 +436,26 @@ class MaintenanceScheduler:
         self._thread: threading.Thread | None = None
 
     @classmethod
-    def from_settings(cls, store: Store, settings: Any, metrics: Any,
-                      clock: Clock = utcnow, chat: Any = None,
-                      index: SearchIndex | None = None) -> MaintenanceScheduler:
-        return cls(store, DecayPolicy.from_settings(settings), metrics, clock,
-                   interval_hours=settings.maintenance_interval_hours,
-                   first_run_seconds=settings.maintenance_first_run_seconds,
-                   enabled=settings.decay_enabled, chat=chat, index=index)
+    def from_settings(
+        cls,
+        store: Store,
+        settings: Any,
+        metrics: Any,
+        clock: Clock = utcnow,
+        chat: Any = None,
+        index: SearchIndex | None = None,
+    ) -> MaintenanceScheduler:
+        return cls(
+            store,
+            DecayPolicy.from_settings(settings),
+            metrics,
+            clock,
+            interval_hours=settings.maintenance_interval_hours,
+            first_run_seconds=settings.maintenance_first_run_seconds,
+            enabled=settings.decay_enabled,
+            chat=chat,
+            index=index,
+        )
 
     @property
     def running(self) -> bool:
@@ -420,8 +478,7 @@ class MaintenanceScheduler:
         if self.running:
             return
         self._stop.clear()
-        self._thread = threading.Thread(target=self._loop, name="decay-maintenance",
-                                        daemon=True)
+        self._thread = threading.Thread(target=self._loop, name="decay-maintenance", daemon=True)
         self._thread.start()
 
     def stop(self, timeout: float = 30.0) -> None:
@@ -454,19 +511,27 @@ class MaintenanceScheduler:
             return self._cond.wait_for(lambda: self._runs >= count, timeout)
 
     def health(self, metrics_path: str = "/metrics") -> dict[str, Any]:
-        return decay_health(self.store, self.policy, self.clock, self.interval_hours,
-                            metrics_path, self.enabled, started_at=self.started_at,
-                            next_scheduled=self.next_scheduled)
+        return decay_health(
+            self.store,
+            self.policy,
+            self.clock,
+            self.interval_hours,
+            metrics_path,
+            self.enabled,
+            started_at=self.started_at,
+            next_scheduled=self.next_scheduled,
+        )
 
     def _run(self, dry_run: bool) -> MaintenanceReport:
         if maintenance_running(self.store):
-            raise Conflict("a decay maintenance run is already in progress; wait for it to "
-                           "finish and try again")
+            raise Conflict(
+                "a decay maintenance run is already in progress; wait for it to "
+                "finish and try again"
+            )
         _tell(self.index, "before_maintenance")
         with self.index if self.index is not None else nullcontext():
             try:
-                report = run_maintenance(self.store, self.policy, self.metrics, self.clock,
-                                         dry_run)
+                report = run_maintenance(self.store, self.policy, self.metrics, self.clock, dry_run)
             except Conflict:
                 raise
             except BaseException as exc:

@@ -130,8 +130,9 @@ def is_permanent(importance: int, stability: int, policy: DecayPolicy = DEFAULT_
 
 
 def can_expire(decay: float, importance: int, policy: DecayPolicy = DEFAULT_POLICY) -> bool:
-    return (decay >= policy.expire_threshold
-            and clamp_level(importance) <= policy.expire_max_importance)
+    return (
+        decay >= policy.expire_threshold and clamp_level(importance) <= policy.expire_max_importance
+    )
 
 
 @dataclass(frozen=True)
@@ -144,8 +145,7 @@ class LifecycleOutcome:
     purge: bool = False
 
 
-def _aged_state(state: str, days: float, decay: float, importance: int,
-                policy: DecayPolicy) -> str:
+def _aged_state(state: str, days: float, decay: float, importance: int, policy: DecayPolicy) -> str:
     """The furthest state along CHAIN that the rules reach from ``state`` in one run."""
     if state == EXPIRED:
         return SOFT_DELETED

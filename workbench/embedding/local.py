@@ -91,8 +91,7 @@ class LocalEmbedder:
                 raise EmbedderError(
                     f"cannot load the ONNX embedding model {self.model!r}: {exc}"
                 ) from None
-            log.warning("the ONNX embedder is unavailable (%s); using sentence-transformers",
-                        exc)
+            log.warning("the ONNX embedder is unavailable (%s); using sentence-transformers", exc)
             self.backend = "torch"
             return self._load_torch()
         log.info("local embedder %s: onnxruntime, %s", self.model, path)
@@ -110,8 +109,7 @@ class LocalEmbedder:
             st = SentenceTransformer(self._path, device="cpu")
         except Exception as exc:
             raise EmbedderError(
-                f"cannot load the local embedding model {self.model!r} from "
-                f"{self._path}: {exc}"
+                f"cannot load the local embedding model {self.model!r} from {self._path}: {exc}"
             ) from None
 
         def encode(texts: list[str]) -> np.ndarray:

@@ -26,8 +26,9 @@ def resolve_local_model(name: str) -> str:
 
 
 def _model_dimension(model) -> int:
-    getter = getattr(model, "get_embedding_dimension", None) or \
-        model.get_sentence_embedding_dimension
+    getter = (
+        getattr(model, "get_embedding_dimension", None) or model.get_sentence_embedding_dimension
+    )
     return int(getter())
 
 

@@ -160,9 +160,7 @@ def onnx_is_current(model_name_or_path: str, target: Path, source: Path) -> bool
         return False
     weights = source / "model.safetensors"
     same_stat = manifest.get("source_stat") == _stat_key(weights)
-    same_version = manifest.get("source_package_version") == _package_version(
-        model_name_or_path
-    )
+    same_version = manifest.get("source_package_version") == _package_version(model_name_or_path)
     if same_stat and same_version:
         return True
     sha = sha256_file(weights)
@@ -245,8 +243,12 @@ def _check_export(path: Path, ids, mask, types, expected: np.ndarray) -> None:
         raise EmbedderError(f"the exported ONNX model differs from torch by {diff:.2e}")
 
 
-def ensure_onnx(model_name_or_path: str = PACKAGED_MODEL, cache_dir: str | Path | None = None,
-                *, force: bool = False) -> Path:
+def ensure_onnx(
+    model_name_or_path: str = PACKAGED_MODEL,
+    cache_dir: str | Path | None = None,
+    *,
+    force: bool = False,
+) -> Path:
     """Return the path of the model's ONNX file, exporting it first if missing or stale."""
     source = source_dir(model_name_or_path)
     target = onnx_path(model_name_or_path, cache_dir)
@@ -298,8 +300,11 @@ def check_pooling(source: Path) -> None:
     config = _read_json(source / "1_Pooling" / "config.json")
     if not config:
         return
-    others = [k for k, v in config.items() if k.startswith("pooling_mode_") and v
-              and k != "pooling_mode_mean_tokens"]
+    others = [
+        k
+        for k, v in config.items()
+        if k.startswith("pooling_mode_") and v and k != "pooling_mode_mean_tokens"
+    ]
     if others or not config.get("pooling_mode_mean_tokens", True):
         raise EmbedderError(f"the ONNX backend supports mean pooling only, {source} uses {others}")
 
@@ -385,8 +390,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     parser = argparse.ArgumentParser(description="Export the local embedding model to ONNX once.")
     parser.add_argument("model", nargs="?", default=PACKAGED_MODEL)
-    parser.add_argument("--cache-dir", default=os.environ.get(CACHE_ENV) or None,
-                        help=f"default: ${CACHE_ENV} or ~/.cache/knowledge-workbench/models")
+    parser.add_argument(
+        "--cache-dir",
+        default=os.environ.get(CACHE_ENV) or None,
+        help=f"default: ${CACHE_ENV} or ~/.cache/knowledge-workbench/models",
+    )
     parser.add_argument("--force", action="store_true", help="export even if up to date")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")

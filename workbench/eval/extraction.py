@@ -52,7 +52,14 @@ from workbench.errors import InvalidInput
 from workbench.names import loose_name_key, relation_name
 
 ENTITY_TYPES = (
-    "Person", "Organization", "Project", "Tool", "Place", "Preference", "Event", "Concept",
+    "Person",
+    "Organization",
+    "Project",
+    "Tool",
+    "Place",
+    "Preference",
+    "Event",
+    "Concept",
 )
 
 
@@ -117,7 +124,8 @@ class Extraction:
         except (KeyError, TypeError, AttributeError) as exc:
             raise InvalidInput(
                 f"extraction is malformed ({exc!r}): entities need 'name', facts need "
-                "'source' and 'target'") from None
+                "'source' and 'target'"
+            ) from None
         return cls(entities, facts)
 
 
@@ -294,8 +302,7 @@ def score_episode(
     if not ended_facts:
         predicted, gold = without_ended_facts(predicted), without_ended_facts(gold)
     resolver = _Resolver(gold.entities)
-    synonyms = {relation_name(k): relation_name(v)
-                for k, v in (relation_synonyms or {}).items()}
+    synonyms = {relation_name(k): relation_name(v) for k, v in (relation_synonyms or {}).items()}
     symmetric = frozenset(relation_name(r) for r in symmetric_relations)
 
     pred_keys = [resolver.key(e.name) for e in predicted.entities]
@@ -347,6 +354,7 @@ def _sum(scores: Iterable[PRF]) -> PRF:
 
 def aggregate(episodes: Sequence[EpisodeScore], unscored: Sequence[str] = ()) -> SetScore:
     """Micro (summed counts) and macro (mean of per-episode values) over episode scores."""
+
     def pick(attr: str) -> list[PRF]:
         return [getattr(e, attr) for e in episodes]
 
@@ -376,8 +384,14 @@ def score_set(
     for episodes without gold are listed in ``unscored`` and otherwise ignored."""
     symmetric = tuple(symmetric_relations)
     scores = [
-        score_episode(predicted.get(eid, Extraction()), gold[eid], eid,
-                      relation_synonyms, symmetric, ended_facts)
+        score_episode(
+            predicted.get(eid, Extraction()),
+            gold[eid],
+            eid,
+            relation_synonyms,
+            symmetric,
+            ended_facts,
+        )
         for eid in sorted(gold)
     ]
     return aggregate(scores, [eid for eid in predicted if eid not in gold])
@@ -437,22 +451,24 @@ def tabulate_variants(
             raise InvalidInput(f"variant {name!r}: usage.episodes must be positive")
         n = usage.episodes
         cost = usage.cost_usd / n
-        rows.append(VariantRow(
-            variant=name,
-            entity_precision=score.entities.precision,
-            entity_recall=score.entities.recall,
-            entity_f1=score.entities.f1,
-            fact_precision=score.facts.precision,
-            fact_recall=score.facts.recall,
-            fact_f1=score.facts.f1,
-            fact_link_f1=score.fact_links.f1,
-            macro_entity_f1=score.macro_entities.f1,
-            macro_fact_f1=score.macro_facts.f1,
-            calls_per_episode=usage.llm_calls / n,
-            tokens_per_episode=(usage.prompt_tokens + usage.completion_tokens) / n,
-            cost_per_episode=cost,
-            f1_per_dollar=(score.facts.f1 / cost) if cost > 0 else None,
-        ))
+        rows.append(
+            VariantRow(
+                variant=name,
+                entity_precision=score.entities.precision,
+                entity_recall=score.entities.recall,
+                entity_f1=score.entities.f1,
+                fact_precision=score.facts.precision,
+                fact_recall=score.facts.recall,
+                fact_f1=score.facts.f1,
+                fact_link_f1=score.fact_links.f1,
+                macro_entity_f1=score.macro_entities.f1,
+                macro_fact_f1=score.macro_facts.f1,
+                calls_per_episode=usage.llm_calls / n,
+                tokens_per_episode=(usage.prompt_tokens + usage.completion_tokens) / n,
+                cost_per_episode=cost,
+                f1_per_dollar=(score.facts.f1 / cost) if cost > 0 else None,
+            )
+        )
     return rows
 
 
@@ -468,8 +484,13 @@ def to_frame(rows: Iterable[Any]) -> Any:
         for f in dataclasses.fields(row):
             value = getattr(row, f.name)
             if isinstance(value, PRF):
-                record.update({f"{f.name}_precision": value.precision,
-                               f"{f.name}_recall": value.recall, f"{f.name}_f1": value.f1})
+                record.update(
+                    {
+                        f"{f.name}_precision": value.precision,
+                        f"{f.name}_recall": value.recall,
+                        f"{f.name}_f1": value.f1,
+                    }
+                )
             else:
                 record[f.name] = value
         records.append(record)
@@ -506,14 +527,22 @@ def predictions_from_rows(
     for f in facts:
         src, dst = names.get(f["source_uuid"]), names.get(f["target_uuid"])
         if f.get("episode_uuid") and src and dst:
-            facts_by.setdefault(f["episode_uuid"], []).append(Fact(
-                src[0], dst[0], str(f.get("relation") or "RELATES_TO"), str(f.get("fact") or ""),
-                _time_text(_none_if_nat(f.get("valid_at"))),
-                None if _none_if_nat(f.get("expired_at")) is not None
-                else _time_text(_none_if_nat(f.get("invalid_at")))))
+            facts_by.setdefault(f["episode_uuid"], []).append(
+                Fact(
+                    src[0],
+                    dst[0],
+                    str(f.get("relation") or "RELATES_TO"),
+                    str(f.get("fact") or ""),
+                    _time_text(_none_if_nat(f.get("valid_at"))),
+                    None
+                    if _none_if_nat(f.get("expired_at")) is not None
+                    else _time_text(_none_if_nat(f.get("invalid_at"))),
+                )
+            )
     return {
         episode_key(ep["group_id"], ep["name"]): Extraction(
-            tuple(by_episode.get(ep["uuid"], ())), tuple(facts_by.get(ep["uuid"], ())))
+            tuple(by_episode.get(ep["uuid"], ())), tuple(facts_by.get(ep["uuid"], ()))
+        )
         for ep in episodes
     }
 
@@ -538,16 +567,18 @@ def parse_labelled(lines: Iterable[str]) -> list[LabelledEpisode]:
             continue
         try:
             row = json.loads(line)
-            out.append(LabelledEpisode(
-                id=str(row["id"]),
-                name=str(row["name"]),
-                episode_body=str(row["episode_body"]),
-                group_id=str(row["group_id"]),
-                source=str(row.get("source", "text")),
-                source_description=str(row.get("source_description", "")),
-                reference_time=str(row["reference_time"]),
-                gold=Extraction.from_dict(row),
-            ))
+            out.append(
+                LabelledEpisode(
+                    id=str(row["id"]),
+                    name=str(row["name"]),
+                    episode_body=str(row["episode_body"]),
+                    group_id=str(row["group_id"]),
+                    source=str(row.get("source", "text")),
+                    source_description=str(row.get("source_description", "")),
+                    reference_time=str(row["reference_time"]),
+                    gold=Extraction.from_dict(row),
+                )
+            )
         except (ValueError, KeyError, TypeError, InvalidInput) as exc:
             raise InvalidInput(f"labelled set line {number}: {exc}") from None
     return out

@@ -44,8 +44,9 @@ def load_set(path: str | Path = DEFAULT_SET) -> RetrievalSet:
     return out
 
 
-def load_into(engine, rset: RetrievalSet, group_id: str = "eval",
-              now: datetime | None = None) -> dict[str, str]:
+def load_into(
+    engine, rset: RetrievalSet, group_id: str = "eval", now: datetime | None = None
+) -> dict[str, str]:
     """Write the set's entities and facts (with embeddings) and index them; key -> uuid."""
     from workbench.store import graph as g
 
@@ -60,8 +61,7 @@ def load_into(engine, rset: RetrievalSet, group_id: str = "eval",
     with engine.store.transaction():
         g.insert_entities(engine.store, entities)
         g.insert_facts(engine.store, facts)
-        g.insert_embeddings(engine.store, "entity", [e["uuid"] for e in entities], ent_vecs,
-                            model)
+        g.insert_embeddings(engine.store, "entity", [e["uuid"] for e in entities], ent_vecs, model)
         g.insert_embeddings(engine.store, "fact", [f["uuid"] for f in facts], fact_vecs, model)
     engine.on_upsert("entity", entities, ent_vecs)
     engine.on_upsert("fact", facts, fact_vecs)
@@ -69,18 +69,35 @@ def load_into(engine, rset: RetrievalSet, group_id: str = "eval",
 
 
 def _entity_row(name: str, group_id: str, now: datetime) -> dict[str, Any]:
-    return {"uuid": str(uuidlib.uuid4()), "group_id": group_id, "name": name,
-            "name_norm": name.casefold(), "entity_type": "Entity", "summary": "",
-            "created_at": now, "importance": 3, "stability": 3,
-            "classification_status": "fallback", "lifecycle_state": "ACTIVE"}
+    return {
+        "uuid": str(uuidlib.uuid4()),
+        "group_id": group_id,
+        "name": name,
+        "name_norm": name.casefold(),
+        "entity_type": "Entity",
+        "summary": "",
+        "created_at": now,
+        "importance": 3,
+        "stability": 3,
+        "classification_status": "fallback",
+        "lifecycle_state": "ACTIVE",
+    }
 
 
 def _fact_row(m: dict, by_name: dict[str, str], group_id: str, now: datetime) -> dict:
-    return {"uuid": str(uuidlib.uuid4()), "group_id": group_id,
-            "source_uuid": by_name[m["source"]], "target_uuid": by_name[m["target"]],
-            "relation": m.get("relation", "RELATES_TO"), "fact": m["fact"],
-            "created_at": now, "importance": 3, "stability": 3,
-            "classification_status": "fallback", "lifecycle_state": "ACTIVE"}
+    return {
+        "uuid": str(uuidlib.uuid4()),
+        "group_id": group_id,
+        "source_uuid": by_name[m["source"]],
+        "target_uuid": by_name[m["target"]],
+        "relation": m.get("relation", "RELATES_TO"),
+        "fact": m["fact"],
+        "created_at": now,
+        "importance": 3,
+        "stability": 3,
+        "classification_status": "fallback",
+        "lifecycle_state": "ACTIVE",
+    }
 
 
 def rankings(engine, question: str, k: int = 10, pool: int = 50) -> dict[str, list[str]]:
@@ -89,12 +106,21 @@ def rankings(engine, question: str, k: int = 10, pool: int = 50) -> dict[str, li
     by_vector = [u for u, _ in engine.vectors["fact"].search(query_vec, pool)]
     by_keyword = [u for u, *_ in engine.keywords["fact"].search(question, pool)]
     fused = [h["uuid"] for h in engine.search_facts(question, max_facts=k)]
-    return {"vector": by_vector[:k], "bm25": by_keyword[:k],
-            "rrf": rrf([by_vector, by_keyword])[:k], "fused": fused}
+    return {
+        "vector": by_vector[:k],
+        "bm25": by_keyword[:k],
+        "rrf": rrf([by_vector, by_keyword])[:k],
+        "fused": fused,
+    }
 
 
-def evaluate(engine, rset: RetrievalSet, keys: dict[str, str], k: int = 10,
-             cutoffs: Sequence[int] = (1, 3, 5, 10)) -> dict[str, dict[str, float]]:
+def evaluate(
+    engine,
+    rset: RetrievalSet,
+    keys: dict[str, str],
+    k: int = 10,
+    cutoffs: Sequence[int] = (1, 3, 5, 10),
+) -> dict[str, dict[str, float]]:
     """Per method: recall@c for each cutoff (share of answer facts in the top c, averaged over
     questions) and MRR (reciprocal rank of the first answer)."""
     totals = {m: {**{f"recall@{c}": 0.0 for c in cutoffs}, "mrr": 0.0} for m in METHODS}
@@ -109,16 +135,20 @@ def evaluate(engine, rset: RetrievalSet, keys: dict[str, str], k: int = 10,
     return {m: {name: round(v / n, 4) for name, v in vals.items()} for m, vals in totals.items()}
 
 
-def sweep(engine, rset: RetrievalSet, keys: dict[str, str],
-          keyword_weights: Sequence[float] = (0.0, 0.1, 0.2, 0.25, 0.3, 0.4, 0.5, 0.7)
-          ) -> dict[float, dict[str, float]]:
+def sweep(
+    engine,
+    rset: RetrievalSet,
+    keys: dict[str, str],
+    keyword_weights: Sequence[float] = (0.0, 0.1, 0.2, 0.25, 0.3, 0.4, 0.5, 0.7),
+) -> dict[float, dict[str, float]]:
     """The fused method's metrics for each keyword weight (the tuning we did)."""
     original = engine.weights
     out = {}
     try:
         for w in keyword_weights:
-            engine.weights = Weights(original.similarity, original.freshness,
-                                     original.importance, w)
+            engine.weights = Weights(
+                original.similarity, original.freshness, original.importance, w
+            )
             out[w] = evaluate(engine, rset, keys)["fused"]
     finally:
         engine.weights = original
@@ -137,9 +167,11 @@ def run(path: str | Path = DEFAULT_SET, embedder=None, tune: bool = False) -> di
     try:
         rset = load_set(path)
         keys = load_into(engine, rset)
-        result: dict[str, Any] = {"memories": len(rset.memories),
-                                  "questions": len(rset.questions),
-                                  "metrics": evaluate(engine, rset, keys)}
+        result: dict[str, Any] = {
+            "memories": len(rset.memories),
+            "questions": len(rset.questions),
+            "metrics": evaluate(engine, rset, keys),
+        }
         if tune:
             result["sweep"] = sweep(engine, rset, keys)
         return result

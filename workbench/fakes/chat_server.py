@@ -189,8 +189,9 @@ def minimal_instance(schema: dict | None, root: dict | None = None) -> Any:
     if isinstance(ref, str):
         name = ref.rsplit("/", 1)[-1]
         defs = {**root.get("definitions", {}), **root.get("$defs", {})}
-        return minimal_instance({**defs.get(name, {}), **{k: v for k, v in schema.items()
-                                                          if k != "$ref"}}, root)
+        return minimal_instance(
+            {**defs.get(name, {}), **{k: v for k, v in schema.items() if k != "$ref"}}, root
+        )
     if "const" in schema:
         return schema["const"]
     if schema.get("enum"):
@@ -206,8 +207,10 @@ def minimal_instance(schema: dict | None, root: dict | None = None) -> Any:
         props = schema.get("properties") or {}
         return {k: minimal_instance(props.get(k, {}), root) for k in schema.get("required", [])}
     if kind == "array":
-        return [minimal_instance(schema.get("items") or {}, root)
-                for _ in range(int(schema.get("minItems", 0)))]
+        return [
+            minimal_instance(schema.get("items") or {}, root)
+            for _ in range(int(schema.get("minItems", 0)))
+        ]
     if kind == "string":
         return "x" * max(1, int(schema.get("minLength", 1)))
     if kind == "integer":
@@ -260,8 +263,9 @@ class FakeLLMServer:
         handler = type("Handler", (_Handler,), {"fake": self})
         self._httpd = _QuietServer(("127.0.0.1", 0), handler)
         self._httpd.daemon_threads = True
-        self._thread = threading.Thread(target=self._httpd.serve_forever,
-                                        kwargs={"poll_interval": 0.05}, daemon=True)
+        self._thread = threading.Thread(
+            target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        )
         self._thread.start()
         return self
 
@@ -291,8 +295,7 @@ class FakeLLMServer:
     def script(self, *replies: FakeReply | dict) -> FakeLLMServer:
         """Queue replies (a dict is reply data) answered in order before anything else."""
         with self._lock:
-            self._queue.extend(r if isinstance(r, FakeReply) else FakeReply.ok(r)
-                               for r in replies)
+            self._queue.extend(r if isinstance(r, FakeReply) else FakeReply.ok(r) for r in replies)
         return self
 
     def set_responder(self, responder: Responder | None) -> FakeLLMServer:
@@ -357,8 +360,13 @@ class FakeLLMServer:
         """``(status, headers, JSON body)`` of ``reply`` to ``request``."""
         if reply.status >= 400:
             kind = "rate_limit_exceeded" if reply.status == 429 else "server_error"
-            body = {"error": {"message": reply.error_message or "error", "type": kind,
-                              "code": reply.status}}
+            body = {
+                "error": {
+                    "message": reply.error_message or "error",
+                    "type": kind,
+                    "code": reply.status,
+                }
+            }
             return reply.status, dict(reply.headers), reply.body or body
         if reply.body is not None:
             return reply.status, dict(reply.headers), reply.body
@@ -367,14 +375,21 @@ class FakeLLMServer:
         message: dict[str, Any] = {"role": "assistant", "content": None if tool_mode else text}
         finish = reply.finish_reason or ("tool_calls" if tool_mode else "stop")
         if tool_mode:
-            message["tool_calls"] = [{
-                "id": f"call_{next(self._ids)}", "type": "function",
-                "function": {"name": structure_name(request) or "tool", "arguments": text}}]
+            message["tool_calls"] = [
+                {
+                    "id": f"call_{next(self._ids)}",
+                    "type": "function",
+                    "function": {"name": structure_name(request) or "tool", "arguments": text},
+                }
+            ]
         body = {
-            "id": f"chatcmpl-fake-{next(self._ids)}", "object": "chat.completion",
-            "created": int(time.time()), "model": reply.model or self.model,
-            "choices": [{"index": 0, "message": message, "finish_reason": finish,
-                         "logprobs": None}],
+            "id": f"chatcmpl-fake-{next(self._ids)}",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": reply.model or self.model,
+            "choices": [
+                {"index": 0, "message": message, "finish_reason": finish, "logprobs": None}
+            ],
         }
         if reply.include_usage:
             body["usage"] = _usage(request, reply, text)
@@ -400,8 +415,11 @@ def _usage(request: dict, reply: FakeReply, text: str) -> dict:
     completion = reply.completion_tokens
     if completion is None:
         completion = max(1, len(text) // 4)
-    usage: dict[str, Any] = {"prompt_tokens": prompt, "completion_tokens": completion,
-                             "total_tokens": prompt + completion}
+    usage: dict[str, Any] = {
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": prompt + completion,
+    }
     if reply.cached_tokens is not None:
         usage["prompt_tokens_details"] = {"cached_tokens": reply.cached_tokens}
     if reply.cache_read_tokens is not None:
@@ -430,8 +448,14 @@ class _Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:  # noqa: N802 - stdlib naming
         self.fake._record("GET", self.path, _headers(self.headers), None)
         if self.path.rstrip("/").endswith("/models"):
-            self._send(200, {}, {"object": "list", "data": [
-                {"id": self.fake.model, "object": "model", "owned_by": "fake"}]})
+            self._send(
+                200,
+                {},
+                {
+                    "object": "list",
+                    "data": [{"id": self.fake.model, "object": "model", "owned_by": "fake"}],
+                },
+            )
         else:
             self._send(404, {}, {"error": {"message": f"no route {self.path}"}})
 

@@ -36,18 +36,36 @@ class ReplayLLM:
         item = self._find(request)
         if name == "ExtractedEntities":
             ents = item["entities"] if item else []
-            return {"entities": [
-                {"name": e["name"], "entity_type": e["entity_type"],
-                 "summary": e.get("summary", ""), "importance": 3, "stability": 3}
-                for e in ents]}
+            return {
+                "entities": [
+                    {
+                        "name": e["name"],
+                        "entity_type": e["entity_type"],
+                        "summary": e.get("summary", ""),
+                        "importance": 3,
+                        "stability": 3,
+                    }
+                    for e in ents
+                ]
+            }
         if name == "ExtractedEdges":
             listed = message_text(request).rsplit("ENTITIES:", 1)[-1]
             facts = item["facts"] if item else []
-            return {"edges": [
-                {"source": f["source"], "target": f["target"], "relation": f["relation"],
-                 "fact": f["fact"], "importance": 3, "stability": 3, "invalidates": []}
-                for f in facts
-                if f"- {f['source']} (" in listed and f"- {f['target']} (" in listed]}
+            return {
+                "edges": [
+                    {
+                        "source": f["source"],
+                        "target": f["target"],
+                        "relation": f["relation"],
+                        "fact": f["fact"],
+                        "importance": 3,
+                        "stability": 3,
+                        "invalidates": [],
+                    }
+                    for f in facts
+                    if f"- {f['source']} (" in listed and f"- {f['target']} (" in listed
+                ]
+            }
         if name == "NodeResolutions":
             return {"entity_resolutions": []}
         return None

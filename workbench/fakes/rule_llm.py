@@ -13,9 +13,17 @@ import re
 from workbench.fakes.chat_server import message_text, structure_name
 
 KNOWN = {
-    "Maria Keller": "Person", "Tom": "Person", "User": "Person", "Acme": "Organization",
-    "Globex": "Organization", "Berlin": "Place", "Munich": "Place", "Neovim": "Tool",
-    "VS Code": "Tool", "Atlas": "Project", "Python": "Tool",
+    "Maria Keller": "Person",
+    "Tom": "Person",
+    "User": "Person",
+    "Acme": "Organization",
+    "Globex": "Organization",
+    "Berlin": "Place",
+    "Munich": "Place",
+    "Neovim": "Tool",
+    "VS Code": "Tool",
+    "Atlas": "Project",
+    "Python": "Tool",
 }
 PATTERNS = [
     (re.compile(r"(\w[\w ]*?) lives in (\w[\w ]*)"), "LIVES_IN", True),
@@ -40,10 +48,19 @@ def _entity(name: str, text: str) -> str | None:
 
 
 def entities(text: str) -> dict:
-    return {"entities": [
-        {"name": n, "entity_type": t, "summary": f"{n} is mentioned: {text.strip()[:80]}",
-         "importance": 4 if t == "Person" else 3, "stability": 3}
-        for n, t in KNOWN.items() if re.search(rf"\b{re.escape(n)}\b", text)]}
+    return {
+        "entities": [
+            {
+                "name": n,
+                "entity_type": t,
+                "summary": f"{n} is mentioned: {text.strip()[:80]}",
+                "importance": 4 if t == "Person" else 3,
+                "stability": 3,
+            }
+            for n, t in KNOWN.items()
+            if re.search(rf"\b{re.escape(n)}\b", text)
+        ]
+    }
 
 
 def edges(request: dict) -> dict:
@@ -58,11 +75,22 @@ def edges(request: dict) -> dict:
             src, dst = _entity(m.group(1), text), _entity(m.group(2), text)
             if not src or not dst or src == dst:
                 continue
-            invalidates = [int(i) for i, s, r, t in existing
-                           if exclusive and s == src and r == relation and t != dst]
-            out.append({"source": src, "target": dst, "relation": relation,
-                        "fact": f"{src} {relation.lower().replace('_', ' ')} {dst}.",
-                        "importance": 3, "stability": 4, "invalidates": invalidates})
+            invalidates = [
+                int(i)
+                for i, s, r, t in existing
+                if exclusive and s == src and r == relation and t != dst
+            ]
+            out.append(
+                {
+                    "source": src,
+                    "target": dst,
+                    "relation": relation,
+                    "fact": f"{src} {relation.lower().replace('_', ' ')} {dst}.",
+                    "importance": 3,
+                    "stability": 4,
+                    "invalidates": invalidates,
+                }
+            )
     return {"edges": out}
 
 

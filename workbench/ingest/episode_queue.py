@@ -36,11 +36,10 @@ import logging
 import threading
 import time
 import uuid as uuidlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager, contextmanager
 from datetime import timedelta
-from collections.abc import Callable
 from typing import Any, Protocol
 
 from workbench.clock import Clock
@@ -151,9 +150,12 @@ class EpisodeQueue:
         if released:
             log.warning("returned %d in-flight episodes of a previous run to the queue", released)
         for uuid in crashed:
-            log.error("episode %s failed: the service process died %d times while processing "
-                      "it (crash loop); retry_failed_episodes queues it again", uuid,
-                      self.max_crashes)
+            log.error(
+                "episode %s failed: the service process died %d times while processing "
+                "it (crash loop); retry_failed_episodes queues it again",
+                uuid,
+                self.max_crashes,
+            )
             self.metrics.record_processing_complete(QUEUE_NAME, 0.0, False, "UnknownError", None)
         self._stop.clear()
         self._abandon = False
@@ -163,8 +165,9 @@ class EpisodeQueue:
         self._run += 1  # a dispatcher of an earlier, abandoned run exits at its next turn
         self._owner = f"dispatcher-{uuidlib.uuid4().hex[:6]}"
         self._workers = ThreadPoolExecutor(self.concurrency, thread_name_prefix="episode-worker")
-        t = threading.Thread(target=self._dispatch, args=(self._run,), name="episode-dispatcher",
-                             daemon=True)
+        t = threading.Thread(
+            target=self._dispatch, args=(self._run,), name="episode-dispatcher", daemon=True
+        )
         t.start()
         self._threads = [t]
         self.refresh_gauges()
@@ -255,8 +258,7 @@ class EpisodeQueue:
         with self.gate:
             if self._stop.is_set() or self._abandon:  # stopped while waiting for the gate
                 return 0
-            messages, more = q.claim_heads(self.store, self._owner, now, self.lease_seconds,
-                                           room)
+            messages, more = q.claim_heads(self.store, self._owner, now, self.lease_seconds, room)
         if not more and events == self._claim_events:
             self._may_claim = False  # every runnable head is taken: no use asking again yet
         handed = 0
@@ -310,14 +312,18 @@ class EpisodeQueue:
         uuid = message["episode_uuid"]
         try:
             if isinstance(error, (KeyboardInterrupt, SystemExit)):
-                log.error("preparing episode %s was interrupted (%r): returned to the queue",
-                          uuid, error)
+                log.error(
+                    "preparing episode %s was interrupted (%r): returned to the queue", uuid, error
+                )
                 q.release(self.store, uuid, self._owner)
             else:
                 self._failed(message, error, 0.0)
         except Exception:
-            log.exception("episode %s: recording what happened to it failed; it returns to "
-                          "the queue when its lease runs out", uuid)
+            log.exception(
+                "episode %s: recording what happened to it failed; it returns to "
+                "the queue when its lease runs out",
+                uuid,
+            )
 
     def _linger_left(self) -> float:
         """How long prepared messages may still wait for others to share their commit (the
@@ -340,8 +346,7 @@ class EpisodeQueue:
         outcomes = [(m, v, t) for m, ok, v, t in ready if not ok]  # errors of preparing
         if written:
             tickets = self._group.submit_many([(m, v) for m, v, _ in written])
-            outcomes += [(m, t.error, started)
-                         for t, (m, _, started) in zip(tickets, written)]
+            outcomes += [(m, t.error, started) for t, (m, _, started) in zip(tickets, written)]
         for message, error, started in outcomes:
             if error is None:
                 self._completed(message, started)
@@ -350,13 +355,16 @@ class EpisodeQueue:
         self._claimable()  # their groups' next messages become heads
         self._maybe_refresh_gauges()
 
-    def _record_failure(self, message: QueueMessage, error: BaseException,
-                        started: float) -> None:
+    def _record_failure(self, message: QueueMessage, error: BaseException, started: float) -> None:
         try:
             self._failed(message, error, time.perf_counter() - started)
         except Exception:  # its lease runs out and it returns; the others are unaffected
-            log.exception("episode %s: recording its failure (%s) failed; it returns to the "
-                          "queue when its lease runs out", message["episode_uuid"], error)
+            log.exception(
+                "episode %s: recording its failure (%s) failed; it returns to the "
+                "queue when its lease runs out",
+                message["episode_uuid"],
+                error,
+            )
 
     def _linger_left_locked(self) -> float:
         return max(0.0, self._ready_since + COMMIT_LINGER_SECONDS - time.monotonic())
@@ -372,8 +380,9 @@ class EpisodeQueue:
     def _renew_unfinished(self) -> None:
         uuids = self._in_flight()
         if uuids:
-            q.renew_leases(self.store, uuids, self._owner,
-                           self.clock() + _seconds(self.lease_seconds))
+            q.renew_leases(
+                self.store, uuids, self._owner, self.clock() + _seconds(self.lease_seconds)
+            )
 
     def drain(self, max_messages: int = 100_000) -> int:
         """Process due messages inline until none is left (tests, notebooks, CLI).
@@ -415,8 +424,9 @@ class EpisodeQueue:
     def _in_flight(self) -> list[str]:
         """Uuids of the claimed messages the dispatcher's workers prepare or it will write."""
         with self._unfinished_lock:
-            return ([m["episode_uuid"] for m in self._unfinished.values()]
-                    + [m["episode_uuid"] for m, *_ in self._ready])
+            return [m["episode_uuid"] for m in self._unfinished.values()] + [
+                m["episode_uuid"] for m, *_ in self._ready
+            ]
 
     def _begin(self, message: QueueMessage) -> float:
         wait = (self.clock() - message["enqueued_at"]).total_seconds()
@@ -466,8 +476,9 @@ class EpisodeQueue:
         def keep() -> None:
             while not stop.wait(self.lease_seconds / 3):
                 try:
-                    q.renew_leases(self.store, uuids, owner,
-                                   self.clock() + _seconds(self.lease_seconds))
+                    q.renew_leases(
+                        self.store, uuids, owner, self.clock() + _seconds(self.lease_seconds)
+                    )
                 except Exception:  # the next round tries again
                     log.exception("renewing the leases of %d messages failed", len(uuids))
 
@@ -488,8 +499,9 @@ class EpisodeQueue:
             log.exception("prefetching %d messages failed", len(messages))
             return messages
 
-    def _prepare_all(self, messages: list[QueueMessage],
-                     parallel: bool = True) -> list[tuple[bool, Any]]:
+    def _prepare_all(
+        self, messages: list[QueueMessage], parallel: bool = True
+    ) -> list[tuple[bool, Any]]:
         """(True, result) or (False, error) per message, in order."""
 
         def one(message: QueueMessage) -> tuple[bool, Any]:
@@ -502,8 +514,9 @@ class EpisodeQueue:
             return [one(message) for message in messages]
         with self._busy_lock:
             if self._pool is None:
-                self._pool = ThreadPoolExecutor(self.concurrency,
-                                                thread_name_prefix="episode-prepare")
+                self._pool = ThreadPoolExecutor(
+                    self.concurrency, thread_name_prefix="episode-prepare"
+                )
         return list(self._pool.map(one, messages))
 
     def _write(self, items: list[tuple[QueueMessage, Any]]) -> None:
@@ -511,8 +524,10 @@ class EpisodeQueue:
         uuids = [message["episode_uuid"] for message, _ in items]
         seqs = [message["seq"] for message, _ in items]
         with self.gate:
-            self.work.commit([result for _, result in items],
-                             lambda: q.mark_done_many(self.store, uuids, self.clock(), seqs))
+            self.work.commit(
+                [result for _, result in items],
+                lambda: q.mark_done_many(self.store, uuids, self.clock(), seqs),
+            )
 
     def _completed(self, message: QueueMessage, started: float) -> None:
         duration = time.perf_counter() - started
@@ -524,34 +539,61 @@ class EpisodeQueue:
         category = categorize(exc)
         text = f"{type(exc).__name__}: {exc}"[:2000]
         uuid = message["episode_uuid"]
-        decision = decide(category, message["attempts"], message["validation_failures"],
-                          self.max_attempts, self.base_delay)
+        decision = decide(
+            category,
+            message["attempts"],
+            message["validation_failures"],
+            self.max_attempts,
+            self.base_delay,
+        )
         now = self.clock()
         seq = message.get("seq")
         if decision.action == "retry":
-            if not q.schedule_retry(self.store, uuid, now + _seconds(decision.delay), category,
-                                    text, category == "ValidationError", seq):
+            if not q.schedule_retry(
+                self.store,
+                uuid,
+                now + _seconds(decision.delay),
+                category,
+                text,
+                category == "ValidationError",
+                seq,
+            ):
                 self._stale_failure(message, category, text)
                 return
-            log.warning("episode %s attempt %d failed (%s), retrying in %.1fs: %s", uuid,
-                        message["attempts"], category, decision.delay, text)
+            log.warning(
+                "episode %s attempt %d failed (%s), retrying in %.1fs: %s",
+                uuid,
+                message["attempts"],
+                category,
+                decision.delay,
+                text,
+            )
             self.metrics.record_retry(QUEUE_NAME)
             self._on_status(uuid, "queued", f"retrying after {category}: {text}")
             return
         if not q.mark_failed(self.store, uuid, now, category, text, seq):
             self._stale_failure(message, category, text)
             return
-        log.error("episode %s failed after %d attempts (%s): %s", uuid, message["attempts"],
-                  category, text)
+        log.error(
+            "episode %s failed after %d attempts (%s): %s",
+            uuid,
+            message["attempts"],
+            category,
+            text,
+        )
         self._on_status(uuid, "failed", f"{category}: {text}")
         end = (now - message["enqueued_at"]).total_seconds()
         self.metrics.record_processing_complete(QUEUE_NAME, duration, False, category, end)
 
     @staticmethod
     def _stale_failure(message: QueueMessage, category: str, text: str) -> None:
-        log.info("episode %s: a delivery failed (%s: %s) after its message was written by "
-                 "another delivery, deleted, or added again; the message is left as it is",
-                 message["episode_uuid"], category, text)
+        log.info(
+            "episode %s: a delivery failed (%s: %s) after its message was written by "
+            "another delivery, deleted, or added again; the message is left as it is",
+            message["episode_uuid"],
+            category,
+            text,
+        )
 
     def _on_status(self, uuid: str, status: str, detail: str) -> None:
         q.set_episode_status(self.store, [uuid], status, detail)

@@ -29,6 +29,7 @@ import numpy as np
 from workbench.clock import Clock, as_utc
 from workbench.embedding import Embedder
 from workbench.ingest.reads import CachedReads
+from workbench.ingest.recent import RecentEpisodes
 from workbench.ingest.records import (
     EpisodeChanges,
     EpisodeRow,
@@ -37,7 +38,6 @@ from workbench.ingest.records import (
     entity_text,
     merge_summary,
 )
-from workbench.ingest.recent import RecentEpisodes
 from workbench.ingest.reembed import ReembedPolicy
 from workbench.metrics import Metrics
 from workbench.names import name_key, relation_name
@@ -51,8 +51,8 @@ log = logging.getLogger("workbench.ingest.extract")
 
 @dataclass
 class Thresholds:
-    duplicate: float = 0.93   # cosine at or above: same entity, no LLM needed
-    ambiguous: float = 0.80   # cosine in [ambiguous, duplicate): ask resolve_nodes
+    duplicate: float = 0.93  # cosine at or above: same entity, no LLM needed
+    ambiguous: float = 0.80  # cosine in [ambiguous, duplicate): ask resolve_nodes
 
 
 class Extractor:
@@ -91,11 +91,13 @@ class Extractor:
         if self.recent is None or not self.context_episodes:
             return [{**e, "context": []} for e in episodes]
         contexts = self.recent.contexts(
-            episodes, self.context_episodes,
+            episodes,
+            self.context_episodes,
             load=lambda groups, keep: g.latest_episodes(self.store, groups, keep),
             fallback=lambda e: g.recent_episodes(
-                self.store, e["group_id"], e["reference_time"], e["uuid"],
-                self.context_episodes))
+                self.store, e["group_id"], e["reference_time"], e["uuid"], self.context_episodes
+            ),
+        )
         return [{**e, "context": contexts[e["uuid"]]} for e in episodes]
 
     def prepare(self, episode: EpisodeRow) -> PreparedEpisode:
@@ -106,9 +108,16 @@ class Extractor:
         resolved = self._resolve(episode, extracted, changes)
         self._extract_facts(episode, resolved, changes)
         vectors = self._embed(changes)
-        return PreparedEpisode(episode["uuid"], episode["group_id"], changes, vectors,
-                               episode["reference_time"], episode["name"], episode["body"],
-                               episode["created_at"])
+        return PreparedEpisode(
+            episode["uuid"],
+            episode["group_id"],
+            changes,
+            vectors,
+            episode["reference_time"],
+            episode["name"],
+            episode["body"],
+            episode["created_at"],
+        )
 
     def _call(self, prompt_name: str, messages, model, episode_uuid: str, changes):
         started = time.perf_counter()
@@ -116,15 +125,18 @@ class Extractor:
         result = self.chat.complete(prompt_name, messages, model, episode_uuid=episode_uuid)
         return result, time.perf_counter() - started
 
-    def _extract_entities(self, episode: EpisodeRow,
-                          changes: EpisodeChanges) -> list[ResolvedEntity]:
+    def _extract_entities(
+        self, episode: EpisodeRow, changes: EpisodeChanges
+    ) -> list[ResolvedEntity]:
         context = episode.get("context")
         if context is None:
             context = self.with_context([episode])[0]["context"]
         reply, latency = self._call(
             extract_entities.PROMPT_NAME,
             extract_entities.build_messages(episode, context),
-            extract_entities.ExtractedEntities, episode["uuid"], changes,
+            extract_entities.ExtractedEntities,
+            episode["uuid"],
+            changes,
         )
         self.metrics.record_classification("success", latency)
         unique: dict[str, ResolvedEntity] = {}
@@ -132,12 +144,14 @@ class Extractor:
             name = item.name.strip()
             key = name_key(name)
             if key and key not in unique:
-                unique[key] = ResolvedEntity(name, key, item.entity_type, item.summary,
-                                             item.importance, item.stability)
+                unique[key] = ResolvedEntity(
+                    name, key, item.entity_type, item.summary, item.importance, item.stability
+                )
         return list(unique.values())
 
-    def _resolve(self, episode: EpisodeRow, extracted: list[ResolvedEntity],
-                 changes: EpisodeChanges) -> list[ResolvedEntity]:
+    def _resolve(
+        self, episode: EpisodeRow, extracted: list[ResolvedEntity], changes: EpisodeChanges
+    ) -> list[ResolvedEntity]:
         """Set ``uuid`` (existing or new) on every extracted entity."""
         group = episode["group_id"]
         known = self.reads.entities_by_norm(group, [e.name_norm for e in extracted])
@@ -170,29 +184,42 @@ class Extractor:
         if merged == current:
             return
         changes.summary_updates[uuid] = {
-            "uuid": uuid, "group_id": group, "name": ent.name,
-            "entity_type": ent.entity_type, "summary": merged}
+            "uuid": uuid,
+            "group_id": group,
+            "name": ent.name,
+            "entity_type": ent.entity_type,
+            "summary": merged,
+        }
         already_due = earlier is not None and uuid not in changes.kept_vectors
-        added = min(len(merged), len(ent.summary.strip()) + 1
-                    + changes.kept_vectors.pop(uuid, 0))
+        added = min(len(merged), len(ent.summary.strip()) + 1 + changes.kept_vectors.pop(uuid, 0))
         if not already_due and not self.reembed.due(uuid, added, len(merged)):
             changes.kept_vectors[uuid] = added
 
     @staticmethod
-    def _new_entity(group: str, ent: ResolvedEntity, now: datetime,
-                    changes: EpisodeChanges) -> None:
+    def _new_entity(
+        group: str, ent: ResolvedEntity, now: datetime, changes: EpisodeChanges
+    ) -> None:
         ent.uuid = str(uuidlib.uuid4())
-        changes.new_entities.append({
-            "uuid": ent.uuid, "group_id": group, "name": ent.name,
-            "name_norm": ent.name_norm, "entity_type": ent.entity_type,
-            "summary": ent.summary, "created_at": now,
-            "importance": ent.importance, "stability": ent.stability,
-            "classification_status": "success", "lifecycle_state": "ACTIVE",
-        })
+        changes.new_entities.append(
+            {
+                "uuid": ent.uuid,
+                "group_id": group,
+                "name": ent.name,
+                "name_norm": ent.name_norm,
+                "entity_type": ent.entity_type,
+                "summary": ent.summary,
+                "created_at": now,
+                "importance": ent.importance,
+                "stability": ent.stability,
+                "classification_status": "success",
+                "lifecycle_state": "ACTIVE",
+            }
+        )
         changes.new_entity_vectors.append(ent.vector)
 
-    def _resolve_by_similarity(self, episode: EpisodeRow, pending: list[ResolvedEntity],
-                               changes: EpisodeChanges) -> None:
+    def _resolve_by_similarity(
+        self, episode: EpisodeRow, pending: list[ResolvedEntity], changes: EpisodeChanges
+    ) -> None:
         texts = [entity_text(e.name, e.entity_type, e.summary) for e in pending]
         vectors = self.embedder.embed(texts)
         for ent, vec in zip(pending, vectors):
@@ -204,8 +231,11 @@ class Extractor:
         for ent, row in zip(pending, neighbours):
             close = [(u, s) for u, s in row if u in rows and s >= self.thresholds.ambiguous]
             best = close[0] if close else None
-            if best and best[1] >= self.thresholds.duplicate and \
-                    rows[best[0]]["entity_type"] == ent.entity_type:
+            if (
+                best
+                and best[1] >= self.thresholds.duplicate
+                and rows[best[0]]["entity_type"] == ent.entity_type
+            ):
                 ent.existing = rows[best[0]]
             elif close:
                 questions.append((ent, [rows[u] for u, _ in close]))
@@ -219,20 +249,37 @@ class Extractor:
             for c in cands:
                 cid = len(index)
                 index[cid] = c
-                cand_ids.append({"id": cid, "name": c["name"], "entity_type": c["entity_type"],
-                                 "summary": c["summary"][:300]})
-            payload.append({"id": qid, "name": ent.name, "entity_type": ent.entity_type,
-                            "summary": ent.summary, "candidates": cand_ids})
+                cand_ids.append(
+                    {
+                        "id": cid,
+                        "name": c["name"],
+                        "entity_type": c["entity_type"],
+                        "summary": c["summary"][:300],
+                    }
+                )
+            payload.append(
+                {
+                    "id": qid,
+                    "name": ent.name,
+                    "entity_type": ent.entity_type,
+                    "summary": ent.summary,
+                    "candidates": cand_ids,
+                }
+            )
         reply, _ = self._call(
-            resolve_nodes.PROMPT_NAME, resolve_nodes.build_messages(payload),
-            resolve_nodes.NodeResolutions, episode["uuid"], changes,
+            resolve_nodes.PROMPT_NAME,
+            resolve_nodes.build_messages(payload),
+            resolve_nodes.NodeResolutions,
+            episode["uuid"],
+            changes,
         )
         for res in reply.entity_resolutions:
             if 0 <= res.id < len(questions) and res.duplicate_of in index:
                 questions[res.id][0].existing = index[res.duplicate_of]
 
-    def _extract_facts(self, episode: EpisodeRow, entities: list[ResolvedEntity],
-                       changes: EpisodeChanges) -> None:
+    def _extract_facts(
+        self, episode: EpisodeRow, entities: list[ResolvedEntity], changes: EpisodeChanges
+    ) -> None:
         if len(entities) < 2:
             return
         by_name = {name_key(e.name): e for e in entities}
@@ -241,7 +288,9 @@ class Extractor:
         reply, latency = self._call(
             extract_edges.PROMPT_NAME,
             extract_edges.build_messages(episode, shown, existing),
-            extract_edges.ExtractedEdges, episode["uuid"], changes,
+            extract_edges.ExtractedEdges,
+            episode["uuid"],
+            changes,
         )
         self.metrics.record_classification("success", latency)
         keyed = []
@@ -249,8 +298,12 @@ class Extractor:
             src = by_name.get(name_key(edge.source))
             dst = by_name.get(name_key(edge.target))
             if not src or not dst or src.uuid == dst.uuid:
-                log.info("episode %s: skipped a fact naming unknown entities: %s -> %s",
-                         episode["uuid"], edge.source, edge.target)
+                log.info(
+                    "episode %s: skipped a fact naming unknown entities: %s -> %s",
+                    episode["uuid"],
+                    edge.source,
+                    edge.target,
+                )
                 continue
             keyed.append(((src.uuid, dst.uuid, edge.fact.strip().lower()), edge))
         seen = self.reads.existing_fact_keys(episode["group_id"], [k for k, _ in keyed])
@@ -261,20 +314,31 @@ class Extractor:
                 self._new_fact(episode, key, edge, existing, now, changes)
 
     @staticmethod
-    def _new_fact(episode: EpisodeRow, key, edge, existing: list[dict], now: datetime,
-                  changes: EpisodeChanges) -> None:
+    def _new_fact(
+        episode: EpisodeRow, key, edge, existing: list[dict], now: datetime, changes: EpisodeChanges
+    ) -> None:
         valid_at = _parse_time(edge.valid_at)
-        changes.new_facts.append({
-            "uuid": str(uuidlib.uuid4()), "group_id": episode["group_id"],
-            "source_uuid": key[0], "target_uuid": key[1],
-            "relation": relation_name(edge.relation), "fact": edge.fact.strip(),
-            "episode_uuid": episode["uuid"], "created_at": now, "valid_at": valid_at,
-            "invalid_at": _parse_time(edge.invalid_at), "importance": edge.importance,
-            "stability": edge.stability, "classification_status": "success",
-            "lifecycle_state": "ACTIVE",
-        })
-        changes.invalidated += [existing[ref - 1]["uuid"] for ref in edge.invalidates
-                                if 1 <= ref <= len(existing)]
+        changes.new_facts.append(
+            {
+                "uuid": str(uuidlib.uuid4()),
+                "group_id": episode["group_id"],
+                "source_uuid": key[0],
+                "target_uuid": key[1],
+                "relation": relation_name(edge.relation),
+                "fact": edge.fact.strip(),
+                "episode_uuid": episode["uuid"],
+                "created_at": now,
+                "valid_at": valid_at,
+                "invalid_at": _parse_time(edge.invalid_at),
+                "importance": edge.importance,
+                "stability": edge.stability,
+                "classification_status": "success",
+                "lifecycle_state": "ACTIVE",
+            }
+        )
+        changes.invalidated += [
+            existing[ref - 1]["uuid"] for ref in edge.invalidates if 1 <= ref <= len(existing)
+        ]
         if edge.invalidates:
             since = valid_at or episode["reference_time"]
             if changes.invalid_from is None or since < changes.invalid_from:
@@ -283,8 +347,9 @@ class Extractor:
     def _embed(self, changes: EpisodeChanges) -> np.ndarray:
         """Vectors in write order: new entities (already embedded while resolving them), grown
         summaries due a new vector, then new facts."""
-        texts = [entity_text(e["name"], e["entity_type"], e["summary"])
-                 for e in changes.reembedded()]
+        texts = [
+            entity_text(e["name"], e["entity_type"], e["summary"]) for e in changes.reembedded()
+        ]
         texts += [f["fact"] for f in changes.new_facts]
         fresh = self.embedder.embed(texts) if texts else np.zeros((0, self.embedder.dimensions))
         return np.vstack([*changes.new_entity_vectors, fresh]).astype(np.float32)

@@ -70,8 +70,9 @@ class GroupCommit:
             if len(tickets) == 1:
                 tickets[0].error = exc
             else:
-                log.warning("a batch of %d writes failed (%s): writing them one by one",
-                            len(tickets), exc)
+                log.warning(
+                    "a batch of %d writes failed (%s): writing them one by one", len(tickets), exc
+                )
                 for ticket in tickets:
                     try:
                         self._write([ticket.item])

@@ -120,8 +120,9 @@ def parse(items: Iterable[tuple[int, Any]], report: ImportReport) -> list[Entity
 
 
 class Importer:
-    def __init__(self, store: Store, embedder: Embedder, clock: Clock, default_group: str,
-                 index: Publisher):
+    def __init__(
+        self, store: Store, embedder: Embedder, clock: Clock, default_group: str, index: Publisher
+    ):
         self.store = store
         self.embedder = embedder
         self.clock = clock
@@ -141,7 +142,7 @@ class Importer:
 
     def _import_chunk(self, chunk, report: ImportReport) -> None:
         now = self.clock()
-        entities: dict[tuple[str, str], dict] = {}   # (group, norm) -> row (new or existing)
+        entities: dict[tuple[str, str], dict] = {}  # (group, norm) -> row (new or existing)
         new_entities: list[dict] = []
         facts: list[dict] = []
         seen_facts: set[tuple[str, str, str, str]] = set()
@@ -190,28 +191,36 @@ class Importer:
         texts = [entity_text(e["name"], e["entity_type"], e["summary"]) for e in new_entities]
         texts += [f["fact"] for f in facts]
         vectors = self.embedder.embed(texts) if texts else np.zeros((0, self.embedder.dimensions))
-        ent_vecs, fact_vecs = vectors[: len(new_entities)], vectors[len(new_entities):]
+        ent_vecs, fact_vecs = vectors[: len(new_entities)], vectors[len(new_entities) :]
         with self.index:
             with self.store.transaction():
                 g.insert_entities(self.store, new_entities)
                 g.insert_facts(self.store, facts)
                 model = self.embedder.model
-                g.insert_embeddings(self.store, "entity", [e["uuid"] for e in new_entities],
-                                    ent_vecs, model)
-                g.insert_embeddings(self.store, "fact", [f["uuid"] for f in facts], fact_vecs,
-                                    model)
+                g.insert_embeddings(
+                    self.store, "entity", [e["uuid"] for e in new_entities], ent_vecs, model
+                )
+                g.insert_embeddings(
+                    self.store, "fact", [f["uuid"] for f in facts], fact_vecs, model
+                )
             # committed already: extraction reads the graph from the search rows, which must
             # not miss these (the next episode would create them again)
-            self.index.upserted([
-                ("entity", [{**e, "text": t} for e, t in zip(new_entities, texts)], ent_vecs),
-                ("fact", [{**f, "text": f["fact"]} for f in facts], fact_vecs),
-            ], "an import")
+            self.index.upserted(
+                [
+                    ("entity", [{**e, "text": t} for e, t in zip(new_entities, texts)], ent_vecs),
+                    ("fact", [{**f, "text": f["fact"]} for f in facts], fact_vecs),
+                ],
+                "an import",
+            )
 
 
 def _entity_row(group, name, line, norm, now) -> dict:
     given = line is not None and line.importance is not None and line.stability is not None
     return {
-        "uuid": str(uuidlib.uuid4()), "group_id": group, "name": name.strip(), "name_norm": norm,
+        "uuid": str(uuidlib.uuid4()),
+        "group_id": group,
+        "name": name.strip(),
+        "name_norm": norm,
         "entity_type": line.entity_type if line else "Entity",
         "summary": line.summary if line else "",
         "created_at": as_utc(line.created_at) if line and line.created_at else now,
@@ -225,12 +234,20 @@ def _entity_row(group, name, line, norm, now) -> dict:
 def _fact_row(group, src, dst, line: FactLine, now) -> dict:
     given = line.importance is not None and line.stability is not None
     return {
-        "uuid": str(uuidlib.uuid4()), "group_id": group, "source_uuid": src,
-        "target_uuid": dst, "relation": relation_name(line.relation), "fact": line.fact.strip(),
-        "episode_uuid": None, "created_at": as_utc(line.created_at) if line.created_at else now,
-        "valid_at": as_utc(line.valid_at), "invalid_at": as_utc(line.invalid_at),
-        "importance": line.importance or 3, "stability": line.stability or 3,
-        "classification_status": "provided" if given else None, "lifecycle_state": "ACTIVE",
+        "uuid": str(uuidlib.uuid4()),
+        "group_id": group,
+        "source_uuid": src,
+        "target_uuid": dst,
+        "relation": relation_name(line.relation),
+        "fact": line.fact.strip(),
+        "episode_uuid": None,
+        "created_at": as_utc(line.created_at) if line.created_at else now,
+        "valid_at": as_utc(line.valid_at),
+        "invalid_at": as_utc(line.invalid_at),
+        "importance": line.importance or 3,
+        "stability": line.stability or 3,
+        "classification_status": "provided" if given else None,
+        "lifecycle_state": "ACTIVE",
     }
 
 

@@ -1,6 +1,7 @@
 """The queue's work on an episode: read it (with its context), extract it, write it.
 
-:class:`EpisodePipeline` is the one collaborator the episode queue drives: ``prefetch`` a claimed batch's episodes in a few queries, ``prepare`` one (the LLM side,
+:class:`EpisodePipeline` is the one collaborator the episode queue drives: ``prefetch`` a
+claimed batch's episodes in a few queries, ``prepare`` one (the LLM side,
 :class:`~workbench.ingest.extract.Extractor`), ``commit`` several in one transaction together
 with the queue's acknowledgement (:class:`~workbench.ingest.write.EpisodeWriter`).
 """
@@ -24,27 +25,39 @@ from workbench.store import Store
 from workbench.store import graph as g
 from workbench.store.queue import QueueMessage
 
-NO_LLM = ("waiting: no LLM is configured (set SVC_KNOWLEDGE_COMPAT_BASE_URL and "
-          "SVC_KNOWLEDGE_MODEL_NAME, then restart)")
+NO_LLM = (
+    "waiting: no LLM is configured (set SVC_KNOWLEDGE_COMPAT_BASE_URL and "
+    "SVC_KNOWLEDGE_MODEL_NAME, then restart)"
+)
 
 
 class EpisodePipeline:
     """The queue's :class:`~workbench.ingest.episode_queue.EpisodeWork` for episodes:
     extraction, then the write."""
 
-    def __init__(self, store: Store, chat: Any, embedder: Embedder, metrics: Metrics,
-                 clock: Clock, index: Publisher, reembed_fraction: float = 0.2,
-                 context_episodes: int = 2):
+    def __init__(
+        self,
+        store: Store,
+        chat: Any,
+        embedder: Embedder,
+        metrics: Metrics,
+        clock: Clock,
+        index: Publisher,
+        reembed_fraction: float = 0.2,
+        context_episodes: int = 2,
+    ):
         self.store = store
         self.chat = chat
         self.metrics = metrics
         # each group's latest processed episodes, with room for some that arrive out of order
         self.recent = RecentEpisodes(2 * context_episodes) if context_episodes else None
         reembed = ReembedPolicy(reembed_fraction)
-        self.extractor = Extractor(store, chat, embedder, metrics, clock, index, self.recent,
-                                   reembed, context_episodes)
-        self.writer = EpisodeWriter(store, embedder.model, embedder.dimensions, clock, index,
-                                    self.recent, reembed)
+        self.extractor = Extractor(
+            store, chat, embedder, metrics, clock, index, self.recent, reembed, context_episodes
+        )
+        self.writer = EpisodeWriter(
+            store, embedder.model, embedder.dimensions, clock, index, self.recent, reembed
+        )
 
     def prefetch(self, messages: list[QueueMessage]) -> list[QueueMessage]:
         found = g.episodes_by_uuid(self.store, [m["episode_uuid"] for m in messages])

@@ -98,8 +98,11 @@ def entities_by_norm(
 
 
 def _current(row: dict[str, Any]) -> bool:
-    return (row["invalid_at"] is None and row["expired_at"] is None
-            and row["lifecycle_state"] not in HIDDEN_STATES)
+    return (
+        row["invalid_at"] is None
+        and row["expired_at"] is None
+        and row["lifecycle_state"] not in HIDDEN_STATES
+    )
 
 
 def facts_between(
@@ -115,10 +118,15 @@ def facts_between(
 
 def _fact_view(entities: RowCache, row: dict[str, Any]) -> dict[str, Any]:
     source, target = entities.get(row["source_uuid"]), entities.get(row["target_uuid"])
-    return {"uuid": row["uuid"], "relation": row["relation"], "fact": row["fact"],
-            "source_uuid": row["source_uuid"], "target_uuid": row["target_uuid"],
-            "source_name": source["name"] if source else None,
-            "target_name": target["name"] if target else None}
+    return {
+        "uuid": row["uuid"],
+        "relation": row["relation"],
+        "fact": row["fact"],
+        "source_uuid": row["source_uuid"],
+        "target_uuid": row["target_uuid"],
+        "source_name": source["name"] if source else None,
+        "target_name": target["name"] if target else None,
+    }
 
 
 def existing_fact_keys(facts: RowCache, group_id: str, keys: Sequence[FactKey]) -> set[FactKey]:
@@ -127,8 +135,11 @@ def existing_fact_keys(facts: RowCache, group_id: str, keys: Sequence[FactKey]) 
         wanted.setdefault((key[0], key[1]), []).append(key)
     found: set[FactKey] = set()
     for (source, target), pair_keys in wanted.items():
-        texts = {row["fact"].strip().lower() for row in _pair_rows(facts, source, target)
-                 if row["group_id"] == group_id and row["expired_at"] is None}
+        texts = {
+            row["fact"].strip().lower()
+            for row in _pair_rows(facts, source, target)
+            if row["group_id"] == group_id and row["expired_at"] is None
+        }
         found.update(k for k in pair_keys if k[2].strip().lower() in texts)
     return found
 

@@ -3,8 +3,9 @@
 Extraction shows the LLM an episode's previous episodes: the group's latest processed ones up
 to the episode's reference time (:func:`workbench.store.graph.recent_episodes`). In SQL that
 read is a scan of the group's whole history (DuckDB has no ordered index), so it grew with the
-history (figures in ``docs/performance.md``, "A store that has grown"). Here each group keeps its latest
-``keep`` processed episodes, read once per group, then kept up to date by the writes.
+history (figures in ``docs/performance.md``, "A store that has grown"). Here each group keeps
+its latest ``keep`` processed episodes, read once per group, then kept up to date by the
+writes.
 
 The answer is the same as the SQL one. A group's list is always the first ``keep`` of its
 processed episodes in the SQL's order (reference time newest first, then uuid); ``complete``
@@ -57,8 +58,9 @@ class RecentEpisodes:
         self.loads = 0  # groups read from the store (for tests and benchmarks)
         self.fallbacks = 0  # episodes answered by the exact fallback
 
-    def contexts(self, episodes: Sequence[dict[str, Any]], k: int, load: LoadFn,
-                 fallback: FallbackFn) -> dict[str, list[dict[str, Any]]]:
+    def contexts(
+        self, episodes: Sequence[dict[str, Any]], k: int, load: LoadFn, fallback: FallbackFn
+    ) -> dict[str, list[dict[str, Any]]]:
         """Per episode uuid its context: up to ``k`` (at most ``keep``) of its group's processed
         episodes at or before its reference time, itself excluded, newest first."""
         k = min(k, self.keep)
@@ -89,8 +91,11 @@ class RecentEpisodes:
                 return None
             self._groups.move_to_end(episode["group_id"])
             before = episode["reference_time"]
-            found = [dict(e) for e in group.entries
-                     if e["reference_time"] <= before and e["uuid"] != episode["uuid"]][:k]
+            found = [
+                dict(e)
+                for e in group.entries
+                if e["reference_time"] <= before and e["uuid"] != episode["uuid"]
+            ][:k]
             if len(found) < k and not group.complete:
                 return None
             return found
@@ -106,7 +111,7 @@ class RecentEpisodes:
             merged.update({e["uuid"]: e for e in entries})
             ordered = _in_order(merged.values())
             group.complete = group.complete and len(ordered) <= self.keep
-            group.entries = ordered[:self.keep]
+            group.entries = ordered[: self.keep]
 
     def forget(self, group_ids: Iterable[str]) -> None:
         """Episodes of these groups were deleted: read the groups again when needed."""

@@ -25,11 +25,21 @@ def categorize(exc: BaseException) -> str:
         return "RateLimitError"
     if isinstance(exc, (errors.LLMTimeout, TimeoutError)):
         return "TimeoutError"
-    if isinstance(exc, (errors.LLMTransientError, errors.EmbedderError, ConnectionError,
-                        duckdb.IOException, errors.StoreError)):
+    if isinstance(
+        exc,
+        (
+            errors.LLMTransientError,
+            errors.EmbedderError,
+            ConnectionError,
+            duckdb.IOException,
+            errors.StoreError,
+        ),
+    ):
         return "ConnectionError"
-    if isinstance(exc, (errors.StructuredOutputError, errors.InvalidInput, ValueError,
-                        pydantic.ValidationError)):
+    if isinstance(
+        exc,
+        (errors.StructuredOutputError, errors.InvalidInput, ValueError, pydantic.ValidationError),
+    ):
         return "ValidationError"
     name = type(exc).__name__.lower()
     if "ratelimit" in name:
@@ -43,13 +53,19 @@ def categorize(exc: BaseException) -> str:
 
 @dataclass(frozen=True)
 class Decision:
-    action: str          # "retry" or "fail"
+    action: str  # "retry" or "fail"
     delay: float = 0.0
 
 
-def decide(category: str, attempts: int, validation_failures: int, max_attempts: int,
-           base_delay: float = 2.0, max_delay: float = 300.0,
-           rand: Callable[[], float] = random.random) -> Decision:
+def decide(
+    category: str,
+    attempts: int,
+    validation_failures: int,
+    max_attempts: int,
+    base_delay: float = 2.0,
+    max_delay: float = 300.0,
+    rand: Callable[[], float] = random.random,
+) -> Decision:
     """What to do after a failed attempt (``attempts`` counts the one that just failed)."""
     if category in TRANSIENT and attempts < max_attempts:
         delay = min(max_delay, base_delay * 2 ** (attempts - 1))

@@ -17,8 +17,8 @@ from datetime import datetime
 import numpy as np
 
 from workbench.clock import Clock
-from workbench.ingest.records import PreparedEpisode, entity_text
 from workbench.ingest.recent import RecentEpisodes
+from workbench.ingest.records import PreparedEpisode, entity_text
 from workbench.ingest.reembed import ReembedPolicy
 from workbench.search.publish import Publisher
 from workbench.store import Store
@@ -28,8 +28,16 @@ from workbench.store import graph as g
 class EpisodeWriter:
     """Writes prepared episodes and tells the search engine (see the module docstring)."""
 
-    def __init__(self, store: Store, model: str, dimensions: int, clock: Clock,
-                 index: Publisher, recent: RecentEpisodes | None, reembed: ReembedPolicy):
+    def __init__(
+        self,
+        store: Store,
+        model: str,
+        dimensions: int,
+        clock: Clock,
+        index: Publisher,
+        recent: RecentEpisodes | None,
+        reembed: ReembedPolicy,
+    ):
         self.store = store
         self.model = model  # the embedding model the vectors come from
         self.dimensions = dimensions
@@ -38,8 +46,9 @@ class EpisodeWriter:
         self.recent = recent
         self.reembed = reembed
 
-    def write(self, items: list[PreparedEpisode],
-              also: Callable[[], None] | None = None) -> list[PreparedEpisode]:
+    def write(
+        self, items: list[PreparedEpisode], also: Callable[[], None] | None = None
+    ) -> list[PreparedEpisode]:
         """Write the prepared episodes in one transaction (with ``also()``, e.g. the queue's
         acknowledgement), then update the search indexes; returns those written. An episode
         that is already done (written by an earlier delivery) or was deleted meanwhile (even if
@@ -49,8 +58,11 @@ class EpisodeWriter:
         items = list({i.episode_uuid: i for i in items if i.changes is not None}.values())
         with self.store.transaction():
             pending = g.unprocessed_episodes(self.store, [i.episode_uuid for i in items])
-            items = [item for item in items if item.episode_uuid in pending
-                     and pending[item.episode_uuid] == item.created_at]
+            items = [
+                item
+                for item in items
+                if item.episode_uuid in pending and pending[item.episode_uuid] == item.created_at
+            ]
             rows = _Rows.of(items, self.dimensions)
             g.insert_entities(self.store, rows.new_entities)
             g.update_entity_summaries(self.store, rows.summaries, now)
@@ -58,10 +70,16 @@ class EpisodeWriter:
             g.insert_mention_rows(self.store, rows.mentions)
             g.insert_facts(self.store, rows.facts)
             g.invalidate_facts_from(self.store, rows.invalid, now)
-            g.insert_embeddings(self.store, "entity", [e["uuid"] for e in rows.entities],
-                                rows.entity_vectors, self.model)
-            g.insert_embeddings(self.store, "fact", [f["uuid"] for f in rows.facts],
-                                rows.fact_vectors, self.model)
+            g.insert_embeddings(
+                self.store,
+                "entity",
+                [e["uuid"] for e in rows.entities],
+                rows.entity_vectors,
+                self.model,
+            )
+            g.insert_embeddings(
+                self.store, "fact", [f["uuid"] for f in rows.facts], rows.fact_vectors, self.model
+            )
             g.mark_episodes_done(self.store, rows.done, now)
             if also is not None:
                 also()
@@ -76,22 +94,32 @@ class EpisodeWriter:
             return
         by_group: dict[str, list[dict]] = {}
         for item in items:
-            by_group.setdefault(item.group_id, []).append({
-                "uuid": item.episode_uuid, "name": item.name, "body": item.body,
-                "reference_time": item.reference_time})
+            by_group.setdefault(item.group_id, []).append(
+                {
+                    "uuid": item.episode_uuid,
+                    "name": item.name,
+                    "body": item.body,
+                    "reference_time": item.reference_time,
+                }
+            )
         for group_id, episodes in by_group.items():
             self.recent.add(group_id, episodes)
 
     def _tell_indexes(self, rows: _Rows) -> None:
         """Tell the search engine what was just committed. Grown summaries that keep their
         vector and invalidated facts are re-read from the store with the vectors they have."""
-        entities = [{**e, "text": entity_text(e["name"], e["entity_type"], e["summary"])}
-                    for e in rows.entities]
-        self.index.upserted([
-            ("entity", entities + rows.kept_rows, rows.entity_vectors),
-            ("fact", [{**f, "text": f["fact"]} for f in rows.facts], rows.fact_vectors),
-            ("fact", rows.reread, None),
-        ], "a write")
+        entities = [
+            {**e, "text": entity_text(e["name"], e["entity_type"], e["summary"])}
+            for e in rows.entities
+        ]
+        self.index.upserted(
+            [
+                ("entity", entities + rows.kept_rows, rows.entity_vectors),
+                ("fact", [{**f, "text": f["fact"]} for f in rows.facts], rows.fact_vectors),
+                ("fact", rows.reread, None),
+            ],
+            "a write",
+        )
 
 
 @dataclass
@@ -121,24 +149,24 @@ class _Rows:
             invalid_from = changes.invalid_from or item.reference_time
             invalidated = sorted(set(changes.invalidated))
             rows.new_entities += changes.new_entities
-            rows.summaries += [(u, upd["summary"])
-                               for u, upd in changes.summary_updates.items()]
+            rows.summaries += [(u, upd["summary"]) for u, upd in changes.summary_updates.items()]
             rows.mentions += [(item.episode_uuid, u) for u in changes.mentioned]
             rows.facts += changes.new_facts
             rows.invalid += [(u, invalid_from) for u in invalidated]
             rows.done.append(
-                (item.episode_uuid, len(set(changes.mentioned)), len(changes.new_facts)))
+                (item.episode_uuid, len(set(changes.mentioned)), len(changes.new_facts))
+            )
             rows.entities += entities
             rows.kept.update(changes.kept_vectors)
-            rows.kept_rows += [{"uuid": u, "group_id": item.group_id}
-                               for u in changes.kept_vectors]
+            rows.kept_rows += [{"uuid": u, "group_id": item.group_id} for u in changes.kept_vectors]
             if len(item.vectors) != len(entities) + len(changes.new_facts):
                 # a vector on another row's uuid would corrupt search silently: refuse
                 raise ValueError(
                     f"episode {item.episode_uuid}: {len(item.vectors)} vectors for "
-                    f"{len(entities)} entities and {len(changes.new_facts)} facts")
-            ent_vecs.append(item.vectors[:len(entities)])
-            fact_vecs.append(item.vectors[len(entities):])
+                    f"{len(entities)} entities and {len(changes.new_facts)} facts"
+                )
+            ent_vecs.append(item.vectors[: len(entities)])
+            fact_vecs.append(item.vectors[len(entities) :])
             rows.reread += [{"uuid": u, "group_id": item.group_id} for u in invalidated]
         rows.entity_vectors, rows.fact_vectors = _stack(ent_vecs, dim), _stack(fact_vecs, dim)
         return rows

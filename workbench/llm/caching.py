@@ -40,8 +40,10 @@ def caching_applies(enabled: bool, base_url: str | None, model: str | None) -> b
 
 def _parts(content: Any) -> list[dict[str, Any]]:
     if isinstance(content, list):
-        return [dict(part) if isinstance(part, dict) else {"type": "text", "text": str(part)}
-                for part in content]
+        return [
+            dict(part) if isinstance(part, dict) else {"type": "text", "text": str(part)}
+            for part in content
+        ]
     return [{"type": "text", "text": "" if content is None else str(content)}]
 
 
@@ -74,9 +76,15 @@ def _int(value: Any) -> int:
 def cache_tokens(usage: dict[str, Any]) -> tuple[int, int]:
     """``(cached read tokens, cache write tokens)`` from a raw ``usage`` object."""
     details = usage.get("prompt_tokens_details") or {}
-    read = max(_int(details.get("cached_tokens")), _int(usage.get("cache_read_tokens")),
-               _int(details.get("cache_read_tokens")),
-               _int(usage.get("cache_read_input_tokens")))
-    write = max(_int(usage.get("cache_write_tokens")), _int(details.get("cache_write_tokens")),
-                _int(usage.get("cache_creation_input_tokens")))
+    read = max(
+        _int(details.get("cached_tokens")),
+        _int(usage.get("cache_read_tokens")),
+        _int(details.get("cache_read_tokens")),
+        _int(usage.get("cache_read_input_tokens")),
+    )
+    write = max(
+        _int(usage.get("cache_write_tokens")),
+        _int(details.get("cache_write_tokens")),
+        _int(usage.get("cache_creation_input_tokens")),
+    )
     return read, write

@@ -137,12 +137,14 @@ class CompatChatModel:
         self._token_param = "max_tokens"
         self._warned_unpriced: set[str] = set()
         self._client = client or openai.OpenAI(
-            base_url=self.base_url, api_key=api_key or NO_API_KEY, timeout=timeout,
-            max_retries=0)
+            base_url=self.base_url, api_key=api_key or NO_API_KEY, timeout=timeout, max_retries=0
+        )
 
     def __repr__(self) -> str:
-        return (f"CompatChatModel(model={self.model!r}, base_url={self.base_url!r}, "
-                f"structured_output={self.structured_output!r}, caching={self.caching})")
+        return (
+            f"CompatChatModel(model={self.model!r}, base_url={self.base_url!r}, "
+            f"structured_output={self.structured_output!r}, caching={self.caching})"
+        )
 
     # --- the one public call ---------------------------------------------------------------
     def complete(
@@ -175,7 +177,8 @@ class CompatChatModel:
             call.structure,
             f"the reply was cut off (finish_reason 'length') at max_tokens={budget} and again "
             f"at {budget * 2}; the JSON is incomplete (raise SVC_KNOWLEDGE_LLM_MAX_TOKENS or "
-            "shorten the episode)")
+            "shorten the episode)",
+        )
 
     # --- sending with retries --------------------------------------------------------------
     def _send(self, call: _Call, msgs: list[dict], extra: dict[str, Any], budget: int) -> _Reply:
@@ -189,9 +192,15 @@ class CompatChatModel:
                 # same retries and errors; cast_to=object hands back the decoded JSON
                 # instead of building a ChatCompletion model of it (~0.3 ms a call)
                 completion = self._client.post(
-                    "/chat/completions", cast_to=object,
-                    body={"model": self.model, "messages": msgs, self._token_param: budget,
-                          **extra})
+                    "/chat/completions",
+                    cast_to=object,
+                    body={
+                        "model": self.model,
+                        "messages": msgs,
+                        self._token_param: budget,
+                        **extra,
+                    },
+                )
             except openai.OpenAIError as exc:
                 info = classify_error(exc)
                 self._record_failure(call, info, time.perf_counter() - start)
@@ -206,7 +215,8 @@ class CompatChatModel:
         if not info.transient:
             raise LLMError(
                 f"{call.prompt_name}: the LLM at {self.base_url} ({self.model}) refused the "
-                f"request: {info.message}") from exc
+                f"request: {info.message}"
+            ) from exc
         if call.retries >= self.max_retries:
             raise exhausted_error(info, self._exhausted_detail(call, info)) from exc
         call.retries += 1
@@ -214,8 +224,11 @@ class CompatChatModel:
 
     def _switch_token_param(self, info: ErrorInfo) -> bool:
         """Newer OpenAI models reject ``max_tokens``; switch once to ``max_completion_tokens``."""
-        if (info.error_type == "BadRequestError" and self._token_param == "max_tokens"
-                and "max_completion_tokens" in info.message):
+        if (
+            info.error_type == "BadRequestError"
+            and self._token_param == "max_tokens"
+            and "max_completion_tokens" in info.message
+        ):
             self._token_param = "max_completion_tokens"
             return True
         return False
@@ -223,10 +236,14 @@ class CompatChatModel:
     def _exhausted_detail(self, call: _Call, info: ErrorInfo) -> str:
         hint = ""
         if info.error_type == "InternalServerError" and self.structured_output == "json_schema":
-            hint = (" (a local llama.cpp server answers 500 to json_schema requests: set "
-                    "SVC_KNOWLEDGE_LLM_STRUCTURED_OUTPUT=json_object)")
-        return (f"{call.prompt_name}: the LLM at {self.base_url} ({self.model}) failed "
-                f"{call.attempt} times; last error {info.error_type}: {info.message}{hint}")
+            hint = (
+                " (a local llama.cpp server answers 500 to json_schema requests: set "
+                "SVC_KNOWLEDGE_LLM_STRUCTURED_OUTPUT=json_object)"
+            )
+        return (
+            f"{call.prompt_name}: the LLM at {self.base_url} ({self.model}) failed "
+            f"{call.attempt} times; last error {info.error_type}: {info.message}{hint}"
+        )
 
     # --- accounting ------------------------------------------------------------------------
     def _reply(self, call: _Call, completion: Any, latency: float) -> _Reply:
@@ -258,46 +275,94 @@ class CompatChatModel:
     def _warn_unpriced(self) -> None:
         if self.model not in self._warned_unpriced:
             self._warned_unpriced.add(self.model)
-            log.warning("no price for model %r in the price table: its calls are counted at "
-                        "USD 0 (add it with SVC_KNOWLEDGE_PRICE_TABLE_PATH)", self.model)
+            log.warning(
+                "no price for model %r in the price table: its calls are counted at "
+                "USD 0 (add it with SVC_KNOWLEDGE_PRICE_TABLE_PATH)",
+                self.model,
+            )
 
     def _account(self, call: _Call, reply: _Reply, error: Exception | None) -> None:
         usage, cost = reply.usage, reply.cost
-        self.metrics.record_llm_call(self.model, usage.prompt_tokens, usage.completion_tokens,
-                                     cost.input, cost.output, reply.latency)
+        self.metrics.record_llm_call(
+            self.model,
+            usage.prompt_tokens,
+            usage.completion_tokens,
+            cost.input,
+            cost.output,
+            reply.latency,
+        )
         if self.caching:
-            self.metrics.record_cache(self.model, usage.cached_tokens > 0, usage.cached_tokens,
-                                      cost.cache_saved, usage.cache_write_tokens)
+            self.metrics.record_cache(
+                self.model,
+                usage.cached_tokens > 0,
+                usage.cached_tokens,
+                cost.cache_saved,
+                usage.cache_write_tokens,
+            )
         status = "success"
         if error is not None:
             status = "truncated" if isinstance(error, TruncatedOutput) else "invalid"
             self.metrics.record_llm_error(self.model, type(error).__name__)
-        self._insert(LLMCallRow(
-            ts=self._clock(), prompt_name=call.prompt_name, model=self.model, status=status,
-            episode_uuid=call.episode_uuid, attempt=call.attempt,
-            error_type=type(error).__name__ if error else None,
-            error_message=_clip(str(error)) if error else None,
-            prompt_tokens=usage.prompt_tokens, completion_tokens=usage.completion_tokens,
-            cached_tokens=usage.cached_tokens, cache_write_tokens=usage.cache_write_tokens,
-            input_cost=cost.input, output_cost=cost.output, total_cost=cost.total,
-            cache_cost_saved=cost.cache_saved, latency_seconds=reply.latency,
-            finish_reason=reply.finish_reason))
+        self._insert(
+            LLMCallRow(
+                ts=self._clock(),
+                prompt_name=call.prompt_name,
+                model=self.model,
+                status=status,
+                episode_uuid=call.episode_uuid,
+                attempt=call.attempt,
+                error_type=type(error).__name__ if error else None,
+                error_message=_clip(str(error)) if error else None,
+                prompt_tokens=usage.prompt_tokens,
+                completion_tokens=usage.completion_tokens,
+                cached_tokens=usage.cached_tokens,
+                cache_write_tokens=usage.cache_write_tokens,
+                input_cost=cost.input,
+                output_cost=cost.output,
+                total_cost=cost.total,
+                cache_cost_saved=cost.cache_saved,
+                latency_seconds=reply.latency,
+                finish_reason=reply.finish_reason,
+            )
+        )
         if self.log_requests and log.isEnabledFor(logging.DEBUG):
             log.debug(
                 "LLM request %s model=%s status=%s prompt_tokens=%d completion_tokens=%d "
                 "cached_tokens=%d cost=$%.8f input_cost=$%.8f output_cost=$%.8f latency=%.3fs",
-                call.prompt_name, self.model, status, usage.prompt_tokens,
-                usage.completion_tokens, usage.cached_tokens, cost.total, cost.input,
-                cost.output, reply.latency)
+                call.prompt_name,
+                self.model,
+                status,
+                usage.prompt_tokens,
+                usage.completion_tokens,
+                usage.cached_tokens,
+                cost.total,
+                cost.input,
+                cost.output,
+                reply.latency,
+            )
 
     def _record_failure(self, call: _Call, info: ErrorInfo, latency: float) -> None:
         self.metrics.record_llm_error(self.model, info.error_type)
-        log.info("LLM request %s attempt %d failed: %s: %s", call.prompt_name, call.attempt,
-                 info.error_type, info.message)
-        self._insert(LLMCallRow(
-            ts=self._clock(), prompt_name=call.prompt_name, model=self.model, status="error",
-            episode_uuid=call.episode_uuid, attempt=call.attempt, error_type=info.error_type,
-            error_message=_clip(info.message), latency_seconds=latency))
+        log.info(
+            "LLM request %s attempt %d failed: %s: %s",
+            call.prompt_name,
+            call.attempt,
+            info.error_type,
+            info.message,
+        )
+        self._insert(
+            LLMCallRow(
+                ts=self._clock(),
+                prompt_name=call.prompt_name,
+                model=self.model,
+                status="error",
+                episode_uuid=call.episode_uuid,
+                attempt=call.attempt,
+                error_type=info.error_type,
+                error_message=_clip(info.message),
+                latency_seconds=latency,
+            )
+        )
 
     def _insert(self, row: LLMCallRow) -> None:
         if self.store is not None:

@@ -113,8 +113,7 @@ class PriceTable:
     prices: dict[str, ModelPrice] = field(default_factory=dict)
     aliases: dict[str, str] = field(default_factory=dict)
     # normalised name -> first table key with that name (built on first use, once per table)
-    _normalised: dict[str, str] | None = field(default=None, init=False, repr=False,
-                                               compare=False)
+    _normalised: dict[str, str] | None = field(default=None, init=False, repr=False, compare=False)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> PriceTable:
@@ -186,11 +185,16 @@ def table_cost(usage: Usage, price: ModelPrice) -> Cost:
     cached = min(usage.cached_tokens, usage.prompt_tokens)
     written = min(usage.cache_write_tokens, usage.prompt_tokens - cached)
     plain = usage.prompt_tokens - cached - written
-    input_cost = (plain * price.input + cached * price.cached_read
-                  + written * price.cache_write) / PER_TOKENS
+    input_cost = (
+        plain * price.input + cached * price.cached_read + written * price.cache_write
+    ) / PER_TOKENS
     output_cost = usage.completion_tokens * price.output / PER_TOKENS
-    return Cost(input=input_cost, output=output_cost,
-                cache_saved=cache_saving(cached, price), source="table")
+    return Cost(
+        input=input_cost,
+        output=output_cost,
+        cache_saved=cache_saving(cached, price),
+        source="table",
+    )
 
 
 def cache_saving(cached_tokens: int, price: ModelPrice | None) -> float:
@@ -208,18 +212,27 @@ def reported_cost(usage: Usage, price: ModelPrice | None) -> Cost:
         inp, out = float(usage.reported_input_cost), float(usage.reported_output_cost)
         if inp + out > 0:
             share = inp / (inp + out)
-            return Cost(input=total * share, output=total * (1 - share),
-                        cache_saved=saved, source="response")
+            return Cost(
+                input=total * share,
+                output=total * (1 - share),
+                cache_saved=saved,
+                source="response",
+            )
     if price is not None:
         by_table = table_cost(usage, price)
         if by_table.total > 0:
             share = by_table.input / by_table.total
-            return Cost(input=total * share, output=total * (1 - share),
-                        cache_saved=saved, source="response")
+            return Cost(
+                input=total * share,
+                output=total * (1 - share),
+                cache_saved=saved,
+                source="response",
+            )
     tokens = usage.total_tokens
     share = usage.prompt_tokens / tokens if tokens else 1.0
-    return Cost(input=total * share, output=total * (1 - share), cache_saved=saved,
-                source="response")
+    return Cost(
+        input=total * share, output=total * (1 - share), cache_saved=saved, source="response"
+    )
 
 
 def compute_cost(usage: Usage, price: ModelPrice | None) -> Cost:

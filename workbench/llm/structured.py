@@ -36,8 +36,19 @@ MODES = ("json_schema", "json_object", "tool")
 
 # Keywords grammar engines (llama.cpp's json-schema-to-grammar) ignore or reject.
 _UNSUPPORTED = {
-    "default", "examples", "discriminator", "readOnly", "writeOnly", "deprecated", "$schema",
-    "$id", "$comment", "exclusiveMinimum", "exclusiveMaximum", "multipleOf", "contentEncoding",
+    "default",
+    "examples",
+    "discriminator",
+    "readOnly",
+    "writeOnly",
+    "deprecated",
+    "$schema",
+    "$id",
+    "$comment",
+    "exclusiveMinimum",
+    "exclusiveMaximum",
+    "multipleOf",
+    "contentEncoding",
     "contentMediaType",
 }
 _GRAMMAR_FORMATS = {"date", "time", "date-time", "uuid"}
@@ -102,8 +113,13 @@ def grammar_schema(
             out.pop("maximum", None)
         elif kind == "array" and max_items is not None and "maxItems" not in out:
             out["maxItems"] = max_items
-        elif (kind == "string" and max_string_length is not None and "maxLength" not in out
-              and "enum" not in out and "format" not in out):
+        elif (
+            kind == "string"
+            and max_string_length is not None
+            and "maxLength" not in out
+            and "enum" not in out
+            and "format" not in out
+        ):
             out["maxLength"] = max_string_length
         return out
 
@@ -182,21 +198,25 @@ def _structured_parts(
     name = response_model.__name__
     if mode == "json_schema":
         schema, strict = strict_schema(model_schema(response_model))
-        fmt = {"type": "json_schema",
-               "json_schema": {"name": name, "schema": schema, "strict": strict}}
+        fmt = {
+            "type": "json_schema",
+            "json_schema": {"name": name, "schema": schema, "strict": strict},
+        }
         return None, {"response_format": fmt}
     if mode not in MODES:
-        raise ValueError(
-            f"structured output mode must be one of {', '.join(MODES)}, not {mode!r}")
+        raise ValueError(f"structured output mode must be one of {', '.join(MODES)}, not {mode!r}")
     schema = grammar_schema(model_schema(response_model))
     schema["title"] = name
     if mode == "json_object":
-        return (schema_instruction(name, schema),
-                {"response_format": {"type": "json_object", "schema": schema}})
-    tool = {"type": "function", "function": {
-        "name": name, "description": f"Record the {name}.", "parameters": schema}}
-    return None, {"tools": [tool], "tool_choice": {"type": "function",
-                                                   "function": {"name": name}}}
+        return (
+            schema_instruction(name, schema),
+            {"response_format": {"type": "json_object", "schema": schema}},
+        )
+    tool = {
+        "type": "function",
+        "function": {"name": name, "description": f"Record the {name}.", "parameters": schema},
+    }
+    return None, {"tools": [tool], "tool_choice": {"type": "function", "function": {"name": name}}}
 
 
 # --- replies ---------------------------------------------------------------------------------
@@ -204,7 +224,7 @@ def clean_reply(text: str) -> str:
     """Remove ``<think>…</think>`` reasoning (also an unclosed leading one) and code fences."""
     text = _THINK.sub("", text or "")
     if "</think>" in text.lower():
-        text = text[text.lower().rindex("</think>") + len("</think>"):]
+        text = text[text.lower().rindex("</think>") + len("</think>") :]
     text = text.strip()
     match = _FENCE.match(text)
     if match:
@@ -257,12 +277,16 @@ def schema_echo_detail(data: Any, model: type[BaseModel]) -> str | None:
     structure = model.__name__
     missing = [f for f in required_fields(model) if f not in data]
     if missing:
-        return (f"the reply is a JSON schema instead of data: the required field "
-                f"`{missing[0]}` of {structure} is missing")
+        return (
+            f"the reply is a JSON schema instead of data: the required field "
+            f"`{missing[0]}` of {structure} is missing"
+        )
     fields = [_alias(name, info) for name, info in model.model_fields.items()]
     if fields and not any(f in data for f in fields):
-        return (f"the reply is a JSON schema instead of data: the field `{fields[0]}` of "
-                f"{structure} is missing")
+        return (
+            f"the reply is a JSON schema instead of data: the field `{fields[0]}` of "
+            f"{structure} is missing"
+        )
     return None
 
 
@@ -280,8 +304,9 @@ def parse_reply(text: str | None, response_model: type[BaseModel]) -> BaseModel:
         data = decode_json(cleaned)
     except json.JSONDecodeError as exc:
         raise StructuredOutputError(
-            structure, f"the reply is not valid JSON ({exc.msg} at char {exc.pos}): "
-            f"{_excerpt(cleaned)}") from None
+            structure,
+            f"the reply is not valid JSON ({exc.msg} at char {exc.pos}): {_excerpt(cleaned)}",
+        ) from None
     data = _unwrap(data, structure)
     echo = schema_echo_detail(data, response_model)
     if echo:
@@ -295,7 +320,7 @@ def parse_reply(text: str | None, response_model: type[BaseModel]) -> BaseModel:
 def _unwrap(data: Any, structure: str) -> Any:
     """``{"NodeResolutions": {...}}`` → ``{...}`` (small models like to name the object)."""
     if isinstance(data, dict) and len(data) == 1:
-        (key, value), = data.items()
+        ((key, value),) = data.items()
         if key == structure and isinstance(value, dict):
             return value
     return data

@@ -7,10 +7,24 @@ reuse them across episodes; everything that varies goes in the last (user) messa
 from typing import Literal
 
 ENTITY_TYPES = (
-    "Person", "Organization", "Project", "Tool", "Place", "Preference", "Event", "Concept",
+    "Person",
+    "Organization",
+    "Project",
+    "Tool",
+    "Place",
+    "Preference",
+    "Event",
+    "Concept",
 )
 EntityType = Literal[
-    "Person", "Organization", "Project", "Tool", "Place", "Preference", "Event", "Concept",
+    "Person",
+    "Organization",
+    "Project",
+    "Tool",
+    "Place",
+    "Preference",
+    "Event",
+    "Concept",
 ]
 # Integer ranges as enums: grammar engines ignore minimum/maximum but honour enums.
 Score = Literal[1, 2, 3, 4, 5]

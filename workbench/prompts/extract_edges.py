@@ -87,10 +87,13 @@ Answer: {{"edges": [{{"source": "User", "target": "Neovim", "relation": "USES",
 
 def build_messages(episode: dict, entities: list[dict], existing: list[dict]) -> list[dict]:
     entity_lines = "\n".join(f"- {e['name']} ({e['entity_type']})" for e in entities)
-    fact_lines = "\n".join(
-        f"[{i}] {f['source_name']} {f['relation']} {f['target_name']}: {f['fact']!r}"
-        for i, f in enumerate(existing, start=1)
-    ) or "(none)"
+    fact_lines = (
+        "\n".join(
+            f"[{i}] {f['source_name']} {f['relation']} {f['target_name']}: {f['fact']!r}"
+            for i, f in enumerate(existing, start=1)
+        )
+        or "(none)"
+    )
     user = (
         f"ENTITIES:\n{entity_lines}\n\nEXISTING FACTS:\n{fact_lines}\n\n"
         f"CURRENT EPISODE ({episode['source']}, {episode['reference_time']:%Y-%m-%d}):\n"

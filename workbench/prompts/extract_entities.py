@@ -97,9 +97,12 @@ Answer: {{"entities": [
 
 
 def build_messages(episode: dict, context: list[dict]) -> list[dict]:
-    previous = "\n".join(
-        f"- ({c['reference_time']:%Y-%m-%d}) {c['body'][:500]}" for c in reversed(context)
-    ) or "(none)"
+    previous = (
+        "\n".join(
+            f"- ({c['reference_time']:%Y-%m-%d}) {c['body'][:500]}" for c in reversed(context)
+        )
+        or "(none)"
+    )
     user = (
         f"PREVIOUS EPISODES (context only):\n{previous}\n\n"
         f"CURRENT EPISODE ({episode['source']}, {episode['reference_time']:%Y-%m-%d}, "

@@ -14,7 +14,8 @@ PROMPT_NAME = "resolve_nodes"
 class NodeResolution(BaseModel):
     id: int = Field(description="The id of the new entity in the question")
     duplicate_of: int | None = Field(
-        default=None, description="The id of the existing entity it is the same as, or null")
+        default=None, description="The id of the existing entity it is the same as, or null"
+    )
 
 
 class NodeResolutions(BaseModel):
@@ -41,7 +42,8 @@ def build_messages(questions: list[dict]) -> list[dict]:
         lines.append(f"NEW id={q['id']}: {q['name']} ({q['entity_type']}): {q['summary']}")
         for c in q["candidates"]:
             lines.append(
-                f"    EXISTING id={c['id']}: {c['name']} ({c['entity_type']}): {c['summary']}")
+                f"    EXISTING id={c['id']}: {c['name']} ({c['entity_type']}): {c['summary']}"
+            )
     return [
         {"role": "system", "content": SYSTEM},
         {"role": "user", "content": "\n".join(lines)},

@@ -154,8 +154,11 @@ class AccessTracker:
                     items = [(u, p) for (k, u), p in batch.items() if k == kind]
                     if items:
                         apply_accesses(
-                            self._store, kind, [u for u, _ in items],
-                            [p.accessed_at for _, p in items], [p.count for _, p in items],
+                            self._store,
+                            kind,
+                            [u for u, _ in items],
+                            [p.accessed_at for _, p in items],
+                            [p.count for _, p in items],
                         )
                     written.add(kind)
             except BaseException:

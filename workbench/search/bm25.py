@@ -92,8 +92,14 @@ def tokenize(text: str) -> list[str]:
 class KeywordIndex:
     """Incremental BM25 over documents keyed by uuid, with a group per document."""
 
-    def __init__(self, k1: float = K1, b: float = B, count_unknown_terms: bool = True,
-                 common_fraction: float = 0.1, common_min_df: int = 5_000):
+    def __init__(
+        self,
+        k1: float = K1,
+        b: float = B,
+        count_unknown_terms: bool = True,
+        common_fraction: float = 0.1,
+        common_min_df: int = 5_000,
+    ):
         self.k1 = k1
         self.b = b
         self.count_unknown_terms = count_unknown_terms
@@ -199,11 +205,13 @@ class KeywordIndex:
         if needed <= self._alive.size:
             return
         cap = max(needed, self._alive.size * 2)
-        self._doc_len = np.concatenate([self._doc_len, np.zeros(cap - self._doc_len.size,
-                                                                dtype=np.float32)])
+        self._doc_len = np.concatenate(
+            [self._doc_len, np.zeros(cap - self._doc_len.size, dtype=np.float32)]
+        )
         self._alive = np.concatenate([self._alive, np.zeros(cap - self._alive.size, dtype=bool)])
-        self._group = np.concatenate([self._group, np.full(cap - self._group.size, -1,
-                                                           dtype=np.int32)])
+        self._group = np.concatenate(
+            [self._group, np.full(cap - self._group.size, -1, dtype=np.int32)]
+        )
 
     def _maybe_compact(self) -> None:
         if self._dead_postings > max(1000, self._total_postings // 3):
@@ -245,8 +253,10 @@ class KeywordIndex:
                 return []
             codes = None
             if group_ids is not None:
-                codes = np.asarray([self._group_codes[g] for g in group_ids
-                                    if g in self._group_codes], dtype=np.int32)
+                codes = np.asarray(
+                    [self._group_codes[g] for g in group_ids if g in self._group_codes],
+                    dtype=np.int32,
+                )
             slots, scores, idf_sum = self._score(terms, codes, None if allowed is not None else k)
             return self._top(slots, scores, k, allowed, idf_sum + missed)
 
@@ -278,8 +288,11 @@ class KeywordIndex:
                     continue
                 tids, tfs = self._doc_terms[slot]
                 norm = self._length_norm(float(self._doc_len[slot]))
-                score = sum(self._bm25(idf[t], tf, norm)
-                            for t, tf in zip(tids.tolist(), tfs.tolist()) if t in idf)
+                score = sum(
+                    self._bm25(idf[t], tf, norm)
+                    for t, tf in zip(tids.tolist(), tfs.tolist())
+                    if t in idf
+                )
                 out.append(_normalised(score, idf_sum))
             return out
 
@@ -292,8 +305,9 @@ class KeywordIndex:
         missed = (len(words) - len(terms)) * self._idf(0) if self.count_unknown_terms else 0.0
         return terms, missed
 
-    def _score(self, terms: list[int], codes: np.ndarray | None,
-               k: int | None) -> tuple[np.ndarray, np.ndarray, float]:
+    def _score(
+        self, terms: list[int], codes: np.ndarray | None, k: int | None
+    ) -> tuple[np.ndarray, np.ndarray, float]:
         """Summed BM25 of the live documents of the groups (``codes``; None = all) that may
         be among the ``k`` best (None: of all that match): (slots, scores, idf sum).
 
@@ -347,8 +361,9 @@ class KeywordIndex:
             acc[slots] += self._bm25(idf, tfs, norm[slots])
         return acc, idf_sum
 
-    def _term_scores(self, tid: int, slots: np.ndarray | None = None,
-                     tfs: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, float]:
+    def _term_scores(
+        self, tid: int, slots: np.ndarray | None = None, tfs: np.ndarray | None = None
+    ) -> tuple[np.ndarray, np.ndarray, float]:
         if slots is None:
             slots, tfs = self._postings(tid)
         idf = self._idf(self._df[tid])
@@ -428,4 +443,3 @@ def _likely_top(scores: np.ndarray, k: int, sample: int = 4096) -> np.ndarray:
         if above.size >= k:
             return above
     return np.flatnonzero(scores)
-

@@ -46,14 +46,11 @@ from typing import Any
 
 import numpy as np
 
-from workbench.search.access import AccessTracker, access_update
 from workbench.clock import Clock, utcnow
 from workbench.errors import InvalidInput, NotFound
-from workbench.search.vectors import KINDS, VectorIndex, load_index
-from workbench.search.bm25 import KeywordIndex
 from workbench.metrics import Metrics
-from workbench.search.publish import Publisher
-from workbench.search.rows import RowCache
+from workbench.search.access import AccessTracker, access_update
+from workbench.search.bm25 import KeywordIndex
 from workbench.search.filters import (
     SearchFilters,
     check_groups_known,
@@ -64,7 +61,10 @@ from workbench.search.filters import (
     clean_list,
 )
 from workbench.search.hits import fact_out, node_out
+from workbench.search.publish import Publisher
 from workbench.search.ranking import Weights, score_arrays
+from workbench.search.rows import RowCache
+from workbench.search.vectors import KINDS, VectorIndex, load_index
 from workbench.store import Store
 from workbench.store import search as sql
 
@@ -148,9 +148,11 @@ class SearchEngine:
                 caches[kind].load(self.store)
                 rows = list(caches[kind].rows.values())
                 keywords[kind] = KeywordIndex()
-                keywords[kind].add([r["uuid"] for r in rows],
-                                   [keyword_text(kind, r) for r in rows],
-                                   [r["group_id"] for r in rows])
+                keywords[kind].add(
+                    [r["uuid"] for r in rows],
+                    [keyword_text(kind, r) for r in rows],
+                    [r["group_id"] for r in rows],
+                )
             with self._lock:  # accesses recorded meanwhile are still queued: apply them all
                 for kind in KINDS:
                     self.tracker.overlay(kind, caches[kind].rows.values())
@@ -176,12 +178,17 @@ class SearchEngine:
             present = {r["uuid"] for r in fresh}
             self.rows[kind].put(fresh)
             if vectors is not None and len(vectors):
-                keep = [i for i, u in enumerate(uuids[:len(vectors)]) if u in present]
-                self.vectors[kind].add([uuids[i] for i in keep], np.asarray(vectors)[keep],
-                                       [self.rows[kind].get(uuids[i])["group_id"] for i in keep])
-            self.keywords[kind].add([r["uuid"] for r in fresh],
-                                    [keyword_text(kind, r) for r in fresh],
-                                    [r["group_id"] for r in fresh])
+                keep = [i for i, u in enumerate(uuids[: len(vectors)]) if u in present]
+                self.vectors[kind].add(
+                    [uuids[i] for i in keep],
+                    np.asarray(vectors)[keep],
+                    [self.rows[kind].get(uuids[i])["group_id"] for i in keep],
+                )
+            self.keywords[kind].add(
+                [r["uuid"] for r in fresh],
+                [keyword_text(kind, r) for r in fresh],
+                [r["group_id"] for r in fresh],
+            )
             gone = [u for u in uuids if u not in present]
         if gone:
             self.on_delete(kind, gone)
@@ -229,7 +236,8 @@ class SearchEngine:
             return
         if self._sync_thread is None or not self._sync_thread.is_alive():
             self._sync_thread = threading.Thread(
-                target=self.refresh_states, name="workbench-search-sync", daemon=True)
+                target=self.refresh_states, name="workbench-search-sync", daemon=True
+            )
             self._sync_thread.start()
 
     @contextmanager
@@ -288,9 +296,12 @@ class SearchEngine:
         k = check_max("max_nodes", max_nodes, self.max_results)
         after, before = check_window(created_after, created_before)
         filters = SearchFilters(
-            group_ids=clean_list("group_ids", group_ids), states=check_states(states),
-            created_after=after, created_before=before,
-            entity_types=clean_list("entity_types", entity_types), now=self.clock(),
+            group_ids=clean_list("group_ids", group_ids),
+            states=check_states(states),
+            created_after=after,
+            created_before=before,
+            entity_types=clean_list("entity_types", entity_types),
+            now=self.clock(),
         )
         weights = self.weights if include_weighted_scores else self.weights.relevance_only()
         hits = self._search("entity", text, k, filters, weights)
@@ -315,17 +326,22 @@ class SearchEngine:
         k = check_max("max_facts", max_facts, self.max_results)
         after, before = check_window(created_after, created_before)
         filters = SearchFilters(
-            group_ids=clean_list("group_ids", group_ids), states=check_states(states),
-            created_after=after, created_before=before,
+            group_ids=clean_list("group_ids", group_ids),
+            states=check_states(states),
+            created_after=after,
+            created_before=before,
             relation_types=clean_list("relation_types", relation_types),
-            include_invalidated=bool(include_invalidated), now=self.clock(),
+            include_invalidated=bool(include_invalidated),
+            now=self.clock(),
         )
         centre = self._centre(center_node_uuid)
         hits = self._search("fact", text, k, filters, self.weights, centre)
         self.metrics.record_search(time.perf_counter() - started)
         names = self.rows["entity"]
-        return [fact_out(row, parts, score, tier if centre else None, self.weights, names)
-                for row, parts, score, tier in hits]
+        return [
+            fact_out(row, parts, score, tier if centre else None, self.weights, names)
+            for row, parts, score, tier in hits
+        ]
 
     # --- internals ----------------------------------------------------------------------
     def _centre(self, center_node_uuid: str | None):
@@ -350,17 +366,20 @@ class SearchEngine:
         pool = max(self.candidate_pool, 5 * k)
         query_vec, by_keyword = self._embed_and_match(kw, text, pool, filters.group_ids)
         extra = centre[1] if centre else ()
-        cands, more = self._candidates(kind, text, query_vec, pool, filters.group_ids, None,
-                                       extra, by_keyword)
+        cands, more = self._candidates(
+            kind, text, query_vec, pool, filters.group_ids, None, extra, by_keyword
+        )
         rows = self._passing(kind, cands, filters)
         if len(rows) < k and more and filters.narrowing():
             allowed = self._allowed(kind, filters)
-            cands, more = self._candidates(kind, text, query_vec, pool, filters.group_ids,
-                                           allowed, extra)
+            cands, more = self._candidates(
+                kind, text, query_vec, pool, filters.group_ids, allowed, extra
+            )
             rows = self._passing(kind, cands, filters)
         if len(rows) < k and more:  # the filters hid most candidates: widen the pool once
-            cands, more = self._candidates(kind, text, query_vec, pool * 20,
-                                           filters.group_ids, None, extra)
+            cands, more = self._candidates(
+                kind, text, query_vec, pool * 20, filters.group_ids, None, extra
+            )
             rows = self._passing(kind, cands, filters)
         ranked = self._rank(rows, cands, weights, centre, k)
         now, seen = self.clock(), [r for r, *_ in ranked]
@@ -405,6 +424,7 @@ class SearchEngine:
             executor = self._executor_for_search()
         if cached is not None or executor is None or not self._workers.acquire(blocking=False):
             return self._embed(text), kw.search(text, pool, groups)
+
         def match():
             try:
                 return kw.search(text, pool, groups)
@@ -429,12 +449,12 @@ class SearchEngine:
         if self._closed:
             return None
         if self._executor is None:
-            self._executor = ThreadPoolExecutor(max_workers=SEARCH_WORKERS,
-                                                thread_name_prefix="workbench-search")
+            self._executor = ThreadPoolExecutor(
+                max_workers=SEARCH_WORKERS, thread_name_prefix="workbench-search"
+            )
         return self._executor
 
-    def _candidates(self, kind, text, query_vec, pool, groups, allowed, extra,
-                    by_keyword=None):
+    def _candidates(self, kind, text, query_vec, pool, groups, allowed, extra, by_keyword=None):
         """uuid -> [cosine, keyword score] over the vector and BM25 top ``pool``, and whether
         either index may hold more candidates. ``by_keyword``: the BM25 top ``pool`` when
         already known."""
@@ -474,8 +494,10 @@ class SearchEngine:
         uuids = np.array([r["uuid"] for r in rows])
         order = np.lexsort((uuids, -scores, tiers))[:k]
         names = list(parts)
-        return [(rows[i], {n: float(parts[n][i]) for n in names}, float(scores[i]),
-                 int(tiers[i])) for i in order]
+        return [
+            (rows[i], {n: float(parts[n][i]) for n in names}, float(scores[i]), int(tiers[i]))
+            for i in order
+        ]
 
     def _embed(self, text: str) -> np.ndarray:
         with self._lock:

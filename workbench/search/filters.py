@@ -62,7 +62,9 @@ class SearchFilters:
     def narrowing(self) -> bool:
         """True when the filters may drop many rows (worth pre-filtering every row)."""
         return bool(
-            self.created_after or self.created_before or self.entity_types
+            self.created_after
+            or self.created_before
+            or self.entity_types
             or self.relation_types
             or (self.states is not None and set(self.states) < set(DEFAULT_STATES))
         )
@@ -110,9 +112,7 @@ def check_states(states: Sequence[str] | str | None) -> tuple[str, ...]:
             f"expected some of {', '.join(LIFECYCLE_STATES)}"
         )
     if not upper:
-        raise InvalidInput(
-            f"'states' is empty; name at least one of {', '.join(LIFECYCLE_STATES)}"
-        )
+        raise InvalidInput(f"'states' is empty; name at least one of {', '.join(LIFECYCLE_STATES)}")
     return upper
 
 

@@ -53,8 +53,9 @@ def node_out(row: dict, parts: dict, score: float, weights: Weights) -> dict[str
     }
 
 
-def fact_out(row: dict, parts: dict, score: float, distance: int | None, weights: Weights,
-             entities) -> dict[str, Any]:
+def fact_out(
+    row: dict, parts: dict, score: float, distance: int | None, weights: Weights, entities
+) -> dict[str, Any]:
     """A fact hit with its endpoint names (looked up in the entity row cache)."""
     source, target = entities.get(row["source_uuid"]), entities.get(row["target_uuid"])
     out = {

@@ -38,8 +38,7 @@ Upsert = tuple[str, list[dict[str, Any]], "np.ndarray | None"]
 class Indexes(Protocol):
     """What the publisher tells and reads (the :class:`~workbench.search.engine.SearchEngine`)."""
 
-    def on_upsert(self, kind: str, rows: list[dict], vectors: np.ndarray | None = None) -> None:
-        ...
+    def on_upsert(self, kind: str, rows: list[dict], vectors: np.ndarray | None = None) -> None: ...
 
     def on_delete(self, kind: str, uuids: Sequence[str]) -> None: ...
 
@@ -51,8 +50,9 @@ class Indexes(Protocol):
 
     def cached_rows(self) -> AbstractContextManager[tuple[RowCache, RowCache]]: ...
 
-    def similar(self, kind: str, vectors: np.ndarray, group_id: str | None,
-                k: int) -> list[list[tuple[str, float]]]: ...
+    def similar(
+        self, kind: str, vectors: np.ndarray, group_id: str | None, k: int
+    ) -> list[list[tuple[str, float]]]: ...
 
 
 class Publisher:
@@ -83,6 +83,7 @@ class Publisher:
 
     def deleted(self, removed: Mapping[str, Sequence[str]], what: str) -> None:
         """The engine forgets removed memories (``removed``: kind -> uuids)."""
+
         def tell() -> None:
             for kind in ("entity", "fact"):
                 self._engine.on_delete(kind, removed.get(kind, ()))
@@ -95,13 +96,16 @@ class Publisher:
                 tell()
                 return
             except Exception:  # noqa: BLE001 - written already: never fail the writer
-                log.exception("updating the search indexes after %s failed (attempt %d)", what,
-                              attempt)
+                log.exception(
+                    "updating the search indexes after %s failed (attempt %d)", what, attempt
+                )
         try:
             self._engine.rebuild()
         except Exception:  # noqa: BLE001
-            log.exception("re-reading the search indexes failed too: searches and extraction "
-                          "may miss the newest memories until the service restarts")
+            log.exception(
+                "re-reading the search indexes failed too: searches and extraction "
+                "may miss the newest memories until the service restarts"
+            )
 
     # --- maintenance ----------------------------------------------------------------------
     def before_maintenance(self) -> None:
@@ -117,7 +121,8 @@ class Publisher:
         """The engine's (entity, fact) row caches, held still while read."""
         return self._engine.cached_rows()
 
-    def similar(self, kind: str, vectors: np.ndarray, group_id: str | None,
-                k: int) -> list[list[tuple[str, float]]]:
+    def similar(
+        self, kind: str, vectors: np.ndarray, group_id: str | None, k: int
+    ) -> list[list[tuple[str, float]]]:
         """Per vector, its ``k`` nearest memories of ``kind`` in the group: (uuid, cosine)."""
         return self._engine.similar(kind, vectors, group_id, k)

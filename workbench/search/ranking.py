@@ -68,7 +68,10 @@ def importance_score(importance: int | float | None) -> float:
 
 
 def score_arrays(
-    similarity: np.ndarray, keyword: np.ndarray, decay: np.ndarray, importance: np.ndarray,
+    similarity: np.ndarray,
+    keyword: np.ndarray,
+    decay: np.ndarray,
+    importance: np.ndarray,
     weights: Weights,
 ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
     """The score and its parts (similarity, keyword, freshness, importance), one entry per
@@ -80,9 +83,12 @@ def score_arrays(
         "importance": (np.clip(importance.astype(np.float64), 1.0, 5.0) - 1.0) / 4.0,
     }
     parts = {name: np.round(values, 6) for name, values in parts.items()}
-    score = (weights.similarity * parts["similarity"] + weights.keyword * parts["keyword"]
-             + weights.freshness * parts["freshness"]
-             + weights.importance * parts["importance"])
+    score = (
+        weights.similarity * parts["similarity"]
+        + weights.keyword * parts["keyword"]
+        + weights.freshness * parts["freshness"]
+        + weights.importance * parts["importance"]
+    )
     return score, parts
 
 

@@ -115,8 +115,7 @@ class VectorIndex:
         self._dirty: set[int] = set()  # slots changed while a graph was being built
         # group subsets searched exactly: group codes -> (slots, a contiguous copy of their
         # vectors), so a group-filtered search does not gather its rows on every query
-        self._subsets: OrderedDict[tuple[int, ...], tuple[np.ndarray, np.ndarray]] = (
-            OrderedDict())
+        self._subsets: OrderedDict[tuple[int, ...], tuple[np.ndarray, np.ndarray]] = OrderedDict()
         self._subset_bytes = 0
 
     # --- introspection --------------------------------------------------------------------
@@ -167,7 +166,8 @@ class VectorIndex:
             replaced = [self._slot[u] for u in uuids if u in self._slot]
             slots = np.fromiter(
                 (self._claim(u, g) for u, g in zip(uuids, group_ids)),
-                dtype=np.int64, count=len(uuids),
+                dtype=np.int64,
+                count=len(uuids),
             )
             self._mat[slots] = vecs
             if self._builder is not None:
@@ -249,7 +249,9 @@ class VectorIndex:
             return
         self._builder = threading.Thread(
             target=lambda: self._finish_build(gen, self._new_graph(slots, vectors)),
-            name="workbench-ann-build", daemon=True)
+            name="workbench-ann-build",
+            daemon=True,
+        )
         self._builder.start()
 
     def _new_graph(self, slots: np.ndarray, vectors: np.ndarray):
@@ -292,8 +294,11 @@ class VectorIndex:
             folder = Path(graph_dir)
             folder.mkdir(parents=True, exist_ok=True)
             self._ann.save(str(folder / f"{kind}.usearch"))
-            manifest = {"slots": self._uuids[: self._size], "checksum": self._checksum(),
-                        "params": self._params_key()}
+            manifest = {
+                "slots": self._uuids[: self._size],
+                "checksum": self._checksum(),
+                "params": self._params_key(),
+            }
             tmp = folder / f"{kind}.json.tmp"
             tmp.write_text(json.dumps(manifest))
             tmp.replace(folder / f"{kind}.json")
@@ -458,8 +463,9 @@ class VectorIndex:
             for key in [key for key in self._subsets if code in key]:
                 self._subset_bytes -= self._subsets.pop(key)[1].nbytes
 
-    def _exact_on(self, q, slots: np.ndarray, k, allowed,
-                  rows: np.ndarray | None = None) -> list[tuple[str, float]]:
+    def _exact_on(
+        self, q, slots: np.ndarray, k, allowed, rows: np.ndarray | None = None
+    ) -> list[tuple[str, float]]:
         """Exact search over ``slots`` (``rows``: their vectors when already gathered)."""
         if slots.size == 0:
             return []
@@ -495,8 +501,10 @@ class VectorIndex:
         """The HNSW search breadth for an index of ``total`` vectors: ``ef_search`` up to
         ``ef_reference_size`` vectors, then growing with the square root of the size, so that
         recall does not fall as the graph grows (see the module docstring)."""
-        return max(self.ef_search, math.ceil(
-            self.ef_search * math.sqrt(max(total, 1) / self.ef_reference_size)))
+        return max(
+            self.ef_search,
+            math.ceil(self.ef_search * math.sqrt(max(total, 1) / self.ef_reference_size)),
+        )
 
     def _ann_search(self, q, k, codes, allowed, kept) -> list[tuple[str, float]]:
         total = len(self._slot)
@@ -519,7 +527,10 @@ class VectorIndex:
 
 
 def load_index(
-    store: Store, kind: str, ann_threshold: int = 50_000, graph_dir: str | Path | None = None,
+    store: Store,
+    kind: str,
+    ann_threshold: int = 50_000,
+    graph_dir: str | Path | None = None,
     **options,
 ) -> VectorIndex:
     """A :class:`VectorIndex` holding every stored vector of ``kind`` ("entity" or "fact")

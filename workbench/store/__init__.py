@@ -177,8 +177,11 @@ class Store:
         if any(len(row) != width for row in rows):
             raise ValueError(f"every row needs {width} values: {sql}")
         # dicts would be unified into one STRUCT type across the rows: bound one by one
-        if len(rows) > 1 and sql.count("?") == width and not any(
-                isinstance(value, dict) for row in rows for value in row):
+        if (
+            len(rows) > 1
+            and sql.count("?") == width
+            and not any(isinstance(value, dict) for row in rows for value in row)
+        ):
             # one list per column, unnested side by side: DuckDB binds a few list
             # parameters much faster than one scalar per value (16 rows of 19 columns:
             # 5.4 -> 2.9 ms)

@@ -31,9 +31,7 @@ def pending_memories(store: Store, limit: int, retry_failed: bool = True) -> lis
     return store.fetch_dicts(PENDING_SQL, [retry_failed, limit])
 
 
-def write_classifications(
-    store: Store, rows: Sequence[tuple[str, str, int, int, str]]
-) -> None:
+def write_classifications(store: Store, rows: Sequence[tuple[str, str, int, int, str]]) -> None:
     """``rows``: (kind, uuid, importance, stability, status), written in one transaction.
 
     Only a ``success`` writes the scores; a ``failure``/``fallback`` records its status and
@@ -41,12 +39,19 @@ def write_classifications(
     """
     with store.transaction():
         for kind, table in TABLE.items():
-            ok = [(imp, stab, uuid) for k, uuid, imp, stab, status in rows
-                  if k == kind and status == "success"]
-            other = [(status, uuid) for k, uuid, _, _, status in rows
-                     if k == kind and status != "success"]
+            ok = [
+                (imp, stab, uuid)
+                for k, uuid, imp, stab, status in rows
+                if k == kind and status == "success"
+            ]
+            other = [
+                (status, uuid)
+                for k, uuid, _, _, status in rows
+                if k == kind and status != "success"
+            ]
             store.executemany(
                 f"UPDATE {table} SET importance = ?, stability = ?, "
-                "classification_status = 'success' WHERE uuid = ?", ok)
-            store.executemany(
-                f"UPDATE {table} SET classification_status = ? WHERE uuid = ?", other)
+                "classification_status = 'success' WHERE uuid = ?",
+                ok,
+            )
+            store.executemany(f"UPDATE {table} SET classification_status = ? WHERE uuid = ?", other)

@@ -30,9 +30,19 @@ def insert_episode(store: Store, ep: dict[str, Any]) -> None:
         """INSERT INTO episodes (uuid, group_id, name, body, source, source_description,
                reference_time, created_at, priority, status, status_detail)
            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
-        [ep["uuid"], ep["group_id"], ep["name"], ep["body"], ep["source"],
-         ep["source_description"], ep["reference_time"], ep["created_at"], ep["priority"],
-         ep.get("status", "queued"), ep.get("status_detail")],
+        [
+            ep["uuid"],
+            ep["group_id"],
+            ep["name"],
+            ep["body"],
+            ep["source"],
+            ep["source_description"],
+            ep["reference_time"],
+            ep["created_at"],
+            ep["priority"],
+            ep.get("status", "queued"),
+            ep.get("status_detail"),
+        ],
     )
 
 
@@ -56,7 +66,8 @@ def episodes_by_uuid(store: Store, uuids: Sequence[str]) -> dict[str, dict[str, 
     if not uuids:
         return {}
     rows = store.fetch_dicts(
-        f"SELECT {EPISODE_COLUMNS} FROM episodes WHERE uuid = ANY(?)", [list(uuids)])
+        f"SELECT {EPISODE_COLUMNS} FROM episodes WHERE uuid = ANY(?)", [list(uuids)]
+    )
     return {row["uuid"]: row for row in rows}
 
 
@@ -99,20 +110,17 @@ def recent_episodes(
     )
 
 
-
-
 def unprocessed_episodes(store: Store, uuids: Sequence[str]) -> dict[str, datetime]:
     """Which of these episodes exist and are not done yet: uuid → created_at."""
     if not uuids:
         return {}
     rows = store.fetchall(  # the key alone in the WHERE: an index lookup, not a scan
-        "SELECT uuid, status, created_at FROM episodes WHERE uuid = ANY(?)", [list(uuids)])
+        "SELECT uuid, status, created_at FROM episodes WHERE uuid = ANY(?)", [list(uuids)]
+    )
     return {uuid: created for uuid, status, created in rows if status != "done"}
 
 
-def mark_episodes_done(
-    store: Store, counts: Sequence[tuple[str, int, int]], now: datetime
-) -> None:
+def mark_episodes_done(store: Store, counts: Sequence[tuple[str, int, int]], now: datetime) -> None:
     """Mark episodes processed: ``counts`` holds (uuid, entity_count, fact_count) rows."""
     if not counts:
         return
@@ -163,18 +171,27 @@ def delete_episode(store: Store, uuid: str) -> dict[str, list[str]]:
 
 def clear_groups(store: Store, group_ids: Sequence[str]) -> dict[str, list[str]]:
     groups = list(group_ids)
-    entities = [r[0] for r in store.fetchall(
-        "SELECT uuid FROM entities WHERE list_contains(?, group_id)", [groups])]
-    facts = [r[0] for r in store.fetchall(
-        "SELECT uuid FROM facts WHERE list_contains(?, group_id)", [groups])]
+    entities = [
+        r[0]
+        for r in store.fetchall(
+            "SELECT uuid FROM entities WHERE list_contains(?, group_id)", [groups]
+        )
+    ]
+    facts = [
+        r[0]
+        for r in store.fetchall("SELECT uuid FROM facts WHERE list_contains(?, group_id)", [groups])
+    ]
     delete_facts(store, facts)
     delete_entities(store, entities)
     store.execute(
         "DELETE FROM mentions WHERE episode_uuid IN "
-        "(SELECT uuid FROM episodes WHERE list_contains(?, group_id))", [groups])
+        "(SELECT uuid FROM episodes WHERE list_contains(?, group_id))",
+        [groups],
+    )
     store.execute("DELETE FROM queue WHERE list_contains(?, group_id)", [groups])
     episodes = store.fetchone(
-        "SELECT count(*) FROM episodes WHERE list_contains(?, group_id)", [groups])[0]
+        "SELECT count(*) FROM episodes WHERE list_contains(?, group_id)", [groups]
+    )[0]
     store.execute("DELETE FROM episodes WHERE list_contains(?, group_id)", [groups])
     return {"entity": entities, "fact": facts, "episodes": episodes}
 
@@ -201,8 +218,7 @@ def entities_by_norm(
 def entities_by_uuid(store: Store, uuids: Sequence[str]) -> dict[str, dict[str, Any]]:
     if not uuids:
         return {}
-    rows = store.fetch_dicts(
-        "SELECT * FROM entities WHERE uuid = ANY(?)", [list(uuids)])
+    rows = store.fetch_dicts("SELECT * FROM entities WHERE uuid = ANY(?)", [list(uuids)])
     return {row["uuid"]: row for row in rows}
 
 
@@ -212,12 +228,24 @@ def insert_entities(store: Store, rows: Sequence[dict[str, Any]]) -> None:
                created_at, updated_at, importance, stability, classification_status,
                lifecycle_state)
            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
-        [[r["uuid"], r["group_id"], r["name"], r["name_norm"], r["entity_type"], r["summary"],
-          r["created_at"], r["created_at"], r["importance"], r["stability"],
-          r["classification_status"], r["lifecycle_state"]] for r in rows],
+        [
+            [
+                r["uuid"],
+                r["group_id"],
+                r["name"],
+                r["name_norm"],
+                r["entity_type"],
+                r["summary"],
+                r["created_at"],
+                r["created_at"],
+                r["importance"],
+                r["stability"],
+                r["classification_status"],
+                r["lifecycle_state"],
+            ]
+            for r in rows
+        ],
     )
-
-
 
 
 def update_entity_summaries(
@@ -240,14 +268,13 @@ def delete_entities(store: Store, uuids: Sequence[str]) -> None:
         store.execute("DELETE FROM entities WHERE uuid = ANY(?)", [list(uuids)])
 
 
-
-
 def insert_mention_rows(store: Store, rows: Sequence[tuple[str, str]]) -> None:
     """New (episode_uuid, entity_uuid) rows; repeats among them are written once. A row that
     is already stored is an error: ON CONFLICT DO NOTHING would hide it, but it costs a scan
     of the table (30 ms a batch with a million mentions stored)."""
     store.executemany(
-        "INSERT INTO mentions VALUES (?, ?)", [list(row) for row in dict.fromkeys(rows)])
+        "INSERT INTO mentions VALUES (?, ?)", [list(row) for row in dict.fromkeys(rows)]
+    )
 
 
 # --- facts --------------------------------------------------------------------------------
@@ -293,21 +320,32 @@ def existing_fact_keys(
     return {k for k in keys if (k[0], k[1], k[2].strip().lower()) in found}
 
 
-
-
 def insert_facts(store: Store, rows: Sequence[dict[str, Any]]) -> None:
     store.executemany(
         """INSERT INTO facts (uuid, group_id, source_uuid, target_uuid, relation, fact,
                episode_uuid, created_at, valid_at, invalid_at, importance, stability,
                classification_status, lifecycle_state)
            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
-        [[r["uuid"], r["group_id"], r["source_uuid"], r["target_uuid"], r["relation"],
-          r["fact"], r.get("episode_uuid"), r["created_at"], r.get("valid_at"),
-          r.get("invalid_at"), r["importance"], r["stability"], r["classification_status"],
-          r["lifecycle_state"]] for r in rows],
+        [
+            [
+                r["uuid"],
+                r["group_id"],
+                r["source_uuid"],
+                r["target_uuid"],
+                r["relation"],
+                r["fact"],
+                r.get("episode_uuid"),
+                r["created_at"],
+                r.get("valid_at"),
+                r.get("invalid_at"),
+                r["importance"],
+                r["stability"],
+                r["classification_status"],
+                r["lifecycle_state"],
+            ]
+            for r in rows
+        ],
     )
-
-
 
 
 def invalidate_facts_from(
@@ -346,19 +384,23 @@ def insert_embeddings(
         return
     table = f"{kind}_embeddings"
     vectors = np.asarray(vectors, dtype=np.float32)
-    frame = pa.table({
-        "uuid": pa.array(list(uuids), pa.string()),
-        "model": pa.array([model] * len(uuids), pa.string()),
-        "vector": pa.FixedSizeListArray.from_arrays(
-            pa.array(vectors.reshape(-1), pa.float32()), vectors.shape[1]),
-    })
+    frame = pa.table(
+        {
+            "uuid": pa.array(list(uuids), pa.string()),
+            "model": pa.array([model] * len(uuids), pa.string()),
+            "vector": pa.FixedSizeListArray.from_arrays(
+                pa.array(vectors.reshape(-1), pa.float32()), vectors.shape[1]
+            ),
+        }
+    )
     name = f"_incoming_{kind}"
     with store.transaction():
         store.register(name, frame)
         try:
             store.execute(
                 f"INSERT OR REPLACE INTO {table} SELECT uuid, model, "
-                f"vector::FLOAT[{store.dim}] FROM {name}")
+                f"vector::FLOAT[{store.dim}] FROM {name}"
+            )
         finally:
             store.unregister(name)
 
@@ -372,7 +414,8 @@ def graph_counts(store: Store, group_ids: Sequence[str] | None = None) -> dict[s
         "facts": store.fetchone(f"SELECT count(*) FROM facts {where}", params)[0],
         "groups": store.fetchone(
             "SELECT count(DISTINCT group_id) FROM ("
-            "SELECT group_id FROM episodes UNION ALL SELECT group_id FROM entities)")[0],
+            "SELECT group_id FROM episodes UNION ALL SELECT group_id FROM entities)"
+        )[0],
     }
 
 

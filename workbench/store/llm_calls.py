@@ -49,11 +49,8 @@ class LLMCallRow:
 
 _COLUMNS = tuple(LLMCallRow.__dataclass_fields__)
 _INSERT = (
-    f"INSERT INTO llm_calls ({', '.join(_COLUMNS)}) "
-    f"VALUES ({', '.join('?' for _ in _COLUMNS)})"
+    f"INSERT INTO llm_calls ({', '.join(_COLUMNS)}) VALUES ({', '.join('?' for _ in _COLUMNS)})"
 )
-
-
 
 
 def defer_llm_call(store: Store, row: LLMCallRow) -> None:

@@ -73,13 +73,13 @@ def _base_select(kind: str, table: str) -> str:
                CAST(greatest(1, least(5, importance)) AS DOUBLE) AS imp,
                CAST(greatest(1, least(5, stability)) AS DOUBLE) AS stab,
                greatest(0.0, {_days(last)}) AS days,
-               {_days('coalesce(soft_deleted_at, $now)')} AS sd_days
+               {_days("coalesce(soft_deleted_at, $now)")} AS sd_days
         FROM {table}"""
 
 
 PLAN_SQL = f"""
 CREATE TEMP TABLE _mplan AS
-WITH base AS ({_base_select('entity', 'entities')} UNION ALL {_base_select('fact', 'facts')}),
+WITH base AS ({_base_select("entity", "entities")} UNION ALL {_base_select("fact", "facts")}),
 scored AS (
     SELECT *,
         (imp >= $perm_imp AND stab >= $perm_stab
@@ -103,9 +103,7 @@ SELECT kind, uuid, old_state, old_decay,
 FROM scored
 """
 
-_CHAIN_ROWS = ", ".join(
-    f"({k}, '{CHAIN[k]}', '{CHAIN[k + 1]}')" for k in range(len(CHAIN) - 1)
-)
+_CHAIN_ROWS = ", ".join(f"({k}, '{CHAIN[k]}', '{CHAIN[k + 1]}')" for k in range(len(CHAIN) - 1))
 _CHAIN_LIST = "[" + ", ".join(f"'{s}'" for s in CHAIN) + "]"
 
 STEPS_SQL = f"""
@@ -198,8 +196,9 @@ def plan_rows(store: Store, policy: DecayPolicy, now: datetime) -> list[dict[str
     with store.transaction():
         build_plan(store, policy, now)
         rows = store.fetch_dicts("SELECT * FROM _mplan ORDER BY kind, uuid")
-        steps = store.fetch_dicts("SELECT kind, uuid, from_state, to_state FROM _msteps "
-                                  "ORDER BY kind, uuid, step")
+        steps = store.fetch_dicts(
+            "SELECT kind, uuid, from_state, to_state FROM _msteps ORDER BY kind, uuid, step"
+        )
         _drop_temp(store)
     by_key: dict[tuple[str, str], list[tuple[str, str]]] = {}
     for s in steps:
@@ -211,7 +210,8 @@ def plan_rows(store: Store, policy: DecayPolicy, now: datetime) -> list[dict[str
 
 def _transitions(store: Store) -> dict[tuple[str, str], int]:
     rows = store.fetchall(
-        "SELECT from_state, to_state, count(*) FROM _msteps GROUP BY ALL ORDER BY ALL")
+        "SELECT from_state, to_state, count(*) FROM _msteps GROUP BY ALL ORDER BY ALL"
+    )
     return {(a, b): int(n) for a, b, n in rows}
 
 
@@ -247,8 +247,9 @@ def _purge(store: Store, run_id: int | None) -> dict[str, int]:
         chosen = f"SELECT uuid FROM _mpurge WHERE kind = '{kind}'"
         store.execute(f"DELETE FROM {embeddings} WHERE uuid IN ({chosen})")
         store.execute(f"DELETE FROM {table} WHERE uuid IN ({chosen})")
-    store.execute("DELETE FROM mentions WHERE entity_uuid IN "
-                  "(SELECT uuid FROM _mpurge WHERE kind = 'entity')")
+    store.execute(
+        "DELETE FROM mentions WHERE entity_uuid IN (SELECT uuid FROM _mpurge WHERE kind = 'entity')"
+    )
     rows = store.fetchall("SELECT kind, cascaded, count(*) FROM _mpurge GROUP BY ALL")
     counts = {"entities": 0, "facts": 0, "cascaded_facts": 0}
     for kind, cascaded, n in rows:
@@ -282,16 +283,22 @@ def _insert_run(store: Store, run_id: int, now: datetime, result: dict[str, Any]
         """INSERT INTO maintenance_runs (id, started_at, finished_at, status, dry_run,
                duration_seconds, scores_updated, transitions, purged)
            VALUES (?, ?, ?, 'success', FALSE, ?, ?, ?, ?)""",
-        [run_id, now, now + timedelta(seconds=result["duration"]), result["duration"],
-         result["scores_updated"],
-         sum(result["transitions"].values()), result["purged"]],
+        [
+            run_id,
+            now,
+            now + timedelta(seconds=result["duration"]),
+            result["duration"],
+            result["scores_updated"],
+            sum(result["transitions"].values()),
+            result["purged"],
+        ],
     )
 
 
-def _execute_run(store: Store, policy: DecayPolicy, now: datetime, dry_run: bool,
-                 started: float) -> dict[str, Any]:
-    run_id = None if dry_run else int(
-        store.fetchone("SELECT nextval('maintenance_runs_seq')")[0])
+def _execute_run(
+    store: Store, policy: DecayPolicy, now: datetime, dry_run: bool, started: float
+) -> dict[str, Any]:
+    run_id = None if dry_run else int(store.fetchone("SELECT nextval('maintenance_runs_seq')")[0])
     build_plan(store, policy, now)
     transitions = _transitions(store)
     if run_id is not None:
@@ -397,5 +404,6 @@ def recover_memory(store: Store, kind: str, uuid: str, now: datetime) -> None:
 def awaiting_purge(store: Store) -> int:
     row = store.fetchone(
         "SELECT (SELECT count(*) FROM entities WHERE lifecycle_state = 'SOFT_DELETED') + "
-        "(SELECT count(*) FROM facts WHERE lifecycle_state = 'SOFT_DELETED')")
+        "(SELECT count(*) FROM facts WHERE lifecycle_state = 'SOFT_DELETED')"
+    )
     return int(row[0])

@@ -39,9 +39,7 @@ def enqueue(store: Store, episode_uuid: str, group_id: str, priority: int, now: 
     )
 
 
-def requeue_expired_leases(
-    store: Store, now: datetime, keep: Sequence[str] = ()
-) -> int:
+def requeue_expired_leases(store: Store, now: datetime, keep: Sequence[str] = ()) -> int:
     """Return messages whose lease ran out to the queue, except those in ``keep`` (the
     caller's live work: it renews their leases, however far the clock jumped)."""
     rows = store.fetchall(
@@ -66,16 +64,20 @@ def recover_crashed(store: Store, now: datetime, max_crashes: int) -> tuple[int,
     with store.transaction():
         counted = store.fetchall(
             """UPDATE queue SET crashes = coalesce(crashes, 0) + 1
-               WHERE state = 'processing' RETURNING episode_uuid, crashes""")
+               WHERE state = 'processing' RETURNING episode_uuid, crashes"""
+        )
         doomed = [uuid for uuid, crashes in counted if crashes >= max_crashes]
         if doomed:
-            message = (f"crashed: the service process died {max_crashes} times while "
-                       "processing this episode; it is not retried automatically")
+            message = (
+                f"crashed: the service process died {max_crashes} times while "
+                "processing this episode; it is not retried automatically"
+            )
             store.execute(
                 """UPDATE queue SET state = 'failed', finished_at = ?, leased_until = NULL,
                        lease_owner = NULL, error_type = 'crashed', error_message = ?
                    WHERE list_contains(?, episode_uuid)""",
-                [now, message, doomed])
+                [now, message, doomed],
+            )
             set_episode_status(store, doomed, "failed", message)
         returned = _release(store, "", [])
     return returned, doomed
@@ -90,12 +92,15 @@ def _release(store: Store, condition: str, params: list[Any]) -> int:
     """Return the in-flight messages matching ``condition`` to the queue, their attempts
     uncounted, and their episodes say so (a claim set them to processing); how many."""
     with store.transaction():
-        uuids = [r[0] for r in store.fetchall(
-            f"""UPDATE queue SET state = 'queued', lease_owner = NULL, leased_until = NULL,
+        uuids = [
+            r[0]
+            for r in store.fetchall(
+                f"""UPDATE queue SET state = 'queued', lease_owner = NULL, leased_until = NULL,
                     attempts = greatest(attempts - 1, 0)
                 WHERE state = 'processing' {condition} RETURNING episode_uuid""",
-            params,
-        )]
+                params,
+            )
+        ]
         if uuids:
             store.execute(
                 """UPDATE episodes SET status = 'queued', status_detail = 'returned to the queue'
@@ -120,8 +125,10 @@ def claim_heads(
     claim before something changes would find nothing)."""
     limit = max(1, int(limit))
     with store.transaction():
-        heads = [row[0] for row in store.fetchall(
-            """SELECT head FROM (
+        heads = [
+            row[0]
+            for row in store.fetchall(
+                """SELECT head FROM (
                    -- each group's head (its oldest unfinished message), when queued and due;
                    -- arg_min over a GROUP BY: 2-3x cheaper than a window, flat in depth
                    SELECT arg_min(episode_uuid, seq) AS head, arg_min(state, seq) AS st,
@@ -130,8 +137,9 @@ def claim_heads(
                    FROM queue WHERE state IN ('queued', 'processing') GROUP BY group_id)
                WHERE st = 'queued' AND due <= $1
                ORDER BY pr, first LIMIT $2""",
-            [now, limit + 1],
-        )]
+                [now, limit + 1],
+            )
+        ]
         if not heads:
             return [], False
         # inside the transaction (the store lock): they are still the heads, still queued;
@@ -178,8 +186,9 @@ def renew_leases(
     return len(rows)
 
 
-def mark_done_many(store: Store, episode_uuids: Sequence[str], now: datetime,
-                   seqs: Sequence[int] | None = None) -> None:
+def mark_done_many(
+    store: Store, episode_uuids: Sequence[str], now: datetime, seqs: Sequence[int] | None = None
+) -> None:
     """Mark these messages done; with ``seqs``, only the rows with those sequence numbers
     (the ones that were claimed: an episode deleted meanwhile and added again under the same
     uuid has a new row, which is left to be processed)."""
@@ -218,14 +227,23 @@ def schedule_retry(
                    leased_until = NULL, error_type = ?, error_message = ?,
                    validation_failures = validation_failures + ?
                WHERE episode_uuid = ?""",
-            [available_at, error_type, scrub(message), 1 if validation_failure else 0,
-             episode_uuid],
+            [
+                available_at,
+                error_type,
+                scrub(message),
+                1 if validation_failure else 0,
+                episode_uuid,
+            ],
         )
     return True
 
 
 def mark_failed(
-    store: Store, episode_uuid: str, now: datetime, error_type: str, message: str,
+    store: Store,
+    episode_uuid: str,
+    now: datetime,
+    error_type: str,
+    message: str,
     seq: int | None = None,
 ) -> bool:
     """Mark a message failed for good; whether it was (see :func:`_still_claimed`)."""
@@ -282,7 +300,8 @@ def status(store: Store, now: datetime) -> dict[str, Any]:
     for state, count in store.fetchall("SELECT state, count(*) FROM queue GROUP BY state"):
         counts[state] = count
     oldest = store.fetchone(
-        "SELECT min(enqueued_at) FROM queue WHERE state IN ('queued', 'processing')")[0]
+        "SELECT min(enqueued_at) FROM queue WHERE state IN ('queued', 'processing')"
+    )[0]
     failed = store.fetch_dicts(
         """SELECT q.episode_uuid, q.group_id, e.name, q.attempts, q.error_type,
                   q.error_message, q.finished_at

@@ -16,13 +16,40 @@ from workbench.store import Store
 
 __all__ = ["load_vectors", "load_rows", "known_groups", "maintenance_marker"]
 
-_MEMORY = ("importance", "stability", "decay_score", "lifecycle_state", "last_accessed_at",
-           "access_count")
+_MEMORY = (
+    "importance",
+    "stability",
+    "decay_score",
+    "lifecycle_state",
+    "last_accessed_at",
+    "access_count",
+)
 COLUMNS = {
-    "entity": ("uuid", "group_id", "name", "name_norm", "entity_type", "summary", "created_at",
-               "updated_at", *_MEMORY),
-    "fact": ("uuid", "group_id", "fact", "relation", "source_uuid", "target_uuid",
-             "episode_uuid", "created_at", "valid_at", "invalid_at", "expired_at", *_MEMORY),
+    "entity": (
+        "uuid",
+        "group_id",
+        "name",
+        "name_norm",
+        "entity_type",
+        "summary",
+        "created_at",
+        "updated_at",
+        *_MEMORY,
+    ),
+    "fact": (
+        "uuid",
+        "group_id",
+        "fact",
+        "relation",
+        "source_uuid",
+        "target_uuid",
+        "episode_uuid",
+        "created_at",
+        "valid_at",
+        "invalid_at",
+        "expired_at",
+        *_MEMORY,
+    ),
 }
 _TABLES = {"entity": ("entities", "entity_embeddings"), "fact": ("facts", "fact_embeddings")}
 
