@@ -15,10 +15,10 @@ def secrets_of(settings: Settings) -> list[str | None]:
     ]
 
 
-def open_workbench(settings: Settings, embedder=None, start: bool = False):
+def open_workbench(settings: Settings, embedder=None, start: bool = False, llm_health=None):
     from workbench.facade import Workbench  # loads the core only for commands that need it
 
-    workbench = Workbench.open(settings, embedder=embedder)
+    workbench = Workbench.open(settings, embedder=embedder, llm_health=llm_health)
     if start:
         workbench.start()
     return workbench

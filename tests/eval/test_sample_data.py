@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 
 from workbench.eval.extraction import (
-    ENTITY_TYPES,
     load_labelled,
     loose_name_key,
     score_episode,
 )
+from workbench.prompts import ENTITY_TYPES
 
 DATA = Path(__file__).resolve().parents[2] / "data"
 SAMPLE_FIELDS = {

@@ -30,6 +30,11 @@ class Work:
             return self._commit(results, ack)
         return ack()
 
+    def available(self):
+        return self.up
+
+    up = True
+
 
 def get_message(store, episode_uuid):
     rows = store.fetch_dicts("SELECT * FROM queue WHERE episode_uuid = ?", [episode_uuid])
@@ -826,3 +831,25 @@ def test_the_queue_fails_a_crash_looping_episode_when_it_starts(env):
         )
         == 1
     )
+
+
+def test_while_the_llm_is_down_nothing_is_claimed_and_attempts_are_not_spent(env):
+    store, clock, metrics, _, seen, _, add = env
+    add("a1", "A")
+    work = Work(lambda m: (_ for _ in ()).throw(errors.LLMTransientError("Connection error.")))
+    queue = EpisodeQueue(store, work, metrics, clock, max_attempts=2, poll_seconds=0.05)
+    work.up = False
+    queue.start()
+    try:
+        import time
+
+        time.sleep(0.3)
+        assert get_message(store, "a1")["state"] == "queued"  # not claimed while down
+    finally:
+        queue.stop(timeout=5)
+    claim_next(store, "w", clock(), 60)  # a call failed as the LLM went down
+    queue._failed({**get_message(store, "a1"), "seq": None}, errors.LLMTransientError("x"), 0.1)
+    message = get_message(store, "a1")
+    assert (message["state"], message["attempts"]) == ("queued", 0)  # the attempt refunded
+    status = store.fetchone("SELECT status_detail FROM episodes WHERE uuid = 'a1'")[0]
+    assert "LLM is unavailable" in status

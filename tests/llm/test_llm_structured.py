@@ -23,7 +23,7 @@ from workbench.llm.structured import (
 
 
 class Entity(BaseModel):
-    name: str = Field(description="the entity's name")
+    name: str = Field(min_length=1, max_length=200, description="the entity's name")
     kind: Literal["Person", "Place"] = "Person"
     importance: int = Field(default=3, ge=1, le=5)
     weight: float = Field(default=0.5, ge=0, le=1)
@@ -78,15 +78,16 @@ def test_grammar_schema_is_grammar_friendly():
     assert "minimum" not in item["weight"]
     assert "enum" not in item["year"] and "maximum" not in item["year"]  # too wide for an enum
     assert schema["properties"]["entities"]["maxItems"] == 64
-    assert item["name"]["maxLength"] == 2000
-    assert "maxLength" not in item["kind"]  # enums are bounded already
+    # llama.cpp's grammar compiler refuses string repetitions inside bounded arrays
+    assert not [n for n in _walk(schema) if "maxLength" in n]
+    assert item["name"]["minLength"] == 1  # a lower bound is a few rules: kept
     assert schema["additionalProperties"] is False
     assert schema["properties"]["entities"]["items"]["additionalProperties"] is False
     assert not [n for n in _walk(schema) if "default" in n or "$ref" in n]
 
 
 def test_grammar_schema_bounds_are_optional():
-    schema = grammar_schema(model_schema(ExtractedEntities), max_items=None, max_string_length=None)
+    schema = grammar_schema(model_schema(ExtractedEntities), max_items=None)
     assert "maxItems" not in schema["properties"]["entities"]
 
 

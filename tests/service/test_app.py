@@ -14,6 +14,7 @@ from service.app import create_app, max_body_bytes
 from tests.service.svc_helpers import BASE, Tick, assert_error, call, make_settings
 from workbench.facade import Workbench
 from workbench.fakes import rule_llm
+from workbench.fakes.chat_server import FakeReply
 from workbench.fakes.embedder import HashEmbedder
 from workbench.metrics import Metrics
 
@@ -327,3 +328,28 @@ def test_health_is_503_when_the_embedder_fails(wb):
         response = client.get("/health")
         assert response.status_code == 503
         assert "127.0.0.1:9" in response.json()["checks"]["embedder"]["detail"]
+
+
+def test_health_shows_an_llm_whose_calls_fail(fake_llm, hash_embedder):
+    """Configured is not enough: a backend that refuses every call shows as failing, with
+    since when and the error type, and the service as degraded."""
+    fake_llm.set_responder(lambda request: FakeReply.server_error())
+    settings = make_settings(
+        fake_llm, SVC_KNOWLEDGE_LLM_MAX_RETRIES="0", SVC_KNOWLEDGE_QUEUE_MAX_ATTEMPTS="1"
+    )
+    wb = Workbench.open(settings, embedder=hash_embedder, metrics=Metrics())
+    try:
+        with TestClient(create_app(wb, wb.settings), base_url=BASE) as client:
+            assert client.get("/health").json()["checks"]["llm"]["state"] == "ok"
+            call(client, "add_memory", {"name": "e", "episode_body": "Tom uses Python."})
+            wb.process_pending()
+            body = client.get("/health").json()
+            llm = body["checks"]["llm"]
+            assert (body["status"], llm["state"], llm["ok"]) == ("degraded", "failing", False)
+            assert llm["last_error_type"] == "InternalServerError" and llm["failing_since"]
+            fake_llm.set_responder(rule_llm.respond)
+            call(client, "add_memory", {"name": "f", "episode_body": "Maria uses Go."})
+            wb.process_pending()
+            assert client.get("/health").json()["checks"]["llm"]["state"] == "ok"
+    finally:
+        wb.close()

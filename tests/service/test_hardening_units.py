@@ -152,7 +152,7 @@ def test_serve_freezes_the_loaded_workbench_before_it_starts_the_workers(monkeyp
         def close(self):
             calls.append("close")
 
-    def fake_open(settings, embedder=None):
+    def fake_open(settings, embedder=None, llm_health=None):
         calls.append("open")
         return FakeWorkbench()
 

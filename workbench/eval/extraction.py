@@ -51,18 +51,6 @@ from typing import Any
 from workbench.errors import InvalidInput
 from workbench.names import loose_name_key, relation_name
 
-ENTITY_TYPES = (
-    "Person",
-    "Organization",
-    "Project",
-    "Tool",
-    "Place",
-    "Preference",
-    "Event",
-    "Concept",
-)
-
-
 # --- normalisation ----------------------------------------------------------------------
 
 

@@ -44,7 +44,7 @@ from typing import Any, Protocol
 
 from workbench.clock import Clock
 from workbench.ingest.group_commit import GroupCommit
-from workbench.ingest.retry import categorize, decide
+from workbench.ingest.retry import TRANSIENT, categorize, decide
 from workbench.metrics import Metrics
 from workbench.store import Store
 from workbench.store import queue as q
@@ -72,6 +72,11 @@ class EpisodeWork(Protocol):
 
     def commit(self, results: list[Any], ack: Callable[[], None]) -> None:
         """Write the prepared results in one transaction that also calls ``ack()``."""
+        ...
+
+    def available(self) -> bool:
+        """False while the work cannot be done (its LLM is known to be down): nothing is
+        claimed, and a transient failure meanwhile does not spend an attempt."""
         ...
 
 
@@ -250,6 +255,8 @@ class EpisodeQueue:
             preparing = len(self._unfinished)
         room = 2 * self.concurrency - preparing
         if preparing > self.concurrency or room <= 0 or not self._may_claim:
+            return 0
+        if not self.work.available():  # the next poll looks again
             return 0
         events = self._claim_events
         self._last_claim = time.monotonic()
@@ -548,6 +555,9 @@ class EpisodeQueue:
         )
         now = self.clock()
         seq = message.get("seq")
+        if category in TRANSIENT and not self.work.available():
+            self._wait_for_llm(message, category, text, now)
+            return
         if decision.action == "retry":
             if not q.schedule_retry(
                 self.store,
@@ -584,6 +594,18 @@ class EpisodeQueue:
         self._on_status(uuid, "failed", f"{category}: {text}")
         end = (now - message["enqueued_at"]).total_seconds()
         self.metrics.record_processing_complete(QUEUE_NAME, duration, False, category, end)
+
+    def _wait_for_llm(self, message: QueueMessage, category: str, text: str, now) -> None:
+        """The LLM is known to be down: the message waits for it without spending the
+        attempt (it is claimed again once the LLM is back)."""
+        uuid = message["episode_uuid"]
+        if not q.schedule_retry(
+            self.store, uuid, now, category, text, False, message.get("seq"), refund=True
+        ):
+            self._stale_failure(message, category, text)
+            return
+        log.warning("episode %s waits for the LLM (down; attempt not counted): %s", uuid, text)
+        self._on_status(uuid, "queued", f"waiting: the LLM is unavailable ({category})")
 
     @staticmethod
     def _stale_failure(message: QueueMessage, category: str, text: str) -> None:

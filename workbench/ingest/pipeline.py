@@ -81,6 +81,11 @@ class EpisodePipeline:
         for item in self.writer.write(results, also=ack):
             self.metrics.record_episode_processed(item.group_id)
 
+    def available(self) -> bool:
+        """False while the LLM is known to be down (a supervisor restarts it)."""
+        health = getattr(self.chat, "health", None)
+        return self.chat is not None and (health is None or health.available)
+
     def forget_groups(self, group_ids: list[str]) -> None:
         """Episodes of these groups were deleted: their context is read again when needed."""
         if self.recent is not None:

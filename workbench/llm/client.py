@@ -37,6 +37,7 @@ from workbench.clock import Clock, utcnow
 from workbench.config import Settings
 from workbench.errors import LLMError, StructuredOutputError, TruncatedOutput
 from workbench.llm.caching import cache_tokens, caching_applies, to_multipart
+from workbench.llm.health import LLMHealth
 from workbench.llm.pricing import Cost, PriceTable, Usage, compute_cost
 from workbench.llm.retry import (
     ErrorInfo,
@@ -117,6 +118,7 @@ class CompatChatModel:
         client: openai.OpenAI | None = None,
         monotonic: Callable[[], float] = time.monotonic,
         rng: random.Random | None = None,
+        health: LLMHealth | None = None,
     ):
         if structured_output not in MODES:
             raise ValueError(f"structured_output must be one of {MODES}, not {structured_output!r}")
@@ -136,6 +138,8 @@ class CompatChatModel:
         self._throttle = RequestThrottle(requests_per_minute, sleep=sleep, monotonic=monotonic)
         self._token_param = "max_tokens"
         self._warned_unpriced: set[str] = set()
+        # what the calls observe of the backend (GET /health, the queue's claims)
+        self.health = health if health is not None else LLMHealth(clock)
         self._client = client or openai.OpenAI(
             base_url=self.base_url, api_key=api_key or NO_API_KEY, timeout=timeout, max_retries=0
         )
@@ -203,9 +207,11 @@ class CompatChatModel:
                 )
             except openai.OpenAIError as exc:
                 info = classify_error(exc)
+                self.health.failed(info.error_type, info.message)
                 self._record_failure(call, info, time.perf_counter() - start)
                 self._after_failure(call, info, exc)
                 continue
+            self.health.succeeded()
             return self._reply(call, completion, time.perf_counter() - start)
 
     def _after_failure(self, call: _Call, info: ErrorInfo, exc: BaseException) -> None:
@@ -416,8 +422,10 @@ def build_chat_model(
     metrics: Metrics,
     store: Store | None = None,
     clock: Clock = utcnow,
+    health: LLMHealth | None = None,
 ) -> CompatChatModel | None:
-    """The configured chat model, or None when no LLM is configured."""
+    """The configured chat model, or None when no LLM is configured (``health``: a record
+    shared with a supervisor of the backend)."""
     if not settings.llm_configured:
         return None
     key = settings.compat_api_key.get_secret_value() if settings.compat_api_key else None
@@ -436,4 +444,5 @@ def build_chat_model(
         cache_enabled=settings.prompt_cache_enabled,
         log_requests=settings.prompt_cache_log_requests,
         clock=clock,
+        health=health,
     )

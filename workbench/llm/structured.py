@@ -86,14 +86,16 @@ def inline_refs(schema: dict[str, Any]) -> dict[str, Any]:
     return walk(copy.deepcopy(schema), ())
 
 
-def grammar_schema(
-    schema: dict[str, Any],
-    max_items: int | None = 64,
-    max_string_length: int | None = 2000,
-) -> dict[str, Any]:
-    """A schema grammar engines honour: refs inlined, small integer ranges as ``enum``,
-    ignored keywords removed, objects closed, arrays and strings bounded (so a weak model
-    cannot run on)."""
+def grammar_schema(schema: dict[str, Any], max_items: int | None = 64) -> dict[str, Any]:
+    """A schema grammar engines compile and honour: refs inlined, small integer ranges as
+    ``enum``, ignored keywords removed, objects closed, arrays bounded.
+
+    String lengths are left unbounded above on purpose: a grammar compiler expands
+    ``maxLength`` N into N nested optional rules, and inside a bounded array llama.cpp refuses the product
+    ("number of rules that are going to be repeated multiplied by the new repetition exceeds
+    sane defaults") and its server dies. A reply that runs on is stopped by ``max_tokens``
+    (``finish_reason`` ``length``: retried once with more room, then a truncation error) and a
+    string over the model's limit fails validation."""
 
     def walk(node: Any) -> Any:
         if isinstance(node, list):
@@ -111,16 +113,10 @@ def grammar_schema(
         elif kind == "number":
             out.pop("minimum", None)
             out.pop("maximum", None)
+        elif kind == "string":
+            out.pop("maxLength", None)
         elif kind == "array" and max_items is not None and "maxItems" not in out:
             out["maxItems"] = max_items
-        elif (
-            kind == "string"
-            and max_string_length is not None
-            and "maxLength" not in out
-            and "enum" not in out
-            and "format" not in out
-        ):
-            out["maxLength"] = max_string_length
         return out
 
     return walk(inline_refs(schema))

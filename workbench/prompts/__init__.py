@@ -4,18 +4,8 @@ The system prompts are long, fixed texts placed first so that a provider's promp
 reuse them across episodes; everything that varies goes in the last (user) message.
 """
 
-from typing import Literal
+from typing import Literal, get_args
 
-ENTITY_TYPES = (
-    "Person",
-    "Organization",
-    "Project",
-    "Tool",
-    "Place",
-    "Preference",
-    "Event",
-    "Concept",
-)
 EntityType = Literal[
     "Person",
     "Organization",
@@ -26,6 +16,8 @@ EntityType = Literal[
     "Event",
     "Concept",
 ]
+# the one list of entity types: extraction asks for them, evaluation's labels use them
+ENTITY_TYPES: tuple[str, ...] = get_args(EntityType)
 # Integer ranges as enums: grammar engines ignore minimum/maximum but honour enums.
 Score = Literal[1, 2, 3, 4, 5]
 

@@ -216,22 +216,26 @@ def schedule_retry(
     message: str,
     validation_failure: bool,
     seq: int | None = None,
+    refund: bool = False,
 ) -> bool:
     """Queue a failed message again, due at ``available_at``; whether it was (see
-    :func:`_still_claimed`: a message done, deleted or added again meanwhile is left alone)."""
+    :func:`_still_claimed`: a message done, deleted or added again meanwhile is left alone).
+    ``refund``: the failed attempt does not count (the backend was known to be down)."""
     with store.transaction():
         if not _still_claimed(store, episode_uuid, seq):
             return False
         store.execute(
             """UPDATE queue SET state = 'queued', available_at = ?, lease_owner = NULL,
                    leased_until = NULL, error_type = ?, error_message = ?,
-                   validation_failures = validation_failures + ?
+                   validation_failures = validation_failures + ?,
+                   attempts = greatest(attempts - ?, 0)
                WHERE episode_uuid = ?""",
             [
                 available_at,
                 error_type,
                 scrub(message),
                 1 if validation_failure else 0,
+                1 if refund else 0,
                 episode_uuid,
             ],
         )
