@@ -91,11 +91,11 @@ def grammar_schema(schema: dict[str, Any], max_items: int | None = 64) -> dict[s
     ``enum``, ignored keywords removed, objects closed, arrays bounded.
 
     String lengths are left unbounded above on purpose: a grammar compiler expands
-    ``maxLength`` N into N nested optional rules, and inside a bounded array llama.cpp refuses the product
-    ("number of rules that are going to be repeated multiplied by the new repetition exceeds
-    sane defaults") and its server dies. A reply that runs on is stopped by ``max_tokens``
-    (``finish_reason`` ``length``: retried once with more room, then a truncation error) and a
-    string over the model's limit fails validation."""
+    ``maxLength`` N into N nested optional rules, and inside a bounded array llama.cpp
+    refuses the product ("number of rules that are going to be repeated multiplied by the new
+    repetition exceeds sane defaults") and its server dies. A reply that runs on is stopped
+    by ``max_tokens`` (``finish_reason`` ``length``: retried once with more room, then a
+    truncation error) and a string over the model's limit fails validation."""
 
     def walk(node: Any) -> Any:
         if isinstance(node, list):
