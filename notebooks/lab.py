@@ -309,3 +309,16 @@ def ingest(workbench: Workbench, episodes: list[dict], progress: bool = True) ->
     for episode in tqdm(episodes, desc="add_memory", disable=not progress):
         workbench.add_memory(**episode)
     return workbench.process_pending()
+
+
+def live_tables(db_path: str | None = None):
+    """A DuckDB connection over the live database: a fresh, consistent snapshot written by the
+    running ``workbench serve`` that holds it, or the file itself (read-only) when none does.
+
+        con = lab.live_tables()                      # SVC_KNOWLEDGE_DB_PATH or the default
+        con.sql("SELECT status, count(*) FROM episodes GROUP BY 1").df()
+    """
+    from service.live import snapshot
+
+    overrides = {"db_path": db_path} if db_path else {}
+    return snapshot(load_settings(env_file=ROOT / ".env", **overrides))

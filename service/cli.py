@@ -19,6 +19,7 @@ import json
 import logging
 import sys
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 from service.bootstrap import freeze_loaded_memory, open_workbench, secrets_of
@@ -65,14 +66,36 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def cmd_mcp(args: argparse.Namespace) -> int:
+    """MCP over stdio: through the live service when one holds the database, else on the
+    database itself. A database that cannot be opened does not close the connection: every
+    tool answers with the reason."""
     import anyio
 
+    from service.live import RemoteWorkbench, UnavailableWorkbench, find_live
     from service.logs import setup_logging
     from service.mcp_server import run_stdio
 
     settings = settings_from(args)
     setup_logging(settings.log_level, secrets_of(settings), fmt="text")
-    with open_workbench(settings, start=True) as workbench:
+    try:
+        live = find_live(settings)
+    except WorkbenchError as exc:
+        anyio.run(run_stdio, UnavailableWorkbench(exc.message))
+        return 0
+    if live is not None:
+        log.info("the database is held by the service at %s: serving its tools", live.url)
+        try:
+            anyio.run(run_stdio, RemoteWorkbench(live))
+        finally:
+            live.close()
+        return 0
+    try:
+        workbench = open_workbench(settings, start=True)
+    except WorkbenchError as exc:
+        log.error("the database cannot be opened: %s", exc.message)
+        anyio.run(run_stdio, UnavailableWorkbench(exc.message))
+        return 0
+    with workbench:
         freeze_loaded_memory()
         anyio.run(run_stdio, workbench)
     return 0
@@ -87,13 +110,32 @@ def cmd_embed_server(args: argparse.Namespace) -> int:
     return serve_embeddings(settings, host=args.host or "127.0.0.1", port=port, model=model)
 
 
+def on_database(args: argparse.Namespace, local, remote) -> Any:
+    """``remote(live)`` through the service that holds the database, else ``local(workbench)``
+    on the database itself."""
+    from service.live import find_live
+
+    settings = settings_from(args)
+    live = find_live(settings)
+    if live is not None:
+        try:
+            return remote(live)
+        finally:
+            live.close()
+    with open_workbench(settings) as workbench:
+        return local(workbench)
+
+
 def cmd_maintenance(args: argparse.Namespace) -> int:
     from service.logs import setup_logging
 
     settings = settings_from(args)
     setup_logging(settings.log_level, secrets_of(settings), fmt="text")
-    with open_workbench(settings) as workbench:
-        report = workbench.run_decay_maintenance(dry_run=args.dry_run)
+    report = on_database(
+        args,
+        lambda wb: wb.run_decay_maintenance(dry_run=args.dry_run),
+        lambda live: live.call("run_decay_maintenance", {"dry_run": args.dry_run}),
+    )
     print_json(report)
     return 0 if report.get("status", "success") != "failure" else EXIT_FAILURE
 
@@ -103,24 +145,92 @@ def cmd_import(args: argparse.Namespace) -> int:
 
     settings = settings_from(args)
     setup_logging(settings.log_level, secrets_of(settings), fmt="text")
-    with open_workbench(settings) as workbench:
-        summary = workbench.import_jsonl(args.file, progress=not args.quiet, group_id=args.group_id)
+    summary = on_database(
+        args,
+        lambda wb: wb.import_jsonl(args.file, progress=not args.quiet, group_id=args.group_id),
+        lambda live: import_through(live, args.file, args.group_id, not args.quiet),
+    )
     print_json(summary)
     return 0
 
 
+IMPORT_CHUNK = 1000
+
+
+def import_through(live, path: str, group_id: str | None, progress: bool) -> dict[str, Any]:
+    """Stream an import file to the live service in chunks (the service imports each in
+    its transactions); the report is the sum of the chunks' reports, with file line numbers."""
+    from tqdm.auto import tqdm
+
+    from workbench.ingest.importer import read_lines
+
+    total = {
+        "entities_created": 0,
+        "entities_existing": 0,
+        "facts_created": 0,
+        "facts_existing": 0,
+        "errors": [],
+        "error_count": 0,
+    }
+    chunk: list[str] = []
+    first = 1
+    bar = tqdm(desc="import", unit="line", disable=not progress)
+
+    def send() -> None:
+        arguments = {"lines": chunk, "first_line": first}
+        if group_id:
+            arguments["group_id"] = group_id
+        report = live.call("import_memories", arguments)
+        for key in (
+            "entities_created",
+            "entities_existing",
+            "facts_created",
+            "facts_existing",
+            "error_count",
+        ):
+            total[key] += report.get(key, 0)
+        total["errors"] = (total["errors"] + report.get("errors", []))[:100]
+        bar.update(len(chunk))
+
+    for number, line in read_lines(path):
+        if not chunk:
+            first = number
+        chunk.append(line)
+        if len(chunk) >= IMPORT_CHUNK:
+            send()
+            chunk = []
+    if chunk:
+        send()
+    bar.close()
+    return total
+
+
 def cmd_export(args: argparse.Namespace) -> int:
-    settings = settings_from(args)
-    with open_workbench(settings) as workbench:
-        written = workbench.export_parquet(args.dir)
+    target = Path(args.dir).expanduser().resolve()
+    written = on_database(
+        args,
+        lambda wb: wb.export_parquet(target),
+        lambda live: moved_snapshot(live.call("export_snapshot"), target),
+    )
     print_json(written)
     return 0
 
 
+def moved_snapshot(snapshot: dict[str, Any], target: Path) -> dict[str, str]:
+    """The service's snapshot (in a folder of its own on this machine) moved into ``target``
+    (created when missing; a table's file there is replaced, as a local export does)."""
+    import shutil
+
+    target.mkdir(parents=True, exist_ok=True)
+    moved = {}
+    for table, path in snapshot["tables"].items():
+        moved[table] = str(shutil.move(path, target / Path(path).name))
+    shutil.rmtree(snapshot["directory"], ignore_errors=True)
+    return moved
+
+
 def cmd_status(args: argparse.Namespace) -> int:
-    settings = settings_from(args)
-    with open_workbench(settings) as workbench:
-        print_json(workbench.get_status())
+    print_json(on_database(args, lambda wb: wb.get_status(), lambda live: live.call("get_status")))
     return 0
 
 

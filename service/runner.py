@@ -27,6 +27,7 @@ from typing import Any
 import uvicorn
 
 from service.bootstrap import freeze_loaded_memory, open_workbench, secrets_of
+from service.live import remove_record, write_record
 from service.logs import setup_logging
 from service.middleware import is_loopback
 from workbench.config import Settings
@@ -259,9 +260,16 @@ def serve(
                 getattr(workbench.chat, "model", None)
                 or "not configured (episodes wait in the queue)",
             )
+            # the CLI, stdio MCP and notebooks reach this database through the tools now
+            write_record(
+                settings.db_location(),
+                client_url(settings.host, main_sock),
+                bool(settings.api_token and settings.api_token.get_secret_value()),
+            )
 
         asyncio.run(serve_all(pairs, ready))
     finally:
+        remove_record(settings.db_location())
         log.info("stopping the workbench: finishing or releasing queued work")
         try:
             workbench.stop(timeout=QUEUE_STOP_SECONDS)
@@ -302,6 +310,13 @@ def serve_embeddings(settings: Settings, host: str, port: int, model: str) -> in
 
     asyncio.run(serve_all([(make_server(create_embed_app(embedder)), sock)], ready))
     return 0
+
+
+def client_url(host: str, sock: socket.socket) -> str:
+    """Where a client on this machine reaches a server bound to ``host`` (a wildcard bind is
+    reached through loopback)."""
+    reach = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(host, host)
+    return f"http://{_url_host(reach)}:{sock.getsockname()[1]}"
 
 
 def _url_host(host: str) -> str:

@@ -156,6 +156,20 @@ class MaintenanceArgs(Args):
     dry_run: bool = Field(False, description="Report what would change without changing it.")
 
 
+class ImportArgs(Args):
+    lines: list[str | dict[str, Any]] = Field(
+        min_length=1,
+        max_length=5000,
+        description="Lines of an import file: JSON strings or objects, each an entity "
+        "({'type': 'entity', 'name', ...}) or a fact ({'type': 'fact', 'source', 'target', "
+        "'fact', ...}).",
+    )
+    group_id: str | None = Field(None, description="Group for lines that name none.")
+    first_line: int = Field(
+        1, ge=1, description="Line number of the first line (errors name file lines)."
+    )
+
+
 class ClassifyArgs(Args):
     text: str = Field(min_length=1, description="The memory text to rate.")
 
@@ -302,6 +316,23 @@ TOOLS: tuple[Tool, ...] = (
         "for a new memory; reports whether the LLM or the defaults were used.",
         ClassifyArgs,
         "classify_memory",
+        read_only=True,
+    ),
+    Tool(
+        "import_memories",
+        "Import pre-extracted entities and facts (the JSON-lines import format), no LLM: "
+        "facts name their endpoint entities, created when missing. Returns counts and the "
+        "lines that were refused, with their line numbers.",
+        ImportArgs,
+        "import_memories",
+    ),
+    Tool(
+        "export_snapshot",
+        "Write a consistent Parquet snapshot of every table (episodes, entities, facts, LLM "
+        "calls, queue, maintenance runs...) into a new private temporary folder on the "
+        "service's host and return the file paths, for analysis while the service runs.",
+        NoArgs,
+        "export_snapshot",
         read_only=True,
     ),
     Tool(

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+import tempfile
 import uuid as uuidlib
 from collections.abc import Sequence
 from datetime import date, datetime
@@ -46,6 +47,7 @@ GROUP_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:\-]{0,127}$")
 SOURCES = ("text", "message", "json")
 MAX_NAME = 500
 MAX_LIST = 1000
+MAX_IMPORT_LINES = 5000
 _DEFAULT = object()
 
 
@@ -290,12 +292,27 @@ class Workbench:
         source: str | Path | Sequence[Any],
         progress: bool = False,
         group_id: str | None = None,
+        first_line: int = 1,
     ) -> dict[str, Any]:
-        """Import pre-extracted entities and facts (JSON lines), no LLM."""
+        """Import pre-extracted entities and facts (JSON lines), no LLM. ``first_line``
+        numbers the lines of ``source`` when it is a chunk of a larger file."""
         importer = Importer(
             self.store, self.embedder, self.clock, self._group(group_id), self.publisher
         )
-        return importer.run(source, progress=progress).as_dict()
+        return importer.run(source, progress=progress, first_line=first_line).as_dict()
+
+    def import_memories(
+        self, lines: Sequence[Any], group_id: str | None = None, first_line: int = 1
+    ) -> dict[str, Any]:
+        """The tool of ``import_jsonl``: lines (JSON strings or objects) of an import file,
+        numbered from ``first_line`` in the report's errors."""
+        if isinstance(lines, str) or not isinstance(lines, (list, tuple)):
+            raise errors.InvalidInput("'lines' must be a list of JSON lines or objects")
+        if len(lines) > MAX_IMPORT_LINES:
+            raise errors.InvalidInput(
+                f"'lines' has {len(lines)} items; send at most {MAX_IMPORT_LINES} a call"
+            )
+        return self.import_jsonl(list(lines), group_id=group_id, first_line=first_line)
 
     # --- search -------------------------------------------------------------------------
     def search_memory_nodes(
@@ -473,6 +490,13 @@ class Workbench:
 
     def export_parquet(self, directory: str | Path) -> dict[str, str]:
         return {k: str(v) for k, v in self.store.export_parquet(directory).items()}
+
+    def export_snapshot(self) -> dict[str, Any]:
+        """A consistent Parquet snapshot of every table, written by this process into a new
+        private temporary folder on this host (the caller, on the same machine, moves or
+        reads the files; a caller never chooses where the service writes)."""
+        path = Path(tempfile.mkdtemp(prefix="workbench-snapshot-"))
+        return {"directory": str(path), "tables": self.export_parquet(path)}
 
 
 def _scrubbed(rows: list[dict[str, Any]], field: str) -> list[dict[str, Any]]:

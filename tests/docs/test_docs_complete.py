@@ -389,3 +389,31 @@ def test_labelled_vocabulary_is_documented():
     text = page("scoring.md")
     assert missing(relations, text) == []
     assert missing(ENTITY_TYPES, text) == []
+
+
+def test_the_mcp_client_configurations_have_the_shape_clients_read():
+    """The quickstart's ready-to-paste MCP entries: JSON that parses, a stdio entry with an
+    absolute command, ``mcp`` and the database in its environment, an HTTP entry at /mcp."""
+    import json
+    import re
+    import shlex
+
+    text = (DOCS / "quickstart.md").read_text()
+    blocks = [json.loads(b) for b in re.findall(r"```json\n(.*?)```", text, re.S)]
+    servers = [b["mcpServers"]["knowledge"] for b in blocks if "mcpServers" in b]
+    stdio = [s for s in servers if "command" in s]
+    http = [s for s in servers if "url" in s]
+    assert stdio and http
+    for entry in stdio:
+        assert entry["command"].startswith("/") and entry["command"].endswith("/workbench")
+        assert entry["args"] == ["mcp"]
+        assert entry["env"]["SVC_KNOWLEDGE_DB_PATH"].startswith("/")
+    assert all(s["url"].endswith("/mcp") for s in http)
+    adds = [shlex.split(line) for line in text.splitlines() if line.startswith("claude mcp add")]
+    stdio_add = next(a for a in adds if "--" in a)
+    assert stdio_add[stdio_add.index("--") + 1].startswith("/")
+    assert stdio_add[stdio_add.index("--") + 2 :] == ["mcp"]
+    assert any(
+        a[a.index("--env") + 1].startswith("SVC_KNOWLEDGE_DB_PATH=/") for a in adds if "--env" in a
+    )
+    assert any("--transport" in a and a[-1].endswith("/mcp") for a in adds)

@@ -25,6 +25,8 @@ DESIGN_TOOLS = {
     "get_queue_status",
     "retry_failed_episodes",
     "run_decay_maintenance",
+    "import_memories",
+    "export_snapshot",
     "get_knowledge_health",
     "classify_memory",
     "recover_soft_deleted",

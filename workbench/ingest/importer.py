@@ -79,16 +79,29 @@ class ImportReport:
         return {**self.__dict__, "errors": self.errors[:100], "error_count": len(self.errors)}
 
 
-def read_lines(source: str | Path | Iterable[str] | Iterable[dict]) -> Iterable[tuple[int, Any]]:
-    """Yield (line number, raw item) from a path, an iterable of JSON strings, or dicts."""
+def read_lines(
+    source: str | Path | Iterable[str] | Iterable[dict], first_line: int = 1
+) -> Iterable[tuple[int, Any]]:
+    """Yield (line number, raw item) from a path, an iterable of JSON strings, or dicts
+    (numbered from ``first_line``: a chunk of a file keeps the file's line numbers)."""
     if isinstance(source, (str, Path)):
         path = Path(source)
         if not path.is_file():
             raise InvalidInput(f"import file not found: {path}")
-        with path.open(encoding="utf-8") as handle:
-            yield from enumerate(handle, start=1)
+        with path.open("rb") as handle:
+            for number, raw in enumerate(handle, start=first_line):
+                yield number, _decoded(raw, number, path)
         return
-    yield from enumerate(source, start=1)
+    yield from enumerate(source, start=first_line)
+
+
+def _decoded(raw: bytes, number: int, path: Path) -> str:
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise InvalidInput(
+            f"{path} is not a JSON-lines text file: line {number} is not UTF-8 text"
+        ) from None
 
 
 def parse(items: Iterable[tuple[int, Any]], report: ImportReport) -> list[EntityLine | FactLine]:
@@ -129,9 +142,9 @@ class Importer:
         self.default_group = default_group
         self.index = index  # told of each chunk after its commit, under its gate
 
-    def run(self, source, progress: bool = False) -> ImportReport:
+    def run(self, source, progress: bool = False, first_line: int = 1) -> ImportReport:
         report = ImportReport()
-        lines = parse(read_lines(source), report)
+        lines = parse(read_lines(source, first_line), report)
         bar = _progress(len(lines), progress)
         for start in range(0, len(lines), BATCH):
             chunk = lines[start : start + BATCH]
