@@ -4,6 +4,7 @@ official MCP client."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -76,7 +77,9 @@ def settings_for(env: dict, db: Path):
     return load_settings({**env, "SVC_KNOWLEDGE_DB_PATH": str(db)}, env_file=None)
 
 
-async def mcp_session(env: dict, db: Path) -> tuple[list[str], dict]:
+@contextlib.asynccontextmanager
+async def stdio_mcp(env: dict, db: Path):
+    """A session of the official MCP client with ``workbench mcp`` spawned over stdio."""
     from mcp import ClientSession, StdioServerParameters
     from mcp.client.stdio import stdio_client
 
@@ -89,6 +92,11 @@ async def mcp_session(env: dict, db: Path) -> tuple[list[str], dict]:
     )
     async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
         await session.initialize()
+        yield session
+
+
+async def mcp_session(env: dict, db: Path) -> tuple[list[str], dict]:
+    async with stdio_mcp(env, db) as session:
         tools = [tool.name for tool in (await session.list_tools()).tools]
         found = await session.call_tool("search_memory_facts", {"query": "where does Maria work"})
         return tools, found.structured_content
@@ -167,19 +175,8 @@ async def test_stdio_mcp_reports_a_database_it_cannot_open_as_a_tool_error(env, 
     db = tmp_path / "kb.duckdb"
     holder = duckdb.connect(str(db))  # another process's lock, no service record
     try:
-        from mcp import ClientSession, StdioServerParameters
-        from mcp.client.stdio import stdio_client
-
-        clean = {k: v for k, v in os.environ.items() if not k.startswith("SVC_KNOWLEDGE_")}
-        params = StdioServerParameters(
-            command=sys.executable,
-            args=["-m", "service.cli", "mcp", "--db", str(db)],
-            env={**clean, **env},
-            cwd=str(db.parent),
-        )
-        async with stdio_client(params) as (read, write), ClientSession(read, write) as s:
-            await s.initialize()
-            result = await s.call_tool("get_status", {})
+        async with stdio_mcp(env, db) as session:
+            result = await session.call_tool("get_status", {})
             assert result.is_error
             assert "locked" in result.content[0].text
     finally:
