@@ -853,3 +853,15 @@ def test_while_the_llm_is_down_nothing_is_claimed_and_attempts_are_not_spent(env
     assert (message["state"], message["attempts"]) == ("queued", 0)  # the attempt refunded
     status = store.fetchone("SELECT status_detail FROM episodes WHERE uuid = 'a1'")[0]
     assert "LLM is unavailable" in status
+
+
+def test_drain_stops_while_the_llm_is_down_instead_of_spinning(env):
+    store, clock, metrics, _, _, _, add = env
+    add("a1", "A")
+    work = Work(lambda m: m["episode_uuid"])
+    work.up = False
+    queue = EpisodeQueue(store, work, metrics, clock)
+    assert queue.drain() == 0
+    assert get_message(store, "a1")["state"] == "queued"
+    work.up = True
+    assert queue.drain() == 1

@@ -409,7 +409,9 @@ class EpisodeQueue:
 
     def _claim_and_process(self, owner: str, limit: int) -> int:
         """Claim up to ``limit`` due messages, prepare them and write them together. Returns
-        how many."""
+        how many (none while the work is unavailable: ``drain`` then stops)."""
+        if not self.work.available():
+            return 0
         now = self.clock()
         self._requeue_expired(now)
         with self.gate:
