@@ -25,6 +25,7 @@ from litestar.params import FromHeader, FromPath, HeaderParameter, JSONBody
 from litestar.plugins.pydantic import PydanticPlugin
 from litestar.types import Receive, Scope, Send
 
+from service.bootstrap import package_version
 from service.errors import exception_handler
 from service.health import EmbedderProbe, health
 from service.logs import RequestContextMiddleware
@@ -42,15 +43,6 @@ from service.tools import TOOLS, Tool, get_tool
 from workbench.config import Settings
 
 MIN_BODY_BYTES = 1024 * 1024
-
-
-def package_version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("knowledge-workbench")
-    except PackageNotFoundError:  # pragma: no cover - running from a bare checkout
-        return "0.0.0"
 
 
 def max_body_bytes(settings: Settings) -> int:

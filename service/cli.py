@@ -22,7 +22,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from service.bootstrap import freeze_loaded_memory, open_workbench, secrets_of
+from service.bootstrap import freeze_loaded_memory, open_workbench, package_version, secrets_of
 from workbench.config import Settings, load_settings
 from workbench.errors import ConfigError, WorkbenchError
 
@@ -250,6 +250,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Knowledge Workbench: long-term memory for AI assistants.",
         epilog="Settings: SVC_KNOWLEDGE_* environment variables (or .env); flags override.",
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {package_version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     serve = sub.add_parser(

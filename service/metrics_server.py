@@ -40,7 +40,8 @@ def scrape(workbench: Any) -> bytes:
 def create_metrics_app(workbench: Any, token: str | None = None) -> Litestar:
     @get(METRICS_PATH, sync_to_thread=True)
     def metrics() -> Response[bytes]:
-        return Response(content=scrape(workbench), media_type=CONTENT_TYPE)
+        # Litestar appends the charset to a text media type itself: name the type without it
+        return Response(content=scrape(workbench), media_type=CONTENT_TYPE.split("; charset")[0])
 
     @get("/health/decay", sync_to_thread=True)
     def health_decay() -> dict[str, Any]:

@@ -20,6 +20,7 @@ from litestar.exceptions import HTTPException
 from litestar.middleware import DefineMiddleware
 from litestar.response import Stream
 
+from service.bootstrap import package_version
 from service.middleware import (
     BearerAuthMiddleware,
     Exposure,
@@ -230,6 +231,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="voice-server", description="Local Kokoro voice notification server"
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {package_version()}")
     parser.add_argument("--host", help="bind address (env VOICE_HOST; default 127.0.0.1)")
     parser.add_argument("--port", type=int, help="port (env VOICE_PORT or PORT; default 8888)")
     parser.add_argument(

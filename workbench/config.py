@@ -10,15 +10,21 @@ to ``SVC_KNOWLEDGE_<FIELD NAME IN UPPER CASE>`` unless it says otherwise.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import difflib
+import logging
+import os
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlparse
 
+from dotenv import dotenv_values
 from pydantic import Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from workbench.errors import ConfigError
+
+log = logging.getLogger("workbench.config")
 
 ENV_PREFIX = "SVC_KNOWLEDGE_"
 DEFAULT_DB_PATH = "data/knowledge.duckdb"
@@ -190,6 +196,32 @@ def _env_name(loc: tuple[Any, ...]) -> str:
     return ENV_PREFIX + field.upper()
 
 
+_warned: set[str] = set()
+
+
+def unknown_settings(names: Iterable[str]) -> list[tuple[str, str | None]]:
+    """``(name, closest known name or None)`` for every ``SVC_KNOWLEDGE_*`` name that is no
+    setting (a misspelled variable would otherwise be silently ignored)."""
+    known = [field.upper() for field in Settings.model_fields]
+    found = []
+    for name in dict.fromkeys(names):
+        upper = name.upper()
+        if upper.startswith(ENV_PREFIX) and upper[len(ENV_PREFIX) :] not in known:
+            # compared without the shared prefix, which would make every name look close
+            close = difflib.get_close_matches(upper[len(ENV_PREFIX) :], known, n=1, cutoff=0.75)
+            found.append((name, ENV_PREFIX + close[0] if close else None))
+    return found
+
+
+def warn_unknown(names: Iterable[str]) -> None:
+    """Log each unknown ``SVC_KNOWLEDGE_*`` name once per process, with the closest one."""
+    for name, close in unknown_settings(names):
+        if name not in _warned:
+            _warned.add(name)
+            hint = f"; did you mean {close}?" if close else ""
+            log.warning("unknown setting %s is ignored%s", name, hint)
+
+
 def load_settings(
     environ: Mapping[str, str] | None = None,
     env_file: str | Path | None = ".env",
@@ -200,6 +232,10 @@ def load_settings(
     A bad value raises :class:`ConfigError` with one line naming the variable and what is
     expected; secrets never appear in the message.
     """
+    names = list(os.environ if environ is None else environ)
+    if environ is None and env_file and Path(env_file).is_file():
+        names += list(dotenv_values(env_file))
+    warn_unknown(names)
     try:
         if environ is not None:
             data = {

@@ -25,7 +25,10 @@ from prometheus_client import (
     CollectorRegistry,
     Counter,
     Gauge,
+    GCCollector,
     Histogram,
+    PlatformCollector,
+    ProcessCollector,
     generate_latest,
 )
 
@@ -101,7 +104,11 @@ class Metrics:
         self.max_group_labels = max_group_labels
         self._group_labels: set[str] = set()
         self.cache_enabled = cache_enabled
-        self.registry = registry or CollectorRegistry(auto_describe=True)
+        if registry is None:  # its own registry, with the process and Python collectors
+            registry = CollectorRegistry(auto_describe=True)
+            for collector in (ProcessCollector, PlatformCollector, GCCollector) if enabled else ():
+                collector(registry=registry)
+        self.registry = registry
         self._lock = threading.Lock()
         self._lazy: dict[str, Counter] = {}
         self._cache_hits = 0

@@ -221,6 +221,8 @@ def metric_rows(metrics: Metrics | None = None) -> list[dict[str, Any]]:
     rows = []
     # prometheus_client keeps no public list of collectors; this mapping is the registry.
     for collector in list(m.registry._collector_to_names):  # noqa: SLF001
+        if not hasattr(collector, "_name"):  # the standard process/platform/gc collectors
+            continue
         kind = type(collector).__name__.lower()
         name = collector._name  # noqa: SLF001
         exposed = name + "_total" if kind == "counter" else name

@@ -88,3 +88,20 @@ def test_settings_are_frozen_and_read_from_a_dotenv(tmp_path, monkeypatch):
     assert s.embedder_kind == "compat" and s.embedder_dimensions == 384
     with pytest.raises(ValidationError, match="frozen"):
         s.port = 1  # type: ignore[misc]
+
+
+def test_a_misspelled_variable_is_named_with_the_closest_setting(caplog):
+    from workbench.config import unknown_settings, warn_unknown
+
+    found = unknown_settings(
+        ["SVC_KNOWLEDGE_QUEUE_CONCURENCY", "SVC_KNOWLEDGE_PORT", "SVC_KNOWLEDGE_ZZZ", "PATH"]
+    )
+    assert found == [
+        ("SVC_KNOWLEDGE_QUEUE_CONCURENCY", "SVC_KNOWLEDGE_QUEUE_CONCURRENCY"),
+        ("SVC_KNOWLEDGE_ZZZ", None),
+    ]
+    with caplog.at_level("WARNING", logger="workbench.config"):
+        warn_unknown(["SVC_KNOWLEDGE_MODLE_NAME"])
+        warn_unknown(["SVC_KNOWLEDGE_MODLE_NAME"])  # once a process
+    assert caplog.text.count("unknown setting SVC_KNOWLEDGE_MODLE_NAME") == 1
+    assert "did you mean SVC_KNOWLEDGE_MODEL_NAME?" in caplog.text

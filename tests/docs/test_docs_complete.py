@@ -164,6 +164,8 @@ def registered_metric_names() -> set[str]:
     names = set()
     # prometheus_client has no public list of a registry's collectors
     for collector in list(metrics.registry._collector_to_names):  # noqa: SLF001
+        if not hasattr(collector, "_name"):  # process_*/python_*: prometheus_client's own
+            continue
         name = collector._name  # noqa: SLF001
         names.add(name + "_total" if type(collector).__name__ == "Counter" else name)
     return names

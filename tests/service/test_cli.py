@@ -215,3 +215,26 @@ def test_import_status_maintenance_export(cli, tmp_path, server_thread):
 def test_import_of_a_missing_file_is_one_line(cli, tmp_path):
     result = cli("import", str(tmp_path / "nope.jsonl"), "--db", str(tmp_path / "k.duckdb"))
     assert "nope.jsonl" in one_error_line(result)
+
+
+def test_both_commands_print_the_package_version():
+    import subprocess
+    import sys
+    from importlib.metadata import version
+
+    expected = version("knowledge-workbench")
+    for module, prog in (("service.cli", "workbench"), ("voice.server", "voice-server")):
+        out = subprocess.run(
+            [sys.executable, "-m", module, "--version"], capture_output=True, text=True, timeout=60
+        )
+        assert out.returncode == 0 and out.stdout.strip() == f"{prog} {expected}", out
+
+
+def test_the_package_ships_a_license_a_changelog_and_type_markers():
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    assert "Apache License" in (root / "LICENSE").read_text()
+    assert (root / "CHANGELOG.md").is_file()
+    for package in ("workbench", "service", "voice"):
+        assert (root / package / "py.typed").is_file()

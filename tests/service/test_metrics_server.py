@@ -82,3 +82,14 @@ def test_gauges_are_refreshed_from_the_database_at_each_scrape(client, wb):
     assert total >= 1
     states = {s.labels["state"]: s.value for s in families["knowledge_memories_by_state"].samples}
     assert states.get("ACTIVE", 0) >= 1
+
+
+def test_one_charset_and_the_process_and_python_collectors(client):
+    response = client.get("/metrics")
+    assert response.headers["content-type"] == "text/plain; version=0.0.4; charset=utf-8"
+    names = {
+        line.split("{")[0].split(" ")[0]
+        for line in response.text.splitlines()
+        if not line.startswith("#")
+    }
+    assert {"process_cpu_seconds_total", "python_info"} <= names
