@@ -137,14 +137,16 @@ class Workbench:
             chat = build_chat_model(
                 settings, metrics=metrics, store=store, clock=clock, health=llm_health
             )
-        if chat is None:
-            log.warning("no LLM configured: episodes are accepted and stay queued; %s", NO_LLM)
         return cls(settings, store, embedder, chat, metrics, clock)
 
     def start(self) -> None:
-        """Start the queue workers (when an LLM is configured) and the maintenance schedule."""
+        """Start the queue workers (when an LLM is configured) and the maintenance schedule.
+        Without an LLM this says so once: only a process that would process episodes warns
+        (``status``, ``export`` or ``import`` have nothing to say about it)."""
         if self.chat is not None:
             self.queue.start()
+        else:
+            log.warning("no LLM configured: episodes are accepted and stay queued; %s", NO_LLM)
         if self.settings.decay_enabled:
             self.scheduler.start()
 

@@ -238,3 +238,22 @@ def test_the_package_ships_a_license_a_changelog_and_type_markers():
     assert (root / "CHANGELOG.md").is_file()
     for package in ("workbench", "service", "voice"):
         assert (root / package / "py.typed").is_file()
+
+
+def test_only_a_process_that_would_process_episodes_warns_that_no_llm_is_configured(
+    tmp_path, caplog
+):
+    import logging
+
+    from workbench.config import load_settings
+    from workbench.facade import Workbench
+    from workbench.fakes.embedder import HashEmbedder
+
+    settings = load_settings({"SVC_KNOWLEDGE_DB_PATH": ":memory:"}, env_file=None)
+    with caplog.at_level(logging.WARNING, logger="workbench"):
+        wb = Workbench.open(settings, embedder=HashEmbedder(), chat=None)
+        wb.get_status()  # what status, export and import do
+        assert "no LLM configured" not in caplog.text
+        wb.start()  # what serve and mcp do
+        wb.close()
+    assert "no LLM configured" in caplog.text
