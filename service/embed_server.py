@@ -26,7 +26,7 @@ from litestar.params import FromPath, RawBody
 
 from service.logs import RequestContextMiddleware
 from workbench.embedding import Embedder, check_texts
-from workbench.embedding.models import resolve_local_model
+from workbench.embedding.models import has_tokenizer, load_tokenizer, resolve_local_model
 from workbench.errors import EmbedderError, InvalidInput
 
 log = logging.getLogger("service.embed_server")
@@ -120,10 +120,8 @@ class TokenCounter:
         self._tokenizer = None
         try:
             folder = Path(resolve_local_model(model))
-            if (folder / "tokenizer.json").is_file():
-                from tokenizers import Tokenizer
-
-                self._tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
+            if has_tokenizer(folder):
+                self._tokenizer = load_tokenizer(folder)
                 self._tokenizer.no_padding()  # count real tokens, not the padded batch
         except Exception as exc:  # noqa: BLE001 - a count is not worth failing start-up
             log.debug("no tokenizer for %s (%s); estimating tokens from words", model, exc)

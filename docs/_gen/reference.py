@@ -47,10 +47,10 @@ SETTING_MEANINGS: dict[str, str] = {
     "embedder_model": "Embedding model identifier sent to a `compat` embedder (for `local`, "
     "see `SVC_KNOWLEDGE_LOCAL_EMBEDDER_MODEL`).",
     "embedder_api_key": "Credential sent as a bearer token to a hosted embedder (never logged).",
-    "local_embedder_backend": "Engine of the local embedder: `onnx` (ONNX Runtime, fast start; the "
-    "default when available) or `torch` (sentence-transformers).",
-    "model_cache_dir": "Folder for the local embedder's exported ONNX model (default "
-    "`~/.cache/knowledge-workbench/models`).",
+    "local_embedder_backend": "Engine of the local embedder: `onnx` (ONNX Runtime, no torch; the "
+    "default) or `torch` (sentence-transformers; needs the `torch` extra).",
+    "model_cache_dir": "Folder for the ONNX file written from a local model's float32 weights "
+    "(default `~/.cache/knowledge-workbench/models`; unused by the base install's int8 MiniLM).",
     "search_weight_keyword": "Weight of the normalised BM25 keyword score added to the search "
     "score (0 turns keyword fusion off).",
     "embedder_dimensions": "Vector size; must equal the embedding model's output size (384 for "

