@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import errno
 import logging
 import signal
@@ -132,16 +133,54 @@ def warm_in_background(
     return thread
 
 
+# which server a uvicorn log line comes from: several run in one process and event loop, and
+# uvicorn's own lines ("Started server process", "Application startup complete") do not say
+_SERVER_LABEL: contextvars.ContextVar[str] = contextvars.ContextVar("server_label", default="")
+
+
+class _LabelServerLines(logging.Filter):
+    """Prefix uvicorn's lines with the server's name and address (from the serving task)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        label = _SERVER_LABEL.get()
+        if label and not getattr(record, "server_labelled", False):
+            record.msg = f"{label}: {record.msg}"
+            record.server_labelled = True
+        return True
+
+
+_LABEL_FILTER = _LabelServerLines()
+
+
+def server_label(name: str, sock: socket.socket) -> str:
+    """``tools server on http://127.0.0.1:8000`` for a bound socket."""
+    host, port = sock.getsockname()[:2]
+    return f"{name} on http://{f'[{host}]' if ':' in host else host}:{port}"
+
+
 class _Server(uvicorn.Server):
     """uvicorn without its own signal handling: :func:`serve_all` owns the signals (uvicorn's
-    would re-raise SIGTERM after serving and kill the process before the queue is drained)."""
+    would re-raise SIGTERM after serving and kill the process before the queue is drained);
+    its log lines name the server and its address."""
+
+    def __init__(self, config: uvicorn.Config, name: str = "server"):
+        super().__init__(config)
+        self.name = name
 
     @contextlib.contextmanager
     def capture_signals(self):
         yield
 
+    async def serve(self, sockets: list[socket.socket] | None = None) -> None:
+        if sockets:
+            _SERVER_LABEL.set(server_label(self.name, sockets[0]))  # this task's context only
+        await super().serve(sockets=sockets)
 
-def make_server(app: Any, graceful: int = GRACEFUL_SECONDS) -> _Server:
+
+def make_server(app: Any, graceful: int = GRACEFUL_SECONDS, name: str = "server") -> _Server:
+    uvicorn_log = logging.getLogger("uvicorn.error")
+    if _LABEL_FILTER not in uvicorn_log.filters:
+        uvicorn_log.addFilter(_LABEL_FILTER)
     return _Server(
         uvicorn.Config(
             app,
@@ -151,7 +190,8 @@ def make_server(app: Any, graceful: int = GRACEFUL_SECONDS) -> _Server:
             server_header=False,
             timeout_graceful_shutdown=graceful,
             proxy_headers=False,
-        )
+        ),
+        name,
     )
 
 
@@ -225,8 +265,18 @@ def serve(
         )
         workbench.start()
         pairs = [
-            (make_server(create_app(workbench, settings, embedder_loaded=loaded)), main_sock),
-            (make_server(create_metrics_app(workbench, metrics_token(settings)), 2), metrics_sock),
+            (
+                make_server(
+                    create_app(workbench, settings, embedder_loaded=loaded), name="tools server"
+                ),
+                main_sock,
+            ),
+            (
+                make_server(
+                    create_metrics_app(workbench, metrics_token(settings)), 2, "metrics server"
+                ),
+                metrics_sock,
+            ),
         ]
         base = f"http://{_url_host(settings.host)}"
         metrics_base = f"http://{_url_host(settings.metrics_host)}"
@@ -308,7 +358,8 @@ def serve_embeddings(settings: Settings, host: str, port: int, model: str) -> in
             embedder.dimensions,
         )
 
-    asyncio.run(serve_all([(make_server(create_embed_app(embedder)), sock)], ready))
+    server = make_server(create_embed_app(embedder), name="embeddings server")
+    asyncio.run(serve_all([(server, sock)], ready))
     return 0
 
 

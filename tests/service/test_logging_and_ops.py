@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import logging
+import os
 import re
 from pathlib import Path
 
@@ -101,3 +102,43 @@ def test_prometheus_config_scrapes_every_15_s_and_loads_the_alert_rules():
         t for job in config["scrape_configs"] for sc in job["static_configs"] for t in sc["targets"]
     ]
     assert "127.0.0.1:9090" in targets
+
+
+def test_uvicorn_lines_name_their_server_and_port(caplog):
+    """Two servers in one process: each uvicorn line says which one it is."""
+    import asyncio
+    import socket
+
+    from service.runner import make_server, serve_all
+
+    async def app(scope, receive, send):  # a minimal ASGI app with a lifespan
+        if scope["type"] == "lifespan":
+            while True:
+                message = await receive()
+                if message["type"] == "lifespan.startup":
+                    await send({"type": "lifespan.startup.complete"})
+                elif message["type"] == "lifespan.shutdown":
+                    await send({"type": "lifespan.shutdown.complete"})
+                    return
+
+    socks = []
+    for _ in range(2):
+        sock = socket.socket()
+        sock.bind(("127.0.0.1", 0))
+        socks.append(sock)
+    ports = [sock.getsockname()[1] for sock in socks]
+    pairs = [(make_server(app, 1, name), sock) for name, sock in zip(["tools", "metrics"], socks)]
+
+    def stop():
+        for server, _ in pairs:
+            server.should_exit = True
+
+    with caplog.at_level(logging.INFO, logger="uvicorn.error"):
+        asyncio.run(serve_all(pairs, on_ready=stop))
+    lines = [r.getMessage() for r in caplog.records if r.name == "uvicorn.error"]
+    started = [line for line in lines if "Started server process" in line]
+    assert sorted(started) == sorted(
+        f"{name} on http://127.0.0.1:{port}: Started server process [{os.getpid()}]"
+        for name, port in zip(["tools", "metrics"], ports)
+    )
+    assert all(line.startswith(("tools on", "metrics on")) for line in lines), lines
