@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import struct
-from dataclasses import replace
 
 import pytest
 from litestar.testing import TestClient
@@ -77,7 +76,7 @@ def test_notify_bad_requests_are_400(client, content, fragment):
 
 def test_queue_full_is_429(settings, tone, gate_sink):
     gate = gate_sink
-    app = create_app(replace(settings, queue_size=1), engine=tone, sink=gate)
+    app = create_app(settings.model_copy(update={"queue_size": 1}), engine=tone, sink=gate)
     with TestClient(app) as client:
         assert client.post("/notify", json={"message": "first"}).status_code == 202
         assert gate.entered.wait(5)  # the worker is busy playing the first
@@ -144,7 +143,7 @@ def test_health(client):
 
 
 def test_health_reports_no_audio(settings, tone):
-    app = create_app(replace(settings, audio_enabled=False), engine=tone)
+    app = create_app(settings.model_copy(update={"audio_enabled": False}), engine=tone)
     with TestClient(app) as client:
         body = client.get("/health").json()
         assert body["audio_output_available"] is False and body["status"] == "degraded"
@@ -250,7 +249,7 @@ def test_text_that_cannot_be_spoken_is_a_400_not_an_accepted_failure(client, raw
 
 def test_with_a_token_posting_needs_it(settings, tone, sink):
     token = "voice-token-0123456789"
-    app = create_app(replace(settings, token=token), engine=tone, sink=sink)
+    app = create_app(settings.model_copy(update={"token": token}), engine=tone, sink=sink)
     with TestClient(app) as client:
         is_error(client.post("/notify", json={"message": "hi"}), 401, "VOICE_TOKEN")
         ok = client.post(

@@ -309,10 +309,12 @@ def test_pcm16_and_volume_and_pause():
 
 def test_settings_from_env(tmp_path):
     env = {
-        "PORT": "9000",
+        "VOICE_PORT": "9000",
         "VOICE_ASSETS_DIR": str(tmp_path),
         "VOICE_AUDIO": "0",
         "VOICE_QUEUE_SIZE": "3",
+        "VOICE_ALLOWED_HOSTS": "voice.lan, box.local/",
+        "VOICE_DEFAULT_ID": "7",
     }
     s = settings_from_env(env)
     assert (s.port, s.assets_dir, s.audio_enabled, s.queue_size, s.host) == (
@@ -322,10 +324,48 @@ def test_settings_from_env(tmp_path):
         3,
         "127.0.0.1",
     )
-    assert settings_from_env({"PORT": "9000", "VOICE_PORT": "9001"}).port == 9001
-    assert settings_from_env({}) == Settings()
-    with pytest.raises(SystemExit, match="VOICE_PORT"):
+    assert (s.allowed_hosts, s.default_voice_id) == (("voice.lan", "box.local"), "7")
+    assert settings_from_env({}) == Settings.model_validate({})
+    with pytest.raises(SystemExit, match="VOICE_PORT='eighty'"):
         settings_from_env({"VOICE_PORT": "eighty"})
+    with pytest.raises(SystemExit, match="VOICE_ENGINE='espeak'.*kokoro-onnx"):
+        settings_from_env({"VOICE_ENGINE": "espeak"})
+    with pytest.raises(SystemExit, match="VOICE_MAX_CHARS"):
+        settings_from_env({"VOICE_MAX_CHARS": "0"})
+
+
+def test_the_generic_port_still_works_but_is_deprecated(caplog):
+    with caplog.at_level("WARNING", logger="voice.settings"):
+        assert settings_from_env({"PORT": "9000"}).port == 9000
+    assert "PORT is deprecated; set VOICE_PORT" in caplog.text
+    caplog.clear()
+    assert settings_from_env({"PORT": "9000", "VOICE_PORT": "9001"}).port == 9001
+    assert "deprecated" not in caplog.text
+    with pytest.raises(SystemExit, match="PORT='x'"):
+        settings_from_env({"PORT": "x"})
+
+
+def test_a_misspelled_voice_variable_is_named_with_the_closest_setting(caplog):
+    with caplog.at_level("WARNING", logger="voice.settings"):
+        settings_from_env({"VOICE_PROT": "1", "VOICE_TOTALLY_ELSE": "1", "VOICE_PORT": "1"})
+    assert "unknown setting VOICE_PROT is ignored; did you mean VOICE_PORT?" in caplog.text
+    assert "unknown setting VOICE_TOTALLY_ELSE is ignored" in caplog.text
+    assert "VOICE_PORT is" not in caplog.text
+
+
+def test_settings_come_from_the_environment_and_a_dotenv_file(tmp_path, monkeypatch):
+    for name in list(os.environ):
+        if name.upper().startswith("VOICE_") or name.upper() == "PORT":
+            monkeypatch.delenv(name)
+    env_file = tmp_path / ".env"
+    env_file.write_text("VOICE_PORT=9100\nVOICE_TOKEN=from-the-file-0123456789\nVOICE_AUDIO=off\n")
+    monkeypatch.setenv("VOICE_PORT", "9200")  # the environment wins over the file
+    monkeypatch.setenv("VOICE_ALLOWED_ORIGINS", "http://a.example:3000,https://b.example")
+    s = settings_from_env(env_file=env_file)
+    assert (s.port, s.token, s.audio_enabled) == (9200, "from-the-file-0123456789", False)
+    assert s.allowed_origins == ("http://a.example:3000", "https://b.example")
+    assert settings_from_env(env_file=tmp_path / "missing.env").token is None
+    assert s.with_overrides(port=1, host=None) == s.model_copy(update={"port": 1})
 
 
 LONG_FIRST = [
