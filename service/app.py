@@ -20,7 +20,7 @@ from typing import Annotated, Any
 from litestar import Litestar, Response, get, post
 from litestar.handlers import asgi
 from litestar.middleware import DefineMiddleware
-from litestar.openapi import OpenAPIConfig
+from litestar.openapi import OpenAPIConfig, ResponseSpec
 from litestar.params import FromHeader, FromPath, HeaderParameter, JSONBody
 from litestar.plugins.pydantic import PydanticPlugin
 from litestar.types import Receive, Scope, Send
@@ -39,6 +39,7 @@ from service.middleware import (
     RateLimitMiddleware,
     TokenBuckets,
 )
+from service.responses import ERRORS, RESULTS, ErrorBody, ToolTable
 from service.tools import TOOLS, Tool, get_tool
 from workbench.config import Settings
 
@@ -69,9 +70,16 @@ def idempotent_uuid(key: str) -> str:
     return str(uuidlib.uuid5(IDEMPOTENCY_NAMESPACE, key))
 
 
+ERROR_RESPONSES = {
+    status: ResponseSpec(ErrorBody, description=meaning, generate_examples=False)
+    for status, meaning in ERRORS.items()
+}
+
+
 def tool_route(workbench: Any, tool: Tool):
     """``POST /tools/<name>``: the body is validated against the tool's argument model (a tool
-    without arguments takes no body or ``{}``)."""
+    without arguments takes no body or ``{}``); the OpenAPI schema names its result model and
+    the error body for every error status."""
     if tool.name == "add_memory":
 
         def handler(data: Any, idempotency_key: IdempotencyKey = None) -> dict[str, Any]:
@@ -93,6 +101,7 @@ def tool_route(workbench: Any, tool: Tool):
             return tool.invoke(workbench, data)
 
         handler.__annotations__["data"] = JSONBody[tool.args]
+    handler.__annotations__["return"] = RESULTS[tool.name]  # the schema; the dict is sent as is
     handler.__name__ = handler.__qualname__ = tool.name
     return post(
         f"/tools/{tool.name}",
@@ -102,6 +111,7 @@ def tool_route(workbench: Any, tool: Tool):
         summary=tool.description.split(". ")[0].rstrip(".") + ".",
         description=tool.description,
         tags=["tools"],
+        responses=ERROR_RESPONSES,
     )(handler)
 
 
@@ -111,9 +121,9 @@ async def unknown_tool(name: FromPath[str]) -> None:
 
 
 @get("/tools", tags=["tools"], summary="The tool table (names, descriptions, schemas).")
-async def list_tools() -> dict[str, Any]:
-    return {
-        "tools": [
+async def list_tools() -> ToolTable:
+    return ToolTable(
+        tools=[
             {
                 "name": t.name,
                 "description": t.description,
@@ -123,7 +133,7 @@ async def list_tools() -> dict[str, Any]:
             }
             for t in TOOLS
         ]
-    }
+    )
 
 
 def health_route(

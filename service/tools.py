@@ -9,14 +9,30 @@ calls. :meth:`Tool.invoke` validates and calls; the facade raises ``workbench.er
 
 from __future__ import annotations
 
+import uuid as uuidlib
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, WithJsonSchema, model_validator
 
 from workbench.errors import NotFound
 
+
+def _canonical_uuid(value: str) -> str:
+    try:
+        return str(uuidlib.UUID(value))
+    except ValueError:
+        raise ValueError("must be a uuid, e.g. 3a460868-7411-4c0e-99cf-570bf7f9a77d") from None
+
+
+# every id the service hands out is a uuid: say so in the schema, refuse anything else early
+Uuid = Annotated[
+    str, AfterValidator(_canonical_uuid), WithJsonSchema({"type": "string", "format": "uuid"})
+]
+# (Litestar builds the OpenAPI schema itself and reads only a field's json_schema_extra)
+AS_UUID: dict[str, Any] = {"format": "uuid"}
+AS_UUIDS: dict[str, Any] = {"items": {"type": "string", "format": "uuid"}}
 GroupIds = list[str] | None
 _GROUPS = "Groups (namespaces) to search; omit to search all groups."
 State = Literal["ACTIVE", "DORMANT", "ARCHIVED", "EXPIRED", "SOFT_DELETED", "PERMANENT"]
@@ -53,8 +69,9 @@ class AddMemoryArgs(Args):
         "text", description="How to read episode_body: text, message or json."
     )
     source_description: str = Field("", max_length=500, description="Where the content came from.")
-    uuid: str | None = Field(
+    uuid: Uuid | None = Field(
         None,
+        json_schema_extra=AS_UUID,
         description="Optional uuid to give the episode. Sending the same episode again "
         "under its uuid returns the first result (a safe retry); other content under a used "
         "uuid is a conflict.",
@@ -100,8 +117,10 @@ class SearchFactsArgs(Args):
     query: str = Field(min_length=1, description="What to look for, in natural language.")
     group_ids: GroupIds = Field(None, description=_GROUPS)
     max_facts: int = Field(10, ge=1, le=1000, description="Maximum number of facts.")
-    center_node_uuid: str | None = Field(
-        None, description="Rank facts near this entity first (uuid of an entity)."
+    center_node_uuid: Uuid | None = Field(
+        None,
+        json_schema_extra=AS_UUID,
+        description="Rank facts near this entity first (uuid of an entity).",
     )
     created_after: str | None = Field(None, description=_AFTER)
     created_before: str | None = Field(None, description=_BEFORE)
@@ -134,7 +153,7 @@ class GetEpisodesArgs(Args):
 
 
 class UuidArgs(Args):
-    uuid: str = Field(min_length=1, description="The uuid of the item.")
+    uuid: Uuid = Field(description="The uuid of the item.", json_schema_extra=AS_UUID)
 
 
 class ClearGraphArgs(Args):
@@ -146,8 +165,10 @@ class ClearGraphArgs(Args):
 
 
 class RetryArgs(Args):
-    episode_uuids: list[str] | None = Field(
-        None, description="Failed episodes to re-queue; omit to re-queue every failed one."
+    episode_uuids: list[Uuid] | None = Field(
+        None,
+        json_schema_extra=AS_UUIDS,
+        description="Failed episodes to re-queue; omit to re-queue every failed one.",
     )
     group_id: str | None = Field(None, description="Only failed episodes of this group.")
 

@@ -1,5 +1,7 @@
 """Schemathesis over the served OpenAPI schema: whatever a caller sends, the service answers
-without a 5xx (the real app in-process, a real Workbench without an LLM)."""
+without a 5xx, with a status the schema declares and a body that matches the schema of that
+status (the tool's result model, or the error body) — the real app in-process, a real
+Workbench without an LLM."""
 
 from __future__ import annotations
 
@@ -8,6 +10,11 @@ import pytest
 schemathesis = pytest.importorskip("schemathesis")
 
 from hypothesis import HealthCheck, settings  # noqa: E402
+from schemathesis.checks import (  # noqa: E402
+    content_type_conformance,
+    response_schema_conformance,
+    status_code_conformance,
+)
 
 from service.app import create_app  # noqa: E402
 from workbench.config import load_settings  # noqa: E402
@@ -41,6 +48,10 @@ def _close_workbench():
 def test_no_input_gives_a_server_error(case):
     response = case.call()
     assert response.status_code < 500, (case.path, case.body, response.text)
+    case.validate_response(
+        response,
+        checks=[status_code_conformance, content_type_conformance, response_schema_conformance],
+    )
     if response.status_code >= 400:
         error = response.json()["error"]
         assert error["type"] and error["message"] and "Traceback" not in error["message"]

@@ -1,0 +1,105 @@
+"""Every tool's real answer matches the result model the OpenAPI schema publishes for it, and
+every error status is declared with the one error body (a processed episode, so searches,
+facts and episodes have content)."""
+
+from __future__ import annotations
+
+import pytest
+from litestar.testing import TestClient
+
+from service.app import create_app
+from service.responses import ERRORS, RESULTS, ErrorBody
+from service.tools import TOOLS
+from tests.service.svc_helpers import BASE, call, make_settings
+from workbench.facade import Workbench
+from workbench.fakes import rule_llm
+from workbench.metrics import Metrics
+
+
+@pytest.fixture
+def client(fake_llm, hash_embedder):
+    fake_llm.set_responder(rule_llm.respond)
+    workbench = Workbench.open(make_settings(fake_llm), embedder=hash_embedder, metrics=Metrics())
+    with TestClient(create_app(workbench, workbench.settings), base_url=BASE) as test_client:
+        test_client.workbench = workbench
+        yield test_client
+    workbench.close()
+
+
+def _answers(client) -> dict[str, dict]:
+    """One real answer of every tool, in an order where each has something to show."""
+    wb = client.workbench
+    out = {}
+    body = "Maria Keller works at Acme. Maria Keller lives in Munich."
+    out["add_memory"] = call(client, "add_memory", {"name": "intro", "episode_body": body})
+    assert wb.process_pending() == 1
+    lines = [{"type": "fact", "source": "Tom", "target": "Neovim", "fact": "Tom uses Neovim"}]
+    out["import_memories"] = call(client, "import_memories", {"lines": [*lines, "not json"]})
+    out["search_memory_nodes"] = call(client, "search_memory_nodes", {"query": "Maria"})
+    out["search_memory_facts"] = call(client, "search_memory_facts", {"query": "works at"})
+    out["get_episodes"] = call(client, "get_episodes", {})
+    fact = out["search_memory_facts"]["facts"][0]["uuid"]
+    out["get_entity_edge"] = call(client, "get_entity_edge", {"uuid": fact})
+    for name in ("get_status", "get_queue_status", "get_knowledge_health", "export_snapshot"):
+        out[name] = call(client, name)
+    out["classify_memory"] = call(client, "classify_memory", {"text": "Maria is vegetarian"})
+    out["retry_failed_episodes"] = call(client, "retry_failed_episodes", {})
+    out["run_decay_maintenance"] = call(client, "run_decay_maintenance", {"dry_run": False})
+    out["delete_entity_edge"] = call(client, "delete_entity_edge", {"uuid": fact})
+    tom = call(client, "search_memory_facts", {"query": "Neovim"})["facts"][0]["uuid"]
+    wb.store.execute(
+        "UPDATE facts SET lifecycle_state = 'SOFT_DELETED', soft_deleted_at = now() "
+        "WHERE uuid = ?",
+        [tom],
+    )
+    out["recover_soft_deleted"] = call(client, "recover_soft_deleted", {"uuid": tom})
+    out["delete_episode"] = call(
+        client, "delete_episode", {"uuid": out["add_memory"]["episode_uuid"]}
+    )
+    out["clear_graph"] = call(client, "clear_graph", {"group_ids": ["main"]})
+    return out
+
+
+def test_every_tool_answers_with_its_published_result_model(client):
+    answers = _answers(client)
+    assert set(answers) == {t.name for t in TOOLS} == set(RESULTS)
+    for name, answer in answers.items():
+        model = RESULTS[name]
+        model.model_validate(answer)  # raises naming the field that does not match
+        required = {n for n, f in model.model_fields.items() if f.is_required()}
+        assert required <= set(answer), (name, required - set(answer))
+    assert answers["search_memory_nodes"]["nodes"] and answers["get_episodes"]["episodes"]
+
+
+def test_the_schema_names_each_result_and_the_error_body_for_every_error(client):
+    spec = client.get("/schema/openapi.json").json()
+    schemas = spec["components"]["schemas"]
+    assert schemas["ErrorBody"]["properties"]["error"]["$ref"].endswith("/ErrorDetail")
+    assert set(schemas["ErrorDetail"]["required"]) == {"type", "message", "request_id"}
+    for tool in TOOLS:
+        responses = spec["paths"][f"/tools/{tool.name}"]["post"]["responses"]
+        ok = responses["200"]["content"]["application/json"]["schema"]["$ref"]
+        assert ok.endswith(f"/{RESULTS[tool.name].__name__}"), tool.name
+        assert {int(s) for s in responses} == {200, *ERRORS}, tool.name
+        for status in ERRORS:
+            schema = responses[str(status)]["content"]["application/json"]["schema"]
+            assert schema["$ref"].endswith("/ErrorBody"), (tool.name, status)
+    # the declared error body is what an error really looks like
+    bad = call(client, "get_entity_edge", {"uuid": "nope"}, status=400)
+    ErrorBody.model_validate(bad)
+    assert "must be a uuid" in bad["error"]["message"]
+
+
+def test_uuid_arguments_are_declared_and_checked_as_uuids(client):
+    spec = client.get("/schema/openapi.json").json()["components"]["schemas"]
+    assert spec["UuidArgs"]["properties"]["uuid"]["format"] == "uuid"
+    # Litestar puts the format beside the oneOf of an optional field: it applies to the string
+    # branch only (JSON Schema's format and items constrain strings and arrays, not null)
+    center = spec["SearchFactsArgs"]["properties"]["center_node_uuid"]
+    assert center["format"] == "uuid" and {"type": "null"} in center["oneOf"]
+    retry = spec["RetryArgs"]["properties"]["episode_uuids"]
+    assert retry["items"]["format"] == "uuid"
+    assert spec["AddMemoryArgs"]["properties"]["uuid"]["format"] == "uuid"
+    missing = "00000000-0000-4000-8000-000000000000"
+    call(client, "get_entity_edge", {"uuid": missing.upper()}, status=404)  # canonicalised
+    call(client, "retry_failed_episodes", {"episode_uuids": ["x"]}, status=400)
