@@ -25,6 +25,7 @@ from litestar.params import FromHeader, FromPath, HeaderParameter, JSONBody
 from litestar.plugins.pydantic import PydanticPlugin
 from litestar.types import Receive, Scope, Send
 
+from service import apidocs
 from service.bootstrap import package_version
 from service.errors import exception_handler
 from service.health import EmbedderProbe, health
@@ -227,6 +228,7 @@ def create_app(
             list_tools,
             health_route(workbench, settings, embedder_loaded),
             mcp_endpoint,
+            apidocs.assets_route(),
         ],
         middleware=middleware_stack(settings, rate_clock, exposure),
         exception_handlers={Exception: exception_handler},
@@ -238,6 +240,7 @@ def create_app(
             title="Knowledge Workbench",
             version=package_version(),
             path="/schema",
+            render_plugins=[apidocs.render_plugin()],  # local assets: readable offline
             description="Memory tools for AI assistants over REST; the same tools over MCP "
             "at /mcp.",
         ),

@@ -18,8 +18,10 @@ from litestar import Litestar, Request, Response, get, post
 from litestar.di import NamedDependency, Provide
 from litestar.exceptions import HTTPException
 from litestar.middleware import DefineMiddleware
+from litestar.openapi import OpenAPIConfig
 from litestar.response import Stream
 
+from service import apidocs
 from service.bootstrap import package_version
 from service.middleware import (
     BearerAuthMiddleware,
@@ -162,7 +164,7 @@ def create_app(
         limiter or RateLimiter(settings.rate_per_minute, settings.rate_burst),
     )
     return Litestar(
-        route_handlers=[notify, health, speech],
+        route_handlers=[notify, health, speech, apidocs.assets_route()],
         middleware=guards(settings),
         dependencies={"service": Provide(lambda: service, sync_to_thread=False)},
         exception_handlers={
@@ -174,6 +176,12 @@ def create_app(
         on_startup=[service.start],
         on_shutdown=[service.stop],
         state={"service": service},  # type: ignore[arg-type]
+        openapi_config=OpenAPIConfig(
+            title="Voice notification server",
+            version=package_version(),
+            path="/schema",
+            render_plugins=[apidocs.render_plugin()],  # local assets: readable offline
+        ),
     )
 
 

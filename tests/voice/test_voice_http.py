@@ -203,6 +203,13 @@ def test_speech_bad_request(client):
 def test_openapi_schema_lists_the_routes(client):
     schema = client.get("/schema/openapi.json").json()
     assert {"/notify", "/health", "/v1/audio/speech"} <= set(schema["paths"])
+    assert schema["info"]["title"] == "Voice notification server"
+
+
+def test_the_api_docs_pages_need_no_internet(client):
+    from tests.service.test_apidocs import assert_docs_are_served_offline
+
+    assert_docs_are_served_offline(client)
 
 
 # --- hardening: the browser, malformed text, exposure -----------------------------------------
