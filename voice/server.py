@@ -241,7 +241,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {package_version()}")
     parser.add_argument("--host", help="bind address (env VOICE_HOST; default 127.0.0.1)")
-    parser.add_argument("--port", type=int, help="port (env VOICE_PORT or PORT; default 8888)")
+    parser.add_argument("--port", type=int, help="port (env VOICE_PORT; default 8888)")
     parser.add_argument(
         "--assets-dir", type=Path, help="model + voices directory (env VOICE_ASSETS_DIR)"
     )

@@ -173,6 +173,11 @@ def type_name(annotation: Any) -> str:
         return "list of " + (type_name(args[0]) + "s" if args else "values")
     if origin is typing.Literal:
         return "one of " + ", ".join(f"`{a}`" for a in args)
+    if origin is typing.Annotated:
+        schemas = [getattr(meta, "json_schema", None) or {} for meta in args[1:]]
+        if any(schema.get("format") == "uuid" for schema in schemas):
+            return "uuid"
+        return type_name(args[0])
     return {
         bool: "boolean",
         int: "integer",

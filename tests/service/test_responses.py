@@ -48,8 +48,7 @@ def _answers(client) -> dict[str, dict]:
     out["delete_entity_edge"] = call(client, "delete_entity_edge", {"uuid": fact})
     tom = call(client, "search_memory_facts", {"query": "Neovim"})["facts"][0]["uuid"]
     wb.store.execute(
-        "UPDATE facts SET lifecycle_state = 'SOFT_DELETED', soft_deleted_at = now() "
-        "WHERE uuid = ?",
+        "UPDATE facts SET lifecycle_state = 'SOFT_DELETED', soft_deleted_at = now() WHERE uuid = ?",
         [tom],
     )
     out["recover_soft_deleted"] = call(client, "recover_soft_deleted", {"uuid": tom})
