@@ -88,7 +88,14 @@ class Workbench:
         # under its gate: extraction reads the graph from the engine's rows
         self.publisher = self.search.publisher
         self.pipeline = EpisodePipeline(
-            store, chat, embedder, metrics, clock, self.publisher, settings.entity_reembed_fraction
+            store,
+            chat,
+            embedder,
+            metrics,
+            clock,
+            self.publisher,
+            settings.entity_reembed_fraction,
+            run_size=settings.queue_group_run,
         )
         self.queue = EpisodeQueue(
             store,
@@ -102,6 +109,7 @@ class Workbench:
             poll_seconds=settings.queue_poll_seconds,
             batch_size=settings.queue_batch_size,
             max_crashes=settings.queue_max_crashes,
+            run_size=settings.queue_group_run,
         )
         self.scheduler = MaintenanceScheduler.from_settings(
             store, settings, metrics, clock, chat=chat, index=self.publisher
@@ -159,6 +167,7 @@ class Workbench:
 
     def close(self) -> None:
         self.stop(timeout=5.0)
+        self.pipeline.close()
         self.search.close()
         self.store.close()
 

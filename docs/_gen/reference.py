@@ -132,6 +132,12 @@ SETTING_MEANINGS: dict[str, str] = {
         "up to 0.2 s for others to share its commit, and inline processing claims the heads "
         "of up to this many groups at once. 1 writes every episode on its own."
     ),
+    "queue_group_run": (
+        "When a group has a backlog and the workers have room, up to this many of its next "
+        "episodes are claimed together and extracted concurrently, then resolved against "
+        "each other in order and written in one transaction, in order (a *run*; see the "
+        "architecture page). 1 extracts a group's episodes strictly one at a time."
+    ),
     "entity_reembed_fraction": (
         "An entity whose summary grew keeps its vector until the text the vector has not seen "
         "reaches this fraction of the summary (then it is embedded again): with 0.2 a vector "

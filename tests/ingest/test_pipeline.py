@@ -4,6 +4,7 @@ client against the fake chat-completions server → entities, facts, embeddings 
 from __future__ import annotations
 
 import logging
+import re
 
 import pytest
 
@@ -187,21 +188,47 @@ def test_schema_echo_names_the_missing_required_field(wb, fake_llm):
         wb.chat.complete("resolve_nodes", [{"role": "user", "content": "x"}], NodeResolutions)
 
 
-def test_a_groups_episodes_are_extracted_in_order(wb, fake_llm):
-    for i in range(4):
-        wb.add_memory(
-            f"e{i}",
-            f"Tom uses Python. Step {i}.",
-            group_id="g",
-            priority="low" if i % 2 else "high",
-        )
-    wb.process_pending()
-    steps = [
+def _entity_requests(fake_llm) -> list[str]:
+    return [
         rule_llm.episode_text(r).split("Step ")[-1][:1]
         for r in fake_llm.requests
         if "ExtractedEntities" in str(r.get("response_format"))
     ]
-    assert steps == ["0", "1", "2", "3"]
+
+
+def test_one_at_a_time_a_groups_episodes_are_extracted_in_order(fake_llm, hash_embedder):
+    fake_llm.set_responder(rule_llm.respond)
+    wb = open_wb(fake_llm, hash_embedder, SVC_KNOWLEDGE_QUEUE_GROUP_RUN="1")
+    try:
+        for i in range(4):
+            wb.add_memory(f"e{i}", f"Tom uses Python. Step {i}.", group_id="g",
+                          priority="low" if i % 2 else "high")  # fmt: skip
+        wb.process_pending()
+        assert _entity_requests(fake_llm) == ["0", "1", "2", "3"]
+    finally:
+        wb.close()
+
+
+def test_a_run_shows_each_episode_the_context_sequential_processing_would(wb, fake_llm):
+    """A group's backlog is extracted as a run (concurrently), yet every episode is shown its
+    predecessors as context, and they are written in order."""
+    for i in range(4):
+        wb.add_memory(f"e{i}", f"Tom uses Python. Step {i}.", group_id="g",
+                      priority="low" if i % 2 else "high")  # fmt: skip
+    assert wb.process_pending() == 4
+    requests = [
+        message_text(r) for r in fake_llm.requests
+        if "ExtractedEntities" in str(r.get("response_format"))
+    ]  # fmt: skip
+    assert sorted(_entity_requests(fake_llm)) == ["0", "1", "2", "3"]
+    for text in requests:
+        step = int(rule_llm.episode_text({"messages": [{"role": "user", "content": text}]})
+                   .split("Step ")[-1][:1])  # fmt: skip
+        context = text.rsplit("CURRENT EPISODE", 1)[0]
+        shown = sorted(int(m) for m in re.findall(r"Step (\d)", context))
+        assert shown == list(range(max(0, step - 2), step)), (step, shown)
+    episodes = wb.get_episodes(group_ids=["g"])["episodes"]
+    assert {e["status"] for e in episodes} == {"done"}
 
 
 @pytest.mark.parametrize(
@@ -299,7 +326,11 @@ def test_batched_writes_build_the_same_graph_as_one_episode_at_a_time(fake_llm, 
         return graph
 
     one_by_one, batched = build("1"), build("16")
+    # g1's and g2's two episodes run together: the second of each is asked once more about
+    # the facts the first one made (and g1's invalidates one of them, as one at a time)
+    calls = batched.pop("llm_calls"), one_by_one.pop("llm_calls")
     assert batched == one_by_one
+    assert calls == (12, 10)
     assert any(row[2] for row in batched["facts"])  # the contradiction was applied
 
 
@@ -383,7 +414,7 @@ def test_an_episode_deleted_and_added_again_while_extracted_is_processed_anew(wb
     stale = wb.pipeline.prepare(message)
     wb.delete_episode(uuid)
     wb.add_memory("new", "Tom uses Neovim.", group_id="h", uuid=uuid)
-    wb.queue._write([(message, stale)])  # the old extraction arrives late
+    wb.queue._write([[(message, stale)]])  # the old extraction arrives late
     assert count(wb, "entities") == 0
     assert wb.store.fetchone("SELECT status FROM episodes")[0] == "queued"
     assert wb.store.fetchone("SELECT state FROM queue")[0] == "queued"
@@ -395,7 +426,7 @@ def test_an_episode_deleted_and_added_again_while_extracted_is_processed_anew(wb
 def test_a_failed_second_delivery_does_not_undo_a_written_episode(wb):
     wb.add_memory("once", "Tom uses Python.", group_id="g")
     [message] = q.claim_batch(wb.store, "test", wb.clock(), 60, 1)
-    wb.queue._write([(message, wb.pipeline.prepare(message))])
+    wb.queue._write([[(message, wb.pipeline.prepare(message))]])
     wb.queue._failed(message, TimeoutError("a second delivery timed out"), 0.1)
     assert wb.store.fetchone("SELECT status, status_detail FROM episodes") == ("done", None)
     # nor does it queue the message again (a third delivery) or mark it failed

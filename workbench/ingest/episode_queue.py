@@ -80,6 +80,18 @@ class EpisodeWork(Protocol):
         ...
 
 
+class RunWork(EpisodeWork, Protocol):
+    """Work that can also prepare a run: consecutive messages of one group at once."""
+
+    def prepare_run(self, messages: list[QueueMessage]) -> list[tuple[bool | None, Any]]:
+        """Per message, in order: (True, result), (False, error) for the one that failed,
+        (None, None) for those after it, which go back to the queue unprepared."""
+        ...
+
+
+Unit = list[QueueMessage]  # one message, or a run of one group's consecutive messages
+
+
 class EpisodeQueue:
     """Dispatcher and worker pool over the durable queue (see the module docstring)."""
 
@@ -98,8 +110,12 @@ class EpisodeQueue:
         base_delay: float = 2.0,
         batch_size: int = 16,
         max_crashes: int = 3,
+        run_size: int = 1,
     ):
         self.store = store
+        # up to this many consecutive messages of a group with a backlog are claimed and
+        # prepared together (work with ``prepare_run`` only)
+        self.run_size = max(1, run_size) if hasattr(work, "prepare_run") else 1
         self.work = work
         self.max_crashes = max_crashes
         # held while claiming and while committing (until the commit's search-index updates
@@ -121,10 +137,12 @@ class EpisodeQueue:
         self._threads: list[threading.Thread] = []  # the dispatcher, while running
         self._workers: ThreadPoolExecutor | None = None  # its pool, while running
         self._owner = ""  # the lease owner of the running dispatcher
-        # the dispatcher's: claimed messages being prepared (future -> message), and prepared
-        # ones waiting to be written together: (message, ok, result or error, start)
-        self._unfinished: dict[Any, QueueMessage] = {}
-        self._ready: list[tuple[QueueMessage, bool, Any, float]] = []
+        # the dispatcher's: claimed units being prepared (future -> unit), and prepared
+        # messages waiting to be written together: (message, ok, result or error, start, unit
+        # number; a run's messages are written in one transaction, in order)
+        self._unfinished: dict[Any, Unit] = {}
+        self._ready: list[tuple[QueueMessage, bool, Any, float, int]] = []
+        self._units = 0
         self._ready_since = 0.0
         self._unfinished_lock = threading.Lock()
         self._abandon = False
@@ -252,7 +270,7 @@ class EpisodeQueue:
     def _claim_for_workers(self) -> int:
         """Claim and hand out messages when at most ``concurrency`` are being prepared."""
         with self._unfinished_lock:
-            preparing = len(self._unfinished)
+            preparing = sum(len(unit) for unit in self._unfinished.values())
         room = 2 * self.concurrency - preparing
         if preparing > self.concurrency or room <= 0 or not self._may_claim:
             return 0
@@ -265,52 +283,80 @@ class EpisodeQueue:
         with self.gate:
             if self._stop.is_set() or self._abandon:  # stopped while waiting for the gate
                 return 0
-            messages, more = q.claim_heads(self.store, self._owner, now, self.lease_seconds, room)
+            messages, more = q.claim_heads(
+                self.store, self._owner, now, self.lease_seconds, room, self.run_size
+            )
         if not more and events == self._claim_events:
             self._may_claim = False  # every runnable head is taken: no use asking again yet
         handed = 0
         try:
-            for message in self._prefetched(messages):
+            for unit in _units(self._prefetched(messages)):
                 pool = self._workers
                 if pool is None:
                     raise RuntimeError("the worker pool is shut down")
                 with self._unfinished_lock:
-                    future = pool.submit(self._work, message)
-                    self._unfinished[future] = message
+                    future = pool.submit(self._work, unit)
+                    self._unfinished[future] = unit
                 future.add_done_callback(self._prepared)
-                handed += 1
+                handed += len(unit)
         except BaseException:  # nothing claimed stays leased to nobody
             for message in messages[handed:]:
                 q.release(self.store, message["episode_uuid"], self._owner)
             raise
         return len(messages)
 
-    def _work(self, message: QueueMessage) -> tuple[bool, Any, float]:
-        """A worker's part: prepare the message (the dispatcher writes it and renews its
-        lease). Returns (ok, result or error, start)."""
-        started = self._begin(message)
+    def _work(self, unit: Unit) -> list[tuple[bool | None, Any, float]]:
+        """A worker's part: prepare the unit (the dispatcher writes it and renews the
+        leases). Per message: (ok, result or error, start); ok None: not prepared."""
+        starts = [self._begin(message) for message in unit]
         try:
-            ok, value = self._prepare_all([message], parallel=False)[0]
+            outcomes = self._prepare_unit(unit)
         finally:
-            self._set_busy(-1)
-        return ok, value, started
+            self._set_busy(-len(unit))
+        return [(ok, value, started) for (ok, value), started in zip(outcomes, starts)]
+
+    def _prepare_unit(self, unit: Unit) -> list[tuple[bool | None, Any]]:
+        """(True, result), (False, error) or (None, None) per message of the unit."""
+        if len(unit) == 1:
+            return self._prepare_all(unit, parallel=False)
+        try:
+            return self.work.prepare_run(unit)  # type: ignore[attr-defined]
+        except Exception as exc:  # the run as a whole: its first message fails
+            return [(False, exc)] + [(None, None)] * (len(unit) - 1)
 
     def _prepared(self, future) -> None:
-        """Done callback: a prepared message joins the ones waiting to be written."""
+        """Done callback: a prepared unit's messages join the ones waiting to be written;
+        those a run did not prepare go back to the queue."""
         error = None
+        unprepared: list[QueueMessage] = []
         with self._unfinished_lock:
-            message = self._unfinished.pop(future, None)  # None: of a run stopped since
-            if message is not None and not future.cancelled():  # cancelled: stop released it
+            unit = self._unfinished.pop(future, None)  # None: of a run stopped since
+            if unit is not None and not future.cancelled():  # cancelled: stop released it
                 if future.exception() is not None:
                     error = future.exception()
                 else:
-                    if not self._ready:
-                        self._ready_since = time.monotonic()
-                    self._ready.append((message, *future.result()))
+                    self._units += 1
+                    for message, (ok, value, started) in zip(unit, future.result()):
+                        if ok is None:
+                            unprepared.append(message)
+                            continue
+                        if not self._ready:
+                            self._ready_since = time.monotonic()
+                        self._ready.append((message, ok, value, started, self._units))
         if error is not None:
-            self._lost(message, error)
+            for message in unit:
+                self._lost(message, error)
             self._claimable()  # its group's next episode may be claimed
+        for message in unprepared:
+            self._release(message, self._owner)
         self._wake.set()  # room for another claim, maybe a write
+
+    def _release(self, message: QueueMessage, owner: str) -> None:
+        """Back to the queue unspent (a run stopped before it)."""
+        try:
+            q.release(self.store, message["episode_uuid"], owner)
+        except Exception:  # its lease runs out and it returns
+            log.exception("returning episode %s to the queue failed", message["episode_uuid"])
 
     def _lost(self, message: QueueMessage, error: BaseException) -> None:
         """A worker raised past its own handling: an interrupt returns the message to the
@@ -349,11 +395,8 @@ class EpisodeQueue:
             if not (force or full or self._linger_left_locked() == 0):
                 return
             ready, self._ready = self._ready, []
-        written = [(m, v, t) for m, ok, v, t in ready if ok]
-        outcomes = [(m, v, t) for m, ok, v, t in ready if not ok]  # errors of preparing
-        if written:
-            tickets = self._group.submit_many([(m, v) for m, v, _ in written])
-            outcomes += [(m, t.error, started) for t, (m, _, started) in zip(tickets, written)]
+        outcomes = [(m, v, t) for m, ok, v, t, _ in ready if not ok]  # errors of preparing
+        outcomes += self._commit_units([(m, v, t, u) for m, ok, v, t, u in ready if ok])
         for message, error, started in outcomes:
             if error is None:
                 self._completed(message, started)
@@ -373,6 +416,24 @@ class EpisodeQueue:
                 error,
             )
 
+    def _commit_units(
+        self, written: list[tuple[QueueMessage, Any, float, int]]
+    ) -> list[tuple[QueueMessage, BaseException | None, float]]:
+        """Write prepared messages, each unit (a run) in one transaction with its messages in
+        order; per message its error (None: written) and start."""
+        units: dict[int, list[tuple[QueueMessage, Any, float]]] = {}
+        for message, value, started, unit in written:
+            units.setdefault(unit, []).append((message, value, started))
+        if not units:
+            return []
+        groups = list(units.values())
+        tickets = self._group.submit_many([[(m, v) for m, v, _ in group] for group in groups])
+        return [
+            (message, ticket.error, started)
+            for ticket, group in zip(tickets, groups)
+            for message, _, started in group
+        ]
+
     def _linger_left_locked(self) -> float:
         return max(0.0, self._ready_since + COMMIT_LINGER_SECONDS - time.monotonic())
 
@@ -380,9 +441,10 @@ class EpisodeQueue:
         """Stopping: claimed messages no worker has started go back to the queue."""
         with self._unfinished_lock:
             unfinished = list(self._unfinished.items())
-        for future, message in unfinished:
+        for future, unit in unfinished:
             if future.cancel():
-                q.release(self.store, message["episode_uuid"], self._owner)
+                for message in unit:
+                    q.release(self.store, message["episode_uuid"], self._owner)
 
     def _renew_unfinished(self) -> None:
         uuids = self._in_flight()
@@ -415,7 +477,9 @@ class EpisodeQueue:
         now = self.clock()
         self._requeue_expired(now)
         with self.gate:
-            messages = q.claim_batch(self.store, owner, now, self.lease_seconds, limit)
+            messages = q.claim_batch(
+                self.store, owner, now, self.lease_seconds, limit, self.run_size
+            )
         if messages:
             self._process_batch(messages, owner)
         return len(messages)
@@ -433,7 +497,7 @@ class EpisodeQueue:
     def _in_flight(self) -> list[str]:
         """Uuids of the claimed messages the dispatcher's workers prepare or it will write."""
         with self._unfinished_lock:
-            return [m["episode_uuid"] for m in self._unfinished.values()] + [
+            return [m["episode_uuid"] for unit in self._unfinished.values() for m in unit] + [
                 m["episode_uuid"] for m, *_ in self._ready
             ]
 
@@ -444,32 +508,37 @@ class EpisodeQueue:
         return time.perf_counter()
 
     def _process_batch(self, messages: list[QueueMessage], owner: str) -> None:
-        """Prepare the messages (several at a time, up to ``concurrency``; they are heads of
-        different groups), then write the prepared ones together."""
-        starts = [self._begin(message) for message in messages]
+        """Prepare the messages (several units at a time, up to ``concurrency``: heads of
+        different groups, or runs of one), then write the prepared ones together."""
+        starts = {m["episode_uuid"]: self._begin(m) for m in messages}
         try:
             with self._leases_kept(messages, owner):
-                outcomes = self._prepare_all(self._prefetched(messages))
+                units = _units(self._prefetched(messages))
+                outcomes = self._map(self._prepare_unit, units)
         except BaseException:  # KeyboardInterrupt, SystemExit: nothing is lost
             for message in messages:
                 q.release(self.store, message["episode_uuid"], owner)
             self._set_busy(-len(messages))
             raise
-        prepared: list[tuple[QueueMessage, Any, float]] = []
-        for message, started, (ok, value) in zip(messages, starts, outcomes):
-            if ok:
-                prepared.append((message, value, started))
-            else:
+        prepared: list[tuple[QueueMessage, Any, float, int]] = []
+        for number, (unit, results) in enumerate(zip(units, outcomes)):
+            for message, (ok, value) in zip(unit, results):
+                started = starts[message["episode_uuid"]]
+                if ok:
+                    prepared.append((message, value, started, number))
+                    continue
                 self._set_busy(-1)
-                self._failed(message, value, time.perf_counter() - started)
+                if ok is None:
+                    self._release(message, owner)
+                else:
+                    self._failed(message, value, time.perf_counter() - started)
         if not prepared:
             return
         # written together with the batches other workers submit meanwhile: one transaction
-        tickets = self._group.submit_many([(message, result) for message, result, _ in prepared])
-        for ticket, (message, _, started) in zip(tickets, prepared):
+        for message, error, started in self._commit_units(prepared):
             self._set_busy(-1)
-            if ticket.error is not None:
-                self._failed(message, ticket.error, time.perf_counter() - started)
+            if error is not None:
+                self._failed(message, error, time.perf_counter() - started)
             else:
                 self._completed(message, started)
         self._maybe_refresh_gauges()
@@ -519,17 +588,25 @@ class EpisodeQueue:
             except Exception as exc:
                 return False, exc
 
-        if not parallel or self.concurrency <= 1 or len(messages) == 1:
+        if not parallel:
             return [one(message) for message in messages]
+        return self._map(one, messages)
+
+    def _map(self, fn: Callable[[Any], Any], items: list[Any]) -> list[Any]:
+        """``fn`` over the items, up to ``concurrency`` at a time, results in order."""
+        if self.concurrency <= 1 or len(items) <= 1:
+            return [fn(item) for item in items]
         with self._busy_lock:
             if self._pool is None:
                 self._pool = ThreadPoolExecutor(
                     self.concurrency, thread_name_prefix="episode-prepare"
                 )
-        return list(self._pool.map(one, messages))
+        return list(self._pool.map(fn, items))
 
-    def _write(self, items: list[tuple[QueueMessage, Any]]) -> None:
-        """Write results of several messages and mark them done, in one transaction."""
+    def _write(self, units: list[list[tuple[QueueMessage, Any]]]) -> None:
+        """Write the results of several units and mark their messages done, in one
+        transaction (a unit's messages in order)."""
+        items = [item for unit in units for item in unit]
         uuids = [message["episode_uuid"] for message, _ in items]
         seqs = [message["seq"] for message, _ in items]
         with self.gate:
@@ -651,3 +728,15 @@ class EpisodeQueue:
 
 def _seconds(value: float) -> timedelta:
     return timedelta(seconds=value)
+
+
+def _units(messages: list[QueueMessage]) -> list[Unit]:
+    """Claimed messages as units: consecutive messages of one group (a claim returns each
+    group's run together, in order) form one."""
+    units: list[Unit] = []
+    for message in messages:
+        if units and units[-1][0]["group_id"] == message["group_id"]:
+            units[-1].append(message)
+        else:
+            units.append([message])
+    return units

@@ -153,8 +153,16 @@ class Extractor:
         self, episode: EpisodeRow, extracted: list[ResolvedEntity], changes: EpisodeChanges
     ) -> list[ResolvedEntity]:
         """Set ``uuid`` (existing or new) on every extracted entity."""
-        group = episode["group_id"]
-        known = self.reads.entities_by_norm(group, [e.name_norm for e in extracted])
+        self._place(episode, extracted, changes)
+        return self._apply(episode["group_id"], extracted, changes)
+
+    def _place(
+        self, episode: EpisodeRow, extracted: list[ResolvedEntity], changes: EpisodeChanges
+    ) -> None:
+        """Find each extracted entity's ``existing`` row in the group, if any: by exact
+        normalised name, then by similarity (asking ``resolve_nodes`` when ambiguous); the
+        ones left new get their ``vector``."""
+        known = self.reads.entities_by_norm(episode["group_id"], [e.name_norm for e in extracted])
         pending = []
         for ent in extracted:
             ent.existing = known.get(ent.name_norm)
@@ -162,6 +170,11 @@ class Extractor:
                 pending.append(ent)
         if pending:
             self._resolve_by_similarity(episode, pending, changes)
+
+    def _apply(
+        self, group: str, extracted: list[ResolvedEntity], changes: EpisodeChanges
+    ) -> list[ResolvedEntity]:
+        """Grow the summaries of the placed entities, create the new ones."""
         now = self.clock()
         for ent in extracted:
             if ent.existing:
@@ -282,8 +295,19 @@ class Extractor:
     ) -> None:
         if len(entities) < 2:
             return
-        by_name = {name_key(e.name): e for e in entities}
         existing = self.reads.facts_between([e.uuid for e in entities if e.existing], 30)
+        reply = self._ask_edges(episode, entities, existing, changes)
+        self._keep_facts(episode, entities, reply.edges, existing, changes)
+
+    def _ask_edges(
+        self,
+        episode: EpisodeRow,
+        entities: list[ResolvedEntity],
+        existing: list[dict],
+        changes: EpisodeChanges,
+    ) -> Any:
+        """The ``extract_edges`` call: the facts between these entities, and which of the
+        ``existing`` facts (numbered from 1) each invalidates."""
         shown = [{"name": e.name, "entity_type": e.entity_type} for e in entities]
         reply, latency = self._call(
             extract_edges.PROMPT_NAME,
@@ -293,8 +317,23 @@ class Extractor:
             changes,
         )
         self.metrics.record_classification("success", latency)
+        return reply
+
+    def _keep_facts(
+        self,
+        episode: EpisodeRow,
+        entities: list[ResolvedEntity],
+        edges: list[Any],
+        existing: list[dict],
+        changes: EpisodeChanges,
+        seen: set | None = None,
+        forget: set | frozenset = frozenset(),
+    ) -> None:
+        """The replied edges between known entities that are not facts yet (current facts of
+        the group, except the keys in ``forget``, or keys in ``seen``) become new facts."""
+        by_name = {name_key(e.name): e for e in entities}
         keyed = []
-        for edge in reply.edges:
+        for edge in edges:
             src = by_name.get(name_key(edge.source))
             dst = by_name.get(name_key(edge.target))
             if not src or not dst or src.uuid == dst.uuid:
@@ -305,11 +344,13 @@ class Extractor:
                     edge.target,
                 )
                 continue
-            keyed.append(((src.uuid, dst.uuid, edge.fact.strip().lower()), edge))
-        seen = self.reads.existing_fact_keys(episode["group_id"], [k for k, _ in keyed])
+            keyed.append((fact_key(src.uuid, dst.uuid, edge.fact), edge))
+        known = self.reads.existing_fact_keys(episode["group_id"], [k for k, _ in keyed])
+        if seen is None:
+            seen = set()
         now = self.clock()
         for key, edge in keyed:
-            if key not in seen:
+            if (key not in known or key in forget) and key not in seen:
                 seen.add(key)
                 self._new_fact(episode, key, edge, existing, now, changes)
 
@@ -353,6 +394,11 @@ class Extractor:
         texts += [f["fact"] for f in changes.new_facts]
         fresh = self.embedder.embed(texts) if texts else np.zeros((0, self.embedder.dimensions))
         return np.vstack([*changes.new_entity_vectors, fresh]).astype(np.float32)
+
+
+def fact_key(source_uuid: str, target_uuid: str, fact: str) -> tuple[str, str, str]:
+    """What makes two facts of a group the same: endpoints and text (case-insensitive)."""
+    return (source_uuid, target_uuid, fact.strip().lower())
 
 
 def _parse_time(value: str | None) -> datetime | None:

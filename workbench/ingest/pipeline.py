@@ -18,6 +18,7 @@ from workbench.ingest.extract import Extractor
 from workbench.ingest.recent import RecentEpisodes
 from workbench.ingest.records import PreparedEpisode
 from workbench.ingest.reembed import ReembedPolicy
+from workbench.ingest.run import RunPreparer
 from workbench.ingest.write import EpisodeWriter
 from workbench.metrics import Metrics
 from workbench.search.publish import Publisher
@@ -45,6 +46,7 @@ class EpisodePipeline:
         index: Publisher,
         reembed_fraction: float = 0.2,
         context_episodes: int = 2,
+        run_size: int = 8,
     ):
         self.store = store
         self.chat = chat
@@ -55,6 +57,7 @@ class EpisodePipeline:
         self.extractor = Extractor(
             store, chat, embedder, metrics, clock, index, self.recent, reembed, context_episodes
         )
+        self.runs = RunPreparer(self.extractor, run_size)
         self.writer = EpisodeWriter(
             store, embedder.model, embedder.dimensions, clock, index, self.recent, reembed
         )
@@ -76,6 +79,39 @@ class EpisodePipeline:
             # deleted while queued, or a redelivered, already-written episode: only ack
             return PreparedEpisode(message["episode_uuid"])
         return self.extractor.prepare(episode)
+
+    def prepare_run(self, messages: list[QueueMessage]) -> list[tuple[bool | None, Any]]:
+        """Consecutive messages of one group (:mod:`workbench.ingest.run`): per message, in
+        order, ``(True, prepared)``, ``(False, error)`` for the one that failed, ``(None,
+        None)`` for those after it (not prepared: they go back to the queue)."""
+        if self.chat is None:
+            raise LLMNotConfigured(NO_LLM)
+        found = g.episodes_by_uuid(
+            self.store, [m["episode_uuid"] for m in messages if "episode" not in m]
+        )
+        episodes = [m["episode"] if "episode" in m else found.get(m["episode_uuid"])
+                    for m in messages]  # fmt: skip
+        live = [e for e in episodes if e is not None and e["status"] != "done"]
+        outcome = self.runs.prepare(live)
+        prepared = {p.episode_uuid: p for p in outcome.prepared}
+        failed = None if outcome.error is None else live[len(outcome.prepared)]["uuid"]
+        results: list[tuple[bool | None, Any]] = []
+        stopped = False
+        for message in messages:
+            uuid = message["episode_uuid"]
+            if stopped:
+                results.append((None, None))
+            elif uuid == failed:
+                results.append((False, outcome.error))
+                stopped = True
+            elif uuid in prepared:
+                results.append((True, prepared[uuid]))
+            else:  # deleted while queued, or already written: only ack
+                results.append((True, PreparedEpisode(uuid)))
+        return results
+
+    def close(self) -> None:
+        self.runs.close()
 
     def commit(self, results: list[PreparedEpisode], ack: Callable[[], None]) -> None:
         for item in self.writer.write(results, also=ack):

@@ -169,7 +169,25 @@ class _Rows:
             fact_vecs.append(item.vectors[len(entities) :])
             rows.reread += [{"uuid": u, "group_id": item.group_id} for u in invalidated]
         rows.entity_vectors, rows.fact_vectors = _stack(ent_vecs, dim), _stack(fact_vecs, dim)
+        rows._one_row_each()
         return rows
+
+    def _one_row_each(self) -> None:
+        """Consecutive episodes of one group written together (a run) may touch one entity
+        or fact twice: an entity made by one and grown by a later one takes the later summary
+        and vector; a fact invalidated twice keeps the first (earliest episode's) time. One
+        statement must not name a row twice (which update wins would be arbitrary)."""
+        last = {e["uuid"]: i for i, e in enumerate(self.entities)}
+        if len(last) < len(self.entities):
+            keep = sorted(last.values())
+            self.entities = [self.entities[i] for i in keep]
+            self.entity_vectors = self.entity_vectors[keep]
+        self.summaries = list(dict(self.summaries).items())
+        first: dict[str, datetime] = {}
+        for uuid, since in self.invalid:
+            first.setdefault(uuid, since)
+        self.invalid = list(first.items())
+        self.reread = list({r["uuid"]: r for r in self.reread}.values())
 
 
 def _stack(parts: list[np.ndarray], dim: int) -> np.ndarray:

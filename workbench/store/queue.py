@@ -111,38 +111,56 @@ def _release(store: Store, condition: str, params: list[Any]) -> int:
 
 
 def claim_batch(
-    store: Store, owner: str, now: datetime, lease_seconds: float, limit: int
+    store: Store, owner: str, now: datetime, lease_seconds: float, limit: int, run_size: int = 1
 ) -> list[QueueMessage]:
-    """Lease up to ``limit`` runnable messages, each the head of a different group, in
-    priority then age order. One transaction, whatever ``limit`` is."""
-    return claim_heads(store, owner, now, lease_seconds, limit)[0]
+    """Lease up to ``limit`` runnable messages, the heads of different groups in priority then
+    age order (with ``run_size`` > 1, see :func:`claim_heads`). One transaction, whatever
+    ``limit`` is."""
+    return claim_heads(store, owner, now, lease_seconds, limit, run_size)[0]
 
 
 def claim_heads(
-    store: Store, owner: str, now: datetime, lease_seconds: float, limit: int
+    store: Store,
+    owner: str,
+    now: datetime,
+    lease_seconds: float,
+    limit: int,
+    run_size: int = 1,
 ) -> tuple[list[QueueMessage], bool]:
     """:func:`claim_batch`, and whether more runnable heads were left unclaimed (False: a
-    claim before something changes would find nothing)."""
+    claim before something changes would find nothing).
+
+    With ``run_size`` > 1, room the heads leave (fewer runnable groups than ``limit``) goes
+    to the messages right behind each claimed head, in the group's order, up to ``run_size``
+    messages per group: a *run* of consecutive messages, all queued and due (it stops at the
+    first that is not). Messages come back grouped: each group's run in order."""
     limit = max(1, int(limit))
     with store.transaction():
-        heads = [
-            row[0]
-            for row in store.fetchall(
-                """SELECT head FROM (
-                   -- each group's head (its oldest unfinished message), when queued and due;
-                   -- arg_min over a GROUP BY: 2-3x cheaper than a window, flat in depth
-                   SELECT arg_min(episode_uuid, seq) AS head, arg_min(state, seq) AS st,
-                          arg_min(available_at, seq) AS due, arg_min(priority, seq) AS pr,
-                          min(seq) AS first
-                   FROM queue WHERE state IN ('queued', 'processing') GROUP BY group_id)
-               WHERE st = 'queued' AND due <= $1
-               ORDER BY pr, first LIMIT $2""",
-                [now, limit + 1],
-            )
-        ]
+        heads = store.fetchall(
+            """SELECT head, group_id, first FROM (
+               -- each group's head (its oldest unfinished message), when queued and due;
+               -- arg_min over a GROUP BY: 2-3x cheaper than a window, flat in depth
+               SELECT arg_min(episode_uuid, seq) AS head, arg_min(state, seq) AS st,
+                      arg_min(available_at, seq) AS due, arg_min(priority, seq) AS pr,
+                      min(seq) AS first, group_id
+               FROM queue WHERE state IN ('queued', 'processing') GROUP BY group_id)
+           WHERE st = 'queued' AND due <= $1
+           ORDER BY pr, first LIMIT $2""",
+            [now, limit + 1],
+        )
         if not heads:
             return [], False
-        # inside the transaction (the store lock): they are still the heads, still queued;
+        chosen = heads[:limit]
+        uuids = [head for head, _, _ in chosen]
+        runs = {group: [head] for head, group, _ in chosen}
+        room = limit - len(chosen)
+        if run_size > 1 and room > 0:
+            for group, follower in _followers(store, chosen, now, min(run_size, room + 1)):
+                if room > 0 and len(runs[group]) < run_size:
+                    runs[group].append(follower)
+                    uuids.append(follower)
+                    room -= 1
+        # inside the transaction (the store lock): they are still runnable, still queued;
         # the WHERE names only keys, so DuckDB finds them through the index, not a scan
         leased = store.fetch_dicts(
             """UPDATE queue SET state = 'processing', lease_owner = $1, leased_until = $2,
@@ -150,10 +168,38 @@ def claim_heads(
                WHERE episode_uuid = ANY($4)
                RETURNING episode_uuid, group_id, priority, seq, enqueued_at, attempts,
                          validation_failures""",
-            [owner, now + timedelta(seconds=lease_seconds), now, heads[:limit]],
+            [owner, now + timedelta(seconds=lease_seconds), now, uuids],
         )
         set_episode_status(store, [m["episode_uuid"] for m in leased], "processing", None)
-        return sorted(leased, key=lambda m: (m["priority"], m["seq"])), len(heads) > limit
+        order = {group: rank for rank, (_, group, _) in enumerate(chosen)}
+        leased.sort(key=lambda m: (order[m["group_id"]], m["seq"]))
+        return leased, len(heads) > limit
+
+
+def _followers(
+    store: Store, heads: list[tuple[str, str, int]], now: datetime, per_group: int
+) -> list[tuple[str, str]]:
+    """(group, episode uuid) of the runnable messages right behind each head, in order: up
+    to ``per_group - 1`` per group, stopping at the first message that is not queued and due."""
+    rows = store.fetchall(
+        """SELECT group_id, episode_uuid, state, available_at FROM queue
+           WHERE state IN ('queued', 'processing') AND list_contains($1, group_id)
+           QUALIFY row_number() OVER (PARTITION BY group_id ORDER BY seq) <= $2
+           ORDER BY group_id, seq""",
+        [[group for _, group, _ in heads], per_group],
+    )
+    head_of = {group: head for head, group, _ in heads}
+    out, stopped = [], set()
+    for group, uuid, state, due in rows:
+        if uuid == head_of[group] or group in stopped:
+            continue
+        if state != "queued" or due > now:
+            stopped.add(group)
+            continue
+        out.append((group, uuid))
+    # heads in their claim order, each group's followers in sequence
+    rank = {group: i for i, (_, group, _) in enumerate(heads)}
+    return sorted(out, key=lambda item: rank[item[0]])
 
 
 def set_episode_status(
