@@ -12,10 +12,18 @@ in the benchmark's process, where it competes with the pipeline for the GIL).
 
     .venv/bin/python bench/bench_ingest.py [--episodes 300] [--latency 0.2] [--workers 4]
         [--local-embedder] [--fake-in-process] [--batch-size 16] [--history 200000]
-        [--in-memory]
+        [--in-memory] [--one-group 120 --runs 1,8,16]
 
 Each run writes a fresh DuckDB file in a temporary directory, as the service does by default
 (``--in-memory`` keeps DuckDB in memory: about 6% faster, since a commit then writes no log).
+
+``--one-group N`` measures instead one person's history through the service: ``workbench serve``
+as its own process (the local embedder, a DuckDB file), the fake LLM at ``--latency`` in
+another, N episodes of one group posted to ``/tools/add_memory`` (moves, job changes and tools,
+so later episodes invalidate earlier facts), timed from the first post until the queue is empty,
+once per ``--runs`` value (``SVC_KNOWLEDGE_QUEUE_GROUP_RUN``; 1 is one at a time). The ideal of
+one at a time is 1 / (2 calls × latency). Each service's database is then checked: every
+episode done once, no fact written twice, the LLM calls per episode.
 
 ``--history N`` adds a run of the workers on a store that already holds N processed episodes
 (in 8 groups) with N/2 entities, 2N facts and their mentions, written by SQL: the ingestion
@@ -30,9 +38,11 @@ import json
 import multiprocessing
 import os
 import shutil
+import socket
 import tempfile
 import time
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from workbench.config import load_settings
@@ -184,6 +194,102 @@ def run(
     return n / elapsed
 
 
+CITIES, EMPLOYERS = ["Berlin", "Munich"], ["Acme", "Globex"]
+
+
+def life_episode(i: int) -> str:
+    """Day ``i`` of one person's notes: two of a move, a job change, a tool, a project."""
+    tool = TOOLS[(i * 7) % 3]
+    sentences = [
+        f"Tom moved to {CITIES[(i // 3) % 2]}.",
+        f"Tom works at {EMPLOYERS[(i // 5) % 2]}.",
+        f"Tom uses {tool}.",
+        f"Maria Keller lives in {CITIES[(i // 4) % 2]}.",
+        "Tom leads Atlas.",
+        f"Maria Keller works at {EMPLOYERS[(i // 7) % 2]}.",
+    ]
+    return f"{sentences[i % 6]} {sentences[(i * 5 + 1) % 6]} Day {i}."
+
+
+def one_group(n: int, latency: float, run: int, workers: int) -> dict:
+    """``n`` episodes of one group through ``workbench serve`` (see the module docstring)."""
+    import subprocess
+    import sys
+
+    import duckdb
+    import httpx
+
+    def free_port() -> int:
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            return sock.getsockname()[1]
+
+    scratch = tempfile.mkdtemp(prefix="bench_one_group_")
+    db = f"{scratch}/kb.duckdb"
+    port, metrics = free_port(), free_port()
+    with FakeProcess(latency) as fake:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("SVC_KNOWLEDGE_")}
+        env.update(chat_settings_env(fake))
+        env.update(
+            SVC_KNOWLEDGE_DB_PATH=db,
+            SVC_KNOWLEDGE_QUEUE_GROUP_RUN=str(run),
+            SVC_KNOWLEDGE_QUEUE_CONCURRENCY=str(workers),
+            SVC_KNOWLEDGE_DECAY_ENABLED="false",
+            SVC_KNOWLEDGE_RATE_LIMIT_PER_MINUTE="0",
+        )
+        log = open(f"{scratch}/serve.log", "wb")  # noqa: SIM115 - closed below
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "service.cli", "serve", "--port", str(port),
+             "--metrics-port", str(metrics)],
+            env=env, cwd=scratch, stdout=log, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+        http = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=60)
+        try:
+            deadline = time.monotonic() + 120
+            while True:
+                try:
+                    if http.get("/health").status_code == 200:
+                        break
+                except httpx.TransportError:
+                    pass
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise SystemExit(f"workbench serve did not start; see {scratch}/serve.log")
+                time.sleep(0.2)
+            start = datetime(2024, 1, 1, tzinfo=UTC)
+            started = time.perf_counter()
+            for i in range(n):
+                body = {"name": f"day {i:03d}", "episode_body": life_episode(i), "group_id": "tom",
+                        "reference_time": (start + timedelta(days=i)).isoformat()}  # fmt: skip
+                http.post("/tools/add_memory", json=body).raise_for_status()
+            while True:
+                counts = http.post("/tools/get_queue_status", json={}).json()["counts"]
+                if counts["queued"] + counts["processing"] == 0:
+                    break
+                time.sleep(0.05)
+            elapsed = time.perf_counter() - started
+        finally:
+            proc.terminate()
+            proc.wait(60)
+            log.close()
+    con = duckdb.connect(db, read_only=True)
+    one = lambda sql: con.execute(sql).fetchone()[0]  # noqa: E731
+    checks = {
+        "done": one("SELECT count(*) FROM queue WHERE state = 'done'"),
+        "failed": one("SELECT count(*) FROM queue WHERE state = 'failed'"),
+        "episodes_done": one("SELECT count(*) FROM episodes WHERE status = 'done'"),
+        "facts": one("SELECT count(*) FROM facts"),
+        "fact_texts_twice_current": one(
+            "SELECT count(*) FROM (SELECT source_uuid, target_uuid, lower(fact) FROM facts "
+            "WHERE expired_at IS NULL GROUP BY ALL HAVING count(*) > 1)"
+        ),
+        "invalidated": one("SELECT count(*) FROM facts WHERE expired_at IS NOT NULL"),
+        "calls_per_episode": round(one("SELECT count(*) FROM llm_calls") / n, 2),
+    }
+    con.close()
+    shutil.rmtree(scratch, ignore_errors=True)
+    return {"episodes_per_s": n / elapsed, "seconds": elapsed, **checks}
+
+
 def sample_tokens(server, embedder) -> dict:
     wb = open_wb(server, embedder, 1)
     lines = [
@@ -239,8 +345,26 @@ def main() -> None:
         default=0,
         help="also run the workers on a store holding this many episodes",
     )
+    parser.add_argument(
+        "--one-group",
+        type=int,
+        default=0,
+        metavar="N",
+        help="only: N episodes of one group through workbench serve (see the docstring)",
+    )
+    parser.add_argument("--runs", default="1,8,16", help="run sizes for --one-group")
     args = parser.parse_args()
     BATCH_SIZE = str(args.batch_size)
+    if args.one_group:
+        ideal = 1 / (2 * args.latency)
+        print(f"one group, {args.one_group} episodes, LLM latency {args.latency}s, "
+              f"{args.workers} workers, load average {os.getloadavg()[0]:.2f}")  # fmt: skip
+        for size in [int(x) for x in args.runs.split(",")]:
+            out = one_group(args.one_group, args.latency, size, args.workers)
+            print(f"run {size:>2}: {out['episodes_per_s']:.2f} episodes/s = "
+                  f"{out['episodes_per_s'] / ideal:.2f}x the one-at-a-time ideal "
+                  f"{ideal:.2f}; {json.dumps(out)}")  # fmt: skip
+        return
     scratch = None if args.in_memory else tempfile.TemporaryDirectory(prefix="bench_ingest_")
     DB_DIR = None if scratch is None else scratch.name
     if args.local_embedder:

@@ -105,7 +105,7 @@ class Settings(BaseSettings):
     queue_max_attempts: int = Field(default=6, ge=1, le=100)
     queue_poll_seconds: float = Field(default=0.5, gt=0)
     queue_batch_size: int = Field(default=16, ge=1, le=1000)
-    queue_group_run: int = Field(default=8, ge=1, le=64)
+    queue_group_run: int = Field(default=16, ge=1, le=64)
     queue_max_crashes: int = Field(default=3, ge=1, le=100)
 
     # --- ours: extraction ---------------------------------------------------------------

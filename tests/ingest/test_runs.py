@@ -135,8 +135,7 @@ def test_a_history_of_changes_in_runs_gives_the_same_graph(fake_llm, hash_embedd
     assert one_calls <= run_calls <= 3 * len(episodes)
 
 
-def test_a_run_is_claimed_in_the_groups_order_and_stops_at_a_message_not_due(fake_llm,
-                                                                            hash_embedder):  # fmt: skip
+def test_a_run_is_claimed_in_order_and_stops_at_a_message_not_due(fake_llm, hash_embedder):
     wb = open_wb(fake_llm, hash_embedder)
     try:
         uuids = [

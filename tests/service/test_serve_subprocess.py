@@ -118,10 +118,10 @@ def env(fake_llm, server_thread):
     )
 
 
-def add_all(service: Service) -> list[str]:
+def add_all(service: Service, groups: int = 2) -> list[str]:
     return [
         service.tool(
-            "add_memory", {"name": f"e{i}", "episode_body": text, "group_id": f"g{i % 2}"}
+            "add_memory", {"name": f"e{i}", "episode_body": text, "group_id": f"g{i % groups}"}
         )["episode_uuid"]
         for i, text in enumerate(EPISODES)
     ]
@@ -155,13 +155,16 @@ def test_ingest_over_rest_then_scrape_metrics_and_decay_health(env, tmp_path):
     assert "test-key" not in log  # the LLM credential never reaches the log
 
 
+@pytest.mark.parametrize("groups", [2, 1], ids=["two-groups", "one-group-runs"])
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL], ids=["sigterm", "sigkill"])
-def test_a_stop_during_ingestion_loses_nothing(env, tmp_path, fake_llm, sig):
+def test_a_stop_during_ingestion_loses_nothing(env, tmp_path, fake_llm, sig, groups):
+    """Each group's backlog is extracted as a run (its episodes' calls at once): a stop in
+    the middle of one loses no episode and writes none twice."""
     db, log = tmp_path / "kb.duckdb", tmp_path / "serve.log"
     fake_llm.latency = 0.4  # every LLM call is slow: the stop lands mid-extraction
     first = Service(env, db, log)
     first.wait_ready()
-    uuids = add_all(first)
+    uuids = add_all(first, groups)
     time.sleep(1.0)
     code = first.stop(sig)
     assert code == (0 if sig == signal.SIGTERM else -signal.SIGKILL)
@@ -175,6 +178,19 @@ def test_a_stop_during_ingestion_loses_nothing(env, tmp_path, fake_llm, sig):
         assert {e["status"] for e in listed} == {"done"}
     finally:
         assert second.stop() == 0
+    import duckdb
+
+    with duckdb.connect(str(db), read_only=True) as con:
+        twice = con.execute(
+            "SELECT count(*) FROM (SELECT group_id, source_uuid, target_uuid, lower(fact) "
+            "FROM facts WHERE expired_at IS NULL GROUP BY ALL HAVING count(*) > 1)"
+        ).fetchone()[0]
+        entities = con.execute(
+            "SELECT count(*) FROM (SELECT group_id, name_norm FROM entities GROUP BY ALL "
+            "HAVING count(*) > 1)"
+        ).fetchone()[0]
+        done = con.execute("SELECT count(*) FROM queue WHERE state = 'done'").fetchone()[0]
+    assert (twice, entities, done) == (0, 0, len(EPISODES))
 
 
 def local_llm_service(env, tmp_path) -> Service:

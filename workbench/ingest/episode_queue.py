@@ -271,7 +271,8 @@ class EpisodeQueue:
         """Claim and hand out messages when at most ``concurrency`` are being prepared."""
         with self._unfinished_lock:
             preparing = sum(len(unit) for unit in self._unfinished.values())
-        room = 2 * self.concurrency - preparing
+        # a run of one group may take up to run_size messages however few workers there are
+        room = max(2 * self.concurrency, self.run_size) - preparing
         if preparing > self.concurrency or room <= 0 or not self._may_claim:
             return 0
         if not self.work.available():  # the next poll looks again

@@ -388,12 +388,33 @@ class Extractor:
     def _embed(self, changes: EpisodeChanges) -> np.ndarray:
         """Vectors in write order: new entities (already embedded while resolving them), grown
         summaries due a new vector, then new facts."""
-        texts = [
-            entity_text(e["name"], e["entity_type"], e["summary"]) for e in changes.reembedded()
-        ]
-        texts += [f["fact"] for f in changes.new_facts]
+        return self._embed_many([changes])[0]
+
+    def _embed_many(self, all_changes: list[EpisodeChanges]) -> list[np.ndarray]:
+        """:meth:`_embed` of consecutive episodes written together, in one embedding call. An
+        entity whose summary several of them grow is embedded once, with its last summary
+        (the write keeps only the last vector of a row)."""
+        slots: list[list[str | tuple[str]]] = []  # per episode: fact texts, or (entity uuid,)
+        last: dict[str, str] = {}  # entity uuid -> its last summary's text
+        for changes in all_changes:
+            mine: list[str | tuple[str]] = []
+            for e in changes.reembedded():
+                last[e["uuid"]] = entity_text(e["name"], e["entity_type"], e["summary"])
+                mine.append((e["uuid"],))
+            slots.append(mine + [f["fact"] for f in changes.new_facts])
+        entities = list(last)
+        facts = [text for mine in slots for text in mine if isinstance(text, str)]
+        texts = [last[u] for u in entities] + facts
         fresh = self.embedder.embed(texts) if texts else np.zeros((0, self.embedder.dimensions))
-        return np.vstack([*changes.new_entity_vectors, fresh]).astype(np.float32)
+        by_entity = dict(zip(entities, fresh[: len(entities)]))
+        next_fact = iter(fresh[len(entities) :])
+        out = []
+        for changes, mine in zip(all_changes, slots):
+            rows = [by_entity[s[0]] if isinstance(s, tuple) else next(next_fact) for s in mine]
+            out.append(np.vstack([*changes.new_entity_vectors, *rows]).astype(np.float32)
+                       if changes.new_entity_vectors or rows
+                       else np.zeros((0, self.embedder.dimensions), np.float32))  # fmt: skip
+        return out
 
 
 def fact_key(source_uuid: str, target_uuid: str, fact: str) -> tuple[str, str, str]:

@@ -46,7 +46,7 @@ class EpisodePipeline:
         index: Publisher,
         reembed_fraction: float = 0.2,
         context_episodes: int = 2,
-        run_size: int = 8,
+        run_size: int = 16,
     ):
         self.store = store
         self.chat = chat

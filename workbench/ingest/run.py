@@ -40,6 +40,7 @@ When an episode's LLM call fails, the episodes before it are prepared and writte
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -124,6 +125,22 @@ class _Asked:
                 changes.invalid_from = since
 
 
+class _Stopwatch:
+    """Where a run's time went (logged at debug level)."""
+
+    def __init__(self) -> None:
+        self.last = time.perf_counter()
+        self.laps: list[str] = []
+
+    def lap(self, what: str) -> None:
+        now = time.perf_counter()
+        self.laps.append(f"{what} {now - self.last:.3f}s")
+        self.last = now
+
+    def __str__(self) -> str:
+        return ", ".join(self.laps)
+
+
 def _key(fact: dict[str, Any]) -> Any:
     return fact_key(fact["source_uuid"], fact["target_uuid"], fact["fact"])
 
@@ -141,6 +158,7 @@ class RunPreparer:
     def prepare(self, episodes: Sequence[EpisodeRow]) -> RunOutcome:
         """Prepare consecutive episodes of one group (in queue order)."""
         x = self.x
+        clock = _Stopwatch()
         episodes = self.with_contexts(list(episodes))
         changes = [EpisodeChanges() for _ in episodes]
 
@@ -150,6 +168,7 @@ class RunPreparer:
             return found
 
         extracted, error = self._each(entities, range(len(episodes)))
+        clock.lap("entities")
         graph = _RunGraph()
         done = 0
         for i in range(len(extracted)):
@@ -175,7 +194,9 @@ class RunPreparer:
                 return None
             return x._ask_edges(episodes[i], extracted[i], shown[i], changes[i])
 
+        clock.lap("placed")
         replies, failed = self._each(ask, range(n))
+        clock.lap("facts")
         if failed is not None:
             error, n = failed, len(replies)
         # facts in order; episodes whose entities gained facts earlier in the run are asked
@@ -190,11 +211,15 @@ class RunPreparer:
             answers, failed = self._each(lambda k, j=jobs: x._ask_edges(*j[k]), range(len(jobs)))
             for i, answer in zip(order, answers):
                 asked.setdefault(i, _Asked()).learn(answer, shown[i], stale[i])
+            clock.lap(f"round of {len(jobs)}")
             if failed is not None:
                 error, n = failed, order[len(answers)]
         else:
             self._facts_in_order(episodes[:n], extracted, shown, replies, asked, changes)
-        prepared = [self._finish(episodes[i], changes[i]) for i in range(n)]
+        vectors = x._embed_many(changes[:n])
+        prepared = [self._finish(episodes[i], changes[i], vectors[i]) for i in range(n)]
+        clock.lap("embedded")
+        log.debug("a run of %d episodes: %s", len(episodes), clock)
         if error is not None:
             log.info(
                 "a run of %d episodes stopped at episode %s (%s): %d prepared, the rest "
@@ -334,12 +359,15 @@ class RunPreparer:
                 )
         return out[:FACTS_SHOWN]
 
-    def _finish(self, episode: EpisodeRow, changes: EpisodeChanges) -> PreparedEpisode:
+    @staticmethod
+    def _finish(
+        episode: EpisodeRow, changes: EpisodeChanges, vectors: np.ndarray
+    ) -> PreparedEpisode:
         return PreparedEpisode(
             episode["uuid"],
             episode["group_id"],
             changes,
-            self.x._embed(changes),
+            vectors,
             episode["reference_time"],
             episode["name"],
             episode["body"],
