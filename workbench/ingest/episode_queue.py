@@ -1,8 +1,10 @@
 """The durable episode queue's dispatcher, workers and honest metrics.
 
 Messages live in DuckDB (``workbench.store.queue``): an accepted episode survives crashes and
-restarts. Only the head message of a group is ever leased, so a group's episodes run in order
-while groups run in parallel up to ``concurrency``. What is done with a message belongs to one
+restarts. A group's messages are leased from its head (its oldest unfinished one), so a group's
+episodes are written in order while groups run in parallel up to ``concurrency``; a group with
+a backlog may be leased a *run* of its next ``run_size`` messages, which the work prepares
+together and which are written in one transaction, in order (:mod:`workbench.ingest.run`). What is done with a message belongs to one
 collaborator, an :class:`EpisodeWork` (for episodes:
 :class:`~workbench.ingest.pipeline.EpisodePipeline`): ``prepare`` (the LLM calls and
 reads; writes nothing) and ``commit`` (the write, with the queue's acknowledgement in the same
