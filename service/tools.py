@@ -33,6 +33,11 @@ Uuid = Annotated[
 # (Litestar builds the OpenAPI schema itself and reads only a field's json_schema_extra)
 AS_UUID: dict[str, Any] = {"format": "uuid"}
 AS_UUIDS: dict[str, Any] = {"items": {"type": "string", "format": "uuid"}}
+_MIN_SCORE = (
+    "Only results whose score is at least this (scores run from about 0 to 1: similarity, "
+    "keyword match, freshness and importance, weighted); omit for the best matches whatever "
+    "their score."
+)
 GroupIds = list[str] | None
 _GROUPS = "Groups (namespaces) to search; omit to search all groups."
 State = Literal["ACTIVE", "DORMANT", "ARCHIVED", "EXPIRED", "SOFT_DELETED", "PERMANENT"]
@@ -100,6 +105,7 @@ class SearchNodesArgs(Args):
         description="Rank by similarity, keyword match, freshness and importance "
         "(default true); false ranks by relevance (similarity and keyword match) only.",
     )
+    min_score: float | None = Field(None, allow_inf_nan=False, description=_MIN_SCORE)
 
     @model_validator(mode="before")
     @classmethod
@@ -131,6 +137,7 @@ class SearchFactsArgs(Args):
         None, description="Also return facts no longer valid (superseded); default false."
     )
     states: list[State] | None = Field(None, description=_STATES)
+    min_score: float | None = Field(None, allow_inf_nan=False, description=_MIN_SCORE)
 
 
 class GetEpisodesArgs(Args):

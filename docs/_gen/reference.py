@@ -160,6 +160,12 @@ SETTING_MEANINGS: dict[str, str] = {
     "search_weight_freshness": "Weight of freshness (1 − decay score) in the search score.",
     "search_weight_importance": "Weight of importance in the search score.",
     "search_max_results": "Upper bound on `max_nodes` / `max_facts` of one search.",
+    "search_min_similarity": (
+        "A memory whose cosine similarity to the query is below this and that shares no "
+        "keyword with it is never returned (0: no memory pointing away from the query fills "
+        "up the results when nothing matches). The `min_score` argument of the search tools "
+        "filters on the final score instead."
+    ),
 }
 
 

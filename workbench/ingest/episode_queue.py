@@ -4,8 +4,8 @@ Messages live in DuckDB (``workbench.store.queue``): an accepted episode survive
 restarts. A group's messages are leased from its head (its oldest unfinished one), so a group's
 episodes are written in order while groups run in parallel up to ``concurrency``; a group with
 a backlog may be leased a *run* of its next ``run_size`` messages, which the work prepares
-together and which are written in one transaction, in order (:mod:`workbench.ingest.run`). What is done with a message belongs to one
-collaborator, an :class:`EpisodeWork` (for episodes:
+together and which are written in one transaction, in order (:mod:`workbench.ingest.run`).
+What is done with a message belongs to one collaborator, an :class:`EpisodeWork` (for episodes:
 :class:`~workbench.ingest.pipeline.EpisodePipeline`): ``prepare`` (the LLM calls and
 reads; writes nothing) and ``commit`` (the write, with the queue's acknowledgement in the same
 transaction), ``prefetch`` reading a claimed batch's episodes at once.

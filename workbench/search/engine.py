@@ -55,6 +55,7 @@ from workbench.search.filters import (
     SearchFilters,
     check_groups_known,
     check_max,
+    check_min_score,
     check_query,
     check_states,
     check_window,
@@ -79,6 +80,10 @@ def keyword_text(kind: str, row: dict[str, Any]) -> str:
         summary = (row.get("summary") or "").strip()
         return f"{row['name']}: {summary}" if summary else str(row["name"])
     return str(row["fact"])
+
+
+# the default of SVC_KNOWLEDGE_SEARCH_MIN_SIMILARITY (see the settings' table)
+DEFAULT_FLOOR = 0.0
 
 
 class SearchEngine:
@@ -111,6 +116,8 @@ class SearchEngine:
             weights = Weights.from_settings(settings) if settings is not None else Weights()
         self.weights = weights
         self.max_results = max_results or (settings.search_max_results if settings else 100)
+        # a candidate less similar than this that shares no keyword with the query is noise
+        self.min_similarity = settings.search_min_similarity if settings else DEFAULT_FLOOR
         self.ann_threshold = ann_threshold
         self.candidate_pool = candidate_pool
         self.sync_seconds = sync_seconds
@@ -289,8 +296,10 @@ class SearchEngine:
         created_before: datetime | str | None = None,
         states: Sequence[str] | None = None,
         include_weighted_scores: bool = True,
+        min_score: float | None = None,
     ) -> list[dict[str, Any]]:
-        """Entities best matching ``query``, best first (see the module docstring)."""
+        """Entities best matching ``query``, best first (see the module docstring); with
+        ``min_score``, only those scoring at least that."""
         started = time.perf_counter()
         text = check_query(query)
         k = check_max("max_nodes", max_nodes, self.max_results)
@@ -304,7 +313,7 @@ class SearchEngine:
             now=self.clock(),
         )
         weights = self.weights if include_weighted_scores else self.weights.relevance_only()
-        hits = self._search("entity", text, k, filters, weights)
+        hits = self._search("entity", text, k, filters, weights, None, check_min_score(min_score))
         self.metrics.record_search(time.perf_counter() - started)
         return [node_out(row, parts, score, weights) for row, parts, score, _ in hits]
 
@@ -319,8 +328,10 @@ class SearchEngine:
         relation_types: Sequence[str] | None = None,
         include_invalidated: bool = False,
         states: Sequence[str] | None = None,
+        min_score: float | None = None,
     ) -> list[dict[str, Any]]:
-        """Facts best matching ``query``, best first (see the module docstring)."""
+        """Facts best matching ``query``, best first (see the module docstring); with
+        ``min_score``, only those scoring at least that."""
         started = time.perf_counter()
         text = check_query(query)
         k = check_max("max_facts", max_facts, self.max_results)
@@ -335,7 +346,9 @@ class SearchEngine:
             now=self.clock(),
         )
         centre = self._centre(center_node_uuid)
-        hits = self._search("fact", text, k, filters, self.weights, centre)
+        hits = self._search(
+            "fact", text, k, filters, self.weights, centre, check_min_score(min_score)
+        )
         self.metrics.record_search(time.perf_counter() - started)
         names = self.rows["entity"]
         return [
@@ -355,7 +368,7 @@ class SearchEngine:
             facts, neighbours = self.rows["fact"].neighbourhood(center_node_uuid)
         return center_node_uuid, facts, neighbours
 
-    def _search(self, kind, text, k, filters, weights, centre=None) -> list[tuple]:
+    def _search(self, kind, text, k, filters, weights, centre=None, min_score=None) -> list[tuple]:
         self._maybe_sync()
         with self._lock:
             vec, kw = self.vectors[kind], self.keywords[kind]
@@ -381,7 +394,7 @@ class SearchEngine:
                 kind, text, query_vec, pool * 20, filters.group_ids, None, extra
             )
             rows = self._passing(kind, cands, filters)
-        ranked = self._rank(rows, cands, weights, centre, k)
+        ranked = self._rank(rows, cands, weights, centre, k, min_score)
         now, seen = self.clock(), [r for r, *_ in ranked]
         with self._lock:
             accessed = self.tracker.record(kind, seen, now)
@@ -481,15 +494,29 @@ class SearchEngine:
         more = len(by_vector) >= pool or len(by_keyword) >= pool
         return cands, more
 
-    def _rank(self, rows, cands, weights, centre, k) -> list[tuple]:
-        """The best ``k`` rows: (row, score parts, score, graph tier), vectorised."""
-        if not rows:
-            return []
+    def _rank(self, rows, cands, weights, centre, k, min_score=None) -> list[tuple]:
+        """The best ``k`` rows: (row, score parts, score, graph tier), vectorised. Rows less
+        similar than :attr:`min_similarity` without a keyword match, and rows scoring below
+        ``min_score``, are left out."""
         sim = np.array([cands[r["uuid"]][0] for r in rows])
         kw = np.array([cands[r["uuid"]][1] for r in rows])
+        relevant = (sim >= self.min_similarity) | (kw > 0)
+        if not relevant.all():
+            rows = [r for r, keep in zip(rows, relevant) if keep]
+            sim, kw = sim[relevant], kw[relevant]
+        if not rows:
+            return []
         decay = np.array([r["decay_score"] or 0.0 for r in rows])
         importance = np.array([r["importance"] for r in rows])
         scores, parts = score_arrays(sim, kw, decay, importance, weights)
+        if min_score is not None:
+            keep = scores >= min_score
+            if not keep.all():
+                rows = [r for r, ok in zip(rows, keep) if ok]
+                scores, decay = scores[keep], decay[keep]
+                parts = {name: values[keep] for name, values in parts.items()}
+                if not rows:
+                    return []
         tiers = np.array([_tier(r, centre) for r in rows]) if centre else np.zeros(len(rows))
         uuids = np.array([r["uuid"] for r in rows])
         order = np.lexsort((uuids, -scores, tiers))[:k]

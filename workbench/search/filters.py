@@ -91,6 +91,17 @@ def check_query(query: object) -> str:
     return text
 
 
+def check_min_score(value: object) -> float | None:
+    """``min_score``: None, or a finite number (a result's ``score`` is compared with it)."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or value != value:
+        raise InvalidInput("'min_score' must be a number, e.g. 0.3 (results score about 0 to 1)")
+    if abs(value) == float("inf"):
+        raise InvalidInput("'min_score' must be a finite number")
+    return float(value)
+
+
 def check_max(name: str, value: object, bound: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise InvalidInput(f"'{name}' must be an integer from 1 to {bound}")
