@@ -137,6 +137,23 @@ def test_threads_may_embed_at_once(onnx_local):
     assert all(np.allclose(got, want, atol=1e-6) for got in results)
 
 
+def test_bulk_batches_run_on_every_core_with_the_same_vectors(onnx_cache):
+    """Many batches (an import) run side by side, one per core; the vectors and their order
+    are those of one batch after another."""
+    texts = [f"{text} (copy {i})" for i in range(12) for text in TEXTS]
+    side_by_side = LocalEmbedder(backend="onnx", cache_dir=onnx_cache, batch_size=4)
+    side_by_side.warm_up()
+    encoder = side_by_side._load().__self__
+    encoder._lanes = 2
+    one_lane = LocalEmbedder(backend="onnx", cache_dir=onnx_cache, batch_size=4)
+    one_lane.warm_up()
+    one_lane._load().__self__._lanes = 1
+    got, want = side_by_side.embed(texts), one_lane.embed(texts)
+    assert got.shape == (len(texts), 384)
+    assert np.allclose(got, want, atol=1e-6)
+    assert encoder._pool is not None  # it did run in lanes
+
+
 def test_batches_group_similar_lengths():
     batches = onnx_embedder.length_batches([3, 250, 4, 240, 100, 5, 120], batch_size=2)
     assert [b.tolist() for b in batches] == [[1, 3], [6, 4], [5, 2], [0]]

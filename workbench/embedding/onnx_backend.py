@@ -32,9 +32,11 @@ import logging
 import os
 import re
 import tempfile
+import threading
 import time
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -395,6 +397,10 @@ class OnnxSentenceEncoder:
         self._tokenizer.no_padding()
         self._batch_size = max(1, int(batch_size))
         self._session = _session(onnx_file, threads)
+        # batches of bulk work run side by side, one per core, when each uses one thread
+        self._lanes = max(1, (os.cpu_count() or 1) // max(1, int(threads)))
+        self._pool: ThreadPoolExecutor | None = None
+        self._pool_lock = threading.Lock()
         self._inputs = {i.name for i in self._session.get_inputs()}
         shape = self._session.get_outputs()[0].shape
         self.dimensions = int(shape[-1]) if isinstance(shape[-1], int) else 0
@@ -408,14 +414,28 @@ class OnnxSentenceEncoder:
         else:
             encodings = self._tokenizer.encode_batch(texts)
         ids = [np.asarray(e.ids, dtype=np.int64) for e in encodings]
+        chunks = length_batches([len(row) for row in ids], self._batch_size)
         out: np.ndarray | None = None
-        for chunk in length_batches([len(row) for row in ids], self._batch_size):
-            vectors = self._encode_batch([ids[i] for i in chunk])
+        for chunk, vectors in zip(chunks, self._map(chunks, ids)):
             if out is None:
                 out = np.empty((len(ids), vectors.shape[1]), dtype=np.float32)
             out[chunk] = vectors
         assert out is not None
         return out
+
+    def _map(self, chunks: list[np.ndarray], ids: list[np.ndarray]) -> Iterator[np.ndarray]:
+        """The batches' vectors, in order. Bulk work (several batches) runs on every core,
+        one batch per core at a time (the session runs concurrently without the GIL); a
+        query or a small batch runs on its own thread, as configured."""
+        lanes = min(len(chunks), self._lanes)
+        if lanes <= 1:
+            for chunk in chunks:
+                yield self._encode_batch([ids[i] for i in chunk])
+            return
+        with self._pool_lock:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(self._lanes, thread_name_prefix="embed")
+        yield from self._pool.map(lambda c: self._encode_batch([ids[i] for i in c]), chunks)
 
     def _encode_batch(self, rows: list[np.ndarray]) -> np.ndarray:
         width = max(len(row) for row in rows)

@@ -160,11 +160,13 @@ class Importer:
         facts: list[dict] = []
         seen_facts: set[tuple[str, str, str, str]] = set()
 
+        stored_entities = self._stored_entities(chunk)
+
         def entity(group: str, name: str, line: EntityLine | None = None) -> dict:
             key = (group, name_key(name))
             if key in entities:
                 return entities[key]
-            found = g.entities_by_norm(self.store, group, [key[1]]).get(key[1])
+            found = stored_entities.get(key)
             if found:
                 report.entities_existing += 1
                 entities[key] = found
@@ -199,6 +201,20 @@ class Importer:
                 facts.append(row)
                 report.facts_created += 1
         self._write(new_entities, facts)
+
+    def _stored_entities(self, chunk) -> dict[tuple[str, str], dict]:
+        """The stored entities the chunk names, by (group, normalised name): one query per
+        group, not one per name."""
+        wanted: dict[str, set[str]] = {}
+        for line in chunk:
+            group = line.group_id or self.default_group
+            names = [line.name] if isinstance(line, EntityLine) else [line.source, line.target]
+            wanted.setdefault(group, set()).update(name_key(n) for n in names)
+        return {
+            (group, norm): row
+            for group, norms in wanted.items()
+            for norm, row in g.entities_by_norm(self.store, group, sorted(norms)).items()
+        }
 
     def _write(self, new_entities: list[dict], facts: list[dict]) -> None:
         texts = [entity_text(e["name"], e["entity_type"], e["summary"]) for e in new_entities]
