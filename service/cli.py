@@ -7,6 +7,7 @@
     workbench import FILE    import pre-extracted entities and facts (JSON lines, no LLM)
     workbench export DIR     Parquet snapshot of every table, for notebooks
     workbench status         the service status as JSON
+    workbench reembed        embed every entity and fact again with the configured model
 
 Settings come from the environment (``SVC_KNOWLEDGE_*``, ``LOG_LEVEL``, an optional ``.env``);
 flags override them. Every start-up problem is one clear ``error:`` line and a non-zero exit.
@@ -234,6 +235,50 @@ def cmd_status(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_reembed(args: argparse.Namespace) -> int:
+    from tqdm.auto import tqdm
+
+    from service.live import find_live
+    from service.logs import setup_logging
+    from workbench.embedding import build_embedder
+    from workbench.embedding.reembed import copy_database, reembed
+    from workbench.errors import InvalidInput
+    from workbench.store import Store
+
+    settings = settings_from(args, embedder_model=args.model)
+    setup_logging(settings.log_level, secrets_of(settings), fmt="text")
+    path = settings.db_location()
+    if path == ":memory:":
+        raise InvalidInput("reembed works on a database file (--db PATH)")
+    if not Path(path).is_file():
+        raise InvalidInput(f"database file not found: {path}")
+    live = find_live(settings)
+    if live is not None:
+        live.close()
+        raise InvalidInput(
+            f"a running service holds {path}: stop it first (re-embedding rewrites every "
+            "vector; the service would search the old ones meanwhile)"
+        )
+    embedder = build_embedder(settings)
+    embedder.embed(["load the model before the database is touched"])
+    if args.into:
+        source = Store.open(path, dim=None)  # its log written into the file before the copy
+        source.checkpoint()
+        source.close()
+        path = str(copy_database(path, args.into))
+    store = Store.open(path, dim=None)
+    try:
+        total = store.fetchone(
+            "SELECT (SELECT count(*) FROM entities) + (SELECT count(*) FROM facts)"
+        )[0]
+        with tqdm(total=total, desc="reembed", unit="memory", disable=args.quiet) as bar:
+            report = reembed(store, embedder, bar.update)
+    finally:
+        store.close()
+    print_json(report.as_dict())
+    return 0
+
+
 # --- parser -------------------------------------------------------------------------------
 def _add_db(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
@@ -359,6 +404,22 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_db(status)
     status.set_defaults(func=cmd_status)
+
+    again = sub.add_parser(
+        "reembed",
+        help="embed every entity and fact again with the configured embedding model",
+        description="Embed every entity and fact with the configured embedder (or --model), "
+        "in place or into a copy (--into), and make it the database's model: needed after "
+        "switching embedding models, since a database holds vectors of one size and model. "
+        "The service must be stopped. Stopped half-way, the database keeps its old vectors.",
+    )
+    again.add_argument("--model", help="local embedding model (default: the configured one)")
+    again.add_argument(
+        "--into", metavar="PATH", help="write a re-embedded copy here; the original is untouched"
+    )
+    again.add_argument("--quiet", action="store_true", help="no progress bar")
+    _add_db(again)
+    again.set_defaults(func=cmd_reembed)
     return parser
 
 

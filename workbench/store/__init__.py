@@ -8,6 +8,7 @@ our statements are short. ``transaction()`` holds the lock for the whole unit of
 
 from __future__ import annotations
 
+import logging
 import re
 import threading
 from collections.abc import Iterator, Sequence
@@ -39,6 +40,10 @@ _VALUES = re.compile(r"\bVALUES\s*(\((?:\s*\?\s*,)*\s*\?\s*\))", re.IGNORECASE)
 _CHUNK = 500
 
 
+DEFAULT_DIM = 384  # all-MiniLM-L6-v2's
+log = logging.getLogger("workbench.store")
+
+
 class Store:
     """A DuckDB database with the workbench schema."""
 
@@ -59,14 +64,15 @@ class Store:
     def open(
         cls,
         path: str | Path = ":memory:",
-        dim: int = 384,
+        dim: int | None = 384,
         embedding_model: str = "",
         read_only: bool = False,
     ) -> Store:
         """Open (creating and migrating when needed) the database at ``path``.
 
         Raises :class:`StoreLocked` when another process holds the file, and
-        :class:`DimensionMismatch` when the file was built for vectors of another size.
+        :class:`DimensionMismatch` when the file was built for vectors of another size
+        (``dim=None``: whatever size it holds, for ``workbench reembed``).
         """
         path = str(path)
         if path != ":memory:":
@@ -86,10 +92,13 @@ class Store:
         # Our statements are small: DuckDB's thread pool costs ~10x per insert on a busy
         # 2-core machine. Bulk work (maintenance) asks for more with ``parallel()``.
         con.execute("SET threads = 1")
-        store = cls(con, path, dim, read_only)
+        store = cls(con, path, dim or DEFAULT_DIM, read_only)
         if not read_only:
-            store._migrate(dim, embedding_model)
-        store._check_dimension(dim, embedding_model)
+            store._migrate(dim or DEFAULT_DIM, embedding_model)
+        if dim is None:
+            store.dim = store._stored_dim() or DEFAULT_DIM
+        else:
+            store._check_dimension(dim, embedding_model)
         return store
 
     def _migrate(self, dim: int, embedding_model: str) -> None:
@@ -130,13 +139,26 @@ class Store:
             raise DimensionMismatch(
                 f"the database {self.path} holds {stored}-dimensional embeddings "
                 f"(model {model!r}) but the embedder produces {dim} dimensions "
-                f"({embedding_model or 'configured model'}); use the same embedder, or a new "
-                "database file and re-import"
+                f"({embedding_model or 'configured model'}); use the same embedder, or "
+                "`workbench reembed` the database with the new one"
+            )
+        model = self.meta("embedding_model")
+        if model and embedding_model and model != embedding_model:
+            log.warning(
+                "the database %s was embedded with %r, the embedder is %r: searches compare "
+                "vectors of two models; `workbench reembed` embeds it all with the new one",
+                self.path,
+                model,
+                embedding_model,
             )
 
     def meta(self, key: str) -> str | None:
         row = self.fetchone("SELECT value FROM meta WHERE key = ?", [key])
         return row[0] if row else None
+
+    def set_meta(self, key: str, value: str) -> None:
+        """Set a ``meta`` entry (schema version, embedding size and model)."""
+        self._set_meta(key, value)
 
     def _set_meta(self, key: str, value: str) -> None:
         self.execute(

@@ -380,10 +380,23 @@ def insert_embeddings(
     store: Store, kind: str, uuids: Sequence[str], vectors: np.ndarray, model: str
 ) -> None:
     """Upsert vectors for ``kind`` ('entity' or 'fact') through an Arrow table (fast path)."""
+    insert_vectors(store, f"{kind}_embeddings", uuids, vectors, model, store.dim)
+
+
+def insert_vectors(
+    store: Store,
+    table: str,
+    uuids: Sequence[str],
+    vectors: np.ndarray,
+    model: str,
+    dim: int | None = None,
+) -> None:
+    """Upsert (uuid, model, vector) rows into an embeddings table of ``dim`` (default: the
+    vectors' own size) dimensions."""
     if not len(uuids):
         return
-    table = f"{kind}_embeddings"
     vectors = np.asarray(vectors, dtype=np.float32)
+    dim = dim or vectors.shape[1]
     frame = pa.table(
         {
             "uuid": pa.array(list(uuids), pa.string()),
@@ -393,13 +406,13 @@ def insert_embeddings(
             ),
         }
     )
-    name = f"_incoming_{kind}"
+    name = f"_incoming_{table}"
     with store.transaction():
         store.register(name, frame)
         try:
             store.execute(
                 f"INSERT OR REPLACE INTO {table} SELECT uuid, model, "
-                f"vector::FLOAT[{store.dim}] FROM {name}"
+                f"vector::FLOAT[{dim}] FROM {name}"
             )
         finally:
             store.unregister(name)

@@ -1,0 +1,132 @@
+"""``workbench reembed``: every entity and fact embedded again with another model, the
+database's size and model switched at once; an interrupted run leaves the old vectors."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from service.cli import main
+from workbench.config import load_settings
+from workbench.embedding.reembed import reembed
+from workbench.errors import DimensionMismatch
+from workbench.facade import Workbench
+from workbench.fakes.embedder import HashEmbedder
+from workbench.store import Store
+
+FACTS = [
+    {"type": "fact", "source": "Maria", "target": "Acme", "fact": "Maria works at Acme"},
+    {"type": "fact", "source": "Tom", "target": "Neovim", "fact": "Tom edits code in Neovim"},
+    {"type": "entity", "name": "Lisbon", "entity_type": "Place", "summary": "Maria's city"},
+]
+
+
+class SmallHash(HashEmbedder):
+    model = "hash-64"
+
+    def __init__(self):
+        super().__init__(64)
+
+
+def build(path) -> None:
+    settings = load_settings({"SVC_KNOWLEDGE_DB_PATH": str(path)}, env_file=None)
+    with Workbench.open(settings, embedder=HashEmbedder()) as wb:
+        report = wb.import_jsonl(FACTS)
+        assert report["facts_created"] == 2
+
+
+def counts(store: Store) -> tuple[int, int]:
+    return (
+        store.fetchone("SELECT count(*) FROM entity_embeddings")[0],
+        store.fetchone("SELECT count(*) FROM fact_embeddings")[0],
+    )
+
+
+def test_a_database_moves_to_another_model_and_size(tmp_path):
+    db = tmp_path / "kb.duckdb"
+    build(db)
+    store = Store.open(db, dim=None)
+    assert store.dim == 384
+    seen = []
+    report = reembed(store, SmallHash(), seen.append)
+    assert (report.entities, report.facts) == (5, 2)  # Maria, Acme, Tom, Neovim, Lisbon
+    assert (report.dimensions_before, report.dimensions_after) == (384, 64)
+    assert (report.model_before, report.model_after) == ("hash-bow", "hash-64")
+    assert sum(seen) == 7
+    assert counts(store) == (5, 2)
+    assert store.meta("embedding_dim") == "64" and store.meta("embedding_model") == "hash-64"
+    vector = store.fetchone("SELECT vector FROM fact_embeddings LIMIT 1")[0]
+    assert len(vector) == 64
+    assert {m for (m,) in store.fetchall("SELECT DISTINCT model FROM entity_embeddings")} == {
+        "hash-64"
+    }
+    store.close()
+    settings = load_settings({"SVC_KNOWLEDGE_DB_PATH": str(db)}, env_file=None)
+    with Workbench.open(settings, embedder=SmallHash()) as wb:
+        hits = wb.search_memory_facts("where does Maria work")["facts"]
+        assert hits[0]["fact"] == "Maria works at Acme"
+        want = SmallHash().embed(["Maria works at Acme"])[0]
+        got = wb.store.fetchone(
+            "SELECT v.vector FROM fact_embeddings v JOIN facts f USING (uuid) "
+            "WHERE f.fact = 'Maria works at Acme'"
+        )[0]
+        assert np.allclose(got, want, atol=1e-6)
+    with pytest.raises(DimensionMismatch, match="reembed"):
+        Workbench.open(settings, embedder=HashEmbedder())
+
+
+def test_an_interrupted_reembed_leaves_the_old_vectors(tmp_path):
+    db = tmp_path / "kb.duckdb"
+    build(db)
+
+    class Failing(SmallHash):
+        def embed(self, texts):
+            if self.calls:
+                raise RuntimeError("the embedder died")
+            return super().embed(texts)
+
+    store = Store.open(db, dim=None)
+    before = store.fetchall("SELECT uuid, vector FROM fact_embeddings ORDER BY uuid")
+    import workbench.embedding.reembed as module
+
+    module_batch, module.BATCH = module.BATCH, 2
+    try:
+        with pytest.raises(RuntimeError, match="died"):
+            reembed(store, Failing())
+    finally:
+        module.BATCH = module_batch
+    assert store.meta("embedding_dim") == "384" and store.meta("embedding_model") == "hash-bow"
+    assert store.fetchall("SELECT uuid, vector FROM fact_embeddings ORDER BY uuid") == before
+    # run again: it starts over and finishes
+    assert reembed(store, SmallHash()).facts == 2
+    store.close()
+
+
+@pytest.mark.slow
+def test_the_command_writes_a_reembedded_copy_with_the_local_model(tmp_path, capsys,
+                                                                   monkeypatch):  # fmt: skip
+    db, copy = tmp_path / "kb.duckdb", tmp_path / "copy.duckdb"
+    build(db)
+    for name in list(__import__("os").environ):
+        if name.startswith("SVC_KNOWLEDGE_"):
+            monkeypatch.delenv(name)
+    monkeypatch.chdir(tmp_path)  # no .env of the developer's
+    assert main(["reembed", "--db", str(db), "--into", str(copy), "--quiet"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["model_after"] == "all-MiniLM-L6-v2" and report["facts"] == 2
+    assert report["database"] == str(copy)
+    original, moved = Store.open(db, dim=None, read_only=True), Store.open(copy, dim=None)
+    try:
+        assert original.meta("embedding_model") == "hash-bow"
+        assert moved.meta("embedding_model") == "all-MiniLM-L6-v2"
+        assert counts(moved) == counts(original) == (5, 2)
+    finally:
+        original.close()
+        moved.close()
+    # a copy is never written over an existing file; a missing database is named
+    assert main(["reembed", "--db", str(db), "--into", str(copy), "--quiet"]) == 1
+    assert "exists already" in capsys.readouterr().err
+    assert main(["reembed", "--db", str(tmp_path / "none.duckdb"), "--quiet"]) == 1
+    assert "not found" in capsys.readouterr().err

@@ -1,0 +1,119 @@
+"""Re-embed a whole database with another embedding model (``workbench reembed``).
+
+A database holds vectors of one size (``meta.embedding_dim``), from one model
+(``meta.embedding_model``): switching models needs every entity and fact embedded again. This
+writes the new vectors into staging tables, batch by batch (a progress bar on the command line),
+then swaps them in with the new size and model in one transaction: stopped half-way, the
+database still holds its old vectors and works with the old model; run again, it starts over.
+
+The texts are those ingestion embeds: ``entity_text(name, type, summary)`` for an entity, the
+fact's text for a fact. Rows without a vector today get one too.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from workbench.embedding import Embedder
+from workbench.errors import InvalidInput
+from workbench.ingest.records import entity_text
+from workbench.store import Store
+from workbench.store import graph as g
+
+BATCH = 512
+KINDS = {
+    "entity": ("SELECT uuid, name, entity_type, summary FROM entities ORDER BY uuid", True),
+    "fact": ("SELECT uuid, fact FROM facts ORDER BY uuid", False),
+}
+
+
+@dataclass
+class ReembedReport:
+    entities: int
+    facts: int
+    model_before: str | None
+    model_after: str
+    dimensions_before: int
+    dimensions_after: int
+    seconds: float
+    database: str
+
+    def as_dict(self) -> dict:
+        return dict(self.__dict__)
+
+
+Progress = Callable[[int], None]
+
+
+def reembed(store: Store, embedder: Embedder, progress: Progress | None = None) -> ReembedReport:
+    """Embed every entity and fact of ``store`` with ``embedder`` and make it the database's
+    model (see the module docstring). ``progress(n)`` is told of each batch's rows."""
+    if store.read_only:
+        raise InvalidInput("the database is open read-only: re-embedding writes every vector")
+    started = time.perf_counter()
+    before_dim, before_model = store.dim, store.meta("embedding_model") or None
+    dim = int(embedder.dimensions)
+    counts = {}
+    for kind, (query, is_entity) in KINDS.items():
+        staging = f"_reembed_{kind}"
+        store.execute(f"DROP TABLE IF EXISTS {staging}")
+        store.execute(
+            f"CREATE TABLE {staging} (uuid VARCHAR PRIMARY KEY, model VARCHAR NOT NULL, "
+            f"vector FLOAT[{dim}] NOT NULL)"
+        )
+        rows = store.fetchall(query)
+        counts[kind] = len(rows)
+        for start in range(0, len(rows), BATCH):
+            batch = rows[start : start + BATCH]
+            texts = [entity_text(*r[1:]) if is_entity else r[1] for r in batch]
+            vectors = embedder.embed(texts)
+            if vectors.shape != (len(batch), dim):
+                raise InvalidInput(
+                    f"the embedder returned vectors of shape {vectors.shape} for {len(batch)} "
+                    f"texts; {dim} dimensions were expected"
+                )
+            g.insert_vectors(store, staging, [r[0] for r in batch], vectors, embedder.model)
+            if progress is not None:
+                progress(len(batch))
+    with store.transaction():
+        for kind in KINDS:
+            store.execute(f"DROP TABLE {kind}_embeddings")
+            store.execute(f"ALTER TABLE _reembed_{kind} RENAME TO {kind}_embeddings")
+        store.set_meta("embedding_dim", str(dim))
+        store.set_meta("embedding_model", embedder.model)
+    store.dim = dim
+    store.checkpoint()
+    _drop_saved_indexes(store)
+    return ReembedReport(
+        counts["entity"],
+        counts["fact"],
+        before_model,
+        embedder.model,
+        before_dim,
+        dim,
+        round(time.perf_counter() - started, 2),
+        store.path,
+    )
+
+
+def copy_database(source: str | Path, target: str | Path) -> Path:
+    """A copy of a closed, checkpointed database file at ``target`` (refused when it exists)."""
+    source, target = Path(source).expanduser(), Path(target).expanduser()
+    if target.exists():
+        raise InvalidInput(f"{target} exists already; name a new file for the re-embedded copy")
+    if not source.is_file():
+        raise InvalidInput(f"database file not found: {source}")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(source, target)
+    return target
+
+
+def _drop_saved_indexes(store: Store) -> None:
+    """The saved vector graphs beside the file describe the old vectors: remove them (the
+    search engine would find their checksum wrong and rebuild anyway)."""
+    if store.path != ":memory:":
+        shutil.rmtree(Path(f"{store.path}.search"), ignore_errors=True)
