@@ -241,8 +241,8 @@ def cmd_reembed(args: argparse.Namespace) -> int:
     from service.live import find_live
     from service.logs import setup_logging
     from workbench.embedding import build_embedder
-    from workbench.embedding.reembed import copy_database, reembed
     from workbench.errors import InvalidInput
+    from workbench.ingest.switch_model import copy_database, reembed
     from workbench.store import Store
 
     settings = settings_from(args, embedder_model=args.model)

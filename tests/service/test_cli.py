@@ -19,7 +19,7 @@ from service.logs import remove_handlers
 from tests.service.svc_helpers import free_port
 from workbench.fakes.embedder import HashEmbedder
 
-COMMANDS = ("serve", "mcp", "embed-server", "maintenance", "import", "export", "status")
+COMMANDS = ("serve", "mcp", "embed-server", "maintenance", "import", "export", "status", "reembed")
 
 
 @dataclass

@@ -10,10 +10,10 @@ import pytest
 
 from service.cli import main
 from workbench.config import load_settings
-from workbench.embedding.reembed import reembed
 from workbench.errors import DimensionMismatch
 from workbench.facade import Workbench
 from workbench.fakes.embedder import HashEmbedder
+from workbench.ingest.switch_model import reembed
 from workbench.store import Store
 
 FACTS = [
@@ -89,7 +89,7 @@ def test_an_interrupted_reembed_leaves_the_old_vectors(tmp_path):
 
     store = Store.open(db, dim=None)
     before = store.fetchall("SELECT uuid, vector FROM fact_embeddings ORDER BY uuid")
-    import workbench.embedding.reembed as module
+    import workbench.ingest.switch_model as module
 
     module_batch, module.BATCH = module.BATCH, 2
     try:
