@@ -93,6 +93,9 @@ def _fact_row(m: dict, by_name: dict[str, str], group_id: str, now: datetime) ->
         "relation": m.get("relation", "RELATES_TO"),
         "fact": m["fact"],
         "created_at": now,
+        "valid_at": datetime.fromisoformat(m["valid_at"]).replace(tzinfo=UTC)
+        if m.get("valid_at")
+        else None,
         "importance": 3,
         "stability": 3,
         "classification_status": "fallback",
