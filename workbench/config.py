@@ -131,6 +131,7 @@ class Settings(BaseSettings):
     search_weight_keyword: float = Field(default=0.30, ge=0)
     search_max_results: int = Field(default=100, ge=1, le=10_000)
     search_min_similarity: float = Field(default=0.0, ge=-1.0, le=1.0)
+    search_follow_links: bool = True
 
     @field_validator("compat_base_url", "embedder_base_url", mode="before")
     @classmethod

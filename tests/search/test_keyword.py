@@ -347,3 +347,23 @@ def test_common_words_are_added_only_where_they_can_change_the_top_exactly(query
     assert [norm for _, _, norm in got] == pytest.approx([s for s, _ in full[:20]], rel=1e-5)
     kth = full[19][0]
     assert {u for s, u in full if s > kth * (1 + 1e-5)} <= {u for u, *_ in got}
+
+
+def test_chinese_and_japanese_are_indexed_as_character_pairs():
+    from workbench.search.bm25 import KeywordIndex, tokenize
+
+    assert tokenize("王芳对花生过敏。") == ["王芳", "芳对", "对花", "花生", "生过", "过敏"]
+    assert tokenize("抹茶ラテ and Kyoto") == ["抹茶", "茶ラ", "ラテ", "kyoto"]
+    assert tokenize("猫") == ["猫猫"]  # a lone character is still a term
+    index = KeywordIndex()
+    index.add(
+        ["a", "b", "c"],
+        [
+            "王芳对花生过敏。",
+            "李娜每天晚上都在练习古筝。",
+            "佐藤さんは毎晩ピアノの練習をしています。",
+        ],
+        ["g", "g", "g"],
+    )
+    assert [u for u, *_ in index.search("有什么东西是王芳不能吃的？花生？", 3)][0] == "a"
+    assert [u for u, *_ in index.search("佐藤さんが習っている楽器はピアノですか", 3)][0] == "c"

@@ -62,3 +62,36 @@ def test_a_bad_min_score_is_a_clear_error(engine, bad):
         engine.search_nodes("coffee", min_score=bad)
     with pytest.raises(InvalidInput, match="'min_score'"):
         engine.search_facts("coffee", min_score=bad)
+
+
+def test_a_question_about_someone_named_through_another_follows_the_link(engine):
+    """ "Where does Audrey's sister work?": Audrey's fact naming her sister links to the
+    sister, whose job ranks right after it; a question about Audrey herself is not
+    redirected."""
+    names = ("Audrey", "Sofia Tanaka", "Oakwood Joinery", "MoveWell Clinic")
+    audrey, sofia, joinery, clinic = (entity(n) for n in names)
+    others = [entity(n) for n in ("Denver", "Waffles", "sesame", "cello", "Iceland")]
+    add(engine, "entity", [audrey, sofia, joinery, clinic, *others])
+    facts = [
+        fact("Audrey's sister is called Sofia Tanaka.", audrey, sofia),
+        fact("Sofia Tanaka is a physiotherapist at MoveWell Clinic.", sofia, clinic),
+        fact("Audrey works as a carpenter at Oakwood Joinery.", audrey, joinery),
+        fact("Audrey moved to Denver and loves the flat by the river.", audrey, others[0]),
+        fact("Audrey adopted a pug named Waffles from the shelter.", audrey, others[1]),
+        fact("Audrey is allergic to sesame.", audrey, others[2]),
+        fact("Audrey has been practising the cello every evening.", audrey, others[3]),
+        fact("Audrey spent two weeks hiking in Iceland with friends.", audrey, others[4]),
+    ]
+    add(engine, "fact", facts)
+    asked = [
+        h["fact"] for h in engine.search_facts("Where does Audrey's sister work?", max_facts=3)
+    ]
+    assert asked[:2] == [facts[0]["fact"], facts[1]["fact"]]
+    engine.follow_links = False
+    asked = [
+        h["fact"] for h in engine.search_facts("Where does Audrey's sister work?", max_facts=3)
+    ]
+    assert facts[1]["fact"] not in asked[:2]
+    engine.follow_links = True
+    itself = engine.search_facts("What does Audrey do for a living? carpenter", max_facts=2)
+    assert facts[1]["fact"] not in [h["fact"] for h in itself]

@@ -83,10 +83,37 @@ def _term(raw: str) -> str | None:
     return stem(token)
 
 
+# Chinese, Japanese and Korean write words without spaces: a run of their characters is indexed
+# as overlapping character pairs (the usual approach of search engines without a dictionary)
+_CJK = re.compile(
+    r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af\u31f0-\u31ff]+"
+)
+
+
 def tokenize(text: str) -> list[str]:
-    """Stemmed content tokens of ``text`` (stop words and possessives removed)."""
-    terms = map(_term, _TOKEN.findall(text.lower()))
+    """Stemmed content tokens of ``text`` (stop words and possessives removed); runs of
+    Chinese, Japanese or Korean characters as character pairs."""
+    words = _TOKEN.findall(text.lower())
+    if _CJK.search(text):
+        words = [part for word in words for part in _split_cjk(word)]
+    terms = map(_term, words)
     return [t for t in terms if t is not None]
+
+
+def _split_cjk(word: str) -> list[str]:
+    if not _CJK.search(word):
+        return [word]
+    out, last = [], 0
+    for run in _CJK.finditer(word):
+        if run.start() > last:
+            out.append(word[last : run.start()])
+        chars = run.group()
+        # a lone character stays a term (_term drops one-letter words otherwise)
+        out += [chars[i : i + 2] for i in range(len(chars) - 1)] or [chars + chars]
+        last = run.end()
+    if last < len(word):
+        out.append(word[last:])
+    return out
 
 
 class KeywordIndex:

@@ -34,6 +34,7 @@ background.
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from collections import OrderedDict
@@ -50,7 +51,7 @@ from workbench.clock import Clock, utcnow
 from workbench.errors import InvalidInput, NotFound
 from workbench.metrics import Metrics
 from workbench.search.access import AccessTracker, access_update
-from workbench.search.bm25 import KeywordIndex
+from workbench.search.bm25 import KeywordIndex, tokenize
 from workbench.search.filters import (
     SearchFilters,
     check_groups_known,
@@ -84,6 +85,9 @@ def keyword_text(kind: str, row: dict[str, Any]) -> str:
 
 # the default of SVC_KNOWLEDGE_SEARCH_MIN_SIMILARITY (see the settings' table)
 DEFAULT_FLOOR = 0.0
+NAMED_POOL = 20  # entities the keyword index offers as possibly named by a query
+LINKED_FACTS = 200  # newest facts of a linked entity considered
+FOLLOW = 2  # facts of the linked entity ranked right after the link
 
 
 class SearchEngine:
@@ -118,6 +122,8 @@ class SearchEngine:
         self.max_results = max_results or (settings.search_max_results if settings else 100)
         # a candidate less similar than this that shares no keyword with the query is noise
         self.min_similarity = settings.search_min_similarity if settings else DEFAULT_FLOOR
+        # follow the link from an entity the query names to the one it asks about
+        self.follow_links = settings.search_follow_links if settings else True
         self.ann_threshold = ann_threshold
         self.candidate_pool = candidate_pool
         self.sync_seconds = sync_seconds
@@ -394,7 +400,10 @@ class SearchEngine:
                 kind, text, query_vec, pool * 20, filters.group_ids, None, extra
             )
             rows = self._passing(kind, cands, filters)
-        ranked = self._rank(rows, cands, weights, centre, k, min_score)
+        link = None
+        if kind == "fact" and self.follow_links and rows:
+            link, rows = self._follow(text, filters, rows, cands, weights, centre, query_vec)
+        ranked = self._rank(rows, cands, weights, centre, k, min_score, link)
         now, seen = self.clock(), [r for r, *_ in ranked]
         with self._lock:
             accessed = self.tracker.record(kind, seen, now)
@@ -494,7 +503,71 @@ class SearchEngine:
         more = len(by_vector) >= pool or len(by_keyword) >= pool
         return cands, more
 
-    def _rank(self, rows, cands, weights, centre, k, min_score=None) -> list[tuple]:
+    def _named(self, text: str, groups) -> set[str]:
+        """The entities the query names: their whole name occurs in it (as words; anywhere,
+        for a name in a script written without spaces)."""
+        with self._lock:
+            hits = self.keywords["entity"].search(text, NAMED_POOL, groups)
+            entities = self.rows["entity"]
+            query = _spaced(text)
+            return {u for u, *_ in hits if (row := entities.get(u)) is not None
+                    and _names_in(query, row["name"])}  # fmt: skip
+
+    def _follow(self, text, filters, rows, cands, weights, centre, query_vec):
+        """Multi-hop questions ("where does Audrey's sister work?"): when the query names an
+        entity with a possessive, the best-ranked fact of that entity that mentions the word
+        after it ("Audrey's sister is called Sofia Tanaka") links to its other end; that
+        entity's facts join the candidates and its best ones rank right after the link (see
+        :meth:`_rank`). Returns
+        ``(link uuid, linked fact uuids)`` or None, and the rows."""
+        named = self._named(text, filters.group_ids)
+        if not named:
+            return None, rows
+        bridges = self._bridges(text, named)
+        if not bridges:
+            return None, rows
+        order = self._rank(rows, cands, weights, centre, len(rows))
+        link = None
+        for row, *_ in order:
+            if {row["source_uuid"], row["target_uuid"]} & named:
+                if bridges & set(tokenize(row["fact"])):
+                    link = row
+                break  # only the best fact of a named entity may link
+        if link is None:
+            return None, rows
+        others = {link["source_uuid"], link["target_uuid"]} - named
+        with self._lock:  # the other end's own facts: not those of a named entity again
+            facts = self.rows["fact"]
+            linked = [
+                u
+                for other in sorted(others)
+                for u in facts.neighbourhood(other, LINKED_FACTS)[0]
+                if not {facts.rows[u]["source_uuid"], facts.rows[u]["target_uuid"]} & named
+            ]
+        missing = [u for u in linked if u not in cands]
+        if missing:
+            vec, kw = self.vectors["fact"], self.keywords["fact"]
+            sims = vec.similarity(query_vec, missing)
+            norms = kw.scores(text, missing)
+            for uuid, sim, norm in zip(missing, sims, norms):
+                cands[uuid] = [float(sim), norm]
+            known = {r["uuid"] for r in rows}
+            rows = rows + [r for r in self._passing("fact", missing, filters)
+                           if r["uuid"] not in known]  # fmt: skip
+        return (link["uuid"], set(linked)), rows
+
+    def _bridges(self, text: str, named: set[str]) -> set[str]:
+        """The words that follow a named entity's possessive in the query ("sister" in "Audrey's
+        sister"): what a linking fact must mention."""
+        lowered = text.casefold().replace("\u2019", "'")
+        words: set[str] = set()
+        for uuid in named:
+            name = ((self.rows["entity"].get(uuid) or {}).get("name") or "").casefold()
+            for match in re.finditer(re.escape(name) + r"'s?\s+([^\W\d_]+)", lowered):
+                words.update(tokenize(match.group(1)))
+        return words
+
+    def _rank(self, rows, cands, weights, centre, k, min_score=None, link=None) -> list[tuple]:
         """The best ``k`` rows: (row, score parts, score, graph tier), vectorised. Rows less
         similar than :attr:`min_similarity` without a keyword match, and rows scoring below
         ``min_score``, are left out."""
@@ -509,6 +582,8 @@ class SearchEngine:
         decay = np.array([r["decay_score"] or 0.0 for r in rows])
         importance = np.array([r["importance"] for r in rows])
         scores, parts = score_arrays(sim, kw, decay, importance, weights)
+        if link is not None:
+            scores = _after_link(rows, scores, *link)
         if min_score is not None:
             keep = scores >= min_score
             if not keep.all():
@@ -553,6 +628,36 @@ def _graph_dir(store: Store, graph_dir) -> Path | None:
 def _check_kind(kind: str) -> None:
     if kind not in KINDS:
         raise InvalidInput(f"unknown memory kind {kind!r}; expected one of {', '.join(KINDS)}")
+
+
+_NON_WORD = re.compile(r"[\W_]+", re.UNICODE)
+
+
+def _spaced(text: str) -> str:
+    """Lower-cased words separated by single spaces, with a space at both ends."""
+    return f" {_NON_WORD.sub(' ', text.casefold()).strip()} "
+
+
+def _names_in(query: str, name: str) -> bool:
+    """Whether the whole ``name`` occurs in the (spaced) query: as words, or anywhere for a
+    name in a script written without spaces."""
+    spaced = _spaced(name)
+    if spaced.strip() == "":
+        return False
+    return spaced in query or (not spaced.strip().isascii() and spaced.strip() in query)
+
+
+def _after_link(rows: list[dict], scores: np.ndarray, link: str, linked: set[str]) -> np.ndarray:
+    """The best ``FOLLOW`` linked facts rank right after the link (a copy of ``scores``)."""
+    at = next((i for i, r in enumerate(rows) if r["uuid"] == link), None)
+    if at is None:
+        return scores
+    scores = scores.copy()
+    chosen = sorted((i for i, r in enumerate(rows) if r["uuid"] in linked),
+                    key=lambda i: -scores[i])[:FOLLOW]  # fmt: skip
+    for rank, i in enumerate(chosen):
+        scores[i] = max(scores[i], scores[at] - 1e-4 * (rank + 1))
+    return scores
 
 
 def _tier(row: dict, centre) -> int:
