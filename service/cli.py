@@ -4,7 +4,7 @@
     workbench mcp            MCP over stdio, for a client that spawns the server
     workbench embed-server   OpenAI-style embeddings on the local model (127.0.0.1:8001)
     workbench maintenance    one decay maintenance run
-    workbench import FILE    import pre-extracted entities and facts (JSON lines, no LLM)
+    workbench import FILE    import pre-extracted entities and facts (JSON lines or Parquet)
     workbench export DIR     Parquet snapshot of every table, for notebooks
     workbench status         the service status as JSON
     workbench reembed        embed every entity and fact again with the configured model
@@ -376,11 +376,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     imp = sub.add_parser(
         "import",
-        help="import entities and facts from a JSON-lines file",
-        description="Import pre-extracted entities and facts (JSON lines, "
-        "see the import format in the docs); no LLM is used.",
+        help="import entities and facts from a JSON-lines or Parquet file",
+        description="Import pre-extracted entities and facts (JSON lines or Parquet, "
+        "optionally with their vectors; see the import format in the docs); no LLM is used.",
     )
-    imp.add_argument("file", metavar="FILE", help="the .jsonl file")
+    imp.add_argument("file", metavar="FILE", help="a JSON-lines or Parquet file")
     imp.add_argument("--group-id", help="group for records that name none")
     imp.add_argument("--quiet", action="store_true", help="no progress bar")
     _add_db(imp)

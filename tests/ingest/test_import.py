@@ -134,3 +134,71 @@ def test_a_chunk_looks_its_stored_entities_up_once_per_group(tmp_path, hash_embe
             "HAVING count(*) > 1"
         )
         assert names == []
+
+
+TABLES = {"entity": "entities", "fact": "facts"}
+
+
+def test_parquet_with_vectors_is_imported_without_embedding_them_again(tmp_path, hash_embedder):
+    """Rows of a Parquet file are records like JSON lines; an ``embedding`` of the database's
+    size is kept (normalised), one of another size is a reported, skipped row."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    dim = hash_embedder.dimensions
+    mine = np.zeros(dim, np.float32)
+    mine[:2] = [3.0, 4.0]  # not a unit vector: stored as (0.6, 0.8, 0, ...)
+    rows = [
+        {"type": "entity", "name": "Maria", "entity_type": "Person", "summary": "engineer",
+         "embedding": mine.tolist()},
+        {"type": "fact", "source": "Maria", "target": "Acme", "fact": "Maria works at Acme",
+         "embedding": mine.tolist()},
+        {"type": "fact", "source": "Tom", "target": "Acme", "fact": "Tom works at Acme",
+         "embedding": None},
+        {"type": "fact", "source": "Tom", "target": "Neovim", "fact": "Tom uses Neovim",
+         "embedding": [1.0, 2.0, 3.0]},
+    ]  # fmt: skip
+    columns = {key: None for row in rows for key in row}  # one schema: nulls where absent
+    path = tmp_path / "memories.data"  # recognised by its content, not its name
+    pq.write_table(pa.Table.from_pylist([{**columns, **row} for row in rows]), path)
+    settings = load_settings({"SVC_KNOWLEDGE_DB_PATH": ":memory:"}, env_file=None)
+    with Workbench.open(settings, embedder=hash_embedder) as wb:
+        texts: list[str] = []
+        real = hash_embedder.embed
+        hash_embedder.embed = lambda batch: texts.extend(batch) or real(batch)
+        report = wb.import_jsonl(path)
+        hash_embedder.embed = real
+        assert report["facts_created"] == 2 and report["error_count"] == 1
+        assert report["errors"] == [
+            f"line 4: embedding has 3 dimensions; the database holds {dim}-dimensional vectors"
+        ]
+        vector = lambda table, where: np.array(wb.store.fetchone(  # noqa: E731
+            f"SELECT v.vector FROM {table}_embeddings v JOIN {TABLES[table]} t USING (uuid) "
+            f"WHERE {where}")[0])  # fmt: skip
+        assert np.allclose(vector("fact", "t.fact = 'Maria works at Acme'")[:3], [0.6, 0.8, 0])
+        assert np.allclose(vector("entity", "t.name = 'Maria'")[:3], [0.6, 0.8, 0])
+        embedded = vector("fact", "t.fact = 'Tom works at Acme'")
+        assert np.allclose(embedded, hash_embedder.embed(["Tom works at Acme"])[0], atol=1e-6)
+        # only the records without a vector were embedded
+        assert "Maria works at Acme" not in texts and "Tom works at Acme" in texts
+        assert not any(t.startswith("Maria (") for t in texts)
+        hits = wb.search_memory_facts("Tom works at Acme")["facts"]
+        assert hits[0]["fact"] == "Tom works at Acme"
+
+
+def test_a_broken_parquet_file_or_a_binary_file_is_a_clear_error(tmp_path, hash_embedder):
+    import pytest
+
+    from workbench.errors import InvalidInput
+
+    broken = tmp_path / "broken.parquet"
+    broken.write_bytes(b"PAR1" + b"\x00" * 64)
+    binary = tmp_path / "image.jsonl"
+    binary.write_bytes(b"\x89PNG\r\n\x1a\n\xff\xfe\x00")
+    settings = load_settings({"SVC_KNOWLEDGE_DB_PATH": ":memory:"}, env_file=None)
+    with Workbench.open(settings, embedder=hash_embedder) as wb:
+        with pytest.raises(InvalidInput, match="not a readable Parquet file"):
+            wb.import_jsonl(broken)
+        with pytest.raises(InvalidInput, match="not a JSON-lines text file: line 1"):
+            wb.import_jsonl(binary)

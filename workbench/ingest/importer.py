@@ -1,11 +1,14 @@
-"""Import pre-extracted entities and facts (JSON lines), no LLM.
+"""Import pre-extracted entities and facts (JSON lines or Parquet), no LLM.
 
-Line formats (``docs/import-format.md``)::
+Record formats (``docs/import-format.md``; in Parquet, one row per record, the same columns)::
 
     {"type": "entity", "name": ..., "entity_type"?, "summary"?, "group_id"?, "importance"?,
-     "stability"?, "created_at"?}
+     "stability"?, "created_at"?, "embedding"?}
     {"type": "fact", "source": ..., "target": ..., "relation"?, "fact": ..., "valid_at"?,
-     "invalid_at"?, "group_id"?, "created_at"?, "importance"?, "stability"?}
+     "invalid_at"?, "group_id"?, "created_at"?, "importance"?, "stability"?, "embedding"?}
+
+A record with an ``embedding`` (of the database's size) keeps that vector and is not embedded
+again: a migration from another store, or a re-import, costs no model time.
 
 Facts name their endpoint entities, which are created when missing. Entities are deduplicated
 by normalised name within a group, exactly as ingestion does. A bad line is reported with its
@@ -34,6 +37,7 @@ from workbench.store import Store
 from workbench.store import graph as g
 
 BATCH = 256
+PARQUET_BATCH = 4096  # rows DuckDB hands over at a time
 
 
 class _Base(BaseModel):
@@ -41,12 +45,21 @@ class _Base(BaseModel):
     importance: int | None = Field(default=None, ge=1, le=5)
     stability: int | None = Field(default=None, ge=1, le=5)
     created_at: str | None = None
+    # its vector, of the database's size (then it is not embedded again)
+    embedding: list[float] | None = None
 
     @field_validator("created_at")
     @classmethod
     def _time(cls, value: str | None) -> str | None:
         if value is not None:
             as_utc(value)
+        return value
+
+    @field_validator("embedding")
+    @classmethod
+    def _finite(cls, value: list[float] | None) -> list[float] | None:
+        if value is not None and (not value or not np.isfinite(value).all()):
+            raise ValueError("must be a non-empty list of finite numbers")
         return value
 
 
@@ -82,17 +95,55 @@ class ImportReport:
 def read_lines(
     source: str | Path | Iterable[str] | Iterable[dict], first_line: int = 1
 ) -> Iterable[tuple[int, Any]]:
-    """Yield (line number, raw item) from a path, an iterable of JSON strings, or dicts
-    (numbered from ``first_line``: a chunk of a file keeps the file's line numbers)."""
+    """Yield (line number, raw item) from a path (JSON lines, or Parquet: a row is a line), an
+    iterable of JSON strings, or dicts (numbered from ``first_line``: a chunk of a file keeps
+    the file's line numbers)."""
     if isinstance(source, (str, Path)):
         path = Path(source)
         if not path.is_file():
             raise InvalidInput(f"import file not found: {path}")
+        if is_parquet(path):
+            yield from _parquet_rows(path, first_line)
+            return
         with path.open("rb") as handle:
             for number, raw in enumerate(handle, start=first_line):
                 yield number, _decoded(raw, number, path)
         return
     yield from enumerate(source, start=first_line)
+
+
+def is_parquet(path: Path) -> bool:
+    """A Parquet file (by its magic bytes, whatever its name)."""
+    with path.open("rb") as handle:
+        return handle.read(4) == b"PAR1"
+
+
+def _parquet_rows(path: Path, first_line: int) -> Iterable[tuple[int, dict]]:
+    """The rows of a Parquet file as import records, read by DuckDB's Parquet reader in
+    batches (a list column ``embedding`` becomes a list of floats, a timestamp an ISO text)."""
+    import duckdb
+
+    con = duckdb.connect(config={"autoinstall_known_extensions": "false"})
+    try:
+        try:
+            reader = con.execute("SELECT * FROM read_parquet(?)", [str(path)]).to_arrow_reader(
+                PARQUET_BATCH
+            )
+        except duckdb.Error as exc:
+            raise InvalidInput(f"{path} is not a readable Parquet file: {exc}") from None
+        number = first_line
+        for batch in reader:
+            for row in batch.to_pylist():
+                yield number, {k: _plain(v) for k, v in row.items() if v is not None}
+                number += 1
+    finally:
+        con.close()
+
+
+def _plain(value: Any) -> Any:
+    if hasattr(value, "isoformat"):
+        return value.isoformat()
+    return value
 
 
 def _decoded(raw: bytes, number: int, path: Path) -> str:
@@ -104,7 +155,11 @@ def _decoded(raw: bytes, number: int, path: Path) -> str:
         ) from None
 
 
-def parse(items: Iterable[tuple[int, Any]], report: ImportReport) -> list[EntityLine | FactLine]:
+def parse(
+    items: Iterable[tuple[int, Any]], report: ImportReport, dim: int | None = None
+) -> list[EntityLine | FactLine]:
+    """The valid records; each bad one is reported with its line number (a record whose
+    ``embedding`` is not of ``dim`` dimensions too) and skipped."""
     parsed: list[EntityLine | FactLine] = []
     for number, raw in items:
         if isinstance(raw, str):
@@ -124,7 +179,14 @@ def parse(items: Iterable[tuple[int, Any]], report: ImportReport) -> list[Entity
             report.errors.append(f"line {number}: 'type' must be 'entity' or 'fact'")
             continue
         try:
-            parsed.append(model.model_validate(raw))
+            line = model.model_validate(raw)
+            if dim is not None and line.embedding is not None and len(line.embedding) != dim:
+                report.errors.append(
+                    f"line {number}: embedding has {len(line.embedding)} dimensions; the "
+                    f"database holds {dim}-dimensional vectors"
+                )
+                continue
+            parsed.append(line)
         except ValidationError as exc:
             first = exc.errors()[0]
             where = ".".join(str(p) for p in first["loc"])
@@ -144,7 +206,7 @@ class Importer:
 
     def run(self, source, progress: bool = False, first_line: int = 1) -> ImportReport:
         report = ImportReport()
-        lines = parse(read_lines(source, first_line), report)
+        lines = parse(read_lines(source, first_line), report, self.embedder.dimensions)
         bar = _progress(len(lines), progress)
         for start in range(0, len(lines), BATCH):
             chunk = lines[start : start + BATCH]
@@ -159,6 +221,7 @@ class Importer:
         new_entities: list[dict] = []
         facts: list[dict] = []
         seen_facts: set[tuple[str, str, str, str]] = set()
+        given: dict[str, list[float]] = {}  # uuid -> the vector the record brought
 
         stored_entities = self._stored_entities(chunk)
 
@@ -172,6 +235,8 @@ class Importer:
                 entities[key] = found
                 return found
             row = _entity_row(group, name, line, key[1], now)
+            if line is not None and line.embedding is not None:
+                given[row["uuid"]] = line.embedding
             entities[key] = row
             new_entities.append(row)
             report.entities_created += 1
@@ -189,7 +254,10 @@ class Importer:
                 report.facts_existing += 1
                 continue
             seen_facts.add(key)
-            candidates.append((key, _fact_row(group, src["uuid"], dst["uuid"], line, now)))
+            row = _fact_row(group, src["uuid"], dst["uuid"], line, now)
+            if line.embedding is not None:
+                given[row["uuid"]] = line.embedding
+            candidates.append((key, row))
         stored = set()  # one query per group for the chunk's facts, not one per fact
         for group in {key[0] for key, _ in candidates}:
             keys = [key[1:] for key, _ in candidates if key[0] == group]
@@ -200,7 +268,7 @@ class Importer:
             else:
                 facts.append(row)
                 report.facts_created += 1
-        self._write(new_entities, facts)
+        self._write(new_entities, facts, given)
 
     def _stored_entities(self, chunk) -> dict[tuple[str, str], dict]:
         """The stored entities the chunk names, by (group, normalised name): one query per
@@ -216,10 +284,21 @@ class Importer:
             for norm, row in g.entities_by_norm(self.store, group, sorted(norms)).items()
         }
 
-    def _write(self, new_entities: list[dict], facts: list[dict]) -> None:
+    def _write(
+        self, new_entities: list[dict], facts: list[dict], given: dict[str, list[float]]
+    ) -> None:
         texts = [entity_text(e["name"], e["entity_type"], e["summary"]) for e in new_entities]
         texts += [f["fact"] for f in facts]
-        vectors = self.embedder.embed(texts) if texts else np.zeros((0, self.embedder.dimensions))
+        uuids = [e["uuid"] for e in new_entities] + [f["uuid"] for f in facts]
+        vectors = np.zeros((len(texts), self.embedder.dimensions), np.float32)
+        todo = [i for i, u in enumerate(uuids) if u not in given]  # embedded here
+        if todo:
+            vectors[todo] = self.embedder.embed([texts[i] for i in todo])
+        for i, uuid in enumerate(uuids):
+            if uuid in given:  # brought along: normalised like the embedder's own
+                vector = np.asarray(given[uuid], np.float32)
+                norm = float(np.linalg.norm(vector))
+                vectors[i] = vector / norm if norm > 0 else vector
         ent_vecs, fact_vecs = vectors[: len(new_entities)], vectors[len(new_entities) :]
         with self.index:
             with self.store.transaction():
