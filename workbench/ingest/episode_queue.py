@@ -56,6 +56,8 @@ from workbench.store.schema import PRIORITY_NAMES
 log = logging.getLogger("workbench.ingest.episode_queue")
 
 QUEUE_NAME = "episodes"
+SINGLES_SECONDS = 300.0  # one message at a time after a group's run failed as a whole
+RELEASED = object()  # an outcome: the message went back to the queue unspent
 # how long a prepared episode may wait for others to share its commit while more are being
 # prepared: a commit costs ~20 ms of DuckDB work however many episodes it writes
 COMMIT_LINGER_SECONDS = 0.2
@@ -118,6 +120,10 @@ class EpisodeQueue:
         # up to this many consecutive messages of a group with a backlog are claimed and
         # prepared together (work with ``prepare_run`` only)
         self.run_size = max(1, run_size) if hasattr(work, "prepare_run") else 1
+        # groups whose last run failed as a whole: their messages go one at a time for a while,
+        # so a failure is charged to the episode that caused it (group -> monotonic deadline)
+        self._singles: dict[str, float] = {}
+        self._singles_lock = threading.Lock()
         self.work = work
         self.max_crashes = max_crashes
         # held while claiming and while committing (until the commit's search-index updates
@@ -287,7 +293,13 @@ class EpisodeQueue:
             if self._stop.is_set() or self._abandon:  # stopped while waiting for the gate
                 return 0
             messages, more = q.claim_heads(
-                self.store, self._owner, now, self.lease_seconds, room, self.run_size
+                self.store,
+                self._owner,
+                now,
+                self.lease_seconds,
+                room,
+                self.run_size,
+                self._single_groups(),
             )
         if not more and events == self._claim_events:
             self._may_claim = False  # every runnable head is taken: no use asking again yet
@@ -324,8 +336,32 @@ class EpisodeQueue:
             return self._prepare_all(unit, parallel=False)
         try:
             return self.work.prepare_run(unit)  # type: ignore[attr-defined]
-        except Exception as exc:  # the run as a whole: its first message fails
-            return [(False, exc)] + [(None, None)] * (len(unit) - 1)
+        except Exception as exc:  # a step of the whole run failed: whose fault is unknown
+            self._run_failed(unit, exc)
+            return [(None, None)] * len(unit)
+
+    def _run_failed(self, unit: Unit, exc: BaseException) -> None:
+        """A run failed as a whole (a run-wide step, or its write): every message goes back
+        to the queue unspent and its group runs one message at a time for a while, so the
+        failure, if it comes again, is charged to the episode that causes it."""
+        group = unit[0]["group_id"]
+        log.warning(
+            "a run of %d episodes of group %s failed as a whole (%s: %s): they return to the "
+            "queue and the group goes one episode at a time for %.0f s",
+            len(unit),
+            group,
+            type(exc).__name__,
+            exc,
+            SINGLES_SECONDS,
+        )
+        with self._singles_lock:
+            self._singles[group] = time.monotonic() + SINGLES_SECONDS
+
+    def _single_groups(self) -> list[str]:
+        now = time.monotonic()
+        with self._singles_lock:
+            self._singles = {g: t for g, t in self._singles.items() if t > now}
+            return sorted(self._singles)
 
     def _prepared(self, future) -> None:
         """Done callback: a prepared unit's messages join the ones waiting to be written;
@@ -399,11 +435,13 @@ class EpisodeQueue:
                 return
             ready, self._ready = self._ready, []
         outcomes = [(m, v, t) for m, ok, v, t, _ in ready if not ok]  # errors of preparing
-        outcomes += self._commit_units([(m, v, t, u) for m, ok, v, t, u in ready if ok])
+        outcomes += self._commit_units(
+            [(m, v, t, u) for m, ok, v, t, u in ready if ok], self._owner
+        )
         for message, error, started in outcomes:
             if error is None:
                 self._completed(message, started)
-            else:
+            elif error is not RELEASED:
                 self._record_failure(message, error, started)
         self._claimable()  # their groups' next messages become heads
         self._maybe_refresh_gauges()
@@ -420,8 +458,8 @@ class EpisodeQueue:
             )
 
     def _commit_units(
-        self, written: list[tuple[QueueMessage, Any, float, int]]
-    ) -> list[tuple[QueueMessage, BaseException | None, float]]:
+        self, written: list[tuple[QueueMessage, Any, float, int]], owner: str
+    ) -> list[tuple[QueueMessage, Any, float]]:
         """Write prepared messages, each unit (a run) in one transaction with its messages in
         order; per message its error (None: written) and start."""
         units: dict[int, list[tuple[QueueMessage, Any, float]]] = {}
@@ -431,11 +469,17 @@ class EpisodeQueue:
             return []
         groups = list(units.values())
         tickets = self._group.submit_many([[(m, v) for m, v, _ in group] for group in groups])
-        return [
-            (message, ticket.error, started)
-            for ticket, group in zip(tickets, groups)
-            for message, _, started in group
-        ]
+        out: list[tuple[QueueMessage, BaseException | None, float]] = []
+        for ticket, group in zip(tickets, groups):
+            if ticket.error is not None and len(group) > 1 and isinstance(ticket.error, Exception):
+                # a run's write failed: back to the queue, the group one at a time for a while
+                self._run_failed([m for m, _, _ in group], ticket.error)
+                for message, _, started in group:
+                    self._release(message, owner)
+                    out.append((message, RELEASED, started))
+                continue
+            out += [(message, ticket.error, started) for message, _, started in group]
+        return out
 
     def _linger_left_locked(self) -> float:
         return max(0.0, self._ready_since + COMMIT_LINGER_SECONDS - time.monotonic())
@@ -481,7 +525,13 @@ class EpisodeQueue:
         self._requeue_expired(now)
         with self.gate:
             messages = q.claim_batch(
-                self.store, owner, now, self.lease_seconds, limit, self.run_size
+                self.store,
+                owner,
+                now,
+                self.lease_seconds,
+                limit,
+                self.run_size,
+                self._single_groups(),
             )
         if messages:
             self._process_batch(messages, owner)
@@ -538,8 +588,10 @@ class EpisodeQueue:
         if not prepared:
             return
         # written together with the batches other workers submit meanwhile: one transaction
-        for message, error, started in self._commit_units(prepared):
+        for message, error, started in self._commit_units(prepared, owner):
             self._set_busy(-1)
+            if error is RELEASED:
+                continue
             if error is not None:
                 self._failed(message, error, time.perf_counter() - started)
             else:

@@ -51,6 +51,7 @@ import numpy as np
 from workbench.ingest.extract import Extractor, _parse_time, fact_key
 from workbench.ingest.recent import _in_order
 from workbench.ingest.records import EpisodeChanges, EpisodeRow, PreparedEpisode, ResolvedEntity
+from workbench.names import name_key
 
 log = logging.getLogger("workbench.ingest.run")
 
@@ -75,6 +76,7 @@ class _RunGraph:
 
     by_norm: dict[str, dict[str, Any]] = field(default_factory=dict)  # created, by name
     rows: dict[str, dict[str, Any]] = field(default_factory=dict)  # created or grown, by uuid
+    unseen: dict[str, int] = field(default_factory=dict)  # grown, vector kept: characters added
     created: list[tuple[dict[str, Any], np.ndarray]] = field(default_factory=list)
 
     def add(self, entities: list[ResolvedEntity], changes: EpisodeChanges) -> None:
@@ -88,6 +90,8 @@ class _RunGraph:
                 self.created.append((self.rows[entity["uuid"]], vectors[entity["uuid"]]))
         for uuid, update in changes.summary_updates.items():
             self.rows[uuid] = {**self.rows.get(uuid, {}), **update}
+            # characters its vector has not seen: carried on while it keeps its vector
+            self.unseen[uuid] = changes.kept_vectors.get(uuid, 0)
 
 
 @dataclass
@@ -174,6 +178,13 @@ class RunPreparer:
         for i in range(len(extracted)):
             try:
                 self._place_in_run(episodes[i], extracted[i], changes[i], graph)
+                # what earlier episodes of the run added to a summary without a new vector
+                # counts towards the re-embedding due now (as it would one at a time)
+                for ent in extracted[i]:
+                    if ent.existing is not None and graph.unseen.get(ent.existing["uuid"]):
+                        changes[i].kept_vectors[ent.existing["uuid"]] = graph.unseen[
+                            ent.existing["uuid"]
+                        ]
                 x._apply(episodes[i]["group_id"], extracted[i], changes[i])
             except Exception as exc:
                 error = exc
@@ -261,6 +272,15 @@ class RunPreparer:
         thresholds = self.x.thresholds
         questions = []
         for ent in entities:
+            exact = graph.by_norm.get(ent.name_norm)
+            if (
+                ent.existing is not None
+                and exact is not None
+                and name_key(ent.existing.get("name") or "") != ent.name_norm
+            ):
+                # one at a time, the exact name an earlier episode made is found before any
+                # similarity to an older entity of the graph
+                ent.existing = None
             if ent.existing is not None:
                 grown = graph.rows.get(ent.existing["uuid"])
                 if grown is not None:
@@ -330,7 +350,7 @@ class RunPreparer:
                 known = asked.get(i)
                 if known is None or not known.covers(later):
                     stale[i] = later
-                else:
+                if known is not None:  # verdicts given stand, for the facts they judged
                     known.apply(episode, later, mine)
             run += mine.new_facts
             ended.update(mine.invalidated)

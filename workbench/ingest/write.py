@@ -58,11 +58,13 @@ class EpisodeWriter:
         items = list({i.episode_uuid: i for i in items if i.changes is not None}.values())
         with self.store.transaction():
             pending = g.unprocessed_episodes(self.store, [i.episode_uuid for i in items])
-            items = [
+            kept = [
                 item
                 for item in items
                 if item.episode_uuid in pending and pending[item.episode_uuid] == item.created_at
             ]
+            _check_runs(items, kept)
+            items = kept
             rows = _Rows.of(items, self.dimensions)
             g.insert_entities(self.store, rows.new_entities)
             g.update_entity_summaries(self.store, rows.summaries, now)
@@ -120,6 +122,25 @@ class EpisodeWriter:
             ],
             "a write",
         )
+
+
+class RunBroken(RuntimeError):
+    """An episode of a run was deleted (or written by another delivery) while the run was
+    prepared: the later episodes of its group were resolved against what it made, so they
+    are not written (the queue prepares them again, one at a time)."""
+
+
+def _check_runs(items: list[PreparedEpisode], kept: list[PreparedEpisode]) -> None:
+    written = {id(i) for i in kept}
+    gone: set[str] = set()  # groups with an episode dropped so far in this write
+    for item in items:
+        if id(item) not in written:
+            gone.add(item.group_id)
+        elif item.group_id in gone:
+            raise RunBroken(
+                f"episode {item.episode_uuid} follows an episode of group {item.group_id} "
+                "that was deleted or written elsewhere while they were prepared together"
+            )
 
 
 @dataclass

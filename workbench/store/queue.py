@@ -111,12 +111,18 @@ def _release(store: Store, condition: str, params: list[Any]) -> int:
 
 
 def claim_batch(
-    store: Store, owner: str, now: datetime, lease_seconds: float, limit: int, run_size: int = 1
+    store: Store,
+    owner: str,
+    now: datetime,
+    lease_seconds: float,
+    limit: int,
+    run_size: int = 1,
+    singles: Sequence[str] = (),
 ) -> list[QueueMessage]:
     """Lease up to ``limit`` runnable messages, the heads of different groups in priority then
     age order (with ``run_size`` > 1, see :func:`claim_heads`). One transaction, whatever
     ``limit`` is."""
-    return claim_heads(store, owner, now, lease_seconds, limit, run_size)[0]
+    return claim_heads(store, owner, now, lease_seconds, limit, run_size, singles)[0]
 
 
 def claim_heads(
@@ -126,6 +132,7 @@ def claim_heads(
     lease_seconds: float,
     limit: int,
     run_size: int = 1,
+    singles: Sequence[str] = (),
 ) -> tuple[list[QueueMessage], bool]:
     """:func:`claim_batch`, and whether more runnable heads were left unclaimed (False: a
     claim before something changes would find nothing).
@@ -133,7 +140,8 @@ def claim_heads(
     With ``run_size`` > 1, room the heads leave (fewer runnable groups than ``limit``) goes
     to the messages right behind each claimed head, in the group's order, up to ``run_size``
     messages per group: a *run* of consecutive messages, all queued and due (it stops at the
-    first that is not). Messages come back grouped: each group's run in order."""
+    first that is not); never for the groups in ``singles``. Messages come back grouped: each
+    group's run in order."""
     limit = max(1, int(limit))
     with store.transaction():
         heads = store.fetchall(
@@ -154,8 +162,9 @@ def claim_heads(
         uuids = [head for head, _, _ in chosen]
         runs = {group: [head] for head, group, _ in chosen}
         room = limit - len(chosen)
-        if run_size > 1 and room > 0:
-            for group, follower in _followers(store, chosen, now, min(run_size, room + 1)):
+        runnable = [head for head in chosen if head[1] not in set(singles)]
+        if run_size > 1 and room > 0 and runnable:
+            for group, follower in _followers(store, runnable, now, min(run_size, room + 1)):
                 if room > 0 and len(runs[group]) < run_size:
                     runs[group].append(follower)
                     uuids.append(follower)
