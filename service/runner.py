@@ -310,13 +310,15 @@ def serve(
                 getattr(workbench.chat, "model", None)
                 or "not configured (episodes wait in the queue)",
             )
-            # the CLI, stdio MCP and notebooks reach this database through the tools now
-            write_record(
-                settings.db_location(),
-                client_url(settings.host, main_sock),
-                bool(settings.api_token and settings.api_token.get_secret_value()),
-            )
 
+        # the CLI, stdio MCP and notebooks reach this database through the tools from now on:
+        # written before serving (the socket is bound, so a client that reads it waits in the
+        # backlog) so that no one sees /health answer while the record is still missing
+        write_record(
+            settings.db_location(),
+            client_url(settings.host, main_sock),
+            bool(settings.api_token and settings.api_token.get_secret_value()),
+        )
         asyncio.run(serve_all(pairs, ready))
     finally:
         remove_record(settings.db_location())
