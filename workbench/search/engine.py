@@ -48,6 +48,7 @@ from typing import Any
 import numpy as np
 
 from workbench.clock import Clock, utcnow
+from workbench.embedding.base import embed_queries
 from workbench.errors import InvalidInput, NotFound
 from workbench.metrics import Metrics
 from workbench.search.access import AccessTracker, access_update
@@ -114,6 +115,8 @@ class SearchEngine:
     ):
         self.store = store
         self.embedder = embedder
+        # the cosine of unrelated texts under this model (see _calibrated)
+        self._baseline = float(getattr(embedder, "similarity_baseline", 0.0))
         self.metrics = metrics or Metrics(enabled=False)
         self.clock = clock
         if weights is None:
@@ -556,6 +559,14 @@ class SearchEngine:
                            if r["uuid"] not in known]  # fmt: skip
         return (link["uuid"], set(linked)), rows
 
+    def _calibrated(self, cosine: np.ndarray) -> np.ndarray:
+        """Cosine mapped onto the model's own scale: ``(cosine - b) / (1 - b)`` where ``b``
+        is the embedder's ``similarity_baseline``, the cosine of unrelated texts (0 for
+        MiniLM; E5's cosines crowd into 0.7-1), so that similarity weighs against the keyword
+        score, the floor and ``min_score`` alike whatever the model."""
+        base = self._baseline
+        return cosine if not base else (cosine - base) / (1.0 - base)
+
     def _bridges(self, text: str, named: set[str]) -> set[str]:
         """The words that follow a named entity's possessive in the query ("sister" in "Audrey's
         sister"): what a linking fact must mention."""
@@ -571,7 +582,7 @@ class SearchEngine:
         """The best ``k`` rows: (row, score parts, score, graph tier), vectorised. Rows less
         similar than :attr:`min_similarity` without a keyword match, and rows scoring below
         ``min_score``, are left out."""
-        sim = np.array([cands[r["uuid"]][0] for r in rows])
+        sim = self._calibrated(np.array([cands[r["uuid"]][0] for r in rows]))
         kw = np.array([cands[r["uuid"]][1] for r in rows])
         relevant = (sim >= self.min_similarity) | (kw > 0)
         if not relevant.all():
@@ -607,7 +618,7 @@ class SearchEngine:
             if cached is not None:
                 self._query_cache.move_to_end(text)
                 return cached
-        vector = np.asarray(self.embedder.embed([text]), dtype=np.float32)[0]
+        vector = np.asarray(embed_queries(self.embedder, [text]), dtype=np.float32)[0]
         if self._query_cache_size:
             with self._lock:
                 self._query_cache[text] = vector
