@@ -357,7 +357,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     embed.add_argument(
         "--model",
-        help="sentence-transformers model name or path (default all-MiniLM-L6-v2, 384 dimensions)",
+        help="sentence-transformers model name or path, or multilingual-e5-small "
+        "(default all-MiniLM-L6-v2, 384 dimensions)",
     )
     embed.set_defaults(func=cmd_embed_server)
 

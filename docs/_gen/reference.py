@@ -109,7 +109,11 @@ SETTING_MEANINGS: dict[str, str] = {
     "price_table_path": "A JSON price table merged over the shipped one (USD per million "
     "input/output/cached-read/cache-write tokens; its entries win).",
     "local_embedder_model": "Model of the in-process embedder (loaded from the installed "
-    "package, offline).",
+    "package, offline): `all-MiniLM-L6-v2` (English, fast) or `multilingual-e5-small` (about "
+    "100 languages, pt-BR, ja and zh among them; the `multilingual` extra; about 4x the "
+    "embedding cost, see [Performance](performance.md); with it, "
+    "`SVC_KNOWLEDGE_SEARCH_WEIGHT_KEYWORD=0.2` ranks best). Both have 384 dimensions: switch "
+    "an existing database with `workbench reembed --model ...`.",
     "local_embedder_threads": "CPU threads the in-process embedder may use.",
     "queue_concurrency": "Episodes processed in parallel (one group at a time each: episodes "
     "of one group stay in order).",
