@@ -108,16 +108,7 @@ class Extractor:
         resolved = self._resolve(episode, extracted, changes)
         self._extract_facts(episode, resolved, changes)
         vectors = self._embed(changes)
-        return PreparedEpisode(
-            episode["uuid"],
-            episode["group_id"],
-            changes,
-            vectors,
-            episode["reference_time"],
-            episode["name"],
-            episode["body"],
-            episode["created_at"],
-        )
+        return PreparedEpisode.of(episode, changes, vectors)
 
     def _call(self, prompt_name: str, messages, model, episode_uuid: str, changes):
         started = time.perf_counter()

@@ -81,6 +81,22 @@ class PreparedEpisode:
     body: str = ""
     created_at: datetime | None = None  # tells the episode from one re-added under its uuid
 
+    @classmethod
+    def of(
+        cls, episode: EpisodeRow, changes: EpisodeChanges, vectors: np.ndarray
+    ) -> PreparedEpisode:
+        """What extraction prepared for ``episode``."""
+        return cls(
+            episode["uuid"],
+            episode["group_id"],
+            changes,
+            vectors,
+            episode["reference_time"],
+            episode["name"],
+            episode["body"],
+            episode["created_at"],
+        )
+
 
 def entity_text(name: str, entity_type: str, summary: str) -> str:
     """The text embedded for an entity (ingestion and import)."""

@@ -228,7 +228,7 @@ class RunPreparer:
         else:
             self._facts_in_order(episodes[:n], extracted, shown, replies, asked, changes)
         vectors = x._embed_many(changes[:n])
-        prepared = [self._finish(episodes[i], changes[i], vectors[i]) for i in range(n)]
+        prepared = [PreparedEpisode.of(episodes[i], changes[i], vectors[i]) for i in range(n)]
         clock.lap("embedded")
         log.debug("a run of %d episodes: %s", len(episodes), clock)
         if error is not None:
@@ -378,21 +378,6 @@ class RunPreparer:
                     }
                 )
         return out[:FACTS_SHOWN]
-
-    @staticmethod
-    def _finish(
-        episode: EpisodeRow, changes: EpisodeChanges, vectors: np.ndarray
-    ) -> PreparedEpisode:
-        return PreparedEpisode(
-            episode["uuid"],
-            episode["group_id"],
-            changes,
-            vectors,
-            episode["reference_time"],
-            episode["name"],
-            episode["body"],
-            episode["created_at"],
-        )
 
     def _each(self, fn: Callable[[int], T], indexes: range) -> tuple[list[T], Exception | None]:
         """``fn`` over the indexes concurrently: the results before the first failure (in
