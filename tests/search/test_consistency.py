@@ -14,6 +14,7 @@ from workbench.ingest.reads import CachedReads
 from workbench.metrics import Metrics
 from workbench.search import engine as search_module
 from workbench.search import rows as search_cache
+from workbench.search import vectors as search_vectors
 from workbench.search.engine import SearchEngine
 from workbench.store import Store
 
@@ -373,3 +374,74 @@ def test_an_access_recorded_while_rebuild_loads_is_kept_in_its_rows(
     assert store.fetchone("SELECT access_count FROM entities WHERE uuid = ?", [crane["uuid"]]) == (
         1,
     )
+
+
+def test_a_saved_graph_catches_up_with_what_the_store_changed_after_it(db, hash_embedder):
+    """The graph was saved at a clean stop; then another process (or one that crashed before
+    saving) added, deleted and re-embedded memories. The next start opens the saved graph
+    and catches it up instead of rebuilding it: nothing lost, nothing deleted comes back."""
+    store, engine = open_engine(db, hash_embedder)
+    engine.ann_threshold = 50
+    notes = add(engine, "entity", [entity(f"Note {i}", f"tea note {i}") for i in range(120)])
+    engine.rebuild()
+    assert engine.vectors["entity"].wait_ready(60)
+    engine.close()
+    store.close()
+
+    store = Store.open(db)  # behind the saved graph: no graph loaded, none saved
+    engine = SearchEngine(store, hash_embedder, Metrics(), ManualClock(T0),
+                          access_background=False, graph_dir=False)  # fmt: skip
+    new = add(engine, "entity", [entity(f"Pond {i}", f"koi carp pond {i}") for i in range(3)])
+    gone = [notes[0]["uuid"], notes[1]["uuid"]]
+    changed = notes[2]["uuid"]
+    for uuid in gone:
+        store.execute("DELETE FROM entity_embeddings WHERE uuid = ?", [uuid])
+        store.execute("DELETE FROM entities WHERE uuid = ?", [uuid])
+    moved = hash_embedder.embed(["volcano lava basalt"])[0]
+    store.execute(
+        f"UPDATE entity_embeddings SET vector = ?::FLOAT[{store.dim}] WHERE uuid = ?",
+        [moved.tolist(), changed],
+    )
+    engine.close()
+    store.close()
+
+    store = Store.open(db)
+    engine = SearchEngine(store, hash_embedder, Metrics(), ManualClock(T0),
+                          access_background=False, ann_threshold=50)  # fmt: skip
+    try:
+        index = engine.vectors["entity"]
+        assert index.uses_ann and index._builder is None  # caught up, not rebuilt
+        assert len(index._ann) == len(index) == 121 and index._ann_tombstones == 3
+        for row in new:
+            assert index.search(index.vector(row["uuid"]), 1)[0][0] == row["uuid"]
+        assert index.search(moved, 1)[0] == (changed, pytest.approx(1.0, abs=1e-3))
+        assert not set(gone) & set(index.uuids())
+        old = hash_embedder.embed(["Note 0: tea note 0"])[0]
+        assert not set(gone) & {u for u, _ in index.search(old, 20)}
+    finally:
+        engine.close()
+        store.close()
+
+
+def test_a_saved_graph_far_behind_the_store_is_rebuilt(db, hash_embedder, monkeypatch):
+    monkeypatch.setattr(search_vectors, "TOMBSTONE_LIMIT", 10)
+    store, engine = open_engine(db, hash_embedder)
+    engine.ann_threshold = 50
+    add(engine, "entity", [entity(f"Note {i}", f"tea note {i}") for i in range(120)])
+    engine.rebuild()
+    assert engine.vectors["entity"].wait_ready(60)
+    engine.close()
+    store.execute("DELETE FROM entity_embeddings WHERE uuid IN "
+                  "(SELECT uuid FROM entities ORDER BY name LIMIT 60)")  # fmt: skip
+    store.close()
+    store = Store.open(db)
+    engine = SearchEngine(store, hash_embedder, Metrics(), ManualClock(T0),
+                          access_background=False, ann_threshold=50)  # fmt: skip
+    try:
+        index = engine.vectors["entity"]
+        assert len(index) == 60
+        assert index.wait_ready(60) and index.uses_ann and index._ann_tombstones == 0
+        assert len(index._ann) == 60
+    finally:
+        engine.close()
+        store.close()

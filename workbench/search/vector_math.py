@@ -8,7 +8,7 @@ import numpy as np
 
 from workbench.errors import DimensionMismatch
 
-__all__ = ["unit_rows", "grow", "top_positions", "one_blas_thread"]
+__all__ = ["unit_rows", "grow", "top_positions", "one_blas_thread", "row_prints"]
 
 
 def unit_rows(vectors: np.ndarray, dim: int) -> np.ndarray:
@@ -61,3 +61,20 @@ def top_positions(scores: np.ndarray, n: int) -> np.ndarray:
     else:
         part = np.arange(scores.size)
     return part[np.argsort(-scores[part], kind="stable")]
+
+
+# one fixed odd 64-bit multiplier per column (the same in every process)
+_PRINT_KEYS = np.random.default_rng(20261125).integers(1, 2**63, size=65536, dtype=np.uint64) | 1
+
+
+def row_prints(matrix: np.ndarray, chunk: int = 8192) -> np.ndarray:
+    """A 64-bit fingerprint of each float32 row's exact bits (a multiply-add hash of its
+    words): rows that differ in any bit differ in print, barring a 2**-64 chance."""
+    rows = np.ascontiguousarray(matrix, dtype=np.float32)
+    keys = _PRINT_KEYS[: rows.shape[1]]
+    out = np.empty(rows.shape[0], dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        for start in range(0, rows.shape[0], chunk):
+            words = rows[start : start + chunk].view(np.uint32).astype(np.uint64) + 1
+            out[start : start + chunk] = (words * keys).sum(axis=1, dtype=np.uint64)
+    return out

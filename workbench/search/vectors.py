@@ -25,11 +25,12 @@ How it searches (figures in ``docs/performance.md``, "The vector index"):
 
 The HNSW graph is built in a background thread (``background_build``, on one core by
 default) from a snapshot while exact search keeps serving; inserts and deletes made meanwhile
-are replayed on it when it is ready. :meth:`VectorIndex.save_graph` writes the graph with a
-checksum of the vectors it was built from and its parameters; :func:`load_index` reuses it
-only when the store's vectors give the same checksum and the parameters are the same, so a
+are replayed on it when it is ready. :meth:`VectorIndex.save_graph` writes the graph with its
+parameters and a fingerprint of each slot's vector; :func:`load_index` opens it and catches it
+up with the store (removes the slots whose vector changed or went, adds the new ones), so a
 restart of a large store does not rebuild it (a build takes about a minute of CPU per 100k
-vectors).
+vectors) even when memories were written after the graph was saved, or by a process that
+crashed before saving it.
 
 The parameters (M, ef_add, ef_search) were chosen by a sweep on clustered synthetic vectors:
 the chosen ones give the best recall for the search CPU, at the price of a longer build in the
@@ -41,26 +42,36 @@ rebuilt (in the background) when tombstones pile up. All methods are thread-safe
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from workbench.errors import InvalidInput
-from workbench.search.vector_math import grow, one_blas_thread, top_positions, unit_rows
+from workbench.search.vector_math import (
+    grow,
+    one_blas_thread,
+    row_prints,
+    top_positions,
+    unit_rows,
+)
 
 if TYPE_CHECKING:
     from workbench.store import Store
 
 Allowed = Callable[[str], bool] | set[str] | frozenset[str] | None
 
-__all__ = ["VectorIndex", "load_index", "KINDS"]
+__all__ = ["VectorIndex", "SavedGraph", "load_index", "KINDS"]
+
+# tombstones a graph may carry (or changes it may be caught up with at open) before a new
+# graph is built instead: at least this many, or a quarter of the index
+TOMBSTONE_LIMIT = 10_000
 
 SUBSET_CACHE_BYTES = 128 * 2**20  # at most this much for cached group subsets, one a quarter
 
@@ -281,24 +292,24 @@ class VectorIndex:
         self._builder, self._dirty = None, set()
 
     def _maybe_compact_ann(self) -> None:
-        if self._builder is None and self._ann_tombstones > max(10_000, len(self._slot) // 4):
+        if self._builder is None and self._ann_tombstones > max(TOMBSTONE_LIMIT, len(self._slot) // 4):
             self._start_build()  # the current graph keeps serving until the new one is ready
 
     # --- saving the graph (a cache: the store keeps the vectors) ---------------------------
     def save_graph(self, graph_dir: str | Path, kind: str) -> bool:
-        """Save the HNSW graph and the slot layout with a checksum of the vectors; False when
-        there is no finished graph to save."""
+        """Save the HNSW graph, the slot layout and a fingerprint of each slot's vector; False
+        when there is no finished graph to save."""
         with self._lock:
             if self._ann is None or self._builder is not None:
                 return False
             folder = Path(graph_dir)
             folder.mkdir(parents=True, exist_ok=True)
             self._ann.save(str(folder / f"{kind}.usearch"))
-            manifest = {
-                "slots": self._uuids[: self._size],
-                "checksum": self._checksum(),
-                "params": self._params_key(),
-            }
+            prints = folder / f"{kind}.prints.npy"
+            with open(prints.with_suffix(".tmp"), "wb") as handle:
+                np.save(handle, row_prints(self._mat[: self._size]))
+            prints.with_suffix(".tmp").replace(prints)
+            manifest = {"slots": self._uuids[: self._size], "params": self._params_key()}
             tmp = folder / f"{kind}.json.tmp"
             tmp.write_text(json.dumps(manifest))
             tmp.replace(folder / f"{kind}.json")
@@ -307,25 +318,18 @@ class VectorIndex:
     def _params_key(self) -> dict[str, str]:
         return {k: str(v) for k, v in self._ann_params.items()}
 
-    def _checksum(self) -> str:
-        digest = hashlib.blake2b(digest_size=16)
-        digest.update("\n".join(u or "" for u in self._uuids[: self._size]).encode())
-        digest.update(np.ascontiguousarray(self._mat[: self._size]).tobytes())
-        return digest.hexdigest()
-
-    def _restore(self, layout, uuids, vectors, groups, graph_path: Path) -> None:
-        """Lay the vectors out in the saved slots; reuse the saved graph if the checksum of
-        the result matches and it was built with this index's parameters, else build a new
-        graph."""
-        from usearch.index import Index
-
-        where = {u: i for i, u in enumerate(layout) if u is not None}
-        slots = np.array([where[u] for u in uuids], dtype=np.int64)
+    def _restore(self, saved: SavedGraph, uuids, vectors, groups) -> None:
+        """Lay the vectors out in the saved slots (a new uuid takes a slot a gone one left)
+        and open the saved graph, then catch it up with the store: slots whose vector is not
+        the one the graph holds (changed, gone, or taken by a new uuid) are removed from it,
+        and the current vectors of those and of new slots added. A graph built with other
+        parameters, unreadable, or further behind than a rebuild would be, is built anew."""
+        slots, size = _slots_for(saved.layout, uuids)
         with self._lock:
             self._subsets.clear()
             self._subset_bytes = 0
-            self._size = len(layout)
-            cap = max(1024, self._size)
+            self._size = size
+            cap = max(1024, size)
             self._mat = np.zeros((cap, self.dim), dtype=np.float32)
             self._alive = np.zeros(cap, dtype=bool)
             self._group = np.full(cap, -1, dtype=np.int32)
@@ -337,19 +341,44 @@ class VectorIndex:
                 self._group_counts[code] = self._group_counts.get(code, 0) + 1
                 self._uuids[slot], self._alive[slot] = uuid, True
                 self._slot[uuid] = int(slot)
-            self._free = [i for i in range(self._size) if not self._alive[i]][::-1]
-            manifest = json.loads(graph_path.with_suffix(".json").read_text())
-            graph = None
-            same_params = manifest.get("params") == self._params_key()
-            if same_params and manifest["checksum"] == self._checksum():
-                try:
-                    graph = Index.restore(str(graph_path))
-                except Exception:  # unreadable file: rebuild
-                    graph = None
-            if graph is not None and len(graph) == len(self._slot):
-                self._ann = graph
+            self._free = [i for i in range(size) if not self._alive[i]][::-1]
+            graph, stale = self._caught_up(saved)
+            if graph is not None:
+                self._ann, self._ann_tombstones = graph, stale
             elif len(self._slot) >= self.ann_threshold:
                 self._start_build()
+
+    def _caught_up(self, saved: SavedGraph):
+        """The saved graph brought up to the laid-out vectors, and how many of its entries
+        were removed; (None, 0) when it cannot or should not be used."""
+        from usearch.index import Index
+
+        known = len(saved.layout)
+        if saved.params != self._params_key() or saved.prints.shape != (known,):
+            return None, 0
+        if len(self._slot) < max(1, self.ann_threshold // 2):
+            return None, 0  # small: exact search is cheaper than a graph
+        in_graph = np.array([u is not None for u in saved.layout], dtype=bool)
+        alive = self._alive[: self._size]
+        current = row_prints(self._mat[:known])
+        stale = np.flatnonzero(in_graph & ((current != saved.prints) | ~alive[:known]))
+        graphed = np.zeros(self._size, dtype=bool)
+        graphed[:known] = in_graph
+        fresh = np.flatnonzero(alive & ~graphed)
+        redo = np.union1d(stale[alive[stale]], fresh)
+        if stale.size + fresh.size > max(TOMBSTONE_LIMIT, len(self._slot) // 4):
+            return None, 0  # a new graph is as quick and leaves no tombstones
+        try:
+            graph = Index.restore(str(saved.graph))
+        except Exception:  # unreadable file: rebuild
+            return None, 0
+        if graph is None or len(graph) != int(in_graph.sum()):
+            return None, 0
+        if stale.size:
+            graph.remove(stale)
+        if redo.size:
+            graph.add(redo, self._mat[redo], threads=self._build_threads)
+        return graph, int(stale.size)
 
     def wait_ready(self, timeout: float | None = None) -> bool:
         """Wait for a background graph build; True when none is running any more."""
@@ -526,6 +555,17 @@ class VectorIndex:
         return self._exact_on(q, self._slots_in(codes), k, allowed)
 
 
+@dataclass(frozen=True)
+class SavedGraph:
+    """What :meth:`VectorIndex.save_graph` wrote: the slots' uuids, their vectors'
+    fingerprints, the graph's parameters and its file."""
+
+    layout: list[str | None]
+    prints: np.ndarray
+    params: dict[str, str]
+    graph: Path
+
+
 def load_index(
     store: Store,
     kind: str,
@@ -536,30 +576,50 @@ def load_index(
     """A :class:`VectorIndex` holding every stored vector of ``kind`` ("entity" or "fact")
     whose memory row exists (the store is the source of truth).
 
-    With ``graph_dir``, an HNSW graph saved there by :meth:`VectorIndex.save_graph` is reused
-    when it was built over exactly these vectors (checked by a checksum); otherwise the graph
-    is rebuilt in the background."""
+    With ``graph_dir``, an HNSW graph saved there by :meth:`VectorIndex.save_graph` is opened
+    and caught up with the stored vectors (those changed, deleted or added since it was saved:
+    a crash after a commit loses nothing and brings nothing back); a graph too far behind, or
+    built with other parameters, is rebuilt in the background."""
     from workbench.store.search import load_vectors
 
     if kind not in KINDS:
         raise InvalidInput(f"unknown memory kind {kind!r}; expected one of {', '.join(KINDS)}")
     index = VectorIndex(store.dim, ann_threshold=ann_threshold, **options)
     uuids, groups, vectors = load_vectors(store, kind)
-    saved = _saved_layout(graph_dir, kind, uuids) if graph_dir and uuids else None
+    saved = _saved_graph(graph_dir, kind) if graph_dir and uuids else None
     if saved is not None:
-        index._restore(saved, uuids, vectors, groups, Path(graph_dir) / f"{kind}.usearch")
+        index._restore(saved, uuids, vectors, groups)
     elif uuids:
         index.add(uuids, vectors, groups)
     return index
 
 
-def _saved_layout(graph_dir, kind: str, uuids: list[str]) -> list[str | None] | None:
-    manifest = Path(graph_dir) / f"{kind}.json"
+def _saved_graph(graph_dir, kind: str) -> SavedGraph | None:
+    folder = Path(graph_dir)
     try:
-        saved = json.loads(manifest.read_text())
+        manifest = json.loads((folder / f"{kind}.json").read_text())
+        prints = np.load(folder / f"{kind}.prints.npy", allow_pickle=False)
     except (OSError, ValueError):
         return None
-    layout = saved.get("slots") or []
-    if sum(u is not None for u in layout) != len(uuids) or not set(uuids) <= set(layout):
+    layout = manifest.get("slots")
+    if not isinstance(layout, list) or not (folder / f"{kind}.usearch").is_file():
         return None
-    return layout if saved.get("checksum") else None
+    return SavedGraph(layout, prints, manifest.get("params") or {}, folder / f"{kind}.usearch")
+
+
+def _slots_for(layout: list[str | None], uuids: list[str]) -> tuple[np.ndarray, int]:
+    """Each uuid's slot: its saved one, else one a gone uuid left, else a new one at the end;
+    and the number of slots."""
+    where = {u: i for i, u in enumerate(layout) if u is not None}
+    kept = {where[u] for u in uuids if u in where}
+    spare = (i for i in range(len(layout)) if i not in kept)
+    size = len(layout)
+    slots = np.empty(len(uuids), dtype=np.int64)
+    for n, uuid in enumerate(uuids):
+        slot = where.get(uuid)
+        if slot is None:
+            slot = next(spare, None)
+            if slot is None:
+                slot, size = size, size + 1
+        slots[n] = slot
+    return slots, size
