@@ -292,7 +292,8 @@ class VectorIndex:
         self._builder, self._dirty = None, set()
 
     def _maybe_compact_ann(self) -> None:
-        if self._builder is None and self._ann_tombstones > max(TOMBSTONE_LIMIT, len(self._slot) // 4):
+        limit = max(TOMBSTONE_LIMIT, len(self._slot) // 4)
+        if self._builder is None and self._ann_tombstones > limit:
             self._start_build()  # the current graph keeps serving until the new one is ready
 
     # --- saving the graph (a cache: the store keeps the vectors) ---------------------------
