@@ -18,6 +18,7 @@ from workbench.eval.extraction import (
 )
 from workbench.fakes import rule_llm
 from workbench.fakes.replay_llm import LABELS, ReplayLLM
+from workbench.ingest.run import RunPreparer
 from workbench.store import queue as q
 
 
@@ -166,6 +167,35 @@ def test_a_run_is_claimed_in_order_and_stops_at_a_message_not_due(fake_llm, hash
         wb.close()
 
 
+def test_only_the_episode_that_kills_the_process_fails_as_crashed_not_its_run(
+    fake_llm, hash_embedder
+):
+    """A run keeps all its messages in flight: a process that dies during it leaves each with
+    a crash. They then go one at a time, so only the one that kills the process again and
+    again reaches ``max_crashes``; the others are claimed alone and not failed."""
+    wb = open_wb(fake_llm, hash_embedder)
+    try:
+        uuids = [
+            wb.add_memory(f"e{i}", "Tom uses Python.", group_id="g")["episode_uuid"]
+            for i in range(4)
+        ]
+        run = q.claim_batch(wb.store, "p1", wb.clock(), 60, limit=8, run_size=8)
+        assert [m["episode_uuid"] for m in run] == uuids  # a run of four, then a crash
+        assert q.recover_crashed(wb.store, wb.clock(), 3) == (4, [])
+        for crash in range(2):  # the culprit, the head, alone each time
+            claimed = q.claim_batch(wb.store, f"p{crash + 2}", wb.clock(), 60, 8, run_size=8)
+            assert [m["episode_uuid"] for m in claimed] == [uuids[0]]
+            returned, failed = q.recover_crashed(wb.store, wb.clock(), 3)
+        assert failed == [uuids[0]] and returned == 0
+        # the innocent ones still go alone (each was in flight once), not failed
+        claimed = q.claim_batch(wb.store, "p4", wb.clock(), 60, limit=8, run_size=8)
+        assert [m["episode_uuid"] for m in claimed] == [uuids[1]]
+        states = dict(wb.store.fetchall("SELECT episode_uuid, state FROM queue"))
+        assert [states[u] for u in uuids] == ["failed", "processing", "queued", "queued"]
+    finally:
+        wb.close()
+
+
 def test_a_failure_inside_a_run_writes_the_episodes_before_it_and_returns_the_rest(
     fake_llm, hash_embedder
 ):
@@ -206,3 +236,17 @@ def test_a_failure_inside_a_run_writes_the_episodes_before_it_and_returns_the_re
         assert graph_of(wb) == expected
     finally:
         wb.close()
+
+
+def test_a_run_shows_later_episodes_only_its_current_facts():
+    """As the graph shows only current facts, a fact made earlier in the run that was stated
+    with its end ("lived in Paris until 2020") or ended by the run is not shown again to be
+    invalidated."""
+
+    def made(uuid, invalid_at=None):
+        return {"uuid": uuid, "relation": "LIVES_IN", "fact": uuid, "source_uuid": "alice",
+                "target_uuid": "city", "invalid_at": invalid_at}  # fmt: skip
+
+    run = [made("paris", datetime(2020, 1, 1, tzinfo=UTC)), made("rome"), made("berlin")]
+    shown = RunPreparer._current_touching(run, {"rome"}, {"alice"}, [], [])
+    assert [f["uuid"] for f in shown] == ["berlin"]

@@ -363,7 +363,9 @@ class RunPreparer:
         names = {e.uuid: e.name for ents in extracted for e in ents}
         out = []
         for fact in reversed(run):
-            if fact["uuid"] in ended:
+            # as the graph shows only current facts: not one ended here, nor one stated
+            # with its end ("lived in Paris until 2020")
+            if fact["uuid"] in ended or fact.get("invalid_at") is not None:
                 continue
             if fact["source_uuid"] in entities or fact["target_uuid"] in entities:
                 out.append(

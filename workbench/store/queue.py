@@ -140,16 +140,18 @@ def claim_heads(
     With ``run_size`` > 1, room the heads leave (fewer runnable groups than ``limit``) goes
     to the messages right behind each claimed head, in the group's order, up to ``run_size``
     messages per group: a *run* of consecutive messages, all queued and due (it stops at the
-    first that is not); never for the groups in ``singles``. Messages come back grouped: each
+    first that is not); never for the groups in ``singles``, nor from a message that was in
+    flight when a process died (see :func:`recover_crashed`). Messages come back grouped: each
     group's run in order."""
     limit = max(1, int(limit))
     with store.transaction():
         heads = store.fetchall(
-            """SELECT head, group_id, first FROM (
+            """SELECT head, group_id, first, crashed FROM (
                -- each group's head (its oldest unfinished message), when queued and due;
                -- arg_min over a GROUP BY: 2-3x cheaper than a window, flat in depth
                SELECT arg_min(episode_uuid, seq) AS head, arg_min(state, seq) AS st,
                       arg_min(available_at, seq) AS due, arg_min(priority, seq) AS pr,
+                      arg_min(coalesce(crashes, 0), seq) > 0 AS crashed,
                       min(seq) AS first, group_id
                FROM queue WHERE state IN ('queued', 'processing') GROUP BY group_id)
            WHERE st = 'queued' AND due <= $1
@@ -158,11 +160,14 @@ def claim_heads(
         )
         if not heads:
             return [], False
-        chosen = heads[:limit]
+        chosen = [(head, group, first) for head, group, first, _ in heads[:limit]]
         uuids = [head for head, _, _ in chosen]
         runs = {group: [head] for head, group, _ in chosen}
         room = limit - len(chosen)
-        runnable = [head for head in chosen if head[1] not in set(singles)]
+        # a message that was in flight when a process died goes alone (in a run, every
+        # message of the run was in flight: alone, only the one that kills it crashes again)
+        alone = set(singles) | {group for _, group, _, crashed in heads[:limit] if crashed}
+        runnable = [head for head in chosen if head[1] not in alone]
         if run_size > 1 and room > 0 and runnable:
             for group, follower in _followers(store, runnable, now, min(run_size, room + 1)):
                 if room > 0 and len(runs[group]) < run_size:
@@ -189,9 +194,11 @@ def _followers(
     store: Store, heads: list[tuple[str, str, int]], now: datetime, per_group: int
 ) -> list[tuple[str, str]]:
     """(group, episode uuid) of the runnable messages right behind each head, in order: up
-    to ``per_group - 1`` per group, stopping at the first message that is not queued and due."""
+    to ``per_group - 1`` per group, stopping at the first message that is not queued and due,
+    or that was in flight when a process died (it goes alone)."""
     rows = store.fetchall(
-        """SELECT group_id, episode_uuid, state, available_at FROM queue
+        """SELECT group_id, episode_uuid, state, available_at, coalesce(crashes, 0)
+           FROM queue
            WHERE state IN ('queued', 'processing') AND list_contains($1, group_id)
            QUALIFY row_number() OVER (PARTITION BY group_id ORDER BY seq) <= $2
            ORDER BY group_id, seq""",
@@ -199,10 +206,10 @@ def _followers(
     )
     head_of = {group: head for head, group, _ in heads}
     out, stopped = [], set()
-    for group, uuid, state, due in rows:
+    for group, uuid, state, due, crashes in rows:
         if uuid == head_of[group] or group in stopped:
             continue
-        if state != "queued" or due > now:
+        if state != "queued" or due > now or crashes:
             stopped.add(group)
             continue
         out.append((group, uuid))
