@@ -279,7 +279,7 @@ class SearchEngine:
 
     def close(self) -> None:
         """Stop the access flusher and write what it holds; save finished HNSW graphs next to
-        the database file (reused at the next open when the vectors are unchanged). The store
+        the database file (opened and caught up with the store at the next open). The store
         stays open."""
         thread = self._sync_thread
         if thread is not None:
