@@ -9,7 +9,7 @@ limit. The load generator is httpx (REST) and the SDK's MCP client, each worker 
 requests back to back over a kept-alive connection.
 
     .venv/bin/python bench/bench_http.py [--memories 2000] [--requests 200]
-        [--concurrency 1 8 32] [--no-mcp] [--json out.json]
+        [--concurrency 1 8 32] [--no-mcp] [--model multilingual-e5-small] [--json out.json]
     .venv/bin/python bench/bench_http.py --memories 100000      # the issue's size (~2 min fill)
 """
 
@@ -111,9 +111,15 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def start_service(db: Path, log: Path) -> tuple[subprocess.Popen, str]:
+def start_service(
+    db: Path, log: Path, model: str | None = None, threads: int | None = None
+) -> tuple[subprocess.Popen, str]:
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("SVC_KNOWLEDGE_")}
+    if model:
+        env["SVC_KNOWLEDGE_LOCAL_EMBEDDER_MODEL"] = model
+    if threads:
+        env["SVC_KNOWLEDGE_LOCAL_EMBEDDER_THREADS"] = str(threads)
     env.update(
         {
             "SVC_KNOWLEDGE_RATE_LIMIT_PER_MINUTE": "0",
@@ -233,6 +239,8 @@ def main() -> None:
     )
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 8, 32])
     parser.add_argument("--no-mcp", action="store_true", help="REST only")
+    parser.add_argument("--model", help="local embedding model of the service (default MiniLM)")
+    parser.add_argument("--embedder-threads", type=int, help="threads of one embedding")
     parser.add_argument("--json", type=Path, help="also write the results here")
     args = parser.parse_args()
 
@@ -240,7 +248,7 @@ def main() -> None:
         db = Path(tmp) / "bench.duckdb"
         fill = fill_store(db, args.memories)
         print(f"filled {args.memories} entities + {args.memories} facts in {fill:.1f} s")
-        proc, url = start_service(db, Path(tmp) / "serve.log")
+        proc, url = start_service(db, Path(tmp) / "serve.log", args.model, args.embedder_threads)
         results: dict = {"memories": args.memories, "fill_seconds": round(fill, 1), "runs": []}
         try:
             asyncio.run(run_rest(url, 4, 40, seed=999))  # warm-up: model, indexes, pools
