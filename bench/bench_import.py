@@ -8,6 +8,10 @@ model load and database included), the import's own time, texts embedded per sec
 peak RSS.
 
     .venv/bin/python bench/bench_import.py [--facts 2541] [--repeat 2]
+    .venv/bin/python bench/bench_import.py --facts 200000 --parquet-vectors --repeat 1
+
+With ``--parquet-vectors`` the same facts come as Parquet with an ``embedding`` column of
+random unit vectors (384 dims): a migration from another store, no model time.
 """
 
 from __future__ import annotations
@@ -37,18 +41,34 @@ WHEN = ["last weekend", "yesterday", "in May 2023", "two weeks ago", "on Sunday"
 HOW = ["meant a lot", "was fun", "helped a lot", "was hard but worth it", "made the week better"]
 
 
-def write_file(path: Path, facts: int, seed: int = 1) -> None:
+def rows(facts: int, seed: int = 1):
     rng = random.Random(seed)
+    for i in range(facts):
+        conv = i % 10
+        who = PEOPLE[(2 * conv + rng.randrange(2)) % len(PEOPLE)]
+        thing = rng.choice(THINGS)
+        text = (f"{who} {rng.choice(VERBS)} {thing} {rng.choice(WHEN)}, and said it "
+                f"{rng.choice(HOW)} (session {i // 60}, note {i}).")  # fmt: skip
+        yield {"type": "fact", "source": who, "target": thing, "relation": "MENTIONED",
+               "fact": text, "group_id": f"conv-{conv}"}  # fmt: skip
+
+
+def write_file(path: Path, facts: int, seed: int = 1) -> None:
     with path.open("w") as out:
-        for i in range(facts):
-            conv = i % 10
-            who = PEOPLE[(2 * conv + rng.randrange(2)) % len(PEOPLE)]
-            thing = rng.choice(THINGS)
-            text = (f"{who} {rng.choice(VERBS)} {thing} {rng.choice(WHEN)}, and said it "
-                    f"{rng.choice(HOW)} (session {i // 60}, note {i}).")  # fmt: skip
-            row = {"type": "fact", "source": who, "target": thing, "relation": "MENTIONED",
-                   "fact": text, "group_id": f"conv-{conv}"}  # fmt: skip
+        for row in rows(facts, seed):
             out.write(json.dumps(row) + "\n")
+
+
+def write_parquet(path: Path, facts: int, dim: int = 384, seed: int = 1) -> None:
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    table = pa.Table.from_pylist(list(rows(facts, seed)))
+    vectors = np.random.default_rng(seed).standard_normal((facts, dim), dtype=np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    column = pa.FixedSizeListArray.from_arrays(pa.array(vectors.reshape(-1)), dim)
+    pq.write_table(table.append_column("embedding", column), path)
 
 
 def main() -> None:
@@ -56,10 +76,17 @@ def main() -> None:
     parser.add_argument("--facts", type=int, default=2541)
     parser.add_argument("--repeat", type=int, default=2)
     parser.add_argument("--model", help="local embedding model (default: the configured one)")
+    parser.add_argument(
+        "--parquet-vectors", action="store_true", help="Parquet with an embedding column"
+    )
     args = parser.parse_args()
     scratch = Path(tempfile.mkdtemp(prefix="bench_import_"))
-    source = scratch / "facts.jsonl"
-    write_file(source, args.facts)
+    if args.parquet_vectors:
+        source = scratch / "facts.parquet"
+        write_parquet(source, args.facts)
+    else:
+        source = scratch / "facts.jsonl"
+        write_file(source, args.facts)
     cli = Path(sys.executable).with_name("workbench")
     model = {"SVC_KNOWLEDGE_LOCAL_EMBEDDER_MODEL": args.model} if args.model else {}
     env = {**os.environ, **model}

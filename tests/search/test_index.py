@@ -7,6 +7,7 @@ import pytest
 
 from tests.search.helpers import write_embeddings
 from workbench.errors import DimensionMismatch
+from workbench.search import vectors as search_vectors
 from workbench.search.vectors import VectorIndex, load_index
 
 DIM = 32
@@ -183,6 +184,22 @@ def test_exact_search_serves_while_the_graph_is_built():
     assert same(index.search(vectors[7], 5), brute(vectors, uuids, vectors[7], 5))
     index.wait_ready(60)
     assert index.search(vectors[7], 1)[0][0] == "u7"
+
+
+def test_closing_calls_off_a_graph_build_and_keeps_exact_search(monkeypatch):
+    """A build left running in native code when the process exits aborts it ("terminate
+    called without an active exception"): close() stops it at its next chunk."""
+    monkeypatch.setattr(search_vectors, "BUILD_CHUNK", 64)
+    vectors = clustered(6000, DIM, seed=6)
+    uuids = [f"u{i}" for i in range(6000)]
+    index = VectorIndex(DIM, ann_threshold=1000)
+    index.add(uuids, vectors, ["g"] * 6000)
+    builder = index._builder
+    assert builder is not None and builder.is_alive()
+    index.close()
+    assert not builder.is_alive() and index._builder is None and not index.uses_ann
+    assert index.search(vectors[9], 1)[0][0] == "u9"  # exact search still answers
+    index.close()  # nothing to call off: a no-op
 
 
 def test_load_index_reads_vectors_of_existing_memories(store):

@@ -279,8 +279,8 @@ class SearchEngine:
 
     def close(self) -> None:
         """Stop the access flusher and write what it holds; save finished HNSW graphs next to
-        the database file (opened and caught up with the store at the next open). The store
-        stays open."""
+        the database file (opened and caught up with the store at the next open) and call off
+        graph builds under way. The store stays open."""
         thread = self._sync_thread
         if thread is not None:
             thread.join(timeout=30)
@@ -289,10 +289,10 @@ class SearchEngine:
         if executor is not None:
             executor.shutdown(wait=True)
         self.tracker.close()
-        if self.graph_dir is not None:
-            for kind in KINDS:
-                if self.vectors[kind].uses_ann:
-                    self.vectors[kind].save_graph(self.graph_dir, kind)
+        for kind in KINDS:
+            if self.graph_dir is not None and self.vectors[kind].uses_ann:
+                self.vectors[kind].save_graph(self.graph_dir, kind)
+            self.vectors[kind].close()  # a graph still being built is called off
 
     # --- the two searches ---------------------------------------------------------------
     def search_nodes(

@@ -73,6 +73,9 @@ __all__ = ["VectorIndex", "SavedGraph", "load_index", "KINDS"]
 # graph is built instead: at least this many, or a quarter of the index
 TOMBSTONE_LIMIT = 10_000
 
+# vectors added to a graph being built between two looks at whether it was called off
+BUILD_CHUNK = 2048
+
 SUBSET_CACHE_BYTES = 128 * 2**20  # at most this much for cached group subsets, one a quarter
 
 KINDS = ("entity", "fact")
@@ -256,27 +259,46 @@ class VectorIndex:
         self._dirty = set()
         if not self.background_build:
             self._builder = threading.current_thread()
-            self._finish_build(gen, self._new_graph(slots, vectors))
+            self._finish_build(gen, self._new_graph(slots, vectors, gen))
             return
         self._builder = threading.Thread(
-            target=lambda: self._finish_build(gen, self._new_graph(slots, vectors)),
+            target=lambda: self._finish_build(gen, self._new_graph(slots, vectors, gen)),
             name="workbench-ann-build",
             daemon=True,
         )
         self._builder.start()
 
-    def _new_graph(self, slots: np.ndarray, vectors: np.ndarray):
+    def _new_graph(self, slots: np.ndarray, vectors: np.ndarray, gen: int):
+        """A graph over these vectors, added a chunk at a time: None when the build was
+        called off meanwhile (:meth:`close`, or the index became small again)."""
         from usearch.index import Index
 
         graph = Index(ndim=self.dim, metric="cos", **self._ann_params)
-        if slots.size:
-            graph.add(slots, vectors, threads=self._build_threads)
+        for start in range(0, slots.size, BUILD_CHUNK):
+            if gen != self._build_gen:
+                return None
+            end = start + BUILD_CHUNK
+            graph.add(slots[start:end], vectors[start:end], threads=self._build_threads)
         return graph
+
+    def close(self, timeout: float = 60) -> None:
+        """Call off a graph build under way and wait for its thread (at most one chunk): a
+        build left running in native code when the process exits aborts it. The store keeps
+        the vectors: the next open builds the graph again."""
+        with self._lock:
+            builder = self._builder
+            if builder is None or builder is threading.current_thread():
+                return
+            self._build_gen += 1
+        builder.join(timeout)
+        with self._lock:
+            if self._builder is builder:
+                self._builder, self._dirty = None, set()
 
     def _finish_build(self, gen: int, graph) -> None:
         with self._lock:
-            if gen != self._build_gen:
-                return  # dropped meanwhile (the index became small again)
+            if gen != self._build_gen or graph is None:
+                return  # called off meanwhile (closed, or the index became small again)
             dirty = np.fromiter(self._dirty, dtype=np.int64, count=len(self._dirty))
             if dirty.size:
                 graph.remove(dirty)
