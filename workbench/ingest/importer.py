@@ -57,10 +57,15 @@ class _Base(BaseModel):
 
     @field_validator("embedding")
     @classmethod
-    def _finite(cls, value: list[float] | None) -> list[float] | None:
-        if value is not None and (not value or not np.isfinite(value).all()):
+    def _finite(cls, value: list[float] | None) -> np.ndarray | None:
+        """Kept as float32 (a record is held until its chunk is written: a list of Python
+        floats would take eight times the memory)."""
+        if value is None:
+            return None
+        vector = np.asarray(value, dtype=np.float32)
+        if not vector.size or not np.isfinite(vector).all():
             raise ValueError("must be a non-empty list of finite numbers")
-        return value
+        return vector
 
 
 class EntityLine(_Base):
@@ -208,10 +213,11 @@ class Importer:
         report = ImportReport()
         lines = parse(read_lines(source, first_line), report, self.embedder.dimensions)
         bar = _progress(len(lines), progress)
-        for start in range(0, len(lines), BATCH):
-            chunk = lines[start : start + BATCH]
-            self._import_chunk(chunk, report)
-            bar.update(len(chunk))
+        with self.index.bulk():
+            for start in range(0, len(lines), BATCH):
+                chunk = lines[start : start + BATCH]
+                self._import_chunk(chunk, report)
+                bar.update(len(chunk))
         bar.close()
         return report
 
@@ -221,7 +227,7 @@ class Importer:
         new_entities: list[dict] = []
         facts: list[dict] = []
         seen_facts: set[tuple[str, str, str, str]] = set()
-        given: dict[str, list[float]] = {}  # uuid -> the vector the record brought
+        given: dict[str, np.ndarray] = {}  # uuid -> the vector the record brought
 
         stored_entities = self._stored_entities(chunk)
 
@@ -258,10 +264,8 @@ class Importer:
             if line.embedding is not None:
                 given[row["uuid"]] = line.embedding
             candidates.append((key, row))
-        stored = set()  # one query per group for the chunk's facts, not one per fact
-        for group in {key[0] for key, _ in candidates}:
-            keys = [key[1:] for key, _ in candidates if key[0] == group]
-            stored |= {(group, *k) for k in g.existing_fact_keys(self.store, group, keys)}
+        # one query for the chunk's facts, whatever their groups (a scan of the facts each)
+        stored = g.existing_facts(self.store, [key for key, _ in candidates])
         for key, row in candidates:
             if key in stored:
                 report.facts_existing += 1
@@ -285,7 +289,7 @@ class Importer:
         }
 
     def _write(
-        self, new_entities: list[dict], facts: list[dict], given: dict[str, list[float]]
+        self, new_entities: list[dict], facts: list[dict], given: dict[str, np.ndarray]
     ) -> None:
         texts = [entity_text(e["name"], e["entity_type"], e["summary"]) for e in new_entities]
         texts += [f["fact"] for f in facts]

@@ -40,7 +40,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -272,6 +272,15 @@ class SearchEngine:
         groups = None if group_id is None else [group_id]
         index = self.vectors[kind]
         return [index.search(v, k, group_ids=groups) for v in np.atleast_2d(vectors)]
+
+    @contextmanager
+    def bulk_load(self) -> Iterator[None]:
+        """A bulk write (an import): graph builds wait until it is over (see
+        :meth:`VectorIndex.defer_graph`)."""
+        with ExitStack() as stack:
+            for kind in KINDS:
+                stack.enter_context(self.vectors[kind].defer_graph())
+            yield
 
     def flush(self) -> int:
         """Write queued access updates now (before maintenance reads ``last_accessed_at``)."""

@@ -48,6 +48,8 @@ class Indexes(Protocol):
 
     def flush(self) -> int: ...
 
+    def bulk_load(self) -> AbstractContextManager[None]: ...
+
     def cached_rows(self) -> AbstractContextManager[tuple[RowCache, RowCache]]: ...
 
     def similar(
@@ -106,6 +108,10 @@ class Publisher:
                 "re-reading the search indexes failed too: searches and extraction "
                 "may miss the newest memories until the service restarts"
             )
+
+    def bulk(self) -> AbstractContextManager[None]:
+        """Around a bulk write (an import): the engine builds its graphs after it, once."""
+        return self._engine.bulk_load()
 
     # --- maintenance ----------------------------------------------------------------------
     def before_maintenance(self) -> None:

@@ -46,7 +46,8 @@ import json
 import math
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -125,6 +126,7 @@ class VectorIndex:
         self._ann = None
         self._ann_tombstones = 0
         self._builder: threading.Thread | None = None
+        self._deferring = 0  # bulk loads under way (see defer_graph)
         self._build_gen = 0
         self._dirty: set[int] = set()  # slots changed while a graph was being built
         # group subsets searched exactly: group codes -> (slots, a contiguous copy of their
@@ -193,7 +195,25 @@ class VectorIndex:
                 self._ann.add(slots, vecs, threads=self._build_threads)
                 self._maybe_compact_ann()
             elif len(self._slot) >= self.ann_threshold and self._builder is None:
-                self._start_build()
+                if not self._deferring:
+                    self._start_build()
+
+    @contextmanager
+    def defer_graph(self) -> Iterator[None]:
+        """A bulk load: no graph is started while it runs (its vectors are searched exactly,
+        or join a graph that already exists); one is built after it when the index is large
+        enough. A build started at the threshold would replay, under the lock, every vector
+        written while it ran, and hold the load up."""
+        with self._lock:
+            self._deferring += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._deferring -= 1
+                idle = not self._deferring and self._ann is None and self._builder is None
+                if idle and len(self._slot) >= self.ann_threshold:
+                    self._start_build()
 
     def remove(self, uuids: Sequence[str]) -> None:
         """Forget these uuids (unknown ones are ignored)."""

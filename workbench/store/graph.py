@@ -306,18 +306,32 @@ def existing_fact_keys(
 ) -> set[tuple[str, str, str]]:
     """Which (source_uuid, target_uuid, lower-cased fact) keys already exist, unexpired, in
     the group: one query for all of an episode's candidate facts."""
+    found = existing_facts(store, [(group_id, *k) for k in keys])
+    return {k[1:] for k in found}
+
+
+def existing_facts(
+    store: Store, keys: Sequence[tuple[str, str, str, str]]
+) -> set[tuple[str, str, str, str]]:
+    """Which (group_id, source_uuid, target_uuid, fact) keys already exist, unexpired (the
+    fact compared trimmed and lower-cased): one query whatever the groups."""
     if not keys:
         return set()
-    pairs = sorted({(k[0], k[1]) for k in keys})
+    # the text is part of the join: only the duplicates come back, not every fact of a pair
+    # of entities (a pair can have thousands)
+    wanted = sorted({(k[0], k[1], k[2], k[3].strip().lower()) for k in keys})
+    columns = [[w[i] for w in wanted] for i in range(4)]
     rows = store.fetchall(
-        """SELECT f.source_uuid, f.target_uuid, lower(trim(f.fact)) FROM facts f
-           JOIN (SELECT unnest($1::VARCHAR[]) AS s, unnest($2::VARCHAR[]) AS t) AS p
-             ON f.source_uuid = p.s AND f.target_uuid = p.t
-           WHERE f.group_id = $3 AND f.expired_at IS NULL""",
-        [[a for a, _ in pairs], [b for _, b in pairs], group_id],
+        """SELECT f.group_id, f.source_uuid, f.target_uuid, lower(trim(f.fact)) FROM facts f
+           JOIN (SELECT unnest($1::VARCHAR[]) AS g, unnest($2::VARCHAR[]) AS s,
+                        unnest($3::VARCHAR[]) AS t, unnest($4::VARCHAR[]) AS x) AS p
+             ON f.group_id = p.g AND f.source_uuid = p.s AND f.target_uuid = p.t
+                AND lower(trim(f.fact)) = p.x
+           WHERE f.expired_at IS NULL""",
+        columns,
     )
-    found = {(r[0], r[1], r[2]) for r in rows}
-    return {k for k in keys if (k[0], k[1], k[2].strip().lower()) in found}
+    found = {tuple(r) for r in rows}
+    return {k for k in keys if (k[0], k[1], k[2], k[3].strip().lower()) in found}
 
 
 def insert_facts(store: Store, rows: Sequence[dict[str, Any]]) -> None:
