@@ -202,6 +202,21 @@ def test_closing_calls_off_a_graph_build_and_keeps_exact_search(monkeypatch):
     index.close()  # nothing to call off: a no-op
 
 
+def test_a_bulk_load_builds_the_graph_once_after_it():
+    vectors = clustered(1500, DIM, seed=8)
+    uuids = [f"u{i}" for i in range(1500)]
+    index = VectorIndex(DIM, ann_threshold=1000)
+    with index.defer_graph():
+        for start in range(0, 1500, 100):  # past the threshold: no build while it loads
+            end = start + 100
+            index.add(uuids[start:end], vectors[start:end], ["g"] * 100)
+            assert index._builder is None and not index.uses_ann
+        assert index.search(vectors[1200], 1)[0][0] == "u1200"  # exact meanwhile
+    assert index._builder is not None or index.uses_ann  # one build, after the load
+    assert index.wait_ready(60) and index.uses_ann and len(index._ann) == 1500
+    assert index.search(vectors[1300], 1)[0][0] == "u1300"
+
+
 def test_load_index_reads_vectors_of_existing_memories(store):
     from tests.search.helpers import entity, insert
 
