@@ -376,16 +376,29 @@ def test_an_access_recorded_while_rebuild_loads_is_kept_in_its_rows(
     )
 
 
-def test_a_saved_graph_catches_up_with_what_the_store_changed_after_it(db, hash_embedder):
-    """The graph was saved at a clean stop; then another process (or one that crashed before
-    saving) added, deleted and re-embedded memories. The next start opens the saved graph
-    and catches it up instead of rebuilding it: nothing lost, nothing deleted comes back."""
-    store, engine = open_engine(db, hash_embedder)
+def saved_graph_of_notes(db, embedder):
+    """120 entities, their graph built and saved at a clean stop; the store stays open."""
+    store, engine = open_engine(db, embedder)
     engine.ann_threshold = 50
     notes = add(engine, "entity", [entity(f"Note {i}", f"tea note {i}") for i in range(120)])
     engine.rebuild()
     assert engine.vectors["entity"].wait_ready(60)
     engine.close()
+    return store, notes
+
+
+def reopen_with_graphs(db, embedder):
+    store = Store.open(db)
+    return store, SearchEngine(
+        store, embedder, Metrics(), ManualClock(T0), access_background=False, ann_threshold=50
+    )
+
+
+def test_a_saved_graph_catches_up_with_what_the_store_changed_after_it(db, hash_embedder):
+    """The graph was saved at a clean stop; then another process (or one that crashed before
+    saving) added, deleted and re-embedded memories. The next start opens the saved graph
+    and catches it up instead of rebuilding it: nothing lost, nothing deleted comes back."""
+    store, notes = saved_graph_of_notes(db, hash_embedder)
     store.close()
 
     store = Store.open(db)  # behind the saved graph: no graph loaded, none saved
@@ -405,9 +418,7 @@ def test_a_saved_graph_catches_up_with_what_the_store_changed_after_it(db, hash_
     engine.close()
     store.close()
 
-    store = Store.open(db)
-    engine = SearchEngine(store, hash_embedder, Metrics(), ManualClock(T0),
-                          access_background=False, ann_threshold=50)  # fmt: skip
+    store, engine = reopen_with_graphs(db, hash_embedder)
     try:
         index = engine.vectors["entity"]
         assert index.uses_ann and index._builder is None  # caught up, not rebuilt
@@ -425,18 +436,11 @@ def test_a_saved_graph_catches_up_with_what_the_store_changed_after_it(db, hash_
 
 def test_a_saved_graph_far_behind_the_store_is_rebuilt(db, hash_embedder, monkeypatch):
     monkeypatch.setattr(search_vectors, "TOMBSTONE_LIMIT", 10)
-    store, engine = open_engine(db, hash_embedder)
-    engine.ann_threshold = 50
-    add(engine, "entity", [entity(f"Note {i}", f"tea note {i}") for i in range(120)])
-    engine.rebuild()
-    assert engine.vectors["entity"].wait_ready(60)
-    engine.close()
+    store, _ = saved_graph_of_notes(db, hash_embedder)
     store.execute("DELETE FROM entity_embeddings WHERE uuid IN "
                   "(SELECT uuid FROM entities ORDER BY name LIMIT 60)")  # fmt: skip
     store.close()
-    store = Store.open(db)
-    engine = SearchEngine(store, hash_embedder, Metrics(), ManualClock(T0),
-                          access_background=False, ann_threshold=50)  # fmt: skip
+    store, engine = reopen_with_graphs(db, hash_embedder)
     try:
         index = engine.vectors["entity"]
         assert len(index) == 60
