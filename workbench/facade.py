@@ -103,6 +103,7 @@ class Workbench:
             metrics,
             clock,
             gate=self.publisher,
+            after_claim=self.publisher.caught_up,
             concurrency=settings.queue_concurrency,
             lease_seconds=settings.queue_lease_seconds,
             max_attempts=settings.queue_max_attempts,
@@ -140,7 +141,12 @@ class Workbench:
             max_group_labels=settings.metrics_max_groups,
         )
         embedder = embedder or build_embedder(settings)
-        store = Store.open(settings.db_location(), embedder.dimensions, embedder.model)
+        store = Store.open(
+            settings.db_location(),
+            embedder.dimensions,
+            embedder.model,
+            pool_size=settings.database_pool_size,
+        )
         if chat is _DEFAULT:
             chat = build_chat_model(
                 settings, metrics=metrics, store=store, clock=clock, health=llm_health

@@ -176,33 +176,4 @@ def snapshot(store):
         "maintenance_runs",
         "decay_history",
     )
-    return {
-        t: store.fetchall(
-            f"SELECT * EXCLUDE ({_ts_cols(t)}) , {_ts_epochs(t)} FROM {t} ORDER BY ALL"
-        )
-        if _ts_cols(t)
-        else store.fetchall(f"SELECT * FROM {t} ORDER BY ALL")
-        for t in tables
-    }
-
-
-_TS = {
-    "entities": ("created_at", "updated_at", "last_accessed_at", "soft_deleted_at"),
-    "facts": (
-        "created_at",
-        "valid_at",
-        "invalid_at",
-        "expired_at",
-        "last_accessed_at",
-        "soft_deleted_at",
-    ),
-    "maintenance_runs": ("started_at", "finished_at"),
-}
-
-
-def _ts_cols(table):
-    return ", ".join(_TS.get(table, ()))
-
-
-def _ts_epochs(table):
-    return ", ".join(f"epoch_us({c}) AS {c}_us" for c in _TS.get(table, ()))
+    return {t: sorted(store.fetchall(f"SELECT * FROM {t}"), key=repr) for t in tables}

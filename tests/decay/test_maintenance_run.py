@@ -109,7 +109,7 @@ def test_purge_removes_memory_embedding_and_an_entitys_facts(store, policy, metr
     assert store.fetchone("SELECT count(*) FROM entity_embeddings WHERE uuid = ?", [gone])[0] == 0
     assert sample(metrics, "knowledge_memories_purged_total") == 2.0
     purged_rows = store.fetchall(
-        "SELECT memory_kind, memory_uuid FROM decay_history WHERE to_state = 'PURGED' ORDER BY ALL"
+        "SELECT memory_kind, memory_uuid FROM decay_history WHERE to_state = 'PURGED' ORDER BY 1, 2"
     )
     assert purged_rows == [("entity", gone), ("fact", fact)]
 

@@ -64,14 +64,15 @@ def _insert(store, now, cases):
     )
     for col in ("created_at", "last_accessed_at", "soft_deleted_at"):
         frame[col] = pd.to_datetime(frame[col], utc=True)
-    store.register("grid_rows", frame)
-    store.execute(
-        """INSERT INTO facts (uuid, group_id, source_uuid, target_uuid, fact, created_at,
-               importance, stability, lifecycle_state, last_accessed_at, soft_deleted_at)
-           SELECT uuid, 'g', 's', 't', 'f', created_at, importance, stability, lifecycle_state,
-                  last_accessed_at, soft_deleted_at FROM grid_rows"""
-    )
-    store.unregister("grid_rows")
+    with store.transaction():
+        store.register("grid_rows", frame)
+        store.execute(
+            """INSERT INTO facts (uuid, group_id, source_uuid, target_uuid, fact, created_at,
+                   importance, stability, lifecycle_state, last_accessed_at, soft_deleted_at)
+               SELECT uuid, 'g', 's', 't', 'f', created_at, importance, stability,
+                      lifecycle_state, last_accessed_at, soft_deleted_at FROM grid_rows"""
+        )
+        store.unregister("grid_rows")
     return {r[0]: r for r in rows}
 
 

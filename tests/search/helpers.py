@@ -6,31 +6,15 @@ import uuid as uuidlib
 from datetime import UTC, datetime
 
 import numpy as np
-import pyarrow as pa
 
 from workbench.store import Store
+from workbench.store import graph as g
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
 
 def write_embeddings(store: Store, kind: str, uuids: list[str], vectors: np.ndarray) -> None:
-    vectors = np.asarray(vectors, dtype=np.float32)
-    frame = pa.table(
-        {
-            "uuid": pa.array(uuids, pa.string()),
-            "vector": pa.FixedSizeListArray.from_arrays(
-                pa.array(vectors.reshape(-1)), vectors.shape[1]
-            ),
-        }
-    )
-    store.register("_test_vectors", frame)
-    try:
-        store.execute(
-            f"INSERT OR REPLACE INTO {kind}_embeddings SELECT uuid, 'test', "
-            f"vector::FLOAT[{store.dim}] FROM _test_vectors"
-        )
-    finally:
-        store.unregister("_test_vectors")
+    g.insert_vectors(store, f"{kind}_embeddings", uuids, vectors, "test", store.dim)
 
 
 def entity(name: str, summary: str = "", group_id: str = "main", **memory) -> dict:

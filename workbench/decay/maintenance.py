@@ -557,6 +557,11 @@ class MaintenanceScheduler:
             self.next_scheduled = as_utc(self.clock()) + timedelta(seconds=delay)
             if self._stop.wait(delay):
                 return
+            delay = self.interval_hours * 3600.0
+            wait = self._ran_elsewhere()
+            if wait is not None:
+                delay = wait
+                continue
             try:
                 self.classify_pending()
                 self._run(dry_run=False)
@@ -564,7 +569,26 @@ class MaintenanceScheduler:
                 log.info("scheduled decay maintenance skipped: another run is in progress")
             except Exception:  # noqa: BLE001 - logged; the next interval tries again
                 log.exception("scheduled decay maintenance failed")
-            delay = self.interval_hours * 3600.0
+
+    def _ran_elsewhere(self) -> float | None:
+        """On a store shared by several processes, each schedules maintenance and the first
+        due runs it: seconds until the next run is due when another process ran one within
+        the interval (skip this one), else None."""
+        if self.store.backend == "duckdb":
+            return None
+        last = sql.last_run(self.store, "success")
+        if last is None:
+            return None
+        due = last["started_at"] + timedelta(hours=self.interval_hours)
+        left = (due - as_utc(self.clock())).total_seconds()
+        if left > 0.05 * self.interval_hours * 3600.0:
+            log.info(
+                "decay maintenance ran in another process at %s: next due at %s",
+                iso_utc(last["started_at"]),
+                iso_utc(due),
+            )
+            return left
+        return None
 
 
 __all__ = [

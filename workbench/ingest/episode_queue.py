@@ -35,6 +35,8 @@ keep their category and message and can be re-queued (:meth:`EpisodeQueue.retry_
 from __future__ import annotations
 
 import logging
+import os
+import socket
 import threading
 import time
 import uuid as uuidlib
@@ -107,6 +109,7 @@ class EpisodeQueue:
         clock: Clock,
         *,
         gate: AbstractContextManager[Any] | None = None,
+        after_claim: Callable[[], None] | None = None,
         concurrency: int = 4,
         lease_seconds: float = 300.0,
         max_attempts: int = 6,
@@ -130,6 +133,8 @@ class EpisodeQueue:
         # are done): a claimed episode sees everything written before it, in particular the
         # previous episode of its group
         self.gate = gate if gate is not None else threading.RLock()
+        # under the gate, after a claim: bring the caches up to what other processes wrote
+        self._after_claim = after_claim
         self.batch_size = max(1, batch_size)
         self._group = GroupCommit(self._write, self.batch_size)
         self._pool: ThreadPoolExecutor | None = None  # drain's preparers, made on first use
@@ -176,10 +181,39 @@ class EpisodeQueue:
     def start(self) -> None:
         if self._threads:
             return
-        now = self.clock()
-        released, crashed = q.recover_crashed(self.store, now, self.max_crashes)
+        self._recover(self.clock(), ())
+        self._stop.clear()
+        self._abandon = False
+        with self._unfinished_lock:
+            self._unfinished, self._ready = {}, []
+        self._may_claim = True
+        self._run += 1  # a dispatcher of an earlier, abandoned run exits at its next turn
+        # unique across the processes sharing a store; says which host and process holds it
+        self._owner = f"{socket.gethostname()}:{os.getpid()}:dispatcher-{uuidlib.uuid4().hex[:8]}"
+        self._workers = ThreadPoolExecutor(self.concurrency, thread_name_prefix="episode-worker")
+        t = threading.Thread(
+            target=self._dispatch, args=(self._run,), name="episode-dispatcher", daemon=True
+        )
+        t.start()
+        self._threads = [t]
+        self.refresh_gauges()
+
+    @property
+    def _shared(self) -> bool:
+        """Whether other processes use the store's queue too (a database server)."""
+        return self.store.backend != "duckdb"
+
+    def _recover(self, now, keep) -> None:
+        """Return the messages of a process that died to the queue, counting a crash each:
+        at start-up all in flight (a file has one process), on a shared store those whose
+        lease ran out (see :func:`~workbench.store.queue.recover_crashed`)."""
+        released, crashed = q.recover_crashed(
+            self.store, now, self.max_crashes, expired_only=self._shared, keep=keep
+        )
         if released:
-            log.warning("returned %d in-flight episodes of a previous run to the queue", released)
+            log.warning(
+                "returned %d in-flight episodes of a stopped process to the queue", released
+            )
         for uuid in crashed:
             log.error(
                 "episode %s failed: the service process died %d times while processing "
@@ -188,20 +222,6 @@ class EpisodeQueue:
                 self.max_crashes,
             )
             self.metrics.record_processing_complete(QUEUE_NAME, 0.0, False, "UnknownError", None)
-        self._stop.clear()
-        self._abandon = False
-        with self._unfinished_lock:
-            self._unfinished, self._ready = {}, []
-        self._may_claim = True
-        self._run += 1  # a dispatcher of an earlier, abandoned run exits at its next turn
-        self._owner = f"dispatcher-{uuidlib.uuid4().hex[:6]}"
-        self._workers = ThreadPoolExecutor(self.concurrency, thread_name_prefix="episode-worker")
-        t = threading.Thread(
-            target=self._dispatch, args=(self._run,), name="episode-dispatcher", daemon=True
-        )
-        t.start()
-        self._threads = [t]
-        self.refresh_gauges()
 
     def stop(self, timeout: float = 30.0) -> None:
         """Stop claiming, return claimed messages no worker has started to the queue, let the
@@ -218,7 +238,7 @@ class EpisodeQueue:
                 unstarted = list(self._unfinished)
             for future in unstarted:  # no worker may start them after the release
                 future.cancel()
-            q.release_all(self.store)
+            q.release_all(self.store, self._owner if self._shared else None)
         abandoned = self._abandon
         self._threads = []
         for pool in (self._workers, self._pool):
@@ -301,6 +321,8 @@ class EpisodeQueue:
                 self.run_size,
                 self._single_groups(),
             )
+            if messages and self._after_claim is not None:
+                self._after_claim()
         if not more and events == self._claim_events:
             self._may_claim = False  # every runnable head is taken: no use asking again yet
         handed = 0
@@ -533,6 +555,8 @@ class EpisodeQueue:
                 self.run_size,
                 self._single_groups(),
             )
+            if messages and self._after_claim is not None:
+                self._after_claim()
         if messages:
             self._process_batch(messages, owner)
         return len(messages)
@@ -545,7 +569,10 @@ class EpisodeQueue:
         last = self._last_lease_check
         if last is None or (now - last).total_seconds() >= every:
             self._last_lease_check = now
-            q.requeue_expired_leases(self.store, now, self._in_flight())
+            if self._shared:  # an expired lease: its process died (or stalled)
+                self._recover(now, self._in_flight())
+            else:
+                q.requeue_expired_leases(self.store, now, self._in_flight())
 
     def _in_flight(self) -> list[str]:
         """Uuids of the claimed messages the dispatcher's workers prepare or it will write."""

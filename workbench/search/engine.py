@@ -63,12 +63,14 @@ from workbench.search.filters import (
     check_window,
     clean_list,
 )
+from workbench.search.follow import ChangeFollower
 from workbench.search.hits import fact_out, node_out
 from workbench.search.publish import Publisher
 from workbench.search.ranking import Weights, score_arrays
 from workbench.search.rows import RowCache
 from workbench.search.vectors import KINDS, VectorIndex, load_index
 from workbench.store import Store
+from workbench.store import changes as changes_sql
 from workbench.store import search as sql
 
 __all__ = ["SearchEngine", "keyword_text"]
@@ -112,6 +114,7 @@ class SearchEngine:
         query_cache_size: int = 256,
         index_options: dict[str, Any] | None = None,
         graph_dir: str | Path | None | bool = True,
+        follow: bool = True,
     ):
         self.store = store
         self.embedder = embedder
@@ -145,9 +148,18 @@ class SearchEngine:
         self.vectors: dict[str, VectorIndex] = {}
         self.keywords: dict[str, KeywordIndex] = {}
         self.rows: dict[str, RowCache] = {}
+        # a store shared with other processes: the change log position before loading
+        shared = store.backend != "duckdb"
+        start_seq = changes_sql.latest_seq(store) if shared else 0
         self.rebuild()
         # what writers of entities and facts tell this engine through, under its gate
         self.publisher = Publisher(self)
+        # and what other processes write, through the store's change log
+        self.follower: ChangeFollower | None = None
+        if shared:
+            self.follower = ChangeFollower(store, self, self.publisher, start_seq=start_seq)
+            if follow:
+                self.follower.start()
 
     # --- keeping in step with the store ---------------------------------------------------
     def rebuild(self) -> None:
@@ -222,6 +234,11 @@ class SearchEngine:
             self.vectors[kind].remove(uuids)
             self.keywords[kind].remove(uuids)
 
+    def catch_up(self) -> int:
+        """Apply what other processes sharing the store wrote since the last look (nothing
+        on a DuckDB file); how many memories were re-read."""
+        return self.follower.catch_up() if self.follower is not None else 0
+
     def refresh_states(self) -> None:
         """Re-read every row (after maintenance or a recovery: states, decay, purges)."""
         self.flush()
@@ -290,6 +307,8 @@ class SearchEngine:
         """Stop the access flusher and write what it holds; save finished HNSW graphs next to
         the database file (opened and caught up with the store at the next open) and call off
         graph builds under way. The store stays open."""
+        if self.follower is not None:
+            self.follower.stop()
         thread = self._sync_thread
         if thread is not None:
             thread.join(timeout=30)

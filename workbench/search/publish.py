@@ -44,6 +44,8 @@ class Indexes(Protocol):
 
     def rebuild(self) -> None: ...
 
+    def catch_up(self) -> int: ...
+
     def refresh_states(self) -> None: ...
 
     def flush(self) -> int: ...
@@ -108,6 +110,12 @@ class Publisher:
                 "re-reading the search indexes failed too: searches and extraction "
                 "may miss the newest memories until the service restarts"
             )
+
+    def caught_up(self) -> None:
+        """Apply what other processes sharing the store wrote (the queue calls it after a
+        claim, so an episode is prepared on rows holding its group's earlier episodes)."""
+        with self._gate:
+            self._engine.catch_up()
 
     def bulk(self) -> AbstractContextManager[None]:
         """Around a bulk write (an import): the engine builds its graphs after it, once."""

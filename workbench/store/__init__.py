@@ -8,6 +8,7 @@ our statements are short. ``transaction()`` holds the lock for the whole unit of
 
 from __future__ import annotations
 
+import importlib
 import logging
 import re
 import threading
@@ -41,11 +42,20 @@ _CHUNK = 500
 
 
 DEFAULT_DIM = 384  # all-MiniLM-L6-v2's
+# URL schemes of shared database servers -> "module:class" of their store (imported on use:
+# the DuckDB store needs no database driver)
+BACKENDS = {
+    "postgresql": "workbench.store.postgres:PostgresStore",
+    "postgres": "workbench.store.postgres:PostgresStore",
+}
 log = logging.getLogger("workbench.store")
 
 
 class Store:
-    """A DuckDB database with the workbench schema."""
+    """A DuckDB database with the workbench schema (``open`` of a ``postgresql://`` URL: a
+    :class:`~workbench.store.postgres.PostgresStore`, the same interface on PostgreSQL)."""
+
+    backend = "duckdb"
 
     def __init__(self, con: duckdb.DuckDBPyConnection, path: str, dim: int, read_only: bool):
         self._con = con
@@ -67,14 +77,21 @@ class Store:
         dim: int | None = 384,
         embedding_model: str = "",
         read_only: bool = False,
+        pool_size: int = 8,
     ) -> Store:
         """Open (creating and migrating when needed) the database at ``path``.
 
         Raises :class:`StoreLocked` when another process holds the file, and
         :class:`DimensionMismatch` when the file was built for vectors of another size
-        (``dim=None``: whatever size it holds, for ``workbench reembed``).
+        (``dim=None``: whatever size it holds, for ``workbench reembed``). A
+        ``postgresql://`` URL opens the shared store (``pool_size`` connections at most).
         """
         path = str(path)
+        scheme = path.split("://", 1)[0] if "://" in path else ""
+        if scheme in BACKENDS:  # a shared database server: its backend's store class
+            module, name = BACKENDS[scheme].split(":")
+            backend = getattr(importlib.import_module(module), name)
+            return backend.open(path, dim, embedding_model, read_only, pool_size=pool_size)
         if path != ":memory:":
             Path(path).expanduser().parent.mkdir(parents=True, exist_ok=True)
         config = {"autoinstall_known_extensions": "false", "autoload_known_extensions": "false"}
@@ -119,7 +136,8 @@ class Store:
 
     def _schema_version(self) -> int:
         exists = self._con.execute(
-            "SELECT count(*) FROM information_schema.tables WHERE table_name = 'meta'"
+            "SELECT count(*) FROM information_schema.tables WHERE table_name = 'meta' "
+            "AND table_schema = current_schema()"
         ).fetchone()
         if not exists or not exists[0]:
             return 0
@@ -346,6 +364,11 @@ class Store:
                 raise
             finally:
                 self._written = []
+
+    def advisory_lock(self, key: int) -> bool:
+        """Whether this process holds the lock ``key`` for the open transaction: always, on a
+        DuckDB file (one process writes it)."""
+        return True
 
     @contextmanager
     def parallel(self, threads: int | None = None) -> Iterator[Store]:

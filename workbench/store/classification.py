@@ -17,7 +17,7 @@ SELECT kind, uuid, text FROM (
     UNION ALL
     SELECT 'fact', uuid, created_at, classification_status, fact
     FROM facts WHERE lifecycle_state <> 'SOFT_DELETED'
-)
+) AS pending
 WHERE status IS NULL OR (? AND status IN ('failure', 'fallback'))
 ORDER BY status IS NOT NULL, created_at, kind, uuid
 LIMIT ?

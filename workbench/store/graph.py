@@ -81,8 +81,14 @@ def latest_episodes(
         return out
     # a window over a group's whole history sorts all of it (0.6 s for a million episodes):
     # first each group's limit-th latest time (an aggregate), then rank only the rows since
-    rows = store.fetch_dicts(
-        """WITH since AS (
+    rows = store.fetch_dicts(_LATEST_SQL[store.backend], [list(group_ids), limit])
+    for row in rows:
+        out[row.pop("group_id")].append(row)
+    return out
+
+
+_LATEST_SQL = {
+    "duckdb": """WITH since AS (
                SELECT group_id, list_min(max(reference_time, $2)) AS t FROM episodes
                WHERE group_id = ANY($1) AND status = 'done' GROUP BY group_id)
            SELECT e.group_id, e.uuid, e.name, e.body, e.reference_time
@@ -91,11 +97,13 @@ def latest_episodes(
            QUALIFY row_number() OVER (PARTITION BY e.group_id
                                       ORDER BY e.reference_time DESC, e.uuid) <= $2
            ORDER BY e.group_id, e.reference_time DESC, e.uuid""",
-        [list(group_ids), limit],
-    )
-    for row in rows:
-        out[row.pop("group_id")].append(row)
-    return out
+    "postgres": """SELECT group_id, uuid, name, body, reference_time FROM (
+               SELECT group_id, uuid, name, body, reference_time, row_number() OVER (
+                   PARTITION BY group_id ORDER BY reference_time DESC, uuid) AS rank
+               FROM episodes WHERE group_id = ANY($1) AND status = 'done') AS r
+           WHERE rank <= $2
+           ORDER BY group_id, reference_time DESC, uuid""",
+}
 
 
 def recent_episodes(
@@ -114,9 +122,12 @@ def unprocessed_episodes(store: Store, uuids: Sequence[str]) -> dict[str, dateti
     """Which of these episodes exist and are not done yet: uuid → created_at."""
     if not uuids:
         return {}
-    rows = store.fetchall(  # the key alone in the WHERE: an index lookup, not a scan
-        "SELECT uuid, status, created_at FROM episodes WHERE uuid = ANY(?)", [list(uuids)]
-    )
+    sql = "SELECT uuid, status, created_at FROM episodes WHERE uuid = ANY(?)"
+    if store.backend == "postgres":
+        # two processes writing one episode (a lease taken over): the second waits for the
+        # first's commit here, then finds it done
+        sql += " FOR UPDATE"
+    rows = store.fetchall(sql, [list(uuids)])  # the key alone in the WHERE: an index lookup
     return {uuid: created for uuid, status, created in rows if status != "done"}
 
 
@@ -425,8 +436,9 @@ def insert_vectors(
         store.register(name, frame)
         try:
             store.execute(
-                f"INSERT OR REPLACE INTO {table} SELECT uuid, model, "
-                f"vector::FLOAT[{dim}] FROM {name}"
+                f"INSERT INTO {table} SELECT uuid, model, vector::FLOAT[{dim}] FROM {name} "
+                "ON CONFLICT (uuid) DO UPDATE SET model = excluded.model, "
+                "vector = excluded.vector"
             )
         finally:
             store.unregister(name)
@@ -441,7 +453,7 @@ def graph_counts(store: Store, group_ids: Sequence[str] | None = None) -> dict[s
         "facts": store.fetchone(f"SELECT count(*) FROM facts {where}", params)[0],
         "groups": store.fetchone(
             "SELECT count(DISTINCT group_id) FROM ("
-            "SELECT group_id FROM episodes UNION ALL SELECT group_id FROM entities)"
+            "SELECT group_id FROM episodes UNION ALL SELECT group_id FROM entities) AS g"
         )[0],
     }
 

@@ -29,9 +29,11 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from workbench.decay.rules import CHAIN, PERMANENT, PURGED, SOFT_DELETED, STATES, DecayPolicy
-from workbench.store import Store
+from workbench.errors import Conflict
+from workbench.store import Store, changes
 
 US_PER_DAY = 86_400_000_000.0
+MAINTENANCE_LOCK = 0x776F726B62656E02  # the advisory lock of a run on a shared store
 MEMORY_TABLES = (("entity", "entities", "entity_embeddings"), ("fact", "facts", "fact_embeddings"))
 
 
@@ -74,7 +76,7 @@ def _base_select(kind: str, table: str) -> str:
                CAST(greatest(1, least(5, stability)) AS DOUBLE) AS stab,
                greatest(0.0, {_days(last)}) AS days,
                {_days("coalesce(soft_deleted_at, $now)")} AS sd_days
-        FROM {table}"""
+        FROM {table} AS src"""
 
 
 PLAN_SQL = f"""
@@ -84,7 +86,9 @@ scored AS (
     SELECT *,
         (imp >= $perm_imp AND stab >= $perm_stab
          AND old_state NOT IN ('{SOFT_DELETED}', '{PERMANENT}')) AS to_perm,
-        1.0 - pow(0.5, days / ($half_life * (stab / 3) * (imp / 3))) AS raw_decay
+        -- the exponent capped: 0.5^1000 is 1e-301, and PostgreSQL raises on underflow
+        1.0 - pow(0.5, least(days / ($half_life * (stab / 3) * (imp / 3)), 1000.0))
+            AS raw_decay
     FROM base
 )
 SELECT kind, uuid, old_state, old_decay,
@@ -104,14 +108,20 @@ FROM scored
 """
 
 _CHAIN_ROWS = ", ".join(f"({k}, '{CHAIN[k]}', '{CHAIN[k + 1]}')" for k in range(len(CHAIN) - 1))
-_CHAIN_LIST = "[" + ", ".join(f"'{s}'" for s in CHAIN) + "]"
+
+
+def _chain_rank(column: str) -> str:
+    """The position of ``column``'s state in the lifecycle chain (0 first; portable SQL)."""
+    return (
+        f"CASE {column} " + " ".join(f"WHEN '{s}' THEN {k}" for k, s in enumerate(CHAIN)) + " END"
+    )
+
 
 STEPS_SQL = f"""
 CREATE TEMP TABLE _msteps AS
 WITH chain(k, from_state, to_state) AS (VALUES {_CHAIN_ROWS}),
 moved AS (
-    SELECT *, list_position({_CHAIN_LIST}, old_state) - 1 AS r0,
-              list_position({_CHAIN_LIST}, new_state) - 1 AS r1
+    SELECT *, {_chain_rank("old_state")} AS r0, {_chain_rank("new_state")} AS r1
     FROM _mplan WHERE new_state <> old_state
 )
 SELECT m.kind, m.uuid, c.k AS step, c.from_state, c.to_state, m.old_decay, m.new_decay
@@ -150,7 +160,7 @@ SELECT *, FALSE AS cascaded FROM own UNION ALL SELECT *, TRUE AS cascaded FROM c
 STATS_SQL = """
 SELECT lifecycle_state, count(*), sum(decay_score), sum(importance), sum(stability)
 FROM (SELECT lifecycle_state, decay_score, importance, stability FROM entities
-      UNION ALL SELECT lifecycle_state, decay_score, importance, stability FROM facts)
+      UNION ALL SELECT lifecycle_state, decay_score, importance, stability FROM facts) AS m
 GROUP BY lifecycle_state
 """
 
@@ -210,7 +220,7 @@ def plan_rows(store: Store, policy: DecayPolicy, now: datetime) -> list[dict[str
 
 def _transitions(store: Store) -> dict[tuple[str, str], int]:
     rows = store.fetchall(
-        "SELECT from_state, to_state, count(*) FROM _msteps GROUP BY ALL ORDER BY ALL"
+        "SELECT from_state, to_state, count(*) FROM _msteps GROUP BY 1, 2 ORDER BY 1, 2"
     )
     return {(a, b): int(n) for a, b, n in rows}
 
@@ -250,7 +260,7 @@ def _purge(store: Store, run_id: int | None) -> dict[str, int]:
     store.execute(
         "DELETE FROM mentions WHERE entity_uuid IN (SELECT uuid FROM _mpurge WHERE kind = 'entity')"
     )
-    rows = store.fetchall("SELECT kind, cascaded, count(*) FROM _mpurge GROUP BY ALL")
+    rows = store.fetchall("SELECT kind, cascaded, count(*) FROM _mpurge GROUP BY 1, 2")
     counts = {"entities": 0, "facts": 0, "cascaded_facts": 0}
     for kind, cascaded, n in rows:
         key = "cascaded_facts" if cascaded else ("entities" if kind == "entity" else "facts")
@@ -332,6 +342,14 @@ def apply_maintenance(
     started = time.perf_counter()
     try:
         with store.transaction():
+            # a store shared by several processes: one run at a time across all of them, and
+            # its rewrite of every score logs no changes (replicas re-read after the run)
+            if not store.advisory_lock(MAINTENANCE_LOCK):
+                raise Conflict(
+                    "a decay maintenance run is already in progress in another process; "
+                    "wait for it to finish and try again"
+                )
+            changes.quiet(store)
             result = _execute_run(store, policy, now, dry_run, started)
             if dry_run:
                 raise _Rollback(result)

@@ -51,20 +51,40 @@ def requeue_expired_leases(store: Store, now: datetime, keep: Sequence[str] = ()
     return len(rows)
 
 
-def release_all(store: Store) -> int:
-    """Return every in-flight message to the queue (start-up after a crash, graceful stop)."""
+def release_all(store: Store, owner: str | None = None) -> int:
+    """Return every in-flight message to the queue (start-up after a crash, graceful stop);
+    with ``owner``, only those it holds (a store shared with other processes)."""
+    if owner is not None:
+        return _release(store, "AND lease_owner = ?", [owner])
     return _release(store, "", [])
 
 
-def recover_crashed(store: Store, now: datetime, max_crashes: int) -> tuple[int, list[str]]:
-    """At start-up: the messages still in flight were being processed when the previous
-    process died. Each counts a crash; one that reaches ``max_crashes`` is failed with the
-    reason ``crashed`` (it would kill every process that takes it), the others return to the
-    queue with their attempt uncounted. Returns (returned, uuids failed)."""
+def recover_crashed(
+    store: Store,
+    now: datetime,
+    max_crashes: int,
+    expired_only: bool = False,
+    keep: Sequence[str] = (),
+) -> tuple[int, list[str]]:
+    """The messages in flight when their process died. Each counts a crash; one that reaches
+    ``max_crashes`` is failed with the reason ``crashed`` (it would kill every process that
+    takes it), the others return to the queue with their attempt uncounted. Returns
+    (returned, uuids failed).
+
+    On a file only one process uses, every message in flight at start-up is such a message.
+    On a store shared by several processes (``expired_only``), only those whose lease ran
+    out are: their process stopped renewing it (``keep``: this process's own, whatever the
+    clock says)."""
+    condition = "state = 'processing'"
+    params: list[Any] = []
+    if expired_only:
+        condition += " AND leased_until < ? AND NOT list_contains(?::VARCHAR[], episode_uuid)"
+        params = [now, list(keep)]
     with store.transaction():
         counted = store.fetchall(
-            """UPDATE queue SET crashes = coalesce(crashes, 0) + 1
-               WHERE state = 'processing' RETURNING episode_uuid, crashes"""
+            f"""UPDATE queue SET crashes = coalesce(crashes, 0) + 1
+               WHERE {condition} RETURNING episode_uuid, crashes""",
+            params,
         )
         doomed = [uuid for uuid, crashes in counted if crashes >= max_crashes]
         if doomed:
@@ -79,7 +99,8 @@ def recover_crashed(store: Store, now: datetime, max_crashes: int) -> tuple[int,
                 [now, message, doomed],
             )
             set_episode_status(store, doomed, "failed", message)
-        returned = _release(store, "", [])
+        counted_ids = [uuid for uuid, crashes in counted if crashes < max_crashes]
+        returned = _release(store, "AND list_contains(?::VARCHAR[], episode_uuid)", [counted_ids])
     return returned, doomed
 
 
@@ -145,22 +166,16 @@ def claim_heads(
     group's run in order."""
     limit = max(1, int(limit))
     with store.transaction():
-        heads = store.fetchall(
-            """SELECT head, group_id, first, crashed FROM (
-               -- each group's head (its oldest unfinished message), when queued and due;
-               -- arg_min over a GROUP BY: 2-3x cheaper than a window, flat in depth
-               SELECT arg_min(episode_uuid, seq) AS head, arg_min(state, seq) AS st,
-                      arg_min(available_at, seq) AS due, arg_min(priority, seq) AS pr,
-                      arg_min(coalesce(crashes, 0), seq) > 0 AS crashed,
-                      min(seq) AS first, group_id
-               FROM queue WHERE state IN ('queued', 'processing') GROUP BY group_id)
-           WHERE st = 'queued' AND due <= $1
-           ORDER BY pr, first LIMIT $2""",
-            [now, limit + 1],
-        )
+        heads = store.fetchall(_HEADS_SQL[store.backend], [now, limit + 1])
         if not heads:
             return [], False
         chosen = [(head, group, first) for head, group, first, _ in heads[:limit]]
+        if store.backend == "postgres":
+            # other processes claim too: keep the heads this one could lock (still queued)
+            locked = set(_lock_queued(store, [head for head, _, _ in chosen]))
+            chosen = [c for c in chosen if c[0] in locked]
+            if not chosen:
+                return [], True
         uuids = [head for head, _, _ in chosen]
         runs = {group: [head] for head, group, _ in chosen}
         room = limit - len(chosen)
@@ -169,7 +184,19 @@ def claim_heads(
         alone = set(singles) | {group for _, group, _, crashed in heads[:limit] if crashed}
         runnable = [head for head in chosen if head[1] not in alone]
         if run_size > 1 and room > 0 and runnable:
-            for group, follower in _followers(store, runnable, now, min(run_size, room + 1)):
+            followers = _followers(store, runnable, now, min(run_size, room + 1))
+            if store.backend == "postgres":
+                # a run is consecutive: it ends at a follower another process holds
+                locked = set(_lock_queued(store, [uuid for _, uuid in followers]))
+                cut: set[str] = set()
+                kept = []
+                for group, uuid in followers:
+                    if group in cut or uuid not in locked:
+                        cut.add(group)
+                    else:
+                        kept.append((group, uuid))
+                followers = kept
+            for group, follower in followers:
                 if room > 0 and len(runs[group]) < run_size:
                     runs[group].append(follower)
                     uuids.append(follower)
@@ -190,6 +217,45 @@ def claim_heads(
         return leased, len(heads) > limit
 
 
+_HEADS_SQL = {
+    "duckdb": """SELECT head, group_id, first, crashed FROM (
+           -- each group's head (its oldest unfinished message), when queued and due;
+           -- arg_min over a GROUP BY: 2-3x cheaper than a window, flat in depth
+           SELECT arg_min(episode_uuid, seq) AS head, arg_min(state, seq) AS st,
+                  arg_min(available_at, seq) AS due, arg_min(priority, seq) AS pr,
+                  arg_min(coalesce(crashes, 0), seq) > 0 AS crashed,
+                  min(seq) AS first, group_id
+           FROM queue WHERE state IN ('queued', 'processing') GROUP BY group_id) AS h
+       WHERE st = 'queued' AND due <= $1
+       ORDER BY pr, first LIMIT $2""",
+    "postgres": """SELECT head, group_id, first, crashed FROM (
+           SELECT DISTINCT ON (group_id) episode_uuid AS head, state AS st,
+                  available_at AS due, priority AS pr, coalesce(crashes, 0) > 0 AS crashed,
+                  seq AS first, group_id
+           FROM queue WHERE state IN ('queued', 'processing')
+           ORDER BY group_id, seq) AS h
+       WHERE st = 'queued' AND due <= $1
+       ORDER BY pr, first LIMIT $2""",
+}
+
+
+def _lock_queued(store: Store, uuids: list[str]) -> list[str]:
+    """PostgreSQL: lock those of these messages that are still queued and that no other
+    transaction holds (``FOR UPDATE SKIP LOCKED``); the ones locked. The lock lasts until
+    the claim commits, so two processes never claim one message."""
+    if not uuids:
+        return []
+    return [
+        r[0]
+        for r in store.fetchall(
+            """SELECT episode_uuid FROM queue
+               WHERE episode_uuid = ANY(?) AND state = 'queued'
+               FOR UPDATE SKIP LOCKED""",
+            [uuids],
+        )
+    ]
+
+
 def _followers(
     store: Store, heads: list[tuple[str, str, int]], now: datetime, per_group: int
 ) -> list[tuple[str, str]]:
@@ -197,10 +263,13 @@ def _followers(
     to ``per_group - 1`` per group, stopping at the first message that is not queued and due,
     or that was in flight when a process died (it goes alone)."""
     rows = store.fetchall(
-        """SELECT group_id, episode_uuid, state, available_at, coalesce(crashes, 0)
-           FROM queue
-           WHERE state IN ('queued', 'processing') AND list_contains($1, group_id)
-           QUALIFY row_number() OVER (PARTITION BY group_id ORDER BY seq) <= $2
+        """SELECT group_id, episode_uuid, state, available_at, crashes FROM (
+               SELECT group_id, episode_uuid, state, available_at, seq,
+                      coalesce(crashes, 0) AS crashes,
+                      row_number() OVER (PARTITION BY group_id ORDER BY seq) AS rank
+               FROM queue
+               WHERE state IN ('queued', 'processing') AND list_contains($1, group_id)) AS r
+           WHERE rank <= $2
            ORDER BY group_id, seq""",
         [[group for _, group, _ in heads], per_group],
     )

@@ -14,7 +14,7 @@ import numpy as np
 
 from workbench.store import Store
 
-__all__ = ["load_vectors", "load_rows", "known_groups", "maintenance_marker"]
+__all__ = ["load_vectors", "vectors_of", "load_rows", "known_groups", "maintenance_marker"]
 
 _MEMORY = (
     "importance",
@@ -66,6 +66,21 @@ def load_vectors(store: Store, kind: str) -> tuple[list[str], list[str], np.ndar
         return [], [], np.zeros((0, store.dim), dtype=np.float32)
     vectors = np.stack(data["vector"]).astype(np.float32, copy=False)
     return uuids, [str(g) for g in data["group_id"]], vectors
+
+
+def vectors_of(store: Store, kind: str, uuids: Sequence[str]) -> tuple[list[str], np.ndarray]:
+    """The stored vectors of these memories of ``kind`` (those that have one): (uuids,
+    matrix), in one statement."""
+    if not uuids:
+        return [], np.zeros((0, store.dim), dtype=np.float32)
+    data = store.fetch_numpy(
+        f"SELECT uuid, vector FROM {_TABLES[kind][1]} WHERE uuid = ANY(?::VARCHAR[])",
+        [list(uuids)],
+    )
+    found = [str(u) for u in data["uuid"]]
+    if not found:
+        return [], np.zeros((0, store.dim), dtype=np.float32)
+    return found, np.stack(data["vector"]).astype(np.float32, copy=False)
 
 
 def load_rows(store: Store, kind: str, uuids: Sequence[str] | None = None) -> list[dict[str, Any]]:

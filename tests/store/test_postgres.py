@@ -1,0 +1,266 @@
+"""The shared store on a real (throw-away) PostgreSQL: several stores opened on one database
+behave like the processes of a scaled-out deployment (each has its own connections, origin
+and caches). Claims never overlap and keep each group's order, a write through one is
+searchable through another, maintenance runs once, leases of a dead process are taken over,
+and DuckDB reads the live tables through its postgres extension."""
+
+from __future__ import annotations
+
+import threading
+import time
+from datetime import UTC, datetime, timedelta
+
+import numpy as np
+import pytest
+
+from tests.pg import wait_for
+from tests.search.helpers import T0, add, entity, fact, insert
+from workbench.clock import ManualClock
+from workbench.errors import Conflict, StoreError
+from workbench.fakes.embedder import HashEmbedder
+from workbench.metrics import Metrics
+from workbench.search.engine import SearchEngine
+from workbench.store import Store
+from workbench.store import changes as log_sql
+from workbench.store import queue as q
+from workbench.store.dialect import postgres_params, to_postgres
+from workbench.store.maintenance import MAINTENANCE_LOCK, apply_maintenance
+
+NOW = datetime(2026, 3, 1, tzinfo=UTC)
+
+
+# --- the dialect (pure) ---------------------------------------------------------------------
+def test_parameters_and_types_are_translated_outside_quotes():
+    text, style = to_postgres("SELECT ?, '?', \"a?\" FROM t WHERE x LIKE '%a' AND y = ?")
+    assert text == "SELECT %s, '?', \"a?\" FROM t WHERE x LIKE '%%a' AND y = %s"
+    assert style == "seq"
+    text, style = to_postgres("UPDATE t SET a = $2 WHERE b = ANY($1) OR c = $1")
+    assert text == "UPDATE t SET a = %(p2)s WHERE b = ANY(%(p1)s) OR c = %(p1)s"
+    assert postgres_params(style, ["x", "y"]) == {"p1": "x", "p2": "y"}
+    text, style = to_postgres("SELECT $now - 1 -- a comment with ? and %")
+    assert text == "SELECT %(now)s - 1 -- a comment with ? and %%"
+    assert style == "named"
+    text, _ = to_postgres("CREATE TABLE v (x DOUBLE, y DOUBLE PRECISION, z FLOAT[384])")
+    assert text == "CREATE TABLE v (x DOUBLE PRECISION, y DOUBLE PRECISION, z REAL[])"
+
+
+# --- several stores on one database ---------------------------------------------------------
+@pytest.fixture
+def location(pg_location):
+    return pg_location
+
+
+@pytest.fixture
+def stores(location):
+    opened: list[Store] = []
+
+    def open_one() -> Store:
+        store = Store.open(location, dim=8)
+        opened.append(store)
+        return store
+
+    yield open_one
+    for store in opened:
+        store.close()
+
+
+def test_replicas_starting_together_migrate_once(location):
+    results: list[object] = []
+
+    def start() -> None:
+        try:
+            store = Store.open(location, dim=8)
+            results.append(store.meta("schema_version"))
+            store.close()
+        except Exception as exc:  # noqa: BLE001 - reported below
+            results.append(exc)
+
+    threads = [threading.Thread(target=start) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    from workbench.store.schema import SCHEMA_VERSION
+
+    assert results == [str(SCHEMA_VERSION)] * 4
+
+
+def test_an_unreachable_server_is_one_clear_error():
+    with pytest.raises(
+        StoreError, match="cannot connect to the database postgresql://u:\\*\\*\\*@"
+    ):
+        Store.open("postgresql://u:secret@127.0.0.1:1/db?connect_timeout=1", dim=8)
+
+
+def _enqueue(store: Store, groups: int, per_group: int) -> list[str]:
+    uuids = []
+    for i in range(per_group):
+        for g in range(groups):
+            uuid = f"e{g}-{i}"
+            q.enqueue(store, uuid, f"g{g}", 1, NOW)
+            uuids.append(uuid)
+    return uuids
+
+
+def test_two_processes_claiming_at_once_never_share_a_message_and_keep_group_order(stores):
+    a, b = stores(), stores()
+    expected = set(_enqueue(a, groups=6, per_group=8))
+    claimed: list[tuple[str, str]] = []  # (store name, uuid)
+    out_of_order: list[str] = []
+    lock = threading.Lock()
+
+    def work(store: Store, name: str) -> None:
+        idle = 0
+        while idle < 20:
+            messages, _ = q.claim_heads(store, name, NOW, 60, limit=4, run_size=3)
+            if not messages:
+                idle += 1
+                time.sleep(0.01)
+                continue
+            idle = 0
+            for m in messages:
+                # every earlier message of its group is done, or claimed in this same run
+                earlier = store.fetchall(
+                    "SELECT episode_uuid FROM queue WHERE group_id = ? AND seq < ? "
+                    "AND state <> 'done'",
+                    [m["group_id"], m["seq"]],
+                )
+                mine = {x["episode_uuid"] for x in messages}
+                if any(r[0] not in mine for r in earlier):
+                    out_of_order.append(m["episode_uuid"])
+            with lock:
+                claimed.extend((name, m["episode_uuid"]) for m in messages)
+            time.sleep(0.005)
+            q.mark_done_many(store, [m["episode_uuid"] for m in messages], NOW)
+
+    threads = [
+        threading.Thread(target=work, args=(store, name))
+        for store, name in ((a, "a1"), (a, "a2"), (b, "b1"), (b, "b2"))
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    uuids = [u for _, u in claimed]
+    assert sorted(uuids) == sorted(expected)  # each exactly once
+    assert {n[0] for n, _ in claimed} == {"a", "b"}  # both processes took part
+    assert out_of_order == []
+    assert q.status(a, NOW)["counts"]["done"] == len(expected)
+
+
+def test_the_leases_of_a_dead_process_are_taken_over_and_counted(stores):
+    a, b = stores(), stores()
+    _enqueue(a, groups=2, per_group=1)
+    held, _ = q.claim_heads(a, "a", NOW, 30, limit=2)
+    assert len(held) == 2
+    # another process's live leases are left alone
+    assert q.recover_crashed(b, NOW + timedelta(seconds=10), 3, expired_only=True) == (0, [])
+    # process a died: its leases run out and b returns them to the queue, each a crash
+    returned, failed = q.recover_crashed(b, NOW + timedelta(seconds=31), 3, expired_only=True)
+    assert (returned, failed) == (2, [])
+    assert b.fetchall("SELECT DISTINCT crashes FROM queue") == [(1,)]
+    again, _ = q.claim_heads(b, "b", NOW + timedelta(seconds=31), 30, limit=2)
+    assert sorted(m["episode_uuid"] for m in again) == sorted(m["episode_uuid"] for m in held)
+    # a's late release touches nothing it no longer holds
+    assert q.release_all(a, "a") == 0
+
+
+def test_maintenance_runs_in_one_process_at_a_time(stores):
+    from workbench.decay.rules import DecayPolicy
+
+    a, b = stores(), stores()
+    with a.transaction():
+        assert a.advisory_lock(MAINTENANCE_LOCK)
+        with pytest.raises(Conflict, match="another process"):
+            apply_maintenance(b, DecayPolicy(), NOW)
+    assert apply_maintenance(b, DecayPolicy(), NOW)["run_id"] is not None
+
+
+def test_every_write_is_logged_once_per_memory_except_maintenance(stores):
+    from workbench.decay.rules import DecayPolicy
+
+    a = stores()
+    before = log_sql.latest_seq(a)
+    rows = [entity("Maria"), entity("Acme")]
+    insert(a, "entity", rows, np.ones((2, 8), dtype=np.float32))
+    logged = log_sql.changes_since(a, before)
+    assert sorted((kind, uuid) for _, kind, uuid, _ in logged) == sorted(
+        [("entity", r["uuid"]) for r in rows] + [("entity_vector", r["uuid"]) for r in rows]
+    )
+    assert {origin for *_, origin in logged} == {a.origin}
+    top = log_sql.latest_seq(a)
+    apply_maintenance(a, DecayPolicy(), NOW)
+    assert log_sql.latest_seq(a) == top  # the run's rewrite of every score is quiet
+
+
+def _engine(store: Store, **options) -> SearchEngine:
+    return SearchEngine(
+        store,
+        HashEmbedder(dimensions=8),
+        Metrics(),
+        ManualClock(T0),
+        access_background=False,
+        graph_dir=None,
+        **options,
+    )
+
+
+def test_a_memory_written_through_one_replica_is_searchable_on_the_other(stores):
+    a, b = stores(), stores()
+    engine_a, engine_b = _engine(a), _engine(b)
+    try:
+        maria, acme = entity("Maria Keller"), entity("Acme")
+        add(engine_a, "entity", [maria, acme])
+        works = fact("Maria Keller works at Acme", maria, acme)
+        add(engine_a, "fact", [works])
+        started = time.monotonic()
+
+        def found() -> bool:
+            hits = engine_b.search_facts("where does Maria Keller work")
+            return any(h["uuid"] == works["uuid"] for h in hits)
+
+        assert wait_for(found, timeout=5)
+        assert time.monotonic() - started < 2.0  # NOTIFY wakes the follower at once
+        assert engine_a.follower.applied == 0  # its own writes are not re-read
+        # a delete elsewhere is forgotten too
+        from workbench.store import graph as g
+
+        with a.transaction():
+            g.delete_facts(a, [works["uuid"]])
+        assert wait_for(lambda: not found(), timeout=5)
+    finally:
+        engine_a.close()
+        engine_b.close()
+
+
+def test_catch_up_sees_every_committed_change_even_when_numbers_commit_out_of_order(stores):
+    a, b, c = stores(), stores(), stores()
+    engine = _engine(c, follow=False)
+    try:
+        slow = a.transaction()
+        slow.__enter__()
+        insert(a, "entity", [entity("Slow")], np.ones((1, 8), dtype=np.float32))  # lower seq
+        fast = entity("Fast")
+        insert(b, "entity", [fast], np.ones((1, 8), dtype=np.float32))  # commits first
+        engine.catch_up()
+        assert fast["uuid"] in engine.rows["entity"]
+        slow.__exit__(None, None, None)  # the lower numbers become visible only now
+        engine.catch_up()
+        assert {r["name"] for r in engine.rows["entity"].rows.values()} == {"Slow", "Fast"}
+    finally:
+        engine.close()
+
+
+def test_duckdb_reads_the_live_tables_through_its_postgres_extension(stores, location):
+    from service.live import snapshot
+    from workbench.config import load_settings
+
+    a = stores()
+    con = snapshot(load_settings({"SVC_KNOWLEDGE_DATABASE_URL": location}, env_file=None))
+    try:
+        assert con.execute("SELECT count(*) FROM entities").fetchone() == (0,)
+        insert(a, "entity", [entity("Maria")], np.ones((1, 8), dtype=np.float32))
+        assert con.execute("SELECT name FROM entities").fetchall() == [("Maria",)]
+        assert con.execute("SELECT len(vector) FROM entity_embeddings").fetchone() == (8,)
+    finally:
+        con.close()

@@ -1,0 +1,152 @@
+"""Keep one process's search caches in step with what other processes write to a shared store.
+
+Several processes (service replicas, ``workbench worker``, the CLI) may share one PostgreSQL
+database; each holds its own in-memory rows and indexes. The database logs every write of a
+memory (:mod:`workbench.store.changes`); a :class:`ChangeFollower` reads that log after the
+position its caches reflect and tells the engine, as a writer in this process would: it holds
+the publish gate, re-reads the changed rows and vectors, and forgets the deleted ones. It runs
+
+* in a thread of its own, woken by ``NOTIFY`` (and at least every ``interval`` seconds), so a
+  memory written elsewhere is searchable here within about a second;
+* synchronously after the queue claims episodes (:meth:`catch_up`), so an episode is prepared
+  on caches that hold everything written before its claim, by whichever process wrote it (the
+  previous episode of its group, above all).
+
+The process's own writes come back through the log too; it skips them (their ``origin`` is its
+own). A process that falls further behind than the log keeps re-reads everything.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from workbench.store import changes as log_sql
+from workbench.store import search as sql
+
+log = logging.getLogger("workbench.search.follow")
+
+CHUNK = 2048  # memories re-read per statement
+GAP_SECONDS = 60.0  # how long a missing sequence number is looked for again
+RETENTION_SECONDS = 3600.0  # change rows kept (pruned by the followers)
+
+
+class ChangeFollower:
+    """Applies the shared store's change log to one :class:`SearchEngine`."""
+
+    def __init__(
+        self,
+        store: Any,
+        engine: Any,
+        gate: Any,
+        interval: float = 1.0,
+        start_seq: int | None = None,
+        on_applied: Callable[[int], None] | None = None,
+    ):
+        self.store = store
+        self.engine = engine
+        self.gate = gate
+        self.interval = interval
+        self._last = log_sql.latest_seq(store) if start_seq is None else start_seq
+        self._gaps: dict[int, float] = {}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._pruned = 0.0
+        self._on_applied = on_applied
+        self.applied = 0  # memories re-read or forgotten since the start
+
+    @property
+    def position(self) -> int:
+        return self._last
+
+    def start(self) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(
+                target=self._follow, name="workbench-change-follower", daemon=True
+            )
+            self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        thread, self._thread = self._thread, None
+        if thread is not None:
+            thread.join(timeout=10)
+
+    def _follow(self) -> None:
+        listener = None
+        while not self._stop.is_set():
+            try:
+                if listener is None:
+                    listener = self.store.listen(log_sql.CHANNEL)
+                    self.catch_up()  # what was written while not listening
+                listener.wait(self.interval)
+                if self._stop.is_set():
+                    break
+                self.catch_up()
+                self._maybe_prune()
+            except Exception:  # noqa: BLE001 - the database may be away: retry
+                log.exception("following the change log failed; retrying")
+                if listener is not None:
+                    try:
+                        listener.close()
+                    except Exception:  # noqa: BLE001
+                        pass
+                    listener = None
+                self._stop.wait(self.interval)
+        if listener is not None:
+            listener.close()
+
+    def catch_up(self) -> int:
+        """Apply the changes committed since the last call; how many memories it re-read."""
+        with self._lock:
+            rows = log_sql.changes_since(self.store, self._last, sorted(self._gaps))
+            now = time.monotonic()
+            seen = {seq for seq, *_ in rows}
+            for seq in seen:
+                self._gaps.pop(seq, None)
+            top = max(seen, default=self._last)
+            for missing in range(self._last + 1, top):
+                if missing not in seen:
+                    self._gaps.setdefault(missing, now)
+            self._gaps = {s: t for s, t in self._gaps.items() if now - t < GAP_SECONDS}
+            self._last = max(self._last, top)
+            # kind -> uuid -> whether its vector changed too
+            wanted: dict[str, dict[str, bool]] = {"entity": {}, "fact": {}}
+            for _, kind, uuid, origin in rows:
+                if origin == self.store.origin:
+                    continue
+                base, _, vector = kind.partition("_")
+                if base in wanted:
+                    wanted[base][uuid] = wanted[base].get(uuid, False) or bool(vector)
+            applied = 0
+            for kind, changed in wanted.items():
+                ids = list(changed)
+                for start in range(0, len(ids), CHUNK):
+                    chunk = ids[start : start + CHUNK]
+                    applied += self._apply(kind, chunk, [u for u in chunk if changed[u]])
+            self.applied += applied
+        if applied and self._on_applied is not None:
+            self._on_applied(applied)
+        return applied
+
+    def _apply(self, kind: str, uuids: list[str], revectored: list[str]) -> int:
+        """Re-read these memories of ``kind`` into the engine, and the vectors of those in
+        ``revectored``; those gone from the store are forgotten (``on_upsert`` does both)."""
+        found, vectors = sql.vectors_of(self.store, kind, revectored)
+        with_vector = set(found)
+        ordered = found + [u for u in uuids if u not in with_vector]
+        with self.gate:
+            self.engine.on_upsert(
+                kind, [{"uuid": u} for u in ordered], vectors if len(found) else None
+            )
+        return len(uuids)
+
+    def _maybe_prune(self) -> None:
+        now = time.monotonic()
+        if now - self._pruned >= 60.0:
+            self._pruned = now
+            log_sql.prune(self.store, RETENTION_SECONDS)

@@ -1,0 +1,117 @@
+"""The change log of a shared store: which memories changed, in commit order, for the search
+caches of every process (service replicas, workers) that shares a PostgreSQL database.
+
+On PostgreSQL the database writes the log itself: statement-level triggers on ``entities``,
+``facts`` and their embedding tables append one ``changes`` row per memory (or vector)
+written or deleted, whoever wrote it (a replica, a worker, the CLI, ``psql``), and
+``NOTIFY`` the channel :data:`CHANNEL`. Each row names the kind and uuid and the writer's
+``origin`` (its connections' ``application_name``), so a process skips its own writes (it
+told its caches already).
+
+A maintenance run rewrites every memory's decay score: it writes no change rows (``quiet``);
+replicas notice the new ``maintenance_runs`` row and re-read their rows instead.
+
+The sequence is assigned before commit, so a row may become visible after rows with higher
+numbers (a slower transaction): :func:`changes_since` also re-reads the gaps it saw recently.
+A DuckDB file has one writing process and no change log.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from workbench.store import Store
+
+__all__ = ["CHANNEL", "POSTGRES_DDL", "latest_seq", "changes_since", "prune", "quiet"]
+
+CHANNEL = "workbench_changes"
+
+# table -> the kind its change rows name (a vector's change is told apart from its row's)
+_TABLES = (
+    ("entities", "entity"),
+    ("facts", "fact"),
+    ("entity_embeddings", "entity_vector"),
+    ("fact_embeddings", "fact_vector"),
+)
+
+
+def _triggers() -> list[str]:
+    out = []
+    for table, kind in _TABLES:
+        for event, transition in (("INSERT", "NEW"), ("UPDATE", "NEW"), ("DELETE", "OLD")):
+            name = f"wb_changes_{table}_{event.lower()}"
+            out.append(f"DROP TRIGGER IF EXISTS {name} ON {table}")
+            out.append(
+                f"CREATE TRIGGER {name} AFTER {event} ON {table} "
+                f"REFERENCING {transition} TABLE AS changed_rows FOR EACH STATEMENT "
+                f"EXECUTE FUNCTION wb_log_changes('{kind}')"
+            )
+    return out
+
+
+# PostgreSQL only, in psycopg's own syntax (not translated); versioned by the meta key
+# ``postgres_schema_version`` (see PostgresStore._migrate)
+POSTGRES_DDL: list[list[str]] = [
+    [
+        """CREATE TABLE IF NOT EXISTS changes (
+            seq BIGSERIAL PRIMARY KEY,
+            at TIMESTAMPTZ NOT NULL DEFAULT now(),
+            kind VARCHAR NOT NULL,
+            uuid VARCHAR NOT NULL,
+            origin VARCHAR NOT NULL DEFAULT ''
+        )""",
+        "CREATE INDEX IF NOT EXISTS changes_at ON changes(at)",
+        f"""CREATE OR REPLACE FUNCTION wb_log_changes() RETURNS trigger
+           LANGUAGE plpgsql AS $body$
+           BEGIN
+             IF coalesce(current_setting('workbench.quiet', true), '') = 'on' THEN
+               RETURN NULL;
+             END IF;
+             INSERT INTO changes (kind, uuid, origin)
+               SELECT TG_ARGV[0], uuid, current_setting('application_name') FROM changed_rows;
+             IF FOUND THEN
+               PERFORM pg_notify('{CHANNEL}', '');
+             END IF;
+             RETURN NULL;
+           END
+           $body$""",
+        *_triggers(),
+    ],
+]
+
+
+def latest_seq(store: Store) -> int:
+    """The newest change's sequence number (0: none)."""
+    row = store.fetchone("SELECT coalesce(max(seq), 0) FROM changes")
+    return int(row[0]) if row else 0
+
+
+def changes_since(
+    store: Store, after: int, gaps: Sequence[int] = (), limit: int = 50_000
+) -> list[tuple[int, str, str, str]]:
+    """(seq, kind, uuid, origin) of the changes after ``after`` and of the numbers in ``gaps``
+    (missing when last read: still uncommitted then, or rolled back), in sequence order."""
+    return [
+        (int(seq), kind, uuid, origin)
+        for seq, kind, uuid, origin in store.fetchall(
+            """SELECT seq, kind, uuid, origin FROM changes
+               WHERE seq > ? OR seq = ANY(?::BIGINT[]) ORDER BY seq LIMIT ?""",
+            [after, list(gaps), limit],
+        )
+    ]
+
+
+def prune(store: Store, older_than_seconds: float) -> int:
+    """Delete change rows older than that (a process further behind re-reads everything)."""
+    rows = store.fetchall(
+        "DELETE FROM changes WHERE at < now() - make_interval(secs => ?) RETURNING seq",
+        [float(older_than_seconds)],
+    )
+    return len(rows)
+
+
+def quiet(store: Store) -> None:
+    """Inside a transaction: its writes from now on log no changes (a maintenance run, see
+    above); until it ends."""
+    if store.backend != "duckdb":
+        store.execute("SELECT set_config('workbench.quiet', 'on', true)")

@@ -1,0 +1,494 @@
+"""The store on PostgreSQL: the same tables, migrations and functions as the DuckDB file,
+shared by many processes (service replicas, workers, the CLI) on one or many machines.
+
+:class:`PostgresStore` is a :class:`~workbench.store.Store` whose statements go through psycopg 3
+and a connection pool (``psycopg_pool``); the SQL is the project's own, translated by
+:mod:`workbench.store.dialect`. Within one process it keeps the DuckDB store's rules: one
+transaction at a time (``transaction()`` holds the store lock), re-entrant. Reads outside a
+transaction take a pooled connection of their own and do not wait for the lock. Between
+processes, PostgreSQL's row locks and the queue's ``FOR UPDATE SKIP LOCKED`` do the rest.
+
+Vectors are ``REAL[]`` columns: the search indexes live in each process's memory, so no
+PostgreSQL extension is needed.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import uuid
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from decimal import Decimal
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import numpy as np
+
+from workbench.errors import StoreError
+from workbench.store import DEFAULT_DIM, Store
+from workbench.store.changes import POSTGRES_DDL
+from workbench.store.dialect import COMPAT_FUNCTIONS, postgres_params, to_postgres
+from workbench.store.schema import MIGRATIONS, SCHEMA_VERSION
+
+log = logging.getLogger("workbench.store")
+
+__all__ = ["PostgresStore", "is_postgres_url", "redact_url"]
+
+
+def new_origin() -> str:
+    """A name for one opened store's connections (``application_name``): the ``origin`` of
+    the changes it writes; host and process say who it is."""
+    return f"workbench:{socket.gethostname()[:24]}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+# one advisory lock key per purpose (pg_advisory_xact_lock takes a bigint)
+MIGRATION_LOCK = 0x776F726B62656E01  # "workben" + 1
+
+
+def is_postgres_url(location: str) -> bool:
+    return location.startswith(("postgresql://", "postgres://"))
+
+
+def redact_url(url: str) -> str:
+    """The URL without its password (what logs, /health and errors show)."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    host = parts.hostname or ""
+    if parts.port:
+        host = f"{host}:{parts.port}"
+    user = f"{parts.username}:***@" if parts.username else ""
+    return urlunsplit((parts.scheme, user + host, parts.path, parts.query, parts.fragment))
+
+
+def _psycopg():
+    try:
+        import psycopg
+        import psycopg_pool
+    except ImportError:
+        raise StoreError(
+            "a postgresql:// database needs the postgres extra: pip install "
+            "'knowledge-workbench[postgres]' (psycopg 3 and its pool)"
+        ) from None
+    return psycopg, psycopg_pool
+
+
+def _configure(con) -> None:
+    """Every pooled connection: UTC, and numeric (sums, averages) read as int or float."""
+    from psycopg.adapt import Loader
+
+    class NumericLoader(Loader):
+        def load(self, data):
+            value = Decimal(bytes(data).decode())
+            return int(value) if value == value.to_integral_value() else float(value)
+
+    con.adapters.register_loader("numeric", NumericLoader)
+    con.execute("SET TIME ZONE 'UTC'")
+    con.commit()
+
+
+class PostgresStore(Store):
+    """A PostgreSQL database with the workbench schema."""
+
+    backend = "postgres"
+
+    def __init__(self, pool: Any, url: str, dim: int, read_only: bool):
+        super().__init__(None, redact_url(url), dim, read_only)
+        self.url = url
+        self._pool = pool
+        self.origin = ""  # its connections' application_name (see new_origin)
+        self._tx_conn: Any = None  # the open transaction's connection (the lock owner's)
+        self._tx_thread: int | None = None
+        self._errors = _psycopg()[0]
+
+    # --- opening -----------------------------------------------------------------------
+    @classmethod
+    def open(  # type: ignore[override]
+        cls,
+        path: str,
+        dim: int | None = 384,
+        embedding_model: str = "",
+        read_only: bool = False,
+        pool_size: int = 8,
+    ) -> PostgresStore:
+        psycopg, psycopg_pool = _psycopg()
+        origin = new_origin()
+        try:
+            # one connection first: a wrong address or password fails now, with its reason
+            # (the pool would retry in the background until its timeout)
+            psycopg.connect(path, connect_timeout=10).close()
+            pool = psycopg_pool.ConnectionPool(
+                path,
+                min_size=1,
+                max_size=max(2, pool_size),
+                configure=_configure,
+                # the writer's name in the change log (a process skips its own changes)
+                kwargs={"autocommit": True, "application_name": origin},
+                open=True,
+                timeout=30,
+                name="workbench",
+            )
+            pool.wait(timeout=30)
+        except (psycopg.Error, psycopg_pool.PoolTimeout) as exc:
+            raise StoreError(
+                f"cannot connect to the database {redact_url(path)}: "
+                f"{str(exc).strip() or type(exc).__name__}"
+            ) from None
+        store = cls(pool, path, dim or DEFAULT_DIM, read_only)
+        store.origin = origin
+        try:
+            if not read_only:
+                store._migrate(dim or DEFAULT_DIM, embedding_model)
+            if dim is None:
+                store.dim = store._stored_dim() or DEFAULT_DIM
+            else:
+                store._check_dimension(dim, embedding_model)
+        except BaseException:
+            pool.close()
+            raise
+        return store
+
+    def _migrate(self, dim: int, embedding_model: str) -> None:
+        # replicas starting together: one migrates, the others wait for it and find it done
+        with self.transaction():
+            self._raw("SELECT pg_advisory_xact_lock(%s)", [MIGRATION_LOCK])
+            for statement in COMPAT_FUNCTIONS:
+                self._raw(statement)
+            version = self._schema_version()
+            for step in MIGRATIONS[version:]:
+                for statement in step(self._stored_dim() or dim):
+                    self.execute(statement)
+            self._set_meta("schema_version", str(SCHEMA_VERSION))
+            done = int(self.meta("postgres_schema_version") or 0)
+            for step in POSTGRES_DDL[done:]:
+                for statement in step:
+                    self._raw(statement)
+            self._set_meta("postgres_schema_version", str(len(POSTGRES_DDL)))
+            if self._stored_dim() is None:
+                self._set_meta("embedding_dim", str(dim))
+                self._set_meta("embedding_model", embedding_model)
+
+    def _schema_version(self) -> int:
+        row = self.fetchone("SELECT to_regclass('meta') IS NOT NULL")
+        if not row or not row[0]:
+            return 0
+        return int(self.meta("schema_version") or 0)
+
+    def _stored_dim(self) -> int | None:
+        row = self.fetchone("SELECT to_regclass('meta') IS NOT NULL")
+        if not row or not row[0]:
+            return None
+        value = self.meta("embedding_dim")
+        return int(value) if value else None
+
+    # --- connections -------------------------------------------------------------------
+    @contextmanager
+    def _connection(self) -> Iterator[Any]:
+        """The open transaction's connection for its thread, else a pooled one."""
+        if self._tx_conn is not None and self._tx_thread == threading.get_ident():
+            yield self._tx_conn
+            return
+        with self._translated_errors(), self._pool.connection() as con:
+            yield con
+
+    @contextmanager
+    def _translated_errors(self) -> Iterator[None]:
+        errors = self._errors
+        try:
+            yield
+        except (errors.OperationalError, errors.errors.DeadlockDetected) as exc:
+            raise StoreError(f"database error: {str(exc).strip()}") from exc
+        except errors.errors.SerializationFailure as exc:
+            raise StoreError(f"database conflict: {str(exc).strip()}") from exc
+
+    def _raw(self, sql: str, params: Sequence[Any] | None = None) -> None:
+        """A statement in psycopg's own syntax (no translation)."""
+        with self._connection() as con:
+            con.execute(sql, params)
+
+    def _cursor_execute(self, con, sql: str, params):
+        text, style = to_postgres(sql)
+        with self._translated_errors():
+            return con.execute(text, postgres_params(style, _plain(params)))
+
+    # --- executing ---------------------------------------------------------------------
+    def execute(self, sql: str, params: Sequence[Any] | dict[str, Any] | None = None) -> None:
+        with self._write(), self._connection() as con:
+            self._cursor_execute(con, sql, params)
+
+    def _executemany(self, sql: str, rows: Sequence[Sequence[Any]], match) -> None:
+        if match is not None:
+            width = match.group(1).count("?")
+            if any(len(row) != width for row in rows):
+                raise ValueError(f"every row needs {width} values: {sql}")
+        text, style = to_postgres(sql)
+        with self._connection() as con, self._translated_errors():
+            with con.cursor() as cur:
+                cur.executemany(text, [_plain(row) for row in rows])
+
+    def fetchall(self, sql: str, params: Sequence[Any] | dict[str, Any] | None = None) -> list:
+        self._before_read(sql)
+        with self._connection() as con:
+            cur = self._cursor_execute(con, sql, params)
+            return cur.fetchall() if cur.description else []
+
+    def fetchone(self, sql: str, params: Sequence[Any] | dict[str, Any] | None = None):
+        self._before_read(sql)
+        with self._connection() as con:
+            cur = self._cursor_execute(con, sql, params)
+            return cur.fetchone() if cur.description else None
+
+    def fetch_dicts(
+        self, sql: str, params: Sequence[Any] | dict[str, Any] | None = None
+    ) -> list[dict[str, Any]]:
+        self._before_read(sql)
+        with self._connection() as con:
+            cur = self._cursor_execute(con, sql, params)
+            if not cur.description:
+                return []
+            cols = [d.name for d in cur.description]
+            return [dict(zip(cols, row)) for row in cur.fetchall()]
+
+    def df(self, sql: str, params: Sequence[Any] | dict[str, Any] | None = None):
+        import pandas as pd
+
+        self._before_read(sql)
+        with self._connection() as con:
+            cur = self._cursor_execute(con, sql, params)
+            cols = [d.name for d in cur.description]
+            return pd.DataFrame.from_records(cur.fetchall(), columns=cols)
+
+    def fetch_numpy(self, sql: str, params: Sequence[Any] | dict[str, Any] | None = None):
+        self._before_read(sql)
+        with self._connection() as con:
+            cur = self._cursor_execute(con, sql, params)
+            cols = [d.name for d in cur.description]
+            rows = cur.fetchall()
+        out: dict[str, np.ndarray] = {}
+        for i, name in enumerate(cols):
+            column = np.empty(len(rows), dtype=object)
+            column[:] = [row[i] for row in rows]
+            out[name] = column
+        return out
+
+    def register(self, name: str, frame: Any) -> None:
+        """A temporary table ``name`` holding ``frame`` (an Arrow table or a DataFrame), for
+        the statements of the open transaction; :meth:`unregister` drops it."""
+        import pyarrow as pa
+
+        if not (self._tx_conn is not None and self._tx_thread == threading.get_ident()):
+            raise StoreError("register() needs a transaction on PostgreSQL (a temporary table)")
+        table = frame if isinstance(frame, pa.Table) else pa.Table.from_pandas(frame)
+        columns = [(field.name, _pg_type(field.type)) for field in table.schema]
+        ddl = ", ".join(f'"{n}" {t}' for n, t in columns)
+        with self._connection() as con, self._translated_errors():
+            con.execute(f'DROP TABLE IF EXISTS "{name}"')
+            con.execute(f'CREATE TEMP TABLE "{name}" ({ddl})')
+            names = ", ".join(f'"{n}"' for n, _ in columns)
+            with con.cursor().copy(f'COPY "{name}" ({names}) FROM STDIN') as copy:
+                copy.set_types([t for _, t in columns])
+                for row in zip(*(table.column(i).to_pylist() for i in range(len(columns)))):
+                    copy.write_row(row)
+
+    def unregister(self, name: str) -> None:
+        from psycopg.pq import TransactionStatus
+
+        with self._connection() as con, self._translated_errors():
+            if con.info.transaction_status == TransactionStatus.INERROR:
+                return  # the rollback drops the table (created in this transaction)
+            con.execute(f'DROP TABLE IF EXISTS "{name}"')
+
+    @contextmanager
+    def transaction(self) -> Iterator[Store]:
+        with self._lock:
+            if self._depth:
+                self._depth += 1
+                try:
+                    yield self
+                finally:
+                    self._depth -= 1
+                return
+            with self._translated_errors():
+                cm = self._pool.connection()
+                con = cm.__enter__()
+            self._written = []
+            try:
+                with self._translated_errors(), con.transaction():
+                    self._tx_conn, self._tx_thread = con, threading.get_ident()
+                    self._depth = 1
+                    try:
+                        self._write_deferred()
+                        yield self
+                        self._write_deferred()
+                    finally:
+                        self._depth = 0
+                        self._tx_conn, self._tx_thread = None, None
+            except BaseException as exc:
+                self._restore_deferred(self._written)
+                cm.__exit__(type(exc), exc, exc.__traceback__)
+                raise
+            else:
+                cm.__exit__(None, None, None)
+            finally:
+                self._written = []
+
+    @contextmanager
+    def parallel(self, threads: int | None = None) -> Iterator[Store]:
+        yield self  # PostgreSQL plans its own parallel workers
+
+    def listen(self, channel: str) -> Listener:
+        """A connection of its own that waits for ``NOTIFY channel``."""
+        return Listener(self.url, channel, self.origin)
+
+    def advisory_lock(self, key: int) -> bool:
+        """Try the transaction-level advisory lock ``key`` (inside a transaction): whether
+        this process got it (another process holding it: False, at once)."""
+        row = self.fetchone("SELECT pg_try_advisory_xact_lock(?)", [key])
+        return bool(row and row[0])
+
+    # --- lifecycle and export ----------------------------------------------------------
+    def checkpoint(self) -> None:
+        """Nothing to do: PostgreSQL writes its own checkpoints."""
+
+    def close(self) -> None:
+        with self._lock:
+            try:
+                if not self.read_only:
+                    self.flush()
+            finally:
+                self._pool.close()
+
+    def export_parquet(self, directory):
+        """Every table to ``directory/<table>.parquet``: DuckDB reads them through its postgres
+        extension (the types kept) in one transaction, and writes the Parquet files."""
+        from pathlib import Path
+
+        import duckdb
+
+        from workbench.store import TABLES, _sql_path
+
+        out = Path(directory)
+        out.mkdir(parents=True, exist_ok=True)
+        self.flush()
+        con = duckdb.connect()
+        try:
+            attach_postgres(con, self.url)
+            con.execute("BEGIN TRANSACTION")
+            written = {}
+            for table in TABLES:
+                target = out / f"{table}.parquet"
+                con.execute(f"COPY pg.{table} TO '{_sql_path(target)}' (FORMAT parquet)")
+                written[table] = target
+            con.execute("COMMIT")
+        except duckdb.Error as exc:
+            raise StoreError(f"cannot export {self.path}: {exc}") from None
+        finally:
+            con.close()
+        return written
+
+
+class Listener:
+    """``LISTEN channel`` on a dedicated connection; :meth:`wait` returns when notified."""
+
+    def __init__(self, url: str, channel: str, origin: str):
+        psycopg, _ = _psycopg()
+        self._con = psycopg.connect(url, autocommit=True, application_name=origin)
+        self._con.execute(f"LISTEN {channel}")
+
+    def wait(self, timeout: float) -> bool:
+        """Whether a notification came within ``timeout`` seconds (all pending consumed)."""
+        got = False
+        for _ in self._con.notifies(timeout=timeout, stop_after=1):
+            got = True
+        return got
+
+    def close(self) -> None:
+        self._con.close()
+
+
+def _pg_type(arrow_type) -> str:
+    import pyarrow as pa
+
+    if pa.types.is_string(arrow_type) or pa.types.is_large_string(arrow_type):
+        return "text"
+    if pa.types.is_timestamp(arrow_type):
+        return "timestamptz" if arrow_type.tz else "timestamp"
+    if pa.types.is_integer(arrow_type):
+        return "bigint"
+    if pa.types.is_floating(arrow_type):
+        return "real" if arrow_type == pa.float32() else "double precision"
+    if pa.types.is_boolean(arrow_type):
+        return "boolean"
+    if pa.types.is_list(arrow_type) or pa.types.is_fixed_size_list(arrow_type):
+        return _pg_type(arrow_type.value_type) + "[]"
+    raise StoreError(f"no PostgreSQL type for the column type {arrow_type}")
+
+
+def _plain(params):
+    """numpy arrays as lists, dicts as JSON (psycopg adapts neither as they are)."""
+    if params is None or isinstance(params, dict):
+        return params
+    return [_value(v) for v in params]
+
+
+def _value(value):
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, dict):
+        from psycopg.types.json import Json
+
+        return Json(value)
+    return value
+
+
+def postgres_extension_path() -> str:
+    """The file of DuckDB's postgres extension, from its PyPI package (never downloaded by
+    DuckDB itself); its version must be duckdb's own."""
+    import duckdb
+
+    try:
+        import duckdb_extension_postgres
+    except ImportError:
+        raise StoreError(
+            "reading PostgreSQL from DuckDB needs the postgres extra: pip install "
+            "'knowledge-workbench[postgres]' (duckdb-extension-postgres)"
+        ) from None
+    from pathlib import Path
+
+    root = Path(duckdb_extension_postgres.__file__).parent / "extensions"
+    found = sorted(root.glob(f"v{duckdb.__version__}/postgres.duckdb_extension"))
+    if not found:
+        have = ", ".join(p.name for p in root.iterdir()) if root.is_dir() else "none"
+        raise StoreError(
+            f"duckdb-extension-postgres has no build for duckdb {duckdb.__version__} "
+            f"(it has: {have}); install the extension package of duckdb's exact version"
+        )
+    # DuckDB takes an extension's name from its file name, and this one's is postgres_scanner
+    import os
+
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    folder = cache / "knowledge-workbench" / "duckdb" / f"v{duckdb.__version__}"
+    link = folder / "postgres_scanner.duckdb_extension"
+    if not (link.is_symlink() and link.resolve() == found[0].resolve()):
+        folder.mkdir(parents=True, exist_ok=True)
+        temporary = folder / f".{os.getpid()}.link"
+        temporary.unlink(missing_ok=True)
+        temporary.symlink_to(found[0].resolve())
+        temporary.replace(link)
+    return str(link)
+
+
+def attach_postgres(con, url: str, alias: str = "pg", read_only: bool = True) -> str:
+    """ATTACH the workbench tables of the PostgreSQL database ``url`` to the DuckDB
+    connection ``con`` as ``alias`` (read-only by default); the schema they are in."""
+    psycopg, _ = _psycopg()
+    with psycopg.connect(url) as pg:
+        schema = pg.execute("SELECT current_schema()").fetchone()[0]
+    con.execute(f"LOAD '{postgres_extension_path()}'")
+    literal = url.replace("'", "''")
+    mode = ", READ_ONLY" if read_only else ""
+    con.execute(f"ATTACH '{literal}' AS {alias} (TYPE postgres, SCHEMA '{schema}'{mode})")
+    return schema
