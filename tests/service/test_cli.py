@@ -19,7 +19,17 @@ from service.logs import remove_handlers
 from tests.service.svc_helpers import free_port
 from workbench.fakes.embedder import HashEmbedder
 
-COMMANDS = ("serve", "mcp", "embed-server", "maintenance", "import", "export", "status", "reembed")
+COMMANDS = (
+    "serve",
+    "worker",
+    "mcp",
+    "embed-server",
+    "maintenance",
+    "import",
+    "export",
+    "status",
+    "reembed",
+)
 
 
 @dataclass

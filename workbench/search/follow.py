@@ -101,8 +101,11 @@ class ChangeFollower:
             listener.close()
 
     def catch_up(self) -> int:
-        """Apply the changes committed since the last call; how many memories it re-read."""
-        with self._lock:
+        """Apply the changes committed since the last call; how many memories it re-read.
+
+        Holds the publish gate throughout, taken before its own lock: a claim calls this
+        under the gate (the other order would deadlock with the follower thread)."""
+        with self.gate, self._lock:
             rows = log_sql.changes_since(self.store, self._last, sorted(self._gaps))
             now = time.monotonic()
             seen = {seq for seq, *_ in rows}
@@ -139,7 +142,7 @@ class ChangeFollower:
         found, vectors = sql.vectors_of(self.store, kind, revectored)
         with_vector = set(found)
         ordered = found + [u for u in uuids if u not in with_vector]
-        with self.gate:
+        with self.gate:  # re-entered: held by catch_up
             self.engine.on_upsert(
                 kind, [{"uuid": u} for u in ordered], vectors if len(found) else None
             )

@@ -326,7 +326,7 @@ def mark_done_many(
     if not episode_uuids:
         return
     # the seq test sits in the SET: the WHERE names only the key (an index lookup)
-    claimed = "($3::BIGINT[] IS NULL OR list_contains($3, seq))"
+    claimed = "($3::BIGINT[] IS NULL OR list_contains($3::BIGINT[], seq))"
     store.execute(
         f"""UPDATE queue SET
                state = CASE WHEN {claimed} THEN 'done' ELSE state END,
