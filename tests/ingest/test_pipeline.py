@@ -306,7 +306,8 @@ def test_batched_writes_build_the_same_graph_as_one_episode_at_a_time(fake_llm, 
             # each vector belongs to its own memory's text
             "vectors": sorted(
                 wb.store.fetchall(
-                    "SELECT e.group_id, e.name, round(CAST(v.vector[1] AS DECIMAL(18, 8)), 5), round(CAST(v.vector[2] AS DECIMAL(18, 8)), 5) "
+                    "SELECT e.group_id, e.name, round(CAST(v.vector[1] AS DECIMAL(18, 8)), 5), "
+                    "round(CAST(v.vector[2] AS DECIMAL(18, 8)), 5) "
                     "FROM entities e JOIN entity_embeddings v USING (uuid)"
                 )
             )

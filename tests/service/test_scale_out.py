@@ -70,9 +70,9 @@ def test_replicas_share_the_queue_and_the_memories(shared_env, pg_location, fake
         assert _duplicates(pg_location) == (0, 0)
 
         # what A wrote (the first episodes) is searchable on B
-        hits = b.tool(
-            "search_memory_facts", {"query": "Tom uses Neovim", "group_ids": ["g0"]}
-        )["facts"]
+        hits = b.tool("search_memory_facts", {"query": "Tom uses Neovim", "group_ids": ["g0"]})[
+            "facts"
+        ]
         assert any(h["fact"].startswith("Tom uses Neovim") for h in hits), hits
 
         # `workbench import` beside the replicas: B finds its memory within a second or two
