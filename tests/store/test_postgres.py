@@ -264,3 +264,16 @@ def test_duckdb_reads_the_live_tables_through_its_postgres_extension(stores, loc
         assert con.execute("SELECT len(vector) FROM entity_embeddings").fetchone() == (8,)
     finally:
         con.close()
+
+
+def test_reembedding_keeps_the_change_log_of_the_replaced_tables(stores):
+    from workbench.ingest.switch_model import reembed
+
+    a = stores()
+    insert(a, "entity", [entity("Maria")], np.ones((1, 8), dtype=np.float32))
+    report = reembed(a, HashEmbedder(dimensions=8))
+    assert report.entities == 1
+    before = log_sql.latest_seq(a)
+    insert(a, "entity", [entity("Tom")], np.ones((1, 8), dtype=np.float32))
+    kinds = {kind for _, kind, _, _ in log_sql.changes_since(a, before)}
+    assert kinds == {"entity", "entity_vector"}

@@ -83,6 +83,7 @@ def reembed(store: Store, embedder: Embedder, progress: Progress | None = None) 
         for kind in KINDS:
             store.execute(f"DROP TABLE {kind}_embeddings")
             store.execute(f"ALTER TABLE _reembed_{kind} RENAME TO {kind}_embeddings")
+        store.tables_replaced()  # PostgreSQL: the new tables' change-log triggers
         store.set_meta("embedding_dim", str(dim))
         store.set_meta("embedding_model", embedder.model)
     store.dim = dim
@@ -115,5 +116,5 @@ def copy_database(source: str | Path, target: str | Path) -> Path:
 def _drop_saved_indexes(store: Store) -> None:
     """The saved vector graphs beside the file describe the old vectors: remove them (the
     search engine would find their checksum wrong and rebuild anyway)."""
-    if store.path != ":memory:":
+    if store.backend == "duckdb" and store.path != ":memory:":
         shutil.rmtree(Path(f"{store.path}.search"), ignore_errors=True)

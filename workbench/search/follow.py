@@ -78,7 +78,7 @@ class ChangeFollower:
 
     def _follow(self) -> None:
         listener = None
-        while not self._stop.is_set():
+        while not self._stop.is_set() and not getattr(self.store, "closed", False):
             try:
                 if listener is None:
                     listener = self.store.listen(log_sql.CHANNEL)
@@ -88,8 +88,15 @@ class ChangeFollower:
                     break
                 self.catch_up()
                 self._maybe_prune()
-            except Exception:  # noqa: BLE001 - the database may be away: retry
-                log.exception("following the change log failed; retrying")
+            except Exception as exc:  # noqa: BLE001 - the database may be away: retry
+                if getattr(self.store, "closed", False):
+                    break
+                log.warning(
+                    "following the change log failed (%s: %s); retrying in %.0f s",
+                    type(exc).__name__,
+                    str(exc).strip().splitlines()[0] if str(exc).strip() else "",
+                    self.interval,
+                )
                 if listener is not None:
                     try:
                         listener.close()

@@ -100,6 +100,7 @@ class PostgresStore(Store):
         self.url = url
         self._pool = pool
         self.origin = ""  # its connections' application_name (see new_origin)
+        self.closed = False
         self._tx_conn: Any = None  # the open transaction's connection (the lock owner's)
         self._tx_thread: int | None = None
         self._errors = _psycopg()[0]
@@ -339,6 +340,11 @@ class PostgresStore(Store):
     def parallel(self, threads: int | None = None) -> Iterator[Store]:
         yield self  # PostgreSQL plans its own parallel workers
 
+    def tables_replaced(self) -> None:
+        """The change-log triggers of the replaced tables (they went with the old ones)."""
+        for statement in POSTGRES_DDL[-1]:
+            self._raw(statement)
+
     def listen(self, channel: str) -> Listener:
         """A connection of its own that waits for ``NOTIFY channel``."""
         return Listener(self.url, channel, self.origin)
@@ -359,6 +365,7 @@ class PostgresStore(Store):
                 if not self.read_only:
                     self.flush()
             finally:
+                self.closed = True
                 self._pool.close()
 
     def export_parquet(self, directory):
