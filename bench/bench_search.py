@@ -16,10 +16,16 @@ synthetic texts (Zipf-distributed words, ~10 a memory). Then:
 * recall@10 of the vector index (ANN above the threshold) against exact brute force;
 * a group-filtered search (10% of the memories).
 
-Access tracking runs as in production (background flusher).
+Access tracking runs as in production (background flusher). Each size reports the process's
+resident memory (RSS) after the engine is ready.
+
+``--reopen`` keeps the store in a DuckDB file (in a temporary folder, or ``--dir``): after the
+first engine closes (saving its HNSW graphs beside the file), the store is opened again and a
+new engine measures the second start: start-up, time until the graphs are ready (caught up from
+the saved ones), search p50/p95 from the first query, and RSS.
 
     .venv/bin/python bench/bench_search.py [--sizes 10000 100000] [--big] [--queries 200]
-        [--no-model] [--json out.json]
+        [--no-model] [--reopen [--dir DIR]] [--json out.json]
 """
 
 from __future__ import annotations
@@ -62,11 +68,19 @@ def texts(n: int, rng: np.random.Generator, vocab: np.ndarray) -> list[str]:
     return [" ".join(vocab[r]) for r in ranks]
 
 
-def build_store(n: int, seed: int = 0) -> tuple[Store, dict]:
+def rss_mb() -> float:
+    """The process's resident memory now, in MB (Linux)."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return round(int(line.split()[1]) / 1024, 1)
+    return float("nan")
+
+
+def build_store(n: int, seed: int = 0, path: str = ":memory:") -> tuple[Store, dict]:
     rng = np.random.default_rng(seed)
     basis = rng.standard_normal((48, DIM), dtype=np.float32)
     vocab = np.array([f"w{i}" for i in range(20_000)])
-    store = Store.open(":memory:")
+    store = Store.open(path)
     started = time.perf_counter()
     ent_uuids = [str(uuidlib.uuid4()) for _ in range(n)]
     groups = np.where(rng.random(n) < 0.1, "work", "main")
@@ -195,7 +209,18 @@ def ann_recall(engine: SearchEngine, corpus: dict, kind: str, queries, asked: in
 
 def bench_size(n: int, args, model) -> dict:
     print(f"--- {n:,} entities + {n:,} facts", flush=True)
-    store, corpus = build_store(n)
+    path = ":memory:"
+    if args.reopen:
+        import tempfile
+
+        folder = Path(args.dir or tempfile.mkdtemp(prefix="bench_search_"))
+        folder.mkdir(parents=True, exist_ok=True)
+        path = str(folder / f"search_{n}.duckdb")
+        for old in folder.glob(f"search_{n}.duckdb*"):
+            import shutil
+
+            shutil.rmtree(old) if old.is_dir() else old.unlink()
+    store, corpus = build_store(n, path=path)
     print(f"    filled the store in {corpus['fill_seconds']:.1f} s", flush=True)
     queries = {k: make_queries(corpus, k, args.queries) for k in ("entity", "fact")}
     table = {t: v for qs in queries.values() for t, v in qs.items()}
@@ -208,6 +233,7 @@ def bench_size(n: int, args, model) -> dict:
         engine.vectors[kind].wait_ready()
     result["ann_ready_seconds"] = round(time.perf_counter() - started, 2)
     result["ann"] = engine.vectors["fact"].uses_ann
+    result["rss_mb"] = rss_mb()
     print(
         f"    engine startup {result['startup_seconds']} s, ANN graphs ready after "
         f"{result['ann_ready_seconds']} s (ANN: {result['ann']})",
@@ -234,8 +260,46 @@ def bench_size(n: int, args, model) -> dict:
         result["search_nodes_with_model"] = pct(timed(engine.search_nodes, list(queries["entity"])))
     engine.close()
     store.close()
+    if args.reopen:
+        # in a fresh process, as after a restart: its RSS holds the engine and nothing else
+        import pickle
+        import subprocess
+        import sys
+
+        saved = f"{path}.queries.pickle"
+        Path(saved).write_bytes(pickle.dumps(queries))
+        done = subprocess.run(
+            [sys.executable, __file__, "--measure-reopen", path, saved,
+             "--ann-threshold", str(args.ann_threshold)],
+            capture_output=True, text=True, check=True,
+        )  # fmt: skip
+        result["reopen"] = json.loads(done.stdout.strip().splitlines()[-1])
     print(json.dumps(result, indent=2), flush=True)
     return result
+
+
+def reopen(path: str, saved: str, args) -> dict:
+    """The second start on the same files: start-up, graphs ready, search at once, RSS."""
+    import pickle
+
+    queries = pickle.loads(Path(saved).read_bytes())
+    table = {t: v for qs in queries.values() for t, v in qs.items()}
+    started = time.perf_counter()
+    store = Store.open(path)
+    engine = SearchEngine(
+        store, TableEmbedder(table), Metrics(), query_cache_size=0, ann_threshold=args.ann_threshold
+    )
+    out: dict = {"startup_seconds": round(time.perf_counter() - started, 2)}
+    # searched at once, while anything still missing is built in the background
+    out["search_facts_at_once"] = pct(timed(engine.search_facts, list(queries["fact"])[:100]))
+    for kind in ("entity", "fact"):
+        engine.vectors[kind].wait_ready()
+    out["ann_ready_seconds"] = round(time.perf_counter() - started, 2)
+    out["search_facts"] = pct(timed(engine.search_facts, queries["fact"]))
+    out["rss_mb"] = rss_mb()
+    engine.close()
+    store.close()
+    return out
 
 
 def main() -> None:
@@ -246,7 +310,13 @@ def main() -> None:
     parser.add_argument("--ann-threshold", type=int, default=20_000)
     parser.add_argument("--no-model", action="store_true", help="skip the real embedder")
     parser.add_argument("--json", help="write the results to this file")
+    parser.add_argument("--reopen", action="store_true", help="also measure a second start")
+    parser.add_argument("--dir", help="folder of the --reopen database files (default: temp)")
+    parser.add_argument("--measure-reopen", nargs=2, metavar=("DB", "QUERIES"), help="internal")
     args = parser.parse_args()
+    if args.measure_reopen:
+        print(json.dumps(reopen(*args.measure_reopen, args)))
+        return
     sizes = args.sizes + ([1_000_000] if args.big else [])
     model = None
     report: dict = {"sizes": []}
