@@ -259,7 +259,18 @@ def cmd_reembed(args: argparse.Namespace) -> int:
                 "--into copies a DuckDB file; on PostgreSQL copy the database "
                 "(CREATE DATABASE … TEMPLATE …) and point the URL at the copy"
             )
-        return _reembed(Store.open(path, dim=None), embedder_for(settings), args.quiet)
+        embedder = embedder_for(settings)
+        store = Store.open(path, dim=None)
+        others = store.other_processes()
+        if others:
+            store.close()
+            raise InvalidInput(
+                f"{len(others)} other workbench processes use the database ({', '.join(others)})"
+                ": stop every replica and worker first (re-embedding rewrites every vector; "
+                "they would write vectors of the old model meanwhile), then start them with "
+                "the new embedder"
+            )
+        return _reembed(store, embedder, args.quiet)
     if path == ":memory:":
         raise InvalidInput("reembed works on a database file (--db PATH)")
     if not Path(path).is_file():

@@ -277,3 +277,104 @@ def test_reembedding_keeps_the_change_log_of_the_replaced_tables(stores):
     insert(a, "entity", [entity("Tom")], np.ones((1, 8), dtype=np.float32))
     kinds = {kind for _, kind, _, _ in log_sql.changes_since(a, before)}
     assert kinds == {"entity", "entity_vector"}
+
+
+def test_a_late_failure_of_a_lease_taken_over_leaves_the_new_holder_alone(stores):
+    a, b = stores(), stores()
+    _enqueue(a, groups=1, per_group=2)
+    [held], _ = q.claim_heads(a, "a", NOW, 30, limit=1)
+    later = NOW + timedelta(seconds=31)
+    assert q.recover_crashed(b, later, 3, expired_only=True) == (1, [])
+    [again], _ = q.claim_heads(b, "b", later, 30, limit=1)
+    assert again["episode_uuid"] == held["episode_uuid"] and again["lease_owner"] == "b"
+    # a wakes up and fails or retries its old delivery: b's lease is untouched
+    assert not q.mark_failed(a, held["episode_uuid"], later, "UnknownError", "x", held["seq"], "a")
+    assert not q.schedule_retry(
+        a, held["episode_uuid"], later, "TimeoutError", "x", False, held["seq"], owner="a"
+    )
+    assert q.status(b, later)["counts"]["processing"] == 1
+    assert q.claim_heads(b, "b", later, 30, limit=1)[0] == []  # the group's next waits
+
+
+def test_enqueues_of_one_group_commit_in_sequence_order(stores):
+    a, b = stores(), stores()
+    with a.transaction():
+        q.enqueue(a, "first", "g", 1, NOW)
+        other = threading.Thread(target=q.enqueue, args=(b, "second", "g", 1, NOW))
+        other.start()
+        time.sleep(0.3)
+        assert other.is_alive()  # waits for the first enqueue of its group to commit
+    other.join(10)
+    rows = a.fetchall("SELECT episode_uuid FROM queue ORDER BY seq")
+    assert rows == [("first",), ("second",)]
+    # another group does not wait
+    with a.transaction():
+        q.enqueue(a, "third", "g", 1, NOW)
+        q.enqueue(b, "elsewhere", "h", 1, NOW)
+
+
+def test_a_write_open_when_a_replica_starts_reaches_it_when_it_commits(stores):
+    a, c = stores(), stores()
+    pending = a.transaction()
+    pending.__enter__()
+    late = entity("Late")
+    insert(a, "entity", [late], np.ones((1, 8), dtype=np.float32))
+    engine = _engine(c, follow=False)  # reads its rows while the write is still open
+    try:
+        assert late["uuid"] not in engine.rows["entity"]
+        pending.__exit__(None, None, None)
+        engine.catch_up()
+        assert late["uuid"] in engine.rows["entity"]
+    finally:
+        engine.close()
+
+
+def test_a_purge_by_maintenance_elsewhere_reaches_a_process_that_never_searches(stores):
+    from workbench.decay.rules import DecayPolicy
+
+    a, worker = stores(), stores()
+    gone = entity("Gone")
+    insert(a, "entity", [gone], np.ones((1, 8), dtype=np.float32))
+    a.execute(
+        "UPDATE entities SET lifecycle_state = 'SOFT_DELETED', soft_deleted_at = ?",
+        [NOW - timedelta(days=400)],
+    )
+    engine = _engine(worker, follow=False)
+    try:
+        assert gone["uuid"] in engine.rows["entity"]
+        assert apply_maintenance(a, DecayPolicy(), NOW)["purged"] == 1
+        engine.catch_up()  # what a worker does after each claim
+        assert gone["uuid"] not in engine.rows["entity"]
+        assert gone["uuid"] not in engine.vectors["entity"].uuids()
+    finally:
+        engine.close()
+
+
+def test_a_process_behind_a_pruned_log_re_reads_everything(stores):
+    a, c = stores(), stores()
+    engine = _engine(c, follow=False)
+    try:
+        first = entity("First")
+        insert(a, "entity", [first], np.ones((1, 8), dtype=np.float32))
+        a.execute("UPDATE changes SET at = at - INTERVAL '2 hours'")
+        assert log_sql.prune(a, 3600) == 2
+        engine.catch_up()
+        assert first["uuid"] in engine.rows["entity"]
+    finally:
+        engine.close()
+
+
+def test_a_vector_of_another_size_is_refused_like_on_duckdb(stores):
+    from workbench.errors import DimensionMismatch
+    from workbench.store import graph as g
+
+    a = stores()
+    with pytest.raises(DimensionMismatch, match="every process must use the embedder"):
+        g.insert_vectors(a, "entity_embeddings", ["x"], np.ones((1, 4)), "other", 4)
+    assert a.fetchone("SELECT count(*) FROM entity_embeddings") == (0,)
+
+
+def test_reembed_sees_the_other_processes_on_the_database(stores):
+    a, b = stores(), stores()
+    assert b.origin in a.other_processes()
+    assert a.origin not in a.other_processes()

@@ -191,3 +191,24 @@ def test_deferred_rows_are_written_at_close(tmp_path):
     again = Store.open(path, dim=4)
     assert _meta_keys(again) == {"log1"}
     again.close()
+
+
+def test_a_group_is_not_claimed_while_one_of_its_messages_is_in_flight():
+    from datetime import UTC, datetime
+
+    from workbench.store import queue as q
+
+    now = datetime(2026, 3, 1, tzinfo=UTC)
+    store = Store.open(":memory:", dim=4)
+    for uuid in ("e1", "e2"):
+        q.enqueue(store, uuid, "g", 1, now)
+    [first], _ = q.claim_heads(store, "w", now, 60, limit=4)
+    assert q.mark_failed(store, "e1", now, "UnknownError", "boom", first["seq"], owner="w")
+    [second], _ = q.claim_heads(store, "w", now, 60, limit=4)
+    assert second["episode_uuid"] == "e2"
+    # the failed, older message is queued again while e2 runs: it waits for e2
+    assert q.requeue_failed(store, now, ["e1"], None) == ["e1"]
+    assert q.claim_heads(store, "w", now, 60, limit=4)[0] == []
+    q.mark_done_many(store, ["e2"], now)
+    assert [m["episode_uuid"] for m in q.claim_heads(store, "w", now, 60, limit=4)[0]] == ["e1"]
+    store.close()

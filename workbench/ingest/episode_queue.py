@@ -728,6 +728,7 @@ class EpisodeQueue:
                 text,
                 category == "ValidationError",
                 seq,
+                owner=message.get("lease_owner"),
             ):
                 self._stale_failure(message, category, text)
                 return
@@ -742,7 +743,9 @@ class EpisodeQueue:
             self.metrics.record_retry(QUEUE_NAME)
             self._on_status(uuid, "queued", f"retrying after {category}: {text}")
             return
-        if not q.mark_failed(self.store, uuid, now, category, text, seq):
+        if not q.mark_failed(
+            self.store, uuid, now, category, text, seq, owner=message.get("lease_owner")
+        ):
             self._stale_failure(message, category, text)
             return
         log.error(
@@ -761,7 +764,15 @@ class EpisodeQueue:
         attempt (it is claimed again once the LLM is back)."""
         uuid = message["episode_uuid"]
         if not q.schedule_retry(
-            self.store, uuid, now, category, text, False, message.get("seq"), refund=True
+            self.store,
+            uuid,
+            now,
+            category,
+            text,
+            False,
+            message.get("seq"),
+            refund=True,
+            owner=message.get("lease_owner"),
         ):
             self._stale_failure(message, category, text)
             return

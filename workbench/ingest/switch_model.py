@@ -83,7 +83,7 @@ def reembed(store: Store, embedder: Embedder, progress: Progress | None = None) 
         for kind in KINDS:
             store.execute(f"DROP TABLE {kind}_embeddings")
             store.execute(f"ALTER TABLE _reembed_{kind} RENAME TO {kind}_embeddings")
-        store.tables_replaced()  # PostgreSQL: the new tables' change-log triggers
+        store.tables_replaced(dim)  # PostgreSQL: the new tables' triggers and checks
         store.set_meta("embedding_dim", str(dim))
         store.set_meta("embedding_model", embedder.model)
     store.dim = dim

@@ -150,14 +150,14 @@ class SearchEngine:
         self.rows: dict[str, RowCache] = {}
         # a store shared with other processes: the change log position before loading
         shared = store.backend != "duckdb"
-        start_seq = changes_sql.latest_seq(store) if shared else 0
+        start = changes_sql.position(store) if shared else None
         self.rebuild()
         # what writers of entities and facts tell this engine through, under its gate
         self.publisher = Publisher(self)
         # and what other processes write, through the store's change log
         self.follower: ChangeFollower | None = None
         if shared:
-            self.follower = ChangeFollower(store, self, self.publisher, start_seq=start_seq)
+            self.follower = ChangeFollower(store, self, self.publisher, start=start)
             if follow:
                 self.follower.start()
 
@@ -238,6 +238,14 @@ class SearchEngine:
         """Apply what other processes sharing the store wrote since the last look (nothing
         on a DuckDB file); how many memories were re-read."""
         return self.follower.catch_up() if self.follower is not None else 0
+
+    def sync_maintenance(self) -> bool:
+        """Re-read every row now if another process ran maintenance since the last look;
+        whether it did."""
+        if sql.maintenance_marker(self.store) == self._marker:
+            return False
+        self.refresh_states()
+        return True
 
     def refresh_states(self) -> None:
         """Re-read every row (after maintenance or a recovery: states, decay, purges)."""

@@ -13,7 +13,11 @@ the publish gate, re-reads the changed rows and vectors, and forgets the deleted
   previous episode of its group, above all).
 
 The process's own writes come back through the log too; it skips them (their ``origin`` is its
-own). A process that falls further behind than the log keeps re-reads everything.
+own). A sequence number is taken before its transaction commits, so a change may become
+visible after higher numbers: a missing number is looked for again until every transaction
+that was running when it was seen has ended (PostgreSQL's snapshot ``xmin``). A process that
+falls further behind than the log keeps (it is pruned after an hour) re-reads everything, and
+one that sees a maintenance run of another process re-reads its rows.
 """
 
 from __future__ import annotations
@@ -30,7 +34,6 @@ from workbench.store import search as sql
 log = logging.getLogger("workbench.search.follow")
 
 CHUNK = 2048  # memories re-read per statement
-GAP_SECONDS = 60.0  # how long a missing sequence number is looked for again
 RETENTION_SECONDS = 3600.0  # change rows kept (pruned by the followers)
 
 
@@ -43,15 +46,18 @@ class ChangeFollower:
         engine: Any,
         gate: Any,
         interval: float = 1.0,
-        start_seq: int | None = None,
+        start: tuple[int, dict[int, int]] | None = None,
         on_applied: Callable[[int], None] | None = None,
     ):
         self.store = store
         self.engine = engine
         self.gate = gate
         self.interval = interval
-        self._last = log_sql.latest_seq(store) if start_seq is None else start_seq
-        self._gaps: dict[int, float] = {}
+        # sequence numbers missing when last read -> the xmax of the snapshot that saw them
+        self._gaps: dict[int, int] = {}
+        if start is None:
+            start = log_sql.position(store)
+        self._last, self._gaps = start
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -62,6 +68,9 @@ class ChangeFollower:
     @property
     def position(self) -> int:
         return self._last
+
+    def store_position(self) -> tuple[int, dict[int, int]]:
+        return log_sql.position(self.store)
 
     def start(self) -> None:
         if self._thread is None:
@@ -113,16 +122,25 @@ class ChangeFollower:
         Holds the publish gate throughout, taken before its own lock: a claim calls this
         under the gate (the other order would deadlock with the follower thread)."""
         with self.gate, self._lock:
+            # the oldest transaction still running and the next to start, read before the
+            # changes: a number missing now belongs to a transaction older than ``xmax``
+            xmin, xmax, pruned = log_sql.horizon(self.store)
+            if pruned > self._last:
+                # the log no longer holds everything since this process's position
+                log.warning("the change log was pruned past this process: re-reading all")
+                self._last, self._gaps = self.store_position()
+                self.engine.rebuild()
+                return 0
             rows = log_sql.changes_since(self.store, self._last, sorted(self._gaps))
-            now = time.monotonic()
             seen = {seq for seq, *_ in rows}
             for seq in seen:
                 self._gaps.pop(seq, None)
             top = max(seen, default=self._last)
             for missing in range(self._last + 1, top):
                 if missing not in seen:
-                    self._gaps.setdefault(missing, now)
-            self._gaps = {s: t for s, t in self._gaps.items() if now - t < GAP_SECONDS}
+                    self._gaps.setdefault(missing, xmax)
+            # a gap whose transactions have all ended is a rolled-back number: forget it
+            self._gaps = {s: x for s, x in self._gaps.items() if xmin < x}
             self._last = max(self._last, top)
             # kind -> uuid -> whether its vector changed too
             wanted: dict[str, dict[str, bool]] = {"entity": {}, "fact": {}}
@@ -139,6 +157,8 @@ class ChangeFollower:
                     chunk = ids[start : start + CHUNK]
                     applied += self._apply(kind, chunk, [u for u in chunk if changed[u]])
             self.applied += applied
+        # a maintenance run elsewhere rewrote states and purged, without change rows
+        self.engine.sync_maintenance()
         if applied and self._on_applied is not None:
             self._on_applied(applied)
         return applied

@@ -365,9 +365,10 @@ class Store:
             finally:
                 self._written = []
 
-    def tables_replaced(self) -> None:
-        """After a table was dropped and another renamed in its place (``reembed``): what the
-        backend attaches to tables is attached again (nothing, on DuckDB)."""
+    def tables_replaced(self, dim: int) -> None:
+        """After the embedding tables were dropped and others renamed in their place
+        (``reembed``, vectors of ``dim``): what the backend attaches to tables is attached
+        again (nothing, on DuckDB)."""
 
     def advisory_lock(self, key: int) -> bool:
         """Whether this process holds the lock ``key`` for the open transaction: always, on a

@@ -86,6 +86,31 @@ def latest_seq(store: Store) -> int:
     return int(row[0]) if row else 0
 
 
+def position(store: Store, window: int = 10_000) -> tuple[int, dict[int, int]]:
+    """Where a process that reads everything now starts following: the newest sequence
+    number, and the numbers below it (within ``window``) not visible yet, each with the
+    snapshot's ``xmax``: a transaction still running may commit them later."""
+    _, xmax, _ = horizon(store)
+    top = latest_seq(store)
+    missing = store.fetchall(
+        """SELECT s FROM generate_series(?::BIGINT, ?::BIGINT) AS s
+           WHERE NOT EXISTS (SELECT 1 FROM changes c WHERE c.seq = s)""",
+        [max(1, top - window + 1), top],
+    )
+    return top, {int(r[0]): xmax for r in missing}
+
+
+def horizon(store: Store) -> tuple[int, int, int]:
+    """(xmin, xmax) of a snapshot now: every transaction older than xmin has ended, and
+    every one that started before now is older than xmax; and the newest pruned number."""
+    row = store.fetchone(
+        """SELECT pg_snapshot_xmin(pg_current_snapshot())::text::BIGINT,
+                  pg_snapshot_xmax(pg_current_snapshot())::text::BIGINT,
+                  coalesce((SELECT value FROM meta WHERE key = 'changes_pruned_through'), '0')"""
+    )
+    return int(row[0]), int(row[1]), int(row[2])
+
+
 def changes_since(
     store: Store, after: int, gaps: Sequence[int] = (), limit: int = 50_000
 ) -> list[tuple[int, str, str, str]]:
@@ -102,11 +127,20 @@ def changes_since(
 
 
 def prune(store: Store, older_than_seconds: float) -> int:
-    """Delete change rows older than that (a process further behind re-reads everything)."""
-    rows = store.fetchall(
-        "DELETE FROM changes WHERE at < now() - make_interval(secs => ?) RETURNING seq",
-        [float(older_than_seconds)],
-    )
+    """Delete change rows older than that; the newest number deleted is kept in ``meta``
+    (``changes_pruned_through``): a process further behind re-reads everything."""
+    with store.transaction():
+        rows = store.fetchall(
+            "DELETE FROM changes WHERE at < now() - make_interval(secs => ?) RETURNING seq",
+            [float(older_than_seconds)],
+        )
+        if rows:
+            store.execute(
+                """INSERT INTO meta VALUES ('changes_pruned_through', ?)
+                   ON CONFLICT (key) DO UPDATE SET value = greatest(
+                       meta.value::BIGINT, excluded.value::BIGINT)::VARCHAR""",
+                [str(max(r[0] for r in rows))],
+            )
     return len(rows)
 
 

@@ -27,7 +27,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import numpy as np
 
-from workbench.errors import StoreError
+from workbench.errors import Conflict, DimensionMismatch, StoreError
 from workbench.store import DEFAULT_DIM, Store
 from workbench.store.changes import POSTGRES_DDL
 from workbench.store.dialect import COMPAT_FUNCTIONS, postgres_params, to_postgres
@@ -171,6 +171,7 @@ class PostgresStore(Store):
             if self._stored_dim() is None:
                 self._set_meta("embedding_dim", str(dim))
                 self._set_meta("embedding_model", embedding_model)
+            self._check_vector_sizes(self._stored_dim() or dim, replace=False)
 
     def _schema_version(self) -> int:
         row = self.fetchone("SELECT to_regclass('meta') IS NOT NULL")
@@ -204,6 +205,19 @@ class PostgresStore(Store):
             raise StoreError(f"database error: {str(exc).strip()}") from exc
         except errors.errors.SerializationFailure as exc:
             raise StoreError(f"database conflict: {str(exc).strip()}") from exc
+        except errors.errors.CheckViolation as exc:
+            constraint = getattr(exc.diag, "constraint_name", "") or ""
+            if constraint.endswith("_embeddings_dim"):
+                raise DimensionMismatch(
+                    f"a vector of another size than the database's ({constraint}): every "
+                    "process must use the embedder the database was built with (after "
+                    "`workbench reembed`, restart them all with the new one)"
+                ) from None
+            raise
+        except errors.errors.UniqueViolation as exc:
+            raise Conflict(
+                "the same record was written by another process at the same moment; try again"
+            ) from exc
 
     def _raw(self, sql: str, params: Sequence[Any] | None = None) -> None:
         """A statement in psycopg's own syntax (no translation)."""
@@ -340,10 +354,42 @@ class PostgresStore(Store):
     def parallel(self, threads: int | None = None) -> Iterator[Store]:
         yield self  # PostgreSQL plans its own parallel workers
 
-    def tables_replaced(self) -> None:
-        """The change-log triggers of the replaced tables (they went with the old ones)."""
+    def tables_replaced(self, dim: int) -> None:
+        """The change-log triggers and size checks of the replaced embedding tables (they
+        went with the old ones); ``dim``: the new vectors' size."""
         for statement in POSTGRES_DDL[-1]:
             self._raw(statement)
+        self._check_vector_sizes(dim, replace=True)
+
+    def _check_vector_sizes(self, dim: int, replace: bool) -> None:
+        """A ``REAL[]`` column has no size: a CHECK constraint refuses a vector of another
+        size (what DuckDB's ``FLOAT[n]`` does), so a process with another embedder cannot
+        write one."""
+        for table in ("entity_embeddings", "fact_embeddings"):
+            name = f"{table}_dim"
+            if not replace:
+                row = self.fetchone(
+                    "SELECT count(*) FROM pg_constraint WHERE conname = ? "
+                    "AND conrelid = to_regclass(?)",
+                    [name, table],
+                )
+                if row and row[0]:
+                    continue
+            self._raw(f"ALTER TABLE {table} DROP CONSTRAINT IF EXISTS {name}")
+            self._raw(
+                f"ALTER TABLE {table} ADD CONSTRAINT {name} "
+                f"CHECK (cardinality(vector) = {int(dim)})"
+            )
+
+    def other_processes(self) -> list[str]:
+        """The other workbench processes connected to this database now (their names)."""
+        rows = self.fetchall(
+            """SELECT DISTINCT application_name FROM pg_stat_activity
+               WHERE datname = current_database() AND application_name LIKE 'workbench:%'
+                 AND application_name <> ?""",
+            [self.origin],
+        )
+        return sorted(r[0] for r in rows)
 
     def listen(self, channel: str) -> Listener:
         """A connection of its own that waits for ``NOTIFY channel``."""
@@ -403,10 +449,15 @@ class Listener:
     def __init__(self, url: str, channel: str, origin: str):
         psycopg, _ = _psycopg()
         self._con = psycopg.connect(url, autocommit=True, application_name=origin)
-        self._con.execute(f"LISTEN {channel}")
+        try:
+            self._con.execute(f"LISTEN {channel}")
+        except BaseException:
+            self._con.close()
+            raise
 
     def wait(self, timeout: float) -> bool:
-        """Whether a notification came within ``timeout`` seconds (all pending consumed)."""
+        """Whether a notification came within ``timeout`` seconds (the first one; others
+        already queued wake the next wait at once)."""
         got = False
         for _ in self._con.notifies(timeout=timeout, stop_after=1):
             got = True

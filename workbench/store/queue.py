@@ -27,11 +27,19 @@ class QueueMessage(TypedDict):
     enqueued_at: datetime
     attempts: int  # counting this delivery
     validation_failures: int
+    lease_owner: NotRequired[str]  # who claimed this delivery
     # the episode row, when the claim's batch was prefetched (None: deleted meanwhile)
     episode: NotRequired[dict[str, Any] | None]
 
 
+GROUP_LOCKS = 0x776B  # the advisory lock namespace of enqueues, one lock per group
+
+
 def enqueue(store: Store, episode_uuid: str, group_id: str, priority: int, now: datetime) -> None:
+    """Queue a message (inside the caller's transaction: on a shared store, enqueues of one
+    group then commit in the order of their sequence numbers, which is the group's order)."""
+    if store.backend == "postgres":
+        store.fetchone("SELECT pg_advisory_xact_lock(?, hashtext(?))", [GROUP_LOCKS, group_id])
     store.execute(
         """INSERT INTO queue (episode_uuid, group_id, priority, state, enqueued_at, available_at)
            VALUES (?, ?, ?, 'queued', ?, ?)""",
@@ -172,7 +180,7 @@ def claim_heads(
         chosen = [(head, group, first) for head, group, first, _ in heads[:limit]]
         if store.backend == "postgres":
             # other processes claim too: keep the heads this one could lock (still queued)
-            locked = set(_lock_queued(store, [head for head, _, _ in chosen]))
+            locked = set(_lock_queued(store, [head for head, _, _ in chosen], now))
             chosen = [c for c in chosen if c[0] in locked]
             if not chosen:
                 return [], True
@@ -187,7 +195,7 @@ def claim_heads(
             followers = _followers(store, runnable, now, min(run_size, room + 1))
             if store.backend == "postgres":
                 # a run is consecutive: it ends at a follower another process holds
-                locked = set(_lock_queued(store, [uuid for _, uuid in followers]))
+                locked = set(_lock_queued(store, [uuid for _, uuid in followers], now))
                 cut: set[str] = set()
                 kept = []
                 for group, uuid in followers:
@@ -208,7 +216,7 @@ def claim_heads(
                    attempts = attempts + 1, started_at = $3
                WHERE episode_uuid = ANY($4)
                RETURNING episode_uuid, group_id, priority, seq, enqueued_at, attempts,
-                         validation_failures""",
+                         validation_failures, lease_owner""",
             [owner, now + timedelta(seconds=lease_seconds), now, uuids],
         )
         set_episode_status(store, [m["episode_uuid"] for m in leased], "processing", None)
@@ -224,9 +232,12 @@ _HEADS_SQL = {
            SELECT arg_min(episode_uuid, seq) AS head, arg_min(state, seq) AS st,
                   arg_min(available_at, seq) AS due, arg_min(priority, seq) AS pr,
                   arg_min(coalesce(crashes, 0), seq) > 0 AS crashed,
+                  bool_or(state = 'processing') AS busy,
                   min(seq) AS first, group_id
            FROM queue WHERE state IN ('queued', 'processing') GROUP BY group_id) AS h
-       WHERE st = 'queued' AND due <= $1
+       -- one delivery of a group at a time (a failed message queued again sits before the
+       -- newer one in flight)
+       WHERE st = 'queued' AND due <= $1 AND NOT busy
        ORDER BY pr, first LIMIT $2""",
     "postgres": """SELECT head, group_id, first, crashed FROM (
            SELECT DISTINCT ON (group_id) episode_uuid AS head, state AS st,
@@ -235,11 +246,14 @@ _HEADS_SQL = {
            FROM queue WHERE state IN ('queued', 'processing')
            ORDER BY group_id, seq) AS h
        WHERE st = 'queued' AND due <= $1
+         -- one delivery of a group at a time, whatever order the sequence numbers committed
+         AND NOT EXISTS (SELECT 1 FROM queue p
+                         WHERE p.group_id = h.group_id AND p.state = 'processing')
        ORDER BY pr, first LIMIT $2""",
 }
 
 
-def _lock_queued(store: Store, uuids: list[str]) -> list[str]:
+def _lock_queued(store: Store, uuids: list[str], now: datetime) -> list[str]:
     """PostgreSQL: lock those of these messages that are still queued and that no other
     transaction holds (``FOR UPDATE SKIP LOCKED``); the ones locked. The lock lasts until
     the claim commits, so two processes never claim one message."""
@@ -249,9 +263,9 @@ def _lock_queued(store: Store, uuids: list[str]) -> list[str]:
         r[0]
         for r in store.fetchall(
             """SELECT episode_uuid FROM queue
-               WHERE episode_uuid = ANY(?) AND state = 'queued'
+               WHERE episode_uuid = ANY(?) AND state = 'queued' AND available_at <= ?
                FOR UPDATE SKIP LOCKED""",
-            [uuids],
+            [uuids, now],
         )
     ]
 
@@ -348,12 +362,13 @@ def schedule_retry(
     validation_failure: bool,
     seq: int | None = None,
     refund: bool = False,
+    owner: str | None = None,
 ) -> bool:
     """Queue a failed message again, due at ``available_at``; whether it was (see
     :func:`_still_claimed`: a message done, deleted or added again meanwhile is left alone).
     ``refund``: the failed attempt does not count (the backend was known to be down)."""
     with store.transaction():
-        if not _still_claimed(store, episode_uuid, seq):
+        if not _still_claimed(store, episode_uuid, seq, owner):
             return False
         store.execute(
             """UPDATE queue SET state = 'queued', available_at = ?, lease_owner = NULL,
@@ -380,10 +395,11 @@ def mark_failed(
     error_type: str,
     message: str,
     seq: int | None = None,
+    owner: str | None = None,
 ) -> bool:
     """Mark a message failed for good; whether it was (see :func:`_still_claimed`)."""
     with store.transaction():
-        if not _still_claimed(store, episode_uuid, seq):
+        if not _still_claimed(store, episode_uuid, seq, owner):
             return False
         store.execute(
             """UPDATE queue SET state = 'failed', finished_at = ?, leased_until = NULL,
@@ -394,14 +410,25 @@ def mark_failed(
     return True
 
 
-def _still_claimed(store: Store, episode_uuid: str, seq: int | None) -> bool:
+def _still_claimed(
+    store: Store, episode_uuid: str, seq: int | None, owner: str | None = None
+) -> bool:
     """Whether the message is still the one claimed (its sequence number ``seq``; any, when
     None) and still processing. A failure that arrives after the message was written by
     another delivery, deleted, or deleted and added again under the same uuid (a new row,
-    not yet tried) must not touch it. (A key lookup, then an update by key: DuckDB scans when
+    not yet tried) must not touch it, nor one whose lease another owner holds now (with
+    ``owner``). (A key lookup, then an update by key: DuckDB scans when
     the WHERE holds more than the key.)"""
-    row = store.fetchone("SELECT seq, state FROM queue WHERE episode_uuid = ?", [episode_uuid])
-    return row is not None and row[1] == "processing" and (seq is None or row[0] == seq)
+    row = store.fetchone(
+        "SELECT seq, state, lease_owner FROM queue WHERE episode_uuid = ?", [episode_uuid]
+    )
+    return (
+        row is not None
+        and row[1] == "processing"
+        and (seq is None or row[0] == seq)
+        # a lease another process took over (this one stalled past it) is not ours any more
+        and (owner is None or row[2] == owner)
+    )
 
 
 def requeue_failed(
