@@ -157,8 +157,8 @@ class ChangeFollower:
                     chunk = ids[start : start + CHUNK]
                     applied += self._apply(kind, chunk, [u for u in chunk if changed[u]])
             self.applied += applied
-        # a maintenance run elsewhere rewrote states and purged, without change rows
-        self.engine.sync_maintenance()
+            # a maintenance run elsewhere rewrote states and purged, without change rows
+            self.engine.sync_maintenance()
         if applied and self._on_applied is not None:
             self._on_applied(applied)
         return applied
