@@ -324,12 +324,7 @@ def serve(
     finally:
         if not shared_store(settings):
             remove_record(settings.db_location())
-        log.info("stopping the workbench: finishing or releasing queued work")
-        try:
-            workbench.stop(timeout=QUEUE_STOP_SECONDS)
-        finally:
-            workbench.close()
-        log.info("stopped; the database is checkpointed and closed")
+        stop_workbench(workbench, "the workbench", "stopped; the database is closed")
     if failures:
         raise StartupError(f"the local embedding model failed to load: {failures[0]}")
     return 0
@@ -380,13 +375,18 @@ def serve_worker(settings: Settings, log_format: str = "json") -> int:
         )
         asyncio.run(serve_all([(server, metrics_sock)]))
     finally:
-        log.info("stopping the worker: finishing or releasing claimed episodes")
-        try:
-            workbench.stop(timeout=QUEUE_STOP_SECONDS)
-        finally:
-            workbench.close()
-        log.info("worker stopped")
+        stop_workbench(workbench, "the worker", "worker stopped")
     return 0
+
+
+def stop_workbench(workbench: Any, what: str, done: str) -> None:
+    """Graceful stop: running episodes finish or go back to the queue, then close."""
+    log.info("stopping %s: finishing or releasing claimed episodes", what)
+    try:
+        workbench.stop(timeout=QUEUE_STOP_SECONDS)
+    finally:
+        workbench.close()
+    log.info(done)
 
 
 def serve_embeddings(settings: Settings, host: str, port: int, model: str) -> int:

@@ -143,7 +143,6 @@ def test_two_processes_claiming_at_once_never_share_a_message_and_keep_group_ord
         t.join(60)
     uuids = [u for _, u in claimed]
     assert sorted(uuids) == sorted(expected)  # each exactly once
-    assert {n[0] for n, _ in claimed} == {"a", "b"}  # both processes took part
     assert out_of_order == []
     assert q.status(a, NOW)["counts"]["done"] == len(expected)
 

@@ -332,6 +332,15 @@ class Store:
             self._con.unregister(name)
 
     @contextmanager
+    def _joined(self) -> Iterator[None]:
+        """A nested ``transaction()``: part of the open one (the caller holds the lock)."""
+        self._depth += 1
+        try:
+            yield
+        finally:
+            self._depth -= 1
+
+    @contextmanager
     def transaction(self) -> Iterator[Store]:
         """Run a unit of work atomically; the lock is held throughout.
 
@@ -339,11 +348,8 @@ class Store:
         """
         with self._lock:
             if self._depth:
-                self._depth += 1
-                try:
+                with self._joined():
                     yield self
-                finally:
-                    self._depth -= 1
                 return
             self._con.execute("BEGIN TRANSACTION")
             self._depth = 1

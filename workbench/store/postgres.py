@@ -320,11 +320,8 @@ class PostgresStore(Store):
     def transaction(self) -> Iterator[Store]:
         with self._lock:
             if self._depth:
-                self._depth += 1
-                try:
+                with self._joined():
                     yield self
-                finally:
-                    self._depth -= 1
                 return
             with self._translated_errors():
                 cm = self._pool.connection()
