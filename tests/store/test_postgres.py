@@ -377,3 +377,12 @@ def test_reembed_sees_the_other_processes_on_the_database(stores):
     a, b = stores(), stores()
     assert b.origin in a.other_processes()
     assert a.origin not in a.other_processes()
+
+
+def test_no_graph_files_are_written_for_a_database_server(stores):
+    a = stores()
+    engine = SearchEngine(a, HashEmbedder(dimensions=8), Metrics(), access_background=False)
+    try:
+        assert engine.graph_dir is None
+    finally:
+        engine.close()

@@ -664,9 +664,15 @@ class SearchEngine:
 
 
 def _graph_dir(store: Store, graph_dir) -> Path | None:
-    """``True``: ``<database file>.search/`` (none for in-memory or read-only stores)."""
+    """``True``: ``<database file>.search/`` (none for in-memory or read-only stores, nor
+    for a database server: each process builds its own graphs)."""
     if graph_dir is True:
-        if store.path == ":memory:" or store.read_only or ":" in Path(store.path).name:
+        if (
+            store.backend != "duckdb"
+            or store.path == ":memory:"
+            or store.read_only
+            or ":" in Path(store.path).name
+        ):
             return None
         return Path(f"{store.path}.search")
     return Path(graph_dir) if graph_dir else None
