@@ -13,16 +13,26 @@ Details: lower-cased word tokens, English stop words removed, a light suffix ste
 (``prefers``/``preferred`` -> ``prefer``), Okapi BM25 (k1 = 1.2, b = 0.75). A deleted document
 leaves dead postings that are skipped at query time and dropped by a compaction once they are
 more than a third of all postings. Thread-safe (one lock).
+
+Saved and reopened: :meth:`KeywordIndex.save` writes the documents' terms (not the postings,
+rebuilt with numpy at open) with a fingerprint of each document's text and group and a
+checksum; :meth:`KeywordIndex.open_saved` reads them back and catches up with the documents the
+store holds now (re-adds those whose text or group changed or that are new, drops those gone),
+so a save older than the last commit neither loses nor brings back a memory. A missing,
+corrupt or foreign file is ignored (the index is built from the documents).
 """
 
 from __future__ import annotations
 
 import functools
+import hashlib
+import json
 import math
 import re
 import threading
 from collections import Counter
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 import numpy as np
 
@@ -116,6 +126,15 @@ def _split_cjk(word: str) -> list[str]:
     return out
 
 
+SAVE_VERSION = 1
+
+
+def document_print(text: str, group: str) -> int:
+    """A 64-bit fingerprint of a document's text and group (stable across processes)."""
+    digest = hashlib.blake2b(f"{group}\x00{text}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little")
+
+
 class KeywordIndex:
     """Incremental BM25 over documents keyed by uuid, with a group per document."""
 
@@ -148,6 +167,7 @@ class KeywordIndex:
         self._doc_len = np.zeros(1024, dtype=np.float32)
         self._alive = np.zeros(1024, dtype=bool)
         self._group = np.full(1024, -1, dtype=np.int32)
+        self._print = np.zeros(1024, dtype=np.uint64)  # fingerprint of each slot's document
         self._slot: dict[str, int] = {}
         self._group_codes: dict[str, int] = {}
         self._total_len = 0.0
@@ -188,9 +208,9 @@ class KeywordIndex:
             self._maybe_compact()
 
     def _insert(self, uuid: str, text: str, group: str) -> None:
-        self._insert_counts(uuid, Counter(tokenize(text)), group)
+        self._insert_counts(uuid, Counter(tokenize(text)), group, document_print(text, group))
 
-    def _insert_counts(self, uuid: str, counts: Counter, group: str) -> None:
+    def _insert_counts(self, uuid: str, counts: Counter, group: str, fp: int) -> None:
         slot = len(self._uuids)
         self._ensure_capacity(slot + 1)
         term_ids = np.empty(len(counts), dtype=np.int32)
@@ -213,6 +233,7 @@ class KeywordIndex:
         self._doc_len[slot] = length
         self._alive[slot] = True
         self._group[slot] = self._group_codes.setdefault(group, len(self._group_codes))
+        self._print[slot] = fp
         self._slot[uuid] = slot
         self._total_len += length
         self._total_postings += len(counts)
@@ -239,6 +260,9 @@ class KeywordIndex:
         self._group = np.concatenate(
             [self._group, np.full(cap - self._group.size, -1, dtype=np.int32)]
         )
+        self._print = np.concatenate(
+            [self._print, np.zeros(cap - self._print.size, dtype=np.uint64)]
+        )
 
     def _maybe_compact(self) -> None:
         if self._dead_postings > max(1000, self._total_postings // 3):
@@ -253,10 +277,120 @@ class KeywordIndex:
         for uuid, slot in live:
             tids, tfs = self._doc_terms[slot]
             counts = Counter({terms[int(t)]: int(f) for t, f in zip(tids, tfs)})
-            docs.append((uuid, codes[int(self._group[slot])], counts))
+            docs.append((uuid, codes[int(self._group[slot])], counts, int(self._print[slot])))
         self._reset()
-        for uuid, group, counts in docs:
-            self._insert_counts(uuid, counts, group)
+        for uuid, group, counts, fp in docs:
+            self._insert_counts(uuid, counts, group, fp)
+
+    # --- saving and reopening -----------------------------------------------------------
+    def save(self, path: str | Path) -> None:
+        """Write the index to ``path`` (a ``.npz`` and its ``.json`` manifest), atomically."""
+        path = Path(path)
+        with self._lock:
+            self._compact()  # only live documents, slots 0..n-1
+            n = len(self._uuids)
+            lengths = np.array([len(t[0]) for t in self._doc_terms], dtype=np.int64)
+            ids = [t[0] for t in self._doc_terms] or [np.zeros(0, np.int32)]
+            tfs = [t[1] for t in self._doc_terms] or [np.zeros(0, np.int32)]
+            arrays = {
+                "lengths": lengths,
+                "term_ids": np.concatenate(ids).astype(np.int32),
+                "term_tfs": np.concatenate(tfs).astype(np.int32),
+                "doc_len": self._doc_len[:n],
+                "group": self._group[:n],
+                "print": self._print[:n],
+            }
+            manifest = {
+                "version": SAVE_VERSION,
+                "k1": self.k1,
+                "b": self.b,
+                "terms": sorted(self._terms, key=self._terms.__getitem__),
+                "uuids": list(self._uuids),
+                "groups": sorted(self._group_codes, key=self._group_codes.__getitem__),
+            }
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(path.name + ".tmp")
+        with open(tmp, "wb") as handle:
+            np.savez(handle, **arrays)
+        manifest["sha256"] = hashlib.sha256(tmp.read_bytes()).hexdigest()
+        tmp_manifest = path.with_name(path.name + ".json.tmp")
+        tmp_manifest.write_text(json.dumps(manifest))
+        tmp.replace(path)
+        tmp_manifest.replace(path.with_name(path.name + ".json"))
+
+    @classmethod
+    def open_saved(
+        cls,
+        path: str | Path,
+        uuids: Sequence[str],
+        texts: Sequence[str],
+        group_ids: Sequence[str],
+        **options,
+    ) -> tuple[KeywordIndex, int] | None:
+        """The index saved at ``path`` caught up with these documents (what the store holds
+        now), and how many it re-indexed; None when there is no usable save."""
+        path = Path(path)
+        try:
+            raw = path.read_bytes()
+            manifest = json.loads(path.with_name(path.name + ".json").read_text())
+            if manifest.get("sha256") != hashlib.sha256(raw).hexdigest():
+                return None
+            if manifest.get("version") != SAVE_VERSION:
+                return None
+            index = cls(**options)
+            if (index.k1, index.b) != (manifest["k1"], manifest["b"]):
+                return None
+            with np.load(path, allow_pickle=False) as data:
+                index._restore(manifest, {k: data[k] for k in data.files})
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+        wanted = {u: (t, g) for u, t, g in zip(uuids, texts, group_ids)}
+        with index._lock:
+            gone = [u for u in index._slot if u not in wanted]
+            stale = [
+                u
+                for u, (t, g) in wanted.items()
+                if u not in index._slot or int(index._print[index._slot[u]]) != document_print(t, g)
+            ]
+        index.remove(gone)
+        index.add(stale, [wanted[u][0] for u in stale], [wanted[u][1] for u in stale])
+        return index, len(gone) + len(stale)
+
+    def _restore(self, manifest: dict, data: dict[str, np.ndarray]) -> None:
+        """Rebuild the state from a save: documents, then postings grouped by term."""
+        self._reset()
+        uuids, terms, lengths = manifest["uuids"], manifest["terms"], data["lengths"]
+        n = len(uuids)
+        if not (len(lengths) == n == len(data["doc_len"]) == len(data["print"])):
+            raise ValueError("inconsistent save")
+        term_ids, term_tfs = data["term_ids"], data["term_tfs"]
+        if term_ids.size and (term_ids.max() >= len(terms) or term_ids.min() < 0):
+            raise ValueError("inconsistent save")
+        self._terms = {t: i for i, t in enumerate(terms)}
+        self._group_codes = {g: i for i, g in enumerate(manifest["groups"])}
+        self._ensure_capacity(n)
+        self._doc_len[:n] = data["doc_len"]
+        self._group[:n] = data["group"]
+        self._print[:n] = data["print"]
+        self._alive[:n] = True
+        self._uuids = list(uuids)
+        self._slot = {u: i for i, u in enumerate(uuids)}
+        bounds = np.concatenate([[0], np.cumsum(lengths)])
+        self._doc_terms = [
+            (term_ids[bounds[i] : bounds[i + 1]], term_tfs[bounds[i] : bounds[i + 1]])
+            for i in range(n)
+        ]
+        # postings: every (term, slot, tf), in slot order within each term
+        slots = np.repeat(np.arange(n, dtype=np.int64), lengths)
+        order = np.argsort(term_ids, kind="stable")
+        by_term = np.bincount(term_ids, minlength=len(terms))
+        cuts = np.cumsum(by_term)[:-1]
+        self._df = by_term.tolist()
+        if terms:
+            self._post_slots = [a.tolist() for a in np.split(slots[order], cuts)]
+            self._post_tfs = [a.tolist() for a in np.split(term_tfs[order], cuts)]
+        self._total_len = float(data["doc_len"].sum())
+        self._total_postings = int(term_ids.size)
 
     # --- searching ----------------------------------------------------------------------
     def search(

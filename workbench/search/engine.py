@@ -34,6 +34,7 @@ background.
 
 from __future__ import annotations
 
+import logging
 import re
 import threading
 import time
@@ -76,6 +77,9 @@ from workbench.store import search as sql
 __all__ = ["SearchEngine", "keyword_text"]
 
 SEARCH_WORKERS = 2  # BM25 searches running beside query embeddings; more run inline
+# a keyword index this large is saved beside the database at close (reopened, not rebuilt)
+KEYWORDS_SAVED_FROM = 1_000
+log = logging.getLogger("workbench.search.engine")
 
 
 def keyword_text(kind: str, row: dict[str, Any]) -> str:
@@ -174,18 +178,29 @@ class SearchEngine:
                 )
                 caches[kind] = RowCache(kind)
                 caches[kind].load(self.store)
-                rows = list(caches[kind].rows.values())
-                keywords[kind] = KeywordIndex()
-                keywords[kind].add(
-                    [r["uuid"] for r in rows],
-                    [keyword_text(kind, r) for r in rows],
-                    [r["group_id"] for r in rows],
-                )
+                keywords[kind] = self._keyword_index(kind, list(caches[kind].rows.values()))
             with self._lock:  # accesses recorded meanwhile are still queued: apply them all
                 for kind in KINDS:
                     self.tracker.overlay(kind, caches[kind].rows.values())
                 self.vectors, self.keywords, self.rows = vectors, keywords, caches
                 self._marker, self._checked = marker, time.monotonic()
+
+    def _keyword_index(self, kind: str, rows: list[dict]) -> KeywordIndex:
+        """The keyword index of these rows: the one saved beside the database caught up with
+        them, else built."""
+        uuids = [r["uuid"] for r in rows]
+        texts = [keyword_text(kind, r) for r in rows]
+        groups = [r["group_id"] for r in rows]
+        if self.graph_dir is not None:
+            saved = KeywordIndex.open_saved(self._keyword_path(kind), uuids, texts, groups)
+            if saved is not None:
+                return saved[0]
+        index = KeywordIndex()
+        index.add(uuids, texts, groups)
+        return index
+
+    def _keyword_path(self, kind: str) -> Path:
+        return self.graph_dir / f"{kind}.keywords.npz"
 
     def on_upsert(self, kind: str, rows: list[dict], vectors: np.ndarray | None = None) -> None:
         """Index new or changed memories of ``kind`` after they are written to the store.
@@ -326,6 +341,11 @@ class SearchEngine:
             executor.shutdown(wait=True)
         self.tracker.close()
         for kind in KINDS:
+            if self.graph_dir is not None and len(self.keywords[kind]) >= KEYWORDS_SAVED_FROM:
+                try:
+                    self.keywords[kind].save(self._keyword_path(kind))
+                except OSError:
+                    log.exception("saving the %s keyword index failed (rebuilt at open)", kind)
             if self.graph_dir is not None and self.vectors[kind].uses_ann:
                 self.vectors[kind].save_graph(self.graph_dir, kind)
             self.vectors[kind].close()  # a graph still being built is called off
