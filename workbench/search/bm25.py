@@ -6,8 +6,8 @@ incrementally. duckdb ``fts`` and ``bm25s`` build a static index (a rebuild per 
 at a large store); ``tantivy`` follows updates but keeps a second on-disk copy next to DuckDB
 with its own commit/reload cycle. An inverted index of numpy posting arrays is a few hundred
 lines, has no dependency, and answers in about a millisecond at a large store (figures in
-``docs/performance.md``); it is rebuilt from the store at open (the store stays the single
-source of truth).
+``docs/performance.md``); the store stays the single source of truth: at open the index is
+read from its save beside the database and caught up with the store, or built from it.
 
 Details: lower-cased word tokens, English stop words removed, a light suffix stemmer
 (``prefers``/``preferred`` -> ``prefer``), Okapi BM25 (k1 = 1.2, b = 0.75). A deleted document
