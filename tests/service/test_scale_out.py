@@ -53,7 +53,7 @@ def _duplicates(url: str) -> tuple[int, int]:
 
 
 def test_replicas_share_the_queue_and_the_memories(shared_env, pg_location, fake_llm, tmp_path):
-    fake_llm.latency = 0.05  # the kill lands while episodes are in flight
+    fake_llm.latency = 0.3  # slower than the posts: the kill lands while episodes are in flight
     a = Service(shared_env, tmp_path / "unused.duckdb", tmp_path / "a.log")
     b = Service(shared_env, tmp_path / "unused.duckdb", tmp_path / "b.log")
     try:
