@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import socket
 import threading
 import time
@@ -13,6 +14,33 @@ from workbench.config import load_settings
 from workbench.fakes.chat_server import chat_settings_env
 
 BASE = "http://127.0.0.1:8000"
+
+
+def environ_without_settings(**env: str) -> dict[str, str]:
+    """This process's environment without any workbench setting, plus ``env`` (for a
+    subprocess that must see only the test's settings)."""
+    clean = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith("SVC_KNOWLEDGE_") and k != "LOG_LEVEL"
+    }
+    return {**clean, **env}
+
+
+DUPLICATES_SQL = (
+    # facts written twice (the same current text between the same ends in a group)
+    "SELECT count(*) FROM (SELECT group_id, source_uuid, target_uuid, lower(fact) FROM facts "
+    "WHERE expired_at IS NULL GROUP BY 1, 2, 3, 4 HAVING count(*) > 1) AS d",
+    # entities written twice (the same name in a group)
+    "SELECT count(*) FROM (SELECT group_id, name_norm FROM entities GROUP BY 1, 2 "
+    "HAVING count(*) > 1) AS d",
+)
+
+
+def duplicate_counts(con) -> tuple[int, int]:
+    """(facts, entities) written twice, through a DuckDB or a psycopg connection."""
+    facts, entities = (con.execute(sql).fetchone()[0] for sql in DUPLICATES_SQL)
+    return facts, entities
 
 
 def free_port() -> int:

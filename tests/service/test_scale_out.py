@@ -6,7 +6,6 @@ once although A is SIGKILLed half-way (the others take over its leases); what A 
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -16,6 +15,7 @@ import psycopg
 import pytest
 
 from tests.pg import wait_for
+from tests.service.svc_helpers import duplicate_counts, environ_without_settings
 from tests.service.test_serve_subprocess import Service, env  # noqa: F401 - the fixture
 
 pytestmark = pytest.mark.slow
@@ -41,15 +41,7 @@ def shared_env(env, pg_location):  # noqa: F811 - the fixture imported above
 
 def _duplicates(url: str) -> tuple[int, int]:
     with psycopg.connect(url) as con:
-        facts = con.execute(
-            "SELECT count(*) FROM (SELECT group_id, source_uuid, target_uuid, lower(fact) "
-            "FROM facts WHERE expired_at IS NULL GROUP BY 1, 2, 3, 4 HAVING count(*) > 1) d"
-        ).fetchone()[0]
-        entities = con.execute(
-            "SELECT count(*) FROM (SELECT group_id, name_norm FROM entities "
-            "GROUP BY 1, 2 HAVING count(*) > 1) d"
-        ).fetchone()[0]
-    return facts, entities
+        return duplicate_counts(con)
 
 
 def test_replicas_share_the_queue_and_the_memories(shared_env, pg_location, fake_llm, tmp_path):
@@ -89,10 +81,9 @@ def test_replicas_share_the_queue_and_the_memories(shared_env, pg_location, fake
         ]
         file = tmp_path / "import.jsonl"
         file.write_text("\n".join(json.dumps(line) for line in lines) + "\n")
-        clean = {k: v for k, v in os.environ.items() if not k.startswith("SVC_KNOWLEDGE_")}
         done = subprocess.run(
             [sys.executable, "-m", "service.cli", "import", str(file), "--group-id", "imported"],
-            env={**clean, **shared_env},
+            env=environ_without_settings(**shared_env),
             cwd=tmp_path,
             capture_output=True,
             text=True,
@@ -123,11 +114,10 @@ def test_a_worker_processes_what_a_replica_accepts(shared_env, pg_location, tmp_
         tmp_path / "unused.duckdb",
         tmp_path / "api.log",
     )
-    clean = {k: v for k, v in os.environ.items() if not k.startswith("SVC_KNOWLEDGE_")}
     with (tmp_path / "worker.log").open("ab") as sink:
         worker = subprocess.Popen(
             [sys.executable, "-m", "service.cli", "worker", "--metrics-port", "0"],
-            env={**clean, **shared_env},
+            env=environ_without_settings(**shared_env),
             cwd=tmp_path,
             stdout=sink,
             stderr=subprocess.STDOUT,

@@ -17,7 +17,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from service.embed_server import create_embed_app
-from tests.service.svc_helpers import free_port
+from tests.service.svc_helpers import duplicate_counts, environ_without_settings, free_port
 from workbench.fakes import rule_llm
 from workbench.fakes.chat_server import chat_settings_env
 from workbench.fakes.embedder import HashEmbedder
@@ -40,12 +40,6 @@ class Service:
     def __init__(self, env: dict[str, str], db: Path, log: Path, *extra: str):
         self.port, self.metrics_port = free_port(), free_port()
         self.log = log
-        clean = {
-            k: v
-            for k, v in os.environ.items()
-            if not k.startswith("SVC_KNOWLEDGE_") and k != "LOG_LEVEL"
-        }
-        clean.update(env)
         with log.open("ab") as sink:
             self.proc = subprocess.Popen(
                 [
@@ -61,7 +55,7 @@ class Service:
                     str(db),
                     *extra,
                 ],
-                env=clean,
+                env=environ_without_settings(**env),
                 cwd=db.parent,
                 stdout=sink,
                 stderr=subprocess.STDOUT,
@@ -181,14 +175,7 @@ def test_a_stop_during_ingestion_loses_nothing(env, tmp_path, fake_llm, sig, gro
     import duckdb
 
     with duckdb.connect(str(db), read_only=True) as con:
-        twice = con.execute(
-            "SELECT count(*) FROM (SELECT group_id, source_uuid, target_uuid, lower(fact) "
-            "FROM facts WHERE expired_at IS NULL GROUP BY ALL HAVING count(*) > 1)"
-        ).fetchone()[0]
-        entities = con.execute(
-            "SELECT count(*) FROM (SELECT group_id, name_norm FROM entities GROUP BY ALL "
-            "HAVING count(*) > 1)"
-        ).fetchone()[0]
+        twice, entities = duplicate_counts(con)
         done = con.execute("SELECT count(*) FROM queue WHERE state = 'done'").fetchone()[0]
     assert (twice, entities, done) == (0, 0, len(EPISODES))
 

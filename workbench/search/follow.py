@@ -25,7 +25,6 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
 from typing import Any
 
 from workbench.store import changes as log_sql
@@ -47,30 +46,19 @@ class ChangeFollower:
         gate: Any,
         interval: float = 1.0,
         start: tuple[int, dict[int, int]] | None = None,
-        on_applied: Callable[[int], None] | None = None,
     ):
         self.store = store
         self.engine = engine
         self.gate = gate
         self.interval = interval
-        # sequence numbers missing when last read -> the xmax of the snapshot that saw them
-        self._gaps: dict[int, int] = {}
-        if start is None:
-            start = log_sql.position(store)
-        self._last, self._gaps = start
+        # the newest number applied, and the numbers missing when last read -> the xmax of
+        # the snapshot that saw them
+        self._last, self._gaps = start if start is not None else log_sql.position(store)
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._pruned = 0.0
-        self._on_applied = on_applied
         self.applied = 0  # memories re-read or forgotten since the start
-
-    @property
-    def position(self) -> int:
-        return self._last
-
-    def store_position(self) -> tuple[int, dict[int, int]]:
-        return log_sql.position(self.store)
 
     def start(self) -> None:
         if self._thread is None:
@@ -128,7 +116,7 @@ class ChangeFollower:
             if pruned > self._last:
                 # the log no longer holds everything since this process's position
                 log.warning("the change log was pruned past this process: re-reading all")
-                self._last, self._gaps = self.store_position()
+                self._last, self._gaps = log_sql.position(self.store)
                 self.engine.rebuild()
                 return 0
             rows = log_sql.changes_since(self.store, self._last, sorted(self._gaps))
@@ -159,8 +147,6 @@ class ChangeFollower:
             self.applied += applied
             # a maintenance run elsewhere rewrote states and purged, without change rows
             self.engine.sync_maintenance()
-        if applied and self._on_applied is not None:
-            self._on_applied(applied)
         return applied
 
     def _apply(self, kind: str, uuids: list[str], revectored: list[str]) -> int:

@@ -110,44 +110,58 @@ class Store:
         # 2-core machine. Bulk work (maintenance) asks for more with ``parallel()``.
         con.execute("SET threads = 1")
         store = cls(con, path, dim or DEFAULT_DIM, read_only)
-        if not read_only:
-            store._migrate(dim or DEFAULT_DIM, embedding_model)
-        if dim is None:
-            store.dim = store._stored_dim() or DEFAULT_DIM
-        else:
-            store._check_dimension(dim, embedding_model)
+        store._prepare(dim, embedding_model)
         return store
+
+    def _prepare(self, dim: int | None, embedding_model: str) -> None:
+        """After opening: migrate (unless read-only), then take or check the vector size."""
+        if not self.read_only:
+            self._migrate(dim or DEFAULT_DIM, embedding_model)
+        if dim is None:
+            self.dim = self._stored_dim() or DEFAULT_DIM
+        else:
+            self._check_dimension(dim, embedding_model)
 
     def _migrate(self, dim: int, embedding_model: str) -> None:
         with self.transaction():
+            self._before_migrations()
             version = self._schema_version()
             for step in MIGRATIONS[version:]:
                 for statement in step(self._stored_dim() or dim):
-                    self._con.execute(statement)
+                    self.execute(statement)
             self._set_meta("schema_version", str(SCHEMA_VERSION))
             if self._stored_dim() is None:
                 self._set_meta("embedding_dim", str(dim))
                 self._set_meta("embedding_model", embedding_model)
+            self._after_migrations(self._stored_dim() or dim)
         if version < SCHEMA_VERSION:
             # schema changes go to the file at once, never only to the write-ahead log: DuckDB
             # 1.5 fails to replay a log holding a table created and then altered (an internal
             # error at the next open after a crash)
             self.checkpoint()
 
-    def _schema_version(self) -> int:
-        exists = self._con.execute(
+    def _before_migrations(self) -> None:
+        """Inside the migration's transaction, first (a backend's own needs)."""
+
+    def _after_migrations(self, dim: int) -> None:
+        """Inside the migration's transaction, last (a backend's own objects)."""
+
+    def _has_meta(self) -> bool:
+        row = self.fetchone(
             "SELECT count(*) FROM information_schema.tables WHERE table_name = 'meta' "
             "AND table_schema = current_schema()"
-        ).fetchone()
-        if not exists or not exists[0]:
+        )
+        return bool(row and row[0])
+
+    def _schema_version(self) -> int:
+        if not self._has_meta():
             return 0
         return int(self.meta("schema_version") or 0)
 
     def _stored_dim(self) -> int | None:
-        try:
-            value = self.meta("embedding_dim")
-        except duckdb.CatalogException:
+        if not self._has_meta():
             return None
+        value = self.meta("embedding_dim")
         return int(value) if value else None
 
     def _check_dimension(self, dim: int, embedding_model: str) -> None:

@@ -31,7 +31,6 @@ from workbench.errors import Conflict, DimensionMismatch, StoreError
 from workbench.store import DEFAULT_DIM, Store
 from workbench.store.changes import POSTGRES_DDL
 from workbench.store.dialect import COMPAT_FUNCTIONS, postgres_params, to_postgres
-from workbench.store.schema import MIGRATIONS, SCHEMA_VERSION
 
 log = logging.getLogger("workbench.store")
 
@@ -141,60 +140,47 @@ class PostgresStore(Store):
         store = cls(pool, path, dim or DEFAULT_DIM, read_only)
         store.origin = origin
         try:
-            if not read_only:
-                store._migrate(dim or DEFAULT_DIM, embedding_model)
-            if dim is None:
-                store.dim = store._stored_dim() or DEFAULT_DIM
-            else:
-                store._check_dimension(dim, embedding_model)
+            store._prepare(dim, embedding_model)
         except BaseException:
             pool.close()
             raise
         return store
 
-    def _migrate(self, dim: int, embedding_model: str) -> None:
+    def _before_migrations(self) -> None:
         # replicas starting together: one migrates, the others wait for it and find it done
-        with self.transaction():
-            self._raw("SELECT pg_advisory_xact_lock(%s)", [MIGRATION_LOCK])
-            for statement in COMPAT_FUNCTIONS:
+        self._raw("SELECT pg_advisory_xact_lock(%s)", [MIGRATION_LOCK])
+        for statement in COMPAT_FUNCTIONS:
+            self._raw(statement)
+
+    def _after_migrations(self, dim: int) -> None:
+        """The PostgreSQL-only objects (the change log), versioned apart, and the size
+        checks of the vector columns."""
+        done = int(self.meta("postgres_schema_version") or 0)
+        for step in POSTGRES_DDL[done:]:
+            for statement in step:
                 self._raw(statement)
-            version = self._schema_version()
-            for step in MIGRATIONS[version:]:
-                for statement in step(self._stored_dim() or dim):
-                    self.execute(statement)
-            self._set_meta("schema_version", str(SCHEMA_VERSION))
-            done = int(self.meta("postgres_schema_version") or 0)
-            for step in POSTGRES_DDL[done:]:
-                for statement in step:
-                    self._raw(statement)
-            self._set_meta("postgres_schema_version", str(len(POSTGRES_DDL)))
-            if self._stored_dim() is None:
-                self._set_meta("embedding_dim", str(dim))
-                self._set_meta("embedding_model", embedding_model)
-            self._check_vector_sizes(self._stored_dim() or dim, replace=False)
-
-    def _schema_version(self) -> int:
-        row = self.fetchone("SELECT to_regclass('meta') IS NOT NULL")
-        if not row or not row[0]:
-            return 0
-        return int(self.meta("schema_version") or 0)
-
-    def _stored_dim(self) -> int | None:
-        row = self.fetchone("SELECT to_regclass('meta') IS NOT NULL")
-        if not row or not row[0]:
-            return None
-        value = self.meta("embedding_dim")
-        return int(value) if value else None
+        self._set_meta("postgres_schema_version", str(len(POSTGRES_DDL)))
+        self._check_vector_sizes(dim, replace=False)
 
     # --- connections -------------------------------------------------------------------
     @contextmanager
     def _connection(self) -> Iterator[Any]:
         """The open transaction's connection for its thread, else a pooled one."""
-        if self._tx_conn is not None and self._tx_thread == threading.get_ident():
+        if self._in_own_transaction():
             yield self._tx_conn
             return
         with self._translated_errors(), self._pool.connection() as con:
             yield con
+
+    def _in_own_transaction(self) -> bool:
+        return self._tx_conn is not None and self._tx_thread == threading.get_ident()
+
+    @contextmanager
+    def _query(self, sql: str, params) -> Iterator[Any]:
+        """The cursor of a read (deferred rows of its tables written first)."""
+        self._before_read(sql)
+        with self._connection() as con:
+            yield self._cursor_execute(con, sql, params)
 
     @contextmanager
     def _translated_errors(self) -> Iterator[None]:
@@ -245,23 +231,17 @@ class PostgresStore(Store):
                 cur.executemany(text, [_plain(row) for row in rows])
 
     def fetchall(self, sql: str, params: Sequence[Any] | dict[str, Any] | None = None) -> list:
-        self._before_read(sql)
-        with self._connection() as con:
-            cur = self._cursor_execute(con, sql, params)
+        with self._query(sql, params) as cur:
             return cur.fetchall() if cur.description else []
 
     def fetchone(self, sql: str, params: Sequence[Any] | dict[str, Any] | None = None):
-        self._before_read(sql)
-        with self._connection() as con:
-            cur = self._cursor_execute(con, sql, params)
+        with self._query(sql, params) as cur:
             return cur.fetchone() if cur.description else None
 
     def fetch_dicts(
         self, sql: str, params: Sequence[Any] | dict[str, Any] | None = None
     ) -> list[dict[str, Any]]:
-        self._before_read(sql)
-        with self._connection() as con:
-            cur = self._cursor_execute(con, sql, params)
+        with self._query(sql, params) as cur:
             if not cur.description:
                 return []
             cols = [d.name for d in cur.description]
@@ -270,16 +250,12 @@ class PostgresStore(Store):
     def df(self, sql: str, params: Sequence[Any] | dict[str, Any] | None = None):
         import pandas as pd
 
-        self._before_read(sql)
-        with self._connection() as con:
-            cur = self._cursor_execute(con, sql, params)
+        with self._query(sql, params) as cur:
             cols = [d.name for d in cur.description]
             return pd.DataFrame.from_records(cur.fetchall(), columns=cols)
 
     def fetch_numpy(self, sql: str, params: Sequence[Any] | dict[str, Any] | None = None):
-        self._before_read(sql)
-        with self._connection() as con:
-            cur = self._cursor_execute(con, sql, params)
+        with self._query(sql, params) as cur:
             cols = [d.name for d in cur.description]
             rows = cur.fetchall()
         out: dict[str, np.ndarray] = {}
@@ -294,7 +270,7 @@ class PostgresStore(Store):
         the statements of the open transaction; :meth:`unregister` drops it."""
         import pyarrow as pa
 
-        if not (self._tx_conn is not None and self._tx_thread == threading.get_ident()):
+        if not self._in_own_transaction():
             raise StoreError("register() needs a transaction on PostgreSQL (a temporary table)")
         table = frame if isinstance(frame, pa.Table) else pa.Table.from_pandas(frame)
         columns = [(field.name, _pg_type(field.type)) for field in table.schema]
