@@ -76,6 +76,15 @@ def store_check(workbench: Any) -> dict[str, Any]:
     return {"ok": True, "path": workbench.store.path}
 
 
+def search_check(workbench: Any) -> dict[str, Any]:
+    """The search indexes: memories per kind and whether the HNSW graph serves yet (search is
+    exact, and slower on a large store, while it is built after a start). Informational:
+    search works either way."""
+    engine = getattr(workbench, "search", None)
+    status = getattr(engine, "status", None)
+    return {"ok": True, **(status() if status is not None else {})}
+
+
 def llm_check(workbench: Any) -> dict[str, Any]:
     chat = getattr(workbench, "chat", None)
     if chat is None:
@@ -95,6 +104,7 @@ def health(workbench: Any, probe: EmbedderProbe) -> tuple[dict[str, Any], bool]:
         "store": store_check(workbench),
         "embedder": probe.check(),
         "llm": llm_check(workbench),
+        "search": search_check(workbench),
     }
     ready = checks["store"]["ok"] and checks["embedder"]["ok"]
     status = "unavailable" if not ready else ("ok" if checks["llm"]["ok"] else "degraded")

@@ -249,22 +249,34 @@ def serve(
     metrics_sock = bind_socket(
         settings.metrics_host, metrics_port, "the metrics port", "--metrics-port"
     )
+    loaded = threading.Event()
+    failures: list[str] = []
+    pairs: list[tuple[Any, socket.socket]] = []
+
+    def embedder_failed(message: str) -> None:
+        failures.append(message)
+        for server, _ in pairs:
+            server.should_exit = True
+
     try:
         embedder = prepare_embedder(settings, background=True)
+        # the model loads while the search indexes do (both mostly native code)
+        if hasattr(embedder, "probe"):
+            loaded.set()
+        else:
+            warm_in_background(embedder, loaded, embedder_failed)
         workbench = open_workbench(settings, embedder=embedder, llm_health=llm_health)
     except BaseException:
         main_sock.close()
         metrics_sock.close()
         raise
-    loaded = threading.Event()
-    failures: list[str] = []
     try:
         log.info(
             "%d objects loaded at start-up exempted from full garbage collections",
             freeze_loaded_memory(),
         )
         workbench.start()
-        pairs = [
+        pairs += [
             (
                 make_server(
                     create_app(workbench, settings, embedder_loaded=loaded), name="tools server"
@@ -281,15 +293,9 @@ def serve(
         base = f"http://{_url_host(settings.host)}"
         metrics_base = f"http://{_url_host(settings.metrics_host)}"
 
-        def embedder_failed(message: str) -> None:
-            failures.append(message)
+        if failures:  # the model failed while the workbench opened: stop at once
             for server, _ in pairs:
                 server.should_exit = True
-
-        if hasattr(embedder, "probe"):
-            loaded.set()
-        else:
-            warm_in_background(embedder, loaded, embedder_failed)
 
         def ready() -> None:
             log.info(

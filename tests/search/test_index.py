@@ -255,3 +255,15 @@ def test_group_filtered_search_stays_exact_as_the_group_changes(data):
     # two groups together
     both = index.search(query, 5, group_ids=["a", "b"])
     assert both == index.search(query, 5)
+
+
+def test_the_index_says_how_it_searches():
+    rng = np.random.default_rng(5)
+    index = VectorIndex(16, ann_threshold=200)
+    index.add([f"u{i}" for i in range(50)], rng.standard_normal((50, 16)), ["g"] * 50)
+    assert index.state == "exact"
+    index.add([f"v{i}" for i in range(300)], rng.standard_normal((300, 16)), ["g"] * 300)
+    assert index.state in ("building", "graph")
+    assert index.wait_ready(timeout=60)
+    assert index.state == "graph"
+    index.close()

@@ -154,6 +154,30 @@ def test_an_index_after_many_rewrites_and_compactions_equals_one_built_from_its_
     assert len(idx._terms) < 200  # of the 420 words used, the dead ones were dropped
 
 
+def test_a_bulk_load_is_frozen_into_arrays_and_later_writes_merge_with_it():
+    """Many added postings are frozen into the compact arrays (no Python list per posting);
+    documents added, replaced and removed after that mix both parts and search exactly as an
+    index built from the live documents."""
+    rng = random.Random(11)
+    words = [f"w{i}" for i in range(300)] + ["maria", "acme"]
+    live = {f"u{i}": (" ".join(rng.choices(words, k=12)), f"g{i % 3}") for i in range(6000)}
+    idx = KeywordIndex()
+    idx.add(list(live), [t for t, _ in live.values()], [g for _, g in live.values()])
+    assert idx._n_base > 0 and idx._base_slots.size > 50_000  # frozen during the bulk add
+    assert idx._new_postings < idx._total_postings
+    for step in range(400):
+        uuid = f"u{rng.randrange(6500)}"
+        if rng.random() < 0.3:
+            idx.remove([uuid])
+            live.pop(uuid, None)
+        else:
+            text = " ".join(rng.choices(words, k=rng.randrange(1, 20)))
+            idx.add([uuid], [text], [f"g{step % 3}"])
+            live[uuid] = (text, f"g{step % 3}")
+        if step % 100 == 99:
+            _same_as_fresh(idx, live, rng, words)
+
+
 def test_common_terms_only_score_candidates_of_selective_terms():
     docs = [f"common filler {'rare' if i % 50 == 0 else 'x'}{i % 3}" for i in range(600)]
     fast = KeywordIndex(common_fraction=0.5, common_min_df=10)  # 'common', 'filler': skipped

@@ -309,6 +309,18 @@ def test_health_reports_store_embedder_and_llm(client):
     assert body["checks"]["llm"]["configured"] is True
 
 
+def test_health_reports_the_search_indexes(client, ingested, wb):
+    search = client.get("/health").json()["checks"]["search"]
+    entities = wb.store.fetchone("SELECT count(*) FROM entities")[0]
+    facts = wb.store.fetchone("SELECT count(*) FROM facts")[0]
+    assert entities >= 3 and facts >= 2
+    assert search == {
+        "ok": True,
+        "entity": {"memories": entities, "vector_index": "exact"},
+        "fact": {"memories": facts, "vector_index": "exact"},
+    }
+
+
 def test_health_without_an_llm_says_how_to_configure_one(plain):
     body = plain.get("/health").json()
     assert body["status"] == "degraded" and body["ready"] is True

@@ -212,3 +212,27 @@ def test_a_group_is_not_claimed_while_one_of_its_messages_is_in_flight():
     q.mark_done_many(store, ["e2"], now)
     assert [m["episode_uuid"] for m in q.claim_heads(store, "w", now, 60, limit=4)[0]] == ["e1"]
     store.close()
+
+
+@pytest.mark.duckdb_only("DuckDB's own block cache")
+def test_release_cache_gives_back_cached_blocks_and_keeps_the_memory_limit(tmp_path):
+    store = Store.open(str(tmp_path / "kb.duckdb"), dim=4)
+    store.execute(
+        "INSERT INTO entity_embeddings SELECT 'u' || i, 'm', "
+        "[random(), random(), random(), random()]::FLOAT[4] FROM range(1000000) t(i)"
+    )
+    store.checkpoint()
+    limit = store.fetchone("SELECT current_setting('memory_limit')")[0]
+    store.fetch_arrow("SELECT * FROM entity_embeddings")
+
+    def cached() -> int:
+        return store.fetchone(
+            "SELECT memory_usage_bytes FROM duckdb_memory() WHERE tag = 'BASE_TABLE'"
+        )[0]
+
+    before = cached()
+    store.release_cache()
+    assert cached() < before
+    assert store.fetchone("SELECT current_setting('memory_limit')")[0] == limit
+    assert store.fetchone("SELECT count(*) FROM entity_embeddings")[0] == 1_000_000
+    store.close()

@@ -102,6 +102,13 @@ class AccessTracker:
                 if row["lifecycle_state"] in REACTIVATED_FROM:
                     row["lifecycle_state"] = "ACTIVE"
 
+    def pending_of(self, kind: str) -> list[tuple[str, datetime, int]]:
+        """The accesses of ``kind`` not yet written: (uuid, latest access, count), to apply
+        to rows just read from the store (the columnar form of :meth:`overlay`)."""
+        with self._lock:
+            return [(u, p.accessed_at, p.count) for (k, u), p in self._pending.items()
+                    if k == kind]  # fmt: skip
+
     def record(self, kind: str, rows: list[dict[str, Any]], now: datetime) -> list[dict]:
         """Account one access of each row at ``now``; return the rows as they are after it.
         The write is queued: call :meth:`settle` afterwards (outside the caller's locks)."""

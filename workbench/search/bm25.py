@@ -157,13 +157,26 @@ class KeywordIndex:
     def _reset(self) -> None:
         self._terms: dict[str, int] = {}
         self._df: list[int] = []
-        self._post_slots: list[list[int]] = []
-        self._post_tfs: list[list[int]] = []
+        # postings, compact: a frozen part as CSR arrays (slots and tfs of term t at
+        # _base_off[t]:_base_off[t + 1], slots ascending) and, for documents added since, a
+        # Python list per term (merged into the frozen part by _compact)
+        self._base_off = np.zeros(1, dtype=np.int64)
+        self._base_slots = np.zeros(0, dtype=np.int32)
+        self._base_tfs = np.zeros(0, dtype=np.float32)
+        self._post_slots: dict[int, list[int]] = {}
+        self._post_tfs: dict[int, list[int]] = {}
         self._post_np: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        self._new_postings = 0
         self._dead_postings = 0
         self._total_postings = 0
+        # each document's terms, the same way: frozen documents (slots below _n_base) as CSR,
+        # later ones in a dict
+        self._n_base = 0
+        self._doc_off = np.zeros(1, dtype=np.int64)
+        self._doc_tids = np.zeros(0, dtype=np.int32)
+        self._doc_tfs = np.zeros(0, dtype=np.int32)
+        self._doc_new: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         self._uuids: list[str | None] = []
-        self._doc_terms: list[tuple[np.ndarray, np.ndarray] | None] = []
         self._doc_len = np.zeros(1024, dtype=np.float32)
         self._alive = np.zeros(1024, dtype=bool)
         self._group = np.full(1024, -1, dtype=np.int32)
@@ -208,9 +221,7 @@ class KeywordIndex:
             self._maybe_compact()
 
     def _insert(self, uuid: str, text: str, group: str) -> None:
-        self._insert_counts(uuid, Counter(tokenize(text)), group, document_print(text, group))
-
-    def _insert_counts(self, uuid: str, counts: Counter, group: str, fp: int) -> None:
+        counts = Counter(tokenize(text))
         slot = len(self._uuids)
         self._ensure_capacity(slot + 1)
         term_ids = np.empty(len(counts), dtype=np.int32)
@@ -220,34 +231,40 @@ class KeywordIndex:
             if tid is None:
                 tid = self._terms[term] = len(self._df)
                 self._df.append(0)
-                self._post_slots.append([])
-                self._post_tfs.append([])
             self._df[tid] += 1
-            self._post_slots[tid].append(slot)
-            self._post_tfs[tid].append(tf)
+            self._post_slots.setdefault(tid, []).append(slot)
+            self._post_tfs.setdefault(tid, []).append(tf)
             self._post_np.pop(tid, None)
             term_ids[i] = tid
         length = float(sum(counts.values()))
         self._uuids.append(uuid)
-        self._doc_terms.append((term_ids, term_tfs))
+        self._doc_new[slot] = (term_ids, term_tfs)
         self._doc_len[slot] = length
         self._alive[slot] = True
         self._group[slot] = self._group_codes.setdefault(group, len(self._group_codes))
-        self._print[slot] = fp
+        self._print[slot] = document_print(text, group)
         self._slot[uuid] = slot
         self._total_len += length
         self._total_postings += len(counts)
+        self._new_postings += len(counts)
+
+    def _doc_terms(self, slot: int) -> tuple[np.ndarray, np.ndarray]:
+        """A live document's (term ids, term frequencies)."""
+        if slot < self._n_base:
+            lo, hi = self._doc_off[slot], self._doc_off[slot + 1]
+            return self._doc_tids[lo:hi], self._doc_tfs[lo:hi]
+        return self._doc_new[slot]
 
     def _delete(self, uuid: str) -> None:
         slot = self._slot.pop(uuid)
-        term_ids, _tfs = self._doc_terms[slot]
-        for tid in term_ids:
-            self._df[int(tid)] -= 1
+        term_ids, _tfs = self._doc_terms(slot)
+        for tid in term_ids.tolist():
+            self._df[tid] -= 1
         self._dead_postings += len(term_ids)
         self._total_len -= float(self._doc_len[slot])
         self._alive[slot] = False
         self._uuids[slot] = None
-        self._doc_terms[slot] = None
+        self._doc_new.pop(slot, None)
 
     def _ensure_capacity(self, needed: int) -> None:
         if needed <= self._alive.size:
@@ -265,37 +282,100 @@ class KeywordIndex:
         )
 
     def _maybe_compact(self) -> None:
-        if self._dead_postings > max(1000, self._total_postings // 3):
+        """Compact when dead postings are over a third of all, or when the postings added
+        since the last compaction (held as Python lists, ~10x the size of the frozen arrays)
+        outgrow the frozen ones."""
+        if self._dead_postings > max(1000, self._total_postings // 3) or self._new_postings > max(
+            50_000, self._total_postings - self._new_postings
+        ):
             self._compact()
 
     def _compact(self) -> None:
-        """Renumber live documents and rebuild the postings without the dead ones."""
-        live = [(u, s) for s, u in enumerate(self._uuids) if u is not None]
-        terms = {tid: term for term, tid in self._terms.items()}
-        codes = {c: g for g, c in self._group_codes.items()}
-        docs = []
-        for uuid, slot in live:
-            tids, tfs = self._doc_terms[slot]
-            counts = Counter({terms[int(t)]: int(f) for t, f in zip(tids, tfs)})
-            docs.append((uuid, codes[int(self._group[slot])], counts, int(self._print[slot])))
+        """Renumber the live documents 0..n-1, drop terms no document holds, and freeze every
+        posting into the CSR arrays (numpy throughout: no Python object per posting)."""
+        live = [s for s, u in enumerate(self._uuids) if u is not None]
+        # the frozen documents' terms straight from the CSR arrays, then the later ones
+        base_lengths = np.diff(self._doc_off)
+        owner = np.repeat(np.arange(self._n_base), base_lengths)
+        alive = self._alive[: self._n_base]
+        later = [s for s in live if s >= self._n_base]
+        parts = [self._doc_new[s] for s in later]
+        lengths = np.concatenate([
+            base_lengths[alive],
+            np.fromiter((len(t) for t, _ in parts), dtype=np.int64, count=len(parts)),
+        ]).astype(np.int64)  # fmt: skip
+        tids = np.concatenate([self._doc_tids[alive[owner]], *(t for t, _ in parts)])
+        tfs = np.concatenate([self._doc_tfs[alive[owner]], *(f for _, f in parts)])
+        df = np.asarray(self._df, dtype=np.int64)
+        kept_terms = np.flatnonzero(df > 0)
+        renumber = np.full(max(len(df), 1), -1, dtype=np.int64)
+        renumber[kept_terms] = np.arange(kept_terms.size)
+        by_id = sorted(self._terms, key=self._terms.__getitem__)
+        terms = [by_id[i] for i in kept_terms.tolist()]
+        slots = np.asarray(live, dtype=np.int64)
+        self._freeze(
+            terms,
+            [self._uuids[s] for s in live],
+            sorted(self._group_codes, key=self._group_codes.__getitem__),
+            {
+                "lengths": lengths,
+                "term_ids": renumber[tids].astype(np.int32) if tids.size else tids,
+                "term_tfs": tfs.astype(np.int32),
+                "doc_len": self._doc_len[slots],
+                "group": self._group[slots],
+                "print": self._print[slots],
+            },
+        )
+
+    def _freeze(self, terms: list[str], uuids: list, groups: list[str], data: dict) -> None:
+        """Set the whole state from documents 0..n-1 given as arrays (what :meth:`save`
+        writes): ``lengths`` (terms per document), ``term_ids``/``term_tfs`` (concatenated),
+        ``doc_len``, ``group`` (codes into ``groups``) and ``print``."""
+        lengths, term_ids, term_tfs = data["lengths"], data["term_ids"], data["term_tfs"]
+        n = len(uuids)
+        if not (len(lengths) == n == len(data["doc_len"]) == len(data["print"])):
+            raise ValueError("inconsistent save")
+        if int(lengths.sum()) != term_ids.size or term_ids.size != term_tfs.size:
+            raise ValueError("inconsistent save")
+        if term_ids.size and (term_ids.max() >= len(terms) or term_ids.min() < 0):
+            raise ValueError("inconsistent save")
+        doc_len, group, prints = (np.array(data[k]) for k in ("doc_len", "group", "print"))
         self._reset()
-        for uuid, group, counts, fp in docs:
-            self._insert_counts(uuid, counts, group, fp)
+        self._terms = {t: i for i, t in enumerate(terms)}
+        self._group_codes = {g: i for i, g in enumerate(groups)}
+        self._ensure_capacity(n)
+        self._doc_len[:n] = doc_len
+        self._group[:n] = group
+        self._print[:n] = prints
+        self._alive[:n] = True
+        self._uuids = list(uuids)
+        self._slot = dict(zip(self._uuids, range(n)))
+        self._n_base = n
+        self._doc_off = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+        self._doc_tids = np.ascontiguousarray(term_ids, dtype=np.int32)
+        self._doc_tfs = np.ascontiguousarray(term_tfs, dtype=np.int32)
+        # postings: every (term, slot, tf), grouped by term, slots ascending within a term
+        slots = np.repeat(np.arange(n, dtype=np.int32), lengths)
+        order = np.argsort(self._doc_tids, kind="stable")
+        by_term = np.bincount(self._doc_tids, minlength=len(terms))
+        self._df = by_term.tolist()
+        self._base_off = np.concatenate([[0], np.cumsum(by_term)]).astype(np.int64)
+        self._base_slots = slots[order]
+        self._base_tfs = self._doc_tfs[order].astype(np.float32)
+        self._total_len = float(doc_len.sum())
+        self._total_postings = int(term_ids.size)
 
     # --- saving and reopening -----------------------------------------------------------
     def save(self, path: str | Path) -> None:
         """Write the index to ``path`` (a ``.npz`` and its ``.json`` manifest), atomically."""
         path = Path(path)
         with self._lock:
-            self._compact()  # only live documents, slots 0..n-1
+            self._compact()  # only live documents, slots 0..n-1, all frozen
             n = len(self._uuids)
-            lengths = np.array([len(t[0]) for t in self._doc_terms], dtype=np.int64)
-            ids = [t[0] for t in self._doc_terms] or [np.zeros(0, np.int32)]
-            tfs = [t[1] for t in self._doc_terms] or [np.zeros(0, np.int32)]
             arrays = {
-                "lengths": lengths,
-                "term_ids": np.concatenate(ids).astype(np.int32),
-                "term_tfs": np.concatenate(tfs).astype(np.int32),
+                "lengths": np.diff(self._doc_off),
+                "term_ids": self._doc_tids,
+                "term_tfs": self._doc_tfs,
                 "doc_len": self._doc_len[:n],
                 "group": self._group[:n],
                 "print": self._print[:n],
@@ -308,10 +388,10 @@ class KeywordIndex:
                 "uuids": list(self._uuids),
                 "groups": sorted(self._group_codes, key=self._group_codes.__getitem__),
             }
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(path.name + ".tmp")
-        with open(tmp, "wb") as handle:
-            np.savez(handle, **arrays)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_name(path.name + ".tmp")
+            with open(tmp, "wb") as handle:
+                np.savez(handle, **arrays)
         manifest["sha256"] = hashlib.sha256(tmp.read_bytes()).hexdigest()
         tmp_manifest = path.with_name(path.name + ".json.tmp")
         tmp_manifest.write_text(json.dumps(manifest))
@@ -344,53 +424,23 @@ class KeywordIndex:
                 index._restore(manifest, {k: data[k] for k in data.files})
         except (OSError, ValueError, KeyError, TypeError):
             return None
-        wanted = {u: (t, g) for u, t, g in zip(uuids, texts, group_ids)}
         with index._lock:
-            gone = [u for u in index._slot if u not in wanted]
+            slot, prints = index._slot, index._print
+            wanted = set(uuids)
+            gone = [u for u in slot if u not in wanted]
             stale = [
-                u
-                for u, (t, g) in wanted.items()
-                if u not in index._slot or int(index._print[index._slot[u]]) != document_print(t, g)
+                i
+                for i, (u, t, g) in enumerate(zip(uuids, texts, group_ids))
+                if (at := slot.get(u)) is None or int(prints[at]) != document_print(t, g)
             ]
         index.remove(gone)
-        index.add(stale, [wanted[u][0] for u in stale], [wanted[u][1] for u in stale])
+        index.add([uuids[i] for i in stale], [texts[i] for i in stale],
+                  [group_ids[i] for i in stale])  # fmt: skip
         return index, len(gone) + len(stale)
 
     def _restore(self, manifest: dict, data: dict[str, np.ndarray]) -> None:
-        """Rebuild the state from a save: documents, then postings grouped by term."""
-        self._reset()
-        uuids, terms, lengths = manifest["uuids"], manifest["terms"], data["lengths"]
-        n = len(uuids)
-        if not (len(lengths) == n == len(data["doc_len"]) == len(data["print"])):
-            raise ValueError("inconsistent save")
-        term_ids, term_tfs = data["term_ids"], data["term_tfs"]
-        if term_ids.size and (term_ids.max() >= len(terms) or term_ids.min() < 0):
-            raise ValueError("inconsistent save")
-        self._terms = {t: i for i, t in enumerate(terms)}
-        self._group_codes = {g: i for i, g in enumerate(manifest["groups"])}
-        self._ensure_capacity(n)
-        self._doc_len[:n] = data["doc_len"]
-        self._group[:n] = data["group"]
-        self._print[:n] = data["print"]
-        self._alive[:n] = True
-        self._uuids = list(uuids)
-        self._slot = {u: i for i, u in enumerate(uuids)}
-        bounds = np.concatenate([[0], np.cumsum(lengths)])
-        self._doc_terms = [
-            (term_ids[bounds[i] : bounds[i + 1]], term_tfs[bounds[i] : bounds[i + 1]])
-            for i in range(n)
-        ]
-        # postings: every (term, slot, tf), in slot order within each term
-        slots = np.repeat(np.arange(n, dtype=np.int64), lengths)
-        order = np.argsort(term_ids, kind="stable")
-        by_term = np.bincount(term_ids, minlength=len(terms))
-        cuts = np.cumsum(by_term)[:-1]
-        self._df = by_term.tolist()
-        if terms:
-            self._post_slots = [a.tolist() for a in np.split(slots[order], cuts)]
-            self._post_tfs = [a.tolist() for a in np.split(term_tfs[order], cuts)]
-        self._total_len = float(data["doc_len"].sum())
-        self._total_postings = int(term_ids.size)
+        """The state of a save: its arrays are the frozen part as they are."""
+        self._freeze(manifest["terms"], manifest["uuids"], manifest["groups"], data)
 
     # --- searching ----------------------------------------------------------------------
     def search(
@@ -447,7 +497,7 @@ class KeywordIndex:
                 if slot is None:
                     out.append(0.0)
                     continue
-                tids, tfs = self._doc_terms[slot]
+                tids, tfs = self._doc_terms(slot)
                 norm = self._length_norm(float(self._doc_len[slot]))
                 score = sum(
                     self._bm25(idf[t], tf, norm)
@@ -555,11 +605,20 @@ class KeywordIndex:
         return math.log(1.0 + (n_docs - df + 0.5) / (df + 0.5))
 
     def _postings(self, tid: int) -> tuple[np.ndarray, np.ndarray]:
+        """A term's (slots ascending, tfs): its frozen postings, then those added since."""
+        lo = hi = 0
+        if tid + 1 < self._base_off.size:
+            lo, hi = int(self._base_off[tid]), int(self._base_off[tid + 1])
+        added = self._post_slots.get(tid)
+        if not added:
+            return self._base_slots[lo:hi], self._base_tfs[lo:hi]
         cached = self._post_np.get(tid)
         if cached is None:
             cached = (
-                np.asarray(self._post_slots[tid], dtype=np.int64),
-                np.asarray(self._post_tfs[tid], dtype=np.float32),
+                np.concatenate([self._base_slots[lo:hi], np.asarray(added, dtype=np.int32)]),
+                np.concatenate(
+                    [self._base_tfs[lo:hi], np.asarray(self._post_tfs[tid], dtype=np.float32)]
+                ),
             )
             self._post_np[tid] = cached
         return cached

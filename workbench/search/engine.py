@@ -52,7 +52,7 @@ from workbench.clock import Clock, utcnow
 from workbench.embedding.base import embed_queries
 from workbench.errors import InvalidInput, NotFound
 from workbench.metrics import Metrics
-from workbench.search.access import AccessTracker, access_update
+from workbench.search.access import AccessTracker
 from workbench.search.bm25 import KeywordIndex, tokenize
 from workbench.search.filters import (
     SearchFilters,
@@ -85,9 +85,20 @@ log = logging.getLogger("workbench.search.engine")
 def keyword_text(kind: str, row: dict[str, Any]) -> str:
     """What the keyword index holds of a memory: entity ``name + summary``, or the fact."""
     if kind == "entity":
-        summary = (row.get("summary") or "").strip()
-        return f"{row['name']}: {summary}" if summary else str(row["name"])
+        return _entity_text(row["name"], row.get("summary"))
     return str(row["fact"])
+
+
+def _entity_text(name: str, summary: str | None) -> str:
+    summary = (summary or "").strip()
+    return f"{name}: {summary}" if summary else str(name)
+
+
+def keyword_texts(kind: str, cache: RowCache) -> list[str]:
+    """:func:`keyword_text` of every row of the cache, in the order of its ``uuids()``."""
+    if kind == "entity":
+        return list(map(_entity_text, cache.texts("name"), cache.texts("summary")))
+    return [str(t) for t in cache.texts("fact")]
 
 
 # the default of SVC_KNOWLEDGE_SEARCH_MIN_SIMILARITY (see the settings' table)
@@ -156,6 +167,8 @@ class SearchEngine:
         shared = store.backend != "duckdb"
         start = changes_sql.position(store) if shared else None
         self.rebuild()
+        # the load read every row and vector once: DuckDB need not keep those blocks cached
+        store.release_cache()
         # what writers of entities and facts tell this engine through, under its gate
         self.publisher = Publisher(self)
         # and what other processes write, through the store's change log
@@ -171,26 +184,43 @@ class SearchEngine:
         told meanwhile wait for it (they would otherwise be lost in the swap)."""
         with self.tracker.consistent_read():
             marker = sql.maintenance_marker(self.store)
-            vectors, keywords, caches = {}, {}, {}
-            for kind in KINDS:
-                vectors[kind] = load_index(
-                    self.store, kind, self.ann_threshold, self.graph_dir, **self._index_options
-                )
-                caches[kind] = RowCache(kind)
-                caches[kind].load(self.store)
-                keywords[kind] = self._keyword_index(kind, list(caches[kind].rows.values()))
+            keywords, caches = {}, {}
+            # the vectors (mostly numpy, DuckDB and usearch: native code without the GIL)
+            # load in a thread while this one reads the rows and the keyword indexes
+            with ThreadPoolExecutor(1, thread_name_prefix="workbench-search-load") as pool:
+                loading = {
+                    kind: pool.submit(
+                        load_index,
+                        self.store,
+                        kind,
+                        self.ann_threshold,
+                        self.graph_dir,
+                        **self._index_options,
+                    )
+                    for kind in KINDS
+                }
+                try:
+                    for kind in KINDS:
+                        caches[kind] = RowCache(kind)
+                        caches[kind].load(self.store)
+                        keywords[kind] = self._keyword_index(kind, caches[kind])
+                finally:
+                    vectors = {kind: future.result() for kind, future in loading.items()}
             with self._lock:  # accesses recorded meanwhile are still queued: apply them all
                 for kind in KINDS:
-                    self.tracker.overlay(kind, caches[kind].rows.values())
+                    self._overlay(kind, caches[kind])
                 self.vectors, self.keywords, self.rows = vectors, keywords, caches
                 self._marker, self._checked = marker, time.monotonic()
 
-    def _keyword_index(self, kind: str, rows: list[dict]) -> KeywordIndex:
+    def _overlay(self, kind: str, cache: RowCache) -> None:
+        """Apply to freshly read rows the accesses not yet written to the store."""
+        for uuid, when, count in self.tracker.pending_of(kind):
+            cache.access([uuid], when, count)
+
+    def _keyword_index(self, kind: str, cache: RowCache) -> KeywordIndex:
         """The keyword index of these rows: the one saved beside the database caught up with
         them, else built."""
-        uuids = [r["uuid"] for r in rows]
-        texts = [keyword_text(kind, r) for r in rows]
-        groups = [r["group_id"] for r in rows]
+        uuids, texts, groups = cache.uuids(), keyword_texts(kind, cache), cache.group_ids()
         if self.graph_dir is not None:
             saved = KeywordIndex.open_saved(self._keyword_path(kind), uuids, texts, groups)
             if saved is not None:
@@ -225,7 +255,7 @@ class SearchEngine:
                 self.vectors[kind].add(
                     [uuids[i] for i in keep],
                     np.asarray(vectors)[keep],
-                    [self.rows[kind].get(uuids[i])["group_id"] for i in keep],
+                    [self.rows[kind].value(uuids[i], "group_id") for i in keep],
                 )
             self.keywords[kind].add(
                 [r["uuid"] for r in fresh],
@@ -271,11 +301,11 @@ class SearchEngine:
                 loaded = RowCache(kind)
                 loaded.load(self.store)  # the slow part, without blocking searches
                 with self._lock:  # accesses recorded meanwhile are still queued: re-apply
-                    self.tracker.overlay(kind, loaded.rows.values())
+                    self._overlay(kind, loaded)
                     old, self.rows[kind] = self.rows[kind], loaded
                 # still under consistent_read: once it is released, an upsert may put a row
                 # into another refresh's cache, and its vector would look purged here
-                gone = [u for u in old.rows if u not in loaded]
+                gone = [u for u in old.uuids() if u not in loaded]
                 gone += [u for u in self.vectors[kind].uuids() if u not in loaded]
             if gone:
                 self.on_delete(kind, sorted(set(gone)))
@@ -321,6 +351,15 @@ class SearchEngine:
             for kind in KINDS:
                 stack.enter_context(self.vectors[kind].defer_graph())
             yield
+
+    def status(self) -> dict[str, dict[str, Any]]:
+        """Per memory kind: how many memories are searchable and how the vector index
+        searches them (see :attr:`VectorIndex.state`)."""
+        with self._lock:
+            return {
+                kind: {"memories": len(self.rows[kind]), "vector_index": self.vectors[kind].state}
+                for kind in KINDS
+            }
 
     def flush(self) -> int:
         """Write queued access updates now (before maintenance reads ``last_accessed_at``)."""
@@ -462,38 +501,30 @@ class SearchEngine:
         link = None
         if kind == "fact" and self.follow_links and rows:
             link, rows = self._follow(text, filters, rows, cands, weights, centre, query_vec)
-        ranked = self._rank(rows, cands, weights, centre, k, min_score, link)
-        now, seen = self.clock(), [r for r, *_ in ranked]
+        ranked = self._rank(kind, rows, cands, weights, centre, k, min_score, link)
+        now, seen = self.clock(), [row for row, *_ in ranked]
         with self._lock:
             accessed = self.tracker.record(kind, seen, now)
-            self._apply_access(kind, seen, accessed, now)
+            # ranked without the lock: one changed meanwhile (an upsert, a refresh, another
+            # search's access) gets this access applied to its current version, and one
+            # deleted meanwhile stays deleted
+            self.rows[kind].access([row["uuid"] for row in seen], now)
         self.tracker.settle()
         return [(row, *rest) for row, (_, *rest) in zip(accessed, ranked)]
 
-    def _apply_access(self, kind, seen: list[dict], accessed: list[dict], now) -> None:
-        """Put the accessed rows into the cache (hold ``self._lock``). The rows were ranked
-        without the lock: one changed meanwhile (an upsert, a refresh, another search's access)
-        gets this access applied to its current version instead, and one deleted meanwhile
-        stays deleted (writing back the stale copy would resurrect it)."""
-        cache = self.rows[kind]
-        fresh = []
-        for old, new in zip(seen, accessed):
-            current = cache.get(old["uuid"])
-            if current is None:
-                continue
-            fresh.append(new if current is old else access_update(current, now)[0])
-        cache.put(fresh)
-
-    def _passing(self, kind, cands, filters) -> list[dict]:
+    def _passing(self, kind, cands, filters) -> list[str]:
+        """The candidates still cached that pass the filters."""
+        uuids = list(cands)
         with self._lock:
             cache = self.rows[kind]
-            found = (cache.get(u) for u in cands)
-            return [r for r in found if r is not None and filters.accepts(kind, r)]
+            keep = cache.accepting(cache.slots(uuids), filters)
+        return [u for u, ok in zip(uuids, keep.tolist()) if ok]
 
     def _allowed(self, kind, filters) -> set[str]:
         with self._lock:
-            rows = list(self.rows[kind].rows.values())
-        return {r["uuid"] for r in rows if filters.accepts(kind, r)}
+            cache = self.rows[kind]
+            slots = cache.all_slots()
+            return set(cache.uuids_at(slots[cache.accepting(slots, filters)]))
 
     def _embed_and_match(self, kw: KeywordIndex, text, pool, groups):
         """The query vector and the BM25 top ``pool``. Unless the vector is cached (or both
@@ -569,8 +600,8 @@ class SearchEngine:
             hits = self.keywords["entity"].search(text, NAMED_POOL, groups)
             entities = self.rows["entity"]
             query = _spaced(text)
-            return {u for u, *_ in hits if (row := entities.get(u)) is not None
-                    and _names_in(query, row["name"])}  # fmt: skip
+            return {u for u, *_ in hits if (name := entities.value(u, "name")) is not None
+                    and _names_in(query, name)}  # fmt: skip
 
     def _follow(self, text, filters, rows, cands, weights, centre, query_vec):
         """Multi-hop questions ("where does Audrey's sister work?"): when the query names an
@@ -585,23 +616,24 @@ class SearchEngine:
         bridges = self._bridges(text, named)
         if not bridges:
             return None, rows
-        order = self._rank(rows, cands, weights, centre, len(rows))
+        order = self._rank("fact", rows, cands, weights, centre, len(rows))
         link = None
-        for row, *_ in order:
-            if {row["source_uuid"], row["target_uuid"]} & named:
-                if bridges & set(tokenize(row["fact"])):
-                    link = row
-                break  # only the best fact of a named entity may link
-        if link is None:
-            return None, rows
-        others = {link["source_uuid"], link["target_uuid"]} - named
-        with self._lock:  # the other end's own facts: not those of a named entity again
+        with self._lock:
             facts = self.rows["fact"]
+            for row, *_ in order:
+                ends = {row["source_uuid"], row["target_uuid"]}
+                if ends & named:
+                    if bridges & set(tokenize(row["fact"])):
+                        link = row["uuid"], ends
+                    break  # only the best fact of a named entity may link
+            if link is None:
+                return None, rows
+            # the other end's own facts: not those of a named entity again
             linked = [
                 u
-                for other in sorted(others)
+                for other in sorted(link[1] - named)
                 for u in facts.neighbourhood(other, LINKED_FACTS)[0]
-                if not {facts.rows[u]["source_uuid"], facts.rows[u]["target_uuid"]} & named
+                if not set(facts.ends(u)) & named
             ]
         missing = [u for u in linked if u not in cands]
         if missing:
@@ -610,10 +642,9 @@ class SearchEngine:
             norms = kw.scores(text, missing)
             for uuid, sim, norm in zip(missing, sims, norms):
                 cands[uuid] = [float(sim), norm]
-            known = {r["uuid"] for r in rows}
-            rows = rows + [r for r in self._passing("fact", missing, filters)
-                           if r["uuid"] not in known]  # fmt: skip
-        return (link["uuid"], set(linked)), rows
+            known = set(rows)
+            rows = rows + [u for u in self._passing("fact", missing, filters) if u not in known]
+        return (link[0], set(linked)), rows
 
     def _calibrated(self, cosine: np.ndarray) -> np.ndarray:
         """Cosine mapped onto the model's own scale: ``(cosine - b) / (1 - b)`` where ``b``
@@ -629,43 +660,50 @@ class SearchEngine:
         lowered = text.casefold().replace("\u2019", "'")
         words: set[str] = set()
         for uuid in named:
-            name = ((self.rows["entity"].get(uuid) or {}).get("name") or "").casefold()
+            name = (self.rows["entity"].value(uuid, "name") or "").casefold()
             for match in re.finditer(re.escape(name) + r"'s?\s+([^\W\d_]+)", lowered):
                 words.update(tokenize(match.group(1)))
         return words
 
-    def _rank(self, rows, cands, weights, centre, k, min_score=None, link=None) -> list[tuple]:
-        """The best ``k`` rows: (row, score parts, score, graph tier), vectorised. Rows less
-        similar than :attr:`min_similarity` without a keyword match, and rows scoring below
+    def _rank(self, kind, uuids, cands, weights, centre, k, min_score=None, link=None):
+        """The best ``k`` of these memories: (row, score parts, score, graph tier), vectorised
+        over the cached columns (a row dict is built for those ``k`` only). Those less similar
+        than :attr:`min_similarity` without a keyword match, and those scoring below
         ``min_score``, are left out."""
-        sim = self._calibrated(np.array([cands[r["uuid"]][0] for r in rows]))
-        kw = np.array([cands[r["uuid"]][1] for r in rows])
+        with self._lock:
+            cache = self.rows[kind]
+            slots = cache.slots(uuids)
+            here = slots >= 0  # one deleted since it passed the filters is left out
+            if not here.all():
+                uuids, slots = [u for u, ok in zip(uuids, here) if ok], slots[here]
+            decay = cache.column("decay_score", slots)
+            importance = cache.column("importance", slots).astype(np.float64)
+            ends = [cache.ends(u) for u in uuids] if centre else None
+        sim = self._calibrated(np.array([cands[u][0] for u in uuids], dtype=np.float64))
+        kw = np.array([cands[u][1] for u in uuids], dtype=np.float64)
         relevant = (sim >= self.min_similarity) | (kw > 0)
         if not relevant.all():
-            rows = [r for r, keep in zip(rows, relevant) if keep]
-            sim, kw = sim[relevant], kw[relevant]
-        if not rows:
+            uuids = [u for u, ok in zip(uuids, relevant) if ok]
+            sim, kw, decay, importance = (a[relevant] for a in (sim, kw, decay, importance))
+            ends = [e for e, ok in zip(ends, relevant) if ok] if ends is not None else None
+        if not uuids:
             return []
-        decay = np.array([r["decay_score"] or 0.0 for r in rows])
-        importance = np.array([r["importance"] for r in rows])
         scores, parts = score_arrays(sim, kw, decay, importance, weights)
         if link is not None:
-            scores = _after_link(rows, scores, *link)
+            scores = _after_link(uuids, scores, *link)
+        tiers = np.array([_tier(e, centre) for e in ends]) if centre else np.zeros(len(uuids))
+        chosen = np.arange(len(uuids))
         if min_score is not None:
-            keep = scores >= min_score
-            if not keep.all():
-                rows = [r for r, ok in zip(rows, keep) if ok]
-                scores, decay = scores[keep], decay[keep]
-                parts = {name: values[keep] for name, values in parts.items()}
-                if not rows:
-                    return []
-        tiers = np.array([_tier(r, centre) for r in rows]) if centre else np.zeros(len(rows))
-        uuids = np.array([r["uuid"] for r in rows])
-        order = np.lexsort((uuids, -scores, tiers))[:k]
+            chosen = chosen[scores >= min_score]
+        ids = np.array(uuids)[chosen]
+        order = chosen[np.lexsort((ids, -scores[chosen], tiers[chosen]))][:k]
         names = list(parts)
+        with self._lock:
+            rows = [cache.get(uuids[i]) for i in order]
         return [
-            (rows[i], {n: float(parts[n][i]) for n in names}, float(scores[i]), int(tiers[i]))
-            for i in order
+            (row, {n: float(parts[n][i]) for n in names}, float(scores[i]), int(tiers[i]))
+            for row, i in zip(rows, order)
+            if row is not None
         ]
 
     def _embed(self, text: str) -> np.ndarray:
@@ -720,22 +758,21 @@ def _names_in(query: str, name: str) -> bool:
     return spaced in query or (not spaced.strip().isascii() and spaced.strip() in query)
 
 
-def _after_link(rows: list[dict], scores: np.ndarray, link: str, linked: set[str]) -> np.ndarray:
+def _after_link(uuids: list[str], scores: np.ndarray, link: str, linked: set[str]) -> np.ndarray:
     """The best ``FOLLOW`` linked facts rank right after the link (a copy of ``scores``)."""
-    at = next((i for i, r in enumerate(rows) if r["uuid"] == link), None)
+    at = next((i for i, u in enumerate(uuids) if u == link), None)
     if at is None:
         return scores
     scores = scores.copy()
-    chosen = sorted((i for i, r in enumerate(rows) if r["uuid"] in linked),
+    chosen = sorted((i for i, u in enumerate(uuids) if u in linked),
                     key=lambda i: -scores[i])[:FOLLOW]  # fmt: skip
     for rank, i in enumerate(chosen):
         scores[i] = max(scores[i], scores[at] - 1e-4 * (rank + 1))
     return scores
 
 
-def _tier(row: dict, centre) -> int:
+def _tier(ends: tuple[str, str], centre) -> int:
     uuid, _facts, neighbours = centre
-    ends = (row["source_uuid"], row["target_uuid"])
     if uuid in ends:
         return 0
     return 1 if ends[0] in neighbours or ends[1] in neighbours else 2

@@ -57,15 +57,16 @@ def fact_out(
     row: dict, parts: dict, score: float, distance: int | None, weights: Weights, entities
 ) -> dict[str, Any]:
     """A fact hit with its endpoint names (looked up in the entity row cache)."""
-    source, target = entities.get(row["source_uuid"]), entities.get(row["target_uuid"])
+    source = entities.value(row["source_uuid"], "name")
+    target = entities.value(row["target_uuid"], "name")
     out = {
         "uuid": row["uuid"],
         "fact": row["fact"],
         "relation": row["relation"],
         "source_node_uuid": row["source_uuid"],
-        "source_node_name": source["name"] if source else None,
+        "source_node_name": source,
         "target_node_uuid": row["target_uuid"],
-        "target_node_name": target["name"] if target else None,
+        "target_node_name": target,
         "episode_uuid": row["episode_uuid"],
         "valid_at": _iso(row["valid_at"]),
         "invalid_at": _iso(row["invalid_at"]),

@@ -1,55 +1,280 @@
-"""In-memory rows of the memories, for the search hot path.
+"""In-memory rows of the memories, for the search hot path, held as columns.
 
-Why: fetching ~100 candidate rows from DuckDB by uuid costs a table scan (DuckDB 1.5 uses the
-primary-key index only for single-value lookups), and twice that for the entity-name joins of
-facts: alone more than a search's latency budget (figures in ``docs/performance.md``). So the
-search engine keeps the columns it filters, scores and returns in memory and reads DuckDB only
-when something changed:
+Why in memory: fetching ~100 candidate rows from DuckDB by uuid costs a table scan (DuckDB 1.5
+uses the primary-key index only for single-value lookups), and twice that for the entity-name
+joins of facts: alone more than a search's latency budget (figures in ``docs/performance.md``).
+So the search engine keeps the columns it filters, scores and returns in memory and reads the
+store only when something changed:
 
-* :meth:`RowCache.load` at open, :meth:`RowCache.refresh` for rows written by someone else
-  (``SearchEngine.on_upsert`` re-reads the rows it is told about, ``refresh_states`` after
-  maintenance re-reads all of them);
-* access updates are applied here at once and written to DuckDB in batches
-  (:mod:`workbench.search.access`).
+* :meth:`RowCache.load` at open (one columnar read), :meth:`RowCache.refresh` for rows written
+  by someone else (``SearchEngine.on_upsert`` re-reads the rows it is told about,
+  ``refresh_states`` after maintenance re-reads all of them);
+* access updates are applied here at once (:meth:`RowCache.access`) and written to the store in
+  batches (:mod:`workbench.search.access`).
+
+Why columns: one Python dict per memory cost about 1.5 KB and most of a large store's start-up
+(a datetime object, a float, a string per field). Here each memory is a slot: numbers and times
+(microseconds since the epoch) in numpy arrays, repeated strings (groups, types, states) as small
+integer codes, and only the texts and uuids as Python strings. The filters and the ranking read
+the arrays for all candidates at once; a row dict (:meth:`RowCache.get`) is built only for what
+a search returns or ingestion reads.
 
 The store stays the source of truth; this is a cache with explicit invalidation.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import sys
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import numpy as np
+
+from workbench.clock import as_utc
 from workbench.store import Store
 from workbench.store import search as sql
+from workbench.store.access import REACTIVATED_FROM
 
-__all__ = ["RowCache"]
+__all__ = ["RowCache", "name_key", "to_micros"]
+
+NO_TIME = np.iinfo(np.int64).min  # a NULL timestamp
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+# column -> how it is held, per kind ("uuid" is the slot's key)
+_TEXT = {"entity": ("name", "name_norm", "summary"), "fact": ("fact",)}
+_SHARED = {"entity": (), "fact": ("source_uuid", "target_uuid", "episode_uuid")}  # interned
+_CODED = {
+    "entity": ("group_id", "entity_type", "lifecycle_state"),
+    "fact": ("group_id", "relation", "lifecycle_state"),
+}
+_TIMES = {
+    "entity": ("created_at", "updated_at", "last_accessed_at"),
+    "fact": ("created_at", "valid_at", "invalid_at", "expired_at", "last_accessed_at"),
+}
+_NUMBERS = {"importance": np.int16, "stability": np.int16, "decay_score": np.float64,
+            "access_count": np.int64}  # fmt: skip
+
+
+def to_micros(value: datetime | None) -> int:
+    """A timestamp as microseconds since the epoch (naive means UTC); None -> ``NO_TIME``."""
+    if value is None:
+        return int(NO_TIME)
+    delta = as_utc(value) - _EPOCH
+    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
+
+
+def _time(micros: int) -> datetime | None:
+    return None if micros == NO_TIME else _EPOCH + timedelta(microseconds=int(micros))
+
+
+class Codes:
+    """Strings <-> small integer codes (a column of few distinct values); -1 is None."""
+
+    def __init__(self) -> None:
+        self._code: dict[str, int] = {}
+        self.names: list[str] = []
+
+    def of(self, value: str | None) -> int:
+        if value is None:
+            return -1
+        code = self._code.get(value)
+        if code is None:
+            code = self._code[value] = len(self.names)
+            self.names.append(value)
+        return code
+
+    def name(self, code: int) -> str | None:
+        return None if code < 0 else self.names[code]
+
+    def known(self, values: Iterable[str]) -> np.ndarray:
+        """The codes of those of ``values`` ever seen (a value never seen matches nothing)."""
+        return np.array([self._code[v] for v in values if v in self._code], dtype=np.int32)
 
 
 class RowCache:
-    """uuid -> row dict of one memory kind, plus (facts) the facts touching each entity and
-    (entities) the entities of each (group, normalised name)."""
+    """The searchable rows of one memory kind as columns keyed by uuid (see the module doc),
+    plus (facts) the facts touching each entity and (entities) the entities of each
+    (group, normalised name)."""
 
     def __init__(self, kind: str):
         self.kind = kind
-        self.rows: dict[str, dict[str, Any]] = {}
+        self.rows = _RowsView(self)
+        self._reset()
+
+    def _reset(self) -> None:
+        kind = self.kind
+        self._slot: dict[str, int] = {}
+        self._uuid: list[str | None] = []
+        self._free: list[int] = []
+        self._codes = {c: Codes() for c in _CODED[kind]}
+        self._texts: dict[str, list] = {c: [] for c in _TEXT[kind] + _SHARED[kind]}
+        self._arrays: dict[str, np.ndarray] = {
+            **{c: np.zeros(0, np.int32) for c in _CODED[kind]},
+            **{c: np.zeros(0, np.int64) for c in _TIMES[kind]},
+            **{c: np.zeros(0, t) for c, t in _NUMBERS.items()},
+        }
         self.touching: dict[str, set[str]] = {}  # entity uuid -> fact uuids (facts only)
         # group + NUL + name_norm -> the entity uuid, or the set of them when several share it
-        # (a flat string key and a bare uuid keep this at ~130 bytes an entity)
         self.named: dict[str, str | set[str]] = {}
 
+    # --- lookups --------------------------------------------------------------------------
     def __len__(self) -> int:
-        return len(self.rows)
+        return len(self._slot)
 
     def __contains__(self, uuid: object) -> bool:
-        return uuid in self.rows
+        return uuid in self._slot
+
+    def uuids(self) -> list[str]:
+        return list(self._slot)
 
     def get(self, uuid: str) -> dict[str, Any] | None:
-        return self.rows.get(uuid)
+        """The row as a dict (a fresh copy: changing it changes nothing here)."""
+        slot = self._slot.get(uuid)
+        return None if slot is None else self._row(slot)
 
+    def value(self, uuid: str, column: str) -> Any:
+        """One column of one row (None when the row is not here)."""
+        slot = self._slot.get(uuid)
+        if slot is None:
+            return None
+        if column in self._texts:
+            return self._texts[column][slot]
+        if column in self._codes:
+            return self._codes[column].name(int(self._arrays[column][slot]))
+        if column in _TIMES[self.kind]:
+            return _time(self._arrays[column][slot])
+        return self._arrays[column][slot].item()
+
+    def slots(self, uuids: Sequence[str]) -> np.ndarray:
+        """The slots of these uuids, -1 for one not here."""
+        get = self._slot.get
+        return np.fromiter((get(u, -1) for u in uuids), dtype=np.int64, count=len(uuids))
+
+    def column(self, name: str, slots: np.ndarray) -> np.ndarray:
+        """A numeric, time (microseconds) or code column at these slots."""
+        return self._arrays[name][slots]
+
+    def texts(self, column: str) -> list:
+        """A text column over every row, in the order of :meth:`uuids`."""
+        values = self._texts[column]
+        return [values[s] for s in self._slot.values()]
+
+    def group_ids(self) -> list[str]:
+        """Each row's group, in the order of :meth:`uuids`."""
+        names, codes = self._codes["group_id"].names, self._arrays["group_id"]
+        return [names[codes[s]] for s in self._slot.values()]
+
+    def _row(self, slot: int) -> dict[str, Any]:
+        row: dict[str, Any] = {"uuid": self._uuid[slot]}
+        for column, values in self._texts.items():
+            row[column] = values[slot]
+        for column, codes in self._codes.items():
+            row[column] = codes.name(int(self._arrays[column][slot]))
+        for column in _TIMES[self.kind]:
+            row[column] = _time(self._arrays[column][slot])
+        for column in _NUMBERS:
+            row[column] = self._arrays[column][slot].item()
+        return row
+
+    # --- the vectorised filters -----------------------------------------------------------
+    def accepting(self, slots: np.ndarray, filters) -> np.ndarray:
+        """Which of these slots pass the search filters (a
+        :class:`~workbench.search.filters.SearchFilters`): one boolean mask, computed over the
+        columns for all of them at once."""
+        a = self._arrays
+        keep = slots >= 0
+        slots = np.where(keep, slots, 0)
+        if filters.group_ids is not None:
+            keep &= np.isin(a["group_id"][slots], self._codes["group_id"].known(filters.group_ids))
+        if filters.states is not None:
+            codes = self._codes["lifecycle_state"].known(filters.states)
+            keep &= np.isin(a["lifecycle_state"][slots], codes)
+        created = a["created_at"][slots]
+        if filters.created_after is not None:
+            keep &= created >= to_micros(filters.created_after)
+        if filters.created_before is not None:
+            keep &= created < to_micros(filters.created_before)
+        if self.kind == "entity":
+            if filters.entity_types:
+                codes = self._codes["entity_type"].known(filters.entity_types)
+                keep &= np.isin(a["entity_type"][slots], codes)
+            return keep
+        if filters.relation_types:
+            keep &= np.isin(
+                a["relation"][slots], self._codes["relation"].known(filters.relation_types)
+            )
+        if not filters.include_invalidated:
+            keep &= a["expired_at"][slots] == NO_TIME
+            invalid = a["invalid_at"][slots]
+            if filters.now is None:
+                keep &= invalid == NO_TIME
+            else:
+                keep &= (invalid == NO_TIME) | (invalid > to_micros(filters.now))
+        return keep
+
+    def uuids_at(self, slots: np.ndarray) -> list[str]:
+        uuid = self._uuid
+        return [uuid[s] for s in slots.tolist()]
+
+    def all_slots(self) -> np.ndarray:
+        return np.fromiter(self._slot.values(), dtype=np.int64, count=len(self._slot))
+
+    # --- writing --------------------------------------------------------------------------
     def load(self, store: Store) -> None:
-        self.rows, self.touching, self.named = {}, {}, {}
-        self.put(sql.load_rows(store, self.kind))
+        """Every row of this kind from the store, in one columnar read."""
+        self._reset()
+        table = sql.load_table(store, self.kind)
+        n = table.num_rows
+        if not n:
+            return
+        uuids = table.column("uuid").to_pylist()
+        self._uuid = uuids
+        self._slot = dict(zip(uuids, range(n)))
+        for column in _TEXT[self.kind]:
+            self._texts[column] = table.column(column).to_pylist()
+        for column in _SHARED[self.kind]:  # entity uuids repeat across facts: one copy each
+            intern = sys.intern
+            self._texts[column] = [v if v is None else intern(v)
+                                   for v in table.column(column).to_pylist()]  # fmt: skip
+        for column in _CODED[self.kind]:
+            of = self._codes[column].of
+            self._arrays[column] = np.fromiter(
+                map(of, table.column(column).to_pylist()), dtype=np.int32, count=n
+            )
+        for column in _TIMES[self.kind]:
+            self._arrays[column] = sql.micros(table.column(column), NO_TIME)
+        for column, dtype in _NUMBERS.items():
+            self._arrays[column] = table.column(column).to_numpy().astype(dtype)
+        self._link_all(uuids)
+
+    def _link_all(self, uuids: list[str]) -> None:
+        """:meth:`_link` of every row just loaded (slot = position), in bulk."""
+        if self.kind == "fact":
+            touching: dict[str, set[str]] = {}
+            texts = self._texts
+            for uuid, source, target in zip(uuids, texts["source_uuid"], texts["target_uuid"]):
+                for end in (source, target):
+                    facts = touching.get(end)
+                    if facts is None:
+                        touching[end] = {uuid}
+                    else:
+                        facts.add(uuid)
+            self.touching = touching
+            return
+        names = self._codes["group_id"].names
+        groups = [names[c] for c in self._arrays["group_id"].tolist()]
+        named: dict[str, str | set[str]] = {}
+        for uuid, group, norm in zip(uuids, groups, self._texts["name_norm"]):
+            key = name_key(group, norm or "")
+            same = named.get(key)
+            if same is None:
+                named[key] = uuid
+            elif isinstance(same, set):
+                same.add(uuid)
+            else:
+                named[key] = {same, uuid}
+        self.named = named
 
     def refresh(self, store: Store, uuids: Sequence[str]) -> tuple[list[dict], list[str]]:
         """Re-read these rows; return (rows now present, uuids no longer in the store)."""
@@ -61,36 +286,95 @@ class RowCache:
         return rows, gone
 
     def put(self, rows: Iterable[dict[str, Any]]) -> None:
+        """Insert or replace these rows (dicts with every column)."""
         for row in rows:
-            old = self.rows.get(row["uuid"])
-            if old is not None:
-                self._unlink(old)
-            self.rows[row["uuid"]] = row
-            self._link(row)
+            uuid = row["uuid"]
+            slot = self._slot.get(uuid)
+            if slot is not None:
+                self._unlink(slot)
+            else:
+                slot = self._new_slot(uuid)
+            for column, values in self._texts.items():
+                value = row.get(column)
+                values[slot] = (
+                    sys.intern(value) if column in _SHARED[self.kind] and value else value
+                )
+            for column, codes in self._codes.items():
+                self._arrays[column][slot] = codes.of(row.get(column))
+            for column in _TIMES[self.kind]:
+                self._arrays[column][slot] = to_micros(row.get(column))
+            for column in _NUMBERS:
+                self._arrays[column][slot] = row.get(column) or 0
+            self._link(slot)
 
     def remove(self, uuids: Iterable[str]) -> None:
         for uuid in uuids:
-            row = self.rows.pop(uuid, None)
-            if row is not None:
-                self._unlink(row)
+            slot = self._slot.pop(uuid, None)
+            if slot is None:
+                continue
+            self._unlink(slot, uuid)
+            self._uuid[slot] = None
+            for values in self._texts.values():
+                values[slot] = None
+            self._free.append(slot)
 
-    def _link(self, row: dict[str, Any]) -> None:
-        if self.kind == "fact":
-            for end in (row["source_uuid"], row["target_uuid"]):
-                self.touching.setdefault(end, set()).add(row["uuid"])
+    def access(self, uuids: Iterable[str], when: datetime, count: int = 1) -> None:
+        """Apply ``count`` accesses at ``when`` to these rows (those still here): the latest
+        access time, the count, decay 0, DORMANT/ARCHIVED -> ACTIVE (see
+        :mod:`workbench.search.access`)."""
+        slots = self.slots(list(uuids))
+        slots = slots[slots >= 0]
+        if not len(slots):
+            return
+        a, at = self._arrays, to_micros(when)
+        a["last_accessed_at"][slots] = np.maximum(a["last_accessed_at"][slots], at)
+        a["access_count"][slots] += count
+        a["decay_score"][slots] = 0.0
+        states = self._codes["lifecycle_state"]
+        asleep = states.known(REACTIVATED_FROM)
+        if len(asleep):
+            states_at = a["lifecycle_state"][slots]
+            a["lifecycle_state"][slots] = np.where(
+                np.isin(states_at, asleep), states.of("ACTIVE"), states_at
+            )
+
+    def _new_slot(self, uuid: str) -> int:
+        if self._free:
+            slot = self._free.pop()
+            self._uuid[slot] = uuid
         else:
-            key, uuid = _name_key(row), row["uuid"]
-            same = self.named.get(key)
-            if same is None:
-                self.named[key] = uuid
-            elif isinstance(same, set):
-                same.add(uuid)
-            elif same != uuid:
-                self.named[key] = {same, uuid}
+            slot = len(self._uuid)
+            self._uuid.append(uuid)
+            for values in self._texts.values():
+                values.append(None)
+            if slot >= len(self._arrays["created_at"]):
+                size = max(16, 2 * slot)
+                for column, values in self._arrays.items():
+                    grown = np.zeros(size, dtype=values.dtype)
+                    grown[: len(values)] = values
+                    self._arrays[column] = grown
+        self._slot[uuid] = slot
+        return slot
 
-    def _unlink(self, row: dict[str, Any]) -> None:
+    def _link(self, slot: int) -> None:
+        uuid = self._uuid[slot]
+        if self.kind == "fact":
+            for end in (self._texts["source_uuid"][slot], self._texts["target_uuid"][slot]):
+                self.touching.setdefault(end, set()).add(uuid)
+            return
+        key = self._name_key(slot)
+        same = self.named.get(key)
+        if same is None:
+            self.named[key] = uuid
+        elif isinstance(same, set):
+            same.add(uuid)
+        elif same != uuid:
+            self.named[key] = {same, uuid}
+
+    def _unlink(self, slot: int, uuid: str | None = None) -> None:
+        uuid = uuid or self._uuid[slot]
         if self.kind == "entity":
-            key, uuid = _name_key(row), row["uuid"]
+            key = self._name_key(slot)
             same = self.named.get(key)
             if same == uuid:
                 del self.named[key]
@@ -99,14 +383,18 @@ class RowCache:
                 if len(same) == 1:
                     self.named[key] = next(iter(same))
             return
-        if self.kind == "fact":
-            for end in (row["source_uuid"], row["target_uuid"]):
-                facts = self.touching.get(end)
-                if facts is not None:
-                    facts.discard(row["uuid"])
-                    if not facts:
-                        del self.touching[end]
+        for end in (self._texts["source_uuid"][slot], self._texts["target_uuid"][slot]):
+            facts = self.touching.get(end)
+            if facts is not None:
+                facts.discard(uuid)
+                if not facts:
+                    del self.touching[end]
 
+    def _name_key(self, slot: int) -> str:
+        group = self._codes["group_id"].name(int(self._arrays["group_id"][slot]))
+        return name_key(group or "", self._texts["name_norm"][slot] or "")
+
+    # --- graph lookups --------------------------------------------------------------------
     def named_uuids(self, group_id: str, name_norm: str) -> list[str]:
         """The entities of ``group_id`` whose normalised name is ``name_norm``."""
         same = self.named.get(name_key(group_id, name_norm))
@@ -114,19 +402,45 @@ class RowCache:
             return []
         return [same] if isinstance(same, str) else list(same)
 
+    def ends(self, uuid: str) -> tuple[str, str] | None:
+        """A fact's (source, target) entity uuids."""
+        slot = self._slot.get(uuid)
+        if slot is None:
+            return None
+        return self._texts["source_uuid"][slot], self._texts["target_uuid"][slot]
+
     def neighbourhood(self, entity_uuid: str, limit: int = 1000) -> tuple[list[str], set[str]]:
         """Facts touching the entity (newest first, at most ``limit``) and its neighbours."""
-        facts = [self.rows[u] for u in self.touching.get(entity_uuid, ())]
-        facts.sort(key=lambda r: r["created_at"], reverse=True)
-        facts = facts[:limit]
-        ends = {e for r in facts for e in (r["source_uuid"], r["target_uuid"])}
+        uuids = list(self.touching.get(entity_uuid, ()))
+        created = self._arrays["created_at"][self.slots(uuids)]
+        order = np.argsort(-created, kind="stable")[:limit]
+        facts = [uuids[i] for i in order]
+        ends = {e for u in facts for e in self.ends(u)}
         ends.discard(entity_uuid)
-        return [r["uuid"] for r in facts], ends
+        return facts, ends
+
+
+class _RowsView(Mapping):
+    """``cache.rows``: the rows as a read-only mapping uuid -> row dict (built on access)."""
+
+    def __init__(self, cache: RowCache):
+        self._cache = cache
+
+    def __getitem__(self, uuid: str) -> dict[str, Any]:
+        row = self._cache.get(uuid)
+        if row is None:
+            raise KeyError(uuid)
+        return row
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(list(self._cache._slot))
+
+    def __len__(self) -> int:
+        return len(self._cache)
+
+    def __contains__(self, uuid: object) -> bool:
+        return uuid in self._cache
 
 
 def name_key(group_id: str, name_norm: str) -> str:
     return f"{group_id}\x00{name_norm}"
-
-
-def _name_key(row: dict[str, Any]) -> str:
-    return name_key(row["group_id"], row.get("name_norm") or "")

@@ -145,6 +145,15 @@ class VectorIndex:
     def uses_ann(self) -> bool:
         return self._ann is not None
 
+    @property
+    def state(self) -> str:
+        """``graph`` (searched through the HNSW graph), ``building`` (exact search while the
+        graph is built in the background) or ``exact`` (too small for a graph, or deferred)."""
+        with self._lock:
+            if self._ann is not None:
+                return "graph"
+            return "building" if self._builder is not None else "exact"
+
     def groups(self) -> set[str]:
         """The group ids that hold at least one vector."""
         with self._lock:
@@ -378,12 +387,18 @@ class VectorIndex:
             self._group = np.full(cap, -1, dtype=np.int32)
             self._uuids = [None] * cap
             self._mat[slots] = unit_rows(vectors, self.dim)
-            for uuid, slot, group in zip(uuids, slots, groups):
-                code = self._group_codes.setdefault(group, len(self._group_codes))
-                self._group[slot] = code
-                self._group_counts[code] = self._group_counts.get(code, 0) + 1
-                self._uuids[slot], self._alive[slot] = uuid, True
-                self._slot[uuid] = int(slot)
+            codes = {g: self._group_codes.setdefault(g, len(self._group_codes))
+                     for g in dict.fromkeys(groups)}  # fmt: skip
+            coded = np.fromiter(map(codes.__getitem__, groups), dtype=np.int32, count=len(groups))
+            self._group[slots] = coded
+            for code, count in enumerate(np.bincount(coded).tolist()):
+                if count:
+                    self._group_counts[code] = self._group_counts.get(code, 0) + count
+            self._alive[slots] = True
+            at = slots.tolist()
+            for uuid, slot in zip(uuids, at):
+                self._uuids[slot] = uuid
+            self._slot.update(zip(uuids, at))
             self._free = [i for i in range(size) if not self._alive[i]][::-1]
             graph, stale = self._caught_up(saved)
             if graph is not None:

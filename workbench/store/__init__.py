@@ -331,11 +331,12 @@ class Store:
             self._before_read(sql)
             return self._con.execute(sql, params).df()
 
-    def fetch_numpy(self, sql: str, params: Sequence[Any] | dict[str, Any] | None = None):
-        """The result as a dict of numpy arrays (fast path for vectors)."""
+    def fetch_arrow(self, sql: str, params: Sequence[Any] | dict[str, Any] | None = None):
+        """The result as a ``pyarrow.Table`` (columnar, no Python object per value: the fast
+        path for vectors and the search rows)."""
         with self._lock:
             self._before_read(sql)
-            return self._con.execute(sql, params).fetchnumpy()
+            return self._con.execute(sql, params).to_arrow_table()
 
     def register(self, name: str, frame: Any) -> None:
         with self._lock:
@@ -406,6 +407,22 @@ class Store:
                 yield self
             finally:
                 self._con.execute("SET threads = 1")
+
+    def release_cache(self) -> None:
+        """Give back the table blocks DuckDB keeps cached after a full read (the search
+        engine's load at open reads every row and vector once; DuckDB would otherwise keep
+        them, a few hundred MB at 100k memories, until memory runs short). Only unpinned
+        cache is dropped: lowering the memory limit evicts it, then the limit is reset to
+        DuckDB's default (the store never sets another)."""
+        if self.path == ":memory:":
+            return  # an in-memory database's blocks are its data
+        with self._lock:
+            try:
+                self._con.execute("SET memory_limit = '16MB'")
+            except duckdb.Error:
+                log.debug("could not lower DuckDB's memory limit", exc_info=True)
+            finally:
+                self._con.execute("RESET memory_limit")
 
     # --- lifecycle and export ----------------------------------------------------------
     def checkpoint(self) -> None:

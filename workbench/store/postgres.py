@@ -254,16 +254,13 @@ class PostgresStore(Store):
             cols = [d.name for d in cur.description]
             return pd.DataFrame.from_records(cur.fetchall(), columns=cols)
 
-    def fetch_numpy(self, sql: str, params: Sequence[Any] | dict[str, Any] | None = None):
+    def fetch_arrow(self, sql: str, params: Sequence[Any] | dict[str, Any] | None = None):
+        import pyarrow as pa
+
         with self._query(sql, params) as cur:
             cols = [d.name for d in cur.description]
             rows = cur.fetchall()
-        out: dict[str, np.ndarray] = {}
-        for i, name in enumerate(cols):
-            column = np.empty(len(rows), dtype=object)
-            column[:] = [row[i] for row in rows]
-            out[name] = column
-        return out
+        return pa.table({name: [row[i] for row in rows] for i, name in enumerate(cols)})
 
     def register(self, name: str, frame: Any) -> None:
         """A temporary table ``name`` holding ``frame`` (an Arrow table or a DataFrame), for
@@ -377,6 +374,9 @@ class PostgresStore(Store):
     # --- lifecycle and export ----------------------------------------------------------
     def checkpoint(self) -> None:
         """Nothing to do: PostgreSQL writes its own checkpoints."""
+
+    def release_cache(self) -> None:
+        """Nothing to do: the cache is the server's."""
 
     def close(self) -> None:
         with self._lock:

@@ -14,7 +14,16 @@ import numpy as np
 
 from workbench.store import Store
 
-__all__ = ["load_vectors", "vectors_of", "load_rows", "known_groups", "maintenance_marker"]
+__all__ = [
+    "load_vectors",
+    "vectors_of",
+    "vector_matrix",
+    "load_table",
+    "micros",
+    "load_rows",
+    "known_groups",
+    "maintenance_marker",
+]
 
 _MEMORY = (
     "importance",
@@ -57,15 +66,13 @@ _TABLES = {"entity": ("entities", "entity_embeddings"), "fact": ("facts", "fact_
 def load_vectors(store: Store, kind: str) -> tuple[list[str], list[str], np.ndarray]:
     """Every stored vector of ``kind`` whose memory row exists: (uuids, group_ids, matrix)."""
     table, emb = _TABLES[kind]
-    data = store.fetch_numpy(
-        f"SELECT e.uuid, m.group_id, e.vector FROM {emb} e JOIN {table} m USING (uuid) "
-        "ORDER BY e.uuid"
+    data = store.fetch_arrow(
+        f"SELECT e.uuid, m.group_id, e.vector FROM {emb} e JOIN {table} m USING (uuid)"
     )
-    uuids = [str(u) for u in data["uuid"]]
-    if not uuids:
+    if not data.num_rows:
         return [], [], np.zeros((0, store.dim), dtype=np.float32)
-    vectors = np.stack(data["vector"]).astype(np.float32, copy=False)
-    return uuids, [str(g) for g in data["group_id"]], vectors
+    matrix = vector_matrix(data.column("vector"), store.dim)
+    return data.column("uuid").to_pylist(), data.column("group_id").to_pylist(), matrix
 
 
 def vectors_of(store: Store, kind: str, uuids: Sequence[str]) -> tuple[list[str], np.ndarray]:
@@ -73,14 +80,36 @@ def vectors_of(store: Store, kind: str, uuids: Sequence[str]) -> tuple[list[str]
     matrix), in one statement."""
     if not uuids:
         return [], np.zeros((0, store.dim), dtype=np.float32)
-    data = store.fetch_numpy(
+    data = store.fetch_arrow(
         f"SELECT uuid, vector FROM {_TABLES[kind][1]} WHERE uuid = ANY(?::VARCHAR[])",
         [list(uuids)],
     )
-    found = [str(u) for u in data["uuid"]]
-    if not found:
+    if not data.num_rows:
         return [], np.zeros((0, store.dim), dtype=np.float32)
-    return found, np.stack(data["vector"]).astype(np.float32, copy=False)
+    return data.column("uuid").to_pylist(), vector_matrix(data.column("vector"), store.dim)
+
+
+def vector_matrix(column, dim: int) -> np.ndarray:
+    """A column of vectors (Arrow lists of numbers) as one float32 matrix, read straight from
+    the Arrow buffers (no Python object per number; ``to_numpy`` of a 38M-float child takes
+    about a second, the buffer view nothing)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    parts = []
+    for chunk in column.chunks:
+        values = chunk.values if isinstance(chunk, pa.FixedSizeListArray) else None
+        if values is None or values.null_count or chunk.offset:
+            values = pc.list_flatten(chunk)  # variable-size lists (PostgreSQL's REAL[])
+        values = values.cast(pa.float32()) if values.type != pa.float32() else values
+        if values.null_count:
+            raise ValueError("a stored vector holds a NULL")
+        buffer = values.buffers()[1]
+        parts.append(np.frombuffer(buffer, np.float32, len(values), values.offset * 4))
+    flat = parts[0] if len(parts) == 1 else np.concatenate(parts)
+    if flat.size != len(column) * dim:
+        raise ValueError(f"stored vectors are not all {dim}-dimensional")
+    return flat.reshape(len(column), dim)
 
 
 def load_rows(store: Store, kind: str, uuids: Sequence[str] | None = None) -> list[dict[str, Any]]:
@@ -94,6 +123,22 @@ def load_rows(store: Store, kind: str, uuids: Sequence[str] | None = None) -> li
     return store.fetch_dicts(
         f"SELECT {cols} FROM {table} WHERE uuid IN (SELECT unnest(?::VARCHAR[]))", [list(uuids)]
     )
+
+
+def load_table(store: Store, kind: str):
+    """The searchable columns of every memory of ``kind`` as one Arrow table."""
+    return store.fetch_arrow(f"SELECT {', '.join(COLUMNS[kind])} FROM {_TABLES[kind][0]}")
+
+
+def micros(column, null: int) -> np.ndarray:
+    """An Arrow timestamp column as int64 microseconds since the epoch, ``null`` for NULL."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if pa.types.is_timestamp(column.type) and column.type.unit != "us":
+        column = column.cast(pa.timestamp("us", column.type.tz))
+    values = pc.fill_null(column.cast(pa.int64()), null)
+    return np.array(values.to_numpy(), dtype=np.int64)  # a writable copy
 
 
 def known_groups(store: Store, group_ids: Sequence[str]) -> set[str]:
