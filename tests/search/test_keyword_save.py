@@ -148,3 +148,22 @@ def test_the_engine_reopens_its_saved_keywords_caught_up_with_the_store(tmp_path
     finally:
         second.close()
         store.close()
+
+
+def test_text_prints_are_stable_and_see_every_changed_byte():
+    from workbench.search.vector_math import text_prints
+
+    rng = random.Random(4)
+    texts = ["", "a", "Maria lives in Berlin", "Maria lives in Berlín", "中文 text", ""]
+    texts += ["".join(rng.choices("abc xyz é中", k=rng.randint(0, 300))) for _ in range(300)]
+    prints = text_prints(texts)
+    for chunk in (1, 7, 1000):  # however the bytes are split into chunks
+        assert text_prints(texts, chunk_bytes=chunk).tolist() == prints.tolist()
+    assert [int(p) for p in prints] == [int(text_prints([t])[0]) for t in texts]
+    assert len(set(prints.tolist())) == len(set(texts))
+    for text in texts[6:60]:  # one byte changed, added or removed
+        if text:
+            i = rng.randrange(len(text))
+            for other in (text[:i] + "q" + text[i + 1 :], text + "q", text[:-1]):
+                if other != text:
+                    assert text_prints([other])[0] != text_prints([text])[0]

@@ -36,7 +36,7 @@ from pathlib import Path
 
 import numpy as np
 
-from workbench.search.vector_math import top_positions
+from workbench.search.vector_math import text_prints, top_positions
 
 __all__ = ["STOP_WORDS", "KeywordIndex", "stem", "tokenize"]
 
@@ -126,13 +126,17 @@ def _split_cjk(word: str) -> list[str]:
     return out
 
 
-SAVE_VERSION = 1
+SAVE_VERSION = 2  # 2: documents' fingerprints by text_prints (1: blake2b, one call each)
+
+
+def document_prints(texts: Sequence[str], groups: Sequence[str]) -> np.ndarray:
+    """A 64-bit fingerprint of each document's text and group (stable across processes;
+    :func:`~workbench.search.vector_math.text_prints`, all at once)."""
+    return text_prints([f"{g}\x00{t}" for t, g in zip(texts, groups)])
 
 
 def document_print(text: str, group: str) -> int:
-    """A 64-bit fingerprint of a document's text and group (stable across processes)."""
-    digest = hashlib.blake2b(f"{group}\x00{text}".encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "little")
+    return int(document_prints([text], [group])[0])
 
 
 class KeywordIndex:
@@ -206,11 +210,12 @@ class KeywordIndex:
         """Insert or replace the documents."""
         if not (len(uuids) == len(texts) == len(group_ids)):
             raise ValueError("add() needs one text and one group_id per uuid")
+        prints = document_prints(texts, group_ids).tolist()
         with self._lock:
-            for uuid, text, group in zip(uuids, texts, group_ids):
+            for uuid, text, group, fp in zip(uuids, texts, group_ids, prints):
                 if uuid in self._slot:
                     self._delete(uuid)
-                self._insert(uuid, text, group)
+                self._insert(uuid, text, group, fp)
             self._maybe_compact()
 
     def remove(self, uuids: Sequence[str]) -> None:
@@ -220,7 +225,7 @@ class KeywordIndex:
                     self._delete(uuid)
             self._maybe_compact()
 
-    def _insert(self, uuid: str, text: str, group: str) -> None:
+    def _insert(self, uuid: str, text: str, group: str, fp: int) -> None:
         counts = Counter(tokenize(text))
         slot = len(self._uuids)
         self._ensure_capacity(slot + 1)
@@ -242,7 +247,7 @@ class KeywordIndex:
         self._doc_len[slot] = length
         self._alive[slot] = True
         self._group[slot] = self._group_codes.setdefault(group, len(self._group_codes))
-        self._print[slot] = document_print(text, group)
+        self._print[slot] = fp
         self._slot[uuid] = slot
         self._total_len += length
         self._total_postings += len(counts)
@@ -424,15 +429,14 @@ class KeywordIndex:
                 index._restore(manifest, {k: data[k] for k in data.files})
         except (OSError, ValueError, KeyError, TypeError):
             return None
+        current = document_prints(texts, group_ids)
         with index._lock:
-            slot, prints = index._slot, index._print
+            slot = index._slot
             wanted = set(uuids)
             gone = [u for u in slot if u not in wanted]
-            stale = [
-                i
-                for i, (u, t, g) in enumerate(zip(uuids, texts, group_ids))
-                if (at := slot.get(u)) is None or int(prints[at]) != document_print(t, g)
-            ]
+            at = np.fromiter((slot.get(u, -1) for u in uuids), dtype=np.int64, count=len(uuids))
+            saved = index._print[np.maximum(at, 0)]
+            stale = np.flatnonzero((at < 0) | (saved != current)).tolist()
         index.remove(gone)
         index.add([uuids[i] for i in stale], [texts[i] for i in stale],
                   [group_ids[i] for i in stale])  # fmt: skip

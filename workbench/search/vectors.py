@@ -666,18 +666,16 @@ def _saved_graph(graph_dir, kind: str) -> SavedGraph | None:
 
 
 def _slots_for(layout: list[str | None], uuids: list[str]) -> tuple[np.ndarray, int]:
-    """Each uuid's slot: its saved one, else one a gone uuid left, else a new one at the end;
-    and the number of slots."""
+    """Each uuid's slot: its saved one, else one a gone uuid left (lowest first), else a new
+    one at the end; and the number of slots."""
     where = {u: i for i, u in enumerate(layout) if u is not None}
-    kept = {where[u] for u in uuids if u in where}
-    spare = (i for i in range(len(layout)) if i not in kept)
-    size = len(layout)
-    slots = np.empty(len(uuids), dtype=np.int64)
-    for n, uuid in enumerate(uuids):
-        slot = where.get(uuid)
-        if slot is None:
-            slot = next(spare, None)
-            if slot is None:
-                slot, size = size, size + 1
-        slots[n] = slot
-    return slots, size
+    slots = np.fromiter((where.get(u, -1) for u in uuids), dtype=np.int64, count=len(uuids))
+    new = np.flatnonzero(slots < 0)
+    if not new.size:
+        return slots, len(layout)
+    used = np.zeros(len(layout), dtype=bool)
+    used[slots[slots >= 0]] = True
+    spare = np.flatnonzero(~used)[: new.size]
+    extra = new.size - spare.size
+    slots[new] = np.concatenate([spare, np.arange(len(layout), len(layout) + extra)])
+    return slots, len(layout) + extra

@@ -412,17 +412,21 @@ class Store:
         """Give back the table blocks DuckDB keeps cached after a full read (the search
         engine's load at open reads every row and vector once; DuckDB would otherwise keep
         them, a few hundred MB at 100k memories, until memory runs short). Only unpinned
-        cache is dropped: lowering the memory limit evicts it, then the limit is reset to
-        DuckDB's default (the store never sets another)."""
+        cache is dropped: lowering the memory limit evicts it, then the limit is set back to
+        what it was as DuckDB shows it (rounded to 3 digits, so DuckDB's default of 80% of
+        the RAM may move by 0.1 GiB once, then stays). Under the store's lock, so meant for
+        start-up, before other threads use the store."""
         if self.path == ":memory:":
             return  # an in-memory database's blocks are its data
         with self._lock:
+            limit = self._con.execute("SELECT current_setting('memory_limit')").fetchone()[0]
+            self._memory_limit = getattr(self, "_memory_limit", None) or str(limit)
             try:
                 self._con.execute("SET memory_limit = '16MB'")
             except duckdb.Error:
                 log.debug("could not lower DuckDB's memory limit", exc_info=True)
             finally:
-                self._con.execute("RESET memory_limit")
+                self._con.execute(f"SET memory_limit = '{self._memory_limit}'")
 
     # --- lifecycle and export ----------------------------------------------------------
     def checkpoint(self) -> None:

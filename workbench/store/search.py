@@ -66,9 +66,10 @@ _TABLES = {"entity": ("entities", "entity_embeddings"), "fact": ("facts", "fact_
 def load_vectors(store: Store, kind: str) -> tuple[list[str], list[str], np.ndarray]:
     """Every stored vector of ``kind`` whose memory row exists: (uuids, group_ids, matrix)."""
     table, emb = _TABLES[kind]
-    data = store.fetch_arrow(
-        f"SELECT e.uuid, m.group_id, e.vector FROM {emb} e JOIN {table} m USING (uuid)"
-    )
+    with store.parallel():  # a full scan: every core
+        data = store.fetch_arrow(
+            f"SELECT e.uuid, m.group_id, e.vector FROM {emb} e JOIN {table} m USING (uuid)"
+        )
     if not data.num_rows:
         return [], [], np.zeros((0, store.dim), dtype=np.float32)
     matrix = vector_matrix(data.column("vector"), store.dim)
@@ -127,7 +128,8 @@ def load_rows(store: Store, kind: str, uuids: Sequence[str] | None = None) -> li
 
 def load_table(store: Store, kind: str):
     """The searchable columns of every memory of ``kind`` as one Arrow table."""
-    return store.fetch_arrow(f"SELECT {', '.join(COLUMNS[kind])} FROM {_TABLES[kind][0]}")
+    with store.parallel():  # a full scan: every core
+        return store.fetch_arrow(f"SELECT {', '.join(COLUMNS[kind])} FROM {_TABLES[kind][0]}")
 
 
 def micros(column, null: int) -> np.ndarray:
