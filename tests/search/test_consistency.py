@@ -187,6 +187,40 @@ def test_hnsw_graph_is_saved_and_reused_only_when_the_vectors_match(db, hash_emb
         store.close()
 
 
+def test_a_graph_built_in_the_background_is_saved_at_once_for_a_process_killed_later(
+    db, hash_embedder
+):
+    """No clean stop: the graph saved when its build finished (with the keyword index) is what
+    the next start opens and catches up, instead of building again."""
+    store, engine = open_engine(db, hash_embedder)
+    engine.ann_threshold = 50
+    (sam,) = add(engine, "entity", [entity("Sam")])
+    add(engine, "fact", [fact(f"Sam note number {i} about tea", sam, sam) for i in range(1200)])
+    engine.rebuild()  # above the threshold: the graph is built in the background
+    assert engine.vectors["fact"].wait_ready(60) and engine.vectors["fact"].uses_ann
+    deadline = time.monotonic() + 30
+    while not (engine.graph_dir / "fact.json").is_file() and time.monotonic() < deadline:
+        time.sleep(0.05)  # the save runs in the builder's thread, right after the swap
+    assert (engine.graph_dir / "fact.usearch").is_file()
+    assert (engine.graph_dir / "fact.keywords.npz").is_file()
+    later = add(engine, "fact", [fact("Sam note written after the save", sam, sam)])
+    before = ranking(engine.search_facts("note 7 tea"))
+    engine.tracker.close()  # what a killed process wrote is in the store; no clean stop
+    engine.vectors["fact"].on_built = None
+    engine2 = SearchEngine(  # a new start on the same file
+        store, hash_embedder, Metrics(), ManualClock(T0), access_background=False, ann_threshold=50
+    )
+    try:
+        index = engine2.vectors["fact"]
+        assert index.uses_ann and index._builder is None  # opened and caught up, not rebuilt
+        assert later[0]["uuid"] in index and later[0]["uuid"] in engine2.keywords["fact"]
+        assert ranking(engine2.search_facts("note 7 tea"))[:3] == before[:3]
+    finally:
+        engine2.close()
+        engine.close()
+        store.close()
+
+
 def test_a_saved_graph_built_with_other_hnsw_parameters_is_rebuilt(db, hash_embedder):
     store, engine = open_engine(db, hash_embedder)
     engine.ann_threshold = 50

@@ -34,6 +34,7 @@ background.
 
 from __future__ import annotations
 
+import functools
 import logging
 import re
 import threading
@@ -153,6 +154,7 @@ class SearchEngine:
         self._query_cache: OrderedDict[str, np.ndarray] = OrderedDict()
         self._query_cache_size = query_cache_size
         self._lock = threading.RLock()
+        self._save_lock = threading.Lock()  # one save of the indexes at a time
         self._sync_thread: threading.Thread | None = None
         self._executor: ThreadPoolExecutor | None = None
         self._workers = threading.BoundedSemaphore(SEARCH_WORKERS)
@@ -194,6 +196,8 @@ class SearchEngine:
                 for kind in KINDS
             }
             caches, keywords = self._load_rows()
+            for kind in KINDS:  # a crash after this leaves the new graph for the next start
+                vectors[kind].on_built = functools.partial(self._save_indexes, kind)
             with self._lock:  # accesses recorded meanwhile are still queued: apply them all
                 for kind in KINDS:
                     self._overlay(kind, caches[kind])
@@ -377,14 +381,29 @@ class SearchEngine:
             executor.shutdown(wait=True)
         self.tracker.close()
         for kind in KINDS:
-            if self.graph_dir is not None and len(self.keywords[kind]) >= KEYWORDS_SAVED_FROM:
+            self.vectors[kind].on_built = None
+            self.vectors[kind].close()  # a graph still being built is called off
+            self._save_indexes(kind, closing=True)
+
+    def _save_indexes(self, kind: str, closing: bool = False) -> None:
+        """Save the finished HNSW graph and the keyword index of ``kind`` beside the database
+        (opened and caught up with the store at the next open): at a clean stop, and when a
+        background graph build is done (so a process killed later still restarts from it)."""
+        if self.graph_dir is None or (self._closed and not closing):
+            return
+        with self._save_lock:
+            with self._lock:
+                vectors, keywords = self.vectors[kind], self.keywords[kind]
+            if len(keywords) >= KEYWORDS_SAVED_FROM:
                 try:
-                    self.keywords[kind].save(self._keyword_path(kind))
+                    keywords.save(self._keyword_path(kind))
                 except OSError:
                     log.exception("saving the %s keyword index failed (rebuilt at open)", kind)
-            if self.graph_dir is not None and self.vectors[kind].uses_ann:
-                self.vectors[kind].save_graph(self.graph_dir, kind)
-            self.vectors[kind].close()  # a graph still being built is called off
+            if vectors.uses_ann:
+                try:
+                    vectors.save_graph(self.graph_dir, kind)
+                except OSError:
+                    log.exception("saving the %s graph failed (rebuilt at open)", kind)
 
     # --- the two searches ---------------------------------------------------------------
     def search_nodes(

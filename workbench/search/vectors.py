@@ -43,6 +43,7 @@ rebuilt (in the background) when tombstones pile up. All methods are thread-safe
 from __future__ import annotations
 
 import json
+import logging
 import math
 import threading
 from collections import OrderedDict
@@ -69,6 +70,8 @@ if TYPE_CHECKING:
 Allowed = Callable[[str], bool] | set[str] | frozenset[str] | None
 
 __all__ = ["VectorIndex", "SavedGraph", "load_index", "KINDS"]
+
+log = logging.getLogger("workbench.search.vectors")
 
 # tombstones a graph may carry (or changes it may be caught up with at open) before a new
 # graph is built instead: at least this many, or a quarter of the index
@@ -133,6 +136,8 @@ class VectorIndex:
         # vectors), so a group-filtered search does not gather its rows on every query
         self._subsets: OrderedDict[tuple[int, ...], tuple[np.ndarray, np.ndarray]] = OrderedDict()
         self._subset_bytes = 0
+        # called (in the builder's thread, without the lock) when a background build is done
+        self.on_built: Callable[[], None] | None = None
 
     # --- introspection --------------------------------------------------------------------
     def __len__(self) -> int:
@@ -291,7 +296,7 @@ class VectorIndex:
             self._finish_build(gen, self._new_graph(slots, vectors, gen))
             return
         self._builder = threading.Thread(
-            target=lambda: self._finish_build(gen, self._new_graph(slots, vectors, gen)),
+            target=lambda: self._finish_build(gen, self._new_graph(slots, vectors, gen), True),
             name="workbench-ann-build",
             daemon=True,
         )
@@ -324,7 +329,7 @@ class VectorIndex:
             if self._builder is builder:
                 self._builder, self._dirty = None, set()
 
-    def _finish_build(self, gen: int, graph) -> None:
+    def _finish_build(self, gen: int, graph, notify: bool = False) -> None:
         with self._lock:
             if gen != self._build_gen or graph is None:
                 return  # called off meanwhile (closed, or the index became small again)
@@ -336,6 +341,12 @@ class VectorIndex:
                     graph.add(live, self._mat[live], threads=self._build_threads)
             self._ann, self._ann_tombstones = graph, int(dirty.size)
             self._builder, self._dirty = None, set()
+            hook = self.on_built if notify else None
+        if hook is not None:
+            try:
+                hook()
+            except Exception:  # a cache left unsaved is rebuilt or caught up at the next open
+                log.exception("after a graph build")
 
     def _drop_ann(self) -> None:
         self._build_gen += 1
