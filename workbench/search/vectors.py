@@ -11,8 +11,12 @@ How it searches (figures in ``docs/performance.md``, "The vector index"):
   rows. Beyond ``ann_threshold`` rows:
 * **Approximate** (HNSW from ``usearch``, int8-quantised, M=24, ef_add=96, ef_search=200):
   it returns an oversampled candidate list (``max(ann_candidates, 4k)``,
-  ``ef = max(ef_for(size), count)``) re-ranked with the exact float32 cosine, so scores are
-  always real cosines. A bigger graph needs a wider search for the same recall, so ``ef_for``
+  ``ef = max(ef_for(size), count)``) re-ranked with the cosine of the stored vectors, so
+  scores are real cosines, not the graph's int8 estimates. While a graph serves, the matrix
+  is held as float16 (``half_under_graph``): half the memory of the largest part of the
+  index, cosines within about 1e-3 of float32's (recall figures in ``docs/performance.md``);
+  it goes back to float32 (the rounded values) if the index shrinks and the graph is dropped.
+  A bigger graph needs a wider search for the same recall, so ``ef_for``
   grows ``ef_search`` with the square root of the size beyond ``ef_reference_size`` (100k):
   a fixed ef lost recall as the graph grew, the square-root rule kept it.
 * **Filters** (``group_ids``, ``allowed``) apply *before* the top-k for exact search. For ANN
@@ -102,6 +106,7 @@ class VectorIndex:
         ann_dtype: str = "i8",
         build_threads: int = 1,
         background_build: bool = True,
+        half_under_graph: bool = True,
     ):
         if dim <= 0:
             raise ValueError("dim must be positive")
@@ -116,6 +121,10 @@ class VectorIndex:
         )
         self._build_threads = build_threads
         self.background_build = background_build
+        # while the graph serves, the vectors (the exact re-rank of its candidates, and the
+        # exact search of small groups) are held as float16: half the memory, cosines within
+        # ~1e-3. Exact search of the whole index (no graph) keeps float32 for BLAS speed.
+        self.half_under_graph = half_under_graph
         self._lock = threading.RLock()
         self._mat = np.zeros((0, dim), dtype=np.float32)
         self._alive = np.zeros(0, dtype=bool)
@@ -171,7 +180,7 @@ class VectorIndex:
     def vector(self, uuid: str) -> np.ndarray | None:
         with self._lock:
             slot = self._slot.get(uuid)
-            return None if slot is None else self._mat[slot].copy()
+            return None if slot is None else self._mat[slot].astype(np.float32)
 
     # --- writing ------------------------------------------------------------------------
     def add(self, uuids: Sequence[str], vectors: np.ndarray, group_ids: Sequence[str]) -> None:
@@ -289,7 +298,7 @@ class VectorIndex:
         self._build_gen += 1
         gen = self._build_gen
         slots = np.flatnonzero(self._alive[: self._size])
-        vectors = self._mat[slots].copy()
+        vectors = self._mat[slots]  # a copy (fancy indexing), float16 under a graph
         self._dirty = set()
         if not self.background_build:
             self._builder = threading.current_thread()
@@ -312,7 +321,8 @@ class VectorIndex:
             if gen != self._build_gen:
                 return None
             end = start + BUILD_CHUNK
-            graph.add(slots[start:end], vectors[start:end], threads=self._build_threads)
+            chunk = vectors[start:end].astype(np.float32, copy=False)
+            graph.add(slots[start:end], chunk, threads=self._build_threads)
         return graph
 
     def close(self, timeout: float = 60) -> None:
@@ -338,8 +348,9 @@ class VectorIndex:
                 graph.remove(dirty)
                 live = dirty[self._alive[dirty]]
                 if live.size:
-                    graph.add(live, self._mat[live], threads=self._build_threads)
+                    graph.add(live, self._rows(live), threads=self._build_threads)
             self._ann, self._ann_tombstones = graph, int(dirty.size)
+            self._set_half(self.half_under_graph)
             self._builder, self._dirty = None, set()
             hook = self.on_built if notify else None
         if hook is not None:
@@ -352,6 +363,19 @@ class VectorIndex:
         self._build_gen += 1
         self._ann, self._ann_tombstones = None, 0
         self._builder, self._dirty = None, set()
+        self._set_half(False)
+
+    def _set_half(self, half: bool) -> None:
+        """Hold the vectors as float16 (``half``) or float32 (hold the lock)."""
+        dtype = np.float16 if half else np.float32
+        if self._mat.dtype != dtype:
+            self._mat = self._mat.astype(dtype)
+            self._subsets.clear()
+            self._subset_bytes = 0
+
+    def _rows(self, slots) -> np.ndarray:
+        """The vectors at ``slots`` as float32 (hold the lock)."""
+        return self._mat[slots].astype(np.float32, copy=False)
 
     def _maybe_compact_ann(self) -> None:
         limit = max(TOMBSTONE_LIMIT, len(self._slot) // 4)
@@ -370,9 +394,13 @@ class VectorIndex:
             self._ann.save(str(folder / f"{kind}.usearch"))
             prints = folder / f"{kind}.prints.npy"
             with open(prints.with_suffix(".tmp"), "wb") as handle:
-                np.save(handle, row_prints(self._mat[: self._size]))
+                np.save(handle, row_prints(self._mat[: self._size], via=np.float16))
             prints.with_suffix(".tmp").replace(prints)
-            manifest = {"slots": self._uuids[: self._size], "params": self._params_key()}
+            manifest = {
+                "slots": self._uuids[: self._size],
+                "params": self._params_key(),
+                "prints": "float16",  # of the vectors rounded to float16, whatever they are held as
+            }
             tmp = folder / f"{kind}.json.tmp"
             tmp.write_text(json.dumps(manifest))
             tmp.replace(folder / f"{kind}.json")
@@ -414,6 +442,7 @@ class VectorIndex:
             graph, stale = self._caught_up(saved)
             if graph is not None:
                 self._ann, self._ann_tombstones = graph, stale
+                self._set_half(self.half_under_graph)
             elif len(self._slot) >= self.ann_threshold:
                 self._start_build()
 
@@ -429,7 +458,7 @@ class VectorIndex:
             return None, 0  # small: exact search is cheaper than a graph
         in_graph = np.array([u is not None for u in saved.layout], dtype=bool)
         alive = self._alive[: self._size]
-        current = row_prints(self._mat[:known])
+        current = row_prints(self._mat[:known], via=saved.prints_of)
         stale = np.flatnonzero(in_graph & ((current != saved.prints) | ~alive[:known]))
         graphed = np.zeros(self._size, dtype=bool)
         graphed[:known] = in_graph
@@ -446,7 +475,7 @@ class VectorIndex:
         if stale.size:
             graph.remove(stale)
         if redo.size:
-            graph.add(redo, self._mat[redo], threads=self._build_threads)
+            graph.add(redo, self._rows(redo), threads=self._build_threads)
         return graph, int(stale.size)
 
     def wait_ready(self, timeout: float | None = None) -> bool:
@@ -496,7 +525,7 @@ class VectorIndex:
             out = np.full(len(slots), np.nan, dtype=np.float32)
             known = slots >= 0
             if known.any():
-                out[known] = self._mat[slots[known]] @ q
+                out[known] = self._rows(slots[known]) @ q
             return out
 
     def _codes(self, group_ids: Sequence[str] | None) -> list[int] | None:
@@ -533,7 +562,7 @@ class VectorIndex:
         if codes is not None and n_kept < self._size // 2:
             return self._exact_in(q, k, codes, allowed)
         with one_blas_thread():
-            scores = self._mat[: self._size] @ q
+            scores = self._rows(slice(0, self._size)) @ q  # float32 here (no graph): a view
         if n_kept < self._size:
             scores[~self._group_mask(codes)] = -np.inf
         return self._top(scores, None, k, allowed, n_kept)
@@ -544,7 +573,7 @@ class VectorIndex:
         cached = self._subsets.get(key)
         if cached is None:
             slots = self._slots_in(codes)
-            cached = (slots, self._mat[slots])
+            cached = (slots, self._rows(slots))
             if cached[1].nbytes <= SUBSET_CACHE_BYTES // 4:
                 self._subsets[key] = cached
                 self._subset_bytes += cached[1].nbytes
@@ -568,7 +597,7 @@ class VectorIndex:
         if slots.size == 0:
             return []
         with one_blas_thread():
-            scores = (self._mat[slots] if rows is None else rows) @ q
+            scores = (self._rows(slots) if rows is None else rows) @ q
         return self._top(scores, slots, k, allowed, int(slots.size))
 
     def _top(self, scores, slots, k, allowed, n_valid) -> list[tuple[str, float]]:
@@ -616,7 +645,7 @@ class VectorIndex:
             keys = np.asarray(self._ann.search(q, count, threads=1).keys, dtype=np.int64)
             if codes_arr is not None and keys.size:
                 keys = keys[np.isin(self._group[keys], codes_arr)]
-            scores = self._mat[keys] @ q  # re-rank with the exact float32 cosine
+            scores = self._rows(keys) @ q  # re-rank with the exact cosine
             hits = self._top(scores, keys, k, allowed, int(keys.size))
             if len(hits) >= k or count >= total:
                 return hits
@@ -633,6 +662,7 @@ class SavedGraph:
     prints: np.ndarray
     params: dict[str, str]
     graph: Path
+    prints_of: type = np.float16  # the prints are of the vectors as this type (older: float32)
 
 
 def load_index(
@@ -673,7 +703,9 @@ def _saved_graph(graph_dir, kind: str) -> SavedGraph | None:
     layout = manifest.get("slots")
     if not isinstance(layout, list) or not (folder / f"{kind}.usearch").is_file():
         return None
-    return SavedGraph(layout, prints, manifest.get("params") or {}, folder / f"{kind}.usearch")
+    prints_of = np.float16 if manifest.get("prints") == "float16" else np.float32
+    params = manifest.get("params") or {}
+    return SavedGraph(layout, prints, params, folder / f"{kind}.usearch", prints_of)
 
 
 def _slots_for(layout: list[str | None], uuids: list[str]) -> tuple[np.ndarray, int]:
