@@ -154,3 +154,17 @@ def test_the_newest_facts_of_an_entity_come_first():
     assert facts == [r["uuid"] for r in newest]
     assert neighbours == {e for r in newest for e in (r["source_uuid"], r["target_uuid"])} - {"e1"}
     assert np.all(cache.slots(facts) >= 0)
+
+
+@pytest.mark.parametrize("kind", ["entity", "fact"])
+def test_an_empty_cache_accepts_nothing(kind):
+    """A search between a reload that found no rows and the indexes' catching up asks about
+    uuids the cache no longer holds."""
+    cache = RowCache(kind)
+    assert cache.accepting(cache.slots(["gone", "also gone"]), SearchFilters()).tolist() == [
+        False,
+        False,
+    ]
+    cache.put(_rows(kind, 3))
+    cache.remove(cache.uuids())
+    assert cache.accepting(cache.slots(["gone"]), SearchFilters()).tolist() == [False]

@@ -242,3 +242,33 @@ def test_release_cache_gives_back_cached_blocks_and_keeps_the_memory_limit(tmp_p
     sorted_ = store.fetch_arrow("SELECT uuid, vector FROM entity_embeddings ORDER BY vector[1]")
     assert sorted_.num_rows == 1_000_000
     store.close()
+
+
+@pytest.mark.duckdb_only("DuckDB's own block cache")
+def test_release_cache_keeps_no_limit_and_leaves_in_memory_data_alone(tmp_path):
+    store = Store.open(str(tmp_path / "kb.duckdb"), dim=4)
+    store._con.execute("SET memory_limit = '-1'")  # no limit: shown as PiB, not parseable
+    store.release_cache()
+    assert "PiB" in store.fetchone("SELECT current_setting('memory_limit')")[0]
+    store.close()
+
+    memory = Store.open(":memory:", dim=4)
+    memory.execute(
+        "INSERT INTO entity_embeddings SELECT 'u' || i, 'm', "
+        "[random(), random(), random(), random()]::FLOAT[4] FROM range(1000000) t(i)"
+    )
+    memory.path = "snapshot:somewhere"  # as Store.open_snapshot names its in-memory database
+    memory.release_cache()
+    spilled = memory.fetchone("SELECT sum(temporary_storage_bytes) FROM duckdb_memory()")[0]
+    assert spilled == 0  # its tables are its data: not pushed out to disk
+    memory.close()
+
+
+@pytest.mark.parametrize(
+    "shown, value",
+    [("18.7 GiB", "20079MB"), ("512.0 MiB", "537MB"), ("16383.9 PiB", "-1"), ("?", None)],
+)
+def test_a_shown_memory_limit_reads_back_as_a_settable_value(shown, value):
+    from workbench.store import memory_limit_value
+
+    assert memory_limit_value(shown) == value

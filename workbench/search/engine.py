@@ -191,13 +191,18 @@ class SearchEngine:
             # (the allocators keep what the two threads freed interleaved)
             vectors = {
                 kind: load_index(
-                    self.store, kind, self.ann_threshold, self.graph_dir, **self._index_options
+                    self.store,
+                    kind,
+                    self.ann_threshold,
+                    self.graph_dir,
+                    # a graph built in the background is saved at once (with the keywords):
+                    # a process killed later restarts from it
+                    on_built=functools.partial(self._save_built, kind),
+                    **self._index_options,
                 )
                 for kind in KINDS
             }
             caches, keywords = self._load_rows()
-            for kind in KINDS:  # a crash after this leaves the new graph for the next start
-                vectors[kind].on_built = functools.partial(self._save_indexes, kind)
             with self._lock:  # accesses recorded meanwhile are still queued: apply them all
                 for kind in KINDS:
                     self._overlay(kind, caches[kind])
@@ -357,10 +362,13 @@ class SearchEngine:
         """Per memory kind: how many memories are searchable and how the vector index
         searches them (see :attr:`VectorIndex.state`)."""
         with self._lock:
-            return {
-                kind: {"memories": len(self.rows[kind]), "vector_index": self.vectors[kind].state}
-                for kind in KINDS
-            }
+            rows, vectors = dict(self.rows), dict(self.vectors)
+        # each index's own lock, after the engine's: a graph being saved holds its index's
+        # lock for a while, and this must not hold the searches up meanwhile
+        return {
+            kind: {"memories": len(rows[kind]), "vector_index": vectors[kind].state}
+            for kind in KINDS
+        }
 
     def flush(self) -> int:
         """Write queued access updates now (before maintenance reads ``last_accessed_at``)."""
@@ -383,18 +391,27 @@ class SearchEngine:
         for kind in KINDS:
             self.vectors[kind].on_built = None
             self.vectors[kind].close()  # a graph still being built is called off
-            self._save_indexes(kind, closing=True)
+            self._save_indexes(kind)
 
-    def _save_indexes(self, kind: str, closing: bool = False) -> None:
+    def _save_built(self, kind: str, index: VectorIndex) -> None:
+        """``VectorIndex.on_built``: the index of ``kind`` finished a background build."""
+        if not self._closed:
+            self._save_indexes(kind, index)
+
+    def _save_indexes(self, kind: str, built: VectorIndex | None = None) -> None:
         """Save the finished HNSW graph and the keyword index of ``kind`` beside the database
         (opened and caught up with the store at the next open): at a clean stop, and when a
-        background graph build is done (so a process killed later still restarts from it)."""
-        if self.graph_dir is None or (self._closed and not closing):
+        background graph build is done (``built``: that index, which may not be the engine's
+        yet while it opens)."""
+        if self.graph_dir is None:
             return
         with self._save_lock:
             with self._lock:
-                vectors, keywords = self.vectors[kind], self.keywords[kind]
-            if len(keywords) >= KEYWORDS_SAVED_FROM:
+                vectors = built or self.vectors.get(kind)
+                keywords = self.keywords.get(kind)
+            if vectors is None:
+                return
+            if keywords is not None and len(keywords) >= KEYWORDS_SAVED_FROM:
                 try:
                     keywords.save(self._keyword_path(kind))
                 except OSError:
@@ -470,11 +487,12 @@ class SearchEngine:
             "fact", text, k, filters, self.weights, centre, check_min_score(min_score)
         )
         self.metrics.record_search(time.perf_counter() - started)
-        names = self.rows["entity"]
-        return [
-            fact_out(row, parts, score, tier if centre else None, self.weights, names)
-            for row, parts, score, tier in hits
-        ]
+        with self._lock:  # a name read while a writer reuses the slot could be another's
+            names = self.rows["entity"]
+            return [
+                fact_out(row, parts, score, tier if centre else None, self.weights, names)
+                for row, parts, score, tier in hits
+            ]
 
     # --- internals ----------------------------------------------------------------------
     def _centre(self, center_node_uuid: str | None):
@@ -629,7 +647,8 @@ class SearchEngine:
         named = self._named(text, filters.group_ids)
         if not named:
             return None, rows
-        bridges = self._bridges(text, named)
+        with self._lock:
+            bridges = self._bridges(text, named)
         if not bridges:
             return None, rows
         order = self._rank("fact", rows, cands, weights, centre, len(rows))

@@ -184,6 +184,8 @@ class RowCache:
         columns for all of them at once."""
         a = self._arrays
         keep = slots >= 0
+        if not len(a["created_at"]):  # nothing here (an empty store, or all just purged)
+            return np.zeros(len(slots), dtype=bool)
         slots = np.where(keep, slots, 0)
         if filters.group_ids is not None:
             keep &= np.isin(a["group_id"][slots], self._codes["group_id"].known(filters.group_ids))

@@ -46,6 +46,7 @@ rebuilt (in the background) when tombstones pile up. All methods are thread-safe
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import math
@@ -670,6 +671,7 @@ def load_index(
     kind: str,
     ann_threshold: int = 50_000,
     graph_dir: str | Path | None = None,
+    on_built: Callable[[VectorIndex], None] | None = None,
     **options,
 ) -> VectorIndex:
     """A :class:`VectorIndex` holding every stored vector of ``kind`` ("entity" or "fact")
@@ -684,6 +686,8 @@ def load_index(
     if kind not in KINDS:
         raise InvalidInput(f"unknown memory kind {kind!r}; expected one of {', '.join(KINDS)}")
     index = VectorIndex(store.dim, ann_threshold=ann_threshold, **options)
+    if on_built is not None:  # before anything can start a build
+        index.on_built = functools.partial(on_built, index=index)
     uuids, groups, vectors = load_vectors(store, kind)
     saved = _saved_graph(graph_dir, kind) if graph_dir and uuids else None
     if saved is not None:

@@ -412,15 +412,23 @@ class Store:
         """Give back the table blocks DuckDB keeps cached after a full read (the search
         engine's load at open reads every row and vector once; DuckDB would otherwise keep
         them, a few hundred MB at 100k memories, until memory runs short). Only unpinned
-        cache is dropped: lowering the memory limit evicts it, then the limit is set back to
-        what it was as DuckDB shows it (rounded to 3 digits, so DuckDB's default of 80% of
-        the RAM may move by 0.1 GiB once, then stays). Under the store's lock, so meant for
-        start-up, before other threads use the store."""
-        if self.path == ":memory:":
-            return  # an in-memory database's blocks are its data
+        cache is dropped: lowering the memory limit evicts it, then the limit is set back.
+        DuckDB shows the limit rounded ("18.7 GiB"): the first call pins it to that value in
+        MB (within 0.05 GiB of DuckDB's default of 80% of the RAM), so it never drifts. Under
+        the store's lock; meant for start-up. Nothing to do for an in-memory database (its
+        blocks are its data)."""
         with self._lock:
-            limit = self._con.execute("SELECT current_setting('memory_limit')").fetchone()[0]
-            self._memory_limit = getattr(self, "_memory_limit", None) or str(limit)
+            row = self._con.execute(
+                "SELECT path FROM duckdb_databases() WHERE database_name = current_database()"
+            ).fetchone()
+            if not row or not row[0]:
+                return
+            if getattr(self, "_memory_limit", None) is None:
+                shown = self._con.execute("SELECT current_setting('memory_limit')").fetchone()[0]
+                self._memory_limit = memory_limit_value(str(shown))
+                if self._memory_limit is None:  # a limit it could not set back: leave it
+                    log.debug("DuckDB's memory limit %r not understood: cache kept", shown)
+                    return
             try:
                 self._con.execute("SET memory_limit = '16MB'")
             except duckdb.Error:
@@ -476,6 +484,21 @@ class Store:
             "SELECT len(vector) FROM fact_embeddings LIMIT 1"
         ).fetchone()
         return cls(con, f"snapshot:{folder}", int(dim_row[0]) if dim_row else 0, read_only=True)
+
+
+_UNITS = {"bytes": 1, "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40, "pib": 2**50,
+          "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12}  # fmt: skip
+
+
+def memory_limit_value(shown: str) -> str | None:
+    """DuckDB's displayed memory limit ("18.7 GiB", "512.0 MiB", "16383.9 PiB" for none) as a
+    value ``SET memory_limit`` takes back: whole MB, or '-1' (no limit) for PiB-sized ones,
+    which DuckDB shows but does not parse; None when it cannot be read."""
+    match = re.fullmatch(r"\s*([0-9.]+)\s*([A-Za-z]+)\s*", shown)
+    if not match or match.group(2).lower() not in _UNITS:
+        return None
+    size = float(match.group(1)) * _UNITS[match.group(2).lower()]
+    return "-1" if size >= 2**50 else f"{max(1, round(size / 10**6))}MB"
 
 
 def _sql_path(path: Path) -> str:

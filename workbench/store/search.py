@@ -99,9 +99,9 @@ def vector_matrix(column, dim: int) -> np.ndarray:
 
     parts = []
     for chunk in column.chunks:
-        values = chunk.values if isinstance(chunk, pa.FixedSizeListArray) else None
-        if values is None or values.null_count or chunk.offset:
-            values = pc.list_flatten(chunk)  # variable-size lists (PostgreSQL's REAL[])
+        # the values of just this chunk's lists (a slice of the child: no copy); variable-size
+        # lists (PostgreSQL's REAL[]) the same way
+        values = pc.list_flatten(chunk)
         values = values.cast(pa.float32()) if values.type != pa.float32() else values
         if values.null_count:
             raise ValueError("a stored vector holds a NULL")
