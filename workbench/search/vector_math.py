@@ -71,17 +71,14 @@ def top_positions(scores: np.ndarray, n: int) -> np.ndarray:
 _PRINT_KEYS = np.random.default_rng(20261125).integers(1, 2**63, size=65536, dtype=np.uint64) | 1
 
 
-def row_prints(matrix: np.ndarray, chunk: int = 8192, via: type = np.float32) -> np.ndarray:
-    """A 64-bit fingerprint of each row's exact float32 bits (a multiply-add hash of its
-    words) after rounding it to ``via`` (float16: the same print whether the row is held as
-    float32 or float16): rows that differ in any bit differ in print, barring a 2**-64
-    chance. Converted a chunk at a time (no full-size copy)."""
+def row_prints(matrix: np.ndarray, chunk: int = 8192) -> np.ndarray:
+    """A 64-bit fingerprint of each float32 row's exact bits (a multiply-add hash of its
+    words): rows that differ in any bit differ in print, barring a 2**-64 chance."""
     keys = _PRINT_KEYS[: matrix.shape[1]]
     out = np.empty(matrix.shape[0], dtype=np.uint64)
     with np.errstate(over="ignore"):
         for start in range(0, matrix.shape[0], chunk):
-            rows = matrix[start : start + chunk].astype(via, copy=False)
-            rows = np.ascontiguousarray(rows, dtype=np.float32)
+            rows = np.ascontiguousarray(matrix[start : start + chunk], dtype=np.float32)
             words = rows.view(np.uint32).astype(np.uint64) + 1
             out[start : start + chunk] = (words * keys).sum(axis=1, dtype=np.uint64)
     return out

@@ -129,6 +129,7 @@ class VectorIndex:
         self._lock = threading.RLock()
         self._mat = np.zeros((0, dim), dtype=np.float32)
         self._alive = np.zeros(0, dtype=bool)
+        self._prints = np.zeros(0, dtype=np.uint64)  # each slot's vector's fingerprint
         self._group = np.zeros(0, dtype=np.int32)
         self._uuids: list[str | None] = []
         self._slot: dict[str, int] = {}
@@ -210,6 +211,7 @@ class VectorIndex:
                 count=len(uuids),
             )
             self._mat[slots] = vecs
+            self._prints[slots] = row_prints(vecs)
             if self._builder is not None:
                 self._dirty.update(int(s) for s in slots)
             if self._ann is not None:
@@ -276,6 +278,7 @@ class VectorIndex:
             cap = max(1024, self._mat.shape[0] * 2)
             self._mat = grow(self._mat, cap)
             self._alive = grow(self._alive, cap)
+            self._prints = grow(self._prints, cap)
             self._group = grow(self._group, cap, fill=-1)
             self._uuids.extend([None] * (cap - len(self._uuids)))
         self._size += 1
@@ -289,6 +292,7 @@ class VectorIndex:
         self._group[slot] = -1
         self._uuids[slot] = None
         self._mat[slot] = 0.0
+        self._prints[slot] = 0
         self._free.append(slot)
         return slot
 
@@ -374,6 +378,13 @@ class VectorIndex:
             self._subsets.clear()
             self._subset_bytes = 0
 
+    def _halve(self) -> None:
+        """Hold the vectors as float16 if a graph still serves (a thread after a restore:
+        searches wait for the conversion once, ~0.3 s at 200k vectors)."""
+        with self._lock:
+            if self._ann is not None:
+                self._set_half(True)
+
     def _rows(self, slots) -> np.ndarray:
         """The vectors at ``slots`` as float32 (hold the lock)."""
         return self._mat[slots].astype(np.float32, copy=False)
@@ -395,13 +406,9 @@ class VectorIndex:
             self._ann.save(str(folder / f"{kind}.usearch"))
             prints = folder / f"{kind}.prints.npy"
             with open(prints.with_suffix(".tmp"), "wb") as handle:
-                np.save(handle, row_prints(self._mat[: self._size], via=np.float16))
+                np.save(handle, self._prints[: self._size])
             prints.with_suffix(".tmp").replace(prints)
-            manifest = {
-                "slots": self._uuids[: self._size],
-                "params": self._params_key(),
-                "prints": "float16",  # of the vectors rounded to float16, whatever they are held as
-            }
+            manifest = {"slots": self._uuids[: self._size], "params": self._params_key()}
             tmp = folder / f"{kind}.json.tmp"
             tmp.write_text(json.dumps(manifest))
             tmp.replace(folder / f"{kind}.json")
@@ -426,7 +433,11 @@ class VectorIndex:
             self._alive = np.zeros(cap, dtype=bool)
             self._group = np.full(cap, -1, dtype=np.int32)
             self._uuids = [None] * cap
-            self._mat[slots] = unit_rows(vectors, self.dim)
+            unit = unit_rows(vectors, self.dim)
+            self._mat[slots] = unit
+            self._prints = np.zeros(cap, dtype=np.uint64)
+            self._prints[slots] = row_prints(unit)
+            del unit
             codes = {g: self._group_codes.setdefault(g, len(self._group_codes))
                      for g in dict.fromkeys(groups)}  # fmt: skip
             coded = np.fromiter(map(codes.__getitem__, groups), dtype=np.int32, count=len(groups))
@@ -443,7 +454,10 @@ class VectorIndex:
             graph, stale = self._caught_up(saved)
             if graph is not None:
                 self._ann, self._ann_tombstones = graph, stale
-                self._set_half(self.half_under_graph)
+                if self.half_under_graph:  # not now: the open would wait for the conversion
+                    threading.Thread(
+                        target=self._halve, name="workbench-vectors-half", daemon=True
+                    ).start()
             elif len(self._slot) >= self.ann_threshold:
                 self._start_build()
 
@@ -459,7 +473,7 @@ class VectorIndex:
             return None, 0  # small: exact search is cheaper than a graph
         in_graph = np.array([u is not None for u in saved.layout], dtype=bool)
         alive = self._alive[: self._size]
-        current = row_prints(self._mat[:known], via=saved.prints_of)
+        current = self._prints[:known]
         stale = np.flatnonzero(in_graph & ((current != saved.prints) | ~alive[:known]))
         graphed = np.zeros(self._size, dtype=bool)
         graphed[:known] = in_graph
@@ -663,7 +677,6 @@ class SavedGraph:
     prints: np.ndarray
     params: dict[str, str]
     graph: Path
-    prints_of: type = np.float16  # the prints are of the vectors as this type (older: float32)
 
 
 def load_index(
@@ -707,9 +720,7 @@ def _saved_graph(graph_dir, kind: str) -> SavedGraph | None:
     layout = manifest.get("slots")
     if not isinstance(layout, list) or not (folder / f"{kind}.usearch").is_file():
         return None
-    prints_of = np.float16 if manifest.get("prints") == "float16" else np.float32
-    params = manifest.get("params") or {}
-    return SavedGraph(layout, prints, params, folder / f"{kind}.usearch", prints_of)
+    return SavedGraph(layout, prints, manifest.get("params") or {}, folder / f"{kind}.usearch")
 
 
 def _slots_for(layout: list[str | None], uuids: list[str]) -> tuple[np.ndarray, int]:
