@@ -87,6 +87,15 @@ class Codes:
     def name(self, code: int) -> str | None:
         return None if code < 0 else self.names[code]
 
+    def encode(self, column) -> np.ndarray:
+        """The codes of an Arrow string column (dictionary-encoded in Arrow, then each
+        distinct value coded once)."""
+        encoded = column.combine_chunks().dictionary_encode()
+        mapping = np.array([self.of(v) for v in encoded.dictionary.to_pylist()] + [-1],
+                           dtype=np.int32)  # fmt: skip
+        indices = encoded.indices.fill_null(len(mapping) - 1).to_numpy(zero_copy_only=False)
+        return mapping[indices]
+
     def known(self, values: Iterable[str]) -> np.ndarray:
         """The codes of those of ``values`` ever seen (a value never seen matches nothing)."""
         return np.array([self._code[v] for v in values if v in self._code], dtype=np.int32)
@@ -240,10 +249,7 @@ class RowCache:
             self._texts[column] = [v if v is None else intern(v)
                                    for v in table.column(column).to_pylist()]  # fmt: skip
         for column in _CODED[self.kind]:
-            of = self._codes[column].of
-            self._arrays[column] = np.fromiter(
-                map(of, table.column(column).to_pylist()), dtype=np.int32, count=n
-            )
+            self._arrays[column] = self._codes[column].encode(table.column(column))
         for column in _TIMES[self.kind]:
             self._arrays[column] = sql.micros(table.column(column), NO_TIME)
         for column, dtype in _NUMBERS.items():

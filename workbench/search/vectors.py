@@ -446,11 +446,19 @@ class VectorIndex:
                 if count:
                     self._group_counts[code] = self._group_counts.get(code, 0) + count
             self._alive[slots] = True
-            at = slots.tolist()
-            for uuid, slot in zip(uuids, at):
-                self._uuids[slot] = uuid
-            self._slot.update(zip(uuids, at))
-            self._free = [i for i in range(size) if not self._alive[i]][::-1]
+            if len(uuids) == size and uuids and slots[-1] == size - 1 and slots[0] == 0:
+                in_order = bool(np.all(slots[1:] > slots[:-1]))  # then slots == 0..size-1
+            else:
+                in_order = False
+            if in_order:
+                self._uuids[:size] = uuids
+                self._slot.update(zip(uuids, range(size)))
+            else:
+                at = slots.tolist()
+                for uuid, slot in zip(uuids, at):
+                    self._uuids[slot] = uuid
+                self._slot.update(zip(uuids, at))
+            self._free = np.flatnonzero(~self._alive[:size])[::-1].tolist()
             graph, stale = self._caught_up(saved)
             if graph is not None:
                 self._ann, self._ann_tombstones = graph, stale
@@ -726,6 +734,8 @@ def _saved_graph(graph_dir, kind: str) -> SavedGraph | None:
 def _slots_for(layout: list[str | None], uuids: list[str]) -> tuple[np.ndarray, int]:
     """Each uuid's slot: its saved one, else one a gone uuid left (lowest first), else a new
     one at the end; and the number of slots."""
+    if layout == uuids:  # nothing changed since the save, nor the store's order: the usual
+        return np.arange(len(uuids), dtype=np.int64), len(layout)
     where = {u: i for i, u in enumerate(layout) if u is not None}
     slots = np.fromiter((where.get(u, -1) for u in uuids), dtype=np.int64, count=len(uuids))
     new = np.flatnonzero(slots < 0)
