@@ -378,13 +378,6 @@ class VectorIndex:
             self._subsets.clear()
             self._subset_bytes = 0
 
-    def _halve(self) -> None:
-        """Hold the vectors as float16 if a graph still serves (a thread after a restore:
-        searches wait for the conversion once, ~0.3 s at 200k vectors)."""
-        with self._lock:
-            if self._ann is not None:
-                self._set_half(True)
-
     def _rows(self, slots) -> np.ndarray:
         """The vectors at ``slots`` as float32 (hold the lock)."""
         return self._mat[slots].astype(np.float32, copy=False)
@@ -462,10 +455,9 @@ class VectorIndex:
             graph, stale = self._caught_up(saved)
             if graph is not None:
                 self._ann, self._ann_tombstones = graph, stale
-                if self.half_under_graph:  # not now: the open would wait for the conversion
-                    threading.Thread(
-                        target=self._halve, name="workbench-vectors-half", daemon=True
-                    ).start()
+                # now, not in a thread: a search must not see float32 cosines first and
+                # float16 ones later (results are the same before and after a restart)
+                self._set_half(self.half_under_graph)
             elif len(self._slot) >= self.ann_threshold:
                 self._start_build()
 
