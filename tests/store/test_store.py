@@ -272,3 +272,20 @@ def test_a_shown_memory_limit_reads_back_as_a_settable_value(shown, value):
     from workbench.store import memory_limit_value
 
     assert memory_limit_value(shown) == value
+
+
+def test_vectors_are_read_from_arrow_chunks_of_any_kind():
+    """Fixed-size lists (DuckDB's FLOAT[n]) and lists (PostgreSQL's REAL[]), whole or sliced
+    (a chunk's values are only its own rows'), into one float32 matrix."""
+    import pyarrow as pa
+
+    from workbench.store.search import vector_matrix
+
+    matrix = np.arange(15, dtype=np.float32).reshape(5, 3)
+    fixed = pa.FixedSizeListArray.from_arrays(pa.array(matrix.reshape(-1)), 3)
+    chunks = pa.chunked_array([fixed.slice(0, 2), fixed.slice(2, 1), fixed.slice(3, 2)])
+    assert np.array_equal(vector_matrix(chunks, 3), matrix)
+    lists = pa.array(matrix.astype(np.float64).tolist(), pa.list_(pa.float64())).slice(1, 3)
+    assert np.array_equal(vector_matrix(pa.chunked_array([lists]), 3), matrix[1:4])
+    with pytest.raises(ValueError, match="3-dimensional"):
+        vector_matrix(pa.chunked_array([pa.array([[1.0, 2.0]], pa.list_(pa.float32()))]), 3)
