@@ -9,8 +9,8 @@ returned rows) and queues the change; the queue is written with one UPDATE per m
 ``flush_interval`` seconds, synchronously when ``max_pending`` memories wait, and on
 :meth:`flush` / :meth:`close` — so no access is lost on an orderly shutdown. The search engine
 applies the new values to its row cache at once; when it re-reads rows from the store it holds
-:meth:`consistent_read` and calls :meth:`overlay`, which re-applies what is not written yet (no
-double reactivation, no lost count). ``background=False`` writes at the end of every search.
+:meth:`consistent_read` and re-applies what is not written yet (:meth:`pending_of`; no double
+reactivation, no lost count). ``background=False`` writes at the end of every search.
 
 Lock order (to stay deadlock-free): the flush lock, then the caller's lock, then this
 tracker's lock, then the store's.
@@ -85,29 +85,18 @@ class AccessTracker:
         self._thread: threading.Thread | None = None
 
     # --- the hot path -------------------------------------------------------------------
-    def overlay(self, kind: str, rows: Iterable[dict[str, Any]]) -> None:
-        """Apply accesses not yet written to rows fetched from the store (in place)."""
+    def pending_of(
+        self, kind: str, uuids: Iterable[str] | None = None
+    ) -> list[tuple[str, datetime, int]]:
+        """The accesses of ``kind`` (of these ``uuids``, or all) not yet written: (uuid, latest
+        access, count), to apply to rows just read from the store
+        (:meth:`~workbench.search.rows.RowCache.access`)."""
         with self._lock:
-            if not self._pending:
-                return
-            for row in rows:
-                pending = self._pending.get((kind, row["uuid"]))
-                if pending is None:
-                    continue
-                last = row.get("last_accessed_at")
-                if last is None or as_utc(last) < pending.accessed_at:
-                    row["last_accessed_at"] = pending.accessed_at
-                row["access_count"] = int(row.get("access_count") or 0) + pending.count
-                row["decay_score"] = 0.0
-                if row["lifecycle_state"] in REACTIVATED_FROM:
-                    row["lifecycle_state"] = "ACTIVE"
-
-    def pending_of(self, kind: str) -> list[tuple[str, datetime, int]]:
-        """The accesses of ``kind`` not yet written: (uuid, latest access, count), to apply
-        to rows just read from the store (the columnar form of :meth:`overlay`)."""
-        with self._lock:
-            return [(u, p.accessed_at, p.count) for (k, u), p in self._pending.items()
-                    if k == kind]  # fmt: skip
+            if uuids is None:
+                return [(u, p.accessed_at, p.count) for (k, u), p in self._pending.items()
+                        if k == kind]  # fmt: skip
+            found = ((u, self._pending.get((kind, u))) for u in uuids)
+            return [(u, p.accessed_at, p.count) for u, p in found if p is not None]
 
     def record(self, kind: str, rows: list[dict[str, Any]], now: datetime) -> list[dict]:
         """Account one access of each row at ``now``; return the rows as they are after it.

@@ -218,9 +218,10 @@ class SearchEngine:
             keywords[kind] = self._keyword_index(kind, caches[kind])
         return caches, keywords
 
-    def _overlay(self, kind: str, cache: RowCache) -> None:
-        """Apply to freshly read rows the accesses not yet written to the store."""
-        for uuid, when, count in self.tracker.pending_of(kind):
+    def _overlay(self, kind: str, cache: RowCache, uuids=None) -> None:
+        """Apply to freshly read rows (these ``uuids``, or all) the accesses not yet written
+        to the store."""
+        for uuid, when, count in self.tracker.pending_of(kind, uuids):
             cache.access([uuid], when, count)
 
     def _keyword_index(self, kind: str, cache: RowCache) -> KeywordIndex:
@@ -253,9 +254,9 @@ class SearchEngine:
         uuids = [r["uuid"] for r in rows]
         with self.tracker.consistent_read(), self._lock:
             fresh = sql.load_rows(self.store, kind, uuids)
-            self.tracker.overlay(kind, fresh)
             present = {r["uuid"] for r in fresh}
             self.rows[kind].put(fresh)
+            self._overlay(kind, self.rows[kind], present)
             if vectors is not None and len(vectors):
                 keep = [i for i, u in enumerate(uuids[: len(vectors)]) if u in present]
                 self.vectors[kind].add(

@@ -259,30 +259,16 @@ class RowCache:
     def _link_all(self, uuids: list[str]) -> None:
         """:meth:`_link` of every row just loaded (slot = position), in bulk."""
         if self.kind == "fact":
-            touching: dict[str, set[str]] = {}
+            self.touching = {}
             texts = self._texts
             for uuid, source, target in zip(uuids, texts["source_uuid"], texts["target_uuid"]):
-                for end in (source, target):
-                    facts = touching.get(end)
-                    if facts is None:
-                        touching[end] = {uuid}
-                    else:
-                        facts.add(uuid)
-            self.touching = touching
+                _add_touching(self.touching, (source, target), uuid)
             return
         names = self._codes["group_id"].names
         groups = [names[c] for c in self._arrays["group_id"].tolist()]
-        named: dict[str, str | set[str]] = {}
+        self.named = {}
         for uuid, group, norm in zip(uuids, groups, self._texts["name_norm"]):
-            key = name_key(group, norm or "")
-            same = named.get(key)
-            if same is None:
-                named[key] = uuid
-            elif isinstance(same, set):
-                same.add(uuid)
-            else:
-                named[key] = {same, uuid}
-        self.named = named
+            _add_named(self.named, name_key(group, norm or ""), uuid)
 
     def refresh(self, store: Store, uuids: Sequence[str]) -> tuple[list[dict], list[str]]:
         """Re-read these rows; return (rows now present, uuids no longer in the store)."""
@@ -367,17 +353,10 @@ class RowCache:
     def _link(self, slot: int) -> None:
         uuid = self._uuid[slot]
         if self.kind == "fact":
-            for end in (self._texts["source_uuid"][slot], self._texts["target_uuid"][slot]):
-                self.touching.setdefault(end, set()).add(uuid)
+            ends = (self._texts["source_uuid"][slot], self._texts["target_uuid"][slot])
+            _add_touching(self.touching, ends, uuid)
             return
-        key = self._name_key(slot)
-        same = self.named.get(key)
-        if same is None:
-            self.named[key] = uuid
-        elif isinstance(same, set):
-            same.add(uuid)
-        elif same != uuid:
-            self.named[key] = {same, uuid}
+        _add_named(self.named, self._name_key(slot), uuid)
 
     def _unlink(self, slot: int, uuid: str | None = None) -> None:
         uuid = uuid or self._uuid[slot]
@@ -448,6 +427,23 @@ class _RowsView(Mapping):
 
     def __contains__(self, uuid: object) -> bool:
         return uuid in self._cache
+
+
+def _add_named(named: dict[str, str | set[str]], key: str, uuid: str) -> None:
+    """Add ``uuid`` under ``key``: a bare uuid, or the set of them when several share it
+    (a flat string key and a bare uuid keep this at ~130 bytes an entity)."""
+    same = named.get(key)
+    if same is None:
+        named[key] = uuid
+    elif isinstance(same, set):
+        same.add(uuid)
+    elif same != uuid:
+        named[key] = {same, uuid}
+
+
+def _add_touching(touching: dict[str, set[str]], ends: tuple[str, str], uuid: str) -> None:
+    for end in ends:
+        touching.setdefault(end, set()).add(uuid)
 
 
 def name_key(group_id: str, name_norm: str) -> str:

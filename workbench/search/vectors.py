@@ -439,11 +439,7 @@ class VectorIndex:
                 if count:
                     self._group_counts[code] = self._group_counts.get(code, 0) + count
             self._alive[slots] = True
-            if len(uuids) == size and uuids and slots[-1] == size - 1 and slots[0] == 0:
-                in_order = bool(np.all(slots[1:] > slots[:-1]))  # then slots == 0..size-1
-            else:
-                in_order = False
-            if in_order:
+            if len(uuids) == size and np.array_equal(slots, np.arange(size)):  # the usual
                 self._uuids[:size] = uuids
                 self._slot.update(zip(uuids, range(size)))
             else:
