@@ -68,10 +68,12 @@ def texts(n: int, rng: np.random.Generator, vocab: np.ndarray) -> list[str]:
     return [" ".join(vocab[r]) for r in ranks]
 
 
-def rss_mb() -> float:
-    """The process's resident memory now, in MB (Linux)."""
+def rss_mb(field: str = "VmRSS") -> float:
+    """The process's resident memory now, in MB (Linux): all of it (``VmRSS``), or its
+    private part (``RssAnon``) or the pages of mapped files (``RssFile``: the saved vectors,
+    which the kernel can drop and read again)."""
     for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
+        if line.startswith(f"{field}:"):
             return round(int(line.split()[1]) / 1024, 1)
     return float("nan")
 
@@ -297,6 +299,7 @@ def reopen(path: str, saved: str, args) -> dict:
     out["ann_ready_seconds"] = round(time.perf_counter() - started, 2)
     out["search_facts"] = pct(timed(engine.search_facts, queries["fact"]))
     out["rss_mb"] = rss_mb()
+    out["rss_anon_mb"], out["rss_file_mb"] = rss_mb("RssAnon"), rss_mb("RssFile")
     engine.close()
     store.close()
     return out

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 
@@ -22,6 +23,11 @@ from workbench.store import Store
 def open_engine(path, embedder):
     store = Store.open(path)
     return store, SearchEngine(store, embedder, Metrics(), ManualClock(T0), access_background=False)
+
+
+def saved_file(graph_dir, kind, what):
+    """The file of the last save of ``kind``'s graph (``graph``, ``prints`` or ``vectors``)."""
+    return graph_dir / json.loads((graph_dir / f"{kind}.json").read_text())["files"][what]
 
 
 def ranking(hits):
@@ -158,7 +164,7 @@ def test_hnsw_graph_is_saved_and_reused_only_when_the_vectors_match(db, hash_emb
     assert engine.vectors["fact"].wait_ready(60) and engine.vectors["fact"].uses_ann
     before = ranking(engine.search_facts("note 7 tea"))
     engine.close()
-    assert (engine.graph_dir / "fact.usearch").is_file()
+    assert saved_file(engine.graph_dir, "fact", "graph").is_file()
     store.close()
 
     store = Store.open(db)
@@ -201,7 +207,7 @@ def test_a_graph_built_in_the_background_is_saved_at_once_for_a_process_killed_l
     deadline = time.monotonic() + 30
     while not (engine.graph_dir / "fact.json").is_file() and time.monotonic() < deadline:
         time.sleep(0.05)  # the save runs in the builder's thread, right after the swap
-    assert (engine.graph_dir / "fact.usearch").is_file()
+    assert saved_file(engine.graph_dir, "fact", "graph").is_file()
     assert (engine.graph_dir / "fact.keywords.npz").is_file()
     later = add(engine, "fact", [fact("Sam note written after the save", sam, sam)])
     before = ranking(engine.search_facts("note 7 tea"))

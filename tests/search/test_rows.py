@@ -84,7 +84,7 @@ def test_replacing_and_removing_rows_reuses_slots_and_keeps_the_links(kind):
         for r in live.values():
             for end in (r["source_uuid"], r["target_uuid"]):
                 want.setdefault(end, set()).add(r["uuid"])
-        assert cache.touching == want
+        assert {e: set(cache.touching_of(e)) for e in cache.touching} == want
     else:
         for r in live.values():
             assert r["uuid"] in cache.named_uuids(r["group_id"], r["name_norm"])
@@ -168,3 +168,39 @@ def test_an_empty_cache_accepts_nothing(kind):
     cache.put(_rows(kind, 3))
     cache.remove(cache.uuids())
     assert cache.accepting(cache.slots(["gone"]), SearchFilters()).tolist() == [False]
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_the_bulk_maps_equal_the_ones_built_a_row_at_a_time(seed):
+    """``grouped`` (the facts touching each entity, the entities of each name, at a load) and
+    ``positions_in`` (a saved layout's slots) against the one-at-a-time reference: repeated
+    keys, a fact whose two ends are one entity, None keys and holes."""
+    from workbench.search.rows import _add, _discard
+    from workbench.search.vector_math import grouped, positions_in
+
+    rng = random.Random(seed)
+    ents = [f"e{i}" for i in range(rng.randint(1, 40))]
+    facts = [f"f{i}" for i in range(rng.randint(0, 120))]
+    ends = [(rng.choice(ents), rng.choice(ents + [None])) for _ in facts]
+    want: dict = {}
+    for uuid, (source, target) in zip(facts, ends):
+        for end in (source, target):
+            if end is not None:
+                _add(want, end, uuid)
+    keys = [s for s, _ in ends] + [t for _, t in ends]
+    got = grouped(keys, facts + facts)
+    assert {k: v if isinstance(v, str) else set(v) for k, v in got.items()} == want
+    assert all(isinstance(v, str) or len(v) == len(set(v)) > 1 for v in got.values())
+    for uuid, (source, target) in list(zip(facts, ends))[:10]:  # then changed row by row
+        for end in (source, target):
+            if end is not None:
+                _discard(got, end, uuid)
+                _discard(want, end, uuid)
+    _add(got, ents[0], "new")
+    _add(want, ents[0], "new")
+    assert {k: v if isinstance(v, str) else set(v) for k, v in got.items()} == want
+
+    layout = [rng.choice([None, f"u{i}"]) for i in range(rng.randint(0, 60))]
+    asked = [f"u{i}" for i in rng.sample(range(80), 30)]
+    where = {u: i for i, u in enumerate(layout) if u is not None}
+    assert positions_in(asked, layout).tolist() == [where.get(u, -1) for u in asked]

@@ -110,7 +110,7 @@ def facts_between(
 ) -> list[dict[str, Any]]:
     uuids: set[str] = set()
     for entity in entity_uuids:
-        uuids.update(facts.touching.get(entity, ()))
+        uuids.update(facts.touching_of(entity))
     rows = [r for r in map(facts.rows.get, uuids) if r is not None and _current(r)]
     rows.sort(key=lambda r: (r["created_at"], r["uuid"]), reverse=True)
     return [_fact_view(entities, r) for r in rows[: max(0, limit)]]
@@ -146,7 +146,7 @@ def existing_fact_keys(facts: RowCache, group_id: str, keys: Sequence[FactKey]) 
 
 def _pair_rows(facts: RowCache, source: str, target: str) -> Iterator[dict[str, Any]]:
     """The facts from ``source`` to ``target`` (scanning the end with fewer facts)."""
-    a, b = facts.touching.get(source, set()), facts.touching.get(target, set())
+    a, b = facts.touching_of(source), facts.touching_of(target)
     for uuid in a if len(a) <= len(b) else b:
         row = facts.rows.get(uuid)
         if row is not None and row["source_uuid"] == source and row["target_uuid"] == target:

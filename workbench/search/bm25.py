@@ -29,6 +29,7 @@ import hashlib
 import json
 import math
 import re
+import sys
 import threading
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -36,7 +37,7 @@ from pathlib import Path
 
 import numpy as np
 
-from workbench.search.vector_math import text_prints, top_positions
+from workbench.search.vector_math import positions_in, text_prints, top_positions
 
 __all__ = ["STOP_WORDS", "KeywordIndex", "stem", "tokenize"]
 
@@ -353,7 +354,8 @@ class KeywordIndex:
         self._group[:n] = group
         self._print[:n] = prints
         self._alive[:n] = True
-        self._uuids = list(uuids)
+        # interned: the row cache and the vector index hold the same string objects
+        self._uuids = [u if u is None else sys.intern(u) for u in uuids]
         self._slot = dict(zip(self._uuids, range(n)))
         self._n_base = n
         self._doc_off = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
@@ -431,10 +433,10 @@ class KeywordIndex:
             return None
         current = document_prints(texts, group_ids)
         with index._lock:
-            slot = index._slot
-            wanted = set(uuids)
-            gone = [u for u in slot if u not in wanted]
-            at = np.fromiter((slot.get(u, -1) for u in uuids), dtype=np.int64, count=len(uuids))
+            saved_uuids = index._uuids[: len(index._print)]
+            gone = [saved_uuids[i] for i in np.flatnonzero(positions_in(saved_uuids, uuids) < 0)
+                    if saved_uuids[i] is not None]  # fmt: skip
+            at = positions_in(uuids, saved_uuids)
             saved = index._print[np.maximum(at, 0)]
             stale = np.flatnonzero((at < 0) | (saved != current)).tolist()
         index.remove(gone)

@@ -25,13 +25,14 @@ The store stays the source of truth; this is a cache with explicit invalidation.
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import numpy as np
 
 from workbench.clock import as_utc
+from workbench.search.vector_math import grouped
 from workbench.store import Store
 from workbench.store import search as sql
 from workbench.store.access import REACTIVATED_FROM
@@ -123,9 +124,10 @@ class RowCache:
             **{c: np.zeros(0, np.int64) for c in _TIMES[kind]},
             **{c: np.zeros(0, t) for c, t in _NUMBERS.items()},
         }
-        self.touching: dict[str, set[str]] = {}  # entity uuid -> fact uuids (facts only)
+        # entity uuid -> the facts touching it (facts only; a bare uuid when one): touching_of
+        self.touching: dict[str, str | set[str] | tuple] = {}
         # group + NUL + name_norm -> the entity uuid, or the set of them when several share it
-        self.named: dict[str, str | set[str]] = {}
+        self.named: dict[str, str | set[str] | tuple] = {}
 
     # --- lookups --------------------------------------------------------------------------
     def __len__(self) -> int:
@@ -239,7 +241,9 @@ class RowCache:
         n = table.num_rows
         if not n:
             return
-        uuids = table.column("uuid").to_pylist()
+        # interned, as the vector and keyword indexes' and the facts' endpoints: one string
+        # object per uuid in the process
+        uuids = list(map(sys.intern, table.column("uuid").to_pylist()))
         self._uuid = uuids
         self._slot = dict(zip(uuids, range(n)))
         for column in _TEXT[self.kind]:
@@ -259,16 +263,14 @@ class RowCache:
     def _link_all(self, uuids: list[str]) -> None:
         """:meth:`_link` of every row just loaded (slot = position), in bulk."""
         if self.kind == "fact":
-            self.touching = {}
-            texts = self._texts
-            for uuid, source, target in zip(uuids, texts["source_uuid"], texts["target_uuid"]):
-                _add_touching(self.touching, (source, target), uuid)
+            self.touching = grouped(
+                self._texts["source_uuid"] + self._texts["target_uuid"], uuids + uuids
+            )
             return
         names = self._codes["group_id"].names
         groups = [names[c] for c in self._arrays["group_id"].tolist()]
-        self.named = {}
-        for uuid, group, norm in zip(uuids, groups, self._texts["name_norm"]):
-            _add_named(self.named, name_key(group, norm or ""), uuid)
+        keys = [name_key(g, n or "") for g, n in zip(groups, self._texts["name_norm"])]
+        self.named = grouped(keys, uuids)
 
     def refresh(self, store: Store, uuids: Sequence[str]) -> tuple[list[dict], list[str]]:
         """Re-read these rows; return (rows now present, uuids no longer in the store)."""
@@ -353,29 +355,18 @@ class RowCache:
     def _link(self, slot: int) -> None:
         uuid = self._uuid[slot]
         if self.kind == "fact":
-            ends = (self._texts["source_uuid"][slot], self._texts["target_uuid"][slot])
-            _add_touching(self.touching, ends, uuid)
+            _add(self.touching, self._texts["source_uuid"][slot], uuid)
+            _add(self.touching, self._texts["target_uuid"][slot], uuid)
             return
-        _add_named(self.named, self._name_key(slot), uuid)
+        _add(self.named, self._name_key(slot), uuid)
 
     def _unlink(self, slot: int, uuid: str | None = None) -> None:
         uuid = uuid or self._uuid[slot]
         if self.kind == "entity":
-            key = self._name_key(slot)
-            same = self.named.get(key)
-            if same == uuid:
-                del self.named[key]
-            elif isinstance(same, set):
-                same.discard(uuid)
-                if len(same) == 1:
-                    self.named[key] = next(iter(same))
+            _discard(self.named, self._name_key(slot), uuid)
             return
         for end in (self._texts["source_uuid"][slot], self._texts["target_uuid"][slot]):
-            facts = self.touching.get(end)
-            if facts is not None:
-                facts.discard(uuid)
-                if not facts:
-                    del self.touching[end]
+            _discard(self.touching, end, uuid)
 
     def _name_key(self, slot: int) -> str:
         group = self._codes["group_id"].name(int(self._arrays["group_id"][slot]))
@@ -384,10 +375,11 @@ class RowCache:
     # --- graph lookups --------------------------------------------------------------------
     def named_uuids(self, group_id: str, name_norm: str) -> list[str]:
         """The entities of ``group_id`` whose normalised name is ``name_norm``."""
-        same = self.named.get(name_key(group_id, name_norm))
-        if same is None:
-            return []
-        return [same] if isinstance(same, str) else list(same)
+        return list(_members(self.named, name_key(group_id, name_norm)))
+
+    def touching_of(self, entity_uuid: str) -> Collection[str]:
+        """The uuids of the facts touching this entity (facts only; do not modify)."""
+        return _members(self.touching, entity_uuid)
 
     def ends(self, uuid: str) -> tuple[str, str] | None:
         """A fact's (source, target) entity uuids."""
@@ -398,7 +390,7 @@ class RowCache:
 
     def neighbourhood(self, entity_uuid: str, limit: int = 1000) -> tuple[list[str], set[str]]:
         """Facts touching the entity (newest first, at most ``limit``) and its neighbours."""
-        uuids = list(self.touching.get(entity_uuid, ()))
+        uuids = list(self.touching_of(entity_uuid))
         created = self._arrays["created_at"][self.slots(uuids)]
         order = np.argsort(-created, kind="stable")[:limit]
         facts = [uuids[i] for i in order]
@@ -429,21 +421,37 @@ class _RowsView(Mapping):
         return uuid in self._cache
 
 
-def _add_named(named: dict[str, str | set[str]], key: str, uuid: str) -> None:
-    """Add ``uuid`` under ``key``: a bare uuid, or the set of them when several share it
-    (a flat string key and a bare uuid keep this at ~130 bytes an entity)."""
-    same = named.get(key)
+def _add(index: dict[str, str | set[str] | tuple], key: str, uuid: str) -> None:
+    """Add ``uuid`` under ``key``: a bare uuid, or the set of them when several share it (a
+    bare string instead of a one-member set saves ~200 bytes: most names are one entity's,
+    and many entities have one fact). A bulk load leaves tuples (:func:`grouped`), made a
+    set when they first change."""
+    same = index.get(key)
     if same is None:
-        named[key] = uuid
+        index[key] = uuid
     elif isinstance(same, set):
         same.add(uuid)
+    elif isinstance(same, tuple):
+        index[key] = {*same, uuid}
     elif same != uuid:
-        named[key] = {same, uuid}
+        index[key] = {same, uuid}
 
 
-def _add_touching(touching: dict[str, set[str]], ends: tuple[str, str], uuid: str) -> None:
-    for end in ends:
-        touching.setdefault(end, set()).add(uuid)
+def _discard(index: dict[str, str | set[str] | tuple], key: str, uuid: str) -> None:
+    same = index.get(key)
+    if same == uuid:
+        del index[key]
+    elif isinstance(same, set | tuple):
+        rest = same if isinstance(same, set) else set(same)
+        rest.discard(uuid)
+        index[key] = next(iter(rest)) if len(rest) == 1 else rest
+
+
+def _members(index: dict[str, str | set[str] | tuple], key: str) -> Collection[str]:
+    same = index.get(key)
+    if same is None:
+        return ()
+    return (same,) if isinstance(same, str) else same
 
 
 def name_key(group_id: str, name_norm: str) -> str:

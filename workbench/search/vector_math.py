@@ -141,3 +141,45 @@ def text_prints(texts: Sequence[str], chunk_bytes: int = 1 << 22) -> np.ndarray:
             out[start:end] = _mix(sums ^ _mix(lengths.astype(np.uint64)))
             start = end
     return out
+
+
+def positions_in(values: Sequence[str], within: Sequence[str | None]) -> np.ndarray:
+    """The position of each of ``values`` in ``within`` (unique strings, or None for a hole),
+    -1 where absent: one hash join in Arrow instead of a dict lookup per value (a million
+    uuids in a fraction of a second)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if not len(values):
+        return np.zeros(0, dtype=np.int64)
+    found = pc.index_in(pa.array(values, type=pa.string()), value_set=pa.array(within, pa.string()))
+    return np.asarray(pc.fill_null(found, -1).to_numpy(), dtype=np.int64)
+
+
+def grouped(keys: Sequence[str | None], members: Sequence[str]) -> dict[str, str | tuple]:
+    """``key -> member``, or the tuple of members when a key has several, built in bulk: the
+    keys are encoded and sorted in Arrow and numpy, and Python touches each key once. Each
+    dict key is the first of the equal ``keys`` objects (interned ones stay shared). A None
+    key is left out; a (key, member) pair given twice counts once."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if not len(keys):
+        return {}
+    encoded = pc.dictionary_encode(pa.array(keys, type=pa.string()))
+    codes = np.asarray(pc.fill_null(encoded.indices, -1).to_numpy(), dtype=np.int64)
+    order = np.argsort(codes, kind="stable")
+    order = order[codes[order] >= 0]
+    counts = np.bincount(codes[order], minlength=len(encoded.dictionary))
+    counts = counts[counts > 0]
+    starts = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
+    ordered = [members[i] for i in order.tolist()]
+    firsts = [keys[i] for i in order[starts].tolist()]
+    out: dict[str, str | tuple] = {}
+    for key, at, count in zip(firsts, starts.tolist(), counts.tolist()):
+        if count == 1:
+            out[key] = ordered[at]
+        else:
+            same = tuple(dict.fromkeys(ordered[at : at + count]))
+            out[key] = same if len(same) > 1 else same[0]
+    return out

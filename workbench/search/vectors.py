@@ -16,6 +16,9 @@ How it searches (figures in ``docs/performance.md``, "The vector index"):
   is held as float16 (``half_under_graph``): half the memory of the largest part of the
   index, cosines within about 1e-3 of float32's (recall figures in ``docs/performance.md``);
   it goes back to float32 (the rounded values) if the index shrinks and the graph is dropped.
+  Once saved (:meth:`VectorIndex.save_graph`), the float16 matrix is served from the saved
+  file, memory-mapped copy-on-write: the pages searches read are resident (file pages the
+  kernel may drop), the rest stay on disk, and a vector written later goes to private memory.
   A bigger graph needs a wider search for the same recall, so ``ef_for``
   grows ``ef_search`` with the square root of the size beyond ``ef_reference_size`` (100k):
   a fixed ef lost recall as the graph grew, the square-root rule kept it.
@@ -50,7 +53,10 @@ import functools
 import json
 import logging
 import math
+import mmap
+import os
 import threading
+import uuid as uuidlib
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -64,6 +70,7 @@ from workbench.errors import InvalidInput
 from workbench.search.vector_math import (
     grow,
     one_blas_thread,
+    positions_in,
     row_prints,
     top_positions,
     unit_rows,
@@ -389,23 +396,54 @@ class VectorIndex:
 
     # --- saving the graph (a cache: the store keeps the vectors) ---------------------------
     def save_graph(self, graph_dir: str | Path, kind: str) -> bool:
-        """Save the HNSW graph, the slot layout and a fingerprint of each slot's vector; False
-        when there is no finished graph to save."""
+        """Save the HNSW graph, a fingerprint of each slot's vector and, while the vectors are
+        held as float16, the vectors themselves (with spare rows for new memories), then the
+        manifest (the slot layout and the names of those files): the manifest, replaced last,
+        is what makes a save count, so a crash part way leaves the previous one whole. The
+        vectors are then served from the saved file, memory-mapped (see :meth:`_map_rows`).
+        False when there is no finished graph to save."""
         with self._lock:
             if self._ann is None or self._builder is not None:
                 return False
             folder = Path(graph_dir)
             folder.mkdir(parents=True, exist_ok=True)
-            self._ann.save(str(folder / f"{kind}.usearch"))
-            prints = folder / f"{kind}.prints.npy"
-            with open(prints.with_suffix(".tmp"), "wb") as handle:
-                np.save(handle, self._prints[: self._size])
-            prints.with_suffix(".tmp").replace(prints)
-            manifest = {"slots": self._uuids[: self._size], "params": self._params_key()}
+            save = f"{kind}.{uuidlib.uuid4().hex[:12]}"
+            files = {"graph": f"{save}.usearch", "prints": f"{save}.prints.npy"}
+            self._ann.save(str(folder / files["graph"]))
+            _write_synced(folder / files["prints"], self._prints[: self._size])
+            if self._mat.dtype == np.float16:
+                files["vectors"] = f"{save}.vectors.npy"
+                rows = max(self._mat.shape[0], self._size + max(1024, self._size // 8))
+                _write_synced(folder / files["vectors"], self._mat[: self._size], rows)
+            manifest = {
+                "slots": self._uuids[: self._size],
+                "params": self._params_key(),
+                "files": files,
+            }
             tmp = folder / f"{kind}.json.tmp"
             tmp.write_text(json.dumps(manifest))
             tmp.replace(folder / f"{kind}.json")
+            _remove_other_saves(folder, kind, set(files.values()))
+            if "vectors" in files:
+                mapped = _open_rows(folder / files["vectors"], self._size, self.dim)
+                if mapped is not None:
+                    self._map_rows(mapped)
             return True
+
+    def _map_rows(self, mapped: np.ndarray) -> None:
+        """Serve the float16 vectors from a saved file, memory-mapped copy-on-write (hold the
+        lock): only the pages a search reads become resident (and the kernel may drop them
+        again), a vector written later goes to private memory and never to the file. The
+        other per-slot arrays grow to the file's spare rows."""
+        rows = mapped.shape[0]
+        if self._alive.shape[0] < rows:
+            self._alive = grow(self._alive, rows)
+            self._prints = grow(self._prints, rows)
+            self._group = grow(self._group, rows, fill=-1)
+            self._uuids.extend([None] * (rows - len(self._uuids)))
+        self._mat = mapped
+        self._subsets.clear()
+        self._subset_bytes = 0
 
     def _params_key(self) -> dict[str, str]:
         return {k: str(v) for k, v in self._ann_params.items()}
@@ -415,22 +453,23 @@ class VectorIndex:
         and open the saved graph, then catch it up with the store: slots whose vector is not
         the one the graph holds (changed, gone, or taken by a new uuid) are removed from it,
         and the current vectors of those and of new slots added. A graph built with other
-        parameters, unreadable, or further behind than a rebuild would be, is built anew."""
+        parameters, unreadable, or further behind than a rebuild would be, is built anew.
+        With the graph, the vectors saved beside it are memory-mapped and only the slots
+        whose vector differs from the saved one are written (to private memory)."""
         slots, size = _slots_for(saved.layout, uuids)
         with self._lock:
             self._subsets.clear()
             self._subset_bytes = 0
             self._size = size
             cap = max(1024, size)
-            self._mat = np.zeros((cap, self.dim), dtype=np.float32)
             self._alive = np.zeros(cap, dtype=bool)
             self._group = np.full(cap, -1, dtype=np.int32)
             self._uuids = [None] * cap
             unit = unit_rows(vectors, self.dim)
-            self._mat[slots] = unit
             self._prints = np.zeros(cap, dtype=np.uint64)
             self._prints[slots] = row_prints(unit)
-            del unit
+            at = np.zeros(size, dtype=np.int64)  # slot -> row of ``unit``
+            at[slots] = np.arange(slots.size)
             codes = {g: self._group_codes.setdefault(g, len(self._group_codes))
                      for g in dict.fromkeys(groups)}  # fmt: skip
             coded = np.fromiter(map(codes.__getitem__, groups), dtype=np.int32, count=len(groups))
@@ -443,12 +482,25 @@ class VectorIndex:
                 self._uuids[:size] = uuids
                 self._slot.update(zip(uuids, range(size)))
             else:
-                at = slots.tolist()
-                for uuid, slot in zip(uuids, at):
+                listed = slots.tolist()
+                for uuid, slot in zip(uuids, listed):
                     self._uuids[slot] = uuid
-                self._slot.update(zip(uuids, at))
+                self._slot.update(zip(uuids, listed))
             self._free = np.flatnonzero(~self._alive[:size])[::-1].tolist()
-            graph, stale = self._caught_up(saved)
+            graph, stale = self._caught_up(saved, lambda s: unit[at[s]])
+            mapped = None
+            if graph is not None and self.half_under_graph and saved.vectors is not None:
+                mapped = _open_rows(saved.vectors, size, self.dim)
+            if mapped is not None:
+                known = len(saved.layout)
+                differ = slots[
+                    (slots >= known) | (self._prints[slots] != _padded(saved.prints, slots))
+                ]
+                mapped[differ] = unit[at[differ]]  # copy-on-write: the file stays as saved
+                self._map_rows(mapped)
+            else:
+                self._mat = np.zeros((cap, self.dim), dtype=np.float32)
+                self._mat[slots] = unit
             if graph is not None:
                 self._ann, self._ann_tombstones = graph, stale
                 # now, not in a thread: a search must not see float32 cosines first and
@@ -457,9 +509,10 @@ class VectorIndex:
             elif len(self._slot) >= self.ann_threshold:
                 self._start_build()
 
-    def _caught_up(self, saved: SavedGraph):
-        """The saved graph brought up to the laid-out vectors, and how many of its entries
-        were removed; (None, 0) when it cannot or should not be used."""
+    def _caught_up(self, saved: SavedGraph, rows_at: Callable[[np.ndarray], np.ndarray]):
+        """The saved graph brought up to the laid-out vectors (``rows_at``: the current
+        vectors of these slots), and how many of its entries were removed; (None, 0) when it
+        cannot or should not be used."""
         from usearch.index import Index
 
         known = len(saved.layout)
@@ -486,7 +539,7 @@ class VectorIndex:
         if stale.size:
             graph.remove(stale)
         if redo.size:
-            graph.add(redo, self._rows(redo), threads=self._build_threads)
+            graph.add(redo, rows_at(redo), threads=self._build_threads)
         return graph, int(stale.size)
 
     def wait_ready(self, timeout: float | None = None) -> bool:
@@ -673,6 +726,7 @@ class SavedGraph:
     prints: np.ndarray
     params: dict[str, str]
     graph: Path
+    vectors: Path | None = None  # the float16 vectors, when saved (older saves: none)
 
 
 def load_index(
@@ -710,13 +764,76 @@ def _saved_graph(graph_dir, kind: str) -> SavedGraph | None:
     folder = Path(graph_dir)
     try:
         manifest = json.loads((folder / f"{kind}.json").read_text())
-        prints = np.load(folder / f"{kind}.prints.npy", allow_pickle=False)
-    except (OSError, ValueError):
+        # a save before the files were named by their save: fixed names, no vectors
+        files = manifest.get("files") or {
+            "graph": f"{kind}.usearch",
+            "prints": f"{kind}.prints.npy",
+        }
+        prints = np.load(folder / files["prints"], allow_pickle=False)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
     layout = manifest.get("slots")
-    if not isinstance(layout, list) or not (folder / f"{kind}.usearch").is_file():
+    if not isinstance(layout, list) or not (folder / files["graph"]).is_file():
         return None
-    return SavedGraph(layout, prints, manifest.get("params") or {}, folder / f"{kind}.usearch")
+    vectors = folder / files["vectors"] if files.get("vectors") else None
+    return SavedGraph(
+        layout, prints, manifest.get("params") or {}, folder / files["graph"], vectors
+    )
+
+
+def _write_synced(path: Path, rows: np.ndarray, capacity: int | None = None) -> None:
+    """Write ``rows`` as an ``.npy`` file of ``capacity`` rows (the rest zeros, left as a hole
+    in the file) and flush it to disk: the manifest that names it is written after."""
+    shape = ((capacity or rows.shape[0]),) + rows.shape[1:]
+    out = np.lib.format.open_memmap(path, mode="w+", dtype=rows.dtype, shape=shape)
+    for start in range(0, rows.shape[0], 65536):
+        end = min(start + 65536, rows.shape[0])
+        out[start:end] = rows[start:end]
+    out.flush()
+    del out
+    with open(path, "rb+") as handle:
+        os.fsync(handle.fileno())
+
+
+def _open_rows(path: Path, size: int, dim: int) -> np.ndarray | None:
+    """The saved float16 vectors, memory-mapped copy-on-write; None when the file is missing
+    or is not what the manifest says (too few rows, another width or type)."""
+    try:
+        mapped = np.load(path, mmap_mode="c", allow_pickle=False)
+    except (OSError, ValueError):
+        return None
+    ok = mapped.dtype == np.float16 and mapped.ndim == 2 and mapped.shape[1] == dim
+    if not ok or mapped.shape[0] < size:
+        return None
+    handle = getattr(mapped, "_mmap", None)
+    if handle is not None and hasattr(mmap, "MADV_RANDOM"):
+        # a search reads scattered rows: fault in just the page read, not the kernel's
+        # read-ahead around it (which made most of the file resident after a few queries)
+        handle.madvise(mmap.MADV_RANDOM)
+    return mapped
+
+
+def _padded(prints: np.ndarray, slots: np.ndarray) -> np.ndarray:
+    """The saved prints at ``slots`` (0 past the saved ones)."""
+    out = np.zeros(slots.size, dtype=np.uint64)
+    inside = slots < prints.size
+    out[inside] = prints[slots[inside]]
+    return out
+
+
+def _remove_other_saves(folder: Path, kind: str, keep: set[str]) -> None:
+    """Delete the files of earlier saves of ``kind`` (a file still mapped stays readable
+    until it is unmapped)."""
+    names = [f"{kind}.usearch", f"{kind}.prints.npy"]
+    names += [p.name for p in folder.glob(f"{kind}.*.usearch")]
+    names += [
+        p.name for p in folder.glob(f"{kind}.*.npy") if not p.name.startswith(f"{kind}.keywords")
+    ]
+    for name in set(names) - keep:
+        try:
+            (folder / name).unlink(missing_ok=True)
+        except OSError:
+            log.warning("could not remove %s", folder / name)
 
 
 def _slots_for(layout: list[str | None], uuids: list[str]) -> tuple[np.ndarray, int]:
@@ -724,8 +841,7 @@ def _slots_for(layout: list[str | None], uuids: list[str]) -> tuple[np.ndarray, 
     one at the end; and the number of slots."""
     if layout == uuids:  # nothing changed since the save, nor the store's order: the usual
         return np.arange(len(uuids), dtype=np.int64), len(layout)
-    where = {u: i for i, u in enumerate(layout) if u is not None}
-    slots = np.fromiter((where.get(u, -1) for u in uuids), dtype=np.int64, count=len(uuids))
+    slots = positions_in(uuids, layout)
     new = np.flatnonzero(slots < 0)
     if not new.size:
         return slots, len(layout)

@@ -7,6 +7,7 @@ is told about, and after maintenance.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
 from typing import Any
 
@@ -73,7 +74,9 @@ def load_vectors(store: Store, kind: str) -> tuple[list[str], list[str], np.ndar
     if not data.num_rows:
         return [], [], np.zeros((0, store.dim), dtype=np.float32)
     matrix = vector_matrix(data.column("vector"), store.dim)
-    return data.column("uuid").to_pylist(), data.column("group_id").to_pylist(), matrix
+    # interned: the search engine's row cache holds the same uuids (one string object each)
+    uuids = list(map(sys.intern, data.column("uuid").to_pylist()))
+    return uuids, data.column("group_id").to_pylist(), matrix
 
 
 def vectors_of(store: Store, kind: str, uuids: Sequence[str]) -> tuple[list[str], np.ndarray]:

@@ -1,0 +1,136 @@
+"""The vectors saved beside a graph: served memory-mapped after a restart, caught up with the
+store, never written back, and a save cut short leaves the previous one whole."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from tests.search.helpers import entity, insert, write_embeddings
+from workbench.search import vectors as search_vectors
+from workbench.search.vectors import load_index
+
+N = 300
+
+
+def clustered(n: int, dim: int, seed: int = 0) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    rows = rng.standard_normal((n, 12)) @ rng.standard_normal((12, dim))
+    rows += 0.3 * rng.standard_normal((n, dim))
+    return (rows / np.linalg.norm(rows, axis=1, keepdims=True)).astype(np.float32)
+
+
+def open_index(store, folder):
+    return load_index(store, "entity", ann_threshold=100, graph_dir=folder, background_build=False)
+
+
+def manifest(folder) -> dict:
+    return json.loads((folder / "entity.json").read_text())
+
+
+@pytest.fixture
+def saved(store, tmp_path):
+    """N entities with vectors in the store; their index's graph and vectors saved."""
+    rows = [entity(f"e{i}") for i in range(N)]
+    vectors = clustered(N, store.dim)
+    insert(store, "entity", rows, vectors)
+    index = open_index(store, tmp_path)
+    assert index.uses_ann and index.save_graph(tmp_path, "entity")
+    return rows, vectors, index, tmp_path
+
+
+def test_the_saved_vectors_are_served_mapped_with_the_same_results(store, saved):
+    rows, vectors, first, folder = saved
+    queries = clustered(20, store.dim, seed=1)
+    before = [first.search(q, 10) for q in queries]
+    assert isinstance(first._mat, np.memmap)  # the save is served at once, too
+    files = manifest(folder)["files"]
+    on_disk = np.load(folder / files["vectors"])
+    assert on_disk.dtype == np.float16 and on_disk.shape[0] >= N + 1024  # spare rows
+
+    index = open_index(store, folder)
+    assert index.uses_ann and index._builder is None
+    assert isinstance(index._mat, np.memmap)
+    assert [index.search(q, 10) for q in queries] == before
+    for i in (0, 123, N - 1):
+        np.testing.assert_allclose(index.vector(rows[i]["uuid"]), vectors[i], atol=1e-3)
+
+
+def test_vectors_changed_after_the_save_come_from_the_store_and_the_file_is_untouched(store, saved):
+    rows, vectors, _, folder = saved
+    files = manifest(folder)["files"]
+    file_before = np.load(folder / files["vectors"]).copy()
+    moved = clustered(1, store.dim, seed=7)[0]
+    write_embeddings(store, "entity", [rows[5]["uuid"]], moved[None, :])
+    new = entity("late")
+    insert(store, "entity", [new], clustered(1, store.dim, seed=8))
+    store.execute("DELETE FROM entities WHERE uuid = ?", [rows[9]["uuid"]])
+
+    index = open_index(store, folder)
+    assert isinstance(index._mat, np.memmap)
+    assert index.search(moved, 1)[0] == (rows[5]["uuid"], pytest.approx(1.0, abs=2e-3))
+    assert new["uuid"] in index and rows[9]["uuid"] not in index
+    assert index.search(clustered(1, store.dim, seed=8)[0], 1)[0][0] == new["uuid"]
+    more = [entity(f"more{i}") for i in range(50)]
+    index.add([r["uuid"] for r in more], clustered(50, store.dim, seed=9), ["g"] * 50)
+    assert isinstance(index._mat, np.memmap)  # the spare rows took them
+    assert index.search(clustered(50, store.dim, seed=9)[17], 1)[0][0] == more[17]["uuid"]
+    np.testing.assert_array_equal(np.load(folder / files["vectors"]), file_before)
+
+
+def test_a_save_cut_short_before_its_manifest_leaves_the_previous_one_whole(
+    store, saved, monkeypatch
+):
+    rows, vectors, first, folder = saved
+    before = manifest(folder)
+    moved = clustered(1, store.dim, seed=11)[0]
+    write_embeddings(store, "entity", [rows[3]["uuid"]], moved[None, :])
+    first.add([rows[3]["uuid"]], moved[None, :], ["main"])
+
+    def crash(*args, **kwargs):
+        raise OSError("disk gone")
+
+    monkeypatch.setattr(search_vectors.json, "dumps", crash)
+    with pytest.raises(OSError):
+        first.save_graph(folder, "entity")
+    monkeypatch.undo()
+    assert manifest(folder) == before
+    assert all((folder / name).is_file() for name in before["files"].values())
+
+    index = open_index(store, folder)  # the previous save, caught up with the store
+    assert index.uses_ann and isinstance(index._mat, np.memmap)
+    assert index.search(moved, 1)[0] == (rows[3]["uuid"], pytest.approx(1.0, abs=2e-3))
+    np.testing.assert_allclose(index.vector(rows[4]["uuid"]), vectors[4], atol=1e-3)
+
+
+def test_a_damaged_vectors_file_is_not_used(store, saved):
+    rows, vectors, _, folder = saved
+    path = folder / manifest(folder)["files"]["vectors"]
+    np.save(path, np.zeros((10, store.dim), dtype=np.float16))  # too few rows
+    index = open_index(store, folder)
+    assert index.uses_ann and not isinstance(index._mat, np.memmap)
+    np.testing.assert_allclose(index.vector(rows[200]["uuid"]), vectors[200], atol=1e-3)
+    path.write_bytes(b"not an array")
+    index = open_index(store, folder)
+    assert index.uses_ann and not isinstance(index._mat, np.memmap)
+    assert index.search(vectors[42], 1)[0][0] == rows[42]["uuid"]
+
+
+def test_a_save_in_the_older_layout_still_opens(store, saved):
+    rows, vectors, _, folder = saved
+    old = manifest(folder)
+    files = old.pop("files")
+    (folder / files["graph"]).rename(folder / "entity.usearch")
+    (folder / files["prints"]).rename(folder / "entity.prints.npy")
+    (folder / "entity.json").write_text(json.dumps(old))
+    index = open_index(store, folder)
+    assert index.uses_ann and index._builder is None  # the graph reused
+    assert not isinstance(index._mat, np.memmap)  # that save had no vectors
+    assert index.search(vectors[7], 1)[0][0] == rows[7]["uuid"]
+    assert index.save_graph(folder, "entity")  # the next save takes the new layout
+    assert not (folder / "entity.usearch").exists()
+    assert sorted(p.name for p in folder.iterdir()) == sorted(
+        ["entity.json", *manifest(folder)["files"].values()]
+    )
