@@ -87,6 +87,8 @@ def test_a_question_about_someone_named_through_another_follows_the_link(engine)
         h["fact"] for h in engine.search_facts("Where does Audrey's sister work?", max_facts=3)
     ]
     assert asked[:2] == [facts[0]["fact"], facts[1]["fact"]]
+    curly = engine.search_facts("Where does Audrey\u2019s sister work?", max_facts=3)
+    assert [h["fact"] for h in curly][:2] == asked[:2]  # a typographic apostrophe too
     engine.follow_links = False
     asked = [
         h["fact"] for h in engine.search_facts("Where does Audrey's sister work?", max_facts=3)

@@ -515,10 +515,10 @@ class SearchEngine:
         if filters.group_ids is not None:
             check_groups_known(self.store, filters.group_ids, vec.groups() | kw.groups())
         pool = max(self.candidate_pool, 5 * k)
-        query_vec, by_keyword = self._embed_and_match(kw, text, pool, filters.group_ids)
+        query_vec, found = self._embed_and_match(vec, kw, text, pool, filters.group_ids)
         extra = centre[1] if centre else ()
         cands, more = self._candidates(
-            kind, text, query_vec, pool, filters.group_ids, None, extra, by_keyword
+            kind, text, query_vec, pool, filters.group_ids, None, extra, found
         )
         rows = self._passing(kind, cands, filters)
         if len(rows) < k and more and filters.narrowing():
@@ -560,16 +560,17 @@ class SearchEngine:
             slots = cache.all_slots()
             return set(cache.uuids_at(slots[cache.accepting(slots, filters)]))
 
-    def _embed_and_match(self, kw: KeywordIndex, text, pool, groups):
-        """The query vector and the BM25 top ``pool``. Unless the vector is cached (or both
-        workers are busy with other searches), BM25 runs in a worker thread while the query
-        is embedded (the embedder waits on a model or a server without holding the GIL), so
-        on a machine with a free core the keyword search costs no wall time."""
+    def _embed_and_match(self, vec: VectorIndex, kw: KeywordIndex, text, pool, groups):
+        """The query vector and the vector and BM25 top ``pool``. Unless both workers are busy
+        with other searches, BM25 runs in a worker thread while the query is embedded (the
+        embedder waits on a model or a server without holding the GIL) and the vector index
+        searched (usearch and numpy release it too), so on a machine with a free core the
+        keyword search costs no wall time."""
         with self._lock:
-            cached = self._query_cache.get(text)
             executor = self._executor_for_search()
-        if cached is not None or executor is None or not self._workers.acquire(blocking=False):
-            return self._embed(text), kw.search(text, pool, groups)
+        if executor is None or not self._workers.acquire(blocking=False):
+            vector = self._embed(text)
+            return vector, (vec.search(vector, pool, groups), kw.search(text, pool, groups))
 
         def match():
             try:
@@ -584,11 +585,12 @@ class SearchEngine:
             raise
         try:
             vector = self._embed(text)
+            by_vector = vec.search(vector, pool, groups)
         except BaseException:
             if matching.cancel():  # never started: its slot is still taken
                 self._workers.release()
             raise
-        return vector, matching.result()
+        return vector, (by_vector, matching.result())
 
     def _executor_for_search(self) -> ThreadPoolExecutor | None:
         """The worker threads of :meth:`_embed_and_match` (None after :meth:`close`)."""
@@ -600,14 +602,17 @@ class SearchEngine:
             )
         return self._executor
 
-    def _candidates(self, kind, text, query_vec, pool, groups, allowed, extra, by_keyword=None):
+    def _candidates(self, kind, text, query_vec, pool, groups, allowed, extra, found=None):
         """uuid -> [cosine, keyword score] over the vector and BM25 top ``pool``, and whether
-        either index may hold more candidates. ``by_keyword``: the BM25 top ``pool`` when
-        already known."""
+        either index may hold more candidates. ``found``: the vector and BM25 top ``pool``
+        when already known."""
         vec, kw = self.vectors[kind], self.keywords[kind]
-        by_vector = vec.search(query_vec, pool, groups, allowed)
-        if by_keyword is None:
-            by_keyword = kw.search(text, pool, groups, allowed)
+        if found is None:
+            found = (
+                vec.search(query_vec, pool, groups, allowed),
+                kw.search(text, pool, groups, allowed),
+            )
+        by_vector, by_keyword = found
         nan = float("nan")
         cands: dict[str, list[float]] = {u: [s, nan] for u, s in by_vector}
         for uuid, _bm25, norm in by_keyword:
@@ -631,7 +636,9 @@ class SearchEngine:
         """The entities the query names: their whole name occurs in it (as words; anywhere,
         for a name in a script written without spaces)."""
         with self._lock:
-            hits = self.keywords["entity"].search(text, NAMED_POOL, groups)
+            index = self.keywords["entity"]
+        hits = index.search(text, NAMED_POOL, groups)  # the index has its own lock
+        with self._lock:
             entities = self.rows["entity"]
             query = _spaced(text)
             return {u for u, *_ in hits if (name := entities.value(u, "name")) is not None
@@ -644,6 +651,8 @@ class SearchEngine:
         entity's facts join the candidates and its best ones rank right after the link (see
         :meth:`_rank`). Returns
         ``(link uuid, linked fact uuids)`` or None, and the rows."""
+        if "'" not in text and "\u2019" not in text:
+            return None, rows  # no possessive: nothing could link (see _bridges)
         named = self._named(text, filters.group_ids)
         if not named:
             return None, rows
