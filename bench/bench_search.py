@@ -270,9 +270,10 @@ def bench_size(n: int, args, model) -> dict:
 
         saved = f"{path}.queries.pickle"
         Path(saved).write_bytes(pickle.dumps(queries))
+        model_flag = ["--no-model"] if args.no_model else []
         done = subprocess.run(
             [sys.executable, __file__, "--measure-reopen", path, saved,
-             "--ann-threshold", str(args.ann_threshold)],
+             "--ann-threshold", str(args.ann_threshold), *model_flag],
             capture_output=True, text=True, check=True,
         )  # fmt: skip
         result["reopen"] = json.loads(done.stdout.strip().splitlines()[-1])
@@ -300,6 +301,12 @@ def reopen(path: str, saved: str, args) -> dict:
     out["search_facts"] = pct(timed(engine.search_facts, queries["fact"]))
     out["rss_mb"] = rss_mb()
     out["rss_anon_mb"], out["rss_file_mb"] = rss_mb("RssAnon"), rss_mb("RssFile")
+    if not args.no_model:  # each query embedded by the local model as part of the search
+        from workbench.embedding import LocalEmbedder
+
+        engine.embedder = LocalEmbedder()
+        engine.embedder.warm_up()
+        out["search_facts_with_model"] = pct(timed(engine.search_facts, list(queries["fact"])))
     engine.close()
     store.close()
     return out
