@@ -433,7 +433,7 @@ class KeywordIndex:
             return None
         current = document_prints(texts, group_ids)
         with index._lock:
-            saved_uuids = index._uuids[: len(index._print)]
+            saved_uuids = index._uuids
             gone = [saved_uuids[i] for i in np.flatnonzero(positions_in(saved_uuids, uuids) < 0)
                     if saved_uuids[i] is not None]  # fmt: skip
             at = positions_in(uuids, saved_uuids)

@@ -561,16 +561,15 @@ class SearchEngine:
             return set(cache.uuids_at(slots[cache.accepting(slots, filters)]))
 
     def _embed_and_match(self, vec: VectorIndex, kw: KeywordIndex, text, pool, groups):
-        """The query vector and the vector and BM25 top ``pool``. Unless both workers are busy
-        with other searches, BM25 runs in a worker thread while the query is embedded (the
-        embedder waits on a model or a server without holding the GIL) and the vector index
-        searched (usearch and numpy release it too), so on a machine with a free core the
-        keyword search costs no wall time."""
+        """The query vector and the vector and BM25 top ``pool`` (None: not searched yet).
+        Unless both workers are busy with other searches, BM25 runs in a worker thread while
+        the query is embedded (the embedder waits on a model or a server without holding the
+        GIL) and the vector index searched (usearch and numpy release it too), so on a
+        machine with a free core the keyword search costs no wall time."""
         with self._lock:
             executor = self._executor_for_search()
         if executor is None or not self._workers.acquire(blocking=False):
-            vector = self._embed(text)
-            return vector, (vec.search(vector, pool, groups), kw.search(text, pool, groups))
+            return self._embed(text), None  # both searched by _candidates, one after the other
 
         def match():
             try:
@@ -651,7 +650,7 @@ class SearchEngine:
         entity's facts join the candidates and its best ones rank right after the link (see
         :meth:`_rank`). Returns
         ``(link uuid, linked fact uuids)`` or None, and the rows."""
-        if "'" not in text and "\u2019" not in text:
+        if "'" not in _apostrophes(text):
             return None, rows  # no possessive: nothing could link (see _bridges)
         named = self._named(text, filters.group_ids)
         if not named:
@@ -701,7 +700,7 @@ class SearchEngine:
     def _bridges(self, text: str, named: set[str]) -> set[str]:
         """The words that follow a named entity's possessive in the query ("sister" in "Audrey's
         sister"): what a linking fact must mention."""
-        lowered = text.casefold().replace("\u2019", "'")
+        lowered = _apostrophes(text.casefold())
         words: set[str] = set()
         for uuid in named:
             name = (self.rows["entity"].value(uuid, "name") or "").casefold()
@@ -786,6 +785,11 @@ def _check_kind(kind: str) -> None:
 
 
 _NON_WORD = re.compile(r"[\W_]+", re.UNICODE)
+
+
+def _apostrophes(text: str) -> str:
+    """``text`` with the typographic apostrophe (U+2019) written as ``'``."""
+    return text.replace("\u2019", "'")
 
 
 def _spaced(text: str) -> str:

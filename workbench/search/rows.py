@@ -125,9 +125,9 @@ class RowCache:
             **{c: np.zeros(0, t) for c, t in _NUMBERS.items()},
         }
         # entity uuid -> the facts touching it (facts only; a bare uuid when one): touching_of
-        self.touching: dict[str, str | set[str] | tuple] = {}
-        # group + NUL + name_norm -> the entity uuid, or the set of them when several share it
-        self.named: dict[str, str | set[str] | tuple] = {}
+        self.touching: _Members = {}
+        # group + NUL + name_norm -> the entity uuid(s) (as in touching)
+        self.named: _Members = {}
 
     # --- lookups --------------------------------------------------------------------------
     def __len__(self) -> int:
@@ -421,7 +421,12 @@ class _RowsView(Mapping):
         return uuid in self._cache
 
 
-def _add(index: dict[str, str | set[str] | tuple], key: str, uuid: str) -> None:
+# key -> a bare uuid, the set of them when several share it, or a tuple of them as a bulk load
+# left it (:func:`~workbench.search.vector_math.grouped`; a set once it changes)
+_Members = dict[str, str | set[str] | tuple]
+
+
+def _add(index: _Members, key: str, uuid: str) -> None:
     """Add ``uuid`` under ``key``: a bare uuid, or the set of them when several share it (a
     bare string instead of a one-member set saves ~200 bytes: most names are one entity's,
     and many entities have one fact). A bulk load leaves tuples (:func:`grouped`), made a
@@ -437,7 +442,7 @@ def _add(index: dict[str, str | set[str] | tuple], key: str, uuid: str) -> None:
         index[key] = {same, uuid}
 
 
-def _discard(index: dict[str, str | set[str] | tuple], key: str, uuid: str) -> None:
+def _discard(index: _Members, key: str, uuid: str) -> None:
     same = index.get(key)
     if same == uuid:
         del index[key]
@@ -447,7 +452,7 @@ def _discard(index: dict[str, str | set[str] | tuple], key: str, uuid: str) -> N
         index[key] = next(iter(rest)) if len(rest) == 1 else rest
 
 
-def _members(index: dict[str, str | set[str] | tuple], key: str) -> Collection[str]:
+def _members(index: _Members, key: str) -> Collection[str]:
     same = index.get(key)
     if same is None:
         return ()

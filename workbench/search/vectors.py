@@ -487,16 +487,14 @@ class VectorIndex:
                     self._uuids[slot] = uuid
                 self._slot.update(zip(uuids, listed))
             self._free = np.flatnonzero(~self._alive[:size])[::-1].tolist()
-            graph, stale = self._caught_up(saved, lambda s: unit[at[s]])
+            graph, stale, redo = self._caught_up(saved, lambda s: unit[at[s]])
             mapped = None
             if graph is not None and self.half_under_graph and saved.vectors is not None:
                 mapped = _open_rows(saved.vectors, size, self.dim)
             if mapped is not None:
-                known = len(saved.layout)
-                differ = slots[
-                    (slots >= known) | (self._prints[slots] != _padded(saved.prints, slots))
-                ]
-                mapped[differ] = unit[at[differ]]  # copy-on-write: the file stays as saved
+                # the slots the graph was caught up on are those whose saved row is not the
+                # current vector; copy-on-write: the file stays as saved
+                mapped[redo] = unit[at[redo]]
                 self._map_rows(mapped)
             else:
                 self._mat = np.zeros((cap, self.dim), dtype=np.float32)
@@ -511,15 +509,16 @@ class VectorIndex:
 
     def _caught_up(self, saved: SavedGraph, rows_at: Callable[[np.ndarray], np.ndarray]):
         """The saved graph brought up to the laid-out vectors (``rows_at``: the current
-        vectors of these slots), and how many of its entries were removed; (None, 0) when it
-        cannot or should not be used."""
+        vectors of these slots), how many of its entries were removed, and the live slots
+        whose vector is not the saved one (re-added); (None, 0, None) when it cannot or should
+        not be used."""
         from usearch.index import Index
 
         known = len(saved.layout)
         if saved.params != self._params_key() or saved.prints.shape != (known,):
-            return None, 0
+            return None, 0, None
         if len(self._slot) < max(1, self.ann_threshold // 2):
-            return None, 0  # small: exact search is cheaper than a graph
+            return None, 0, None  # small: exact search is cheaper than a graph
         in_graph = np.array([u is not None for u in saved.layout], dtype=bool)
         alive = self._alive[: self._size]
         current = self._prints[:known]
@@ -529,18 +528,18 @@ class VectorIndex:
         fresh = np.flatnonzero(alive & ~graphed)
         redo = np.union1d(stale[alive[stale]], fresh)
         if stale.size + fresh.size > max(TOMBSTONE_LIMIT, len(self._slot) // 4):
-            return None, 0  # a new graph is as quick and leaves no tombstones
+            return None, 0, None  # a new graph is as quick and leaves no tombstones
         try:
             graph = Index.restore(str(saved.graph))
         except Exception:  # unreadable file: rebuild
-            return None, 0
+            return None, 0, None
         if graph is None or len(graph) != int(in_graph.sum()):
-            return None, 0
+            return None, 0, None
         if stale.size:
             graph.remove(stale)
         if redo.size:
             graph.add(redo, rows_at(redo), threads=self._build_threads)
-        return graph, int(stale.size)
+        return graph, int(stale.size), redo
 
     def wait_ready(self, timeout: float | None = None) -> bool:
         """Wait for a background graph build; True when none is running any more."""
@@ -811,14 +810,6 @@ def _open_rows(path: Path, size: int, dim: int) -> np.ndarray | None:
         # read-ahead around it (which made most of the file resident after a few queries)
         handle.madvise(mmap.MADV_RANDOM)
     return mapped
-
-
-def _padded(prints: np.ndarray, slots: np.ndarray) -> np.ndarray:
-    """The saved prints at ``slots`` (0 past the saved ones)."""
-    out = np.zeros(slots.size, dtype=np.uint64)
-    inside = slots < prints.size
-    out[inside] = prints[slots[inside]]
-    return out
 
 
 def _remove_other_saves(folder: Path, kind: str, keep: set[str]) -> None:
