@@ -53,7 +53,8 @@ def main() -> None:
         moved = clustered(half, rng, corpus["basis"])
         for i, vector in zip(picked[:half], moved):
             store.execute(
-                "UPDATE fact_embeddings SET vector = ?::FLOAT[384] WHERE uuid = ?",
+                "UPDATE fact_embeddings SET vector = ?::FLOAT[384], seq = nextval('vector_seq') "
+                "WHERE uuid = ?",
                 [vector.tolist(), uuids[i]],
             )
         gone = [uuids[i] for i in picked[half:]]

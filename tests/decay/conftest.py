@@ -85,7 +85,10 @@ def add_entity(
         ],
     )
     if embedding:
-        store.execute("INSERT INTO entity_embeddings VALUES (?, 'test', ?)", [uuid, _vector(store)])
+        store.execute(
+            "INSERT INTO entity_embeddings (uuid, model, vector) VALUES (?, 'test', ?)",
+            [uuid, _vector(store)],
+        )
     return uuid
 
 
@@ -130,7 +133,10 @@ def add_fact(
         ],
     )
     if embedding:
-        store.execute("INSERT INTO fact_embeddings VALUES (?, 'test', ?)", [uuid, _vector(store)])
+        store.execute(
+            "INSERT INTO fact_embeddings (uuid, model, vector) VALUES (?, 'test', ?)",
+            [uuid, _vector(store)],
+        )
     return uuid
 
 

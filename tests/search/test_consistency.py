@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -18,6 +19,7 @@ from workbench.search import rows as search_cache
 from workbench.search import vectors as search_vectors
 from workbench.search.engine import SearchEngine
 from workbench.store import Store
+from workbench.store import search as sql
 
 
 def open_engine(path, embedder):
@@ -451,8 +453,9 @@ def test_a_saved_graph_catches_up_with_what_the_store_changed_after_it(db, hash_
         store.execute("DELETE FROM entity_embeddings WHERE uuid = ?", [uuid])
         store.execute("DELETE FROM entities WHERE uuid = ?", [uuid])
     moved = hash_embedder.embed(["volcano lava basalt"])[0]
-    store.execute(
-        f"UPDATE entity_embeddings SET vector = ?::FLOAT[{store.dim}] WHERE uuid = ?",
+    store.execute(  # numbered, as every vector write is
+        f"UPDATE entity_embeddings SET vector = ?::FLOAT[{store.dim}], "
+        "seq = nextval('vector_seq') WHERE uuid = ?",
         [moved.tolist(), changed],
     )
     engine.close()
@@ -472,6 +475,41 @@ def test_a_saved_graph_catches_up_with_what_the_store_changed_after_it(db, hash_
     finally:
         engine.close()
         store.close()
+
+
+def test_a_save_records_the_newest_vector_write_only_between_writes(db, hash_embedder, monkeypatch):
+    """A save records the number of the newest vector write, read while no writer is
+    between its commit and telling the engine: every write up to it is in the save, so the
+    next open reads only later ones. While a writer holds the gate, the save records none
+    (the next open reads every vector)."""
+    store, _ = saved_graph_of_notes(db, hash_embedder)
+    manifest = Path(f"{db}.search") / "entity.json"
+    newest = sql.latest_vector_seq(store)
+    assert newest > 0 and json.loads(manifest.read_text())["seq"] == newest
+    store.close()
+
+    store, engine = reopen_with_graphs(db, hash_embedder)
+    add(engine, "entity", [entity("Late note", "coffee")])
+    monkeypatch.setattr(search_module, "SAVE_GATE_SECONDS", 0.05)
+    taken, release = threading.Event(), threading.Event()
+
+    def writer():
+        with engine.publisher:
+            taken.set()
+            release.wait(10)
+
+    thread = threading.Thread(target=writer)
+    thread.start()
+    taken.wait(10)
+    try:
+        engine._save_indexes("entity")
+        assert "seq" not in json.loads(manifest.read_text())
+    finally:
+        release.set()
+        thread.join()
+    engine.close()  # no writer now: numbered again, the late write included
+    assert json.loads(manifest.read_text())["seq"] == sql.latest_vector_seq(store) > newest
+    store.close()
 
 
 def test_a_saved_graph_far_behind_the_store_is_rebuilt(db, hash_embedder, monkeypatch):

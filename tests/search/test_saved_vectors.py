@@ -11,6 +11,8 @@ import pytest
 from tests.search.helpers import entity, insert, write_embeddings
 from workbench.search import vectors as search_vectors
 from workbench.search.vectors import load_index
+from workbench.store import search as search_sql
+from workbench.store.search import latest_vector_seq
 
 N = 300
 
@@ -30,15 +32,78 @@ def manifest(folder) -> dict:
     return json.loads((folder / "entity.json").read_text())
 
 
-@pytest.fixture
-def saved(store, tmp_path):
-    """N entities with vectors in the store; their index's graph and vectors saved."""
+@pytest.fixture(params=["numbered", "unnumbered"])
+def saved(store, tmp_path, request):
+    """N entities with vectors in the store; their index's graph and vectors saved, with the
+    number of the newest vector write it holds (as the engine saves) or without (older saves,
+    or a save that could not read it: caught up from every vector)."""
     rows = [entity(f"e{i}") for i in range(N)]
     vectors = clustered(N, store.dim)
     insert(store, "entity", rows, vectors)
     index = open_index(store, tmp_path)
-    assert index.uses_ann and index.save_graph(tmp_path, "entity")
+    seq = latest_vector_seq(store) if request.param == "numbered" else None
+    assert index.uses_ann and index.save_graph(tmp_path, "entity", seq)
+    assert manifest(tmp_path).get("seq") == seq
     return rows, vectors, index, tmp_path
+
+
+def reads_of(monkeypatch) -> list[list[str]]:
+    """The uuids each read of some vectors asked for; a read of every vector fails."""
+    asked: list[list[str]] = []
+    real = search_sql.vectors_of
+
+    def vectors_of(store, kind, uuids):
+        asked.append(list(uuids))
+        return real(store, kind, uuids)
+
+    def load_vectors(store, kind):
+        raise AssertionError("every vector was read")
+
+    monkeypatch.setattr(search_sql, "vectors_of", vectors_of)
+    monkeypatch.setattr(search_sql, "load_vectors", load_vectors)
+    return asked
+
+
+def test_a_numbered_save_reads_only_the_vectors_written_after_it(store, tmp_path, monkeypatch):
+    rows = [entity(f"e{i}") for i in range(N)]
+    vectors = clustered(N, store.dim)
+    insert(store, "entity", rows, vectors)
+    first = open_index(store, tmp_path)
+    queries = clustered(20, store.dim, seed=1)
+    before = [first.search(q, 10) for q in queries]
+    assert first.save_graph(tmp_path, "entity", latest_vector_seq(store))
+
+    asked = reads_of(monkeypatch)
+    again = open_index(store, tmp_path)
+    assert asked == [[]] and isinstance(again._mat, np.memmap)  # nothing written since
+    assert [again.search(q, 10) for q in queries] == before
+
+    moved = clustered(1, store.dim, seed=7)[0]
+    write_embeddings(store, "entity", [rows[5]["uuid"]], moved[None, :])
+    late = entity("late")
+    insert(store, "entity", [late], clustered(1, store.dim, seed=8))
+    store.execute("DELETE FROM entities WHERE uuid = ?", [rows[9]["uuid"]])
+    asked.clear()
+    index = open_index(store, tmp_path)
+    assert [sorted(a) for a in asked] == [sorted([rows[5]["uuid"], late["uuid"]])]
+    assert index.uses_ann and index._builder is None and isinstance(index._mat, np.memmap)
+    assert index.search(moved, 1)[0] == (rows[5]["uuid"], pytest.approx(1.0, abs=2e-3))
+    assert index.search(clustered(1, store.dim, seed=8)[0], 1)[0][0] == late["uuid"]
+    assert rows[9]["uuid"] not in index and len(index) == N
+    assert index._ann_tombstones == 2  # the moved vector's and the deleted one's entries
+    np.testing.assert_allclose(index.vector(rows[6]["uuid"]), vectors[6], atol=1e-3)
+
+
+def test_a_numbered_save_far_behind_the_store_reads_every_vector(store, tmp_path, monkeypatch):
+    monkeypatch.setattr(search_vectors, "TOMBSTONE_LIMIT", 10)
+    rows = [entity(f"e{i}") for i in range(N)]
+    insert(store, "entity", rows, clustered(N, store.dim))
+    assert open_index(store, tmp_path).save_graph(tmp_path, "entity", latest_vector_seq(store))
+    moved = clustered(N, store.dim, seed=3)  # every vector written again
+    write_embeddings(store, "entity", [r["uuid"] for r in rows], moved)
+    index = open_index(store, tmp_path)
+    assert index.uses_ann and not isinstance(index._mat, np.memmap)  # a new graph
+    assert index.search(moved[77], 1)[0][0] == rows[77]["uuid"]
 
 
 def test_the_saved_vectors_are_served_mapped_with_the_same_results(store, saved):

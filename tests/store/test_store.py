@@ -218,7 +218,7 @@ def test_a_group_is_not_claimed_while_one_of_its_messages_is_in_flight():
 def test_release_cache_gives_back_cached_blocks_and_keeps_the_memory_limit(tmp_path):
     store = Store.open(str(tmp_path / "kb.duckdb"), dim=4)
     store.execute(
-        "INSERT INTO entity_embeddings SELECT 'u' || i, 'm', "
+        "INSERT INTO entity_embeddings (uuid, model, vector) SELECT 'u' || i, 'm', "
         "[random(), random(), random(), random()]::FLOAT[4] FROM range(1000000) t(i)"
     )
     store.checkpoint()
@@ -254,7 +254,7 @@ def test_release_cache_keeps_no_limit_and_leaves_in_memory_data_alone(tmp_path):
 
     memory = Store.open(":memory:", dim=4)
     memory.execute(
-        "INSERT INTO entity_embeddings SELECT 'u' || i, 'm', "
+        "INSERT INTO entity_embeddings (uuid, model, vector) SELECT 'u' || i, 'm', "
         "[random(), random(), random(), random()]::FLOAT[4] FROM range(1000000) t(i)"
     )
     memory.path = "snapshot:somewhere"  # as Store.open_snapshot names its in-memory database

@@ -23,6 +23,7 @@ from workbench.errors import InvalidInput
 from workbench.ingest.records import entity_text
 from workbench.store import Store
 from workbench.store import graph as g
+from workbench.store.schema import embeddings_table
 
 BATCH = 512
 KINDS = {
@@ -61,10 +62,7 @@ def reembed(store: Store, embedder: Embedder, progress: Progress | None = None) 
     for kind, (query, is_entity) in KINDS.items():
         staging = f"_reembed_{kind}"
         store.execute(f"DROP TABLE IF EXISTS {staging}")
-        store.execute(
-            f"CREATE TABLE {staging} (uuid VARCHAR PRIMARY KEY, model VARCHAR NOT NULL, "
-            f"vector FLOAT[{dim}] NOT NULL)"
-        )
+        store.execute(embeddings_table(staging, dim))
         rows = store.fetchall(query)
         counts[kind] = len(rows)
         for start in range(0, len(rows), BATCH):

@@ -104,6 +104,7 @@ def keyword_texts(kind: str, cache: RowCache) -> list[str]:
 
 # the default of SVC_KNOWLEDGE_SEARCH_MIN_SIMILARITY (see the settings' table)
 DEFAULT_FLOOR = 0.0
+SAVE_GATE_SECONDS = 5.0  # how long a save waits for a moment between writes
 NAMED_POOL = 20  # entities the keyword index offers as possibly named by a query
 LINKED_FACTS = 200  # newest facts of a linked entity considered
 FOLLOW = 2  # facts of the linked entity ranked right after the link
@@ -405,6 +406,7 @@ class SearchEngine:
         yet while it opens)."""
         if self.graph_dir is None:
             return
+        seq = self._vector_seq()
         with self._save_lock:
             with self._lock:
                 vectors = built or self.vectors.get(kind)
@@ -418,9 +420,21 @@ class SearchEngine:
                     log.exception("saving the %s keyword index failed (rebuilt at open)", kind)
             if vectors.uses_ann:
                 try:
-                    vectors.save_graph(self.graph_dir, kind)
+                    vectors.save_graph(self.graph_dir, kind, seq)
                 except OSError:
                     log.exception("saving the %s graph failed (rebuilt at open)", kind)
+
+    def _vector_seq(self) -> int | None:
+        """The newest vector write, every earlier one told to the indexes (what a save
+        records so that the next open reads only the vectors written after it); None when it
+        cannot be known now (a save without it is caught up from every vector)."""
+        try:
+            return self.publisher.between_writes(
+                functools.partial(sql.latest_vector_seq, self.store), SAVE_GATE_SECONDS
+            )
+        except Exception:  # a closed or failing store: the save still serves, less quickly
+            log.warning("could not read the newest vector write", exc_info=True)
+            return None
 
     # --- the two searches ---------------------------------------------------------------
     def search_nodes(

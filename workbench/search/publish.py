@@ -74,6 +74,17 @@ class Publisher:
         self._gate.release()
 
     # --- after a committed write, under the gate ------------------------------------------
+    def between_writes(self, read: Callable[[], Any], timeout: float) -> Any:
+        """``read()`` at a moment when no write is between its commit and the engine being
+        told (so what it reads of the store, the engine knows); None when writers keep the
+        gate for ``timeout`` seconds."""
+        if not self._gate.acquire(timeout=timeout):
+            return None
+        try:
+            return read()
+        finally:
+            self._gate.release()
+
     def upserted(self, changes: Iterable[Upsert], what: str) -> None:
         """The engine indexes new or changed memories (rows need ``uuid`` and ``group_id``;
         vectors replace the embeddings of the first rows; None keeps theirs)."""

@@ -395,13 +395,16 @@ class VectorIndex:
             self._start_build()  # the current graph keeps serving until the new one is ready
 
     # --- saving the graph (a cache: the store keeps the vectors) ---------------------------
-    def save_graph(self, graph_dir: str | Path, kind: str) -> bool:
+    def save_graph(self, graph_dir: str | Path, kind: str, seq: int | None = None) -> bool:
         """Save the HNSW graph, a fingerprint of each slot's vector and, while the vectors are
         held as float16, the vectors themselves (with spare rows for new memories), then the
         manifest (the slot layout and the names of those files): the manifest, replaced last,
         is what makes a save count, so a crash part way leaves the previous one whole. The
         vectors are then served from the saved file, memory-mapped (see :meth:`_map_rows`).
-        False when there is no finished graph to save."""
+        ``seq``: the number of the newest vector write this index holds, every earlier one
+        included (:func:`~workbench.store.search.latest_vector_seq`, read while no write was
+        between its commit and the index being told); the next open then reads only the
+        vectors written after it. False when there is no finished graph to save."""
         with self._lock:
             if self._ann is None or self._builder is not None:
                 return False
@@ -420,6 +423,8 @@ class VectorIndex:
                 "params": self._params_key(),
                 "files": files,
             }
+            if seq is not None and "vectors" in files:
+                manifest["seq"] = int(seq)
             tmp = folder / f"{kind}.json.tmp"
             tmp.write_text(json.dumps(manifest))
             tmp.replace(folder / f"{kind}.json")
@@ -456,37 +461,13 @@ class VectorIndex:
         parameters, unreadable, or further behind than a rebuild would be, is built anew.
         With the graph, the vectors saved beside it are memory-mapped and only the slots
         whose vector differs from the saved one are written (to private memory)."""
-        slots, size = _slots_for(saved.layout, uuids)
+        slots, size, _ = _slots_for(saved.layout, uuids)
         with self._lock:
-            self._subsets.clear()
-            self._subset_bytes = 0
-            self._size = size
-            cap = max(1024, size)
-            self._alive = np.zeros(cap, dtype=bool)
-            self._group = np.full(cap, -1, dtype=np.int32)
-            self._uuids = [None] * cap
+            self._lay_out(slots, size, uuids, groups)
             unit = unit_rows(vectors, self.dim)
-            self._prints = np.zeros(cap, dtype=np.uint64)
             self._prints[slots] = row_prints(unit)
             at = np.zeros(size, dtype=np.int64)  # slot -> row of ``unit``
             at[slots] = np.arange(slots.size)
-            codes = {g: self._group_codes.setdefault(g, len(self._group_codes))
-                     for g in dict.fromkeys(groups)}  # fmt: skip
-            coded = np.fromiter(map(codes.__getitem__, groups), dtype=np.int32, count=len(groups))
-            self._group[slots] = coded
-            for code, count in enumerate(np.bincount(coded).tolist()):
-                if count:
-                    self._group_counts[code] = self._group_counts.get(code, 0) + count
-            self._alive[slots] = True
-            if len(uuids) == size and np.array_equal(slots, np.arange(size)):  # the usual
-                self._uuids[:size] = uuids
-                self._slot.update(zip(uuids, range(size)))
-            else:
-                listed = slots.tolist()
-                for uuid, slot in zip(uuids, listed):
-                    self._uuids[slot] = uuid
-                self._slot.update(zip(uuids, listed))
-            self._free = np.flatnonzero(~self._alive[:size])[::-1].tolist()
             graph, stale, redo = self._caught_up(saved, lambda s: unit[at[s]])
             mapped = None
             if graph is not None and self.half_under_graph and saved.vectors is not None:
@@ -497,7 +478,7 @@ class VectorIndex:
                 mapped[redo] = unit[at[redo]]
                 self._map_rows(mapped)
             else:
-                self._mat = np.zeros((cap, self.dim), dtype=np.float32)
+                self._mat = np.zeros((self._alive.shape[0], self.dim), dtype=np.float32)
                 self._mat[slots] = unit
             if graph is not None:
                 self._ann, self._ann_tombstones = graph, stale
@@ -506,6 +487,87 @@ class VectorIndex:
                 self._set_half(self.half_under_graph)
             elif len(self._slot) >= self.ann_threshold:
                 self._start_build()
+
+    def _restore_changed(self, saved: SavedGraph, store: Store, kind: str, uuids, groups, seqs):
+        """:meth:`_restore` for a save that records the vector write it reflects
+        (``saved.seq``) and holds the vectors: only the vectors written after it, and those
+        of memories it did not hold, are read from the store; every other slot's vector and
+        fingerprint are the saved ones (memory-mapped). False, with nothing to keep, when the
+        save cannot serve this way (then restore from every vector)."""
+        from workbench.store.search import vectors_of
+
+        known = len(saved.layout)
+        usable = (
+            self.half_under_graph
+            and saved.params == self._params_key()
+            and saved.prints.shape == (known,)
+            and len(uuids) >= max(1, self.ann_threshold // 2)
+        )
+        if not usable:
+            return False
+        slots, size, new = _slots_for(saved.layout, uuids)
+        changed = np.union1d(new, np.flatnonzero((seqs > saved.seq) | (seqs < 0)))
+        if changed.size > max(TOMBSTONE_LIMIT, len(uuids) // 4):
+            return False  # a new graph is as quick: it needs every vector
+        mapped = _open_rows(saved.vectors, size, self.dim)
+        if mapped is None:
+            return False
+        wanted = [uuids[i] for i in changed.tolist()]
+        got, matrix = vectors_of(store, kind, wanted)
+        if len(got) != len(wanted):
+            return False  # written meanwhile: read them all
+        order = positions_in(wanted, got)
+        unit = unit_rows(matrix[order], self.dim)
+        with self._lock:
+            self._lay_out(slots, size, uuids, groups)
+            held = slots < known
+            self._prints[slots[held]] = saved.prints[slots[held]]
+            self._prints[slots[changed]] = row_prints(unit)
+            at = np.full(size, -1, dtype=np.int64)  # slot -> row of ``unit``
+            at[slots[changed]] = np.arange(changed.size)
+
+            def rows_at(s: np.ndarray) -> np.ndarray:
+                if (at[s] < 0).any():  # only a changed slot's print differs from the save
+                    raise AssertionError("a slot whose vector was not read")
+                return unit[at[s]]
+
+            graph, stale, redo = self._caught_up(saved, rows_at)
+            if graph is None:
+                return False
+            mapped[redo] = rows_at(redo)
+            self._map_rows(mapped)
+            self._ann, self._ann_tombstones = graph, stale
+            self._set_half(True)
+        return True
+
+    def _lay_out(self, slots: np.ndarray, size: int, uuids: list[str], groups) -> None:
+        """Place ``uuids`` (of ``groups``) at ``slots`` of ``size`` slots, the rest free, with
+        no vectors or fingerprints yet (hold the lock)."""
+        self._subsets.clear()
+        self._subset_bytes = 0
+        self._size = size
+        cap = max(1024, size)
+        self._alive = np.zeros(cap, dtype=bool)
+        self._group = np.full(cap, -1, dtype=np.int32)
+        self._uuids = [None] * cap
+        self._prints = np.zeros(cap, dtype=np.uint64)
+        codes = {g: self._group_codes.setdefault(g, len(self._group_codes))
+                 for g in dict.fromkeys(groups)}  # fmt: skip
+        coded = np.fromiter(map(codes.__getitem__, groups), dtype=np.int32, count=len(groups))
+        self._group[slots] = coded
+        for code, count in enumerate(np.bincount(coded).tolist()):
+            if count:
+                self._group_counts[code] = self._group_counts.get(code, 0) + count
+        self._alive[slots] = True
+        if len(uuids) == size and np.array_equal(slots, np.arange(size)):  # the usual
+            self._uuids[:size] = uuids
+            self._slot.update(zip(uuids, range(size)))
+        else:
+            listed = slots.tolist()
+            for uuid, slot in zip(uuids, listed):
+                self._uuids[slot] = uuid
+            self._slot.update(zip(uuids, listed))
+        self._free = np.flatnonzero(~self._alive[:size])[::-1].tolist()
 
     def _caught_up(self, saved: SavedGraph, rows_at: Callable[[np.ndarray], np.ndarray]):
         """The saved graph brought up to the laid-out vectors (``rows_at``: the current
@@ -726,6 +788,7 @@ class SavedGraph:
     params: dict[str, str]
     graph: Path
     vectors: Path | None = None  # the float16 vectors, when saved (older saves: none)
+    seq: int | None = None  # the newest vector write it reflects (older saves: unknown)
 
 
 def load_index(
@@ -743,16 +806,26 @@ def load_index(
     and caught up with the stored vectors (those changed, deleted or added since it was saved:
     a crash after a commit loses nothing and brings nothing back); a graph too far behind, or
     built with other parameters, is rebuilt in the background."""
-    from workbench.store.search import load_vectors
+    from workbench.store.search import load_vector_seqs, load_vectors
 
     if kind not in KINDS:
         raise InvalidInput(f"unknown memory kind {kind!r}; expected one of {', '.join(KINDS)}")
-    index = VectorIndex(store.dim, ann_threshold=ann_threshold, **options)
-    if on_built is not None:  # before anything can start a build
-        index.on_built = functools.partial(on_built, index=index)
+
+    def new_index() -> VectorIndex:
+        index = VectorIndex(store.dim, ann_threshold=ann_threshold, **options)
+        if on_built is not None:  # before anything can start a build
+            index.on_built = functools.partial(on_built, index=index)
+        return index
+
+    index = new_index()
+    saved = _saved_graph(graph_dir, kind) if graph_dir else None
+    if saved is not None and saved.seq is not None:
+        uuids, groups, seqs = load_vector_seqs(store, kind)
+        if uuids and index._restore_changed(saved, store, kind, uuids, groups, seqs):
+            return index
+        index = new_index()
     uuids, groups, vectors = load_vectors(store, kind)
-    saved = _saved_graph(graph_dir, kind) if graph_dir and uuids else None
-    if saved is not None:
+    if saved is not None and uuids:
         index._restore(saved, uuids, vectors, groups)
     elif uuids:
         index.add(uuids, vectors, groups)
@@ -775,8 +848,14 @@ def _saved_graph(graph_dir, kind: str) -> SavedGraph | None:
     if not isinstance(layout, list) or not (folder / files["graph"]).is_file():
         return None
     vectors = folder / files["vectors"] if files.get("vectors") else None
+    seq = manifest.get("seq")
     return SavedGraph(
-        layout, prints, manifest.get("params") or {}, folder / files["graph"], vectors
+        layout,
+        prints,
+        manifest.get("params") or {},
+        folder / files["graph"],
+        vectors,
+        seq if isinstance(seq, int) and vectors is not None else None,
     )
 
 
@@ -827,18 +906,19 @@ def _remove_other_saves(folder: Path, kind: str, keep: set[str]) -> None:
             log.warning("could not remove %s", folder / name)
 
 
-def _slots_for(layout: list[str | None], uuids: list[str]) -> tuple[np.ndarray, int]:
+def _slots_for(layout: list[str | None], uuids: list[str]) -> tuple[np.ndarray, int, np.ndarray]:
     """Each uuid's slot: its saved one, else one a gone uuid left (lowest first), else a new
-    one at the end; and the number of slots."""
+    one at the end; the number of slots; and the positions of the uuids not in ``layout``."""
+    new = np.zeros(0, dtype=np.int64)
     if layout == uuids:  # nothing changed since the save, nor the store's order: the usual
-        return np.arange(len(uuids), dtype=np.int64), len(layout)
+        return np.arange(len(uuids), dtype=np.int64), len(layout), new
     slots = positions_in(uuids, layout)
     new = np.flatnonzero(slots < 0)
     if not new.size:
-        return slots, len(layout)
+        return slots, len(layout), new
     used = np.zeros(len(layout), dtype=bool)
     used[slots[slots >= 0]] = True
     spare = np.flatnonzero(~used)[: new.size]
     extra = new.size - spare.size
     slots[new] = np.concatenate([spare, np.arange(len(layout), len(layout) + extra)])
-    return slots, len(layout) + extra
+    return slots, len(layout) + extra, new

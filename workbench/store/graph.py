@@ -10,6 +10,7 @@ import numpy as np
 import pyarrow as pa
 
 from workbench.store import Store
+from workbench.store.schema import VECTOR_SEQ
 
 EPISODE_COLUMNS = (
     "uuid, group_id, name, body, source, source_description, reference_time, created_at, "
@@ -436,9 +437,10 @@ def insert_vectors(
         store.register(name, frame)
         try:
             store.execute(
-                f"INSERT INTO {table} SELECT uuid, model, vector::FLOAT[{dim}] FROM {name} "
+                f"INSERT INTO {table} (uuid, model, vector) "
+                f"SELECT uuid, model, vector::FLOAT[{dim}] FROM {name} "
                 "ON CONFLICT (uuid) DO UPDATE SET model = excluded.model, "
-                "vector = excluded.vector"
+                f"vector = excluded.vector, seq = nextval('{VECTOR_SEQ}')"
             )
         finally:
             store.unregister(name)

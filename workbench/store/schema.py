@@ -168,7 +168,31 @@ def _v3(dim: int) -> list[str]:
     return ["ALTER TABLE queue ADD COLUMN IF NOT EXISTS crashes INTEGER DEFAULT 0"]
 
 
-MIGRATIONS: list[Callable[[int], list[str]]] = [_v1, _v2, _v3]
+def _v4(dim: int) -> list[str]:
+    """Number every vector write (``seq``, from one sequence for both kinds): a saved vector
+    index records the number it reflects, and a restart reads only the vectors written after
+    it instead of every vector (see :mod:`workbench.search.vectors`)."""
+    return [
+        f"CREATE SEQUENCE IF NOT EXISTS {VECTOR_SEQ}",
+        *(
+            f"ALTER TABLE {table} ADD COLUMN IF NOT EXISTS seq BIGINT "
+            f"DEFAULT nextval('{VECTOR_SEQ}')"
+            for table in ("entity_embeddings", "fact_embeddings")
+        ),
+    ]
+
+
+def embeddings_table(name: str, dim: int) -> str:
+    """The statement creating an embeddings table as the migrations leave it (for a table
+    that replaces one: ``workbench reembed``)."""
+    return (
+        f"CREATE TABLE {name} (uuid VARCHAR PRIMARY KEY, model VARCHAR NOT NULL, "
+        f"vector FLOAT[{dim}] NOT NULL, seq BIGINT DEFAULT nextval('{VECTOR_SEQ}'))"
+    )
+
+
+VECTOR_SEQ = "vector_seq"
+MIGRATIONS: list[Callable[[int], list[str]]] = [_v1, _v2, _v3, _v4]
 SCHEMA_VERSION = len(MIGRATIONS)
 
 LIFECYCLE_STATES = ("ACTIVE", "DORMANT", "ARCHIVED", "EXPIRED", "SOFT_DELETED", "PERMANENT")

@@ -17,6 +17,8 @@ from workbench.store import Store
 
 __all__ = [
     "load_vectors",
+    "load_vector_seqs",
+    "latest_vector_seq",
     "vectors_of",
     "vector_matrix",
     "load_table",
@@ -77,6 +79,29 @@ def load_vectors(store: Store, kind: str) -> tuple[list[str], list[str], np.ndar
     # interned: the search engine's row cache holds the same uuids (one string object each)
     uuids = list(map(sys.intern, data.column("uuid").to_pylist()))
     return uuids, data.column("group_id").to_pylist(), matrix
+
+
+def load_vector_seqs(store: Store, kind: str) -> tuple[list[str], list[str], np.ndarray]:
+    """What :func:`load_vectors` reads but the vectors: (uuids, group_ids, the number of
+    each vector's last write), for a restart that reads only the vectors written since its
+    saved index."""
+    table, emb = _TABLES[kind]
+    with store.parallel():
+        data = store.fetch_arrow(
+            f"SELECT e.uuid, m.group_id, e.seq FROM {emb} e JOIN {table} m USING (uuid)"
+        )
+    uuids = list(map(sys.intern, data.column("uuid").to_pylist()))
+    seqs = np.asarray(data.column("seq").fill_null(-1).to_numpy(), dtype=np.int64)
+    return uuids, data.column("group_id").to_pylist(), seqs
+
+
+def latest_vector_seq(store: Store) -> int:
+    """The number of the newest vector write (0: none)."""
+    row = store.fetchone(
+        "SELECT greatest(coalesce((SELECT max(seq) FROM entity_embeddings), 0), "
+        "coalesce((SELECT max(seq) FROM fact_embeddings), 0))"
+    )
+    return int(row[0]) if row else 0
 
 
 def vectors_of(store: Store, kind: str, uuids: Sequence[str]) -> tuple[list[str], np.ndarray]:
