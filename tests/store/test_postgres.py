@@ -212,6 +212,8 @@ def test_a_memory_written_through_one_replica_is_searchable_on_the_other(stores)
         add(engine_a, "entity", [maria, acme])
         works = fact("Maria Keller works at Acme", maria, acme)
         add(engine_a, "fact", [works])
+        engine_a.follower.catch_up()  # before b reads: b's searches write accesses
+        assert engine_a.follower.applied == 0  # its own writes are not re-read
         started = time.monotonic()
 
         def found() -> bool:
@@ -220,7 +222,6 @@ def test_a_memory_written_through_one_replica_is_searchable_on_the_other(stores)
 
         assert wait_for(found, timeout=5)
         assert time.monotonic() - started < 2.0  # NOTIFY wakes the follower at once
-        assert engine_a.follower.applied == 0  # its own writes are not re-read
         # a delete elsewhere is forgotten too
         from workbench.store import graph as g
 
