@@ -301,6 +301,7 @@ def reopen(path: str, saved: str, args) -> dict:
     out["search_facts"] = pct(timed(engine.search_facts, queries["fact"]))
     out["rss_mb"] = rss_mb()
     out["rss_anon_mb"], out["rss_file_mb"] = rss_mb("RssAnon"), rss_mb("RssFile")
+    out["peak_rss_mb"] = rss_mb("VmHWM")  # the most it held while it opened
     if not args.no_model:  # each query embedded by the local model as part of the search
         from workbench.embedding import LocalEmbedder
 
