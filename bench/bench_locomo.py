@@ -1,0 +1,206 @@
+"""Retrieval on a public long-conversation benchmark in the LoCoMo format, as a new user would
+run it: one fact per observation, imported with the importer, asked through
+``search_memory_facts``.
+
+The data is not shipped (it is not ours to redistribute): point the script at the benchmark's
+JSON, either the single ``locomo10.json`` (a list of samples with ``conversation``,
+``observation`` and ``qa``) or a folder of one-sample files with those keys at the top level.
+
+    .venv/bin/python bench/bench_locomo.py PATH [--model multilingual-e5-small] [--json]
+
+Each conversation is a group. Each observation (``[text, dia_id]`` said by a speaker in a
+session) becomes a fact from its speaker to the other speaker, valid from the session's date.
+Each question except the adversarial category 5 (1,540 in the public set) is asked with the
+conversation's group; a retrieved fact counts for every dialogue turn its observation cites.
+Reported, overall and per category (1 multi-hop, 2 temporal, 3 open-domain, 4 single-hop):
+recall@10 (the share of a question's evidence turns among the top 10, averaged), hit@10, the
+same for plain cosine and BM25 over the group, the import's time, and the search's p50/p95
+in process (query embedding included).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import tempfile
+import time
+from collections import defaultdict
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop"}
+SKIPPED_CATEGORY = 5  # adversarial: questions with no answer in the conversation
+K = 10
+
+
+def samples(path: Path) -> list[dict[str, Any]]:
+    """The benchmark's conversations, each as one flat dict (both published layouts)."""
+    files = sorted(path.glob("*.json")) if path.is_dir() else [path]
+    out = []
+    for file in files:
+        data = json.loads(file.read_text(encoding="utf-8"))
+        for i, sample in enumerate(data if isinstance(data, list) else [data]):
+            flat = {**sample.get("conversation", {}), **sample.get("observation", {}), **sample}
+            flat.setdefault(
+                "sample_id", f"{file.stem}-{i}" if isinstance(data, list) else file.stem
+            )
+            out.append(flat)
+    return out
+
+
+def session_time(text: str) -> str | None:
+    """'1:56 pm on 8 May, 2023' -> ISO 8601 (UTC)."""
+    try:
+        return (
+            datetime.strptime(text.strip(), "%I:%M %p on %d %B, %Y").replace(tzinfo=UTC).isoformat()
+        )
+    except ValueError:
+        return None
+
+
+def import_lines(sample: dict[str, Any], group: str) -> tuple[list[dict], dict[str, set[str]]]:
+    """The import lines of one conversation, and each fact text's dialogue turns."""
+    a, b = sample["speaker_a"], sample["speaker_b"]
+    lines, turns = [], defaultdict(set)
+    for key, by_speaker in sample.items():
+        match = re.fullmatch(r"session_(\d+)_observation", key)
+        if not match or not isinstance(by_speaker, dict):
+            continue
+        when = session_time(sample.get(f"session_{match.group(1)}_date_time", ""))
+        for speaker, observations in by_speaker.items():
+            other = b if speaker == a else a
+            for text, *cited in observations:
+                ids = cited[0] if cited and isinstance(cited[0], list) else cited
+                text = text.strip()
+                if text not in turns:
+                    line = {"type": "fact", "source": speaker, "target": other, "fact": text,
+                            "relation": "TOLD", "group_id": group}  # fmt: skip
+                    lines.append(line | ({"valid_at": when} if when else {}))
+                turns[text].update(turn_ids(ids))
+    return lines, turns
+
+
+def turn_ids(cited: list[Any]) -> set[str]:
+    """Dialogue turn ids as cited ('D1:3'; some cite several in one string: 'D8:6; D9:17')."""
+    return set(re.findall(r"D\d+:\d+", " ".join(map(str, cited))))
+
+
+def questions(sample: dict[str, Any]) -> list[dict[str, Any]]:
+    return [
+        q
+        for q in sample["qa"]
+        if q.get("category") != SKIPPED_CATEGORY and turn_ids(q.get("evidence") or [])
+    ]
+
+
+def scores(ranked: list[set[str]], evidence: set[str]) -> tuple[float, float]:
+    found = set().union(*ranked) if ranked else set()
+    return len(evidence & found) / len(evidence), float(bool(evidence & found))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("path", type=Path, help="locomo10.json, or a folder of sample files")
+    parser.add_argument("--model", help="local embedding model (default: the configured one)")
+    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    args = parser.parse_args()
+    if not args.path.exists():
+        parser.error(f"{args.path} does not exist")
+    try:
+        convs = samples(args.path)
+    except (OSError, ValueError) as exc:
+        parser.error(f"cannot read {args.path}: {exc}")
+    if not convs or not all({"speaker_a", "speaker_b", "qa"} <= set(c) for c in convs):
+        parser.error(f"{args.path} holds no conversations in the LoCoMo format")
+    with tempfile.TemporaryDirectory(prefix="bench_locomo_") as scratch:
+        result = run(convs, Path(scratch) / "kb.duckdb", args.model)
+    print(json.dumps(result, indent=1) if args.json else table(result))
+
+
+def run(convs: list[dict[str, Any]], db: Path, model: str | None) -> dict[str, Any]:
+    """Import every conversation into a fresh database at ``db`` and ask every question."""
+    from workbench.config import load_settings
+    from workbench.facade import Workbench
+
+    env = {"SVC_KNOWLEDGE_DB_PATH": str(db)}
+    if model:
+        env["SVC_KNOWLEDGE_LOCAL_EMBEDDER_MODEL"] = model
+    settings = load_settings(env, env_file=None)
+    all_lines, turns_of = [], {}
+    for i, sample in enumerate(convs):
+        group = f"conv-{i}"
+        lines, turns = import_lines(sample, group)
+        all_lines += lines
+        turns_of[group] = turns
+    load = os.getloadavg()[0]
+    with Workbench.open(settings) as wb:
+        wb.embedder.embed(["warm up"])
+        started = time.perf_counter()
+        report = wb.import_jsonl([json.dumps(line) for line in all_lines])
+        import_s = time.perf_counter() - started
+        result = evaluate(wb, convs, turns_of)
+    return result | {"facts": report["facts_created"], "import_s": round(import_s, 2),
+                     "model": settings.local_embedder_model, "load": round(load, 2)}  # fmt: skip
+
+
+def evaluate(wb, convs, turns_of) -> dict[str, Any]:
+    engine = wb.search
+    sums: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+    latencies = []
+    for i, sample in enumerate(convs):
+        group = f"conv-{i}"
+        turns = turns_of[group]
+        texts = engine.rows["fact"].rows
+        for q in questions(sample):
+            evidence = turn_ids(q["evidence"])
+            started = time.perf_counter()
+            hits = wb.search_memory_facts(q["question"], group_ids=[group], max_facts=K)["facts"]
+            latencies.append(time.perf_counter() - started)
+            ranked = {"fused": [turns.get(h["fact"], set()) for h in hits]}
+            vec = engine.vectors["fact"].search(engine._embed(q["question"]), K, [group])
+            kw = engine.keywords["fact"].search(q["question"], K, [group])
+            for name, pairs in (("vector", vec), ("bm25", kw)):
+                ranked[name] = [turns.get(texts[p[0]]["fact"], set()) for p in pairs]
+            for method, ranks in ranked.items():
+                recall, hit = scores(ranks, evidence)
+                for label in ("all", CATEGORIES.get(q["category"], str(q["category"]))):
+                    sums[method][label].append((recall, hit))
+    latencies.sort()
+    return {
+        "questions": len(sums["fused"]["all"]),
+        "search_p50_ms": round(1000 * latencies[len(latencies) // 2], 1),
+        "search_p95_ms": round(1000 * latencies[int(len(latencies) * 0.95)], 1),
+        "methods": {
+            method: {
+                label: {
+                    "n": len(v),
+                    "recall@10": round(sum(r for r, _ in v) / len(v), 3),
+                    "hit@10": round(sum(h for _, h in v) / len(v), 3),
+                }
+                for label, v in sorted(by.items())
+            }  # fmt: skip
+            for method, by in sums.items()
+        },
+    }
+
+
+def table(r: dict[str, Any]) -> str:
+    lines = [
+        f"model {r['model']}: {r['facts']} facts imported in {r['import_s']} s (load "
+        f"{r['load']}); {r['questions']} questions; search p50/p95 "
+        f"{r['search_p50_ms']}/{r['search_p95_ms']} ms",
+        f"{'method':<8} {'category':<12} {'n':>5} {'recall@10':>10} {'hit@10':>7}",
+    ]
+    for method, by in r["methods"].items():
+        for label, m in by.items():
+            lines.append(
+                f"{method:<8} {label:<12} {m['n']:>5} {m['recall@10']:>10.3f} {m['hit@10']:>7.3f}"
+            )
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    main()

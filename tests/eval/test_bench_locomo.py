@@ -1,0 +1,105 @@
+"""bench/bench_locomo.py on a tiny conversation in the benchmark's format (both published
+layouts): what it imports, which turns a fact counts for, and its scores end to end."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "bench"))
+
+import bench_locomo as bl  # noqa: E402
+
+SAMPLE = {
+    "speaker_a": "Caroline",
+    "speaker_b": "Melanie",
+    "session_1_date_time": "1:56 pm on 8 May, 2023",
+    "session_2_date_time": "7:55 pm on 9 June, 2023",
+    "session_1_observation": {
+        "Caroline": [
+            ["Caroline attended an LGBTQ support group and found it inspiring.", "D1:3"],
+            ["Caroline is thinking about a career in counseling.", "D1:9"],
+        ],
+        "Melanie": [["Melanie painted a sunrise by the lake last year.", "D1:12"]],
+    },
+    "session_2_observation": {
+        "Melanie": [
+            ["Melanie signed up for a pottery class.", ["D2:4", "D2:5"]],
+            ["Melanie painted a sunrise by the lake last year.", "D2:7"],
+        ],
+    },
+    "qa": [
+        {"question": "What did Melanie paint?", "answer": "a sunrise",
+         "evidence": ["D1:12"], "category": 4},
+        {"question": "Which class did Melanie sign up for?", "answer": "pottery",
+         "evidence": ["D2:5; D9:1"], "category": 1},
+        {"question": "What did Caroline say about Mars?", "answer": "nothing",
+         "evidence": [], "category": 5},
+        {"question": "When did Caroline go to the support group?", "answer": "7 May 2023",
+         "evidence": ["D1:3"], "category": 2},
+    ],
+}  # fmt: skip
+
+
+def test_observations_become_facts_from_their_speaker_with_their_session_date():
+    lines, turns = bl.import_lines(SAMPLE, "conv-0")
+    assert len(lines) == 4  # the repeated observation once, citing both turns
+    first = lines[0]
+    assert (first["source"], first["target"], first["group_id"]) == (
+        "Caroline",
+        "Melanie",
+        "conv-0",
+    )
+    assert first["valid_at"] == "2023-05-08T13:56:00+00:00"
+    assert turns["Melanie painted a sunrise by the lake last year."] == {"D1:12", "D2:7"}
+    assert turns["Melanie signed up for a pottery class."] == {"D2:4", "D2:5"}
+    assert bl.turn_ids(["D8:6; D9:17", "D1:3"]) == {"D8:6", "D9:17", "D1:3"}
+    assert [q["category"] for q in bl.questions(SAMPLE)] == [4, 1, 2]  # no adversarial, no empty
+
+
+def test_scores_count_a_question_found_by_any_of_its_turns():
+    assert bl.scores([{"D1:1"}, {"D2:2", "D3:3"}], {"D3:3", "D9:9"}) == (0.5, 1.0)
+    assert bl.scores([], {"D1:1"}) == (0.0, 0.0)
+
+
+@pytest.mark.parametrize("layout", ["folder", "list"])
+def test_the_bench_runs_on_either_layout(tmp_path, layout):
+    if layout == "folder":
+        (tmp_path / "26.json").write_text(json.dumps(SAMPLE))
+        path = tmp_path
+    else:
+        flat = {k: v for k, v in SAMPLE.items() if not k.endswith("_observation") and k != "qa"}
+        observations = {k: v for k, v in SAMPLE.items() if k.endswith("_observation")}
+        nested = {"sample_id": "conv-26", "conversation": flat, "qa": SAMPLE["qa"],
+                  "observation": observations}  # fmt: skip
+        path = tmp_path / "locomo10.json"
+        path.write_text(json.dumps([nested]))
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "bench_locomo.py"), str(path), "--json"],
+        capture_output=True, text=True, timeout=300, cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    result = json.loads(done.stdout)
+    assert result["facts"] == 4 and result["questions"] == 3
+    fused = result["methods"]["fused"]
+    assert fused["all"]["n"] == 3 and set(fused) == {"all", "multi-hop", "temporal", "single-hop"}
+    # four facts, top 10: every question with a cited observation is found; the multi-hop one
+    # cites a turn no observation has (D9:1), so half its evidence
+    assert fused["single-hop"]["recall@10"] == 1.0 and fused["temporal"]["hit@10"] == 1.0
+    assert fused["multi-hop"] == {"n": 1, "recall@10": 0.5, "hit@10": 1.0}
+
+
+def test_a_path_that_is_not_the_benchmark_is_a_clear_error(tmp_path):
+    (tmp_path / "other.json").write_text(json.dumps({"hello": "world"}))
+    for path in (tmp_path / "missing.json", tmp_path / "other.json"):
+        done = subprocess.run(
+            [sys.executable, str(ROOT / "bench" / "bench_locomo.py"), str(path)],
+            capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        assert done.returncode == 2 and "Traceback" not in done.stderr
+        assert "does not exist" in done.stderr or "LoCoMo format" in done.stderr
