@@ -24,6 +24,10 @@ first engine closes (saving its HNSW graphs beside the file), the store is opene
 new engine measures the second start: start-up, time until the graphs are ready (caught up from
 the saved ones), search p50/p95 from the first query, and RSS.
 
+A reopen alone on files kept by ``--reopen --dir``: ``--measure-reopen DB QUERIES`` (the
+database and the ``.queries.pickle`` beside it), with ``--full-read`` to read every vector as
+before saves recorded their newest vector write (the comparison on the same files).
+
     .venv/bin/python bench/bench_search.py [--sizes 10000 100000] [--big] [--queries 200]
         [--no-model] [--reopen [--dir DIR]] [--json out.json]
 """
@@ -281,9 +285,24 @@ def bench_size(n: int, args, model) -> dict:
     return result
 
 
+def forget_write_numbers(search_dir: Path) -> None:
+    """Take the vector write number out of the saved graphs' manifests: the next open then
+    reads and fingerprints every vector, as before saves recorded one (``--full-read``: the
+    comparison on the same files)."""
+    for kind in ("entity", "fact"):
+        manifest = search_dir / f"{kind}.json"
+        if manifest.is_file():
+            saved = json.loads(manifest.read_text())
+            saved.pop("seq", None)
+            manifest.write_text(json.dumps(saved))
+
+
 def reopen(path: str, saved: str, args) -> dict:
     """The second start on the same files: start-up, graphs ready, search at once, RSS."""
     import pickle
+
+    if args.full_read:
+        forget_write_numbers(Path(f"{path}.search"))
 
     queries = pickle.loads(Path(saved).read_bytes())
     table = {t: v for qs in queries.values() for t, v in qs.items()}
@@ -324,6 +343,12 @@ def main() -> None:
     parser.add_argument("--reopen", action="store_true", help="also measure a second start")
     parser.add_argument("--dir", help="folder of the --reopen database files (default: temp)")
     parser.add_argument("--measure-reopen", nargs=2, metavar=("DB", "QUERIES"), help="internal")
+    parser.add_argument(
+        "--full-read",
+        action="store_true",
+        help="with --measure-reopen: read every vector at the reopen, as before saves "
+        "recorded their newest vector write (a comparison on the same files)",
+    )
     args = parser.parse_args()
     if args.measure_reopen:
         print(json.dumps(reopen(*args.measure_reopen, args)))

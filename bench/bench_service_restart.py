@@ -11,10 +11,15 @@ serve`` then starts twice on that file, with the local embedder:
 2. the second start is the restart measured: seconds from launch to ``/health`` 200, the
    seconds until ``/health`` reports the graphs serving (not "building"), HTTP
    ``search_memory_facts`` p50/p95 over the first ``--queries`` requests (one client; query
-   embedding included, every query a new text), and the service process's RSS after them.
+   embedding included, every query a new text), and the service process's RSS after them
+   and at its most.
+
+With ``--full-read`` the restart reads and fingerprints every stored vector, as before saves
+recorded their newest vector write: the comparison on the same files.
 
     .venv/bin/python bench/bench_service_restart.py [--facts 200000] [--queries 200]
         [--dir DIR (keep the files; a second run reuses the database)] [--json out.json]
+        [--full-read]
 """
 
 from __future__ import annotations
@@ -34,13 +39,15 @@ import httpx
 import numpy as np
 from bench_http import free_port
 from bench_import import PEOPLE, THINGS, write_parquet
+from bench_search import forget_write_numbers
 
 CLI = Path(sys.executable).with_name("workbench")
 
 
-def rss_mb(pid: int) -> float:
+def rss_mb(pid: int, field: str = "VmRSS") -> float:
+    """A process's resident memory now (``VmRSS``) or at its most (``VmHWM``), in MB."""
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
+        if line.startswith(f"{field}:"):
             return round(int(line.split()[1]) / 1024, 1)
     return float("nan")
 
@@ -103,6 +110,12 @@ def main() -> None:
     parser.add_argument("--queries", type=int, default=200)
     parser.add_argument("--dir", type=Path, help="keep the files here (reused when present)")
     parser.add_argument("--json", type=Path, help="also write the results here")
+    parser.add_argument(
+        "--full-read",
+        action="store_true",
+        help="the measured restart reads every vector, as before saves recorded their newest "
+        "vector write (a comparison on the same files)",
+    )
     args = parser.parse_args()
     folder = args.dir or Path(tempfile.mkdtemp(prefix="bench_service_restart_"))
     folder.mkdir(parents=True, exist_ok=True)
@@ -122,6 +135,8 @@ def main() -> None:
             time.sleep(1)
         print(f"first start: graphs ready {time.perf_counter() - started:.1f} s after /health")
         stop(proc)
+        if args.full_read:
+            forget_write_numbers(Path(f"{db}.search"))
         proc, url, health = serve(db, folder / "serve2.log")
         launched = time.perf_counter() - health
         restart = out["restart"] = {"health_seconds": round(health, 2)}
@@ -130,6 +145,7 @@ def main() -> None:
         restart["graphs_ready_seconds"] = round(time.perf_counter() - launched, 2)
         restart.update(searches(url, args.queries))
         restart["rss_mb"] = rss_mb(proc.pid)
+        restart["peak_rss_mb"] = rss_mb(proc.pid, "VmHWM")
         stop(proc)
     finally:
         if args.dir is None:
