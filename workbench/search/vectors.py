@@ -96,6 +96,9 @@ SUBSET_CACHE_BYTES = 128 * 2**20  # at most this much for cached group subsets, 
 
 KINDS = ("entity", "fact")
 
+# saved vectors a numbered restore compares with the store's, beyond those written since
+SPOT_CHECKS = 256
+
 
 class VectorIndex:
     """Exact-then-approximate cosine index over unit vectors, keyed by uuid."""
@@ -494,7 +497,7 @@ class VectorIndex:
         of memories it did not hold, are read from the store; every other slot's vector and
         fingerprint are the saved ones (memory-mapped). False, with nothing to keep, when the
         save cannot serve this way (then restore from every vector)."""
-        from workbench.store.search import vectors_of
+        from workbench.store.search import latest_vector_seq, vectors_of
 
         known = len(saved.layout)
         usable = (
@@ -505,6 +508,8 @@ class VectorIndex:
         )
         if not usable:
             return False
+        if latest_vector_seq(store) < saved.seq:
+            return False  # the database went back (restored from a copy): trust no save
         slots, size, new = _slots_for(saved.layout, uuids)
         changed = np.union1d(new, np.flatnonzero((seqs > saved.seq) | (seqs < 0)))
         if changed.size > max(TOMBSTONE_LIMIT, len(uuids) // 4):
@@ -512,12 +517,18 @@ class VectorIndex:
         mapped = _open_rows(saved.vectors, size, self.dim)
         if mapped is None:
             return False
-        wanted = [uuids[i] for i in changed.tolist()]
+        # and a few of the others, whose saved fingerprints must match the store's vectors
+        # (a save beside another database than its own does not)
+        others = np.setdiff1d(np.arange(len(uuids)), changed)
+        checked = np.random.default_rng(len(uuids)).permutation(others)[:SPOT_CHECKS]
+        wanted = [uuids[i] for i in np.concatenate([changed, checked]).tolist()]
         got, matrix = vectors_of(store, kind, wanted)
         if len(got) != len(wanted):
             return False  # written meanwhile: read them all
-        order = positions_in(wanted, got)
-        unit = unit_rows(matrix[order], self.dim)
+        unit = unit_rows(matrix[positions_in(wanted, got)], self.dim)
+        unit, spot = unit[: changed.size], unit[changed.size :]
+        if not np.array_equal(row_prints(spot), saved.prints[slots[checked]]):
+            return False
         with self._lock:
             self._lay_out(slots, size, uuids, groups)
             held = slots < known
