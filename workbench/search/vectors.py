@@ -500,13 +500,7 @@ class VectorIndex:
         from workbench.store.search import latest_vector_seq, vectors_of
 
         known = len(saved.layout)
-        usable = (
-            self.half_under_graph
-            and saved.params == self._params_key()
-            and saved.prints.shape == (known,)
-            and len(uuids) >= max(1, self.ann_threshold // 2)
-        )
-        if not usable:
+        if not (self.half_under_graph and self._fits(saved, len(uuids))):
             return False
         if latest_vector_seq(store) < saved.seq:
             return False  # the database went back (restored from a copy): trust no save
@@ -580,6 +574,16 @@ class VectorIndex:
             self._slot.update(zip(uuids, listed))
         self._free = np.flatnonzero(~self._alive[:size])[::-1].tolist()
 
+    def _fits(self, saved: SavedGraph, count: int) -> bool:
+        """Whether a saved graph may serve ``count`` memories here: built with these
+        parameters, whole, and for an index large enough to want a graph (a small one is
+        searched exactly, cheaper than a graph)."""
+        return (
+            saved.params == self._params_key()
+            and saved.prints.shape == (len(saved.layout),)
+            and count >= max(1, self.ann_threshold // 2)
+        )
+
     def _caught_up(self, saved: SavedGraph, rows_at: Callable[[np.ndarray], np.ndarray]):
         """The saved graph brought up to the laid-out vectors (``rows_at``: the current
         vectors of these slots), how many of its entries were removed, and the live slots
@@ -588,10 +592,8 @@ class VectorIndex:
         from usearch.index import Index
 
         known = len(saved.layout)
-        if saved.params != self._params_key() or saved.prints.shape != (known,):
+        if not self._fits(saved, len(self._slot)):
             return None, 0, None
-        if len(self._slot) < max(1, self.ann_threshold // 2):
-            return None, 0, None  # small: exact search is cheaper than a graph
         in_graph = np.array([u is not None for u in saved.layout], dtype=bool)
         alive = self._alive[: self._size]
         current = self._prints[:known]
