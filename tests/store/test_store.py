@@ -245,6 +245,71 @@ def test_release_cache_gives_back_cached_blocks_and_keeps_the_memory_limit(tmp_p
 
 
 @pytest.mark.duckdb_only("DuckDB's own block cache")
+def test_lean_cache_bounds_what_a_full_read_keeps_and_sets_the_limit_back(tmp_path):
+    store = Store.open(str(tmp_path / "kb.duckdb"), dim=4)
+    store.execute(
+        "INSERT INTO entity_embeddings (uuid, model, vector) SELECT 'u' || i, 'm', "
+        "[random(), random(), random(), random()]::FLOAT[4] FROM range(3000000) t(i)"
+    )
+    store.checkpoint()
+    store.release_cache()
+    limit = store.fetchone("SELECT current_setting('memory_limit')")[0]
+
+    def cached() -> int:
+        return store.fetchone(
+            "SELECT coalesce(sum(memory_usage_bytes), 0) FROM duckdb_memory() "
+            "WHERE tag = 'BASE_TABLE'"
+        )[0]
+
+    store.fetch_arrow("SELECT * FROM entity_embeddings")
+    unbounded = cached()
+    store.release_cache()
+    with store.lean_cache(limit_mb=32):
+        assert store.fetchone("SELECT current_setting('memory_limit')")[0] == "30.5 MiB"
+        # a full read, and a sort of more than the limit (spilled), both run
+        assert store.fetch_arrow("SELECT * FROM entity_embeddings").num_rows == 3_000_000
+        assert cached() <= 32 * 2**20 < unbounded
+        ordered = store.fetch_arrow("SELECT uuid FROM entity_embeddings ORDER BY vector[1]")
+        assert ordered.num_rows == 3_000_000
+    assert store.fetchone("SELECT current_setting('memory_limit')")[0] == limit
+    assert cached() < 32 * 2**20  # and what it kept is given back
+    store.close()
+
+
+@pytest.mark.duckdb_only("DuckDB's own memory limit")
+def test_a_read_out_of_memory_under_lean_cache_is_a_memory_error_and_the_engine_loads_anyway(
+    tmp_path, monkeypatch
+):
+    from workbench.fakes.embedder import HashEmbedder
+    from workbench.search.engine import SearchEngine
+
+    store = Store.open(str(tmp_path / "kb.duckdb"), dim=8)
+    store.release_cache()  # the limit as the store pins it (DuckDB shows it rounded)
+    limit = store.fetchone("SELECT current_setting('memory_limit')")[0]
+    with pytest.raises(MemoryError, match="ran out of memory under 1 MB"):
+        with store.lean_cache(limit_mb=1):
+            store.fetch_arrow(  # a hash aggregate that must hold more than 1 MB
+                "SELECT i % 200000 AS k, list(i) FROM range(2000000) t(i) GROUP BY k"
+            )
+    assert store.fetchone("SELECT current_setting('memory_limit')")[0] == limit
+
+    loads = []
+    real = SearchEngine.rebuild
+
+    def rebuild(self):
+        loads.append(store.fetchone("SELECT current_setting('memory_limit')")[0])
+        if len(loads) == 1:
+            raise MemoryError("as DuckDB's Out of Memory Error under the lean limit")
+        real(self)
+
+    monkeypatch.setattr(SearchEngine, "rebuild", rebuild)
+    engine = SearchEngine(store, HashEmbedder(dimensions=8), access_background=False)
+    assert loads == ["244.1 MiB", limit]  # loaded again, unbounded
+    engine.close()
+    store.close()
+
+
+@pytest.mark.duckdb_only("DuckDB's own block cache")
 def test_release_cache_keeps_no_limit_and_leaves_in_memory_data_alone(tmp_path):
     store = Store.open(str(tmp_path / "kb.duckdb"), dim=4)
     store._con.execute("SET memory_limit = '-1'")  # no limit: shown as PiB, not parseable

@@ -169,9 +169,7 @@ class SearchEngine:
         # a store shared with other processes: the change log position before loading
         shared = store.backend != "duckdb"
         start = changes_sql.position(store) if shared else None
-        self.rebuild()
-        # the load read every row and vector once: DuckDB need not keep those blocks cached
-        store.release_cache()
+        self._open()
         # what writers of entities and facts tell this engine through, under its gate
         self.publisher = Publisher(self)
         # and what other processes write, through the store's change log
@@ -180,6 +178,17 @@ class SearchEngine:
             self.follower = ChangeFollower(store, self, self.publisher, start=start)
             if follow:
                 self.follower.start()
+
+    def _open(self) -> None:
+        """The first load: it reads every row and vector once, so DuckDB need not keep those
+        blocks cached meanwhile (the start-up's peak memory) nor after."""
+        try:
+            with self.store.lean_cache():
+                self.rebuild()
+        except MemoryError:
+            log.warning("the search indexes' load ran out of memory: loading them again, "
+                        "DuckDB's cache unbounded", exc_info=True)  # fmt: skip
+            self.rebuild()
 
     # --- keeping in step with the store ---------------------------------------------------
     def rebuild(self) -> None:

@@ -51,6 +51,11 @@ BACKENDS = {
 log = logging.getLogger("workbench.store")
 
 
+# DuckDB's memory limit while the search engine loads (see Store.lean_cache): a 1M + 1M load
+# took as long under 128 MB as under no limit
+LEAN_CACHE_MB = 256
+
+
 class Store:
     """A DuckDB database with the workbench schema (``open`` of a ``postgresql://`` URL: a
     :class:`~workbench.store.postgres.PostgresStore`, the same interface on PostgreSQL)."""
@@ -413,28 +418,57 @@ class Store:
         engine's load at open reads every row and vector once; DuckDB would otherwise keep
         them, a few hundred MB at 100k memories, until memory runs short). Only unpinned
         cache is dropped: lowering the memory limit evicts it, then the limit is set back.
-        DuckDB shows the limit rounded ("18.7 GiB"): the first call pins it to that value in
-        MB (within 0.05 GiB of DuckDB's default of 80% of the RAM), so it never drifts. Under
-        the store's lock; meant for start-up. Nothing to do for an in-memory database (its
-        blocks are its data)."""
+        Under the store's lock; meant for start-up. Nothing to do for an in-memory database
+        (its blocks are its data)."""
         with self._lock:
-            row = self._con.execute(
-                "SELECT path FROM duckdb_databases() WHERE database_name = current_database()"
-            ).fetchone()
-            if not row or not row[0]:
+            limit = self._own_memory_limit()
+            if limit is None:
                 return
-            if getattr(self, "_memory_limit", None) is None:
-                shown = self._con.execute("SELECT current_setting('memory_limit')").fetchone()[0]
-                self._memory_limit = memory_limit_value(str(shown))
-                if self._memory_limit is None:  # a limit it could not set back: leave it
-                    log.debug("DuckDB's memory limit %r not understood: cache kept", shown)
-                    return
             try:
                 self._con.execute("SET memory_limit = '16MB'")
             except duckdb.Error:
                 log.debug("could not lower DuckDB's memory limit", exc_info=True)
             finally:
-                self._con.execute(f"SET memory_limit = '{self._memory_limit}'")
+                self._con.execute(f"SET memory_limit = '{limit}'")
+
+    @contextmanager
+    def lean_cache(self, limit_mb: int = LEAN_CACHE_MB) -> Iterator[None]:
+        """For reads that go over every row once (the search engine's load at open): DuckDB
+        keeps at most ``limit_mb`` of the blocks read (else it keeps them all until memory
+        runs short: 2.5-4 GB more at the peak of a 1M + 1M start-up), then gives back what it
+        kept (:meth:`release_cache`). Operators that need more spill to disk as usual; a read
+        that runs out of memory all the same raises :class:`MemoryError` (do it again without
+        this). Nothing for an in-memory database."""
+        with self._lock:
+            limit = self._own_memory_limit()
+            if limit is not None and (limit == "-1" or int(limit[:-2]) > limit_mb):
+                self._con.execute(f"SET memory_limit = '{limit_mb}MB'")
+        try:
+            yield
+        except duckdb.OutOfMemoryException as exc:
+            raise MemoryError(f"DuckDB ran out of memory under {limit_mb} MB: {exc}") from exc
+        finally:
+            if limit is not None:
+                with self._lock:
+                    self._con.execute(f"SET memory_limit = '{limit}'")
+                self.release_cache()
+
+    def _own_memory_limit(self) -> str | None:
+        """DuckDB's memory limit as this store set it back (hold the lock); None for an
+        in-memory database, or a limit it cannot read. DuckDB shows the limit rounded ("18.7
+        GiB"): the first call pins it to that value in MB (within 0.05 GiB of DuckDB's
+        default of 80% of the RAM), so it never drifts."""
+        row = self._con.execute(
+            "SELECT path FROM duckdb_databases() WHERE database_name = current_database()"
+        ).fetchone()
+        if not row or not row[0]:
+            return None
+        if getattr(self, "_memory_limit", None) is None:
+            shown = self._con.execute("SELECT current_setting('memory_limit')").fetchone()[0]
+            self._memory_limit = memory_limit_value(str(shown))
+            if self._memory_limit is None:  # a limit it could not set back: leave it
+                log.debug("DuckDB's memory limit %r not understood: left as it is", shown)
+        return self._memory_limit
 
     # --- lifecycle and export ----------------------------------------------------------
     def checkpoint(self) -> None:

@@ -378,6 +378,11 @@ class PostgresStore(Store):
     def release_cache(self) -> None:
         """Nothing to do: the cache is the server's."""
 
+    @contextmanager
+    def lean_cache(self, limit_mb: int = 0) -> Iterator[None]:
+        """Nothing to do: the cache is the server's."""
+        yield
+
     def close(self) -> None:
         with self._lock:
             try:
