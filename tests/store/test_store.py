@@ -214,27 +214,33 @@ def test_a_group_is_not_claimed_while_one_of_its_messages_is_in_flight():
     store.close()
 
 
-@pytest.mark.duckdb_only("DuckDB's own block cache")
-def test_release_cache_gives_back_cached_blocks_and_keeps_the_memory_limit(tmp_path):
+def vectors_on_disk(tmp_path, rows: int) -> tuple[Store, str]:
+    """A DuckDB file of ``rows`` 4-dimensional vectors, checkpointed, its cache given back;
+    and DuckDB's memory limit as the store pins it."""
     store = Store.open(str(tmp_path / "kb.duckdb"), dim=4)
     store.execute(
         "INSERT INTO entity_embeddings (uuid, model, vector) SELECT 'u' || i, 'm', "
-        "[random(), random(), random(), random()]::FLOAT[4] FROM range(1000000) t(i)"
+        f"[random(), random(), random(), random()]::FLOAT[4] FROM range({rows}) t(i)"
     )
     store.checkpoint()
     store.release_cache()
-    limit = store.fetchone("SELECT current_setting('memory_limit')")[0]
+    return store, store.fetchone("SELECT current_setting('memory_limit')")[0]
+
+
+def cached_blocks(store: Store) -> int:
+    return store.fetchone(
+        "SELECT coalesce(sum(memory_usage_bytes), 0) FROM duckdb_memory() WHERE tag = 'BASE_TABLE'"
+    )[0]
+
+
+@pytest.mark.duckdb_only("DuckDB's own block cache")
+def test_release_cache_gives_back_cached_blocks_and_keeps_the_memory_limit(tmp_path):
+    store, limit = vectors_on_disk(tmp_path, 1_000_000)
     assert "GiB" in limit or float(limit.split()[0]) > 100  # not left at the low one
     store.fetch_arrow("SELECT * FROM entity_embeddings")
-
-    def cached() -> int:
-        return store.fetchone(
-            "SELECT memory_usage_bytes FROM duckdb_memory() WHERE tag = 'BASE_TABLE'"
-        )[0]
-
-    before = cached()
+    before = cached_blocks(store)
     store.release_cache()
-    assert cached() < before
+    assert cached_blocks(store) < before
     assert store.fetchone("SELECT current_setting('memory_limit')")[0] == limit
     store.release_cache()  # again: the limit does not drift
     assert store.fetchone("SELECT current_setting('memory_limit')")[0] == limit
@@ -246,33 +252,19 @@ def test_release_cache_gives_back_cached_blocks_and_keeps_the_memory_limit(tmp_p
 
 @pytest.mark.duckdb_only("DuckDB's own block cache")
 def test_lean_cache_bounds_what_a_full_read_keeps_and_sets_the_limit_back(tmp_path):
-    store = Store.open(str(tmp_path / "kb.duckdb"), dim=4)
-    store.execute(
-        "INSERT INTO entity_embeddings (uuid, model, vector) SELECT 'u' || i, 'm', "
-        "[random(), random(), random(), random()]::FLOAT[4] FROM range(3000000) t(i)"
-    )
-    store.checkpoint()
-    store.release_cache()
-    limit = store.fetchone("SELECT current_setting('memory_limit')")[0]
-
-    def cached() -> int:
-        return store.fetchone(
-            "SELECT coalesce(sum(memory_usage_bytes), 0) FROM duckdb_memory() "
-            "WHERE tag = 'BASE_TABLE'"
-        )[0]
-
+    store, limit = vectors_on_disk(tmp_path, 3_000_000)
     store.fetch_arrow("SELECT * FROM entity_embeddings")
-    unbounded = cached()
+    unbounded = cached_blocks(store)
     store.release_cache()
     with store.lean_cache(limit_mb=32):
         assert store.fetchone("SELECT current_setting('memory_limit')")[0] == "30.5 MiB"
         # a full read, and a sort of more than the limit (spilled), both run
         assert store.fetch_arrow("SELECT * FROM entity_embeddings").num_rows == 3_000_000
-        assert cached() <= 32 * 2**20 < unbounded
+        assert cached_blocks(store) <= 32 * 2**20 < unbounded
         ordered = store.fetch_arrow("SELECT uuid FROM entity_embeddings ORDER BY vector[1]")
         assert ordered.num_rows == 3_000_000
     assert store.fetchone("SELECT current_setting('memory_limit')")[0] == limit
-    assert cached() < 32 * 2**20  # and what it kept is given back
+    assert cached_blocks(store) < 32 * 2**20  # and what it kept is given back
     store.close()
 
 
