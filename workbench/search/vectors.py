@@ -393,8 +393,7 @@ class VectorIndex:
         return self._mat[slots].astype(np.float32, copy=False)
 
     def _maybe_compact_ann(self) -> None:
-        limit = max(TOMBSTONE_LIMIT, len(self._slot) // 4)
-        if self._builder is None and self._ann_tombstones > limit:
+        if self._builder is None and self._ann_tombstones > _tombstone_limit(len(self._slot)):
             self._start_build()  # the current graph keeps serving until the new one is ready
 
     # --- saving the graph (a cache: the store keeps the vectors) ---------------------------
@@ -506,7 +505,7 @@ class VectorIndex:
             return False  # the database went back (restored from a copy): trust no save
         slots, size, new = _slots_for(saved.layout, uuids)
         changed = np.union1d(new, np.flatnonzero((seqs > saved.seq) | (seqs < 0)))
-        if changed.size > max(TOMBSTONE_LIMIT, len(uuids) // 4):
+        if changed.size > _tombstone_limit(len(uuids)):
             return False  # a new graph is as quick: it needs every vector
         mapped = _open_rows(saved.vectors, size, self.dim)
         if mapped is None:
@@ -602,7 +601,7 @@ class VectorIndex:
         graphed[:known] = in_graph
         fresh = np.flatnonzero(alive & ~graphed)
         redo = np.union1d(stale[alive[stale]], fresh)
-        if stale.size + fresh.size > max(TOMBSTONE_LIMIT, len(self._slot) // 4):
+        if stale.size + fresh.size > _tombstone_limit(len(self._slot)):
             return None, 0, None  # a new graph is as quick and leaves no tombstones
         try:
             graph = Index.restore(str(saved.graph))
@@ -917,6 +916,12 @@ def _remove_other_saves(folder: Path, kind: str, keep: set[str]) -> None:
             (folder / name).unlink(missing_ok=True)
         except OSError:
             log.warning("could not remove %s", folder / name)
+
+
+def _tombstone_limit(count: int) -> int:
+    """Entries a graph of ``count`` memories may have removed (or be caught up with) before a
+    new graph is built instead."""
+    return max(TOMBSTONE_LIMIT, count // 4)
 
 
 def _slots_for(layout: list[str | None], uuids: list[str]) -> tuple[np.ndarray, int, np.ndarray]:
