@@ -4,6 +4,7 @@ store, never written back, and a save cut short leaves the previous one whole.""
 from __future__ import annotations
 
 import json
+import os
 
 import numpy as np
 import pytest
@@ -226,3 +227,39 @@ def test_a_numbered_save_that_does_not_match_its_store_is_not_trusted(store, tmp
     index = open_index(store, tmp_path)
     for i in (0, 17, 39):
         assert index.search(moved[i], 1)[0] == (rows[i]["uuid"], pytest.approx(1.0, abs=2e-3))
+
+
+def mapped_kb(path) -> int:
+    """Resident kB of this process's mappings of ``path`` (Linux's /proc/self/smaps)."""
+    total, inside = 0, False
+    for line in open("/proc/self/smaps"):
+        head = line.split()
+        if head and "-" in head[0] and not head[0].endswith(":"):
+            inside = len(head) >= 6 and head[-1] == str(path)
+        elif inside and line.startswith("Rss:"):
+            total += int(head[1])
+    return total
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/smaps"), reason="needs Linux's smaps")
+def test_searches_read_the_saved_vectors_without_mapping_their_pages(store, tmp_path):
+    """Read through the mapping, each candidate's row mapped the cached pages around it too,
+    and after a few hundred searches most of a warm file was resident in the process."""
+    n = 3000
+    rows = [entity(f"e{i}") for i in range(n)]
+    vectors = clustered(n, store.dim)
+    insert(store, "entity", rows, vectors)
+    assert open_index(store, tmp_path).save_graph(tmp_path, "entity", latest_vector_seq(store))
+    index = open_index(store, tmp_path)
+    path = (tmp_path / manifest(tmp_path)["files"]["vectors"]).resolve()
+    path.read_bytes()  # a warm page cache, as after the save
+    assert isinstance(index._mat, np.memmap)
+    queries = clustered(200, store.dim, seed=4)
+    for q in queries:
+        index.search(q, 10)
+    for i in range(0, n, 97):
+        np.testing.assert_allclose(index.vector(rows[i]["uuid"]), vectors[i], atol=1e-3)
+    assert mapped_kb(path) == 0
+    index.add([rows[1]["uuid"]], queries[:1], ["main"])  # written: a private page, read there
+    assert index.search(queries[0], 1)[0] == (rows[1]["uuid"], pytest.approx(1.0, abs=2e-3))
+    assert 0 < mapped_kb(path) <= 8

@@ -17,8 +17,11 @@ How it searches (figures in ``docs/performance.md``, "The vector index"):
   index, cosines within about 1e-3 of float32's (recall figures in ``docs/performance.md``);
   it goes back to float32 (the rounded values) if the index shrinks and the graph is dropped.
   Once saved (:meth:`VectorIndex.save_graph`), the float16 matrix is served from the saved
-  file, memory-mapped copy-on-write: the pages searches read are resident (file pages the
-  kernel may drop), the rest stay on disk, and a vector written later goes to private memory.
+  file, memory-mapped copy-on-write: the rest stays on disk, and a vector written later goes
+  to private memory. A search reads its candidates' rows from the file with ``pread``
+  (:class:`_FileRows`), not through the mapping: a page read through a mapping also maps the
+  neighbours the kernel holds cached (fault-around), which made most of a warm file resident
+  in the process after a few hundred searches.
   A bigger graph needs a wider search for the same recall, so ``ef_for``
   grows ``ef_search`` with the square root of the size beyond ``ef_reference_size`` (100k):
   a fixed ef lost recall as the graph grew, the square-root rule kept it.
@@ -57,6 +60,7 @@ import mmap
 import os
 import threading
 import uuid as uuidlib
+import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -99,6 +103,41 @@ KINDS = ("entity", "fact")
 # saved vectors a numbered restore compares with the store's, beyond those written since
 SPOT_CHECKS = 256
 
+# at most this many rows are read from a saved vectors file with pread (a search's candidates,
+# a group's rows); more (a graph build, a save) are read through the mapping
+PREAD_ROWS = 8192
+
+
+class _FileRows:
+    """The rows of a saved float16 vectors file, memory-mapped copy-on-write (``mapped``),
+    read with ``pread``: through the mapping, one row read would also map the cached pages
+    around it (about 16), and the file would soon count whole in the process's resident
+    memory. ``clean`` marks the rows still as saved: a row written since lives only in the
+    mapping's private pages, and is read from there."""
+
+    def __init__(self, mapped: np.memmap):
+        self.mapped = mapped
+        self.clean = np.ones(mapped.shape[0], dtype=bool)
+        self._width = mapped.shape[1] * mapped.itemsize
+        self._offset = int(mapped.offset)
+        fd = os.open(mapped.filename, os.O_RDONLY)
+        weakref.finalize(self, os.close, fd)
+        self._fd = fd
+
+    def rows(self, slots: np.ndarray) -> np.ndarray:
+        """The rows at ``slots``, as stored (float16)."""
+        out = np.empty((slots.size, self.mapped.shape[1]), dtype=self.mapped.dtype)
+        buffer = memoryview(out.reshape(-1).view(np.uint8))
+        width, offset, fd = self._width, self._offset, self._fd
+        clean = self.clean[slots]
+        at = np.flatnonzero(clean)
+        for i, slot in zip(at.tolist(), slots[at].tolist()):
+            os.preadv(fd, [buffer[i * width : (i + 1) * width]], offset + slot * width)
+        if at.size < slots.size:
+            written = ~clean
+            out[written] = self.mapped[slots[written]]
+        return out
+
 
 class VectorIndex:
     """Exact-then-approximate cosine index over unit vectors, keyed by uuid."""
@@ -138,6 +177,7 @@ class VectorIndex:
         self.half_under_graph = half_under_graph
         self._lock = threading.RLock()
         self._mat = np.zeros((0, dim), dtype=np.float32)
+        self._file: _FileRows | None = None  # while ``_mat`` is a saved file's mapping
         self._alive = np.zeros(0, dtype=bool)
         self._prints = np.zeros(0, dtype=np.uint64)  # each slot's vector's fingerprint
         self._group = np.zeros(0, dtype=np.int32)
@@ -192,7 +232,7 @@ class VectorIndex:
     def vector(self, uuid: str) -> np.ndarray | None:
         with self._lock:
             slot = self._slot.get(uuid)
-            return None if slot is None else self._mat[slot].astype(np.float32)
+            return None if slot is None else self._rows(np.array([slot]))[0]
 
     # --- writing ------------------------------------------------------------------------
     def add(self, uuids: Sequence[str], vectors: np.ndarray, group_ids: Sequence[str]) -> None:
@@ -220,7 +260,7 @@ class VectorIndex:
                 dtype=np.int64,
                 count=len(uuids),
             )
-            self._mat[slots] = vecs
+            self._put(slots, vecs)
             self._prints[slots] = row_prints(vecs)
             if self._builder is not None:
                 self._dirty.update(int(s) for s in slots)
@@ -286,7 +326,7 @@ class VectorIndex:
     def _next_slot(self) -> int:
         if self._size == self._mat.shape[0]:
             cap = max(1024, self._mat.shape[0] * 2)
-            self._mat = grow(self._mat, cap)
+            self._set_matrix(grow(self._mat, cap))
             self._alive = grow(self._alive, cap)
             self._prints = grow(self._prints, cap)
             self._group = grow(self._group, cap, fill=-1)
@@ -301,7 +341,7 @@ class VectorIndex:
         self._alive[slot] = False
         self._group[slot] = -1
         self._uuids[slot] = None
-        self._mat[slot] = 0.0
+        self._put(np.array([slot]), 0.0)
         self._prints[slot] = 0
         self._free.append(slot)
         return slot
@@ -384,12 +424,25 @@ class VectorIndex:
         """Hold the vectors as float16 (``half``) or float32 (hold the lock)."""
         dtype = np.float16 if half else np.float32
         if self._mat.dtype != dtype:
-            self._mat = self._mat.astype(dtype)
+            self._set_matrix(self._mat.astype(dtype))
             self._subsets.clear()
             self._subset_bytes = 0
 
+    def _set_matrix(self, mat: np.ndarray, file: _FileRows | None = None) -> None:
+        """Hold the vectors in ``mat`` (``file``: the saved file it maps) (hold the lock)."""
+        self._mat, self._file = mat, file
+
+    def _put(self, slots: np.ndarray, rows) -> None:
+        """Write the vectors at ``slots`` (hold the lock)."""
+        self._mat[slots] = rows
+        if self._file is not None:
+            self._file.clean[slots] = False
+
     def _rows(self, slots) -> np.ndarray:
         """The vectors at ``slots`` as float32 (hold the lock)."""
+        small = not isinstance(slots, slice) and len(slots) <= PREAD_ROWS
+        if self._file is not None and small:
+            return self._file.rows(np.asarray(slots, dtype=np.int64)).astype(np.float32)
         return self._mat[slots].astype(np.float32, copy=False)
 
     def _maybe_compact_ann(self) -> None:
@@ -448,7 +501,7 @@ class VectorIndex:
             self._prints = grow(self._prints, rows)
             self._group = grow(self._group, rows, fill=-1)
             self._uuids.extend([None] * (rows - len(self._uuids)))
-        self._mat = mapped
+        self._set_matrix(mapped, _FileRows(mapped) if isinstance(mapped, np.memmap) else None)
         self._subsets.clear()
         self._subset_bytes = 0
 
@@ -477,10 +530,10 @@ class VectorIndex:
             if mapped is not None:
                 # the slots the graph was caught up on are those whose saved row is not the
                 # current vector; copy-on-write: the file stays as saved
-                mapped[redo] = unit[at[redo]]
                 self._map_rows(mapped)
+                self._put(redo, unit[at[redo]])
             else:
-                self._mat = np.zeros((self._alive.shape[0], self.dim), dtype=np.float32)
+                self._set_matrix(np.zeros((self._alive.shape[0], self.dim), dtype=np.float32))
                 self._mat[slots] = unit
             if graph is not None:
                 self._ann, self._ann_tombstones = graph, stale
@@ -538,8 +591,8 @@ class VectorIndex:
             graph, stale, redo = self._caught_up(saved, rows_at)
             if graph is None:
                 return False
-            mapped[redo] = rows_at(redo)
             self._map_rows(mapped)
+            self._put(redo, rows_at(redo))
             self._ann, self._ann_tombstones = graph, stale
             self._set_half(True)
         return True
