@@ -259,7 +259,16 @@ def test_searches_read_the_saved_vectors_without_mapping_their_pages(store, tmp_
         index.search(q, 10)
     for i in range(0, n, 97):
         np.testing.assert_allclose(index.vector(rows[i]["uuid"]), vectors[i], atol=1e-3)
+    where = {r["uuid"]: i for i, r in enumerate(rows)}
+    order = [where[u] for u in index._uuids[:n]]
+    every = index._rows(np.arange(n))  # as a graph build or a save reads them: in blocks
+    np.testing.assert_allclose(every, vectors[order], atol=1e-3)
     assert mapped_kb(path) == 0
     index.add([rows[1]["uuid"]], queries[:1], ["main"])  # written: a private page, read there
     assert index.search(queries[0], 1)[0] == (rows[1]["uuid"], pytest.approx(1.0, abs=2e-3))
     assert 0 < mapped_kb(path) <= 8
+    np.testing.assert_allclose(index._rows(np.arange(n))[order.index(1)], queries[0], atol=1e-3)
+    assert index.save_graph(tmp_path, "entity", latest_vector_seq(store))  # the new row saved
+    again = load_index(store, "entity", ann_threshold=100, graph_dir=tmp_path)
+    np.testing.assert_allclose(again.vector(rows[2]["uuid"]), vectors[2], atol=1e-3)
+    np.testing.assert_allclose(index.vector(rows[1]["uuid"]), queries[0], atol=1e-3)

@@ -103,9 +103,9 @@ KINDS = ("entity", "fact")
 # saved vectors a numbered restore compares with the store's, beyond those written since
 SPOT_CHECKS = 256
 
-# at most this many rows are read from a saved vectors file with pread (a search's candidates,
-# a group's rows); more (a graph build, a save) are read through the mapping
-PREAD_ROWS = 8192
+# rows of a saved vectors file read by one pread when a read wants most of a stretch of them
+# (a graph build, a save, a large group): 3 MB at 384 dimensions
+BLOCK_ROWS = 4096
 
 
 class _FileRows:
@@ -125,18 +125,41 @@ class _FileRows:
         self._fd = fd
 
     def rows(self, slots: np.ndarray) -> np.ndarray:
-        """The rows at ``slots``, as stored (float16)."""
+        """The rows at ``slots``, as stored (float16): a pread per row when they are
+        scattered (a search's candidates), else a pread per block of rows."""
         out = np.empty((slots.size, self.mapped.shape[1]), dtype=self.mapped.dtype)
-        buffer = memoryview(out.reshape(-1).view(np.uint8))
-        width, offset, fd = self._width, self._offset, self._fd
         clean = self.clean[slots]
         at = np.flatnonzero(clean)
-        for i, slot in zip(at.tolist(), slots[at].tolist()):
-            os.preadv(fd, [buffer[i * width : (i + 1) * width]], offset + slot * width)
+        if at.size:
+            wanted = slots[at]
+            span = int(wanted.max()) - int(wanted.min()) + 1
+            if at.size * 8 < span or at.size < 64:
+                self._read_each(wanted, at, out)
+            else:
+                self._read_blocks(wanted, at, out)
         if at.size < slots.size:
             written = ~clean
             out[written] = self.mapped[slots[written]]
         return out
+
+    def _read_each(self, slots: np.ndarray, at: np.ndarray, out: np.ndarray) -> None:
+        buffer = memoryview(out.reshape(-1).view(np.uint8))
+        width, offset, fd = self._width, self._offset, self._fd
+        for i, slot in zip(at.tolist(), slots.tolist()):
+            os.preadv(fd, [buffer[i * width : (i + 1) * width]], offset + slot * width)
+
+    def _read_blocks(self, slots: np.ndarray, at: np.ndarray, out: np.ndarray) -> None:
+        order = np.argsort(slots, kind="stable")
+        ordered = slots[order]
+        i, dim = 0, self.mapped.shape[1]
+        while i < ordered.size:
+            start = int(ordered[i])
+            end = int(np.searchsorted(ordered, start + BLOCK_ROWS))
+            count = int(ordered[end - 1]) - start + 1
+            data = os.pread(self._fd, count * self._width, self._offset + start * self._width)
+            block = np.frombuffer(data, dtype=self.mapped.dtype).reshape(count, dim)
+            out[at[order[i:end]]] = block[ordered[i:end] - start]
+            i = end
 
 
 class VectorIndex:
@@ -353,7 +376,7 @@ class VectorIndex:
         self._build_gen += 1
         gen = self._build_gen
         slots = np.flatnonzero(self._alive[: self._size])
-        vectors = self._mat[slots]  # a copy (fancy indexing), float16 under a graph
+        vectors = self._stored(slots)  # a copy, float16 under a graph
         self._dirty = set()
         if not self.background_build:
             self._builder = threading.current_thread()
@@ -438,12 +461,17 @@ class VectorIndex:
         if self._file is not None:
             self._file.clean[slots] = False
 
+    def _stored(self, slots) -> np.ndarray:
+        """The vectors at ``slots`` as held (float16 under a graph) (hold the lock)."""
+        if self._file is None:
+            return self._mat[slots]
+        if isinstance(slots, slice):
+            slots = np.arange(*slots.indices(self._mat.shape[0]))
+        return self._file.rows(np.asarray(slots, dtype=np.int64))
+
     def _rows(self, slots) -> np.ndarray:
         """The vectors at ``slots`` as float32 (hold the lock)."""
-        small = not isinstance(slots, slice) and len(slots) <= PREAD_ROWS
-        if self._file is not None and small:
-            return self._file.rows(np.asarray(slots, dtype=np.int64)).astype(np.float32)
-        return self._mat[slots].astype(np.float32, copy=False)
+        return self._stored(slots).astype(np.float32, copy=False)
 
     def _maybe_compact_ann(self) -> None:
         if self._builder is None and self._ann_tombstones > _tombstone_limit(len(self._slot)):
@@ -468,11 +496,11 @@ class VectorIndex:
             save = f"{kind}.{uuidlib.uuid4().hex[:12]}"
             files = {"graph": f"{save}.usearch", "prints": f"{save}.prints.npy"}
             self._ann.save(str(folder / files["graph"]))
-            _write_synced(folder / files["prints"], self._prints[: self._size])
+            _write_synced(folder / files["prints"], self._prints.__getitem__, self._size)
             if self._mat.dtype == np.float16:
                 files["vectors"] = f"{save}.vectors.npy"
                 rows = max(self._mat.shape[0], self._size + max(1024, self._size // 8))
-                _write_synced(folder / files["vectors"], self._mat[: self._size], rows)
+                _write_synced(folder / files["vectors"], self._stored, self._size, rows)
             manifest = {
                 "slots": self._uuids[: self._size],
                 "params": self._params_key(),
@@ -924,14 +952,18 @@ def _saved_graph(graph_dir, kind: str) -> SavedGraph | None:
     )
 
 
-def _write_synced(path: Path, rows: np.ndarray, capacity: int | None = None) -> None:
-    """Write ``rows`` as an ``.npy`` file of ``capacity`` rows (the rest zeros, left as a hole
-    in the file) and flush it to disk: the manifest that names it is written after."""
-    shape = ((capacity or rows.shape[0]),) + rows.shape[1:]
-    out = np.lib.format.open_memmap(path, mode="w+", dtype=rows.dtype, shape=shape)
-    for start in range(0, rows.shape[0], 65536):
-        end = min(start + 65536, rows.shape[0])
-        out[start:end] = rows[start:end]
+def _write_synced(
+    path: Path, read: Callable[[slice], np.ndarray], count: int, capacity: int | None = None
+) -> None:
+    """Write the ``count`` rows ``read`` gives (``read(slice)``: those rows) as an ``.npy``
+    file of ``capacity`` rows (the rest zeros, left as a hole in the file) and flush it to
+    disk: the manifest that names it is written after."""
+    first = read(slice(0, 0))
+    shape = ((capacity or count),) + first.shape[1:]
+    out = np.lib.format.open_memmap(path, mode="w+", dtype=first.dtype, shape=shape)
+    for start in range(0, count, 65536):
+        end = min(start + 65536, count)
+        out[start:end] = read(slice(start, end))
     out.flush()
     del out
     with open(path, "rb+") as handle:
