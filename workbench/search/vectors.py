@@ -529,7 +529,8 @@ class VectorIndex:
             self._prints = grow(self._prints, rows)
             self._group = grow(self._group, rows, fill=-1)
             self._uuids.extend([None] * (rows - len(self._uuids)))
-        self._set_matrix(mapped, _FileRows(mapped) if isinstance(mapped, np.memmap) else None)
+        readable = isinstance(mapped, np.memmap) and hasattr(os, "preadv")  # not on Windows
+        self._set_matrix(mapped, _FileRows(mapped) if readable else None)
         self._subsets.clear()
         self._subset_bytes = 0
 
