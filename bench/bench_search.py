@@ -240,6 +240,9 @@ def bench_size(n: int, args, model) -> dict:
     result["ann_ready_seconds"] = round(time.perf_counter() - started, 2)
     result["ann"] = engine.vectors["fact"].uses_ann
     result["rss_mb"] = rss_mb()
+    # the most the first start held: the graphs' builds (and this benchmark's own copy of
+    # the corpus, ~1.7 KB a memory)
+    result["peak_rss_mb"] = rss_mb("VmHWM")
     print(
         f"    engine startup {result['startup_seconds']} s, ANN graphs ready after "
         f"{result['ann_ready_seconds']} s (ANN: {result['ann']})",
