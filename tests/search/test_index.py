@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 import pytest
 
@@ -175,6 +177,36 @@ def test_ann_stays_consistent_after_deletes_and_upserts():
     assert index.search(vectors[2], 2)[0][1] == pytest.approx(1.0, abs=1e-3)  # float16
     index.remove([u for u in uuids if u not in gone][:1600])  # small again: back to exact
     assert not index.uses_ann and index._mat.dtype == np.float32  # for BLAS, exact search
+
+
+def test_a_build_reads_its_vectors_as_it_goes_and_replays_what_changed_meanwhile(monkeypatch):
+    """The build reads each chunk's vectors when it adds them (no copy of them all first):
+    memories removed, moved or added after it began are right in the graph it ends with."""
+    monkeypatch.setattr(search_vectors, "BUILD_CHUNK", 256)
+    n = 3000
+    vectors = clustered(n, DIM, seed=12)
+    uuids = [f"u{i}" for i in range(n)]
+    index = VectorIndex(DIM, ann_threshold=1000)
+    gone = uuids[::3]
+    moved = clustered(1, DIM, seed=13)
+    changed = []
+    real_rows = index._rows
+
+    def rows(slots):  # the builder's first read: change the index first (the lock is held)
+        if threading.current_thread().name == "workbench-ann-build" and not changed:
+            changed.append(True)
+            index.remove(gone)
+            index.add(["u1", "new"], np.vstack([moved, vectors[:1]]), ["g", "g"])
+        return real_rows(slots)
+
+    monkeypatch.setattr(index, "_rows", rows)
+    index.add(uuids, vectors, ["g"] * n)
+    assert index.wait_ready(60) and index.uses_ann and changed
+    assert len(index._ann) == len(index) == n - len(gone) + 1
+    seen = {u for q in vectors[:60] for u, _ in index.search(q, 10)}
+    assert seen and not seen & set(gone)
+    assert index.search(moved[0], 1)[0] == ("u1", pytest.approx(1.0, abs=1e-3))
+    assert index.search(vectors[0], 1)[0] == ("new", pytest.approx(1.0, abs=1e-3))  # u0 gone
 
 
 def test_exact_search_serves_while_the_graph_is_built():
