@@ -209,6 +209,28 @@ def test_a_build_reads_its_vectors_as_it_goes_and_replays_what_changed_meanwhile
     assert index.search(vectors[0], 1)[0] == ("new", pytest.approx(1.0, abs=1e-3))  # u0 gone
 
 
+def test_a_bulk_add_grows_the_matrix_once(monkeypatch):
+    """Grown by doubling, a load of a million vectors copied the matrix ten times and held
+    the last two copies at once."""
+    grown = []
+    real_grow = search_vectors.grow
+
+    def grow(array, capacity, fill=0):
+        if array.ndim == 2:
+            grown.append(capacity)
+        return real_grow(array, capacity, fill)
+
+    monkeypatch.setattr(search_vectors, "grow", grow)
+    index = VectorIndex(DIM, ann_threshold=100_000)
+    vectors = clustered(9000, DIM, seed=14)
+    index.add([f"u{i}" for i in range(9000)], vectors, ["g"] * 9000)
+    assert grown == [9000 + 9000 // 8]
+    index.remove(["u5", "u6"])
+    index.add(["a", "b", "c"], vectors[:3], ["g"] * 3)  # two freed slots and the spare room
+    assert grown == [9000 + 9000 // 8] and len(index) == 9001
+    assert index.search(vectors[7], 1)[0] == ("u7", pytest.approx(1.0, abs=1e-5))
+
+
 def test_exact_search_serves_while_the_graph_is_built():
     vectors = clustered(1500, DIM, seed=5)
     uuids = [f"u{i}" for i in range(1500)]

@@ -50,8 +50,10 @@ def one_blas_thread():
 
 
 def grow(array: np.ndarray, capacity: int, fill=0) -> np.ndarray:
+    """``array`` with room for ``capacity`` rows, the new ones ``fill`` (zeros are left to
+    the allocator: the pages of rows never written are not resident)."""
     shape = (capacity,) + array.shape[1:]
-    grown = np.full(shape, fill, dtype=array.dtype)
+    grown = np.zeros(shape, array.dtype) if fill == 0 else np.full(shape, fill, array.dtype)
     grown[: array.shape[0]] = array
     return grown
 

@@ -278,6 +278,7 @@ class VectorIndex:
             vecs = vecs[keep]
         with self._lock:
             replaced = [self._slot[u] for u in uuids if u in self._slot]
+            self._reserve(len(uuids) - len(replaced))
             slots = np.fromiter(
                 (self._claim(u, g) for u, g in zip(uuids, group_ids)),
                 dtype=np.int64,
@@ -348,14 +349,24 @@ class VectorIndex:
 
     def _next_slot(self) -> int:
         if self._size == self._mat.shape[0]:
-            cap = max(1024, self._mat.shape[0] * 2)
-            self._set_matrix(grow(self._mat, cap))
-            self._alive = grow(self._alive, cap)
-            self._prints = grow(self._prints, cap)
-            self._group = grow(self._group, cap, fill=-1)
-            self._uuids.extend([None] * (cap - len(self._uuids)))
+            self._grow_to(max(1024, self._mat.shape[0] * 2))
         self._size += 1
         return self._size - 1
+
+    def _reserve(self, new: int) -> None:
+        """Room for ``new`` more uuids, made at once: a bulk load grown by doubling copied the
+        matrix about as many times, and held the last two copies at once (at 1M float32
+        vectors, 0.8 GB more at the peak)."""
+        need = self._size + max(0, new - len(self._free))
+        if need > self._mat.shape[0]:
+            self._grow_to(max(1024, need + need // 8))
+
+    def _grow_to(self, cap: int) -> None:
+        self._set_matrix(grow(self._mat, cap))
+        self._alive = grow(self._alive, cap)
+        self._prints = grow(self._prints, cap)
+        self._group = grow(self._group, cap, fill=-1)
+        self._uuids.extend([None] * (cap - len(self._uuids)))
 
     def _release(self, uuid: str) -> int:
         slot = self._slot.pop(uuid)
