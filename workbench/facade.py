@@ -8,6 +8,7 @@ nothing here knows about HTTP.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import re
@@ -172,10 +173,14 @@ class Workbench:
         self.store.checkpoint()
 
     def close(self) -> None:
-        self.stop(timeout=5.0)
-        self.pipeline.close()
-        self.search.close()
-        self.store.close()
+        """Stop the workers, then close the pipeline, the search engine and the store. Every
+        step runs even when one before it fails (a database gone from under the process must
+        not leave the search engine's threads running); a failure is raised after them all."""
+        with contextlib.ExitStack() as steps:  # run last-in first-out
+            steps.callback(self.store.close)
+            steps.callback(self.search.close)
+            steps.callback(self.pipeline.close)
+            steps.callback(self.stop, timeout=5.0)
 
     def __enter__(self) -> Workbench:
         return self

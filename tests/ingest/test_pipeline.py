@@ -458,3 +458,21 @@ def test_a_late_failure_of_an_episode_deleted_and_added_again_leaves_the_new_one
     assert not sample(wb, "messaging_retries_total")
     assert wb.process_pending() == 1
     assert wb.store.fetchone("SELECT group_id, status FROM episodes") == ("h", "done")
+
+
+def test_close_runs_every_step_when_one_fails(fake_llm, hash_embedder, monkeypatch):
+    """A close after the database failed under the process (the pipeline's close raising)
+    still stops the search engine's threads and closes the store, then raises."""
+    wb = open_wb(fake_llm, hash_embedder)
+    closed = []
+
+    def broken() -> None:
+        raise ConnectionError("the database went away")
+
+    monkeypatch.setattr(wb.pipeline, "close", broken)
+    real_search_close, real_store_close = wb.search.close, wb.store.close
+    monkeypatch.setattr(wb.search, "close", lambda: (closed.append("search"), real_search_close()))
+    monkeypatch.setattr(wb.store, "close", lambda: (closed.append("store"), real_store_close()))
+    with pytest.raises(ConnectionError):
+        wb.close()
+    assert closed == ["search", "store"]
