@@ -363,6 +363,10 @@ class VectorIndex:
 
     def _grow_to(self, cap: int) -> None:
         self._set_matrix(grow(self._mat, cap))
+        self._grow_slots(cap)
+
+    def _grow_slots(self, cap: int) -> None:
+        """The per-slot arrays (all but the matrix) to ``cap`` slots."""
         self._alive = grow(self._alive, cap)
         self._prints = grow(self._prints, cap)
         self._group = grow(self._group, cap, fill=-1)
@@ -538,15 +542,11 @@ class VectorIndex:
 
     def _map_rows(self, mapped: np.ndarray) -> None:
         """Serve the float16 vectors from a saved file, memory-mapped copy-on-write (hold the
-        lock): only the pages a search reads become resident (and the kernel may drop them
-        again), a vector written later goes to private memory and never to the file. The
-        other per-slot arrays grow to the file's spare rows."""
-        rows = mapped.shape[0]
-        if self._alive.shape[0] < rows:
-            self._alive = grow(self._alive, rows)
-            self._prints = grow(self._prints, rows)
-            self._group = grow(self._group, rows, fill=-1)
-            self._uuids.extend([None] * (rows - len(self._uuids)))
+        lock): rows are read from the file with pread (:class:`_FileRows`), a vector written
+        later goes to private memory and never to the file. The other per-slot arrays grow
+        to the file's spare rows."""
+        if self._alive.shape[0] < mapped.shape[0]:
+            self._grow_slots(mapped.shape[0])
         readable = isinstance(mapped, np.memmap) and hasattr(os, "preadv")  # not on Windows
         self._set_matrix(mapped, _FileRows(mapped) if readable else None)
         self._subsets.clear()
