@@ -20,6 +20,11 @@ SAMPLE = {
     "speaker_b": "Melanie",
     "session_1_date_time": "1:56 pm on 8 May, 2023",
     "session_2_date_time": "7:55 pm on 9 June, 2023",
+    "session_1": [
+        {"speaker": "Caroline", "dia_id": "D1:3", "text": "I went to a LGBTQ support group."},
+        {"speaker": "Melanie", "dia_id": "D1:12", "text": "I painted that lake sunrise last year!",
+         "blip_caption": "a painting of a sunrise over a lake"},
+    ],
     "session_1_observation": {
         "Caroline": [
             ["Caroline attended an LGBTQ support group and found it inspiring.", "D1:3"],
@@ -62,9 +67,50 @@ def test_observations_become_facts_from_their_speaker_with_their_session_date():
     assert [q["category"] for q in bl.questions(SAMPLE)] == [4, 1, 2]  # no adversarial, no empty
 
 
+def test_turns_become_facts_of_their_speaker_with_a_photo_caption():
+    lines, turns = bl.turn_lines(SAMPLE, "conv-0")
+    assert [line["fact"] for line in lines] == [
+        "Caroline: I went to a LGBTQ support group.",
+        "Melanie: I painted that lake sunrise last year! "
+        "[shares a photo: a painting of a sunrise over a lake]",
+    ]
+    assert (lines[1]["source"], lines[1]["target"]) == ("Melanie", "Caroline")
+    assert lines[0]["valid_at"] == "2023-05-08T13:56:00+00:00"
+    assert turns["Caroline: I went to a LGBTQ support group."] == {"D1:3"}
+
+
 def test_scores_count_a_question_found_by_any_of_its_turns():
     assert bl.scores([{"D1:1"}, {"D2:2", "D3:3"}], {"D3:3", "D9:9"}) == (0.5, 1.0)
     assert bl.scores([], {"D1:1"}) == (0.0, 0.0)
+
+
+def test_the_bound_is_the_best_any_ranking_of_the_facts_can_do():
+    cited = [{"D1:1"}, {"D1:2", "D1:3"}, {"D1:3"}, {"D5:5"}, {"D1:2"}]
+    # the fact citing two evidence turns first; D9:9 is cited by no fact, so never covered
+    assert bl.best_ranking(cited, {"D1:2", "D1:3", "D1:1", "D9:9"}) == [
+        {"D1:2", "D1:3"},
+        {"D1:1"},
+    ]
+    assert bl.scores(bl.best_ranking(cited, {"D1:2", "D9:9"}), {"D1:2", "D9:9"}) == (0.5, 1.0)
+    assert bl.best_ranking(cited, {"D9:9"}) == []
+    many = [{f"D1:{i}"} for i in range(20)]
+    assert len(bl.best_ranking(many, {f"D1:{i}" for i in range(20)})) == bl.K
+
+
+def test_the_bench_imports_turns_when_asked(tmp_path):
+    (tmp_path / "26.json").write_text(json.dumps(SAMPLE))
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "bench_locomo.py"), str(tmp_path), "--json",
+         "--unit", "turn"],
+        capture_output=True, text=True, timeout=300, cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    result = json.loads(done.stdout)
+    assert (result["facts"], result["unit"]) == (2, "turn")
+    # the two turns are the evidence of the single-hop and the temporal question
+    bound = result["methods"]["bound"]
+    assert bound["single-hop"]["recall@10"] == 1.0 and bound["multi-hop"]["hit@10"] == 0.0
+    assert result["methods"]["fused"]["temporal"]["hit@10"] == 1.0
 
 
 @pytest.mark.parametrize("layout", ["folder", "list"])
@@ -92,6 +138,8 @@ def test_the_bench_runs_on_either_layout(tmp_path, layout):
     # cites a turn no observation has (D9:1), so half its evidence
     assert fused["single-hop"]["recall@10"] == 1.0 and fused["temporal"]["hit@10"] == 1.0
     assert fused["multi-hop"] == {"n": 1, "recall@10": 0.5, "hit@10": 1.0}
+    assert result["methods"]["bound"]["multi-hop"] == {"n": 1, "recall@10": 0.5, "hit@10": 1.0}
+    assert result["methods"]["bound"]["all"]["recall@10"] == round(2.5 / 3, 3)
 
 
 def test_a_path_that_is_not_the_benchmark_is_a_clear_error(tmp_path):
