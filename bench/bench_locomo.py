@@ -96,6 +96,8 @@ def turn_lines(sample: dict[str, Any], group: str) -> tuple[list[dict], dict[str
             continue
         when = session_time(sample.get(f"session_{match.group(1)}_date_time", ""))
         for turn in session:
+            if not isinstance(turn, dict) or not turn.get("speaker"):
+                continue
             speaker, caption = turn["speaker"], turn.get("blip_caption")
             text = f"{speaker}: {str(turn.get('text', '')).strip()}"
             text += f" [shares a photo: {caption}]" if caption else ""

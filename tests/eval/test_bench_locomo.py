@@ -24,6 +24,7 @@ SAMPLE = {
         {"speaker": "Caroline", "dia_id": "D1:3", "text": "I went to a LGBTQ support group."},
         {"speaker": "Melanie", "dia_id": "D1:12", "text": "I painted that lake sunrise last year!",
          "blip_caption": "a painting of a sunrise over a lake"},
+        {"dia_id": "D1:13", "text": "a turn with no speaker is left out"},
     ],
     "session_1_observation": {
         "Caroline": [
