@@ -29,6 +29,7 @@ import re
 import tempfile
 import time
 from collections import defaultdict
+from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -63,50 +64,59 @@ def session_time(text: str) -> str | None:
         return None
 
 
-def import_lines(sample: dict[str, Any], group: str) -> tuple[list[dict], dict[str, set[str]]]:
-    """The import lines of one conversation, and each fact text's dialogue turns."""
+def sessions(sample: dict[str, Any], suffix: str, kind: type) -> Iterator[tuple[str | None, Any]]:
+    """Each ``session_N<suffix>`` value of ``kind`` in a conversation, with its session's date."""
+    for key, value in sample.items():
+        match = re.fullmatch(rf"session_(\d+){suffix}", key)
+        if match and isinstance(value, kind):
+            yield session_time(sample.get(f"session_{match.group(1)}_date_time", "")), value
+
+
+def fact_lines(
+    sample: dict[str, Any], group: str, said: Iterable[tuple[str, str, str, str | None, set[str]]]
+) -> tuple[list[dict], dict[str, set[str]]]:
+    """The import lines of ``said`` (speaker, text, relation, date, cited turns): one fact per
+    distinct text, from its speaker to the other speaker; and each fact text's turns."""
     a, b = sample["speaker_a"], sample["speaker_b"]
     lines, turns = [], defaultdict(set)
-    for key, by_speaker in sample.items():
-        match = re.fullmatch(r"session_(\d+)_observation", key)
-        if not match or not isinstance(by_speaker, dict):
-            continue
-        when = session_time(sample.get(f"session_{match.group(1)}_date_time", ""))
-        for speaker, observations in by_speaker.items():
-            other = b if speaker == a else a
-            for text, *cited in observations:
-                ids = cited[0] if cited and isinstance(cited[0], list) else cited
-                text = text.strip()
-                if text not in turns:
-                    line = {"type": "fact", "source": speaker, "target": other, "fact": text,
-                            "relation": "TOLD", "group_id": group}  # fmt: skip
-                    lines.append(line | ({"valid_at": when} if when else {}))
-                turns[text].update(turn_ids(ids))
+    for speaker, text, relation, when, cited in said:
+        if text not in turns:
+            line = {"type": "fact", "source": speaker, "target": b if speaker == a else a,
+                    "fact": text, "relation": relation, "group_id": group}  # fmt: skip
+            lines.append(line | ({"valid_at": when} if when else {}))
+        turns[text] |= cited
     return lines, turns
+
+
+def import_lines(sample: dict[str, Any], group: str) -> tuple[list[dict], dict[str, set[str]]]:
+    """The import lines of one conversation (one fact per observation), and each fact text's
+    dialogue turns."""
+
+    def said():
+        for when, by_speaker in sessions(sample, "_observation", dict):
+            for speaker, observations in by_speaker.items():
+                for text, *cited in observations:
+                    ids = cited[0] if cited and isinstance(cited[0], list) else cited
+                    yield speaker, text.strip(), "TOLD", when, turn_ids(ids)
+
+    return fact_lines(sample, group, said())
 
 
 def turn_lines(sample: dict[str, Any], group: str) -> tuple[list[dict], dict[str, set[str]]]:
     """The other way to import a conversation (``--unit turn``): each dialogue turn as one fact,
     "Speaker: text" (with the caption of a photo it shares), so every cited turn can be found."""
-    a, b = sample["speaker_a"], sample["speaker_b"]
-    lines, turns = [], defaultdict(set)
-    for key, session in sample.items():
-        match = re.fullmatch(r"session_(\d+)", key)
-        if not match or not isinstance(session, list):
-            continue
-        when = session_time(sample.get(f"session_{match.group(1)}_date_time", ""))
-        for turn in session:
-            if not isinstance(turn, dict) or not turn.get("speaker"):
-                continue
-            speaker, caption = turn["speaker"], turn.get("blip_caption")
-            text = f"{speaker}: {str(turn.get('text', '')).strip()}"
-            text += f" [shares a photo: {caption}]" if caption else ""
-            if text not in turns:
-                line = {"type": "fact", "source": speaker, "target": b if speaker == a else a,
-                        "fact": text, "relation": "SAID", "group_id": group}  # fmt: skip
-                lines.append(line | ({"valid_at": when} if when else {}))
-            turns[text] |= turn_ids([turn.get("dia_id", "")])
-    return lines, turns
+
+    def said():
+        for when, session in sessions(sample, "", list):
+            for turn in session:
+                if not isinstance(turn, dict) or not turn.get("speaker"):
+                    continue
+                speaker, caption = turn["speaker"], turn.get("blip_caption")
+                text = f"{speaker}: {str(turn.get('text', '')).strip()}"
+                text += f" [shares a photo: {caption}]" if caption else ""
+                yield speaker, text, "SAID", when, turn_ids([turn.get("dia_id", "")])
+
+    return fact_lines(sample, group, said())
 
 
 UNITS = {"observation": import_lines, "turn": turn_lines}
