@@ -17,6 +17,7 @@ flags override them. Every start-up problem is one clear ``error:`` line and a n
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import sys
@@ -219,22 +220,27 @@ def cmd_export(args: argparse.Namespace) -> int:
     written = on_database(
         args,
         lambda wb: wb.export_parquet(target),
-        lambda live: moved_snapshot(live.call("export_snapshot"), target),
+        lambda live: moved_snapshot(live, target),
     )
     print_json(written)
     return 0
 
 
-def moved_snapshot(snapshot: dict[str, Any], target: Path) -> dict[str, str]:
-    """The service's snapshot (in a folder of its own on this machine) moved into ``target``
-    (created when missing; a table's file there is replaced, as a local export does)."""
+def moved_snapshot(live, target: Path) -> dict[str, str]:
+    """A snapshot the live service writes for this request, moved into ``target`` (created
+    when missing; a table's file there is replaced, as a local export does). Only files
+    :func:`service.live.snapshot_files` vouches for are moved; their emptied folder is
+    removed, nothing else."""
+    import os
     import shutil
 
+    from service.live import snapshot_files
+
+    folder, files = snapshot_files(live, live.call("export_snapshot"))
     target.mkdir(parents=True, exist_ok=True)
-    moved = {}
-    for table, path in snapshot["tables"].items():
-        moved[table] = str(shutil.move(path, target / Path(path).name))
-    shutil.rmtree(snapshot["directory"], ignore_errors=True)
+    moved = {table: str(shutil.move(path, target / path.name)) for table, path in files.items()}
+    with contextlib.suppress(OSError):
+        os.rmdir(folder)  # only when empty
     return moved
 
 

@@ -4,24 +4,38 @@ DuckDB admits one process on a file. While ``workbench serve`` holds the databas
 ``workbench mcp`` and notebooks go through its tools instead of opening the file:
 
 * :func:`write_record` — at start the service writes a small runtime record beside the
-  database (``<db>.service.json``: the tools' address, its PID, whether a token is needed,
-  never the token itself) and removes it on a clean stop;
-* :func:`find_live` — a client reads the record; one whose PID is gone is stale (a killed
-  service) and ignored;
+  database (``<db>.service.json``: the tools' address, its PID and start time, whether a token
+  is needed, its snapshot folder, never the token itself), 0600 and never through a symlink,
+  and removes it on a clean stop;
+* :func:`read_record` / :func:`find_live` — a client trusts the record only if it is a private
+  regular file of this user, names this database, was written by a process of this user that
+  still runs (PID and start time) and points to loopback (or the configured host): a record
+  planted beside a database (a cloned folder) or left by a killed service is ignored, and the
+  API token goes to no one else;
 * :class:`LiveService` — calls a tool over REST (with ``SVC_KNOWLEDGE_API_TOKEN`` when the
   service needs one) and turns an error answer back into the core's error of the same kind;
 * :class:`RemoteWorkbench` — the facade's tool methods, each forwarded to the live service
   (what ``workbench mcp`` serves beside a running service);
+* :func:`snapshot_files` — the files of a snapshot the service wrote for one request, checked
+  to lie in its private snapshot folder (a client moves or reads nothing else);
 * :func:`snapshot` — for notebooks: a DuckDB connection over a fresh, consistent snapshot that
   the running service writes (or over the file itself when no service runs).
 """
 
 from __future__ import annotations
 
+import contextlib
+import ipaddress
 import json
+import logging
 import os
+import stat
+import subprocess
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import duckdb
 import httpx
@@ -31,12 +45,27 @@ from workbench.config import Settings
 from workbench.store import TABLES as STORE_TABLES
 
 RECORD_SUFFIX = ".service.json"
+MAX_RECORD_BYTES = 64 * 1024
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _ERRORS = {
     "invalid_input": errors.InvalidInput,
     "not_found": errors.NotFound,
     "conflict": errors.Conflict,
     "llm_not_configured": errors.LLMNotConfigured,
+    "store_error": errors.StoreError,
+    "disk_full": errors.StoreFull,
 }
+log = logging.getLogger("service.live")
+
+
+@dataclass(frozen=True)
+class ServiceRecord:
+    """What a running service says about itself in ``<db>.service.json``."""
+
+    url: str
+    pid: int
+    token_required: bool
+    snapshots: str | None  # the folder its snapshots are written into, one per request
 
 
 def record_path(db_path: str | Path) -> Path:
@@ -44,50 +73,177 @@ def record_path(db_path: str | Path) -> Path:
     return path.with_name(path.name + RECORD_SUFFIX)
 
 
-def write_record(db_path: str, url: str, token_required: bool) -> Path | None:
-    """Say where the service that holds ``db_path`` answers (nothing for ``:memory:``)."""
+def write_record(
+    db_path: str, url: str, token_required: bool, snapshots: str | Path | None = None
+) -> Path | None:
+    """Say where the service that holds ``db_path`` answers (nothing for ``:memory:``).
+
+    The record is written 0600 through a temporary file created with ``O_EXCL|O_NOFOLLOW``
+    (a symlink planted at either name is replaced, never written through); it carries this
+    process's start time so a reader can tell it from another process given the same PID."""
     if db_path == ":memory:":
         return None
     path = record_path(db_path)
     body = {
         "url": url,
         "pid": os.getpid(),
+        "started": process_started(os.getpid()),
         "token_required": token_required,
         "database": str(Path(db_path).expanduser().resolve()),
+        "snapshots": str(snapshots) if snapshots else None,
     }
-    temporary = path.with_name(path.name + ".tmp")
-    temporary.write_text(json.dumps(body, indent=2) + "\n")
-    temporary.replace(path)
+    write_private(path, json.dumps(body, indent=2) + "\n")
     return path
+
+
+def write_private(path: Path, text: str) -> None:
+    """Replace ``path`` with ``text``, mode 0600, never following a symlink."""
+    temporary = path.with_name(path.name + ".tmp")
+    with contextlib.suppress(FileNotFoundError):
+        temporary.unlink()  # a leftover, or a planted link: unlink removes the link itself
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW, 0o600)
+    with os.fdopen(fd, "w") as sink:
+        os.fchmod(fd, 0o600)
+        sink.write(text)
+    os.replace(temporary, path)
 
 
 def remove_record(db_path: str) -> None:
     if db_path != ":memory:":
         record = record_path(db_path)
-        try:
-            if json.loads(record.read_text()).get("pid") == os.getpid():
+        body = _read_private(record, quiet=True)
+        if body is not None and body.get("pid") == os.getpid():
+            with contextlib.suppress(OSError):
                 record.unlink()
-        except (OSError, ValueError):
-            pass
 
 
-def _alive(pid: Any) -> bool:
-    if not isinstance(pid, int) or pid <= 0:
-        return False
+def _read_private(path: Path, quiet: bool = False) -> dict[str, Any] | None:
+    """The JSON object in ``path`` if it is a regular file of this user that no one else may
+    write (or read), else None (said in a warning unless ``quiet`` or simply missing)."""
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # alive, another user's
+        fd = os.open(path, os.O_RDONLY | _NOFOLLOW | getattr(os, "O_NONBLOCK", 0))
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        return _untrusted(path, f"cannot be opened ({exc.strerror}; a symbolic link?)", quiet)
+    with os.fdopen(fd, "rb") as source:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            return _untrusted(path, "is not a regular file", quiet)
+        if info.st_uid != os.getuid():
+            return _untrusted(path, f"belongs to another user (uid {info.st_uid})", quiet)
+        if info.st_mode & 0o077:
+            return _untrusted(path, f"is open to others (mode {info.st_mode & 0o777:o})", quiet)
+        try:
+            body = json.loads(source.read(MAX_RECORD_BYTES))
+        except (OSError, ValueError):
+            return None
+    return body if isinstance(body, dict) else None
+
+
+def _untrusted(path: Path, why: str, quiet: bool) -> None:
+    if not quiet:
+        log.warning("ignoring the service record %s: it %s", path, why)
+    return None
+
+
+def process_started(pid: int) -> str | None:
+    """When the process ``pid`` of this user started (an opaque token), or None when there
+    is no such process of this user. Linux: ``/proc/<pid>/stat``; elsewhere ``ps``."""
+    proc = Path(f"/proc/{pid}")
+    if Path("/proc/self/stat").exists():
+        try:
+            if proc.stat().st_uid != os.getuid():
+                return None
+            fields = (proc / "stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            return None
+        return fields[19] if len(fields) > 19 else None  # field 22: start time in ticks
+    try:
+        out = subprocess.run(
+            ["ps", "-o", "uid=,lstart=", "-p", str(pid)],
+            capture_output=True,
+            text=True,
+            timeout=5,
+            check=False,
+        ).stdout.split(None, 1)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if len(out) != 2 or out[0] != str(os.getuid()):
+        return None
+    return out[1].strip()
+
+
+def _loopback(host: str) -> bool:
+    if host == "localhost":
         return True
-    return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def read_record(settings: Settings) -> ServiceRecord | None:
+    """The record of the live service holding the settings' database, if it can be trusted:
+    a private regular file of this user (see :func:`_read_private`), naming this database,
+    written by a process of this user that still runs (same PID *and* start time), whose URL
+    is on loopback or on the host the settings configure. Anything else is None."""
+    db = settings.db_location()
+    if db == ":memory:" or settings.database_url is not None:
+        return None  # a shared store is not held by one service: commands use it directly
+    path = record_path(db)
+    body = _read_private(path)
+    if body is None:
+        return None
+    pid, url, started = body.get("pid"), body.get("url"), body.get("started")
+    if not isinstance(pid, int) or pid <= 0 or not isinstance(url, str):
+        return _untrusted(path, "is malformed", False)
+    if body.get("database") != str(Path(db).expanduser().resolve()):
+        return _untrusted(path, f"names another database ({body.get('database')!r})", False)
+    if not started or process_started(pid) != started:
+        log.debug("the service record %s is stale: process %s is gone", path, pid)
+        return None  # a killed service's (or a copied) record
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    if parts.scheme not in ("http", "https") or not (
+        _loopback(host) or host == settings.host.strip("[]")
+    ):
+        return _untrusted(
+            path, f"points to {url!r}, neither loopback nor the configured host", False
+        )
+    snapshots = body.get("snapshots")
+    return ServiceRecord(
+        url,
+        pid,
+        bool(body.get("token_required")),
+        snapshots if isinstance(snapshots, str) else None,
+    )
+
+
+def held_by(settings: Settings, message: str) -> str:
+    """``message`` (the database is locked), naming the live service that holds it if any."""
+    record = read_record(settings)
+    if record is None:
+        return message
+    return (
+        f"the database file {settings.db_location()} is held by the workbench service at "
+        f"{record.url} (PID {record.pid}): stop it, or use it (the CLI, `workbench mcp` and "
+        "notebooks go through its tools)"
+    )
 
 
 class LiveService:
     """The tools of the service that holds a database, over REST."""
 
-    def __init__(self, url: str, token: str | None = None, timeout: float = 600.0):
+    def __init__(
+        self,
+        url: str,
+        token: str | None = None,
+        timeout: float = 600.0,
+        snapshots: str | None = None,
+    ):
         self.url = url.rstrip("/")
+        self.snapshots = snapshots
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         self._client = httpx.Client(base_url=self.url, headers=headers, timeout=timeout)
 
@@ -126,24 +282,57 @@ def _json(response: httpx.Response) -> Any:
 
 
 def find_live(settings: Settings) -> LiveService | None:
-    """The live service holding the settings' database, or None (no record, a stale one, or
-    an in-memory database)."""
-    db = settings.db_location()
-    if db == ":memory:" or settings.database_url is not None:
-        return None  # a shared store is not held by one service: commands use it directly
-    try:
-        record = json.loads(record_path(db).read_text())
-    except (OSError, ValueError):
-        return None
-    if not isinstance(record, dict) or not _alive(record.get("pid")) or not record.get("url"):
+    """The live service holding the settings' database, or None (no record, one that cannot
+    be trusted or is stale, an in-memory or shared database). The API token goes only to a
+    service whose record :func:`read_record` trusts."""
+    record = read_record(settings)
+    if record is None:
         return None
     token = settings.api_token.get_secret_value() if settings.api_token else None
-    if record.get("token_required") and not token:
+    if record.token_required and not token:
         raise errors.ConfigError(
-            f"the service holding {db} (at {record['url']}) needs a token: set "
-            "SVC_KNOWLEDGE_API_TOKEN to reach it"
+            f"the service holding {settings.db_location()} (at {record.url}) needs a token: "
+            "set SVC_KNOWLEDGE_API_TOKEN to reach it"
         )
-    return LiveService(record["url"], token)
+    return LiveService(record.url, token, snapshots=record.snapshots)
+
+
+def snapshot_files(live: LiveService, answer: dict[str, Any]) -> tuple[Path, dict[str, Path]]:
+    """The folder and the table files of a snapshot the live service wrote for this request,
+    once checked: a folder of this user directly inside the service's private snapshot folder
+    (from its record), holding ``<table>.parquet`` regular files of known tables. A client
+    moves or reads nothing else."""
+    if not live.snapshots or not isinstance(answer, dict):
+        raise errors.StoreError(f"the service at {live.url} names no snapshot folder")
+    root = Path(live.snapshots)
+    _check_owned(root, stat.S_ISDIR, private=True)
+    folder = Path(str(answer.get("directory", "")))
+    if folder.parent != root or folder.name in ("", ".", ".."):
+        raise errors.StoreError(f"the service named a snapshot folder outside {root}: {folder}")
+    _check_owned(folder, stat.S_ISDIR, private=False)
+    tables = answer.get("tables")
+    files = {}
+    for table, path in tables.items() if isinstance(tables, dict) else ():
+        if table not in STORE_TABLES or Path(str(path)) != folder / f"{table}.parquet":
+            raise errors.StoreError(f"the service named an unexpected snapshot file {path!r}")
+        files[table] = _check_owned(folder / f"{table}.parquet", stat.S_ISREG, private=False)
+    return folder, files
+
+
+def _check_owned(path: Path, kind: Callable[[int], bool], private: bool) -> Path:
+    """``path`` itself (not a link) of the expected kind, this user's, closed to others if
+    ``private``."""
+    try:
+        info = path.lstat()
+    except OSError as exc:
+        raise errors.StoreError(
+            f"the snapshot path {path} cannot be read: {exc.strerror}"
+        ) from None
+    if not kind(info.st_mode) or info.st_uid != os.getuid() or (private and info.st_mode & 0o077):
+        raise errors.StoreError(
+            f"the snapshot path {path} is not a private file or folder of this user: refused"
+        )
+    return path
 
 
 class RemoteWorkbench:
@@ -209,13 +398,11 @@ def snapshot(settings: Settings) -> duckdb.DuckDBPyConnection:
             )
         return duckdb.connect(settings.db_location(), read_only=True)
     try:
-        written = live.call("export_snapshot")
+        _, files = snapshot_files(live, live.call("export_snapshot"))
     finally:
         live.close()
     con = duckdb.connect()
-    for table, path in written["tables"].items():
-        if not table.isidentifier():
-            raise errors.StoreError(f"the service named an unexpected table {table!r}")
+    for table, path in files.items():
         literal = str(path).replace("'", "''")
         con.execute(f"CREATE VIEW {table} AS SELECT * FROM read_parquet('{literal}')")
     return con

@@ -28,11 +28,11 @@ from typing import Any
 import uvicorn
 
 from service.bootstrap import freeze_loaded_memory, open_workbench, secrets_of
-from service.live import remove_record, write_record
+from service.live import held_by, remove_record, write_record
 from service.logs import setup_logging
 from service.middleware import is_loopback
 from workbench.config import Settings
-from workbench.errors import ConfigError, EmbedderError
+from workbench.errors import ConfigError, EmbedderError, StoreLocked
 from workbench.llm.health import LLMHealth
 
 log = logging.getLogger("service")
@@ -40,6 +40,7 @@ log = logging.getLogger("service")
 MIN_TOKEN_CHARS = 16
 GRACEFUL_SECONDS = 10
 QUEUE_STOP_SECONDS = 30.0
+WARM_UP_JOIN_SECONDS = 120.0
 
 
 class StartupError(ConfigError):
@@ -252,6 +253,7 @@ def serve(
     loaded = threading.Event()
     failures: list[str] = []
     pairs: list[tuple[Any, socket.socket]] = []
+    warming: threading.Thread | None = None
 
     def embedder_failed(message: str) -> None:
         failures.append(message)
@@ -264,11 +266,17 @@ def serve(
         if hasattr(embedder, "probe"):
             loaded.set()
         else:
-            warm_in_background(embedder, loaded, embedder_failed)
+            warming = warm_in_background(embedder, loaded, embedder_failed)
         workbench = open_workbench(settings, embedder=embedder, llm_health=llm_health)
-    except BaseException:
+    except BaseException as exc:
         main_sock.close()
         metrics_sock.close()
+        if warming is not None:
+            # a model still loading in native threads when the interpreter exits aborts the
+            # process (exit 134) after the error line: let it finish first
+            warming.join(WARM_UP_JOIN_SECONDS)
+        if isinstance(exc, StoreLocked):
+            raise StoreLocked(held_by(settings, exc.message)) from None
         raise
     try:
         log.info(
@@ -325,12 +333,15 @@ def serve(
                 settings.db_location(),
                 client_url(settings.host, main_sock),
                 bool(settings.api_token and settings.api_token.get_secret_value()),
+                snapshots=workbench.snapshots.folder(),
             )
         asyncio.run(serve_all(pairs, ready))
     finally:
         if not shared_store(settings):
             remove_record(settings.db_location())
         stop_workbench(workbench, "the workbench", "stopped; the database is closed")
+        if warming is not None:
+            warming.join(WARM_UP_JOIN_SECONDS)  # stopped while the model loads: see above
     if failures:
         raise StartupError(f"the local embedding model failed to load: {failures[0]}")
     return 0

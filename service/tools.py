@@ -358,10 +358,11 @@ TOOLS: tuple[Tool, ...] = (
         "export_snapshot",
         "Write a consistent Parquet snapshot of every table (episodes, entities, facts, LLM "
         "calls, queue, maintenance runs...) into a new private temporary folder on the "
-        "service's host and return the file paths, for analysis while the service runs.",
+        "service's host and return the file paths, for analysis while the service runs. "
+        "Writes files: at most two snapshots are kept (an older one is removed), and all are "
+        "removed when memories are deleted and when the service stops.",
         NoArgs,
         "export_snapshot",
-        read_only=True,
     ),
     Tool(
         "recover_soft_deleted",

@@ -12,7 +12,6 @@ import contextlib
 import json
 import logging
 import re
-import tempfile
 import uuid as uuidlib
 from collections.abc import Sequence
 from datetime import date, datetime
@@ -41,6 +40,7 @@ from workbench.store import TABLES, Store
 from workbench.store import graph as g
 from workbench.store import queue as q
 from workbench.store.schema import PRIORITIES
+from workbench.store.snapshots import Snapshots, remove_stale
 
 log = logging.getLogger("workbench")
 
@@ -84,6 +84,7 @@ class Workbench:
         self.metrics = metrics
         self.clock = clock
         self.policy = DecayPolicy.from_settings(settings)
+        self.snapshots = Snapshots()
         self.search = SearchEngine(store, embedder, metrics, clock, settings)
         # every writer of entities and facts publishes through it, and the queue claims
         # under its gate: extraction reads the graph from the engine's rows
@@ -158,6 +159,7 @@ class Workbench:
         """Start the queue workers (when an LLM is configured) and the maintenance schedule.
         Without an LLM this says so once: only a process that would process episodes warns
         (``status``, ``export`` or ``import`` have nothing to say about it)."""
+        remove_stale(self.snapshots.root)  # left by a killed service
         if self.chat is not None:
             self.queue.start()
         else:
@@ -178,6 +180,7 @@ class Workbench:
         not leave the search engine's threads running); a failure is raised after them all."""
         with contextlib.ExitStack() as steps:  # run last-in first-out
             steps.callback(self.store.close)
+            steps.callback(self.snapshots.close)
             steps.callback(self.search.close)
             steps.callback(self.pipeline.close)
             steps.callback(self.stop, timeout=5.0)
@@ -382,6 +385,7 @@ class Workbench:
                 removed = g.delete_episode(self.store, uuid)
             self.pipeline.forget_groups([episode["group_id"]])
             self.publisher.deleted(removed, "deleting an episode")
+        self.snapshots.discard()  # no copy outlives deleted data
         self.queue.refresh_gauges()
         return {
             "message": f"Episode {uuid} deleted",
@@ -403,6 +407,7 @@ class Workbench:
                     raise errors.NotFound(f"no fact (entity edge) with uuid {uuid}")
                 g.delete_facts(self.store, [uuid])
             self.publisher.deleted({"fact": [uuid]}, "deleting a fact")
+        self.snapshots.discard()
         return {"message": f"Entity edge {uuid} deleted"}
 
     def clear_graph(self, group_ids: Sequence[str]) -> dict[str, Any]:
@@ -417,6 +422,7 @@ class Workbench:
                 removed = g.clear_groups(self.store, groups)
             self.pipeline.forget_groups(groups)
             self.publisher.deleted(removed, "clearing groups")
+        self.snapshots.discard()
         self.queue.refresh_gauges()
         return {
             "message": f"Cleared groups {', '.join(groups)}",
@@ -516,9 +522,9 @@ class Workbench:
     def export_snapshot(self) -> dict[str, Any]:
         """A consistent Parquet snapshot of every table, written by this process into a new
         private temporary folder on this host (the caller, on the same machine, moves or
-        reads the files; a caller never chooses where the service writes)."""
-        path = Path(tempfile.mkdtemp(prefix="workbench-snapshot-"))
-        return {"directory": str(path), "tables": self.export_parquet(path)}
+        reads the files; a caller never chooses where the service writes). At most
+        ``snapshots.KEEP`` exist at once: older ones are removed (see ``store.snapshots``)."""
+        return self.snapshots.write(self.export_parquet)
 
 
 def _scrubbed(rows: list[dict[str, Any]], field: str) -> list[dict[str, Any]]:

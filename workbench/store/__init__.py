@@ -56,6 +56,42 @@ log = logging.getLogger("workbench.store")
 LEAN_CACHE_MB = 256
 
 
+def _make_folder(folder: Path) -> None:
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):
+        raise StoreError(
+            f"cannot create the database folder {folder}: part of that path is a file, not a "
+            "folder (choose another path with --db / SVC_KNOWLEDGE_DB_PATH)"
+        ) from None
+    except OSError as exc:
+        raise StoreError(
+            f"cannot create the database folder {folder}: {exc.strerror or exc} "
+            "(create it, or choose another path with --db / SVC_KNOWLEDGE_DB_PATH)"
+        ) from None
+
+
+_HOLDER = re.compile(r"lock is held in (.+?) \(PID (\d+)\)")
+
+
+def _open_error(path: str, text: str) -> StoreError:
+    """The one-line error for a database file DuckDB could not open (the holder named)."""
+    if "lock" in text.lower():
+        holder = _HOLDER.search(text)
+        by = f" (PID {holder.group(2)}, {holder.group(1)})" if holder else ""
+        return StoreLocked(
+            f"the database file {path} is locked by another process{by}: stop it, or use "
+            "a snapshot for analysis"
+        )
+    text = text.removeprefix("IO Error: ").split("\n", 1)[0]
+    if "not a valid DuckDB database file" in text:
+        return StoreError(
+            f"the database file {path} is not a DuckDB database (empty, truncated or another "
+            "kind of file): restore it from a backup, or move it away to start afresh"
+        )
+    return StoreError(f"cannot open the database file {path}: {text}")
+
+
 class Store:
     """A DuckDB database with the workbench schema (``open`` of a ``postgresql://`` URL: a
     :class:`~workbench.store.postgres.PostgresStore`, the same interface on PostgreSQL)."""
@@ -98,18 +134,12 @@ class Store:
             backend = getattr(importlib.import_module(module), name)
             return backend.open(path, dim, embedding_model, read_only, pool_size=pool_size)
         if path != ":memory:":
-            Path(path).expanduser().parent.mkdir(parents=True, exist_ok=True)
+            _make_folder(Path(path).expanduser().parent)
         config = {"autoinstall_known_extensions": "false", "autoload_known_extensions": "false"}
         try:
             con = duckdb.connect(path, read_only=read_only, config=config)
-        except duckdb.IOException as exc:
-            text = str(exc)
-            if "lock" in text.lower():
-                raise StoreLocked(
-                    f"the database file {path} is locked by another process "
-                    "(stop the other workbench process, or use a snapshot for analysis)"
-                ) from None
-            raise StoreError(f"cannot open the database file {path}: {text}") from None
+        except duckdb.Error as exc:
+            raise _open_error(path, str(exc)) from None
         con.execute("SET TimeZone = 'UTC'")
         # Our statements are small: DuckDB's thread pool costs ~10x per insert on a busy
         # 2-core machine. Bulk work (maintenance) asks for more with ``parallel()``.
