@@ -53,6 +53,8 @@ async def test_lists_the_tool_table(mcp_url):
         )
     assert listed["search_memory_facts"].annotations.read_only_hint is True
     assert listed["clear_graph"].annotations.destructive_hint is True
+    writes = listed["export_snapshot"].annotations  # it writes files: no auto-approval
+    assert writes.read_only_hint is False and writes.idempotent_hint is False
 
 
 async def test_calls_tools_and_gets_structured_results(mcp_url, wb):

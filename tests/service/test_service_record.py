@@ -194,3 +194,20 @@ def test_the_record_is_private_and_never_written_through_a_symlink(tmp_path):
     assert read_record(settings_for(db)).url == "http://127.0.0.1:8000"
     remove_record(str(db))
     assert not record.exists()
+
+
+def test_a_running_service_keeps_two_snapshots_and_removes_them_at_stop(tmp_path):
+    from tests.service.test_serve_subprocess import Service
+
+    db = tmp_path / "kb.duckdb"
+    service = Service({}, db, tmp_path / "serve.log")
+    try:
+        service.wait_ready()
+        record = json.loads(record_path(db).read_text())
+        assert stat.S_IMODE(record_path(db).stat().st_mode) == 0o600
+        folders = {service.tool("export_snapshot")["directory"] for _ in range(4)}
+        assert len(folders) == 4
+        assert len(list(Path(record["snapshots"]).iterdir())) == 2
+    finally:
+        assert service.stop() == 0
+    assert not Path(record["snapshots"]).exists()
