@@ -165,6 +165,10 @@ def cmd_import(args: argparse.Namespace) -> int:
 
 
 IMPORT_CHUNK = 1000
+# bytes of lines per request: half the smallest body limit of any service (1 MiB, see
+# service.app.MIN_BODY_BYTES), leaving room for the JSON escapes of the arguments; 1,000
+# lines with 384-dimension vectors are ~4 MB
+IMPORT_CHUNK_BYTES = 512 * 1024
 
 
 def import_through(live, path: str, group_id: str | None, progress: bool) -> dict[str, Any]:
@@ -202,17 +206,33 @@ def import_through(live, path: str, group_id: str | None, progress: bool) -> dic
         total["errors"] = (total["errors"] + report.get("errors", []))[:100]
         bar.update(len(chunk))
 
+    size = 0
     for number, line in read_lines(path):
+        encoded = len(json.dumps(line, default=str)) + 2
+        if chunk and (len(chunk) >= IMPORT_CHUNK or size + encoded > IMPORT_CHUNK_BYTES):
+            send()
+            chunk, size = [], 0
+        if encoded > IMPORT_CHUNK_BYTES:  # alone it would still be over a service's limit
+            refuse_oversized(total, number, encoded)
+            continue
         if not chunk:
             first = number
         chunk.append(line)
-        if len(chunk) >= IMPORT_CHUNK:
-            send()
-            chunk = []
+        size += encoded
     if chunk:
         send()
     bar.close()
     return total
+
+
+def refuse_oversized(total: dict[str, Any], number: int, encoded: int) -> None:
+    """Count line ``number`` as refused: too large to send to a running service."""
+    total["error_count"] += 1
+    if len(total["errors"]) < 100:
+        total["errors"].append(
+            f"line {number}: {encoded} bytes, more than the {IMPORT_CHUNK_BYTES} a line may "
+            "have to go through a running service (import it with the service stopped)"
+        )
 
 
 def cmd_export(args: argparse.Namespace) -> int:

@@ -1,0 +1,55 @@
+"""``workbench import`` beside a running service sends the file in chunks sized by bytes: a
+file whose lines carry 384-dimension vectors goes through the service's 1 MiB body limit
+(1,000 such lines are ~4 MB: one chunk of them was a 413)."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+
+from service.app import MIN_BODY_BYTES, create_app
+from service.cli import IMPORT_CHUNK_BYTES, import_through
+from service.live import LiveService
+from tests.service.svc_helpers import make_settings
+from workbench.facade import Workbench
+from workbench.fakes.embedder import HashEmbedder
+from workbench.metrics import Metrics
+
+
+@pytest.fixture
+def live(server_thread):
+    workbench = Workbench.open(
+        make_settings(), embedder=HashEmbedder(), chat=None, metrics=Metrics()
+    )
+    service = LiveService(server_thread(create_app(workbench, workbench.settings)).url)
+    yield service
+    service.close()
+    workbench.close()
+
+
+def vector(rng: random.Random) -> list[float]:
+    return [rng.uniform(-1, 1) for _ in range(384)]
+
+
+def test_lines_with_vectors_go_through_the_body_limit(live, tmp_path):
+    rng = random.Random(7)
+    lines = [
+        {"type": "entity", "name": f"Entity {i}", "embedding": vector(rng)} for i in range(1200)
+    ]
+    lines.insert(700, {"type": "entity", "name": "Huge", "summary": "x" * (IMPORT_CHUNK_BYTES)})
+    lines.insert(900, {"type": "nonsense"})  # refused by the service: its line number holds
+    path = tmp_path / "vectors.jsonl"
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    assert path.stat().st_size > 4 * MIN_BODY_BYTES
+    report = import_through(live, str(path), None, progress=False)
+    assert report["entities_created"] == 1200
+    assert report["error_count"] == 2
+    assert report["errors"][0].startswith("line 701: ") and "running service" in report["errors"][0]
+    assert report["errors"][1].startswith("line 901: ")
+    assert live.call("get_status")["graph"]["entities"] == 1200
+
+
+def test_a_chunk_always_fits_the_smallest_body_limit():
+    assert 2 * IMPORT_CHUNK_BYTES <= MIN_BODY_BYTES
