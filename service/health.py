@@ -1,6 +1,7 @@
 """``GET /health`` on the main port: liveness and readiness in one answer.
 
-Ready means the store answers and the embedder embeds (probed at most every ``ttl`` seconds).
+Ready means the store answers (and takes writes, once one failed for want of disk space) and
+the embedder embeds (probed at most every ``ttl`` seconds).
 No LLM is not "unready": episodes are accepted and wait, so the status is ``degraded`` and
 the answer says how to configure one. A configured LLM whose recent calls fail (``failing``,
 since when, with what error type) or that is known to be down (a local model server being
@@ -65,8 +66,11 @@ class EmbedderProbe:
 
 
 def store_check(workbench: Any) -> dict[str, Any]:
+    """The store answers, and takes writes again if the last one failed (a full disk)."""
     try:
         workbench.store.fetchone("SELECT 1")
+        if getattr(workbench.store, "write_failure", None):
+            workbench.store.probe_write()
     except Exception as exc:  # noqa: BLE001 - reported, not raised
         return {
             "ok": False,

@@ -8,10 +8,12 @@ our statements are short. ``transaction()`` holds the lock for the whole unit of
 
 from __future__ import annotations
 
+import errno
 import importlib
 import logging
 import re
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -19,7 +21,7 @@ from typing import Any
 
 import duckdb
 
-from workbench.errors import DimensionMismatch, StoreError, StoreLocked
+from workbench.errors import DimensionMismatch, StoreError, StoreFull, StoreLocked
 from workbench.store.schema import MIGRATIONS, SCHEMA_VERSION
 
 TABLES = (
@@ -54,6 +56,14 @@ log = logging.getLogger("workbench.store")
 # DuckDB's memory limit while the search engine loads (see Store.lean_cache): a 1M + 1M load
 # took as long under 128 MB as under no limit
 LEAN_CACHE_MB = 256
+
+
+def disk_full(exc: BaseException) -> bool:
+    """Whether ``exc`` says the disk (or the database server's) is full: ``ENOSPC`` from the
+    OS, DuckDB's "No space left on device", PostgreSQL's ``disk_full`` (SQLSTATE 53100)."""
+    if isinstance(exc, OSError) and exc.errno == errno.ENOSPC:
+        return True
+    return "No space left on device" in str(exc) or getattr(exc, "sqlstate", None) == "53100"
 
 
 def _make_folder(folder: Path) -> None:
@@ -109,6 +119,7 @@ class Store:
         self.path = path
         self.dim = dim
         self.read_only = read_only
+        self.write_failure: str | None = None  # why writes fail (a full disk), until one works
 
     # --- opening -----------------------------------------------------------------------
     @classmethod
@@ -254,8 +265,35 @@ class Store:
             if self._deferred and not self._depth:
                 with self.transaction():
                     yield
-            else:
+            elif self._depth:
                 yield
+            else:
+                with self._full_disk():
+                    yield
+
+    @contextmanager
+    def _full_disk(self) -> Iterator[None]:
+        """A write that fails for want of disk space is :class:`StoreFull` and marks the store
+        unwritable (``write_failure``, for ``/health``) until a write succeeds."""
+        try:
+            yield
+        except Exception as exc:
+            if not disk_full(exc):
+                raise
+            raise self._unwritable() from None
+        self.write_failure = None
+
+    def _unwritable(self) -> StoreFull:
+        self.write_failure = (
+            f"the disk holding the database {self.path} is full: the write was not stored; "
+            "free some space (the service is not ready until writes succeed again)"
+        )
+        return StoreFull(self.write_failure)
+
+    def probe_write(self) -> None:
+        """A tiny write (raises :class:`StoreFull` while the disk is full)."""
+        with self.transaction():
+            self._set_meta("write_probe", str(time.time()))
 
     def _executemany(self, sql: str, rows: Sequence[Sequence[Any]], match) -> None:
         if match is None:
@@ -410,13 +448,16 @@ class Store:
                 self._write_deferred()  # rows deferred inside the unit of work
                 self._depth = 0
                 self._con.execute("COMMIT")
-            except BaseException:
+                self.write_failure = None
+            except BaseException as exc:
                 self._depth = 0
                 try:
                     self._con.execute("ROLLBACK")
                 except duckdb.Error:
                     pass  # a failed COMMIT has already ended the transaction
                 self._restore_deferred(self._written)  # kept for the next write
+                if disk_full(exc):
+                    raise self._unwritable() from None
                 raise
             finally:
                 self._written = []
