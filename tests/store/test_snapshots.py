@@ -103,7 +103,9 @@ def test_the_folders_of_dead_processes_go_at_start(tmp_path):
     assert not gone.exists() and mine.exists()
 
 
-def test_a_folder_that_is_not_private_is_refused(tmp_path):
+def test_a_shared_folder_that_is_not_private_is_not_used(tmp_path):
+    """Another user (or a link) holding the shared name gets nothing: the snapshot goes into a
+    new private folder of its own."""
     open_to_all = tmp_path / "open"
     open_to_all.mkdir(mode=0o777)
     open_to_all.chmod(0o777)
@@ -112,6 +114,13 @@ def test_a_folder_that_is_not_private_is_refused(tmp_path):
     link = tmp_path / "link"
     link.symlink_to(elsewhere)
     for root in (open_to_all, link):
-        with pytest.raises(StoreError, match="not a private folder"):
-            Snapshots(root).write(lambda folder: {})
-    assert list(elsewhere.iterdir()) == []
+        snapshots = Snapshots(root)
+        written = snapshots.write(lambda folder: {})
+        folder = Path(written["directory"]).parent
+        assert root not in Path(written["directory"]).parents
+        assert mode(folder) == 0o700 and not folder.is_symlink()
+        snapshots.close()
+        assert not folder.exists()
+    assert list(elsewhere.iterdir()) == [] and list(open_to_all.iterdir()) == []
+    with pytest.raises(StoreError, match="not a private folder"):
+        private_folder(link)

@@ -4,8 +4,9 @@ A client of a running service (``workbench export``, a notebook's ``lab.live_tab
 for a consistent copy of every table; the service writes it here and answers with the paths.
 Copies hold everything the database holds, so they are kept private and few:
 
-* one private folder per user, ``<tmp>/workbench-snapshots-<uid>/`` (0700, refused if it is a
-  link or another user's), and in it one folder per workbench, ``<pid>-XXXX/``;
+* one private folder per user, ``<tmp>/workbench-snapshots-<uid>/`` (0700; if that name is a
+  link, another user's or open to others, a new private ``mkdtemp`` folder is used instead),
+  and in it one folder per workbench, ``<pid>-XXXX/``;
 * each request gets a new folder ``<pid>-XXXX/snapshot-XXXX/`` with its files 0600;
 * at most :data:`KEEP` snapshots exist per workbench: older ones are removed before a new one is
   written (the previous one stays, so a notebook still reading it is not cut off);
@@ -17,6 +18,7 @@ Copies hold everything the database holds, so they are kept private and few:
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import shutil
 import stat
@@ -29,6 +31,7 @@ from workbench.errors import StoreError
 
 KEEP = 2
 PREFIX = "workbench-snapshots-"
+log = logging.getLogger("workbench.store.snapshots")
 
 
 def snapshots_root(base: str | Path | None = None) -> Path:
@@ -98,9 +101,15 @@ class Snapshots:
             return self._ensure_folder()
 
     def _ensure_folder(self) -> Path:
-        private_folder(self.root)
         if self._folder is None or not self._folder.is_dir():
-            self._folder = Path(tempfile.mkdtemp(prefix=f"{os.getpid()}-", dir=self.root))
+            try:
+                private_folder(self.root)
+                self._folder = Path(tempfile.mkdtemp(prefix=f"{os.getpid()}-", dir=self.root))
+            except StoreError as exc:
+                # someone else made the shared name first: a folder of our own elsewhere (not
+                # found by remove_stale after a crash, still private and removed at stop)
+                log.warning("%s; writing snapshots into a new private folder instead", exc)
+                self._folder = Path(tempfile.mkdtemp(prefix=PREFIX))
         return private_folder(self._folder)
 
     def write(self, export: Callable[[Path], dict[str, str]]) -> dict[str, object]:
