@@ -99,13 +99,16 @@ def write_record(
 def write_private(path: Path, text: str) -> None:
     """Replace ``path`` with ``text``, mode 0600, never following a symlink."""
     temporary = path.with_name(path.name + ".tmp")
-    with contextlib.suppress(FileNotFoundError):
-        temporary.unlink()  # a leftover, or a planted link: unlink removes the link itself
-    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW, 0o600)
-    with os.fdopen(fd, "w") as sink:
-        os.fchmod(fd, 0o600)
-        sink.write(text)
-    os.replace(temporary, path)
+    try:
+        with contextlib.suppress(FileNotFoundError):
+            temporary.unlink()  # a leftover, or a planted link: unlink removes the link itself
+        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW, 0o600)
+        with os.fdopen(fd, "w") as sink:
+            os.fchmod(fd, 0o600)
+            sink.write(text)
+        os.replace(temporary, path)
+    except OSError as exc:
+        raise errors.StoreError(f"cannot write {path}: {exc.strerror or exc}") from None
 
 
 def remove_record(db_path: str) -> None:
