@@ -72,8 +72,7 @@ def score(db: Path, n: int) -> dict:
     gold = gold_by_key(load_labelled(ROOT / "data" / "extraction_labelled.jsonl")[:n])
     with duckdb.connect(str(db), read_only=True) as con:
         tables = [
-            con.execute(f"SELECT * FROM {t}").df().to_dict("records")
-            for t in ("episodes", "entities", "facts", "mentions")
+            rows(con, f"SELECT * FROM {t}") for t in ("episodes", "entities", "facts", "mentions")
         ]
     result = score_set(predictions_from_rows(*tables), gold, ended_facts=False)
     return {
@@ -91,7 +90,9 @@ def start_service(db: Path, log: Path, extra_env: dict[str, str]) -> tuple[subpr
     command = [sys.executable, "-m", "service.cli", "serve", "--local-llm", "--db", str(db)]
     command += ["--port", str(port), "--metrics-port", "0"]
     with log.open("ab") as sink:
-        proc = subprocess.Popen(command, env=env, stdout=sink, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(
+            command, env=env, cwd=db.parent, stdout=sink, stderr=subprocess.STDOUT
+        )
     return proc, f"http://127.0.0.1:{port}"
 
 
@@ -120,14 +121,19 @@ def wait_finished(http: httpx.Client, total: int, timeout: float) -> dict:
     return counts
 
 
+def rows(con: duckdb.DuckDBPyConnection, sql: str) -> list[dict]:
+    cur = con.execute(sql)
+    names = [d[0] for d in cur.description]
+    return [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
+
+
 def call_rows(db: Path) -> list[dict]:
     with duckdb.connect(str(db), read_only=True) as con:
-        cur = con.execute(
+        return rows(
+            con,
             "SELECT prompt_name, prompt_tokens, completion_tokens, latency_seconds, status "
-            "FROM llm_calls ORDER BY id"
+            "FROM llm_calls ORDER BY id",
         )
-        names = [d[0] for d in cur.description]
-        return [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
 
 
 def summarise(rows: list[dict], seconds: float, counts: dict, n: int) -> dict:
