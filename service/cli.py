@@ -64,7 +64,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     check_exposure(settings)  # fail fast, before starting the model server
     with LocalLLM() as llm:
-        settings = settings_from(args, **flags, **llm.overrides())
+        overrides = llm.overrides()
+        if "llm_profile" in settings.model_fields_set:  # the user's choice wins
+            overrides.pop("llm_profile")
+        settings = settings_from(args, **flags, **overrides)
         return serve(settings, dev=args.dev, log_format=log_format, llm_health=llm.health)
 
 

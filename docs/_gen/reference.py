@@ -107,11 +107,17 @@ SETTING_MEANINGS: dict[str, str] = {
     "`tool` (a forced tool call).",
     "llm_requests_per_minute": "Client-side throttle of LLM requests, so bulk imports do not "
     "turn into 429 storms. 0 disables it.",
-    "llm_timeout_seconds": "Timeout of one LLM request.",
+    "llm_timeout_seconds": "Timeout of one LLM request (with the `local` profile: the least "
+    "timeout; it grows with the speed the server has shown).",
     "llm_max_retries": "Retries of one LLM request on rate limits, timeouts and connection "
     "errors (exponential backoff with jitter).",
     "llm_max_tokens": "`max_tokens` of each completion; a reply cut at this length is a "
     "truncation error.",
+    "llm_profile": "`hosted`: the full prompts, parallel calls, a fixed timeout. `local` (a "
+    "model server on this machine with one slot, e.g. llama.cpp or Ollama; `serve "
+    "--local-llm` sets it): short prompts, `max_tokens` bounded by each prompt's longest "
+    "valid answer, one request at a time, a timeout that grows with the measured speed. See "
+    "[Deployment](deployment.md#speed-the-local-profile).",
     "price_table_path": "A JSON price table merged over the shipped one (USD per million "
     "input/output/cached-read/cache-write tokens; its entries win).",
     "local_embedder_model": "Model of the in-process embedder (loaded from the installed "

@@ -220,6 +220,30 @@ def child_pids(pid: int) -> list[int]:
     return [int(p) for p in out.split()]
 
 
+def running(pid: int) -> bool:
+    """The process exists and is not a zombie (an orphan's zombie may wait for a reaper)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def test_the_local_model_server_dies_with_a_killed_service(env, tmp_path):
+    """SIGKILL leaves the service no time to stop its model server: the server sees its pipe
+    from the service close and exits by itself."""
+    service = local_llm_service(env, tmp_path)
+    service.wait_ready(timeout=240)
+    (model_pid,) = child_pids(service.proc.pid)
+    assert running(model_pid)
+    service.proc.kill()
+    service.proc.wait(10)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and running(model_pid):
+        time.sleep(0.1)
+    assert not running(model_pid), "the model server outlived its killed service"
+
+
 def test_a_killed_local_model_server_is_restarted_and_the_episode_finishes(env, tmp_path):
     service = local_llm_service(env, tmp_path)
     try:

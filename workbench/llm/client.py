@@ -39,6 +39,7 @@ from workbench.errors import LLMError, StructuredOutputError, TruncatedOutput
 from workbench.llm.caching import cache_tokens, caching_applies, to_multipart
 from workbench.llm.health import LLMHealth
 from workbench.llm.pricing import Cost, PriceTable, Usage, compute_cost
+from workbench.llm.profile import HOSTED, PROFILES, LLMProfile, TimeoutModel
 from workbench.llm.retry import (
     ErrorInfo,
     RequestThrottle,
@@ -119,6 +120,7 @@ class CompatChatModel:
         monotonic: Callable[[], float] = time.monotonic,
         rng: random.Random | None = None,
         health: LLMHealth | None = None,
+        profile: LLMProfile = HOSTED,
     ):
         if structured_output not in MODES:
             raise ValueError(f"structured_output must be one of {MODES}, not {structured_output!r}")
@@ -138,6 +140,9 @@ class CompatChatModel:
         self._throttle = RequestThrottle(requests_per_minute, sleep=sleep, monotonic=monotonic)
         self._token_param = "max_tokens"
         self._warned_unpriced: set[str] = set()
+        self.profile = profile
+        self._slots = profile.slots()
+        self._timeouts = TimeoutModel(timeout) if profile.adaptive_timeout else None
         # what the calls observe of the backend (GET /health, the queue's claims)
         self.health = health if health is not None else LLMHealth(clock)
         self._client = client or openai.OpenAI(
@@ -161,10 +166,11 @@ class CompatChatModel:
         max_tokens: int | None = None,
     ) -> BaseModel:
         call = _Call(prompt_name, episode_uuid, response_model.__name__)
+        messages = self.profile.messages(prompt_name, messages)
         msgs, extra = request_options(self.structured_output, messages, response_model)
         if self.caching:
             msgs = to_multipart(msgs)
-        budget = max_tokens or self.max_tokens
+        budget = self.profile.budget(prompt_name, max_tokens or self.max_tokens)
         for budget_now in (budget, budget * 2):
             reply = self._send(call, msgs, extra, budget_now)
             if reply.finish_reason == "length":
@@ -189,30 +195,44 @@ class CompatChatModel:
         while True:
             call.attempt += 1
             self._throttle.acquire()
-            start = time.perf_counter()
-            try:
-                # client.post sends the same request as chat.completions.create without
-                # create()'s walk of the typed parameters (~1.7 ms of CPU a call), with the
-                # same retries and errors; cast_to=object hands back the decoded JSON
-                # instead of building a ChatCompletion model of it (~0.3 ms a call)
-                completion = self._client.post(
-                    "/chat/completions",
-                    cast_to=object,
-                    body={
-                        "model": self.model,
-                        "messages": msgs,
-                        self._token_param: budget,
-                        **extra,
-                    },
-                )
-            except openai.OpenAIError as exc:
-                info = classify_error(exc)
-                self.health.failed(info.error_type, info.message)
-                self._record_failure(call, info, time.perf_counter() - start)
-                self._after_failure(call, info, exc)
+            with self._slots:  # the profile's limit of requests in flight
+                start = time.perf_counter()
+                try:
+                    completion = self._post(msgs, extra, budget)
+                except openai.OpenAIError as exc:
+                    latency = time.perf_counter() - start
+                    info = classify_error(exc)
+                    if self._timeouts is not None and info.error_type == "timeout":
+                        self._timeouts.timed_out(latency, budget)
+                    self.health.failed(info.error_type, info.message)
+                    self._record_failure(call, info, latency)
+                    failure: tuple[ErrorInfo, BaseException] | None = (info, exc)
+                else:
+                    failure = None
+                    latency = time.perf_counter() - start
+            if failure is not None:  # the backoff sleeps without holding the slot
+                self._after_failure(call, *failure)
                 continue
             self.health.succeeded()
-            return self._reply(call, completion, time.perf_counter() - start)
+            reply = self._reply(call, completion, latency)
+            if self._timeouts is not None:
+                self._timeouts.observe(latency, reply.usage.completion_tokens)
+            return reply
+
+    def _post(self, msgs: list[dict], extra: dict[str, Any], budget: int) -> Any:
+        # client.post sends the same request as chat.completions.create without create()'s
+        # walk of the typed parameters (~1.7 ms of CPU a call), with the same retries and
+        # errors; cast_to=object hands back the decoded JSON instead of building a
+        # ChatCompletion model of it (~0.3 ms a call)
+        options: dict[str, Any] = {}
+        if self._timeouts is not None:
+            options["timeout"] = self._timeouts.timeout(budget)
+        return self._client.post(
+            "/chat/completions",
+            cast_to=object,
+            body={"model": self.model, "messages": msgs, self._token_param: budget, **extra},
+            options=options,
+        )
 
     def _after_failure(self, call: _Call, info: ErrorInfo, exc: BaseException) -> None:
         """Sleep before the next attempt, or raise when the error is final."""
@@ -445,4 +465,5 @@ def build_chat_model(
         log_requests=settings.prompt_cache_log_requests,
         clock=clock,
         health=health,
+        profile=PROFILES[settings.llm_profile],
     )
