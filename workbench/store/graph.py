@@ -192,7 +192,7 @@ def clear_groups(
     the steps). Yields what each committed step removed: ``episodes`` (a count) first, then
     ``fact`` and ``entity`` uuids. Stopped half-way, the rest is still there to clear again."""
     groups = [list(group_ids)]
-    in_groups = "group_id IN (SELECT unnest(?))"  # a join: no per-row scan of a list
+    in_groups = "group_id IN (SELECT unnest(?::VARCHAR[]))"  # a join: no per-row scan of a list
     with store.transaction():
         episodes = store.fetchone(f"SELECT count(*) FROM episodes WHERE {in_groups}", groups)[0]
         store.execute(
@@ -290,7 +290,8 @@ def delete_entities(store: Store, uuids: Sequence[str]) -> None:
             ("entities", "uuid"),
         ):
             store.execute(
-                f"DELETE FROM {table} WHERE {column} IN (SELECT unnest(?))", [list(uuids)]
+                f"DELETE FROM {table} WHERE {column} IN (SELECT unnest(?::VARCHAR[]))",
+                [list(uuids)],
             )
 
 
@@ -412,7 +413,10 @@ def get_fact(store: Store, uuid: str) -> dict[str, Any] | None:
 def delete_facts(store: Store, uuids: Sequence[str]) -> None:
     if uuids:
         for table in ("fact_embeddings", "facts"):
-            store.execute(f"DELETE FROM {table} WHERE uuid IN (SELECT unnest(?))", [list(uuids)])
+            store.execute(
+                f"DELETE FROM {table} WHERE uuid IN (SELECT unnest(?::VARCHAR[]))",
+                [list(uuids)],
+            )
 
 
 # --- embeddings ---------------------------------------------------------------------------
