@@ -181,7 +181,7 @@ def delete_episode(store: Store, uuid: str) -> dict[str, list[str]]:
     return {"entity": orphans, "fact": facts}
 
 
-CLEAR_STEP = 2000  # facts or entities deleted a transaction by clear_groups
+CLEAR_STEP = 1000  # facts or entities deleted a transaction by clear_groups
 
 
 def clear_groups(
