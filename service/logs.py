@@ -39,6 +39,9 @@ _STANDARD_ATTRS = set(vars(logging.LogRecord("", 0, "", 0, "", (), None))) | {
 }
 
 
+_JSON_UNSAFE = re.compile("[\x7f-\x9f\u2028\u2029]")
+
+
 class JsonFormatter(logging.Formatter):
     """One JSON object per line: ts, level, logger, msg, request_id, extras, exc."""
 
@@ -59,7 +62,9 @@ class JsonFormatter(logging.Formatter):
                 entry[key] = value
         if record.exc_info:
             entry["exc"] = self.formatException(record.exc_info)
-        return self.redactor(json.dumps(entry, default=str, ensure_ascii=False))
+        text = json.dumps(entry, default=str, ensure_ascii=False)
+        # json escapes C0 controls; these Python's splitlines and some readers also break on
+        return self.redactor(_JSON_UNSAFE.sub(lambda m: f"\\u{ord(m.group(0)):04x}", text))
 
 
 # control characters (C0, DEL, C1) and the Unicode line and paragraph separators: what a

@@ -315,6 +315,20 @@ def test_a_traceback_in_a_text_log_cannot_start_a_line(plain_wb):
     assert "failed" in first and rest and all(line.startswith("  | ") for line in rest)
 
 
+def test_a_json_log_record_is_one_line_for_every_line_splitter():
+    import logging
+
+    stream = io.StringIO()
+    setup_logging("INFO", fmt="json", stream=stream)
+    try:
+        logging.getLogger("t").info("path %s", "/x\u2028forged\x85again\nmore")
+    finally:
+        remove_handlers()
+    lines = stream.getvalue().splitlines()  # splits at U+2028 and U+0085 too
+    assert len(lines) == 1
+    assert json.loads(lines[0])["msg"] == "path /x\u2028forged\x85again\nmore"
+
+
 # --- 12. HEAD probes, slow clients, a bounded queue, clean label values ------------------------
 def test_head_health_answers_like_get(plain_wb, server_thread):
     srv = server_thread(create_app(plain_wb, plain_wb.settings))
