@@ -17,7 +17,7 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Annotated, Any
 
-from litestar import Litestar, Response, get, post
+from litestar import HttpMethod, Litestar, Response, get, post, route
 from litestar.handlers import asgi
 from litestar.middleware import DefineMiddleware
 from litestar.openapi import OpenAPIConfig, ResponseSpec
@@ -145,8 +145,9 @@ def health_route(
     probe = EmbedderProbe(workbench.embedder, loaded=embedder_loaded)
     token = settings.api_token.get_secret_value() if settings.api_token else ""
 
-    @get(
+    @route(
         "/health",
+        http_method=[HttpMethod.GET, HttpMethod.HEAD],  # probes of load balancers send HEAD
         sync_to_thread=True,
         tags=["health"],
         summary="Liveness and readiness: store, embedder, LLM.",
@@ -173,17 +174,19 @@ def middleware_stack(
 ) -> list:
     per_minute = settings.rate_limit_per_minute
     buckets = TokenBuckets(per_minute, rate_clock) if per_minute > 0 else None
+    token = settings.api_token.get_secret_value() if settings.api_token else ""
     stack = [
         RequestContextMiddleware,
         DefineMiddleware(ExposureMiddleware, exposure=exposure),
         DefineMiddleware(
-            RateLimitMiddleware, buckets=buckets, trusted_proxies=settings.trusted_proxy_list
+            RateLimitMiddleware,
+            buckets=buckets,
+            trusted_proxies=settings.trusted_proxy_list,
+            tokens=(token,) if token else (),
         ),
     ]
-    if settings.api_token is not None and settings.api_token.get_secret_value():
-        stack.append(
-            DefineMiddleware(BearerAuthMiddleware, token=settings.api_token.get_secret_value())
-        )
+    if token:
+        stack.append(DefineMiddleware(BearerAuthMiddleware, token=token))
     stack.append(DefineMiddleware(BodyLimitMiddleware, max_bytes=max_body_bytes(settings)))
     stack.append(DefineMiddleware(JsonBodyMiddleware, max_bytes=max_body_bytes(settings)))
     return stack

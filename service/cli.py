@@ -28,6 +28,7 @@ from typing import Any
 from service.bootstrap import freeze_loaded_memory, open_workbench, package_version, secrets_of
 from workbench.config import Settings, load_settings
 from workbench.errors import ConfigError, WorkbenchError
+from workbench.names import GROUP_ID_RULE, is_group_id
 
 log = logging.getLogger("service.cli")
 
@@ -347,6 +348,13 @@ def _reembed(store, embedder, quiet: bool) -> int:
 
 
 # --- parser -------------------------------------------------------------------------------
+def group_arg(value: str) -> str:
+    """A group name argument, checked by the one rule of group names."""
+    if not is_group_id(value):
+        raise argparse.ArgumentTypeError(f"{value!r} is not a valid group name: {GROUP_ID_RULE}")
+    return value
+
+
 def _add_db(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--db",
@@ -470,7 +478,7 @@ def build_parser() -> argparse.ArgumentParser:
         "optionally with their vectors; see the import format in the docs); no LLM is used.",
     )
     imp.add_argument("file", metavar="FILE", help="a JSON-lines or Parquet file")
-    imp.add_argument("--group-id", help="group for records that name none")
+    imp.add_argument("--group-id", type=group_arg, help="group for records that name none")
     imp.add_argument("--quiet", action="store_true", help="no progress bar")
     _add_db(imp)
     imp.set_defaults(func=cmd_import)

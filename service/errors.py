@@ -15,6 +15,7 @@ body over the limit                413     ``payload_too_large``
 body not JSON                      415     ``unsupported_media_type``
 foreign ``Host`` (DNS rebinding)   421     ``misdirected_request``
 over the rate limit                429     ``rate_limited`` (+ ``Retry-After``)
+``QueueFull`` (queue at its cap)   429     ``queue_full``
 ``LLMError``                       502     its kind (``llm_error`` ...)
 ``StoreError``/``EmbedderError``   503     its kind
 ``LLMNotConfigured``               503     ``llm_not_configured``
@@ -80,6 +81,7 @@ def _litestar_validation_message(exc: ValidationException) -> str:
             message = str(item.get("message", ""))
             if key == "data" and message.strip("'\"") == "data":  # no body at all
                 return "the request has no body: send the arguments as a JSON object"
+            message = message.removeprefix("Value error, ")
             parts.append(f"{key}: {message}" if key and key != "body" else message)
     detail = "; ".join(p for p in parts if p) or str(exc.detail)
     if "JSON" in detail or "decode" in detail.lower():

@@ -39,6 +39,9 @@ _STANDARD_ATTRS = set(vars(logging.LogRecord("", 0, "", 0, "", (), None))) | {
 }
 
 
+_JSON_UNSAFE = re.compile("[\x7f-\x9f\u2028\u2029]")
+
+
 class JsonFormatter(logging.Formatter):
     """One JSON object per line: ts, level, logger, msg, request_id, extras, exc."""
 
@@ -59,11 +62,31 @@ class JsonFormatter(logging.Formatter):
                 entry[key] = value
         if record.exc_info:
             entry["exc"] = self.formatException(record.exc_info)
-        return self.redactor(json.dumps(entry, default=str, ensure_ascii=False))
+        text = json.dumps(entry, default=str, ensure_ascii=False)
+        # json escapes C0 controls; these Python's splitlines and some readers also break on
+        return self.redactor(_JSON_UNSAFE.sub(lambda m: f"\\u{ord(m.group(0)):04x}", text))
+
+
+# control characters (C0, DEL, C1) and the Unicode line and paragraph separators: what a
+# terminal or a log reader may take for the end of a line, or an escape sequence
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+CONTINUATION = "  | "  # starts every line of a traceback: no log line starts so
+
+
+def escape_controls(text: str) -> str:
+    """``text`` with every control character written as an escape (``\\n``, ``\\x1b``):
+    a value from a request (a path holding ``%0a``) cannot start a forged log line."""
+    return _CONTROL.sub(_escape, text)
+
+
+def _escape(match: re.Match[str]) -> str:
+    return match.group(0).encode("unicode_escape").decode("ascii")
 
 
 class PlainFormatter(logging.Formatter):
-    """Human-readable lines (``--log-format text``), redacted the same way."""
+    """Human-readable lines (``--log-format text``), redacted the same way. A record is one
+    line whatever its fields hold (control characters escaped); a traceback follows on lines
+    that start with ``  | ``."""
 
     def __init__(self, redactor: Redactor | None = None):
         super().__init__("%(asctime)s %(levelname)s %(name)s [%(request_id)s] %(message)s")
@@ -72,7 +95,24 @@ class PlainFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         if not hasattr(record, "request_id"):
             record.request_id = REQUEST_ID.get()
-        return self.redactor(super().format(record))
+        cached, record.exc_text = record.exc_text, None  # another formatter's is not escaped
+        try:
+            return self.redactor(super().format(record))
+        finally:
+            record.exc_text = cached
+
+    def formatMessage(self, record: logging.LogRecord) -> str:  # noqa: N802 - logging's name
+        return escape_controls(super().formatMessage(record))
+
+    def formatException(self, ei) -> str:  # noqa: N802
+        return _continuation(super().formatException(ei))
+
+    def formatStack(self, stack_info: str) -> str:  # noqa: N802
+        return _continuation(super().formatStack(stack_info))
+
+
+def _continuation(text: str) -> str:
+    return "\n".join(CONTINUATION + escape_controls(line) for line in text.splitlines())
 
 
 def setup_logging(

@@ -4,8 +4,8 @@
   anything reads the body (Litestar and the MCP transport also enforce it while reading).
 * :class:`BearerAuthMiddleware` — when a token is configured every path except the exempt
   ones needs ``Authorization: Bearer <token>``; compared with :func:`hmac.compare_digest`.
-* :class:`RateLimitMiddleware` — a token bucket per client (the bearer token when one is sent,
-  else the address; behind a trusted proxy, the address it forwards): ``limit`` requests a
+* :class:`RateLimitMiddleware` — a token bucket per client (the bearer token when it is a valid
+  one, else the address; behind a trusted proxy, the address it forwards): ``limit`` requests a
   minute with bursts up to ``limit``; over it, 429 with ``Retry-After`` (seconds).
 * :class:`ExposureMiddleware` — what a browser page must not do: a ``Host`` the service does not
   answer to (DNS rebinding) is a 421, a state-changing request from a foreign ``Origin`` a 403,
@@ -127,13 +127,16 @@ class TokenBuckets:
         return wait
 
 
-def client_key(scope, trusted_proxies: frozenset[str] = frozenset()) -> str:
-    """Whom a request's rate limit counts against: its bearer token (a digest of it, so
-    clients behind one proxy keep their own buckets and unauthenticated requests cannot drain
-    theirs), else its address, or the address a trusted proxy forwards."""
-    auth = _header(scope, b"authorization")
-    if auth and auth.lower().startswith(b"bearer "):
-        return "token:" + hmac.new(b"rate-limit", auth[7:].strip(), "sha256").hexdigest()[:16]
+def client_key(
+    scope, trusted_proxies: frozenset[str] = frozenset(), tokens: Iterable[str] = ()
+) -> str:
+    """Whom a request's rate limit counts against: the token it sends when that is one of
+    ``tokens`` (a digest of it, so clients behind one proxy keep their own buckets), else its
+    address, or the address a trusted proxy forwards. Only a verified token counts: keyed by
+    whatever token is sent, a new random one per request would escape every limit."""
+    token = _verified_token(scope, tokens)
+    if token is not None:
+        return "token:" + hmac.new(b"rate-limit", token, "sha256").hexdigest()[:16]
     address = (scope.get("client") or ("unknown",))[0]
     forwarded = _header(scope, b"x-forwarded-for")
     if forwarded and address in trusted_proxies:
@@ -141,6 +144,17 @@ def client_key(scope, trusted_proxies: frozenset[str] = frozenset()) -> str:
         if hops:
             return hops[-1]  # the address the (last) trusted proxy saw
     return address
+
+
+def _verified_token(scope, tokens: Iterable[str]) -> bytes | None:
+    auth = _header(scope, b"authorization") or b""
+    if not auth.lower().startswith(b"bearer "):
+        return None
+    given = auth[7:].strip()
+    for token in tokens:
+        if token and hmac.compare_digest(given, token.encode()):
+            return given
+    return None
 
 
 class RateLimitMiddleware:
@@ -152,11 +166,13 @@ class RateLimitMiddleware:
         buckets: TokenBuckets | None,
         exempt: Iterable[str] = EXEMPT_PATHS,
         trusted_proxies: Iterable[str] = (),
+        tokens: Iterable[str] = (),
     ):
         self.app = app
         self.buckets = buckets
         self._exempt = frozenset(exempt)
         self._trusted = frozenset(trusted_proxies)
+        self._tokens = tuple(tokens)  # the valid tokens: a request sending one counts on it
 
     async def __call__(self, scope, receive, send) -> None:
         if (
@@ -164,7 +180,7 @@ class RateLimitMiddleware:
             and scope["type"] == "http"
             and scope.get("path") not in self._exempt
         ):
-            client = client_key(scope, self._trusted)
+            client = client_key(scope, self._trusted, self._tokens)
             wait = self.buckets.take(client)
             if wait > 0:
                 retry = max(1, math.ceil(wait))

@@ -320,7 +320,8 @@ ERRORS: dict[int, str] = {
     413: "The body is over the size limit.",
     415: "The body is not JSON.",
     421: "A Host name this service does not answer (DNS-rebinding protection).",
-    429: "Over the rate limit; retry after the Retry-After header's seconds.",
+    429: "Over the rate limit (retry after the Retry-After header's seconds), or add_memory "
+    "while the extraction queue holds its cap of episodes (queue_full).",
     500: "Internal error; the message names the request id of the server log line.",
     502: "The LLM failed (extraction or classification).",
     503: "The store, the embedder or the LLM is unavailable.",

@@ -31,6 +31,7 @@ from service.bootstrap import freeze_loaded_memory, open_workbench, secrets_of
 from service.live import held_by, remove_record, write_record
 from service.logs import setup_logging
 from service.middleware import is_loopback
+from service.timeouts import TimedH11Protocol, timed_protocol
 from workbench.config import Settings
 from workbench.errors import ConfigError, EmbedderError, StoreLocked
 from workbench.llm.health import LLMHealth
@@ -178,7 +179,19 @@ class _Server(uvicorn.Server):
         await super().serve(sockets=sockets)
 
 
-def make_server(app: Any, graceful: int = GRACEFUL_SECONDS, name: str = "server") -> _Server:
+def make_server(
+    app: Any,
+    graceful: int = GRACEFUL_SECONDS,
+    name: str = "server",
+    settings: Settings | None = None,
+) -> _Server:
+    """A server of ``app``; ``settings`` give its read timeouts (default: those of
+    :class:`TimedH11Protocol`)."""
+    http = (
+        timed_protocol(settings.header_timeout_seconds, settings.body_timeout_seconds)
+        if settings is not None
+        else TimedH11Protocol
+    )
     uvicorn_log = logging.getLogger("uvicorn.error")
     if _LABEL_FILTER not in uvicorn_log.filters:
         uvicorn_log.addFilter(_LABEL_FILTER)
@@ -191,6 +204,7 @@ def make_server(app: Any, graceful: int = GRACEFUL_SECONDS, name: str = "server"
             server_header=False,
             timeout_graceful_shutdown=graceful,
             proxy_headers=False,
+            http=http,
         ),
         name,
     )
@@ -287,7 +301,9 @@ def serve(
         pairs += [
             (
                 make_server(
-                    create_app(workbench, settings, embedder_loaded=loaded), name="tools server"
+                    create_app(workbench, settings, embedder_loaded=loaded),
+                    name="tools server",
+                    settings=settings,
                 ),
                 main_sock,
             ),

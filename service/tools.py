@@ -17,6 +17,13 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, WithJsonSchema, model_validator
 
 from workbench.errors import NotFound
+from workbench.names import (
+    GROUP_ID_PATTERN,
+    GROUP_ID_RULE,
+    MAX_GROUP_ID,
+    MAX_GROUP_IDS,
+    is_group_id,
+)
 
 
 def _canonical_uuid(value: str) -> str:
@@ -38,7 +45,26 @@ _MIN_SCORE = (
     "keyword match, freshness and importance, weighted); omit for the best matches whatever "
     "their score."
 )
-GroupIds = list[str] | None
+
+
+def _group_name(value: str) -> str:
+    if not is_group_id(value):
+        raise ValueError(f"not a valid group name: {GROUP_ID_RULE}")
+    return value
+
+
+# one rule for group names (workbench.names), in the schema and checked early; the facade
+# checks again for callers that bypass the tools (notebooks, the CLI)
+_GROUP_SCHEMA: dict[str, Any] = {
+    "type": "string",
+    "pattern": GROUP_ID_PATTERN,
+    "minLength": 1,
+    "maxLength": MAX_GROUP_ID,
+}
+GroupName = Annotated[str, AfterValidator(_group_name), WithJsonSchema(_GROUP_SCHEMA)]
+AS_GROUP: dict[str, Any] = {"pattern": GROUP_ID_PATTERN}
+AS_GROUPS: dict[str, Any] = {"items": _GROUP_SCHEMA, "maxItems": MAX_GROUP_IDS}
+GroupIds = Annotated[list[GroupName] | None, Field(max_length=MAX_GROUP_IDS)]
 _GROUPS = "Groups (namespaces) to search; omit to search all groups."
 State = Literal["ACTIVE", "DORMANT", "ARCHIVED", "EXPIRED", "SOFT_DELETED", "PERMANENT"]
 _STATES = (
@@ -67,8 +93,10 @@ class AddMemoryArgs(Args):
         description="The content to remember: plain text, a chat transcript (source "
         "'message', lines like 'user: ...'), or a JSON document (source 'json').",
     )
-    group_id: str | None = Field(
-        None, description="Group (namespace) to store the episode in; default group if omitted."
+    group_id: GroupName | None = Field(
+        None,
+        json_schema_extra=AS_GROUP,
+        description="Group (namespace) to store the episode in; default group if omitted.",
     )
     source: Literal["text", "message", "json"] = Field(
         "text", description="How to read episode_body: text, message or json."
@@ -92,7 +120,7 @@ class AddMemoryArgs(Args):
 
 class SearchNodesArgs(Args):
     query: str = Field(min_length=1, description="What to look for, in natural language.")
-    group_ids: GroupIds = Field(None, description=_GROUPS)
+    group_ids: GroupIds = Field(None, json_schema_extra=AS_GROUPS, description=_GROUPS)
     max_nodes: int = Field(10, ge=1, le=1000, description="Maximum number of entities.")
     entity_types: list[str] | None = Field(
         None, description="Only entities of these types (e.g. Person, Organization)."
@@ -121,7 +149,7 @@ class SearchNodesArgs(Args):
 
 class SearchFactsArgs(Args):
     query: str = Field(min_length=1, description="What to look for, in natural language.")
-    group_ids: GroupIds = Field(None, description=_GROUPS)
+    group_ids: GroupIds = Field(None, json_schema_extra=AS_GROUPS, description=_GROUPS)
     max_facts: int = Field(10, ge=1, le=1000, description="Maximum number of facts.")
     center_node_uuid: Uuid | None = Field(
         None,
@@ -141,7 +169,9 @@ class SearchFactsArgs(Args):
 
 
 class GetEpisodesArgs(Args):
-    group_ids: GroupIds = Field(None, description="Groups to list; omit for all groups.")
+    group_ids: GroupIds = Field(
+        None, json_schema_extra=AS_GROUPS, description="Groups to list; omit for all groups."
+    )
     max_episodes: int = Field(10, ge=1, le=1000, description="Most recent episodes to return.")
 
     @model_validator(mode="before")
@@ -151,8 +181,8 @@ class GetEpisodesArgs(Args):
         if isinstance(data, dict) and ("group_id" in data or "last_n" in data):
             data = dict(data)
             group = data.pop("group_id", None)
-            if group and not data.get("group_ids"):
-                data["group_ids"] = [group]
+            if group is not None and not data.get("group_ids"):
+                data["group_ids"] = [group]  # "" too: an empty name is an error, not "all"
             last_n = data.pop("last_n", None)
             if last_n is not None and "max_episodes" not in data:
                 data["max_episodes"] = last_n
@@ -164,10 +194,12 @@ class UuidArgs(Args):
 
 
 class ClearGraphArgs(Args):
-    group_ids: list[str] = Field(
+    group_ids: list[GroupName] = Field(
         min_length=1,
+        max_length=MAX_GROUP_IDS,
+        json_schema_extra=AS_GROUPS,
         description="Groups to erase completely (required: nothing is cleared "
-        "without naming its group).",
+        f"without naming its group; at most {MAX_GROUP_IDS} a call).",
     )
 
 
@@ -177,7 +209,9 @@ class RetryArgs(Args):
         json_schema_extra=AS_UUIDS,
         description="Failed episodes to re-queue; omit to re-queue every failed one.",
     )
-    group_id: str | None = Field(None, description="Only failed episodes of this group.")
+    group_id: GroupName | None = Field(
+        None, json_schema_extra=AS_GROUP, description="Only failed episodes of this group."
+    )
 
 
 class MaintenanceArgs(Args):
@@ -192,7 +226,9 @@ class ImportArgs(Args):
         "({'type': 'entity', 'name', ...}) or a fact ({'type': 'fact', 'source', 'target', "
         "'fact', ...}).",
     )
-    group_id: str | None = Field(None, description="Group for lines that name none.")
+    group_id: GroupName | None = Field(
+        None, json_schema_extra=AS_GROUP, description="Group for lines that name none."
+    )
     first_line: int = Field(
         1, ge=1, description="Line number of the first line (errors name file lines)."
     )

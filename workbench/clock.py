@@ -27,8 +27,14 @@ class ManualClock:
         return self.now
 
 
+class TimeOutOfRange(ValueError):
+    """A time that exists in its own offset but not in UTC (``0001-01-01T00:00:00+14:00``)."""
+
+
 def as_utc(value: datetime | str | None) -> datetime | None:
-    """Parse an ISO 8601 string (or take a datetime) as an aware UTC datetime."""
+    """Parse an ISO 8601 string (or take a datetime) as an aware UTC datetime. Raises
+    ``ValueError`` for text that is no such time, :class:`TimeOutOfRange` (a ``ValueError``
+    too) for a time outside years 1-9999 once in UTC."""
     if value is None or value == "":
         return None
     if isinstance(value, str):
@@ -36,4 +42,9 @@ def as_utc(value: datetime | str | None) -> datetime | None:
         value = datetime.fromisoformat(text)
     if value.tzinfo is None:
         value = value.replace(tzinfo=UTC)
-    return value.astimezone(UTC)
+    try:
+        return value.astimezone(UTC)
+    except OverflowError:
+        raise TimeOutOfRange(
+            f"{value.isoformat()} is outside years 1 to 9999 once in UTC"
+        ) from None

@@ -23,6 +23,7 @@ from pydantic import Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from workbench.errors import ConfigError
+from workbench.names import GROUP_ID_RULE, is_group_id
 
 log = logging.getLogger("workbench.config")
 
@@ -78,6 +79,9 @@ class Settings(BaseSettings):
     default_group_id: str = "main"
     max_episode_chars: int = Field(default=50_000, gt=0)
     rate_limit_per_minute: int = Field(default=600, ge=0)
+    # a client must send a request's headers, then its body, within these (slow clients)
+    header_timeout_seconds: float = Field(default=10.0, gt=0, le=3600)
+    body_timeout_seconds: float = Field(default=60.0, gt=0, le=3600)
 
     # --- ours: exposure (who may call the servers) ----------------------------------------
     allowed_hosts: str = ""  # extra Host names the tools and /mcp answer (comma-separated)
@@ -110,6 +114,7 @@ class Settings(BaseSettings):
     queue_batch_size: int = Field(default=16, ge=1, le=1000)
     queue_group_run: int = Field(default=16, ge=1, le=64)
     queue_max_crashes: int = Field(default=3, ge=1, le=100)
+    max_queued_episodes: int = Field(default=100_000, ge=1)  # add_memory past it: 429
 
     # --- ours: extraction ---------------------------------------------------------------
     entity_reembed_fraction: float = Field(default=0.2, ge=0, le=1)
@@ -135,6 +140,13 @@ class Settings(BaseSettings):
     search_max_results: int = Field(default=100, ge=1, le=10_000)
     search_min_similarity: float = Field(default=0.0, ge=-1.0, le=1.0)
     search_follow_links: bool = True
+
+    @field_validator("default_group_id")
+    @classmethod
+    def _group(cls, value: str) -> str:
+        if not is_group_id(value):
+            raise ValueError(f"not a valid group name: {GROUP_ID_RULE}")
+        return value
 
     @field_validator("compat_base_url", "embedder_base_url", mode="before")
     @classmethod

@@ -5,6 +5,7 @@
     ├── InvalidInput               a caller sent something unusable           -> 400
     ├── NotFound                   the named episode/entity/fact does not exist -> 404
     ├── Conflict                   the request clashes with the current state   -> 409
+    ├── QueueFull                  the extraction queue holds its cap of episodes -> 429
     ├── StoreError                 the DuckDB file cannot be opened/used        -> 503
     │   ├── StoreLocked            another process holds the database file
     │   └── StoreFull              the disk is full: a write was not stored
@@ -52,6 +53,11 @@ class NotFound(WorkbenchError):
 class Conflict(WorkbenchError):
     kind = "conflict"
     http_status = 409
+
+
+class QueueFull(WorkbenchError):
+    kind = "queue_full"
+    http_status = 429
 
 
 class StoreError(WorkbenchError):

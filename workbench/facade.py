@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import re
+import sys
 import uuid as uuidlib
 from collections.abc import Sequence
 from datetime import date, datetime
@@ -20,8 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from workbench import errors
-from workbench.clock import Clock, as_utc, utcnow
+from workbench import errors, names
+from workbench.clock import Clock, TimeOutOfRange, as_utc, utcnow
 from workbench.config import Settings, load_settings
 from workbench.decay import maintenance
 from workbench.decay.classification import classify_texts
@@ -44,7 +44,6 @@ from workbench.store.snapshots import Snapshots, remove_stale
 
 log = logging.getLogger("workbench")
 
-GROUP_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:\-]{0,127}$")
 SOURCES = ("text", "message", "json")
 MAX_NAME = 500
 MAX_LIST = 1000
@@ -210,6 +209,7 @@ class Workbench:
         with self.store.transaction():
             existing = g.get_episode(self.store, episode["uuid"])
             if existing is None:
+                self._room_in_queue()
                 g.insert_episode(self.store, episode)
                 q.enqueue(
                     self.store,
@@ -229,6 +229,18 @@ class Workbench:
             "status": "queued",
             "detail": status,
         }
+
+    def _room_in_queue(self) -> None:
+        """Refuse a new episode while the queue holds ``max_queued_episodes`` waiting ones:
+        a client that sends faster than extraction runs is told so, not queued without end."""
+        cap = self.settings.max_queued_episodes
+        waiting = q.waiting(self.store)
+        if waiting >= cap:
+            raise errors.QueueFull(
+                f"the extraction queue holds {waiting} episodes, its cap "
+                f"(SVC_KNOWLEDGE_MAX_QUEUED_EPISODES={cap}): send again once it has "
+                "drained (see get_queue_status)"
+            )
 
     @staticmethod
     def _added_before(existing: dict[str, Any], episode: dict[str, Any]) -> dict[str, Any]:
@@ -297,14 +309,12 @@ class Workbench:
     def _group(self, group_id: str | None) -> str:
         """A named group, checked; None (not given) is the default group. An empty or blank
         name is an error, never the default."""
-        return self.settings.default_group_id if group_id is None else _check_group(group_id)
+        return self.settings.default_group_id if group_id is None else names.group_id(group_id)
 
-    def _groups(self, group_ids: Sequence[str] | None) -> list[str] | None:
-        if group_ids is None:
-            return None
-        if isinstance(group_ids, str) or not isinstance(group_ids, (list, tuple)):
-            raise errors.InvalidInput("'group_ids' must be a list of strings")
-        return [_check_group(gid) for gid in group_ids] or None
+    @staticmethod
+    def _groups(group_ids: Sequence[str] | None) -> list[str] | None:
+        """Named groups, checked (at most ``names.MAX_GROUP_IDS``); None or [] is every group."""
+        return names.group_ids(group_ids)
 
     def process_pending(self, max_messages: int = 100_000) -> int:
         """Process queued episodes inline (notebooks, tests, ``workbench`` CLI)."""
@@ -417,18 +427,21 @@ class Workbench:
                 "'group_ids' must name at least one group: clearing everything is not allowed "
                 "by accident"
             )
-        with self.publisher:
-            with self.store.transaction():
-                removed = g.clear_groups(self.store, groups)
+        removed = {"episodes": 0, "entity": 0, "fact": 0}
+        with self.publisher:  # no claim or write publishes until the groups are gone
+            for step in g.clear_groups(self.store, groups):  # each step committed
+                if step.get("fact") or step.get("entity"):
+                    self.publisher.deleted(step, "clearing groups")
+                for kind, value in step.items():
+                    removed[kind] += value if kind == "episodes" else len(value)
             self.pipeline.forget_groups(groups)
-            self.publisher.deleted(removed, "clearing groups")
         self.snapshots.discard()
         self.queue.refresh_gauges()
         return {
             "message": f"Cleared groups {', '.join(groups)}",
             "episodes_removed": removed["episodes"],
-            "entities_removed": len(removed["entity"]),
-            "facts_removed": len(removed["fact"]),
+            "entities_removed": removed["entity"],
+            "facts_removed": removed["fact"],
         }
 
     # --- status and queue ---------------------------------------------------------------
@@ -532,15 +545,6 @@ def _scrubbed(rows: list[dict[str, Any]], field: str) -> list[dict[str, Any]]:
     return [{**row, field: scrub(row.get(field))} if row.get(field) else row for row in rows]
 
 
-def _check_group(group: Any) -> str:
-    if not isinstance(group, str) or not GROUP_ID.match(group):
-        raise errors.InvalidInput(
-            f"'group_id' {group!r} is not valid: 1-128 characters of letters, digits, '_', '-', "
-            "'.', ':' starting with a letter or digit (omit it for the default group)"
-        )
-    return group
-
-
 def _check_json_episode(body: str) -> None:
     if json_depth(body) > MAX_JSON_DEPTH:
         raise errors.InvalidInput(
@@ -551,6 +555,11 @@ def _check_json_episode(body: str) -> None:
     except json.JSONDecodeError as exc:
         raise errors.InvalidInput(
             f"'episode_body' is not valid JSON for source 'json': {exc.msg}"
+        ) from None
+    except ValueError:  # the one other refusal: an integer of more digits than Python reads
+        raise errors.InvalidInput(
+            "'episode_body' holds a number of more than "
+            f"{sys.get_int_max_str_digits()} digits (source 'json'): send it as a string"
         ) from None
 
 
@@ -564,6 +573,8 @@ def _check_uuid(value: Any) -> str:
 def _time_arg(name: str, value: Any) -> datetime | None:
     try:
         return as_utc(value)
+    except TimeOutOfRange as exc:
+        raise errors.InvalidInput(f"'{name}' is out of range: {exc}") from None
     except (TypeError, ValueError):
         raise errors.InvalidInput(
             f"'{name}' must be an ISO 8601 timestamp such as 2025-03-01T12:00:00Z"

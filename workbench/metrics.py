@@ -18,6 +18,7 @@ Behaviour rules (spec, "Metric behavior rules"):
 
 from __future__ import annotations
 
+import re
 import threading
 from collections.abc import Mapping
 
@@ -33,6 +34,16 @@ from prometheus_client import (
 )
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+MAX_LABEL_CHARS = 128
+_UNSAFE_LABEL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+
+
+def label_value(value: object) -> str:
+    """A label value from outside (a group name, a model name) as it is kept and exposed:
+    control characters (a newline...) become ``_``, at most ``MAX_LABEL_CHARS`` characters.
+    A scraper then never sees a value that ends a line, nor a series per long name."""
+    return _UNSAFE_LABEL.sub("_", str(value))[:MAX_LABEL_CHARS]
+
 
 TOKEN_BUCKETS = (
     10,
@@ -368,6 +379,7 @@ class Metrics:
     ) -> None:
         if not self.enabled:
             return
+        model = label_value(model)
         total = prompt_tokens + completion_tokens
         cost = input_cost + output_cost
         self.prompt_tokens.labels(model).inc(prompt_tokens)
@@ -403,6 +415,7 @@ class Metrics:
         """One cached-eligible request. Only when caching is enabled (spec)."""
         if not (self.enabled and self.cache_enabled):
             return
+        model = label_value(model)
         (self.cache_hits if hit else self.cache_misses).labels(model).inc()
         self.cache_tokens_saved.labels(model).inc(tokens_saved)
         self.cache_cost_saved.labels(model).inc(cost_saved)
@@ -426,6 +439,7 @@ class Metrics:
     def record_llm_error(self, model: str, error_type: str) -> None:
         if not self.enabled:
             return
+        model, error_type = label_value(model), label_value(error_type)
         self.llm_errors.labels(model, error_type).inc()
         self._all("graph_llm_errors_all_models", "LLM errors, all models").inc()
 
@@ -436,6 +450,7 @@ class Metrics:
         self._all("graph_episodes_processed_all_groups", "Episodes processed, all groups").inc()
 
     def _group_label(self, group_id: str) -> str:
+        group_id = label_value(group_id)
         with self._lock:
             if group_id in self._group_labels:
                 return group_id

@@ -78,12 +78,19 @@ SETTING_MEANINGS: dict[str, str] = {
     "embed_server_port": "Port of `workbench embed-server`.",
     "api_token": "When set, every request except `GET /health` needs "
     "`Authorization: Bearer <token>` (REST tools and `/mcp`).",
-    "default_group_id": "Group an episode goes to when `add_memory` names none.",
+    "default_group_id": "Group an episode goes to when `add_memory` names none (a valid "
+    "group name: 1-128 letters, digits, `_`, `-`, `.`, `:`, starting with a letter or digit).",
     "max_episode_chars": "Largest accepted `episode_body` (characters); larger bodies are "
     "rejected with an `invalid_input` error.",
     "rate_limit_per_minute": "Requests per minute per client on the service port: per bearer "
-    "token when one is sent, else per address (token bucket; over "
+    "token when it is the valid one, else per address (token bucket; over "
     "it: HTTP 429 with `Retry-After`). 0 disables the limit.",
+    "header_timeout_seconds": "A client must send a request's line and headers within this "
+    "many seconds of connecting (or of the first byte of its next request); past it the "
+    "service answers 408 and closes the connection (slow or silent clients cannot hold "
+    "sockets).",
+    "body_timeout_seconds": "A client must send a request's whole body within this many "
+    "seconds of its headers; past it the connection is closed.",
     "allowed_hosts": "Extra `Host` names the tools and `/mcp` answer (comma-separated, e.g. "
     "`memory.example.org`). Bound to loopback the service answers only "
     "127.0.0.1, localhost and ::1 (a page that rebinds its name to 127.0.0.1 "
@@ -138,6 +145,10 @@ SETTING_MEANINGS: dict[str, str] = {
         "How often the idle queue dispatcher looks for retries that fell due and leases that "
         "ran out (a new episode wakes it at once)."
     ),
+    "max_queued_episodes": "At most this many episodes wait in the extraction queue: "
+    "`add_memory` past it answers HTTP 429 `queue_full` with the reason (the episode is not "
+    "stored; send it again once the queue has drained). A retry of an episode already "
+    "accepted is still answered.",
     "queue_max_crashes": (
         "An episode that was being processed when the service process died this many times "
         "is failed with the reason `crashed` instead of being retried (a crash loop); "

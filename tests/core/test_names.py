@@ -1,9 +1,18 @@
 """One module of name rules: the stored entity key, evaluation's looser key, one relation rule
-that ingestion, import and evaluation all apply."""
+that ingestion, import and evaluation all apply, and the one rule of group names."""
 
 import pytest
 
-from workbench.names import loose_name_key, name_key, relation_name
+from workbench.errors import InvalidInput
+from workbench.names import (
+    MAX_GROUP_IDS,
+    group_id,
+    group_ids,
+    is_group_id,
+    loose_name_key,
+    name_key,
+    relation_name,
+)
 
 
 @pytest.mark.parametrize(
@@ -76,3 +85,28 @@ def test_import_stores_relations_by_the_same_rule(tmp_path, hash_embedder):
     with Workbench.open(settings, embedder=hash_embedder, chat=None) as wb:
         wb.import_jsonl(path)
         assert wb.store.fetchall("SELECT relation FROM facts") == [("WORKS_AT",)]
+
+
+@pytest.mark.parametrize("name", ["main", "a", "team-1.x:y_z", "9", "A" * 128])
+def test_group_names_the_rule_accepts(name):
+    assert is_group_id(name) and group_id(name) == name
+
+
+@pytest.mark.parametrize(
+    "name", ["", " ", "main\n", "a\nb", "../../etc", "-a", ".a", "a b", "a/b", "é", "x" * 129, 5]
+)
+def test_group_names_the_rule_refuses(name):
+    assert not is_group_id(name)
+    with pytest.raises(InvalidInput, match="'group_id'"):
+        group_id(name)
+
+
+def test_a_list_of_groups_is_checked_bounded_and_deduplicated():
+    assert group_ids(None) is None and group_ids([]) is None
+    assert group_ids(["a", "b", "a"]) == ["a", "b"]
+    with pytest.raises(InvalidInput, match="'group_ids'"):
+        group_ids(["a", ""])
+    with pytest.raises(InvalidInput, match=f"at most {MAX_GROUP_IDS}"):
+        group_ids([f"g{i}" for i in range(MAX_GROUP_IDS + 1)])
+    with pytest.raises(InvalidInput, match="list"):
+        group_ids("main")

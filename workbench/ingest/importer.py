@@ -18,6 +18,7 @@ number and skipped; the good lines are imported.
 from __future__ import annotations
 
 import json
+import sys
 import uuid as uuidlib
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -27,11 +28,11 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel, Field, ValidationError, field_validator
 
-from workbench.clock import Clock, as_utc
+from workbench.clock import Clock, TimeOutOfRange, as_utc
 from workbench.embedding import Embedder
 from workbench.errors import InvalidInput
 from workbench.ingest.records import entity_text
-from workbench.names import name_key, relation_name
+from workbench.names import GROUP_ID_RULE, is_group_id, name_key, relation_name
 from workbench.search.publish import Publisher
 from workbench.store import Store
 from workbench.store import graph as g
@@ -50,12 +51,19 @@ class _Base(BaseModel):
     # its vector, of the database's size (then it is not embedded again)
     embedding: list[float] | None = None
 
+    @field_validator("group_id")
+    @classmethod
+    def _group(cls, value: str | None) -> str | None:
+        """The one rule for group names (``workbench.names``): what ``add_memory`` refuses,
+        an import line cannot create."""
+        if value is not None and not is_group_id(value):
+            raise ValueError(f"not a valid group name: {GROUP_ID_RULE}")
+        return value
+
     @field_validator("created_at")
     @classmethod
     def _time(cls, value: str | None) -> str | None:
-        if value is not None:
-            as_utc(value)
-        return value
+        return _checked_time(value)
 
     @field_validator("embedding")
     @classmethod
@@ -85,6 +93,23 @@ class FactLine(_Base):
     fact: str = Field(min_length=1, max_length=2000)
     valid_at: str | None = None
     invalid_at: str | None = None
+
+    @field_validator("valid_at", "invalid_at")
+    @classmethod
+    def _times(cls, value: str | None) -> str | None:
+        return _checked_time(value)
+
+
+def _checked_time(value: str | None) -> str | None:
+    """``value`` when it reads as a time (ISO 8601, within years 1-9999 in UTC)."""
+    if value is not None:
+        try:
+            as_utc(value)
+        except TimeOutOfRange as exc:
+            raise ValueError(f"out of range: {exc}") from None
+        except ValueError:
+            raise ValueError("not an ISO 8601 time such as 2025-03-01T12:00:00Z") from None
+    return value
 
 
 @dataclass
@@ -177,6 +202,11 @@ def parse(
             except json.JSONDecodeError as exc:
                 report.errors.append(f"line {number}: not JSON ({exc.msg})")
                 continue
+            except ValueError:  # an integer of more digits than Python reads
+                report.errors.append(
+                    f"line {number}: a number has more than {sys.get_int_max_str_digits()} digits"
+                )
+                continue
         if not isinstance(raw, dict):
             report.errors.append(f"line {number}: expected a JSON object")
             continue
@@ -197,7 +227,8 @@ def parse(
         except ValidationError as exc:
             first = exc.errors()[0]
             where = ".".join(str(p) for p in first["loc"])
-            report.errors.append(f"line {number}: {where}: {first['msg']}")
+            message = str(first["msg"]).removeprefix("Value error, ")
+            report.errors.append(f"line {number}: {where}: {message}")
     return parsed
 
 

@@ -57,6 +57,7 @@ from workbench.search.access import AccessTracker
 from workbench.search.bm25 import KeywordIndex, tokenize
 from workbench.search.filters import (
     SearchFilters,
+    check_group_ids,
     check_groups_known,
     check_max,
     check_min_score,
@@ -465,7 +466,7 @@ class SearchEngine:
         k = check_max("max_nodes", max_nodes, self.max_results)
         after, before = check_window(created_after, created_before)
         filters = SearchFilters(
-            group_ids=clean_list("group_ids", group_ids),
+            group_ids=check_group_ids(group_ids),
             states=check_states(states),
             created_after=after,
             created_before=before,
@@ -497,7 +498,7 @@ class SearchEngine:
         k = check_max("max_facts", max_facts, self.max_results)
         after, before = check_window(created_after, created_before)
         filters = SearchFilters(
-            group_ids=clean_list("group_ids", group_ids),
+            group_ids=check_group_ids(group_ids),
             states=check_states(states),
             created_after=after,
             created_before=before,

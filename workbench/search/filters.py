@@ -8,8 +8,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from workbench.clock import as_utc
+from workbench.clock import TimeOutOfRange, as_utc
 from workbench.errors import InvalidInput
+from workbench.names import group_ids
 from workbench.store import Store
 from workbench.store import search as sql
 from workbench.store.schema import LIFECYCLE_STATES
@@ -24,6 +25,7 @@ __all__ = [
     "check_window",
     "check_date",
     "clean_list",
+    "check_group_ids",
     "check_groups_known",
 ]
 
@@ -134,6 +136,8 @@ def check_date(name: str, value: object) -> datetime | None:
         raise InvalidInput(f"'{name}' must be an ISO 8601 date-time string")
     try:
         return as_utc(value)
+    except TimeOutOfRange as exc:
+        raise InvalidInput(f"'{name}' is out of range: {exc}") from None
     except (ValueError, TypeError):
         raise InvalidInput(
             f"'{name}' is not an ISO 8601 date-time: {str(value)[:60]!r} "
@@ -165,6 +169,13 @@ def clean_list(name: str, values: Sequence[str] | str | None) -> tuple[str, ...]
             raise InvalidInput(f"'{name}' must hold non-empty strings; got {value!r}")
         out.append(value.strip())
     return tuple(dict.fromkeys(out)) or None
+
+
+def check_group_ids(values: Sequence[str] | None) -> tuple[str, ...] | None:
+    """The groups to search, each checked by the one group-name rule (``workbench.names``);
+    None or [] -> every group; a single name is a list of one."""
+    groups = group_ids([values] if isinstance(values, str) else values)
+    return tuple(groups) if groups else None
 
 
 def check_groups_known(store: Store, group_ids: Sequence[str], indexed: set[str]) -> None:

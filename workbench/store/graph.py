@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -181,31 +181,39 @@ def delete_episode(store: Store, uuid: str) -> dict[str, list[str]]:
     return {"entity": orphans, "fact": facts}
 
 
-def clear_groups(store: Store, group_ids: Sequence[str]) -> dict[str, list[str]]:
-    groups = list(group_ids)
-    entities = [
-        r[0]
-        for r in store.fetchall(
-            "SELECT uuid FROM entities WHERE list_contains(?, group_id)", [groups]
+CLEAR_STEP = 1000  # facts or entities deleted a transaction by clear_groups
+
+
+def clear_groups(
+    store: Store, group_ids: Sequence[str], step: int = CLEAR_STEP
+) -> Iterator[dict[str, Any]]:
+    """Delete everything of the groups, in transactions of at most ``step`` facts or entities
+    (the store is not held for seconds while a large group goes: other requests run between
+    the steps). Yields what each committed step removed: ``episodes`` (a count) first, then
+    ``fact`` and ``entity`` uuids. Stopped half-way, the rest is still there to clear again."""
+    groups = [list(group_ids)]
+    in_groups = "group_id IN (SELECT unnest(?::VARCHAR[]))"  # a join: no per-row scan of a list
+    with store.transaction():
+        episodes = store.fetchone(f"SELECT count(*) FROM episodes WHERE {in_groups}", groups)[0]
+        store.execute(
+            "DELETE FROM mentions WHERE episode_uuid IN "
+            f"(SELECT uuid FROM episodes WHERE {in_groups})",
+            groups,
         )
-    ]
-    facts = [
-        r[0]
-        for r in store.fetchall("SELECT uuid FROM facts WHERE list_contains(?, group_id)", [groups])
-    ]
-    delete_facts(store, facts)
-    delete_entities(store, entities)
-    store.execute(
-        "DELETE FROM mentions WHERE episode_uuid IN "
-        "(SELECT uuid FROM episodes WHERE list_contains(?, group_id))",
-        [groups],
-    )
-    store.execute("DELETE FROM queue WHERE list_contains(?, group_id)", [groups])
-    episodes = store.fetchone(
-        "SELECT count(*) FROM episodes WHERE list_contains(?, group_id)", [groups]
-    )[0]
-    store.execute("DELETE FROM episodes WHERE list_contains(?, group_id)", [groups])
-    return {"entity": entities, "fact": facts, "episodes": episodes}
+        store.execute(f"DELETE FROM queue WHERE {in_groups}", groups)
+        store.execute(f"DELETE FROM episodes WHERE {in_groups}", groups)
+    yield {"episodes": episodes}
+    for kind, table, delete in (
+        ("fact", "facts", delete_facts),
+        ("entity", "entities", delete_entities),
+    ):
+        uuids = [
+            r[0] for r in store.fetchall(f"SELECT uuid FROM {table} WHERE {in_groups}", groups)
+        ]
+        for start in range(0, len(uuids), step):
+            with store.transaction():
+                delete(store, uuids[start : start + step])
+            yield {kind: uuids[start : start + step]}
 
 
 # --- entities -----------------------------------------------------------------------------
@@ -275,9 +283,16 @@ def update_entity_summaries(
 
 def delete_entities(store: Store, uuids: Sequence[str]) -> None:
     if uuids:
-        store.execute("DELETE FROM entity_embeddings WHERE uuid = ANY(?)", [list(uuids)])
-        store.execute("DELETE FROM mentions WHERE list_contains(?, entity_uuid)", [list(uuids)])
-        store.execute("DELETE FROM entities WHERE uuid = ANY(?)", [list(uuids)])
+        # a join with the list: DuckDB compares ``uuid = ANY(?)`` row by row (30x slower)
+        for table, column in (
+            ("entity_embeddings", "uuid"),
+            ("mentions", "entity_uuid"),
+            ("entities", "uuid"),
+        ):
+            store.execute(
+                f"DELETE FROM {table} WHERE {column} IN (SELECT unnest(?::VARCHAR[]))",
+                [list(uuids)],
+            )
 
 
 def insert_mention_rows(store: Store, rows: Sequence[tuple[str, str]]) -> None:
@@ -397,8 +412,11 @@ def get_fact(store: Store, uuid: str) -> dict[str, Any] | None:
 
 def delete_facts(store: Store, uuids: Sequence[str]) -> None:
     if uuids:
-        store.execute("DELETE FROM fact_embeddings WHERE uuid = ANY(?)", [list(uuids)])
-        store.execute("DELETE FROM facts WHERE uuid = ANY(?)", [list(uuids)])
+        for table in ("fact_embeddings", "facts"):
+            store.execute(
+                f"DELETE FROM {table} WHERE uuid IN (SELECT unnest(?::VARCHAR[]))",
+                [list(uuids)],
+            )
 
 
 # --- embeddings ---------------------------------------------------------------------------

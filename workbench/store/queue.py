@@ -476,3 +476,8 @@ def status(store: Store, now: datetime) -> dict[str, Any]:
         "oldest_waiting_seconds": (now - oldest).total_seconds() if oldest else 0.0,
         "failed": failed,
     }
+
+
+def waiting(store: Store) -> int:
+    """Episodes waiting in the queue (not yet claimed)."""
+    return store.fetchone("SELECT count(*) FROM queue WHERE state = 'queued'")[0]
