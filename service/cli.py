@@ -40,6 +40,11 @@ def settings_from(args: argparse.Namespace, **extra: Any) -> Settings:
     return load_settings(**{k: v for k, v in overrides.items() if v is not None})
 
 
+def default_log_format() -> str:
+    """Readable lines for a person at a terminal, JSON lines for a log collector."""
+    return "text" if sys.stderr.isatty() else "json"
+
+
 def print_json(value: Any) -> None:
     print(json.dumps(value, indent=2, default=str, ensure_ascii=False))
 
@@ -55,7 +60,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         "metrics_host": args.metrics_host,
     }
     settings = settings_from(args, **flags)
-    log_format = args.log_format or ("text" if args.dev else "json")
+    log_format = args.log_format or ("text" if args.dev else default_log_format())
     if not args.local_llm:
         return serve(settings, dev=args.dev, log_format=log_format)
     from service.local_llm import LocalLLM
@@ -71,7 +76,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
     from service.runner import serve_worker
 
     settings = settings_from(args, metrics_port=args.metrics_port, metrics_host=args.metrics_host)
-    return serve_worker(settings, log_format=args.log_format or "json")
+    return serve_worker(settings, log_format=args.log_format or default_log_format())
 
 
 def cmd_mcp(args: argparse.Namespace) -> int:
@@ -123,10 +128,13 @@ def on_database(args: argparse.Namespace, local, remote) -> Any:
     """``remote(live)`` through the service that holds the database, else ``local(workbench)``
     on the database itself."""
     from service.live import find_live
+    from service.logs import setup_logging
 
     settings = settings_from(args)
+    setup_logging(settings.log_level, secrets_of(settings), fmt="text")
     live = find_live(settings)
     if live is not None:
+        log.info("database %s, held by the service at %s", settings.db_location(), live.url)
         try:
             return remote(live)
         finally:
@@ -151,9 +159,13 @@ def cmd_maintenance(args: argparse.Namespace) -> int:
 
 def cmd_import(args: argparse.Namespace) -> int:
     from service.logs import setup_logging
+    from workbench.store.restore import is_backup
 
     settings = settings_from(args)
     setup_logging(settings.log_level, secrets_of(settings), fmt="text")
+    if is_backup(args.file):
+        print_json(restore_backup(settings, args.file))
+        return 0
     summary = on_database(
         args,
         lambda wb: wb.import_jsonl(args.file, progress=not args.quiet, group_id=args.group_id),
@@ -161,6 +173,37 @@ def cmd_import(args: argparse.Namespace) -> int:
     )
     print_json(summary)
     return 0
+
+
+def restore_backup(settings: Settings, folder: str) -> dict[str, Any]:
+    """``workbench import DIR`` of a ``workbench export`` folder: every table restored into
+    the configured database, which must be empty and held by no service."""
+    from service.live import find_live
+    from workbench.errors import InvalidInput
+    from workbench.store import Store
+    from workbench.store.restore import read_backup, restore
+
+    backup = read_backup(folder)
+    live = find_live(settings)
+    if live is not None:
+        live.close()
+        raise InvalidInput(
+            f"the service at {live.url} holds {settings.db_location()}: a backup is restored "
+            "into an empty database no process uses (stop the service, or restore into "
+            "another one with --db)"
+        )
+    store = Store.open(
+        settings.db_location(),
+        dim=backup.dim,
+        embedding_model=backup.model,
+        pool_size=settings.database_pool_size,
+    )
+    try:
+        log.info("restoring %s into the database %s", backup.directory, store.path)
+        report = restore(store, backup)
+    finally:
+        store.close()
+    return {"database": store.path, **report}
 
 
 IMPORT_CHUNK = 1000
@@ -183,7 +226,7 @@ def import_through(live, path: str, group_id: str | None, progress: bool) -> dic
     }
     chunk: list[str] = []
     first = 1
-    bar = tqdm(desc="import", unit="line", disable=not progress)
+    bar = tqdm(desc="import", unit="record", disable=not progress)
 
     def send() -> None:
         arguments = {"lines": chunk, "first_line": first}
@@ -322,8 +365,9 @@ def _add_db(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--db",
         metavar="PATH",
-        help="DuckDB file (default: SVC_KNOWLEDGE_DB_PATH or "
-        "data/knowledge.duckdb; ':memory:' for a throw-away store)",
+        help="DuckDB file (default: SVC_KNOWLEDGE_DB_PATH or knowledge.duckdb in the per-user "
+        "data folder, $XDG_DATA_HOME/knowledge-workbench or ~/.local/share/knowledge-workbench; "
+        "':memory:' for a throw-away store)",
     )
 
 
@@ -369,7 +413,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--log-format",
         choices=("json", "text"),
-        help="log line format (default json; text with --dev)",
+        help="log line format (default json; text with --dev or when stderr is a terminal)",
     )
     _add_db(serve)
     serve.set_defaults(func=cmd_serve)
@@ -390,7 +434,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     worker.add_argument("--metrics-host", help="address the metrics port binds (127.0.0.1)")
     worker.add_argument(
-        "--log-format", choices=("json", "text"), help="log line format (default json)"
+        "--log-format",
+        choices=("json", "text"),
+        help="log line format (default json; text when stderr is a terminal)",
     )
     _add_db(worker)
     worker.set_defaults(func=cmd_worker)
@@ -436,11 +482,18 @@ def build_parser() -> argparse.ArgumentParser:
 
     imp = sub.add_parser(
         "import",
-        help="import entities and facts from a JSON-lines or Parquet file",
+        help="import entities and facts from a JSON-lines or Parquet file, or restore a backup",
         description="Import pre-extracted entities and facts (JSON lines or Parquet, "
-        "optionally with their vectors; see the import format in the docs); no LLM is used.",
+        "optionally with their vectors; see the import format in the docs); no LLM is used. "
+        "Given the folder `workbench export DIR` wrote, restore it instead: every table "
+        "(episodes, entities, facts with their uuids, validity, decay state and vectors, "
+        "and the rest) into an empty database.",
     )
-    imp.add_argument("file", metavar="FILE", help="a JSON-lines or Parquet file")
+    imp.add_argument(
+        "file",
+        metavar="FILE",
+        help="a JSON-lines or Parquet file, or a backup folder written by `workbench export`",
+    )
     imp.add_argument("--group-id", help="group for records that name none")
     imp.add_argument("--quiet", action="store_true", help="no progress bar")
     _add_db(imp)

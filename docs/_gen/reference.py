@@ -64,7 +64,10 @@ SETTING_MEANINGS: dict[str, str] = {
     "through the hosted aggregator); enables the cache metrics.",
     "log_level": "Log level: DEBUG, INFO, WARNING, ERROR or CRITICAL. DEBUG enables the "
     "per-request metric line.",
-    "db_path": "DuckDB database file (`:memory:` for a throwaway database). CLI: `--db`.",
+    "db_path": "DuckDB database file (`:memory:` for a throwaway database). Unset (and no "
+    "`SVC_KNOWLEDGE_DATABASE_URL`): `knowledge.duckdb` in the per-user data folder, "
+    "`$XDG_DATA_HOME/knowledge-workbench/` or else `~/.local/share/knowledge-workbench/`, "
+    "whatever folder a command runs from. CLI: `--db`.",
     "database_url": "A PostgreSQL URL (`postgresql://user:password@host:5432/db`): the "
     "shared store of many replicas and workers, used instead of `SVC_KNOWLEDGE_DB_PATH` "
     "(see [deployment](deployment.md#scaled-out-on-postgresql)). Needs the `postgres` extra. "
