@@ -133,6 +133,31 @@ def warm_in_background(
     return thread
 
 
+def probe_llm_in_background(chat: Any) -> threading.Thread | None:
+    """Send the LLM its start-up probe in a thread (``GET /health`` shows the outcome within
+    the probe's timeout, before any episode); a failure is logged as one warning."""
+    if chat is None or not hasattr(chat, "probe"):
+        return None
+
+    def probe() -> None:
+        if chat.probe():
+            log.info("the LLM %s answered its start-up probe", chat.model)
+            return
+        status = chat.health.status()
+        log.warning(
+            "the LLM %s at %s does not answer usably (%s: %s): episodes will fail until it "
+            "does; GET /health shows its state",
+            chat.model,
+            getattr(chat, "base_url", "?"),
+            status["last_error_type"],
+            status["last_error"],
+        )
+
+    thread = threading.Thread(target=probe, name="llm-probe", daemon=True)
+    thread.start()
+    return thread
+
+
 # which server a uvicorn log line comes from: several run in one process and event loop, and
 # uvicorn's own lines ("Started server process", "Application startup complete") do not say
 _SERVER_LABEL: contextvars.ContextVar[str] = contextvars.ContextVar("server_label", default="")
@@ -276,6 +301,7 @@ def serve(
             freeze_loaded_memory(),
         )
         workbench.start()
+        probe_llm_in_background(workbench.chat)
         pairs += [
             (
                 make_server(
@@ -369,6 +395,7 @@ def serve_worker(settings: Settings, log_format: str = "json") -> int:
                 settings.db_location(),
             )
         workbench.start()
+        probe_llm_in_background(workbench.chat)
         server = make_server(
             create_metrics_app(workbench, metrics_token(settings)), 2, "metrics server"
         )
