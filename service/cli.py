@@ -62,14 +62,20 @@ def cmd_serve(args: argparse.Namespace) -> int:
     settings = settings_from(args, **flags)
     log_format = args.log_format or ("text" if args.dev else default_log_format())
     if not args.local_llm:
-        return serve(settings, dev=args.dev, log_format=log_format)
+        return serve(settings, dev=args.dev, log_format=log_format, idle_exit=args.idle_exit)
     from service.local_llm import LocalLLM
     from service.runner import check_exposure
 
     check_exposure(settings)  # fail fast, before starting the model server
     with LocalLLM() as llm:
         settings = settings_from(args, **flags, **llm.overrides())
-        return serve(settings, dev=args.dev, log_format=log_format, llm_health=llm.health)
+        return serve(
+            settings,
+            dev=args.dev,
+            log_format=log_format,
+            llm_health=llm.health,
+            idle_exit=args.idle_exit,
+        )
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
@@ -80,28 +86,33 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
 
 def cmd_mcp(args: argparse.Namespace) -> int:
-    """MCP over stdio: through the live service when one holds the database, else on the
-    database itself. A database that cannot be opened does not close the connection: every
-    tool answers with the reason."""
+    """MCP over stdio. On a database file: through the service that holds it, started in the
+    background when nobody serves it (shared by every stdio client of the database; see
+    ``service.shared``); ``:memory:`` and a PostgreSQL store: on the database itself. A
+    database that cannot be opened does not close the connection: every tool answers with
+    the reason."""
     import anyio
 
-    from service.live import RemoteWorkbench, UnavailableWorkbench, find_live
+    from service.live import RemoteWorkbench, UnavailableWorkbench
     from service.logs import setup_logging
     from service.mcp_server import run_stdio
+    from service.shared import ClientLease, SharedService, shares
 
     settings = settings_from(args)
     setup_logging(settings.log_level, secrets_of(settings), fmt="text")
-    try:
-        live = find_live(settings)
-    except WorkbenchError as exc:
-        anyio.run(run_stdio, UnavailableWorkbench(exc.message))
-        return 0
-    if live is not None:
-        log.info("the database is held by the service at %s: serving its tools", live.url)
-        try:
-            anyio.run(run_stdio, RemoteWorkbench(live))
-        finally:
-            live.close()
+    if shares(settings):
+        with ClientLease(settings.db_location()):
+            try:
+                service = SharedService(settings)
+            except WorkbenchError as exc:
+                log.error("database %s: %s", settings.db_location(), exc.message)
+                anyio.run(run_stdio, UnavailableWorkbench(exc.message))
+                return 0
+            log.info("database %s, through the service at %s", settings.db_location(), service.url)
+            try:
+                anyio.run(run_stdio, RemoteWorkbench(service))
+            finally:
+                service.close()
         return 0
     try:
         workbench = open_workbench(settings, start=True)
@@ -411,6 +422,13 @@ def build_parser() -> argparse.ArgumentParser:
         "llama-cpp-python) as the LLM: fully offline, poor extraction",
     )
     serve.add_argument(
+        "--idle-exit",
+        type=float,
+        metavar="SECONDS",
+        help="stop once no `workbench mcp` client of the database has been running for "
+        "SECONDS (how the shared background service that `workbench mcp` starts ends)",
+    )
+    serve.add_argument(
         "--log-format",
         choices=("json", "text"),
         help="log line format (default json; text with --dev or when stderr is a terminal)",
@@ -444,7 +462,11 @@ def build_parser() -> argparse.ArgumentParser:
     mcp = sub.add_parser(
         "mcp",
         help="serve the tools over MCP on stdin/stdout",
-        description="MCP over stdio for a client that spawns the server (logs go to stderr).",
+        description="MCP over stdio for a client that spawns the server (logs go to stderr). "
+        "On a database file every call goes to the service that holds it; when nobody serves "
+        "it, the first client starts one in the background (`serve --idle-exit`, on free "
+        "loopback ports, its log beside the database), which every later client shares and "
+        "which stops SVC_KNOWLEDGE_MCP_IDLE_SECONDS after the last client has gone.",
     )
     _add_db(mcp)
     mcp.set_defaults(func=cmd_mcp)

@@ -261,8 +261,10 @@ def serve(
     dev: bool = False,
     log_format: str = "json",
     llm_health: LLMHealth | None = None,
+    idle_exit: float | None = None,
 ) -> int:
-    """``workbench serve`` (``llm_health``: the record a supervisor of the LLM keeps)."""
+    """``workbench serve`` (``llm_health``: the record a supervisor of the LLM keeps;
+    ``idle_exit``: stop once no ``workbench mcp`` client has been registered for that long)."""
     started = time.monotonic()
     check_exposure(settings)
     from service.app import create_app
@@ -352,7 +354,12 @@ def serve(
                 client_url(settings.host, main_sock),
                 bool(settings.api_token and settings.api_token.get_secret_value()),
             )
-        asyncio.run(serve_all(pairs, ready))
+        watch = idle_watch(settings, idle_exit, [server for server, _ in pairs])
+        try:
+            asyncio.run(serve_all(pairs, ready))
+        finally:
+            if watch is not None:
+                watch.stop()
     finally:
         if not shared_store(settings):
             remove_record(settings.db_location())
@@ -360,6 +367,19 @@ def serve(
     if failures:
         raise StartupError(f"the local embedding model failed to load: {failures[0]}")
     return 0
+
+
+def idle_watch(settings: Settings, grace: float | None, servers: list[Any]):
+    """With ``--idle-exit``: stop the servers once the database's stdio clients have gone."""
+    if grace is None:
+        return None
+    from service.shared import IdleWatch
+
+    def stop() -> None:
+        for server in servers:
+            server.should_exit = True
+
+    return IdleWatch(settings.db_location(), grace, stop).start()
 
 
 def shared_store(settings: Settings) -> bool:

@@ -79,6 +79,7 @@ class Settings(BaseSettings):
     default_group_id: str = "main"
     max_episode_chars: int = Field(default=50_000, gt=0)
     rate_limit_per_minute: int = Field(default=600, ge=0)
+    mcp_idle_seconds: float = Field(default=60.0, ge=0)  # the shared service after its clients
 
     # --- ours: exposure (who may call the servers) ----------------------------------------
     allowed_hosts: str = ""  # extra Host names the tools and /mcp answer (comma-separated)

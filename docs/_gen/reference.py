@@ -74,6 +74,9 @@ SETTING_MEANINGS: dict[str, str] = {
     "Its password is scrubbed from logs and answers.",
     "database_pool_size": "Most connections one process opens to `SVC_KNOWLEDGE_DATABASE_URL` "
     "(psycopg's pool).",
+    "mcp_idle_seconds": "How long the background service that `workbench mcp` starts for a "
+    "database nobody serves keeps running after its last stdio client has gone (see "
+    "[quickstart](quickstart.md#connect-an-mcp-client)).",
     "host": "Address the servers bind to. CLI: `--host`.",
     "port": "Port of the knowledge service (REST tools, `/mcp`, `/health`). CLI: `--port`.",
     "metrics_port": "Port of `/metrics` and `/health/decay`. Unset: 9090, or 9091 with "
