@@ -57,7 +57,7 @@ def table_rows(store, table: str) -> list[tuple]:
         values = []
         for key in sorted(row):
             value = row[key]
-            if isinstance(value, np.ndarray | list):
+            if isinstance(value, np.ndarray | list | tuple):
                 value = tuple(round(float(x), 6) for x in value)
             values.append((key, value))
         plain.append(tuple(values))
@@ -131,5 +131,18 @@ def test_a_table_the_schema_does_not_know_is_reported_not_lost(backup):
     store = Store.open(":memory:", dim=snapshot.dim, embedding_model=snapshot.model)
     try:
         assert restore(store, snapshot)["skipped_files"] == ["future_table.parquet"]
+    finally:
+        store.close()
+
+
+def test_a_backup_moves_between_the_backends(backup, pg_location):
+    """Exported from the suite's backend (DuckDB by default), restored into PostgreSQL."""
+    folder, before = backup
+    snapshot = read_backup(folder)
+    store = Store.open(pg_location, dim=snapshot.dim, embedding_model=snapshot.model)
+    try:
+        restore(store, snapshot)
+        for table in ("episodes", "entities", "facts", "fact_embeddings", "llm_calls"):
+            assert table_rows(store, table) == before[table], table
     finally:
         store.close()
