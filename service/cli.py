@@ -475,7 +475,8 @@ def build_parser() -> argparse.ArgumentParser:
         "embed-server",
         help="run the local OpenAI-compatible embeddings server",
         description="POST /v1/embeddings and GET /v1/models (OpenAI wire format) on a local "
-        "sentence-transformers model; point SVC_KNOWLEDGE_EMBEDDER_BASE_URL at "
+        "model run by ONNX Runtime (no torch; SVC_KNOWLEDGE_LOCAL_EMBEDDER_BACKEND=torch runs "
+        "it in sentence-transformers instead); point SVC_KNOWLEDGE_EMBEDDER_BASE_URL at "
         "http://HOST:PORT/v1.",
     )
     embed.add_argument("--host", help="address to bind (default 127.0.0.1)")
@@ -484,8 +485,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     embed.add_argument(
         "--model",
-        help="sentence-transformers model name or path, or multilingual-e5-small "
-        "(default all-MiniLM-L6-v2, 384 dimensions)",
+        help="a model's name or folder (a sentence-transformers model, run in ONNX Runtime), "
+        "or multilingual-e5-small (default all-MiniLM-L6-v2, 384 dimensions)",
     )
     embed.set_defaults(func=cmd_embed_server)
 

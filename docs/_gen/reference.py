@@ -76,7 +76,7 @@ SETTING_MEANINGS: dict[str, str] = {
     "(psycopg's pool).",
     "mcp_idle_seconds": "How long the background service that `workbench mcp` starts for a "
     "database nobody serves keeps running after its last stdio client has gone (see "
-    "[quickstart](quickstart.md#connect-an-mcp-client)).",
+    "[quickstart](quickstart.md#connect-an-assistant-mcp)).",
     "host": "Address the servers bind to. CLI: `--host`.",
     "port": "Port of the knowledge service (REST tools, `/mcp`, `/health`). CLI: `--port`.",
     "metrics_port": "Port of `/metrics` and `/health/decay`. Unset: 9090, or 9091 with "

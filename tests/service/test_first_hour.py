@@ -133,3 +133,36 @@ def test_an_llm_that_cannot_answer_in_the_structured_mode_is_failing(embed_env, 
         assert service.http.get("/health").json()["status"] == "degraded"
     finally:
         service.stop()
+
+
+def test_logs_are_readable_lines_at_a_terminal_and_json_elsewhere(monkeypatch):
+    import io
+
+    from service.cli import default_log_format
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    monkeypatch.setattr(sys, "stderr", Terminal())
+    assert default_log_format() == "text"
+    monkeypatch.setattr(sys, "stderr", io.StringIO())
+    assert default_log_format() == "json"
+
+
+def test_embed_server_help_names_the_engine_it_runs():
+    from service.cli import build_parser
+
+    sub = next(a for a in build_parser()._actions if a.dest == "command")
+    description = sub.choices["embed-server"].description
+    assert "ONNX Runtime" in description and "sentence-transformers model;" not in description
+
+
+def test_the_import_progress_counts_records(tmp_path, capsys):
+    from workbench.config import load_settings
+    from workbench.facade import Workbench
+
+    settings = load_settings({"SVC_KNOWLEDGE_DB_PATH": ":memory:"}, env_file=None)
+    with Workbench.open(settings, embedder=HashEmbedder(), chat=None) as wb:
+        wb.import_jsonl([json.dumps(r) for r in RECORDS], progress=True)
+    assert "record" in capsys.readouterr().err
