@@ -64,7 +64,7 @@ def test_the_build_backend_needs_nothing_but_setuptools():
 
 def notebook_imports() -> set[str]:
     modules: set[str] = set()
-    sources = [(ROOT / "notebooks" / "lab.py").read_text()]
+    sources = [(ROOT / "notebooks" / name).read_text() for name in ("lab.py", "memories.py")]
     for path in (ROOT / "notebooks").glob("*.ipynb"):
         cells = json.loads(path.read_text())["cells"]
         sources += ["".join(c["source"]) for c in cells if c["cell_type"] == "code"]
@@ -86,7 +86,7 @@ def test_every_library_the_notebooks_import_is_declared():
         for r in [*project["dependencies"], *extras["notebooks"], *extras["voice"]]
     }
     owners = packages_distributions()
-    own = {"workbench", "service", "voice", "lab", "__future__"}
+    own = {"workbench", "service", "voice", "lab", "memories", "__future__"}
     own.add("transformers")  # lab.py quietens it only when the torch extra installed it
     undeclared = []
     for module in sorted(notebook_imports() - own):
