@@ -308,6 +308,12 @@ def cmd_reembed(args: argparse.Namespace) -> int:
     setup_logging(settings.log_level, secrets_of(settings), fmt="text")
     path = settings.db_location()
     if settings.database_url is not None:
+        from workbench.store.postgres import redact_url
+
+        log.info("database %s", redact_url(path))
+    else:
+        log.info("database %s", path)
+    if settings.database_url is not None:
         if args.into:
             raise InvalidInput(
                 "--into copies a DuckDB file; on PostgreSQL copy the database "
