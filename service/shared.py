@@ -62,12 +62,18 @@ class ClientLease:
         self.path = self.folder / str(pid or os.getpid())
 
     def __enter__(self) -> ClientLease:
-        self.folder.mkdir(parents=True, exist_ok=True)
-        self.path.write_text("")
+        try:
+            self.folder.mkdir(parents=True, exist_ok=True)
+            self.path.write_text("")
+        except OSError as exc:  # the calls still work; the service may stop meanwhile
+            log.warning("cannot register as a client in %s: %s", self.folder, exc.strerror)
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.path.unlink(missing_ok=True)
+        try:
+            self.path.unlink(missing_ok=True)
+        except OSError:
+            pass  # never registered (see __enter__)
 
 
 def live_clients(db: str | Path) -> int:
@@ -148,12 +154,18 @@ def _start_lock(db: str):
 def join_or_start(settings: Settings, timeout: float = START_TIMEOUT) -> LiveService:
     """The service holding the settings' database; started in the background when none is."""
     db = settings.db_location()
-    with _start_lock(db):
-        live = find_live(settings)
-        if live is not None:
-            return live
-        process = start_background(settings)
-        return _wait_for_record(settings, process, timeout)
+    try:
+        with _start_lock(db):
+            live = find_live(settings)
+            if live is not None:
+                return live
+            process = start_background(settings)
+            return _wait_for_record(settings, process, timeout)
+    except OSError as exc:
+        raise errors.StoreError(
+            f"cannot start the shared service of {db}: {exc.strerror or exc} "
+            f"({exc.filename or 'its folder'})"
+        ) from None
 
 
 def background_command(settings: Settings) -> list[str]:

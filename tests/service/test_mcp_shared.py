@@ -16,7 +16,7 @@ from mcp.client.stdio import StdioServerParameters
 
 from service.embed_server import create_embed_app
 from service.live import record_path
-from service.shared import ClientLease, IdleWatch, live_clients
+from service.shared import ClientLease, IdleWatch, join_or_start, live_clients
 from tests.service.svc_helpers import environ_without_settings
 from workbench.fakes.embedder import HashEmbedder
 
@@ -98,3 +98,15 @@ def test_the_service_stops_only_after_a_grace_period_without_clients(tmp_path):
     assert watch.check() is False
     now[0] = 25.0
     assert watch.check() is True
+
+
+def test_a_folder_that_cannot_be_made_is_a_clear_error_not_a_crash(tmp_path):
+    from workbench.config import load_settings
+    from workbench.errors import StoreError
+
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")  # the database's folder would be inside a file
+    settings = load_settings({"SVC_KNOWLEDGE_DB_PATH": str(blocker / "kb.duckdb")}, env_file=None)
+    with ClientLease(settings.db_location()):  # only a warning
+        with pytest.raises(StoreError, match="cannot start the shared service"):
+            join_or_start(settings, timeout=5)
