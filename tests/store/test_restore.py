@@ -146,3 +146,17 @@ def test_a_backup_moves_between_the_backends(backup, pg_location):
             assert table_rows(store, table) == before[table], table
     finally:
         store.close()
+
+
+def test_a_backup_restores_into_a_duckdb_file(backup, tmp_path):
+    """Into a file (from PostgreSQL when the suite runs there: the other way round)."""
+    folder, before = backup
+    snapshot = read_backup(folder)
+    target = tmp_path / "restored.duckdb"
+    store = Store.open(target, dim=snapshot.dim, embedding_model=snapshot.model)
+    try:
+        restore(store, snapshot)
+        for table in TABLES:
+            assert table_rows(store, table) == before[table], table
+    finally:
+        store.close()

@@ -178,7 +178,6 @@ class CompatChatModel:
                 self.health.failed(type(exc).__name__, str(exc))
                 self._account(call, reply, exc)
                 raise
-            self.health.succeeded()
             self._account(call, reply, None)
             return result
         raise TruncatedOutput(
@@ -253,6 +252,7 @@ class CompatChatModel:
                 self._record_failure(call, info, time.perf_counter() - start)
                 self._after_failure(call, info, exc)
                 continue
+            self.health.succeeded()
             return self._reply(call, completion, time.perf_counter() - start)
 
     def _after_failure(self, call: _Call, info: ErrorInfo, exc: BaseException) -> None:
