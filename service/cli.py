@@ -17,6 +17,7 @@ flags override them. Every start-up problem is one clear ``error:`` line and a n
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import logging
 import sys
@@ -51,7 +52,9 @@ def print_json(value: Any) -> None:
 
 # --- commands -----------------------------------------------------------------------------
 def cmd_serve(args: argparse.Namespace) -> int:
-    from service.runner import serve
+    from service.runner import serve as run_service
+
+    serve = functools.partial(run_service, idle_exit=args.idle_exit)  # either branch below
 
     flags = {
         "host": args.host,
@@ -62,20 +65,14 @@ def cmd_serve(args: argparse.Namespace) -> int:
     settings = settings_from(args, **flags)
     log_format = args.log_format or ("text" if args.dev else default_log_format())
     if not args.local_llm:
-        return serve(settings, dev=args.dev, log_format=log_format, idle_exit=args.idle_exit)
+        return serve(settings, dev=args.dev, log_format=log_format)
     from service.local_llm import LocalLLM
     from service.runner import check_exposure
 
     check_exposure(settings)  # fail fast, before starting the model server
     with LocalLLM() as llm:
         settings = settings_from(args, **flags, **llm.overrides())
-        return serve(
-            settings,
-            dev=args.dev,
-            log_format=log_format,
-            llm_health=llm.health,
-            idle_exit=args.idle_exit,
-        )
+        return serve(settings, dev=args.dev, log_format=log_format, llm_health=llm.health)
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
