@@ -17,7 +17,6 @@ flags override them. Every start-up problem is one clear ``error:`` line and a n
 from __future__ import annotations
 
 import argparse
-import functools
 import json
 import logging
 import sys
@@ -52,6 +51,8 @@ def print_json(value: Any) -> None:
 
 # --- commands -----------------------------------------------------------------------------
 def cmd_serve(args: argparse.Namespace) -> int:
+    import functools
+
     from service.runner import serve as run_service
 
     serve = functools.partial(run_service, idle_exit=args.idle_exit)  # either branch below
