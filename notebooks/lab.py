@@ -311,6 +311,48 @@ def ingest(workbench: Workbench, episodes: list[dict], progress: bool = True) ->
     return workbench.process_pending()
 
 
+def tables_of(workbench: Workbench):
+    """A DuckDB connection with a view per table of ``workbench``'s store (a snapshot written
+    to a temporary folder): what :func:`live_tables` gives for the live database."""
+    import tempfile
+
+    import duckdb
+
+    folder = tempfile.mkdtemp(prefix="lab-tables-")
+    con = duckdb.connect()
+    for table, path in workbench.export_parquet(folder).items():
+        literal = str(path).replace("'", "''")
+        con.execute(f"CREATE VIEW {table} AS SELECT * FROM read_parquet('{literal}')")
+    return con
+
+
+SEARCH_LIMITS = {"search_memory_facts": "max_facts", "search_memory_nodes": "max_nodes"}
+SEARCH_RESULTS = {"search_memory_facts": "facts", "search_memory_nodes": "nodes"}
+
+
+def live_search(
+    query: str, max_results: int = 10, tool: str = "search_memory_facts", db_path=None
+) -> list[dict]:
+    """Search the live database with the tool ``tool``, through the running service that
+    holds it (what any MCP client gets)."""
+    from service.live import find_live
+
+    overrides = {"db_path": db_path} if db_path else {}
+    settings = load_settings(env_file=ROOT / ".env", **overrides)
+    arguments = {"query": query, SEARCH_LIMITS.get(tool, "max_results"): max_results}
+    live = find_live(settings)
+    if live is None:
+        raise RuntimeError(
+            f"no service holds {settings.db_location()}: start `workbench serve` (or an MCP "
+            "client: `workbench mcp` starts one) to search it from here"
+        )
+    try:
+        result = live.call(tool, arguments)
+    finally:
+        live.close()
+    return result[SEARCH_RESULTS.get(tool, "results")]
+
+
 def live_tables(db_path: str | None = None):
     """A DuckDB connection over the live database: a fresh, consistent snapshot written by the
     running ``workbench serve`` that holds it, or the file itself (read-only) when none does.

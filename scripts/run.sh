@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # Set up (idempotent) and run the knowledge service on the embedded default:
-# DuckDB file data/knowledge.duckdb, the in-process local embedder, tools on 127.0.0.1:8000,
-# metrics and /health/decay on 127.0.0.1:9090. Extra arguments go to `workbench serve`.
+# DuckDB file data/knowledge.duckdb in the clone (SVC_KNOWLEDGE_DB_PATH overrides it; the
+# command itself, with nothing configured, uses the per-user data folder), the in-process
+# local embedder, tools on 127.0.0.1:8000, metrics and /health/decay on 127.0.0.1:9090.
+# Extra arguments go to `workbench serve`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
+export SVC_KNOWLEDGE_DB_PATH="${SVC_KNOWLEDGE_DB_PATH:-$PWD/data/knowledge.duckdb}"
 exec .venv/bin/workbench serve "$@"

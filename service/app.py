@@ -23,6 +23,7 @@ from litestar.middleware import DefineMiddleware
 from litestar.openapi import OpenAPIConfig, ResponseSpec
 from litestar.params import FromHeader, FromPath, HeaderParameter, JSONBody
 from litestar.plugins.pydantic import PydanticPlugin
+from litestar.response import Redirect
 from litestar.types import Receive, Scope, Send
 
 from service import apidocs
@@ -119,6 +120,12 @@ def tool_route(workbench: Any, tool: Tool):
 @post("/tools/{name:str}", status_code=200, include_in_schema=False)
 async def unknown_tool(name: FromPath[str]) -> None:
     get_tool(name)  # raises NotFound naming the tools
+
+
+@get("/", include_in_schema=False, sync_to_thread=False)
+def root() -> Redirect:
+    """A browser that opens the service's address lands on the API reference."""
+    return Redirect(path="/schema")
 
 
 @get("/tools", tags=["tools"], summary="The tool table (names, descriptions, schemas).")
@@ -229,6 +236,7 @@ def create_app(
             *(tool_route(workbench, t) for t in TOOLS),
             unknown_tool,
             list_tools,
+            root,
             health_route(workbench, settings, embedder_loaded),
             mcp_endpoint,
             apidocs.assets_route(),

@@ -42,13 +42,22 @@ def settings_from(args: argparse.Namespace, **extra: Any) -> Settings:
     return load_settings(**{k: v for k, v in overrides.items() if v is not None})
 
 
+def default_log_format() -> str:
+    """Readable lines for a person at a terminal, JSON lines for a log collector."""
+    return "text" if sys.stderr.isatty() else "json"
+
+
 def print_json(value: Any) -> None:
     print(json.dumps(value, indent=2, default=str, ensure_ascii=False))
 
 
 # --- commands -----------------------------------------------------------------------------
 def cmd_serve(args: argparse.Namespace) -> int:
-    from service.runner import serve
+    import functools
+
+    from service.runner import serve as run_service
+
+    serve = functools.partial(run_service, idle_exit=args.idle_exit)  # either branch below
 
     flags = {
         "host": args.host,
@@ -57,7 +66,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         "metrics_host": args.metrics_host,
     }
     settings = settings_from(args, **flags)
-    log_format = args.log_format or ("text" if args.dev else "json")
+    log_format = args.log_format or ("text" if args.dev else default_log_format())
     if not args.local_llm:
         return serve(settings, dev=args.dev, log_format=log_format)
     from service.local_llm import LocalLLM
@@ -76,32 +85,37 @@ def cmd_worker(args: argparse.Namespace) -> int:
     from service.runner import serve_worker
 
     settings = settings_from(args, metrics_port=args.metrics_port, metrics_host=args.metrics_host)
-    return serve_worker(settings, log_format=args.log_format or "json")
+    return serve_worker(settings, log_format=args.log_format or default_log_format())
 
 
 def cmd_mcp(args: argparse.Namespace) -> int:
-    """MCP over stdio: through the live service when one holds the database, else on the
-    database itself. A database that cannot be opened does not close the connection: every
-    tool answers with the reason."""
+    """MCP over stdio. On a database file: through the service that holds it, started in the
+    background when nobody serves it (shared by every stdio client of the database; see
+    ``service.shared``); ``:memory:`` and a PostgreSQL store: on the database itself. A
+    database that cannot be opened does not close the connection: every tool answers with
+    the reason."""
     import anyio
 
-    from service.live import RemoteWorkbench, UnavailableWorkbench, find_live
+    from service.live import RemoteWorkbench, UnavailableWorkbench
     from service.logs import setup_logging
     from service.mcp_server import run_stdio
+    from service.shared import ClientLease, SharedService, shares
 
     settings = settings_from(args)
     setup_logging(settings.log_level, secrets_of(settings), fmt="text")
-    try:
-        live = find_live(settings)
-    except WorkbenchError as exc:
-        anyio.run(run_stdio, UnavailableWorkbench(exc.message))
-        return 0
-    if live is not None:
-        log.info("the database is held by the service at %s: serving its tools", live.url)
-        try:
-            anyio.run(run_stdio, RemoteWorkbench(live))
-        finally:
-            live.close()
+    if shares(settings):
+        with ClientLease(settings.db_location()):
+            try:
+                service = SharedService(settings)
+            except WorkbenchError as exc:
+                log.error("database %s: %s", settings.db_location(), exc.message)
+                anyio.run(run_stdio, UnavailableWorkbench(exc.message))
+                return 0
+            log.info("database %s, through the service at %s", settings.db_location(), service.url)
+            try:
+                anyio.run(run_stdio, RemoteWorkbench(service))
+            finally:
+                service.close()
         return 0
     try:
         workbench = open_workbench(settings, start=True)
@@ -128,10 +142,13 @@ def on_database(args: argparse.Namespace, local, remote) -> Any:
     """``remote(live)`` through the service that holds the database, else ``local(workbench)``
     on the database itself."""
     from service.live import find_live
+    from service.logs import setup_logging
 
     settings = settings_from(args)
+    setup_logging(settings.log_level, secrets_of(settings), fmt="text")
     live = find_live(settings)
     if live is not None:
+        log.info("database %s, held by the service at %s", settings.db_location(), live.url)
         try:
             return remote(live)
         finally:
@@ -156,9 +173,13 @@ def cmd_maintenance(args: argparse.Namespace) -> int:
 
 def cmd_import(args: argparse.Namespace) -> int:
     from service.logs import setup_logging
+    from workbench.store.restore import is_backup
 
     settings = settings_from(args)
     setup_logging(settings.log_level, secrets_of(settings), fmt="text")
+    if is_backup(args.file):
+        print_json(restore_backup(settings, args.file))
+        return 0
     summary = on_database(
         args,
         lambda wb: wb.import_jsonl(args.file, progress=not args.quiet, group_id=args.group_id),
@@ -166,6 +187,37 @@ def cmd_import(args: argparse.Namespace) -> int:
     )
     print_json(summary)
     return 0
+
+
+def restore_backup(settings: Settings, folder: str) -> dict[str, Any]:
+    """``workbench import DIR`` of a ``workbench export`` folder: every table restored into
+    the configured database, which must be empty and held by no service."""
+    from service.live import find_live
+    from workbench.errors import InvalidInput
+    from workbench.store import Store
+    from workbench.store.restore import read_backup, restore
+
+    backup = read_backup(folder)
+    live = find_live(settings)
+    if live is not None:
+        live.close()
+        raise InvalidInput(
+            f"the service at {live.url} holds {settings.db_location()}: a backup is restored "
+            "into an empty database no process uses (stop the service, or restore into "
+            "another one with --db)"
+        )
+    store = Store.open(
+        settings.db_location(),
+        dim=backup.dim,
+        embedding_model=backup.model,
+        pool_size=settings.database_pool_size,
+    )
+    try:
+        log.info("restoring %s into the database %s", backup.directory, store.path)
+        report = restore(store, backup)
+    finally:
+        store.close()
+    return {"database": store.path, **report}
 
 
 IMPORT_CHUNK = 1000
@@ -192,7 +244,7 @@ def import_through(live, path: str, group_id: str | None, progress: bool) -> dic
     }
     chunk: list[str] = []
     first = 1
-    bar = tqdm(desc="import", unit="line", disable=not progress)
+    bar = tqdm(desc="import", unit="record", disable=not progress)
 
     def send() -> None:
         arguments = {"lines": chunk, "first_line": first}
@@ -284,6 +336,12 @@ def cmd_reembed(args: argparse.Namespace) -> int:
     setup_logging(settings.log_level, secrets_of(settings), fmt="text")
     path = settings.db_location()
     if settings.database_url is not None:
+        from workbench.store.postgres import redact_url
+
+        log.info("database %s", redact_url(path))
+    else:
+        log.info("database %s", path)
+    if settings.database_url is not None:
         if args.into:
             raise InvalidInput(
                 "--into copies a DuckDB file; on PostgreSQL copy the database "
@@ -359,8 +417,9 @@ def _add_db(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--db",
         metavar="PATH",
-        help="DuckDB file (default: SVC_KNOWLEDGE_DB_PATH or "
-        "data/knowledge.duckdb; ':memory:' for a throw-away store)",
+        help="DuckDB file (default: SVC_KNOWLEDGE_DB_PATH or knowledge.duckdb in the per-user "
+        "data folder, $XDG_DATA_HOME/knowledge-workbench or ~/.local/share/knowledge-workbench; "
+        "':memory:' for a throw-away store)",
     )
 
 
@@ -404,9 +463,16 @@ def build_parser() -> argparse.ArgumentParser:
         "llama-cpp-python) as the LLM: fully offline, poor extraction",
     )
     serve.add_argument(
+        "--idle-exit",
+        type=float,
+        metavar="SECONDS",
+        help="stop once no `workbench mcp` client of the database has been running for "
+        "SECONDS (how the shared background service that `workbench mcp` starts ends)",
+    )
+    serve.add_argument(
         "--log-format",
         choices=("json", "text"),
-        help="log line format (default json; text with --dev)",
+        help="log line format (default json; text with --dev or when stderr is a terminal)",
     )
     _add_db(serve)
     serve.set_defaults(func=cmd_serve)
@@ -427,7 +493,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     worker.add_argument("--metrics-host", help="address the metrics port binds (127.0.0.1)")
     worker.add_argument(
-        "--log-format", choices=("json", "text"), help="log line format (default json)"
+        "--log-format",
+        choices=("json", "text"),
+        help="log line format (default json; text when stderr is a terminal)",
     )
     _add_db(worker)
     worker.set_defaults(func=cmd_worker)
@@ -435,7 +503,11 @@ def build_parser() -> argparse.ArgumentParser:
     mcp = sub.add_parser(
         "mcp",
         help="serve the tools over MCP on stdin/stdout",
-        description="MCP over stdio for a client that spawns the server (logs go to stderr).",
+        description="MCP over stdio for a client that spawns the server (logs go to stderr). "
+        "On a database file every call goes to the service that holds it; when nobody serves "
+        "it, the first client starts one in the background (`serve --idle-exit`, on free "
+        "loopback ports, its log beside the database), which every later client shares and "
+        "which stops SVC_KNOWLEDGE_MCP_IDLE_SECONDS after the last client has gone.",
     )
     _add_db(mcp)
     mcp.set_defaults(func=cmd_mcp)
@@ -444,7 +516,8 @@ def build_parser() -> argparse.ArgumentParser:
         "embed-server",
         help="run the local OpenAI-compatible embeddings server",
         description="POST /v1/embeddings and GET /v1/models (OpenAI wire format) on a local "
-        "sentence-transformers model; point SVC_KNOWLEDGE_EMBEDDER_BASE_URL at "
+        "model run by ONNX Runtime (no torch; SVC_KNOWLEDGE_LOCAL_EMBEDDER_BACKEND=torch runs "
+        "it in sentence-transformers instead); point SVC_KNOWLEDGE_EMBEDDER_BASE_URL at "
         "http://HOST:PORT/v1.",
     )
     embed.add_argument("--host", help="address to bind (default 127.0.0.1)")
@@ -453,8 +526,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     embed.add_argument(
         "--model",
-        help="sentence-transformers model name or path, or multilingual-e5-small "
-        "(default all-MiniLM-L6-v2, 384 dimensions)",
+        help="a model's name or folder (a sentence-transformers model, run in ONNX Runtime), "
+        "or multilingual-e5-small (default all-MiniLM-L6-v2, 384 dimensions)",
     )
     embed.set_defaults(func=cmd_embed_server)
 
@@ -473,11 +546,18 @@ def build_parser() -> argparse.ArgumentParser:
 
     imp = sub.add_parser(
         "import",
-        help="import entities and facts from a JSON-lines or Parquet file",
+        help="import entities and facts from a JSON-lines or Parquet file, or restore a backup",
         description="Import pre-extracted entities and facts (JSON lines or Parquet, "
-        "optionally with their vectors; see the import format in the docs); no LLM is used.",
+        "optionally with their vectors; see the import format in the docs); no LLM is used. "
+        "Given the folder `workbench export DIR` wrote, restore it instead: every table "
+        "(episodes, entities, facts with their uuids, validity, decay state and vectors, "
+        "and the rest) into an empty database.",
     )
-    imp.add_argument("file", metavar="FILE", help="a JSON-lines or Parquet file")
+    imp.add_argument(
+        "file",
+        metavar="FILE",
+        help="a JSON-lines or Parquet file, or a backup folder written by `workbench export`",
+    )
     imp.add_argument("--group-id", type=group_arg, help="group for records that name none")
     imp.add_argument("--quiet", action="store_true", help="no progress bar")
     _add_db(imp)

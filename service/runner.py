@@ -135,6 +135,31 @@ def warm_in_background(
     return thread
 
 
+def probe_llm_in_background(chat: Any) -> threading.Thread | None:
+    """Send the LLM its start-up probe in a thread (``GET /health`` shows the outcome within
+    the probe's timeout, before any episode); a failure is logged as one warning."""
+    if chat is None or not hasattr(chat, "probe"):
+        return None
+
+    def probe() -> None:
+        if chat.probe():
+            log.info("the LLM %s answered its start-up probe", chat.model)
+            return
+        status = chat.health.status()
+        log.warning(
+            "the LLM %s at %s does not answer usably (%s: %s): episodes will fail until it "
+            "does; GET /health shows its state",
+            chat.model,
+            getattr(chat, "base_url", "?"),
+            status["last_error_type"],
+            status["last_error"],
+        )
+
+    thread = threading.Thread(target=probe, name="llm-probe", daemon=True)
+    thread.start()
+    return thread
+
+
 # which server a uvicorn log line comes from: several run in one process and event loop, and
 # uvicorn's own lines ("Started server process", "Application startup complete") do not say
 _SERVER_LABEL: contextvars.ContextVar[str] = contextvars.ContextVar("server_label", default="")
@@ -251,8 +276,10 @@ def serve(
     dev: bool = False,
     log_format: str = "json",
     llm_health: LLMHealth | None = None,
+    idle_exit: float | None = None,
 ) -> int:
-    """``workbench serve`` (``llm_health``: the record a supervisor of the LLM keeps)."""
+    """``workbench serve`` (``llm_health``: the record a supervisor of the LLM keeps;
+    ``idle_exit``: stop once no ``workbench mcp`` client has been registered for that long)."""
     started = time.monotonic()
     check_exposure(settings)
     from service.app import create_app
@@ -298,6 +325,7 @@ def serve(
             freeze_loaded_memory(),
         )
         workbench.start()
+        probe_llm_in_background(workbench.chat)
         pairs += [
             (
                 make_server(
@@ -351,7 +379,12 @@ def serve(
                 bool(settings.api_token and settings.api_token.get_secret_value()),
                 snapshots=workbench.snapshots.folder(),
             )
-        asyncio.run(serve_all(pairs, ready))
+        watch = idle_watch(settings, idle_exit, [server for server, _ in pairs])
+        try:
+            asyncio.run(serve_all(pairs, ready))
+        finally:
+            if watch is not None:
+                watch.stop()
     finally:
         if not shared_store(settings):
             remove_record(settings.db_location())
@@ -361,6 +394,19 @@ def serve(
     if failures:
         raise StartupError(f"the local embedding model failed to load: {failures[0]}")
     return 0
+
+
+def idle_watch(settings: Settings, grace: float | None, servers: list[Any]):
+    """With ``--idle-exit``: stop the servers once the database's stdio clients have gone."""
+    if grace is None:
+        return None
+    from service.shared import IdleWatch
+
+    def stop() -> None:
+        for server in servers:
+            server.should_exit = True
+
+    return IdleWatch(settings.db_location(), grace, stop).start()
 
 
 def shared_store(settings: Settings) -> bool:
@@ -396,6 +442,7 @@ def serve_worker(settings: Settings, log_format: str = "json") -> int:
                 settings.db_location(),
             )
         workbench.start()
+        probe_llm_in_background(workbench.chat)
         server = make_server(
             create_metrics_app(workbench, metrics_token(settings)), 2, "metrics server"
         )

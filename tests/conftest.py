@@ -14,6 +14,19 @@ from workbench.config import load_settings
 from workbench.fakes.embedder import HashEmbedder
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _data_home_in_tmp(tmp_path_factory):
+    """Nothing a test runs (nor the processes it starts) writes into the real per-user data
+    folder: ``XDG_DATA_HOME`` points at a temporary folder for the session."""
+    previous = os.environ.get("XDG_DATA_HOME")
+    os.environ["XDG_DATA_HOME"] = str(tmp_path_factory.mktemp("xdg-data"))
+    yield
+    if previous is None:
+        os.environ.pop("XDG_DATA_HOME", None)
+    else:
+        os.environ["XDG_DATA_HOME"] = previous
+
+
 @pytest.fixture
 def hash_embedder():
     return HashEmbedder()

@@ -28,7 +28,8 @@ from workbench.names import GROUP_ID_RULE, is_group_id
 log = logging.getLogger("workbench.config")
 
 ENV_PREFIX = "SVC_KNOWLEDGE_"
-DEFAULT_DB_PATH = "data/knowledge.duckdb"
+APP_DIR = "knowledge-workbench"
+DB_FILE = "knowledge.duckdb"
 LOCAL_EMBEDDER_MODEL = "all-MiniLM-L6-v2"
 
 
@@ -68,7 +69,7 @@ class Settings(BaseSettings):
     log_level: str = Field(default="INFO", validation_alias="LOG_LEVEL")
 
     # --- ours: storage and servers ------------------------------------------------------
-    db_path: str = DEFAULT_DB_PATH
+    db_path: str | None = None  # unset: knowledge.duckdb in the per-user data folder
     database_url: SecretStr | None = None  # postgresql://…: the shared store (db_path unused)
     database_pool_size: int = Field(default=8, ge=2, le=200)
     host: str = "127.0.0.1"
@@ -82,6 +83,7 @@ class Settings(BaseSettings):
     # a client must send a request's headers, then its body, within these (slow clients)
     header_timeout_seconds: float = Field(default=10.0, gt=0, le=3600)
     body_timeout_seconds: float = Field(default=60.0, gt=0, le=3600)
+    mcp_idle_seconds: float = Field(default=60.0, ge=0)  # the shared service after its clients
 
     # --- ours: exposure (who may call the servers) ----------------------------------------
     allowed_hosts: str = ""  # extra Host names the tools and /mcp answer (comma-separated)
@@ -225,7 +227,24 @@ class Settings(BaseSettings):
             return self.database_url.get_secret_value()
         if self.db_path == ":memory:":
             return self.db_path
+        if not self.db_path:  # a Settings built without load_settings (which fills it in)
+            return str(default_db_path(os.environ))
         return str(Path(self.db_path).expanduser())
+
+
+def user_data_dir(environ: Mapping[str, str]) -> Path:
+    """The per-user data folder: ``$XDG_DATA_HOME/knowledge-workbench`` (an absolute
+    ``XDG_DATA_HOME`` only, as the XDG spec says), else ``~/.local/share/knowledge-workbench``."""
+    xdg = environ.get("XDG_DATA_HOME", "")
+    if xdg and Path(xdg).is_absolute():
+        return Path(xdg) / APP_DIR
+    home = environ.get("HOME")
+    return (Path(home) if home else Path.home()) / ".local" / "share" / APP_DIR
+
+
+def default_db_path(environ: Mapping[str, str]) -> Path:
+    """The database when none is configured: one per user, wherever a command runs from."""
+    return user_data_dir(environ) / DB_FILE
 
 
 def _env_name(loc: tuple[Any, ...]) -> str:
@@ -261,6 +280,13 @@ def warn_unknown(names: Iterable[str]) -> None:
             log.warning("unknown setting %s is ignored%s", name, hint)
 
 
+def _with_db_path(settings: Settings, environ: Mapping[str, str]) -> Settings:
+    """No database configured (neither a file nor a URL): the per-user one."""
+    if settings.db_path or settings.database_url is not None:
+        return settings
+    return settings.model_copy(update={"db_path": str(default_db_path(environ))})
+
+
 def load_settings(
     environ: Mapping[str, str] | None = None,
     env_file: str | Path | None = ".env",
@@ -285,10 +311,11 @@ def load_settings(
             if "LOG_LEVEL" in environ:
                 data["LOG_LEVEL"] = environ["LOG_LEVEL"]
             data.update({k: v for k, v in overrides.items() if v is not None})
-            return Settings.model_validate(data)
+            return _with_db_path(Settings.model_validate(data), environ)
         clean = {k: v for k, v in overrides.items() if v is not None}
         env_file_arg = str(env_file) if env_file and Path(env_file).is_file() else None
-        return Settings(_env_file=env_file_arg, **clean)  # type: ignore[call-arg]
+        settings = Settings(_env_file=env_file_arg, **clean)  # type: ignore[call-arg]
+        return _with_db_path(settings, os.environ)
     except ValidationError as exc:
         err = exc.errors()[0]
         name = _env_name(tuple(err.get("loc", ())))

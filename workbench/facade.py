@@ -148,6 +148,7 @@ class Workbench:
             embedder.model,
             pool_size=settings.database_pool_size,
         )
+        log.info("database %s", store.path)
         if chat is _DEFAULT:
             chat = build_chat_model(
                 settings, metrics=metrics, store=store, clock=clock, health=llm_health

@@ -64,13 +64,19 @@ SETTING_MEANINGS: dict[str, str] = {
     "through the hosted aggregator); enables the cache metrics.",
     "log_level": "Log level: DEBUG, INFO, WARNING, ERROR or CRITICAL. DEBUG enables the "
     "per-request metric line.",
-    "db_path": "DuckDB database file (`:memory:` for a throwaway database). CLI: `--db`.",
+    "db_path": "DuckDB database file (`:memory:` for a throwaway database). Unset (and no "
+    "`SVC_KNOWLEDGE_DATABASE_URL`): `knowledge.duckdb` in the per-user data folder, "
+    "`$XDG_DATA_HOME/knowledge-workbench/` or else `~/.local/share/knowledge-workbench/`, "
+    "whatever folder a command runs from. CLI: `--db`.",
     "database_url": "A PostgreSQL URL (`postgresql://user:password@host:5432/db`): the "
     "shared store of many replicas and workers, used instead of `SVC_KNOWLEDGE_DB_PATH` "
     "(see [deployment](deployment.md#scaled-out-on-postgresql)). Needs the `postgres` extra. "
     "Its password is scrubbed from logs and answers.",
     "database_pool_size": "Most connections one process opens to `SVC_KNOWLEDGE_DATABASE_URL` "
     "(psycopg's pool).",
+    "mcp_idle_seconds": "How long the background service that `workbench mcp` starts for a "
+    "database nobody serves keeps running after its last stdio client has gone (see "
+    "[quickstart](quickstart.md#connect-an-assistant-mcp)).",
     "host": "Address the servers bind to. CLI: `--host`.",
     "port": "Port of the knowledge service (REST tools, `/mcp`, `/health`). CLI: `--port`.",
     "metrics_port": "Port of `/metrics` and `/health/decay`. Unset: 9090, or 9091 with "

@@ -105,3 +105,33 @@ def test_a_misspelled_variable_is_named_with_the_closest_setting(caplog):
         warn_unknown(["SVC_KNOWLEDGE_MODLE_NAME"])  # once a process
     assert caplog.text.count("unknown setting SVC_KNOWLEDGE_MODLE_NAME") == 1
     assert "did you mean SVC_KNOWLEDGE_MODEL_NAME?" in caplog.text
+
+
+def test_with_no_database_configured_it_is_the_per_user_one(tmp_path):
+    data = tmp_path / "xdg"
+    s = load_settings({"XDG_DATA_HOME": str(data)}, env_file=None)
+    assert s.db_location() == str(data / "knowledge-workbench" / "knowledge.duckdb")
+    home = load_settings({"HOME": str(tmp_path)}, env_file=None)
+    expected = tmp_path / ".local" / "share" / "knowledge-workbench" / "knowledge.duckdb"
+    assert home.db_location() == str(expected)
+    # a relative XDG_DATA_HOME is invalid (XDG base directory spec): the home's folder
+    relative = load_settings({"XDG_DATA_HOME": "rel", "HOME": str(tmp_path)}, env_file=None)
+    assert relative.db_location() == str(expected)
+
+
+def test_a_configured_database_wins_over_the_per_user_one(tmp_path):
+    env = {"XDG_DATA_HOME": str(tmp_path), "SVC_KNOWLEDGE_DB_PATH": "here.duckdb"}
+    assert load_settings(env, env_file=None).db_location() == "here.duckdb"
+    flag = load_settings({"XDG_DATA_HOME": str(tmp_path)}, env_file=None, db_path=":memory:")
+    assert flag.db_location() == ":memory:"
+    url = "postgresql://u:p@localhost:5432/kb"
+    shared = load_settings({"SVC_KNOWLEDGE_DATABASE_URL": url}, env_file=None)
+    assert shared.db_location() == url
+
+
+def test_the_process_environment_names_the_per_user_folder(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path))
+    monkeypatch.delenv("SVC_KNOWLEDGE_DB_PATH", raising=False)
+    monkeypatch.chdir(tmp_path)
+    s = load_settings(env_file=None)
+    assert s.db_location() == str(tmp_path / "knowledge-workbench" / "knowledge.duckdb")

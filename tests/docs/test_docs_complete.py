@@ -396,7 +396,8 @@ def test_labelled_vocabulary_is_documented():
 
 def test_the_mcp_client_configurations_have_the_shape_clients_read():
     """The quickstart's ready-to-paste MCP entries: JSON that parses, a stdio entry with an
-    absolute command, ``mcp`` and the database in its environment, an HTTP entry at /mcp."""
+    absolute command and ``mcp`` (the database, when its environment names one, an absolute
+    path; else the per-user one), an HTTP entry at /mcp."""
     import json
     import re
     import shlex
@@ -410,7 +411,7 @@ def test_the_mcp_client_configurations_have_the_shape_clients_read():
     for entry in stdio:
         assert entry["command"].startswith("/") and entry["command"].endswith("/workbench")
         assert entry["args"] == ["mcp"]
-        assert entry["env"]["SVC_KNOWLEDGE_DB_PATH"].startswith("/")
+        assert entry.get("env", {}).get("SVC_KNOWLEDGE_DB_PATH", "/").startswith("/")
     assert all(s["url"].endswith("/mcp") for s in http)
     adds = [shlex.split(line) for line in text.splitlines() if line.startswith("claude mcp add")]
     stdio_add = next(a for a in adds if "--" in a)

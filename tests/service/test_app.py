@@ -370,3 +370,10 @@ def test_health_shows_an_llm_whose_calls_fail(fake_llm, hash_embedder):
             assert client.get("/health").json()["checks"]["llm"]["state"] == "ok"
     finally:
         wb.close()
+
+
+def test_the_root_sends_a_browser_to_the_api_reference(plain):
+    response = plain.get("/", follow_redirects=False)
+    assert response.status_code in (301, 302, 307, 308)
+    assert response.headers["location"] == "/schema"
+    assert plain.get("/").status_code == 200  # followed: the reference itself

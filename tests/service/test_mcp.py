@@ -103,7 +103,13 @@ async def test_bearer_token_protects_mcp(wb, server_thread):
 @pytest.mark.slow
 async def test_stdio_subprocess(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith("SVC_KNOWLEDGE_")}
-    env.update({"SVC_KNOWLEDGE_DB_PATH": str(tmp_path / "kb.duckdb"), "LOG_LEVEL": "WARNING"})
+    env.update(
+        {
+            "SVC_KNOWLEDGE_DB_PATH": str(tmp_path / "kb.duckdb"),
+            "LOG_LEVEL": "WARNING",
+            "SVC_KNOWLEDGE_MCP_IDLE_SECONDS": "1",  # its shared service stops after the test
+        }
+    )
     params = StdioServerParameters(
         command=sys.executable, args=["-m", "service.cli", "mcp"], env=env, cwd=str(tmp_path)
     )

@@ -406,4 +406,4 @@ def _progress(total: int, enabled: bool):
         return _NoBar()
     from tqdm.auto import tqdm
 
-    return tqdm(total=total, desc="import", unit="line")
+    return tqdm(total=total, desc="import", unit="record")

@@ -49,6 +49,7 @@ from workbench.llm.retry import (
 )
 from workbench.llm.structured import MODES, parse_reply, request_options
 from workbench.metrics import Metrics
+from workbench.prompts import health_probe as probe_prompt
 from workbench.store import Store
 from workbench.store.llm_calls import LLMCallRow, defer_llm_call
 
@@ -179,6 +180,8 @@ class CompatChatModel:
             try:
                 result = parse_reply(reply.text, response_model)
             except StructuredOutputError as exc:
+                # an answer the workbench cannot use is a failing LLM, like a refused request
+                self.health.failed(type(exc).__name__, str(exc))
                 self._account(call, reply, exc)
                 raise
             self._account(call, reply, None)
@@ -189,6 +192,45 @@ class CompatChatModel:
             f"at {budget * 2}; the JSON is incomplete (raise SVC_KNOWLEDGE_LLM_MAX_TOKENS or "
             "shorten the episode)",
         )
+
+    def probe(self, timeout: float = 15.0) -> bool:
+        """One small structured request in the configured mode, without retries: whether the
+        LLM answers with usable output. The outcome goes to :attr:`health` (``GET /health``
+        shows a dead or unusable LLM before the first episode) and is accounted like any
+        call (an ``llm_calls`` row ``health_probe``, a few tokens)."""
+        call = _Call(probe_prompt.PROMPT_NAME, None, probe_prompt.ProbeReply.__name__)
+        call.attempt = 1
+        msgs, extra = request_options(
+            self.structured_output, probe_prompt.messages(), probe_prompt.ProbeReply
+        )
+        start = time.perf_counter()
+        try:
+            with self._slots:  # a one-slot local server: the probe waits its turn too
+                completion = self._client.with_options(timeout=timeout).post(
+                    "/chat/completions",
+                    cast_to=object,
+                    body={
+                        "model": self.model,
+                        "messages": msgs,
+                        self._token_param: probe_prompt.MAX_TOKENS,
+                        **extra,
+                    },
+                )
+        except openai.OpenAIError as exc:
+            info = classify_error(exc)
+            self.health.failed(info.error_type, info.message)
+            self._record_failure(call, info, time.perf_counter() - start)
+            return False
+        reply = self._reply(call, completion, time.perf_counter() - start)
+        try:
+            parse_reply(reply.text, probe_prompt.ProbeReply)
+        except StructuredOutputError as exc:
+            self.health.failed(type(exc).__name__, str(exc))
+            self._account(call, reply, exc)
+            return False
+        self.health.succeeded()
+        self._account(call, reply, None)
+        return True
 
     # --- sending with retries --------------------------------------------------------------
     def _send(self, call: _Call, msgs: list[dict], extra: dict[str, Any], budget: int) -> _Reply:
