@@ -65,6 +65,15 @@ RELEASED = object()  # an outcome: the message went back to the queue unspent
 COMMIT_LINGER_SECONDS = 0.2
 
 
+class PrepareAgain(Exception):  # noqa: N818 - an outcome, not a fault
+    """Raised by :meth:`EpisodeWork.commit` when what was prepared went stale (the graph it
+    was prepared against changed under it): nothing was written, and the messages go back to
+    the queue without spending an attempt (at most ``STALE_LIMIT`` times in a row each)."""
+
+
+STALE_LIMIT = 3
+
+
 class EpisodeWork(Protocol):
     """What the queue needs done with the messages it claims."""
 
@@ -171,6 +180,9 @@ class EpisodeQueue:
         self._avg_seconds = 1.0
         self._last_lease_check = None
         self._last_gauges = 0.0
+        # episode uuid -> preparations gone stale in a row (see PrepareAgain)
+        self._stale: dict[str, int] = {}
+        self._stale_lock = threading.Lock()
 
     # --- producer side ------------------------------------------------------------------
     def notify_enqueued(self, priority: int) -> None:
@@ -493,6 +505,11 @@ class EpisodeQueue:
         tickets = self._group.submit_many([[(m, v) for m, v, _ in group] for group in groups])
         out: list[tuple[QueueMessage, BaseException | None, float]] = []
         for ticket, group in zip(tickets, groups):
+            if isinstance(ticket.error, PrepareAgain) and self._prepare_again(group, ticket.error):
+                for message, _, started in group:
+                    self._release(message, owner)
+                    out.append((message, RELEASED, started))
+                continue
             if ticket.error is not None and len(group) > 1 and isinstance(ticket.error, Exception):
                 # a run's write failed: back to the queue, the group one at a time for a while
                 self._run_failed([m for m, _, _ in group], ticket.error)
@@ -502,6 +519,20 @@ class EpisodeQueue:
                 continue
             out += [(message, ticket.error, started) for message, _, started in group]
         return out
+
+    def _prepare_again(self, unit: list[tuple[QueueMessage, Any, float]], why: Exception) -> bool:
+        """Whether a unit whose preparation went stale goes back to the queue unspent (each
+        message at most ``STALE_LIMIT`` times in a row; then it fails as usual)."""
+        uuids = [message["episode_uuid"] for message, _, _ in unit]
+        with self._stale_lock:
+            counts = [self._stale.get(uuid, 0) + 1 for uuid in uuids]
+            if max(counts) > STALE_LIMIT:
+                for uuid in uuids:
+                    self._stale.pop(uuid, None)
+                return False
+            self._stale.update(zip(uuids, counts))
+        log.info("%d episodes are prepared again: %s", len(uuids), why)
+        return True
 
     def _linger_left_locked(self) -> float:
         return max(0.0, self._ready_since + COMMIT_LINGER_SECONDS - time.monotonic())
@@ -698,6 +729,8 @@ class EpisodeQueue:
             )
 
     def _completed(self, message: QueueMessage, started: float) -> None:
+        with self._stale_lock:
+            self._stale.pop(message["episode_uuid"], None)
         duration = time.perf_counter() - started
         self._avg_seconds = 0.8 * self._avg_seconds + 0.2 * duration
         end = (self.clock() - message["enqueued_at"]).total_seconds()

@@ -17,6 +17,7 @@ from datetime import datetime
 import numpy as np
 
 from workbench.clock import Clock
+from workbench.ingest.episode_queue import PrepareAgain
 from workbench.ingest.recent import RecentEpisodes
 from workbench.ingest.records import PreparedEpisode, entity_text
 from workbench.ingest.reembed import ReembedPolicy
@@ -57,6 +58,7 @@ class EpisodeWriter:
         # one result per episode (a second one would write its entities and facts twice)
         items = list({i.episode_uuid: i for i in items if i.changes is not None}.values())
         with self.store.transaction():
+            self.store.lock_groups(sorted({i.group_id for i in items}))
             pending = g.unprocessed_episodes(self.store, [i.episode_uuid for i in items])
             kept = [
                 item
@@ -66,6 +68,7 @@ class EpisodeWriter:
             _check_runs(items, kept)
             items = kept
             rows = _Rows.of(items, self.dimensions)
+            _check_still_new(self.store, rows)
             g.insert_entities(self.store, rows.new_entities)
             g.update_entity_summaries(self.store, rows.summaries, now)
             # an episode's mentions are written once, with it (checked above): no conflicts
@@ -130,6 +133,27 @@ class RunBroken(RuntimeError):
     are not written (the queue prepares them again, one at a time)."""
 
 
+class StalePreparation(PrepareAgain):
+    """An entity an episode would create was made by another writer (an import, another
+    process) after the episode was prepared against the graph: it is prepared again, and
+    then finds it."""
+
+
+def _check_still_new(store: Store, rows: _Rows) -> None:
+    """Inside the write's transaction, its groups locked: the entities it creates do not
+    exist yet (else: :class:`StalePreparation`), and the facts it adds that someone stored
+    meanwhile are left out (those the write itself invalidates do not count)."""
+    keys = [(e["group_id"], e["name_norm"]) for e in rows.new_entities]
+    made = g.entities_by_key(store, keys)
+    if made:
+        names = ", ".join(sorted({f"{n!r} in {grp}" for grp, n in made}))
+        raise StalePreparation(f"entities made since the episodes were prepared: {names}")
+    facts = [(f["group_id"], f["source_uuid"], f["target_uuid"], f["fact"]) for f in rows.facts]
+    stored = g.existing_facts(store, facts, ignore=[uuid for uuid, _ in rows.invalid])
+    if stored:
+        rows.drop_facts([f["uuid"] for f, key in zip(rows.facts, facts) if key in stored])
+
+
 def _check_runs(items: list[PreparedEpisode], kept: list[PreparedEpisode]) -> None:
     written = {id(i) for i in kept}
     gone: set[str] = set()  # groups with an episode dropped so far in this write
@@ -192,6 +216,19 @@ class _Rows:
         rows.entity_vectors, rows.fact_vectors = _stack(ent_vecs, dim), _stack(fact_vecs, dim)
         rows._one_row_each()
         return rows
+
+    def drop_facts(self, uuids: list[str]) -> None:
+        """Leave these new facts (and their vectors) out of the write."""
+        gone = set(uuids)
+        keep = [i for i, f in enumerate(self.facts) if f["uuid"] not in gone]
+        dropped: dict[str, int] = {}
+        for fact in self.facts:
+            if fact["uuid"] in gone:
+                episode = fact.get("episode_uuid") or ""
+                dropped[episode] = dropped.get(episode, 0) + 1
+        self.facts = [self.facts[i] for i in keep]
+        self.fact_vectors = self.fact_vectors[keep]
+        self.done = [(u, m, n - dropped.get(u, 0)) for u, m, n in self.done]
 
     def _one_row_each(self) -> None:
         """Consecutive episodes of one group written together (a run) may touch one entity

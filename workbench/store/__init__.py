@@ -401,6 +401,13 @@ class Store:
         DuckDB file (one process writes it)."""
         return True
 
+    def lock_groups(self, group_ids: Sequence[str]) -> None:
+        """Inside a transaction: wait until no other writer of these groups' entities and
+        facts is between its dedupe reads and its commit, and keep them out until this
+        transaction ends (what makes "create it unless it exists" hold under concurrency).
+        On a DuckDB file the transaction already holds the store lock, and one process
+        writes the file: nothing more to do."""
+
     @contextmanager
     def parallel(self, threads: int | None = None) -> Iterator[Store]:
         """Let DuckDB use ``threads`` (default: all cores) for bulk statements inside."""

@@ -45,6 +45,9 @@ def new_origin() -> str:
 
 # one advisory lock key per purpose (pg_advisory_xact_lock takes a bigint)
 MIGRATION_LOCK = 0x776F726B62656E01  # "workben" + 1
+# the two-key advisory locks of groups (lock_groups): this first key, the group's hash second
+# (PostgreSQL keeps one- and two-key locks apart)
+GROUP_LOCK_SPACE = 0x776B6731  # "wkg1"
 
 
 def is_postgres_url(location: str) -> bool:
@@ -370,6 +373,19 @@ class PostgresStore(Store):
         this process got it (another process holding it: False, at once)."""
         row = self.fetchone("SELECT pg_try_advisory_xact_lock(?)", [key])
         return bool(row and row[0])
+
+    def lock_groups(self, group_ids: Sequence[str]) -> None:
+        """Take the transaction-level advisory lock of each group (waiting for another
+        process's writer of the group to commit), in one order everywhere so two writers
+        never wait for each other; released at commit or rollback."""
+        if not self._in_own_transaction():
+            raise StoreError("lock_groups() needs a transaction")
+        if group_ids:
+            self._raw(
+                "SELECT pg_advisory_xact_lock(%s, k) FROM (SELECT DISTINCT hashtext(g) AS k "
+                "FROM unnest(%s::text[]) AS g ORDER BY k) AS keys",
+                [GROUP_LOCK_SPACE, sorted(set(group_ids))],
+            )
 
     # --- lifecycle and export ----------------------------------------------------------
     def checkpoint(self) -> None:
