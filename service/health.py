@@ -65,6 +65,16 @@ class EmbedderProbe:
 
 
 def store_check(workbench: Any) -> dict[str, Any]:
+    """The store answers ``SELECT 1``; a database server known to be down is reported from
+    that state, without waiting for it."""
+    outage = workbench.store.outage()
+    if outage is not None:
+        return {
+            "ok": False,
+            "path": workbench.store.path,
+            "down_since": outage["since"],
+            "detail": f"the database is unreachable: {outage['detail']}",
+        }
     try:
         workbench.store.fetchone("SELECT 1")
     except Exception as exc:  # noqa: BLE001 - reported, not raised

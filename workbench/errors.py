@@ -6,7 +6,8 @@
     ├── NotFound                   the named episode/entity/fact does not exist -> 404
     ├── Conflict                   the request clashes with the current state   -> 409
     ├── StoreError                 the DuckDB file cannot be opened/used        -> 503
-    │   └── StoreLocked            another process holds the database file
+    │   ├── StoreLocked            another process holds the database file
+    │   └── StoreUnavailable       the database server is unreachable (fails fast until back)
     ├── EmbedderError              the embedder failed or is unreachable       -> 503
     │   └── DimensionMismatch      the embedder returns vectors of another size
     └── LLMError                   a chat-completion call failed                -> 502
@@ -60,6 +61,13 @@ class StoreError(WorkbenchError):
 
 class StoreLocked(StoreError):
     kind = "store_locked"
+
+
+class StoreUnavailable(StoreError):
+    """The shared database server does not answer: raised at once (no waiting for it) until
+    a probe finds it back."""
+
+    kind = "store_unavailable"
 
 
 class EmbedderError(WorkbenchError):

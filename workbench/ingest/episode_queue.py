@@ -47,6 +47,7 @@ from datetime import timedelta
 from typing import Any, Protocol
 
 from workbench.clock import Clock
+from workbench.errors import StoreError, StoreUnavailable
 from workbench.ingest.group_commit import GroupCommit
 from workbench.ingest.retry import TRANSIENT, categorize, decide
 from workbench.metrics import Metrics
@@ -164,6 +165,7 @@ class EpisodeQueue:
         # number; a run's messages are written in one transaction, in order)
         self._unfinished: dict[Any, Unit] = {}
         self._ready: list[tuple[QueueMessage, bool, Any, float, int]] = []
+        self._held: list[QueueMessage] = []  # to release once the store is back (_hold)
         self._units = 0
         self._ready_since = 0.0
         self._unfinished_lock = threading.Lock()
@@ -197,7 +199,7 @@ class EpisodeQueue:
         self._stop.clear()
         self._abandon = False
         with self._unfinished_lock:
-            self._unfinished, self._ready = {}, []
+            self._unfinished, self._ready, self._held = {}, [], []
         self._may_claim = True
         self._run += 1  # a dispatcher of an earlier, abandoned run exits at its next turn
         # unique across the processes sharing a store; says which host and process holds it
@@ -250,7 +252,10 @@ class EpisodeQueue:
                 unstarted = list(self._unfinished)
             for future in unstarted:  # no worker may start them after the release
                 future.cancel()
-            q.release_all(self.store, self._owner if self._shared else None)
+            try:
+                q.release_all(self.store, self._owner if self._shared else None)
+            except StoreError as exc:  # their leases run out instead
+                log.warning("releasing the claimed episodes at stop failed: %s", exc)
         abandoned = self._abandon
         self._threads = []
         for pool in (self._workers, self._pool):
@@ -280,7 +285,15 @@ class EpisodeQueue:
         while self._current(run):
             stopping = self._stop.is_set()
             claimed, failed = 0, False
+            if not self.store.available:  # nothing can be written, claimed or released
+                if stopping:
+                    self._left_at_stop()
+                    return
+                self._wake.wait(self.poll_seconds)
+                self._wake.clear()
+                continue
             try:
+                self._release_held()
                 if stopping:
                     self._return_unstarted()
                 self._write_ready(force=stopping)
@@ -306,6 +319,36 @@ class EpisodeQueue:
                 self._wake.clear()
             if time.monotonic() - self._last_claim >= self.poll_seconds:
                 self._may_claim = True  # a poll: retries fall due, leases run out
+
+    def _left_at_stop(self) -> None:
+        """Stopping while the store is down: what was claimed stays leased to this process
+        and returns to the queue when its lease runs out (nothing is lost)."""
+        with self._unfinished_lock:
+            left = len(self._ready) + sum(len(u) for u in self._unfinished.values())
+        log.warning(
+            "stopping while the database is unreachable: %d claimed episodes return to the "
+            "queue when their leases run out",
+            left + len(self._held),
+        )
+
+    def _hold(self, message: QueueMessage) -> None:
+        """The store went away before what happened to ``message`` could be recorded: it is
+        returned to the queue, unspent, once the store is back (:meth:`_release_held`)."""
+        with self._unfinished_lock:
+            self._held.append(message)
+
+    def _release_held(self) -> None:
+        with self._unfinished_lock:
+            held, self._held = self._held, []
+        for i, message in enumerate(held):
+            try:
+                q.release(self.store, message["episode_uuid"], self._owner)
+            except Exception:  # still away: kept for the next turn
+                with self._unfinished_lock:
+                    self._held[:0] = held[i:]
+                raise
+        if held:
+            log.info("%d episodes held during a database outage returned to the queue", len(held))
 
     def _claim_for_workers(self) -> int:
         """Claim and hand out messages when at most ``concurrency`` are being prepared."""
@@ -426,6 +469,9 @@ class EpisodeQueue:
 
     def _release(self, message: QueueMessage, owner: str) -> None:
         """Back to the queue unspent (a run stopped before it)."""
+        if not self.store.available and owner == self._owner:
+            self._hold(message)
+            return
         try:
             q.release(self.store, message["episode_uuid"], owner)
         except Exception:  # its lease runs out and it returns
@@ -436,6 +482,9 @@ class EpisodeQueue:
         queue; anything else counts as a failed attempt (a release would hand it out again at
         once, forever). When even that fails, the message's lease runs out and it returns."""
         uuid = message["episode_uuid"]
+        if isinstance(error, StoreUnavailable) or not self.store.available:
+            self._hold(message)
+            return
         try:
             if isinstance(error, (KeyboardInterrupt, SystemExit)):
                 log.error(
@@ -481,6 +530,9 @@ class EpisodeQueue:
         self._maybe_refresh_gauges()
 
     def _record_failure(self, message: QueueMessage, error: BaseException, started: float) -> None:
+        if isinstance(error, StoreUnavailable) or not self.store.available:
+            self._hold(message)  # the outage's failure, not the episode's: no attempt spent
+            return
         try:
             self._failed(message, error, time.perf_counter() - started)
         except Exception:  # its lease runs out and it returns; the others are unaffected
@@ -608,9 +660,11 @@ class EpisodeQueue:
     def _in_flight(self) -> list[str]:
         """Uuids of the claimed messages the dispatcher's workers prepare or it will write."""
         with self._unfinished_lock:
-            return [m["episode_uuid"] for unit in self._unfinished.values() for m in unit] + [
-                m["episode_uuid"] for m, *_ in self._ready
-            ]
+            return (
+                [m["episode_uuid"] for unit in self._unfinished.values() for m in unit]
+                + [m["episode_uuid"] for m, *_ in self._ready]
+                + [m["episode_uuid"] for m in self._held]
+            )
 
     def _begin(self, message: QueueMessage) -> float:
         wait = (self.clock() - message["enqueued_at"]).total_seconds()

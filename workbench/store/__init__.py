@@ -401,6 +401,16 @@ class Store:
         DuckDB file (one process writes it)."""
         return True
 
+    @property
+    def available(self) -> bool:
+        """Whether the store answers: False while a database server is known to be down
+        (its operations then fail at once with ``StoreUnavailable``); a file always does."""
+        return True
+
+    def outage(self) -> dict[str, str] | None:
+        """While a database server is known to be down: since when and why; else None."""
+        return None
+
     def lock_groups(self, group_ids: Sequence[str]) -> None:
         """Inside a transaction: wait until no other writer of these groups' entities and
         facts is between its dedupe reads and its commit, and keep them out until this
