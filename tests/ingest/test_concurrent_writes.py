@@ -157,6 +157,48 @@ def test_an_entity_imported_while_its_episode_is_prepared_is_found_not_made_agai
         assert attempts <= 1  # the stale round was not counted
 
 
+def test_a_fact_imported_while_its_episode_is_prepared_is_not_written_again(
+    db, hash_embedder, fake_llm
+):
+    """The entities exist before the episode; the import of the episode's very fact lands
+    between its preparation and its write: the write leaves that fact out (no second LLM
+    round needed)."""
+    fake_llm.set_responder(rule_llm.respond)
+    fact = {
+        "type": "fact",
+        "source": "Maria Keller",
+        "target": "Acme",
+        "relation": "WORKS_AT",
+        "fact": "Maria Keller works at Acme.",
+        "group_id": "g1",
+    }
+    with open_wb(db, hash_embedder, fake_llm) as wb:
+        wb.import_memories(
+            [{"type": "entity", "name": n, "group_id": "g1"} for n in ("Maria Keller", "Acme")]
+        )
+        wb.add_memory("note", "Maria Keller works at Acme.", group_id="g1")
+        pipeline, calls = wb.queue.work, []
+
+        class ImportMeanwhile:
+            def __getattr__(self, name):
+                return getattr(pipeline, name)
+
+            def prepare(self, message):
+                prepared = pipeline.prepare(message)
+                assert [f["fact"] for f in prepared.changes.new_facts] == [fact["fact"]]
+                calls.append(wb.import_memories([fact]))
+                return prepared
+
+        wb.queue.work = ImportMeanwhile()
+        assert wb.process_pending() == 1 and len(calls) == 1
+        assert duplicates(wb) == (0, 0)
+        rows = wb.store.fetchall("SELECT fact, episode_uuid FROM facts")
+        assert [r[0] for r in rows] == [fact["fact"]] and rows[0][1] is None  # the import's
+        episode = wb.get_episodes(["g1"])["episodes"][0]
+        assert episode["status"] == "done" and episode["fact_count"] == 0
+        assert wb.store.fetchone("SELECT count(*) FROM fact_embeddings")[0] == 1
+
+
 @pytest.mark.parametrize("replicas", [2])
 def test_imports_through_two_processes_on_one_postgresql_store_dedupe(
     pg_location, hash_embedder, replicas

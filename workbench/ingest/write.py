@@ -17,6 +17,7 @@ from datetime import datetime
 import numpy as np
 
 from workbench.clock import Clock
+from workbench.ingest import reads
 from workbench.ingest.episode_queue import PrepareAgain
 from workbench.ingest.recent import RecentEpisodes
 from workbench.ingest.records import PreparedEpisode, entity_text
@@ -68,7 +69,7 @@ class EpisodeWriter:
             _check_runs(items, kept)
             items = kept
             rows = _Rows.of(items, self.dimensions)
-            _check_still_new(self.store, rows)
+            _check_still_new(rows, *self._stored_meanwhile(rows))
             g.insert_entities(self.store, rows.new_entities)
             g.update_entity_summaries(self.store, rows.summaries, now)
             # an episode's mentions are written once, with it (checked above): no conflicts
@@ -92,6 +93,25 @@ class EpisodeWriter:
         self.reembed.written([e["uuid"] for e in rows.entities], rows.kept.items())
         self._tell_indexes(rows)
         return items
+
+    def _stored_meanwhile(self, rows: _Rows) -> tuple[set[tuple[str, str]], set[str]]:
+        """Inside the write's transaction, its groups locked: which of the entities it creates
+        exist now (group, normalised name), and which of its new facts are stored already
+        (their uuids; a fact the write itself invalidates does not count). On a DuckDB file
+        the search rows answer (every writer of the one process tells them under the gate,
+        which this write holds: they are the store's, and cost no scan); a shared store is
+        asked (another process's write may not have reached the rows yet)."""
+        invalidated = {uuid for uuid, _ in rows.invalid}
+        keys = [(e["group_id"], e["name_norm"]) for e in rows.new_entities]
+        facts = [(f["group_id"], f["source_uuid"], f["target_uuid"], f["fact"]) for f in rows.facts]
+        if self.store.backend == "duckdb":
+            with self.index.cached_rows() as (entities, fact_rows):
+                made = {k for k in keys if reads.entities_by_norm(entities, k[0], [k[1]])}
+                stored = {k for k in facts if reads.stored_fact(fact_rows, k, invalidated)}
+        else:
+            made = set(g.entities_by_key(self.store, keys))
+            stored = g.existing_facts(self.store, facts, ignore=sorted(invalidated))
+        return made, {f["uuid"] for f, k in zip(rows.facts, facts) if k in stored}
 
     def _remember_done(self, items: list[PreparedEpisode]) -> None:
         """The committed episodes are their groups' latest processed ones now."""
@@ -139,19 +159,15 @@ class StalePreparation(PrepareAgain):
     then finds it."""
 
 
-def _check_still_new(store: Store, rows: _Rows) -> None:
-    """Inside the write's transaction, its groups locked: the entities it creates do not
-    exist yet (else: :class:`StalePreparation`), and the facts it adds that someone stored
-    meanwhile are left out (those the write itself invalidates do not count)."""
-    keys = [(e["group_id"], e["name_norm"]) for e in rows.new_entities]
-    made = g.entities_by_key(store, keys)
+def _check_still_new(rows: _Rows, made: set[tuple[str, str]], stored: set[str]) -> None:
+    """The entities the write creates do not exist yet (``made``: else
+    :class:`StalePreparation`), and the new facts someone stored meanwhile (``stored``) are
+    left out."""
     if made:
-        names = ", ".join(sorted({f"{n!r} in {grp}" for grp, n in made}))
+        names = ", ".join(sorted(f"{name!r} in {group}" for group, name in made))
         raise StalePreparation(f"entities made since the episodes were prepared: {names}")
-    facts = [(f["group_id"], f["source_uuid"], f["target_uuid"], f["fact"]) for f in rows.facts]
-    stored = g.existing_facts(store, facts, ignore=[uuid for uuid, _ in rows.invalid])
     if stored:
-        rows.drop_facts([f["uuid"] for f, key in zip(rows.facts, facts) if key in stored])
+        rows.drop_facts(sorted(stored))
 
 
 def _check_runs(items: list[PreparedEpisode], kept: list[PreparedEpisode]) -> None:
