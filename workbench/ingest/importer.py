@@ -228,12 +228,16 @@ class Importer:
         model time), then settle the plan inside the write's transaction, with the chunk's
         groups locked: what another import or an episode wrote meanwhile is reused, not
         made twice."""
+        commits = self.store.commits
         plan = self._plan(chunk)
         vectors = self._vectors(plan)
         with self.index:
             with self.store.transaction():
                 self.store.lock_groups(plan.groups)
-                plan.settle(self.store)
+                # a file only this process writes, unchanged since the plan's reads: settled
+                # (a bulk import alone skips the second look, a scan of the facts)
+                if self.store.shared or self.store.commits != commits:
+                    plan.settle(self.store)
                 dim = self.embedder.dimensions
                 ent_vecs = _rows_of(vectors, [e["uuid"] for e in plan.new_entities], dim)
                 fact_vecs = _rows_of(vectors, [f["uuid"] for f in plan.facts], dim)

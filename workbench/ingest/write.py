@@ -104,7 +104,7 @@ class EpisodeWriter:
         invalidated = {uuid for uuid, _ in rows.invalid}
         keys = [(e["group_id"], e["name_norm"]) for e in rows.new_entities]
         facts = [(f["group_id"], f["source_uuid"], f["target_uuid"], f["fact"]) for f in rows.facts]
-        if self.store.backend == "duckdb":
+        if not self.store.shared:
             with self.index.cached_rows() as (entities, fact_rows):
                 made = {k for k in keys if reads.entities_by_norm(entities, k[0], [k[1]])}
                 stored = {k for k in facts if reads.stored_fact(fact_rows, k, invalidated)}

@@ -61,6 +61,9 @@ class Store:
     :class:`~workbench.store.postgres.PostgresStore`, the same interface on PostgreSQL)."""
 
     backend = "duckdb"
+    # whether other processes write this database too (then what this process saw of it, in
+    # its caches or by counting its own commits, is not the whole story)
+    shared = False
 
     def __init__(self, con: duckdb.DuckDBPyConnection, path: str, dim: int, read_only: bool):
         self._con = con
@@ -73,6 +76,7 @@ class Store:
         self.path = path
         self.dim = dim
         self.read_only = read_only
+        self.commits = 0  # transactions committed through this store object
 
     # --- opening -----------------------------------------------------------------------
     @classmethod
@@ -226,6 +230,8 @@ class Store:
                     yield
             else:
                 yield
+                if not self._depth:  # a statement of its own: committed
+                    self.commits += 1
 
     def _executemany(self, sql: str, rows: Sequence[Sequence[Any]], match) -> None:
         if match is None:
@@ -380,6 +386,7 @@ class Store:
                 self._write_deferred()  # rows deferred inside the unit of work
                 self._depth = 0
                 self._con.execute("COMMIT")
+                self.commits += 1
             except BaseException:
                 self._depth = 0
                 try:

@@ -127,6 +127,7 @@ class PostgresStore(Store):
     """A PostgreSQL database with the workbench schema."""
 
     backend = "postgres"
+    shared = True
 
     def __init__(self, pool: Any, url: str, dim: int, read_only: bool):
         super().__init__(None, redact_url(url), dim, read_only)
