@@ -50,6 +50,7 @@ from workbench.clock import Clock
 from workbench.errors import StoreError, StoreUnavailable
 from workbench.ingest.group_commit import GroupCommit
 from workbench.ingest.retry import TRANSIENT, categorize, decide
+from workbench.ingest.setbacks import HeldMessages, PrepareAgain, StaleCounts
 from workbench.metrics import Metrics
 from workbench.store import Store
 from workbench.store import queue as q
@@ -66,15 +67,6 @@ RELEASED = object()  # an outcome: the message went back to the queue unspent
 COMMIT_LINGER_SECONDS = 0.2
 
 
-class PrepareAgain(Exception):  # noqa: N818 - an outcome, not a fault
-    """Raised by :meth:`EpisodeWork.commit` when what was prepared went stale (the graph it
-    was prepared against changed under it): nothing was written, and the messages go back to
-    the queue without spending an attempt (at most ``STALE_LIMIT`` times in a row each)."""
-
-
-STALE_LIMIT = 3
-
-
 class EpisodeWork(Protocol):
     """What the queue needs done with the messages it claims."""
 
@@ -87,7 +79,8 @@ class EpisodeWork(Protocol):
         ...
 
     def commit(self, results: list[Any], ack: Callable[[], None]) -> None:
-        """Write the prepared results in one transaction that also calls ``ack()``."""
+        """Write the prepared results in one transaction that also calls ``ack()``; raises
+        :class:`~workbench.ingest.setbacks.PrepareAgain` when they went stale."""
         ...
 
     def available(self) -> bool:
@@ -165,7 +158,7 @@ class EpisodeQueue:
         # number; a run's messages are written in one transaction, in order)
         self._unfinished: dict[Any, Unit] = {}
         self._ready: list[tuple[QueueMessage, bool, Any, float, int]] = []
-        self._held: list[QueueMessage] = []  # to release once the store is back (_hold)
+        self._held = HeldMessages()  # outcomes the store was away for (ingest.setbacks)
         self._units = 0
         self._ready_since = 0.0
         self._unfinished_lock = threading.Lock()
@@ -182,9 +175,7 @@ class EpisodeQueue:
         self._avg_seconds = 1.0
         self._last_lease_check = None
         self._last_gauges = 0.0
-        # episode uuid -> preparations gone stale in a row (see PrepareAgain)
-        self._stale: dict[str, int] = {}
-        self._stale_lock = threading.Lock()
+        self._stale = StaleCounts()  # preparations gone stale in a row (PrepareAgain)
 
     # --- producer side ------------------------------------------------------------------
     def notify_enqueued(self, priority: int) -> None:
@@ -199,7 +190,8 @@ class EpisodeQueue:
         self._stop.clear()
         self._abandon = False
         with self._unfinished_lock:
-            self._unfinished, self._ready, self._held = {}, [], []
+            self._unfinished, self._ready = {}, []
+        self._held.clear()
         self._may_claim = True
         self._run += 1  # a dispatcher of an earlier, abandoned run exits at its next turn
         # unique across the processes sharing a store; says which host and process holds it
@@ -334,21 +326,12 @@ class EpisodeQueue:
     def _hold(self, message: QueueMessage) -> None:
         """The store went away before what happened to ``message`` could be recorded: it is
         returned to the queue, unspent, once the store is back (:meth:`_release_held`)."""
-        with self._unfinished_lock:
-            self._held.append(message)
+        self._held.add(message)
 
     def _release_held(self) -> None:
-        with self._unfinished_lock:
-            held, self._held = self._held, []
-        for i, message in enumerate(held):
-            try:
-                q.release(self.store, message["episode_uuid"], self._owner)
-            except Exception:  # still away: kept for the next turn
-                with self._unfinished_lock:
-                    self._held[:0] = held[i:]
-                raise
-        if held:
-            log.info("%d episodes held during a database outage returned to the queue", len(held))
+        released = self._held.release(lambda uuid: q.release(self.store, uuid, self._owner))
+        if released:
+            log.info("%d episodes held during a database outage returned to the queue", released)
 
     def _claim_for_workers(self) -> int:
         """Claim and hand out messages when at most ``concurrency`` are being prepared."""
@@ -557,7 +540,10 @@ class EpisodeQueue:
         tickets = self._group.submit_many([[(m, v) for m, v, _ in group] for group in groups])
         out: list[tuple[QueueMessage, BaseException | None, float]] = []
         for ticket, group in zip(tickets, groups):
-            if isinstance(ticket.error, PrepareAgain) and self._prepare_again(group, ticket.error):
+            if isinstance(ticket.error, PrepareAgain) and self._stale.again(
+                m["episode_uuid"] for m, _, _ in group
+            ):
+                log.info("%d episodes are prepared again: %s", len(group), ticket.error)
                 for message, _, started in group:
                     self._release(message, owner)
                     out.append((message, RELEASED, started))
@@ -571,20 +557,6 @@ class EpisodeQueue:
                 continue
             out += [(message, ticket.error, started) for message, _, started in group]
         return out
-
-    def _prepare_again(self, unit: list[tuple[QueueMessage, Any, float]], why: Exception) -> bool:
-        """Whether a unit whose preparation went stale goes back to the queue unspent (each
-        message at most ``STALE_LIMIT`` times in a row; then it fails as usual)."""
-        uuids = [message["episode_uuid"] for message, _, _ in unit]
-        with self._stale_lock:
-            counts = [self._stale.get(uuid, 0) + 1 for uuid in uuids]
-            if max(counts) > STALE_LIMIT:
-                for uuid in uuids:
-                    self._stale.pop(uuid, None)
-                return False
-            self._stale.update(zip(uuids, counts))
-        log.info("%d episodes are prepared again: %s", len(uuids), why)
-        return True
 
     def _linger_left_locked(self) -> float:
         return max(0.0, self._ready_since + COMMIT_LINGER_SECONDS - time.monotonic())
@@ -663,8 +635,7 @@ class EpisodeQueue:
             return (
                 [m["episode_uuid"] for unit in self._unfinished.values() for m in unit]
                 + [m["episode_uuid"] for m, *_ in self._ready]
-                + [m["episode_uuid"] for m in self._held]
-            )
+            ) + self._held.uuids()
 
     def _begin(self, message: QueueMessage) -> float:
         wait = (self.clock() - message["enqueued_at"]).total_seconds()
@@ -783,8 +754,7 @@ class EpisodeQueue:
             )
 
     def _completed(self, message: QueueMessage, started: float) -> None:
-        with self._stale_lock:
-            self._stale.pop(message["episode_uuid"], None)
+        self._stale.forget(message["episode_uuid"])
         duration = time.perf_counter() - started
         self._avg_seconds = 0.8 * self._avg_seconds + 0.2 * duration
         end = (self.clock() - message["enqueued_at"]).total_seconds()

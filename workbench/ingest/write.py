@@ -18,10 +18,10 @@ import numpy as np
 
 from workbench.clock import Clock
 from workbench.ingest import reads
-from workbench.ingest.episode_queue import PrepareAgain
 from workbench.ingest.recent import RecentEpisodes
 from workbench.ingest.records import PreparedEpisode, entity_text
 from workbench.ingest.reembed import ReembedPolicy
+from workbench.ingest.setbacks import PrepareAgain
 from workbench.search.publish import Publisher
 from workbench.store import Store
 from workbench.store import graph as g
