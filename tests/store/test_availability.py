@@ -68,3 +68,15 @@ def test_closing_stops_the_probes():
     probes = server.probes
     threading.Event().wait(0.1)
     assert server.probes == probes and not state.up
+
+
+def test_only_errors_of_a_lost_connection_make_the_store_probe():
+    import psycopg
+
+    from workbench.store.postgres import connection_lost
+
+    assert connection_lost(psycopg.OperationalError("server closed the connection"))
+    assert connection_lost(psycopg.errors.AdminShutdown())  # 57P01: the server stops
+    assert connection_lost(psycopg.errors.CannotConnectNow())  # 57P03: it is starting
+    assert not connection_lost(psycopg.errors.QueryCanceled())  # 57014: a statement timeout
+    assert not connection_lost(psycopg.errors.LockNotAvailable())  # 55P03: a lock timeout

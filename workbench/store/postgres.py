@@ -81,6 +81,17 @@ def connection_options(url: str) -> dict[str, Any]:
     return {k: v for k, v in CONNECTION_OPTIONS.items() if k not in given}
 
 
+def url_with_options(url: str) -> str:
+    """The URL with :func:`connection_options` as query parameters (for libpq inside DuckDB's
+    postgres extension, which takes a URL, not keyword arguments)."""
+    from urllib.parse import urlencode
+
+    extra = connection_options(url)
+    if not extra:
+        return url
+    return f"{url}{'&' if '?' in url else '?'}{urlencode(extra)}"
+
+
 def is_postgres_url(location: str) -> bool:
     return location.startswith(("postgresql://", "postgres://"))
 
@@ -614,7 +625,7 @@ def attach_postgres(con, url: str, alias: str = "pg", read_only: bool = True) ->
     with psycopg.connect(url, **connection_options(url)) as pg:
         schema = pg.execute("SELECT current_schema()").fetchone()[0]
     con.execute(f"LOAD '{postgres_extension_path()}'")
-    literal = url.replace("'", "''")
+    literal = url_with_options(url).replace("'", "''")
     mode = ", READ_ONLY" if read_only else ""
     con.execute(f"ATTACH '{literal}' AS {alias} (TYPE postgres, SCHEMA '{schema}'{mode})")
     return schema
