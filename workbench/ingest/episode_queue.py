@@ -281,6 +281,7 @@ class EpisodeQueue:
                 if stopping:
                     self._left_at_stop()
                     return
+                renewed = 0.0  # once it is back: renew at once (the leases may have run out)
                 self._wake.wait(self.poll_seconds)
                 self._wake.clear()
                 continue
