@@ -66,7 +66,16 @@ class EmbedderProbe:
 
 
 def store_check(workbench: Any) -> dict[str, Any]:
-    """The store answers, and takes writes again if the last one failed (a full disk)."""
+    """The store answers, and takes writes again if the last one failed (a full disk); a
+    database server known to be down is reported from that state, without waiting for it."""
+    outage = workbench.store.outage()
+    if outage is not None:
+        return {
+            "ok": False,
+            "path": workbench.store.path,
+            "down_since": outage["since"],
+            "detail": f"the database is unreachable: {outage['detail']}",
+        }
     try:
         workbench.store.fetchone("SELECT 1")
         if getattr(workbench.store, "write_failure", None):

@@ -33,7 +33,7 @@ from service.logs import setup_logging
 from service.middleware import is_loopback
 from service.timeouts import TimedH11Protocol, timed_protocol
 from workbench.config import Settings
-from workbench.errors import ConfigError, EmbedderError, StoreLocked
+from workbench.errors import ConfigError, EmbedderError, StoreLocked, StoreUnavailable
 from workbench.llm.health import LLMHealth
 
 log = logging.getLogger("service")
@@ -463,9 +463,13 @@ def stop_workbench(workbench: Any, what: str, done: str) -> None:
     """Graceful stop: running episodes finish or go back to the queue, then close."""
     log.info("stopping %s: finishing or releasing claimed episodes", what)
     try:
-        workbench.stop(timeout=QUEUE_STOP_SECONDS)
-    finally:
-        workbench.close()
+        try:
+            workbench.stop(timeout=QUEUE_STOP_SECONDS)
+        finally:
+            workbench.close()
+    except StoreUnavailable as exc:  # a stop is no failure: its claims return by their leases
+        log.warning("%s stopped while its database was unreachable: %s", what, exc)
+        return
     log.info(done)
 
 

@@ -64,6 +64,11 @@ class ThrowawayPostgres:
         if self._root:
             shutil.chown(self.dir, "postgres", "postgres")
         self._run("initdb", "-D", str(self.data), "-U", "postgres", "-A", "trust", "-E", "UTF8")
+        self.resume()
+        return self
+
+    def resume(self) -> None:
+        """Start the server (again, after :meth:`halt`) on the same port and data."""
         options = (
             f"-p {self.port} -k {self.dir} -c listen_addresses=127.0.0.1 -c fsync=off "
             "-c synchronous_commit=off -c full_page_writes=off -c max_connections=300"
@@ -81,7 +86,12 @@ class ThrowawayPostgres:
             "-l",
             str(self.dir / "log"),
         )
-        return self
+
+    def halt(self) -> None:
+        """Stop the server as an outage would (every connection cut), keeping its data for
+        :meth:`resume` (a fast shutdown: this cluster commits asynchronously, and an
+        immediate one could lose the last commits)."""
+        self._run("pg_ctl", "-D", str(self.data), "-m", "fast", "-w", "stop")
 
     @property
     def url(self) -> str:

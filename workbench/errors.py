@@ -8,7 +8,8 @@
     ├── QueueFull                  the extraction queue holds its cap of episodes -> 429
     ├── StoreError                 the DuckDB file cannot be opened/used        -> 503
     │   ├── StoreLocked            another process holds the database file
-    │   └── StoreFull              the disk is full: a write was not stored
+    │   ├── StoreFull              the disk is full: a write was not stored
+    │   └── StoreUnavailable       the database server is unreachable (fails fast until back)
     ├── EmbedderError              the embedder failed or is unreachable       -> 503
     │   └── DimensionMismatch      the embedder returns vectors of another size
     └── LLMError                   a chat-completion call failed                -> 502
@@ -71,6 +72,13 @@ class StoreLocked(StoreError):
 
 class StoreFull(StoreError):
     kind = "disk_full"
+
+
+class StoreUnavailable(StoreError):
+    """The shared database server does not answer: raised at once (no waiting for it) until
+    a probe finds it back."""
+
+    kind = "store_unavailable"
 
 
 class EmbedderError(WorkbenchError):

@@ -47,8 +47,10 @@ from datetime import timedelta
 from typing import Any, Protocol
 
 from workbench.clock import Clock
+from workbench.errors import StoreError, StoreUnavailable
 from workbench.ingest.group_commit import GroupCommit
 from workbench.ingest.retry import TRANSIENT, categorize, decide
+from workbench.ingest.setbacks import HeldMessages, PrepareAgain, StaleCounts
 from workbench.metrics import Metrics
 from workbench.store import Store
 from workbench.store import queue as q
@@ -77,7 +79,8 @@ class EpisodeWork(Protocol):
         ...
 
     def commit(self, results: list[Any], ack: Callable[[], None]) -> None:
-        """Write the prepared results in one transaction that also calls ``ack()``."""
+        """Write the prepared results in one transaction that also calls ``ack()``; raises
+        :class:`~workbench.ingest.setbacks.PrepareAgain` when they went stale."""
         ...
 
     def available(self) -> bool:
@@ -155,6 +158,7 @@ class EpisodeQueue:
         # number; a run's messages are written in one transaction, in order)
         self._unfinished: dict[Any, Unit] = {}
         self._ready: list[tuple[QueueMessage, bool, Any, float, int]] = []
+        self._held = HeldMessages()  # outcomes the store was away for (ingest.setbacks)
         self._units = 0
         self._ready_since = 0.0
         self._unfinished_lock = threading.Lock()
@@ -171,6 +175,7 @@ class EpisodeQueue:
         self._avg_seconds = 1.0
         self._last_lease_check = None
         self._last_gauges = 0.0
+        self._stale = StaleCounts()  # preparations gone stale in a row (PrepareAgain)
 
     # --- producer side ------------------------------------------------------------------
     def notify_enqueued(self, priority: int) -> None:
@@ -186,6 +191,7 @@ class EpisodeQueue:
         self._abandon = False
         with self._unfinished_lock:
             self._unfinished, self._ready = {}, []
+        self._held.clear()
         self._may_claim = True
         self._run += 1  # a dispatcher of an earlier, abandoned run exits at its next turn
         # unique across the processes sharing a store; says which host and process holds it
@@ -238,7 +244,10 @@ class EpisodeQueue:
                 unstarted = list(self._unfinished)
             for future in unstarted:  # no worker may start them after the release
                 future.cancel()
-            q.release_all(self.store, self._owner if self._shared else None)
+            try:
+                q.release_all(self.store, self._owner if self._shared else None)
+            except StoreError as exc:  # their leases run out instead
+                log.warning("releasing the claimed episodes at stop failed: %s", exc)
         abandoned = self._abandon
         self._threads = []
         for pool in (self._workers, self._pool):
@@ -268,7 +277,16 @@ class EpisodeQueue:
         while self._current(run):
             stopping = self._stop.is_set()
             claimed, failed = 0, False
+            if not self.store.available:  # nothing can be written, claimed or released
+                if stopping:
+                    self._left_at_stop()
+                    return
+                renewed = 0.0  # once it is back: renew at once (the leases may have run out)
+                self._wake.wait(self.poll_seconds)
+                self._wake.clear()
+                continue
             try:
+                self._release_held()
                 if stopping:
                     self._return_unstarted()
                 self._write_ready(force=stopping)
@@ -294,6 +312,27 @@ class EpisodeQueue:
                 self._wake.clear()
             if time.monotonic() - self._last_claim >= self.poll_seconds:
                 self._may_claim = True  # a poll: retries fall due, leases run out
+
+    def _left_at_stop(self) -> None:
+        """Stopping while the store is down: what was claimed stays leased to this process
+        and returns to the queue when its lease runs out (nothing is lost)."""
+        with self._unfinished_lock:
+            left = len(self._ready) + sum(len(u) for u in self._unfinished.values())
+        log.warning(
+            "stopping while the database is unreachable: %d claimed episodes return to the "
+            "queue when their leases run out",
+            left + len(self._held),
+        )
+
+    def _hold(self, message: QueueMessage) -> None:
+        """The store went away before what happened to ``message`` could be recorded: it is
+        returned to the queue, unspent, once the store is back (:meth:`_release_held`)."""
+        self._held.add(message)
+
+    def _release_held(self) -> None:
+        released = self._held.release(lambda uuid: q.release(self.store, uuid, self._owner))
+        if released:
+            log.info("%d episodes held during a database outage returned to the queue", released)
 
     def _claim_for_workers(self) -> int:
         """Claim and hand out messages when at most ``concurrency`` are being prepared."""
@@ -414,6 +453,9 @@ class EpisodeQueue:
 
     def _release(self, message: QueueMessage, owner: str) -> None:
         """Back to the queue unspent (a run stopped before it)."""
+        if not self.store.available and owner == self._owner:
+            self._hold(message)
+            return
         try:
             q.release(self.store, message["episode_uuid"], owner)
         except Exception:  # its lease runs out and it returns
@@ -424,6 +466,9 @@ class EpisodeQueue:
         queue; anything else counts as a failed attempt (a release would hand it out again at
         once, forever). When even that fails, the message's lease runs out and it returns."""
         uuid = message["episode_uuid"]
+        if isinstance(error, StoreUnavailable) or not self.store.available:
+            self._hold(message)
+            return
         try:
             if isinstance(error, (KeyboardInterrupt, SystemExit)):
                 log.error(
@@ -469,6 +514,9 @@ class EpisodeQueue:
         self._maybe_refresh_gauges()
 
     def _record_failure(self, message: QueueMessage, error: BaseException, started: float) -> None:
+        if isinstance(error, StoreUnavailable) or not self.store.available:
+            self._hold(message)  # the outage's failure, not the episode's: no attempt spent
+            return
         try:
             self._failed(message, error, time.perf_counter() - started)
         except Exception:  # its lease runs out and it returns; the others are unaffected
@@ -493,6 +541,14 @@ class EpisodeQueue:
         tickets = self._group.submit_many([[(m, v) for m, v, _ in group] for group in groups])
         out: list[tuple[QueueMessage, BaseException | None, float]] = []
         for ticket, group in zip(tickets, groups):
+            if isinstance(ticket.error, PrepareAgain) and self._stale.again(
+                m["episode_uuid"] for m, _, _ in group
+            ):
+                log.info("%d episodes are prepared again: %s", len(group), ticket.error)
+                for message, _, started in group:
+                    self._release(message, owner)
+                    out.append((message, RELEASED, started))
+                continue
             if ticket.error is not None and len(group) > 1 and isinstance(ticket.error, Exception):
                 # a run's write failed: back to the queue, the group one at a time for a while
                 self._run_failed([m for m, _, _ in group], ticket.error)
@@ -577,9 +633,10 @@ class EpisodeQueue:
     def _in_flight(self) -> list[str]:
         """Uuids of the claimed messages the dispatcher's workers prepare or it will write."""
         with self._unfinished_lock:
-            return [m["episode_uuid"] for unit in self._unfinished.values() for m in unit] + [
-                m["episode_uuid"] for m, *_ in self._ready
-            ]
+            return (
+                [m["episode_uuid"] for unit in self._unfinished.values() for m in unit]
+                + [m["episode_uuid"] for m, *_ in self._ready]
+            ) + self._held.uuids()
 
     def _begin(self, message: QueueMessage) -> float:
         wait = (self.clock() - message["enqueued_at"]).total_seconds()
@@ -698,6 +755,7 @@ class EpisodeQueue:
             )
 
     def _completed(self, message: QueueMessage, started: float) -> None:
+        self._stale.forget(message["episode_uuid"])
         duration = time.perf_counter() - started
         self._avg_seconds = 0.8 * self._avg_seconds + 0.2 * duration
         end = (self.clock() - message["enqueued_at"]).total_seconds()

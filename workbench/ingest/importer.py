@@ -255,13 +255,41 @@ class Importer:
         return report
 
     def _import_chunk(self, chunk, report: ImportReport) -> None:
-        now = self.clock()
-        entities: dict[tuple[str, str], dict] = {}  # (group, norm) -> row (new or existing)
-        new_entities: list[dict] = []
-        facts: list[dict] = []
-        seen_facts: set[tuple[str, str, str, str]] = set()
-        given: dict[str, np.ndarray] = {}  # uuid -> the vector the record brought
+        """Plan the chunk against the stored graph and embed what it adds (outside any lock:
+        model time), then settle the plan inside the write's transaction, with the chunk's
+        groups locked: what another import or an episode wrote meanwhile is reused, not
+        made twice."""
+        commits = self.store.commits
+        plan = self._plan(chunk)
+        vectors = self._vectors(plan)
+        with self.index:
+            with self.store.transaction():
+                self.store.lock_groups(plan.groups)
+                # a file only this process writes, unchanged since the plan's reads: settled
+                # (a bulk import alone skips the second look, a scan of the facts)
+                if self.store.shared or self.store.commits != commits:
+                    plan.settle(self.store)
+                dim = self.embedder.dimensions
+                ent_vecs = _rows_of(vectors, [e["uuid"] for e in plan.new_entities], dim)
+                fact_vecs = _rows_of(vectors, [f["uuid"] for f in plan.facts], dim)
+                self._insert(plan, ent_vecs, fact_vecs)
+            # committed already: extraction reads the graph from the search rows, which must
+            # not miss these (the next episode would create them again)
+            self.index.upserted(
+                [
+                    ("entity", [{**e, "text": _text(e)} for e in plan.new_entities], ent_vecs),
+                    ("fact", [{**f, "text": f["fact"]} for f in plan.facts], fact_vecs),
+                ],
+                "an import",
+            )
+        plan.count(report)
 
+    def _plan(self, chunk) -> _ChunkPlan:
+        """The chunk's new entities and facts against the graph as it is stored now."""
+        now = self.clock()
+        plan = _ChunkPlan()
+        entities: dict[tuple[str, str], dict] = {}  # (group, norm) -> row (new or existing)
+        seen_facts: set[tuple[str, str, str, str]] = set()
         stored_entities = self._stored_entities(chunk)
 
         def entity(group: str, name: str, line: EntityLine | None = None) -> dict:
@@ -270,15 +298,14 @@ class Importer:
                 return entities[key]
             found = stored_entities.get(key)
             if found:
-                report.entities_existing += 1
+                plan.entities_existing += 1
                 entities[key] = found
                 return found
             row = _entity_row(group, name, line, key[1], now)
             if line is not None and line.embedding is not None:
-                given[row["uuid"]] = line.embedding
+                plan.given[row["uuid"]] = line.embedding
             entities[key] = row
-            new_entities.append(row)
-            report.entities_created += 1
+            plan.new_entities.append(row)
             return row
 
         candidates: list[tuple[tuple[str, str, str, str], dict]] = []
@@ -290,22 +317,21 @@ class Importer:
             src, dst = entity(group, line.source), entity(group, line.target)
             key = (group, src["uuid"], dst["uuid"], line.fact.strip().lower())
             if key in seen_facts:
-                report.facts_existing += 1
+                plan.facts_existing += 1
                 continue
             seen_facts.add(key)
             row = _fact_row(group, src["uuid"], dst["uuid"], line, now)
             if line.embedding is not None:
-                given[row["uuid"]] = line.embedding
+                plan.given[row["uuid"]] = line.embedding
             candidates.append((key, row))
         # one query for the chunk's facts, whatever their groups (a scan of the facts each)
         stored = g.existing_facts(self.store, [key for key, _ in candidates])
         for key, row in candidates:
             if key in stored:
-                report.facts_existing += 1
+                plan.facts_existing += 1
             else:
-                facts.append(row)
-                report.facts_created += 1
-        self._write(new_entities, facts, given)
+                plan.facts.append(row)
+        return plan
 
     def _stored_entities(self, chunk) -> dict[tuple[str, str], dict]:
         """The stored entities the chunk names, by (group, normalised name): one query per
@@ -321,42 +347,88 @@ class Importer:
             for norm, row in g.entities_by_norm(self.store, group, sorted(norms)).items()
         }
 
-    def _write(
-        self, new_entities: list[dict], facts: list[dict], given: dict[str, np.ndarray]
-    ) -> None:
-        texts = [entity_text(e["name"], e["entity_type"], e["summary"]) for e in new_entities]
-        texts += [f["fact"] for f in facts]
-        uuids = [e["uuid"] for e in new_entities] + [f["uuid"] for f in facts]
-        vectors = np.zeros((len(texts), self.embedder.dimensions), np.float32)
-        todo = [i for i, u in enumerate(uuids) if u not in given]  # embedded here
+    def _vectors(self, plan: _ChunkPlan) -> dict[str, np.ndarray]:
+        """uuid -> vector of every row the plan adds: embedded here, or the one its record
+        brought (normalised like the embedder's own)."""
+        rows = [(e["uuid"], _text(e)) for e in plan.new_entities]
+        rows += [(f["uuid"], f["fact"]) for f in plan.facts]
+        todo = [(uuid, text) for uuid, text in rows if uuid not in plan.given]
+        vectors: dict[str, np.ndarray] = {}
         if todo:
-            vectors[todo] = self.embedder.embed([texts[i] for i in todo])
-        for i, uuid in enumerate(uuids):
-            if uuid in given:  # brought along: normalised like the embedder's own
-                vector = np.asarray(given[uuid], np.float32)
+            embedded = self.embedder.embed([text for _, text in todo])
+            vectors.update(zip([uuid for uuid, _ in todo], np.asarray(embedded, np.float32)))
+        for uuid, _ in rows:
+            if uuid in plan.given:
+                vector = np.asarray(plan.given[uuid], np.float32)
                 norm = float(np.linalg.norm(vector))
-                vectors[i] = vector / norm if norm > 0 else vector
-        ent_vecs, fact_vecs = vectors[: len(new_entities)], vectors[len(new_entities) :]
-        with self.index:
-            with self.store.transaction():
-                g.insert_entities(self.store, new_entities)
-                g.insert_facts(self.store, facts)
-                model = self.embedder.model
-                g.insert_embeddings(
-                    self.store, "entity", [e["uuid"] for e in new_entities], ent_vecs, model
-                )
-                g.insert_embeddings(
-                    self.store, "fact", [f["uuid"] for f in facts], fact_vecs, model
-                )
-            # committed already: extraction reads the graph from the search rows, which must
-            # not miss these (the next episode would create them again)
-            self.index.upserted(
-                [
-                    ("entity", [{**e, "text": t} for e, t in zip(new_entities, texts)], ent_vecs),
-                    ("fact", [{**f, "text": f["fact"]} for f in facts], fact_vecs),
-                ],
-                "an import",
-            )
+                vectors[uuid] = vector / norm if norm > 0 else vector
+        return vectors
+
+    def _insert(self, plan: _ChunkPlan, ent_vecs: np.ndarray, fact_vecs: np.ndarray) -> None:
+        g.insert_entities(self.store, plan.new_entities)
+        g.insert_facts(self.store, plan.facts)
+        model = self.embedder.model
+        g.insert_embeddings(
+            self.store, "entity", [e["uuid"] for e in plan.new_entities], ent_vecs, model
+        )
+        g.insert_embeddings(self.store, "fact", [f["uuid"] for f in plan.facts], fact_vecs, model)
+
+
+@dataclass
+class _ChunkPlan:
+    """What one chunk adds: new entity and fact rows, the vectors records brought (uuid ->
+    vector), and how many of its entities and facts exist already."""
+
+    new_entities: list[dict] = field(default_factory=list)
+    facts: list[dict] = field(default_factory=list)
+    given: dict[str, np.ndarray] = field(default_factory=dict)
+    entities_existing: int = 0
+    facts_existing: int = 0
+
+    @property
+    def groups(self) -> list[str]:
+        return sorted({r["group_id"] for r in [*self.new_entities, *self.facts]})
+
+    def settle(self, store: Store) -> None:
+        """Inside the write's transaction, its groups locked: an entity someone made since
+        the plan was read is used instead of a new one (its facts re-pointed), and a fact
+        someone stored meanwhile is not stored again."""
+        made = g.entities_by_key(
+            store, [(e["group_id"], e["name_norm"]) for e in self.new_entities]
+        )
+        if made:
+            ours = {e["uuid"]: made.get((e["group_id"], e["name_norm"])) for e in self.new_entities}
+            same = {uuid: row["uuid"] for uuid, row in ours.items() if row is not None}
+            self.new_entities = [e for e in self.new_entities if e["uuid"] not in same]
+            self.entities_existing += len(same)
+            for fact in self.facts:
+                fact["source_uuid"] = same.get(fact["source_uuid"], fact["source_uuid"])
+                fact["target_uuid"] = same.get(fact["target_uuid"], fact["target_uuid"])
+        keys = [_fact_key(f) for f in self.facts]
+        stored = g.existing_facts(store, keys)
+        if stored:
+            self.facts = [f for f, key in zip(self.facts, keys) if key not in stored]
+            self.facts_existing += len(keys) - len(self.facts)
+
+    def count(self, report: ImportReport) -> None:
+        report.entities_created += len(self.new_entities)
+        report.entities_existing += self.entities_existing
+        report.facts_created += len(self.facts)
+        report.facts_existing += self.facts_existing
+
+
+def _fact_key(fact: dict) -> tuple[str, str, str, str]:
+    return (fact["group_id"], fact["source_uuid"], fact["target_uuid"], fact["fact"])
+
+
+def _text(entity: dict) -> str:
+    return entity_text(entity["name"], entity["entity_type"], entity["summary"])
+
+
+def _rows_of(vectors: dict[str, np.ndarray], uuids: list[str], dim: int) -> np.ndarray:
+    if not uuids:
+        return np.zeros((0, dim), np.float32)
+    return np.vstack([vectors[u] for u in uuids]).astype(np.float32)
 
 
 def _entity_row(group, name, line, norm, now) -> dict:

@@ -19,7 +19,7 @@ on random graphs.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
@@ -142,6 +142,22 @@ def existing_fact_keys(facts: RowCache, group_id: str, keys: Sequence[FactKey]) 
         }
         found.update(k for k in pair_keys if k[2].strip().lower() in texts)
     return found
+
+
+def stored_fact(
+    facts: RowCache, key: tuple[str, str, str, str], ignore: Collection[str] = ()
+) -> bool:
+    """Whether the (group, source, target, text) fact is stored, unexpired (the text compared
+    trimmed and lower-cased; facts whose uuid is in ``ignore`` do not count)."""
+    group, source, target, text = key
+    text = text.strip().lower()
+    return any(
+        row["group_id"] == group
+        and row["expired_at"] is None
+        and row["uuid"] not in ignore
+        and row["fact"].strip().lower() == text
+        for row in _pair_rows(facts, source, target)
+    )
 
 
 def _pair_rows(facts: RowCache, source: str, target: str) -> Iterator[dict[str, Any]]:

@@ -17,9 +17,11 @@ from datetime import datetime
 import numpy as np
 
 from workbench.clock import Clock
+from workbench.ingest import reads
 from workbench.ingest.recent import RecentEpisodes
 from workbench.ingest.records import PreparedEpisode, entity_text
 from workbench.ingest.reembed import ReembedPolicy
+from workbench.ingest.setbacks import PrepareAgain
 from workbench.search.publish import Publisher
 from workbench.store import Store
 from workbench.store import graph as g
@@ -57,6 +59,7 @@ class EpisodeWriter:
         # one result per episode (a second one would write its entities and facts twice)
         items = list({i.episode_uuid: i for i in items if i.changes is not None}.values())
         with self.store.transaction():
+            self.store.lock_groups(sorted({i.group_id for i in items}))
             pending = g.unprocessed_episodes(self.store, [i.episode_uuid for i in items])
             kept = [
                 item
@@ -66,6 +69,7 @@ class EpisodeWriter:
             _check_runs(items, kept)
             items = kept
             rows = _Rows.of(items, self.dimensions)
+            _check_still_new(rows, *self._stored_meanwhile(rows))
             g.insert_entities(self.store, rows.new_entities)
             g.update_entity_summaries(self.store, rows.summaries, now)
             # an episode's mentions are written once, with it (checked above): no conflicts
@@ -89,6 +93,25 @@ class EpisodeWriter:
         self.reembed.written([e["uuid"] for e in rows.entities], rows.kept.items())
         self._tell_indexes(rows)
         return items
+
+    def _stored_meanwhile(self, rows: _Rows) -> tuple[set[tuple[str, str]], set[str]]:
+        """Inside the write's transaction, its groups locked: which of the entities it creates
+        exist now (group, normalised name), and which of its new facts are stored already
+        (their uuids; a fact the write itself invalidates does not count). On a DuckDB file
+        the search rows answer (every writer of the one process tells them under the gate,
+        which this write holds: they are the store's, and cost no scan); a shared store is
+        asked (another process's write may not have reached the rows yet)."""
+        invalidated = {uuid for uuid, _ in rows.invalid}
+        keys = [(e["group_id"], e["name_norm"]) for e in rows.new_entities]
+        facts = [(f["group_id"], f["source_uuid"], f["target_uuid"], f["fact"]) for f in rows.facts]
+        if not self.store.shared:
+            with self.index.cached_rows() as (entities, fact_rows):
+                made = {k for k in keys if reads.entities_by_norm(entities, k[0], [k[1]])}
+                stored = {k for k in facts if reads.stored_fact(fact_rows, k, invalidated)}
+        else:
+            made = set(g.entities_by_key(self.store, keys))
+            stored = g.existing_facts(self.store, facts, ignore=sorted(invalidated))
+        return made, {f["uuid"] for f, k in zip(rows.facts, facts) if k in stored}
 
     def _remember_done(self, items: list[PreparedEpisode]) -> None:
         """The committed episodes are their groups' latest processed ones now."""
@@ -128,6 +151,23 @@ class RunBroken(RuntimeError):
     """An episode of a run was deleted (or written by another delivery) while the run was
     prepared: the later episodes of its group were resolved against what it made, so they
     are not written (the queue prepares them again, one at a time)."""
+
+
+class StalePreparation(PrepareAgain):
+    """An entity an episode would create was made by another writer (an import, another
+    process) after the episode was prepared against the graph: it is prepared again, and
+    then finds it."""
+
+
+def _check_still_new(rows: _Rows, made: set[tuple[str, str]], stored: set[str]) -> None:
+    """The entities the write creates do not exist yet (``made``: else
+    :class:`StalePreparation`), and the new facts someone stored meanwhile (``stored``) are
+    left out."""
+    if made:
+        names = ", ".join(sorted(f"{name!r} in {group}" for group, name in made))
+        raise StalePreparation(f"entities made since the episodes were prepared: {names}")
+    if stored:
+        rows.drop_facts(sorted(stored))
 
 
 def _check_runs(items: list[PreparedEpisode], kept: list[PreparedEpisode]) -> None:
@@ -192,6 +232,19 @@ class _Rows:
         rows.entity_vectors, rows.fact_vectors = _stack(ent_vecs, dim), _stack(fact_vecs, dim)
         rows._one_row_each()
         return rows
+
+    def drop_facts(self, uuids: list[str]) -> None:
+        """Leave these new facts (and their vectors) out of the write."""
+        gone = set(uuids)
+        keep = [i for i, f in enumerate(self.facts) if f["uuid"] not in gone]
+        dropped: dict[str, int] = {}
+        for fact in self.facts:
+            if fact["uuid"] in gone:
+                episode = fact.get("episode_uuid") or ""
+                dropped[episode] = dropped.get(episode, 0) + 1
+        self.facts = [self.facts[i] for i in keep]
+        self.fact_vectors = self.fact_vectors[keep]
+        self.done = [(u, m, n - dropped.get(u, 0)) for u, m, n in self.done]
 
     def _one_row_each(self) -> None:
         """Consecutive episodes of one group written together (a run) may touch one entity

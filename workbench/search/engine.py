@@ -51,7 +51,7 @@ import numpy as np
 
 from workbench.clock import Clock, utcnow
 from workbench.embedding.base import embed_queries
-from workbench.errors import InvalidInput, NotFound
+from workbench.errors import InvalidInput, NotFound, StoreUnavailable
 from workbench.metrics import Metrics
 from workbench.search.access import AccessTracker
 from workbench.search.bm25 import KeywordIndex, tokenize
@@ -332,10 +332,13 @@ class SearchEngine:
     def _maybe_sync(self) -> None:
         """Notice a maintenance run done by someone else; reload the rows in the background."""
         now = time.monotonic()
-        if now - self._checked < self.sync_seconds:
-            return
+        if now - self._checked < self.sync_seconds or not self.store.available:
+            return  # a database that is down: the search answers from memory meanwhile
         self._checked = now
-        if sql.maintenance_marker(self.store) == self._marker:
+        try:
+            if sql.maintenance_marker(self.store) == self._marker:
+                return
+        except StoreUnavailable:
             return
         if self._sync_thread is None or not self._sync_thread.is_alive():
             self._sync_thread = threading.Thread(

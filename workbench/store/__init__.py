@@ -107,6 +107,9 @@ class Store:
     :class:`~workbench.store.postgres.PostgresStore`, the same interface on PostgreSQL)."""
 
     backend = "duckdb"
+    # whether other processes write this database too (then what this process saw of it, in
+    # its caches or by counting its own commits, is not the whole story)
+    shared = False
 
     def __init__(self, con: duckdb.DuckDBPyConnection, path: str, dim: int, read_only: bool):
         self._con = con
@@ -120,6 +123,7 @@ class Store:
         self.dim = dim
         self.read_only = read_only
         self.write_failure: str | None = None  # why writes fail (a full disk), until one works
+        self.commits = 0  # transactions committed through this store object
 
     # --- opening -----------------------------------------------------------------------
     @classmethod
@@ -270,6 +274,8 @@ class Store:
             else:
                 with self._full_disk():
                     yield
+                if not self._depth:  # a statement of its own: committed
+                    self.commits += 1
 
     @contextmanager
     def _full_disk(self) -> Iterator[None]:
@@ -449,6 +455,7 @@ class Store:
                 self._depth = 0
                 self._con.execute("COMMIT")
                 self.write_failure = None
+                self.commits += 1
             except BaseException as exc:
                 self._depth = 0
                 try:
@@ -471,6 +478,23 @@ class Store:
         """Whether this process holds the lock ``key`` for the open transaction: always, on a
         DuckDB file (one process writes it)."""
         return True
+
+    @property
+    def available(self) -> bool:
+        """Whether the store answers: False while a database server is known to be down
+        (its operations then fail at once with ``StoreUnavailable``); a file always does."""
+        return True
+
+    def outage(self) -> dict[str, str] | None:
+        """While a database server is known to be down: since when and why; else None."""
+        return None
+
+    def lock_groups(self, group_ids: Sequence[str]) -> None:
+        """Inside a transaction: wait until no other writer of these groups' entities and
+        facts is between its dedupe reads and its commit, and keep them out until this
+        transaction ends (what makes "create it unless it exists" hold under concurrency).
+        On a DuckDB file the transaction already holds the store lock, and one process
+        writes the file: nothing more to do."""
 
     @contextmanager
     def parallel(self, threads: int | None = None) -> Iterator[Store]:

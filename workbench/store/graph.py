@@ -235,6 +235,28 @@ def entities_by_norm(
     return found
 
 
+def entities_by_key(
+    store: Store, keys: Sequence[tuple[str, str]]
+) -> dict[tuple[str, str], dict[str, Any]]:
+    """Existing (non-purged) entities by (group_id, normalised name), the oldest of a key:
+    one query whatever the groups (a writer's check, inside its transaction, that no one
+    made them since it looked)."""
+    wanted = sorted(set(keys))
+    if not wanted:
+        return {}
+    rows = store.fetch_dicts(
+        """SELECT e.uuid, e.group_id, e.name, e.name_norm FROM entities e
+           JOIN (SELECT unnest($1::VARCHAR[]) AS g, unnest($2::VARCHAR[]) AS n) AS k
+             ON e.group_id = k.g AND e.name_norm = k.n
+           ORDER BY e.created_at, e.uuid""",
+        [[k[0] for k in wanted], [k[1] for k in wanted]],
+    )
+    found: dict[tuple[str, str], dict[str, Any]] = {}
+    for row in rows:
+        found.setdefault((row["group_id"], row["name_norm"]), row)
+    return found
+
+
 def entities_by_uuid(store: Store, uuids: Sequence[str]) -> dict[str, dict[str, Any]]:
     if not uuids:
         return {}
@@ -338,10 +360,11 @@ def existing_fact_keys(
 
 
 def existing_facts(
-    store: Store, keys: Sequence[tuple[str, str, str, str]]
+    store: Store, keys: Sequence[tuple[str, str, str, str]], ignore: Sequence[str] = ()
 ) -> set[tuple[str, str, str, str]]:
     """Which (group_id, source_uuid, target_uuid, fact) keys already exist, unexpired (the
-    fact compared trimmed and lower-cased): one query whatever the groups."""
+    fact compared trimmed and lower-cased): one query whatever the groups. Facts whose uuid
+    is in ``ignore`` do not count (those the same write invalidates)."""
     if not keys:
         return set()
     # the text is part of the join: only the duplicates come back, not every fact of a pair
@@ -354,8 +377,8 @@ def existing_facts(
                         unnest($3::VARCHAR[]) AS t, unnest($4::VARCHAR[]) AS x) AS p
              ON f.group_id = p.g AND f.source_uuid = p.s AND f.target_uuid = p.t
                 AND lower(trim(f.fact)) = p.x
-           WHERE f.expired_at IS NULL""",
-        columns,
+           WHERE f.expired_at IS NULL AND NOT list_contains($5::VARCHAR[], f.uuid)""",
+        [*columns, list(ignore)],
     )
     found = {tuple(r) for r in rows}
     return {k for k in keys if (k[0], k[1], k[2], k[3].strip().lower()) in found}

@@ -29,6 +29,7 @@ import numpy as np
 
 from workbench.errors import Conflict, DimensionMismatch, StoreError
 from workbench.store import DEFAULT_DIM, Store
+from workbench.store.availability import Availability
 from workbench.store.changes import POSTGRES_DDL
 from workbench.store.dialect import COMPAT_FUNCTIONS, postgres_params, to_postgres
 
@@ -45,6 +46,50 @@ def new_origin() -> str:
 
 # one advisory lock key per purpose (pg_advisory_xact_lock takes a bigint)
 MIGRATION_LOCK = 0x776F726B62656E01  # "workben" + 1
+# the two-key advisory locks of groups (lock_groups): this first key, the group's hash second
+# (PostgreSQL keeps one- and two-key locks apart)
+GROUP_LOCK_SPACE = 0x776B6731  # "wkg1"
+
+
+# seconds: a new connection's attempt (psycopg's least is 2), the wait for a pooled connection
+# before the server is probed, and TCP keepalives that find a silently dead peer in ~25 s
+CONNECT_TIMEOUT = 3
+POOL_WAIT_SECONDS = 5.0
+CONNECTION_OPTIONS = {
+    "connect_timeout": CONNECT_TIMEOUT,
+    "keepalives": 1,
+    "keepalives_idle": 10,
+    "keepalives_interval": 5,
+    "keepalives_count": 3,
+}
+# SQLSTATEs of a connection that is gone: connection exceptions (class 08), the server shutting
+# down or starting (57P01-57P03); an OperationalError without one never reached the server
+_CONNECTION_LOST = ("08", "57P01", "57P02", "57P03")
+
+
+def connection_lost(exc: BaseException) -> bool:
+    """Whether a psycopg error means the connection (or the server) is gone."""
+    state = getattr(exc, "sqlstate", None)
+    return state is None or state.startswith(_CONNECTION_LOST)
+
+
+def connection_options(url: str) -> dict[str, Any]:
+    """The timeouts and keepalives of every connection, where the URL sets none itself."""
+    from psycopg.conninfo import conninfo_to_dict
+
+    given = conninfo_to_dict(url)
+    return {k: v for k, v in CONNECTION_OPTIONS.items() if k not in given}
+
+
+def url_with_options(url: str) -> str:
+    """The URL with :func:`connection_options` as query parameters (for libpq inside DuckDB's
+    postgres extension, which takes a URL, not keyword arguments)."""
+    from urllib.parse import urlencode
+
+    extra = connection_options(url)
+    if not extra:
+        return url
+    return f"{url}{'&' if '?' in url else '?'}{urlencode(extra)}"
 
 
 def is_postgres_url(location: str) -> bool:
@@ -93,6 +138,7 @@ class PostgresStore(Store):
     """A PostgreSQL database with the workbench schema."""
 
     backend = "postgres"
+    shared = True
 
     def __init__(self, pool: Any, url: str, dim: int, read_only: bool):
         super().__init__(None, redact_url(url), dim, read_only)
@@ -103,6 +149,7 @@ class PostgresStore(Store):
         self._tx_conn: Any = None  # the open transaction's connection (the lock owner's)
         self._tx_thread: int | None = None
         self._errors = _psycopg()[0]
+        self.availability = Availability(self.path, self._probe, self._pool_check)
 
     # --- opening -----------------------------------------------------------------------
     @classmethod
@@ -126,9 +173,9 @@ class PostgresStore(Store):
                 max_size=max(2, pool_size),
                 configure=_configure,
                 # the writer's name in the change log (a process skips its own changes)
-                kwargs={"autocommit": True, "application_name": origin},
+                kwargs={"autocommit": True, "application_name": origin} | connection_options(path),
                 open=True,
-                timeout=30,
+                timeout=POOL_WAIT_SECONDS,
                 name="workbench",
             )
             pool.wait(timeout=30)
@@ -169,8 +216,38 @@ class PostgresStore(Store):
         if self._in_own_transaction():
             yield self._tx_conn
             return
+        with self._pooled() as con:
+            yield con
+
+    @contextmanager
+    def _pooled(self) -> Iterator[Any]:
+        """A pooled connection; at once :class:`StoreUnavailable` while the server is down."""
+        self.availability.check()
         with self._translated_errors(), self._pool.connection() as con:
             yield con
+
+    @property
+    def available(self) -> bool:
+        return self.availability.up
+
+    def outage(self) -> dict[str, str] | None:
+        return self.availability.outage()
+
+    def _probe(self) -> str | None:
+        """None when the server accepts a new connection and answers; else why not."""
+        psycopg = self._errors
+        try:
+            with psycopg.connect(
+                self.url, connect_timeout=CONNECT_TIMEOUT, application_name="workbench-probe"
+            ) as con:
+                con.execute("SELECT 1")
+        except Exception as exc:  # noqa: BLE001 - the reason is the answer
+            return _first_line(exc)
+        return None
+
+    def _pool_check(self) -> None:
+        """The server is back: drop the pool's broken connections (new ones replace them)."""
+        self._pool.check()
 
     def _in_own_transaction(self) -> bool:
         return self._tx_conn is not None and self._tx_thread == threading.get_ident()
@@ -187,7 +264,11 @@ class PostgresStore(Store):
         errors = self._errors
         try:
             yield
-        except (errors.OperationalError, errors.errors.DeadlockDetected) as exc:
+        except errors.OperationalError as exc:
+            if connection_lost(exc):  # the server may be gone: fail fast from now on
+                raise self.availability.lost(_first_line(exc)) from exc
+            raise StoreError(f"database error: {str(exc).strip()}") from exc
+        except errors.errors.DeadlockDetected as exc:
             raise StoreError(f"database error: {str(exc).strip()}") from exc
         except errors.errors.SerializationFailure as exc:
             raise StoreError(f"database conflict: {str(exc).strip()}") from exc
@@ -296,9 +377,8 @@ class PostgresStore(Store):
                 with self._joined():
                     yield self
                 return
-            with self._translated_errors():
-                cm = self._pool.connection()
-                con = cm.__enter__()
+            cm = self._pooled()
+            con = cm.__enter__()
             self._written = []
             try:
                 with self._translated_errors(), con.transaction():
@@ -371,6 +451,19 @@ class PostgresStore(Store):
         row = self.fetchone("SELECT pg_try_advisory_xact_lock(?)", [key])
         return bool(row and row[0])
 
+    def lock_groups(self, group_ids: Sequence[str]) -> None:
+        """Take the transaction-level advisory lock of each group (waiting for another
+        process's writer of the group to commit), in one order everywhere so two writers
+        never wait for each other; released at commit or rollback."""
+        if not self._in_own_transaction():
+            raise StoreError("lock_groups() needs a transaction")
+        if group_ids:
+            self._raw(
+                "SELECT pg_advisory_xact_lock(%s, k) FROM (SELECT DISTINCT hashtext(g) AS k "
+                "FROM unnest(%s::text[]) AS g ORDER BY k) AS keys",
+                [GROUP_LOCK_SPACE, sorted(set(group_ids))],
+            )
+
     # --- lifecycle and export ----------------------------------------------------------
     def checkpoint(self) -> None:
         """Nothing to do: PostgreSQL writes its own checkpoints."""
@@ -390,7 +483,8 @@ class PostgresStore(Store):
                     self.flush()
             finally:
                 self.closed = True
-                self._pool.close()
+                self.availability.close()
+                self._pool.close(timeout=2.0)
 
     def export_parquet(self, directory):
         """Every table to ``directory/<table>.parquet``: DuckDB reads them through its postgres
@@ -426,7 +520,9 @@ class Listener:
 
     def __init__(self, url: str, channel: str, origin: str):
         psycopg, _ = _psycopg()
-        self._con = psycopg.connect(url, autocommit=True, application_name=origin)
+        self._con = psycopg.connect(
+            url, autocommit=True, application_name=origin, **connection_options(url)
+        )
         try:
             self._con.execute(f"LISTEN {channel}")
         except BaseException:
@@ -443,6 +539,11 @@ class Listener:
 
     def close(self) -> None:
         self._con.close()
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
 
 
 def _pg_type(arrow_type) -> str:
@@ -521,10 +622,10 @@ def attach_postgres(con, url: str, alias: str = "pg", read_only: bool = True) ->
     """ATTACH the workbench tables of the PostgreSQL database ``url`` to the DuckDB
     connection ``con`` as ``alias`` (read-only by default); the schema they are in."""
     psycopg, _ = _psycopg()
-    with psycopg.connect(url) as pg:
+    with psycopg.connect(url, **connection_options(url)) as pg:
         schema = pg.execute("SELECT current_schema()").fetchone()[0]
     con.execute(f"LOAD '{postgres_extension_path()}'")
-    literal = url.replace("'", "''")
+    literal = url_with_options(url).replace("'", "''")
     mode = ", READ_ONLY" if read_only else ""
     con.execute(f"ATTACH '{literal}' AS {alias} (TYPE postgres, SCHEMA '{schema}'{mode})")
     return schema
