@@ -161,10 +161,10 @@ def open_local(
     cache_dir: str | Path | None = None,
 ):
     """The in-process embedder for ``model``: :class:`~workbench.embedding.e5.E5Embedder` for
-    multilingual-e5-small (its own engine: ``backend`` and ``cache_dir`` do not apply), else a
+    multilingual-e5-small (always on ONNX Runtime: ``backend`` does not apply), else a
     :class:`LocalEmbedder`."""
     if is_e5(model):
-        return E5Embedder(model, dimensions=dimensions, threads=threads)
+        return E5Embedder(model, dimensions=dimensions, threads=threads, cache_dir=cache_dir)
     return LocalEmbedder(
         model, dimensions=dimensions, threads=threads, backend=backend, cache_dir=cache_dir
     )

