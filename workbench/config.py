@@ -61,6 +61,7 @@ class Settings(BaseSettings):
     embedder_model: str | None = None
     embedder_dimensions: int | None = Field(default=None, gt=0, le=65536)
     embedder_api_key: SecretStr | None = None  # ours: for a hosted embedder
+    embedder_input_type: bool = False  # ours: send input_type query/passage (compat)
     prompt_cache_metrics_enabled: bool = True
     prompt_cache_log_requests: bool = False
     prompt_cache_enabled: bool = False

@@ -8,7 +8,8 @@
     ├── StoreError                 the DuckDB file cannot be opened/used        -> 503
     │   └── StoreLocked            another process holds the database file
     ├── EmbedderError              the embedder failed or is unreachable       -> 503
-    │   └── DimensionMismatch      the embedder returns vectors of another size
+    │   ├── DimensionMismatch      the embedder returns vectors of another size
+    │   └── ModelMismatch          the database holds another model's vectors (start-up stops)
     └── LLMError                   a chat-completion call failed                -> 502
         ├── LLMNotConfigured       no LLM settings; episodes wait in the queue  -> 503
         ├── LLMTransientError      rate limit, timeout, connection: retryable
@@ -69,6 +70,14 @@ class EmbedderError(WorkbenchError):
 
 class DimensionMismatch(EmbedderError):
     kind = "dimension_mismatch"
+
+
+class ModelMismatch(EmbedderError):
+    """The database's vectors were written by another model than the configured one: two
+    models' vectors are never compared (both local models have 384 dimensions, so the size
+    cannot tell them apart)."""
+
+    kind = "model_mismatch"
 
 
 class LLMError(WorkbenchError):

@@ -17,18 +17,21 @@ from pathlib import Path
 import numpy as np
 
 from workbench.embedding.base import DEFAULT_BATCH
-from workbench.embedding.models import E5_MODEL, E5_NAMES, is_e5
+from workbench.embedding.models import E5_MODEL, E5_NAMES, E5_SIMILARITY_BASELINE, is_e5
 from workbench.errors import DimensionMismatch, EmbedderError
 
 log = logging.getLogger("workbench.embedding.e5")
 
-__all__ = ["E5_DIMENSIONS", "E5_MODEL", "E5_NAMES", "E5Embedder", "is_e5"]
+__all__ = [
+    "E5_DIMENSIONS",
+    "E5_MODEL",
+    "E5_NAMES",
+    "E5_SIMILARITY_BASELINE",
+    "E5Embedder",
+    "is_e5",
+]
 
 E5_DIMENSIONS = 384
-# E5's cosines crowd into 0.7-1 (its training temperature): search maps them onto 0-1 from
-# here, so that they weigh against keyword scores as MiniLM's do (chosen on the dev set, see
-# docs/performance.md)
-E5_SIMILARITY_BASELINE = 0.7
 QUERY = "query: "
 PASSAGE = "passage: "
 
@@ -53,7 +56,7 @@ class E5Embedder:
                 f"the local model {model!r} produces {E5_DIMENSIONS} dimensions, but "
                 f"{dimensions} are configured (SVC_KNOWLEDGE_EMBEDDER_DIMENSIONS)"
             )
-        self.model = model
+        self.model = E5_MODEL  # one name for both spellings: the database records it
         self.dimensions = E5_DIMENSIONS
         self.similarity_baseline = E5_SIMILARITY_BASELINE
         self.backend = "onnx"

@@ -13,6 +13,10 @@ BUNDLED_DIR = Path(__file__).resolve().parent.parent / "data" / "models" / PACKA
 
 E5_MODEL = "multilingual-e5-small"
 E5_NAMES = (E5_MODEL, f"intfloat/{E5_MODEL}")
+# E5's cosines crowd into 0.7-1 (its training temperature): search maps them onto 0-1 from
+# here, so that they weigh against keyword scores as MiniLM's do (chosen on the dev set, see
+# docs/performance.md)
+E5_SIMILARITY_BASELINE = 0.7
 
 
 def is_e5(name: str) -> bool:
