@@ -407,8 +407,8 @@ def build_parser() -> argparse.ArgumentParser:
         "embed-server",
         help="run the local OpenAI-compatible embeddings server",
         description="POST /v1/embeddings and GET /v1/models (OpenAI wire format) on a local "
-        "sentence-transformers model; point SVC_KNOWLEDGE_EMBEDDER_BASE_URL at "
-        "http://HOST:PORT/v1.",
+        "model; point SVC_KNOWLEDGE_EMBEDDER_BASE_URL at http://HOST:PORT/v1 (and set "
+        "SVC_KNOWLEDGE_EMBEDDER_INPUT_TYPE=true for multilingual-e5-small).",
     )
     embed.add_argument("--host", help="address to bind (default 127.0.0.1)")
     embed.add_argument(
@@ -416,8 +416,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     embed.add_argument(
         "--model",
-        help="sentence-transformers model name or path, or multilingual-e5-small "
-        "(default all-MiniLM-L6-v2, 384 dimensions)",
+        help="multilingual-e5-small or all-MiniLM-L6-v2 (384 dimensions both), or a "
+        "sentence-transformers model's name or path (default SVC_KNOWLEDGE_LOCAL_EMBEDDER_MODEL)",
     )
     embed.set_defaults(func=cmd_embed_server)
 

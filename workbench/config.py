@@ -28,7 +28,7 @@ log = logging.getLogger("workbench.config")
 
 ENV_PREFIX = "SVC_KNOWLEDGE_"
 DEFAULT_DB_PATH = "data/knowledge.duckdb"
-LOCAL_EMBEDDER_MODEL = "all-MiniLM-L6-v2"
+LOCAL_EMBEDDER_MODEL = "multilingual-e5-small"
 
 
 def _check_url(value: str | None) -> str | None:
@@ -131,7 +131,8 @@ class Settings(BaseSettings):
     search_weight_similarity: float = Field(default=0.60, ge=0)
     search_weight_freshness: float = Field(default=0.25, ge=0)
     search_weight_importance: float = Field(default=0.15, ge=0)
-    search_weight_keyword: float = Field(default=0.30, ge=0)
+    # unset: the embedder's own (0.2 with multilingual-e5-small, else 0.3)
+    search_weight_keyword: float | None = Field(default=None, ge=0)
     search_max_results: int = Field(default=100, ge=1, le=10_000)
     search_min_similarity: float = Field(default=0.0, ge=-1.0, le=1.0)
     search_follow_links: bool = True

