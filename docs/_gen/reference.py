@@ -47,8 +47,8 @@ SETTING_MEANINGS: dict[str, str] = {
     "embedder_model": "Embedding model identifier sent to a `compat` embedder (for `local`, "
     "see `SVC_KNOWLEDGE_LOCAL_EMBEDDER_MODEL`).",
     "embedder_api_key": "Credential sent as a bearer token to a hosted embedder (never logged).",
-    "embedder_input_type": "Send `\"input_type\": \"query\"` with what a search asks and "
-    "`\"passage\"` with stored text to a `compat` embedder, so that a model trained with both "
+    "embedder_input_type": 'Send `"input_type": "query"` with what a search asks and '
+    '`"passage"` with stored text to a `compat` embedder, so that a model trained with both '
     "(multilingual-e5-small behind `workbench embed-server`) embeds each as it should. Off by "
     "default: a server that does not know the field may refuse it.",
     "local_embedder_backend": "Engine of the local embedder: `onnx` (ONNX Runtime, no torch; the "
