@@ -2,12 +2,13 @@
 
 0. Import + load + first embedding of the local model in a fresh process (``--backend``:
    onnx = onnxruntime + tokenizers, torch = sentence-transformers).
-1. Throughput of the in-process local model (all-MiniLM-L6-v2) at batch 32 and batch 1.
+1. Throughput of the in-process local model (``--model``, default the configured default,
+   multilingual-e5-small; or all-MiniLM-L6-v2) at batch 32 and batch 1.
 2. One query in process (p50 / p95) and its round trip through ``workbench embed-server``
-   with the ``compat`` client over loopback (``--no-server`` skips it).
+   with the ``compat`` client over loopback (``--no-server`` skips it), embedded as a query.
 
-    .venv/bin/python bench/bench_embed.py [--backend onnx|torch] [--texts 512] [--queries 200]
-        [--threads 1] [--cache-dir DIR] [--no-server]
+    .venv/bin/python bench/bench_embed.py [--model NAME] [--backend onnx|torch] [--texts 512]
+        [--queries 200] [--threads 1] [--cache-dir DIR] [--no-server]
 """
 
 from __future__ import annotations
@@ -23,7 +24,10 @@ import threading
 import time
 from pathlib import Path
 
+from workbench.config import LOCAL_EMBEDDER_MODEL
 from workbench.embedding import CompatEmbedder, LocalEmbedder
+from workbench.embedding.base import embed_queries
+from workbench.embedding.local import open_local
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -62,10 +66,10 @@ def throughput(embedder: LocalEmbedder, n: int, batch: int) -> float:
 FRESH = """
 import json, sys, time
 started = time.perf_counter()
-from workbench.embedding import LocalEmbedder
+from workbench.embedding.local import open_local
 imported = time.perf_counter()
-backend, threads, cache_dir = sys.argv[1], int(sys.argv[2]), sys.argv[3] or None
-embedder = LocalEmbedder(backend=backend, threads=threads, cache_dir=cache_dir)
+backend, threads, cache_dir, model = sys.argv[1], int(sys.argv[2]), sys.argv[3] or None, sys.argv[4]
+embedder = open_local(model, backend=backend, threads=threads, cache_dir=cache_dir)
 embedder.warm_up()
 done = time.perf_counter()
 print(json.dumps({"import": imported - started, "load": done - imported, "total": done - started,
@@ -74,11 +78,11 @@ print(json.dumps({"import": imported - started, "load": done - imported, "total"
 """
 
 
-def fresh_process(backend: str, threads: int, cache_dir: str | None) -> dict:
+def fresh_process(backend: str, threads: int, cache_dir: str | None, model: str) -> dict:
     """Time ``import workbench.embedding`` + model load + one embedding in a new interpreter."""
     started = time.perf_counter()
     out = subprocess.run(
-        [sys.executable, "-c", FRESH, backend, str(threads), cache_dir or ""],
+        [sys.executable, "-c", FRESH, backend, str(threads), cache_dir or "", model],
         capture_output=True,
         text=True,
         check=True,
@@ -108,13 +112,14 @@ def round_trips(client, queries: int) -> list[float]:
     for i in range(queries):
         text = f"where does {SENTENCES[i % len(SENTENCES)].split()[1]} work? {i}"
         started = time.perf_counter()
-        client.embed([text])
+        embed_queries(client, [text])
         out.append((time.perf_counter() - started) * 1000)
     return out
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default=LOCAL_EMBEDDER_MODEL, help="local embedding model")
     parser.add_argument("--backend", choices=["onnx", "torch"], default="onnx")
     parser.add_argument("--texts", type=int, default=512)
     parser.add_argument("--queries", type=int, default=200)
@@ -126,14 +131,16 @@ def main() -> None:
         f"load average: {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} "
         f"{os.getloadavg()[2]:.2f} on {os.cpu_count()} cores"
     )
-    fresh = fresh_process(args.backend, args.threads, args.cache_dir)
+    fresh = fresh_process(args.backend, args.threads, args.cache_dir, args.model)
     print(
         f"fresh process ({fresh['backend']}): import workbench.embedding {fresh['import']:.2f} s, "
         f"load + first embedding {fresh['load']:.2f} s, total {fresh['total']:.2f} s "
         f"(interpreter included {fresh['process']:.2f} s; torch imported: "
         f"{fresh['torch_loaded']})"
     )
-    embedder = LocalEmbedder(backend=args.backend, threads=args.threads, cache_dir=args.cache_dir)
+    embedder = open_local(
+        args.model, backend=args.backend, threads=args.threads, cache_dir=args.cache_dir
+    )
     started = time.perf_counter()
     embedder.warm_up()
     print(f"model load + first embedding (in this process): {time.perf_counter() - started:.2f} s")
@@ -147,7 +154,9 @@ def main() -> None:
     if not args.no_server:
         port = free_port()
         server, _ = serve(embedder, port)
-        client = CompatEmbedder(f"http://127.0.0.1:{port}/v1", embedder.model, 384)
+        client = CompatEmbedder(
+            f"http://127.0.0.1:{port}/v1", embedder.model, 384, send_input_type=True
+        )
         results.append(("embed-server", round_trips(client, args.queries)))
         server.should_exit = True
     for name, values in results:

@@ -32,6 +32,7 @@ import httpx
 import numpy as np
 import pyarrow as pa
 
+from workbench.config import LOCAL_EMBEDDER_MODEL
 from workbench.store import Store
 from workbench.store import graph as g
 
@@ -47,11 +48,12 @@ WORDS = [
 ]
 
 
-def fill_store(path: Path, n: int, seed: int = 0) -> float:
-    """N entities + N facts with clustered unit vectors; returns the seconds it took."""
+def fill_store(path: Path, n: int, model: str, seed: int = 0) -> float:
+    """N entities + N facts with clustered unit vectors, recorded as ``model``'s (the service's
+    own, or it refuses the database); returns the seconds it took."""
     started = time.perf_counter()
     rng = np.random.default_rng(seed)
-    store = Store.open(path, DIM, "all-MiniLM-L6-v2")
+    store = Store.open(path, DIM, model)
     words = np.array(WORDS)
     text = [" ".join(row) for row in words[rng.integers(0, len(WORDS), (n, 8))]]
     ents = [str(uuidlib.uuid4()) for _ in range(n)]
@@ -100,7 +102,7 @@ def fill_store(path: Path, n: int, seed: int = 0) -> float:
             block = rng.standard_normal((m, 48)).astype(np.float32) @ basis
             block += 0.35 * rng.standard_normal((m, DIM)).astype(np.float32)
             block /= np.linalg.norm(block, axis=1, keepdims=True)
-            g.insert_embeddings(store, kind, uuids[start : start + m], block, "all-MiniLM-L6-v2")
+            g.insert_embeddings(store, kind, uuids[start : start + m], block, model)
     store.close()
     return time.perf_counter() - started
 
@@ -239,14 +241,18 @@ def main() -> None:
     )
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 8, 32])
     parser.add_argument("--no-mcp", action="store_true", help="REST only")
-    parser.add_argument("--model", help="local embedding model of the service (default MiniLM)")
+    parser.add_argument(
+        "--model",
+        default=LOCAL_EMBEDDER_MODEL,
+        help=f"local embedding model of the service (default {LOCAL_EMBEDDER_MODEL})",
+    )
     parser.add_argument("--embedder-threads", type=int, help="threads of one embedding")
     parser.add_argument("--json", type=Path, help="also write the results here")
     args = parser.parse_args()
 
     with tempfile.TemporaryDirectory() as tmp:
         db = Path(tmp) / "bench.duckdb"
-        fill = fill_store(db, args.memories)
+        fill = fill_store(db, args.memories, args.model)
         print(f"filled {args.memories} entities + {args.memories} facts in {fill:.1f} s")
         proc, url = start_service(db, Path(tmp) / "serve.log", args.model, args.embedder_threads)
         results: dict = {"memories": args.memories, "fill_seconds": round(fill, 1), "runs": []}

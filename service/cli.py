@@ -518,7 +518,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="POST /v1/embeddings and GET /v1/models (OpenAI wire format) on a local "
         "model run by ONNX Runtime (no torch; SVC_KNOWLEDGE_LOCAL_EMBEDDER_BACKEND=torch runs "
         "it in sentence-transformers instead); point SVC_KNOWLEDGE_EMBEDDER_BASE_URL at "
-        "http://HOST:PORT/v1.",
+        "http://HOST:PORT/v1 (and set SVC_KNOWLEDGE_EMBEDDER_INPUT_TYPE=true for "
+        "multilingual-e5-small).",
     )
     embed.add_argument("--host", help="address to bind (default 127.0.0.1)")
     embed.add_argument(
@@ -526,8 +527,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     embed.add_argument(
         "--model",
-        help="a model's name or folder (a sentence-transformers model, run in ONNX Runtime), "
-        "or multilingual-e5-small (default all-MiniLM-L6-v2, 384 dimensions)",
+        help="multilingual-e5-small or all-MiniLM-L6-v2 (384 dimensions both), or a "
+        "sentence-transformers model's name or path (default SVC_KNOWLEDGE_LOCAL_EMBEDDER_MODEL)",
     )
     embed.set_defaults(func=cmd_embed_server)
 

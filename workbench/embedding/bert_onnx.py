@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -90,14 +91,8 @@ class _Graph:
 
 def build_bert_onnx(source: Path):
     """The ``onnx.ModelProto`` of the BERT encoder in ``source`` (weights inlined)."""
-    from onnx import TensorProto, helper
-
     config = bert_config(source)
     weights = load_weights(source)
-    hidden = int(config["hidden_size"])
-    heads = int(config["num_attention_heads"])
-    head_dim = hidden // heads
-    eps = float(config.get("layer_norm_eps", 1e-12))
 
     def tensor(name: str) -> np.ndarray:
         try:
@@ -105,14 +100,41 @@ def build_bert_onnx(source: Path):
         except KeyError:
             raise UnsupportedModel(f"{source}: model.safetensors has no tensor {name!r}") from None
 
+    return build_bert_graph(config, tensor)
+
+
+# (graph, input_ids) -> the name of the [batch, sequence, hidden] word embeddings
+WordLookup = Callable[["_Graph", str], str]
+# (graph, x, weight [out, in] as torch stores it) -> the name of x @ weight.T
+Product = Callable[["_Graph", str, np.ndarray], str]
+
+
+def float_product(g: _Graph, x: str, weight: np.ndarray) -> str:
+    # torch's Linear stores [out, in]; MatMul wants [in, out]
+    return g.op("MatMul", [x, g.const("weight", weight.T)])
+
+
+def build_bert_graph(
+    config: dict,
+    tensor: Callable[[str], np.ndarray],
+    words: WordLookup | None = None,
+    product: Product = float_product,
+):
+    """The ``onnx.ModelProto`` of a BERT encoder: ``config`` as in ``config.json``, ``tensor``
+    gives each float32 weight by its Hugging Face name (without ``bert.``); ``words`` builds
+    the word embedding lookup when the table is not a plain float32 matrix; ``product``
+    multiplies by a weight matrix (default: a float32 ``MatMul``)."""
+    from onnx import TensorProto, helper
+
+    hidden = int(config["hidden_size"])
+    heads = int(config["num_attention_heads"])
+    head_dim = hidden // heads
+    eps = float(config.get("layer_norm_eps", 1e-12))
     g = _Graph()
 
     def linear(x: str, prefix: str) -> str:
-        # torch's Linear stores [out, in]; MatMul wants [in, out]
-        w = g.const(f"{prefix}.weight", tensor(f"{prefix}.weight").T)
-        return g.op(
-            "Add", [g.op("MatMul", [x, w]), g.const(f"{prefix}.bias", tensor(f"{prefix}.bias"))]
-        )
+        product_ = product(g, x, tensor(f"{prefix}.weight"))
+        return g.op("Add", [product_, g.const(f"{prefix}.bias", tensor(f"{prefix}.bias"))])
 
     def layer_norm(x: str, prefix: str) -> str:
         scale = g.const(f"{prefix}.weight", tensor(f"{prefix}.weight"))
@@ -120,9 +142,11 @@ def build_bert_onnx(source: Path):
         return g.op("LayerNormalization", [x, scale, bias], axis=-1, epsilon=eps)
 
     # embeddings: word + position + token type, then LayerNorm
-    words = g.op(
-        "Gather", [g.const("word", tensor("embeddings.word_embeddings.weight")), "input_ids"]
-    )
+    if words is None:
+        table = g.const("word", tensor("embeddings.word_embeddings.weight"))
+        word_vectors = g.op("Gather", [table, "input_ids"])
+    else:
+        word_vectors = words(g, "input_ids")
     # the first `sequence` rows of the position table
     length = g.op("Shape", ["input_ids"], start=1, end=2)
     first = g.const("first", np.array([0], dtype=np.int64))
@@ -132,7 +156,8 @@ def build_bert_onnx(source: Path):
         "Gather",
         [g.const("type", tensor("embeddings.token_type_embeddings.weight")), "token_type_ids"],
     )
-    x = layer_norm(g.op("Add", [g.op("Add", [words, positions]), types]), "embeddings.LayerNorm")
+    summed = g.op("Add", [g.op("Add", [word_vectors, positions]), types])
+    x = layer_norm(summed, "embeddings.LayerNorm")
 
     # attention mask: 0 where attended, the float32 minimum where padded ([batch, 1, 1, seq])
     mask = g.op("Cast", ["attention_mask"], to=TensorProto.FLOAT)

@@ -1,5 +1,8 @@
 """An OpenAI-wire embeddings client: ``POST <base>/embeddings`` to any server (ours:
-``workbench embed-server``), with batching and a dimension check."""
+``workbench embed-server``), with batching and a dimension check. With ``send_input_type``
+it says what it sends (``"input_type": "query"`` for a search, ``"passage"`` for stored
+text), so that a server running a model trained with both (multilingual-e5-small) embeds each
+as it should; servers that do not know the field may refuse it, hence off by default."""
 
 from __future__ import annotations
 
@@ -10,6 +13,7 @@ import httpx
 import numpy as np
 
 from workbench.embedding.base import normalise
+from workbench.embedding.models import E5_KEYWORD_WEIGHT, E5_SIMILARITY_BASELINE, is_e5
 from workbench.errors import DimensionMismatch, EmbedderError
 
 log = logging.getLogger("workbench.embedding.compat")
@@ -28,6 +32,7 @@ class CompatEmbedder:
         timeout: float = 30.0,
         client: httpx.Client | None = None,
         send_dimensions: bool = False,
+        send_input_type: bool = False,
     ):
         if not base_url:
             raise EmbedderError(
@@ -38,6 +43,11 @@ class CompatEmbedder:
         self.dimensions = dimensions
         self._batch_size = batch_size
         self._send_dimensions = send_dimensions
+        self._send_input_type = send_input_type
+        # a served E5 is fused as the local one is (see the search engine)
+        if is_e5(model):
+            self.similarity_baseline = E5_SIMILARITY_BASELINE
+            self.keyword_weight = E5_KEYWORD_WEIGHT
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._client = client or httpx.Client(timeout=timeout, headers=headers)
 
@@ -46,20 +56,30 @@ class CompatEmbedder:
         self.embed(["dimension probe"])
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
+        """Stored text (``input_type`` ``passage`` when sent)."""
+        return self._embed(texts, "passage")
+
+    def embed_queries(self, texts: Sequence[str]) -> np.ndarray:
+        """What a search asks (``input_type`` ``query`` when sent)."""
+        return self._embed(texts, "query")
+
+    def _embed(self, texts: Sequence[str], kind: str) -> np.ndarray:
         texts = list(texts)
         if not texts:
             return np.zeros((0, self.dimensions), dtype=np.float32)
         parts = [
-            self._embed_batch(texts[i : i + self._batch_size])
+            self._embed_batch(texts[i : i + self._batch_size], kind)
             for i in range(0, len(texts), self._batch_size)
         ]
         return np.vstack(parts)
 
-    def _embed_batch(self, texts: list[str]) -> np.ndarray:
+    def _embed_batch(self, texts: list[str], kind: str = "passage") -> np.ndarray:
         url = f"{self.base_url}/embeddings"
         body: dict = {"input": texts, "model": self.model, "encoding_format": "float"}
         if self._send_dimensions:
             body["dimensions"] = self.dimensions
+        if self._send_input_type:
+            body["input_type"] = kind
         try:
             response = self._client.post(url, json=body)
         except httpx.ConnectError:

@@ -18,8 +18,10 @@ from workbench.embedding.base import DEFAULT_BATCH
 from workbench.embedding.e5 import E5Embedder, is_e5
 from workbench.embedding.models import (
     BACKENDS,
+    PACKAGED_MODEL,
     _model_dimension,
     default_backend,
+    is_packaged,
     resolve_local_model,
 )
 from workbench.errors import DimensionMismatch, EmbedderError
@@ -58,7 +60,8 @@ class LocalEmbedder:
     ):
         if backend is not None and backend not in BACKENDS:
             raise EmbedderError(f"unknown local embedder backend {backend!r}; use onnx or torch")
-        self.model = model
+        # one name for both spellings of the packaged model: the database records it
+        self.model = PACKAGED_MODEL if is_packaged(model) else model
         self._path = resolve_local_model(model)
         self._threads = threads
         self._batch_size = batch_size
@@ -161,10 +164,10 @@ def open_local(
     cache_dir: str | Path | None = None,
 ):
     """The in-process embedder for ``model``: :class:`~workbench.embedding.e5.E5Embedder` for
-    multilingual-e5-small (its own engine: ``backend`` and ``cache_dir`` do not apply), else a
+    multilingual-e5-small (always on ONNX Runtime: ``backend`` does not apply), else a
     :class:`LocalEmbedder`."""
     if is_e5(model):
-        return E5Embedder(model, dimensions=dimensions, threads=threads)
+        return E5Embedder(model, dimensions=dimensions, threads=threads, cache_dir=cache_dir)
     return LocalEmbedder(
         model, dimensions=dimensions, threads=threads, backend=backend, cache_dir=cache_dir
     )

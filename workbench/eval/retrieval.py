@@ -160,11 +160,12 @@ def sweep(
 
 def run(path: str | Path = DEFAULT_SET, embedder=None, tune: bool = False) -> dict[str, Any]:
     """Evaluate on a fresh in-memory store (the local embedder unless one is given)."""
-    from workbench.embedding import LocalEmbedder
+    from workbench.config import LOCAL_EMBEDDER_MODEL
+    from workbench.embedding.local import open_local
     from workbench.search.engine import SearchEngine
     from workbench.store import Store
 
-    embedder = embedder or LocalEmbedder()
+    embedder = embedder or open_local(LOCAL_EMBEDDER_MODEL)
     store = Store.open(":memory:", dim=embedder.dimensions)
     engine = SearchEngine(store, embedder, access_background=False)
     try:

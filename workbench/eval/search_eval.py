@@ -1,6 +1,6 @@
 """Every search method on the conversational retrieval set (:mod:`workbench.eval.convo_set`).
 
-    python -m workbench.eval.search_eval                 # the dev split, the local embedder
+    python -m workbench.eval.search_eval                 # the dev split, the default embedder
     python -m workbench.eval.search_eval --split test    # the frozen split: to report only
     python -m workbench.eval.search_eval --json          # machine-readable
 
@@ -60,11 +60,12 @@ def evaluate(engine, questions: list[dict[str, Any]], keys: dict[str, str]) -> d
 
 def run(split: str = "dev", embedder=None) -> dict[str, Any]:
     """Build an in-memory store from the split and evaluate every method on it."""
-    from workbench.embedding import LocalEmbedder
+    from workbench.config import LOCAL_EMBEDDER_MODEL
+    from workbench.embedding.local import open_local
     from workbench.search.engine import SearchEngine
     from workbench.store import Store
 
-    embedder = embedder or LocalEmbedder()
+    embedder = embedder or open_local(LOCAL_EMBEDDER_MODEL)
     store = Store.open(":memory:", dim=embedder.dimensions)
     engine = SearchEngine(store, embedder, access_background=False)
     try:
@@ -104,7 +105,8 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--split", choices=["dev", "test"], default="dev")
     parser.add_argument(
-        "--model", help="local embedding model (all-MiniLM-L6-v2, or multilingual-e5-small)"
+        "--model",
+        help="local embedding model (default multilingual-e5-small, or all-MiniLM-L6-v2)",
     )
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     args = parser.parse_args(argv)

@@ -69,7 +69,7 @@ from workbench.search.filters import (
 from workbench.search.follow import ChangeFollower
 from workbench.search.hits import fact_out, node_out
 from workbench.search.publish import Publisher
-from workbench.search.ranking import Weights, score_arrays
+from workbench.search.ranking import Weights, keyword_weight_for, score_arrays
 from workbench.search.rows import RowCache
 from workbench.search.vectors import KINDS, VectorIndex, load_index
 from workbench.store import Store
@@ -141,7 +141,12 @@ class SearchEngine:
         self.metrics = metrics or Metrics(enabled=False)
         self.clock = clock
         if weights is None:
-            weights = Weights.from_settings(settings) if settings is not None else Weights()
+            keyword = keyword_weight_for(embedder)
+            weights = (
+                Weights.from_settings(settings, keyword)
+                if settings is not None
+                else Weights(keyword=keyword)
+            )
         self.weights = weights
         self.max_results = max_results or (settings.search_max_results if settings else 100)
         # a candidate less similar than this that shares no keyword with the query is noise

@@ -31,6 +31,12 @@ __all__ = ["Weights", "freshness", "importance_score", "rrf", "score_arrays"]
 DEFAULT_KEYWORD_WEIGHT = 0.3
 
 
+def keyword_weight_for(embedder) -> float:
+    """The keyword weight that ranks best with ``embedder``: its ``keyword_weight`` when it
+    has one (multilingual-e5-small's, tuned on the development set), else the default."""
+    return float(getattr(embedder, "keyword_weight", DEFAULT_KEYWORD_WEIGHT))
+
+
 @dataclass(frozen=True)
 class Weights:
     similarity: float = 0.60
@@ -40,11 +46,14 @@ class Weights:
 
     @classmethod
     def from_settings(cls, settings, keyword: float = DEFAULT_KEYWORD_WEIGHT) -> Weights:
+        """The settings' weights; ``keyword`` where they leave the keyword weight unset (the
+        embedder's own: :func:`keyword_weight_for`)."""
+        configured = getattr(settings, "search_weight_keyword", None)
         return cls(
             similarity=settings.search_weight_similarity,
             freshness=settings.search_weight_freshness,
             importance=settings.search_weight_importance,
-            keyword=getattr(settings, "search_weight_keyword", keyword),
+            keyword=keyword if configured is None else configured,
         )
 
     def relevance_only(self) -> Weights:

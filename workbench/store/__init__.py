@@ -21,7 +21,13 @@ from typing import Any
 
 import duckdb
 
-from workbench.errors import DimensionMismatch, StoreError, StoreFull, StoreLocked
+from workbench.errors import (
+    DimensionMismatch,
+    ModelMismatch,
+    StoreError,
+    StoreFull,
+    StoreLocked,
+)
 from workbench.store.schema import MIGRATIONS, SCHEMA_VERSION
 
 TABLES = (
@@ -224,15 +230,36 @@ class Store:
                 f"({embedding_model or 'configured model'}); use the same embedder, or "
                 "`workbench reembed` the database with the new one"
             )
-        model = self.meta("embedding_model")
-        if model and embedding_model and model != embedding_model:
-            log.warning(
-                "the database %s was embedded with %r, the embedder is %r: searches compare "
-                "vectors of two models; `workbench reembed` embeds it all with the new one",
-                self.path,
-                model,
-                embedding_model,
+        self._check_model(embedding_model)
+
+    def _check_model(self, embedding_model: str) -> None:
+        """Refuse an embedder that is not the model of the stored vectors. A database that
+        names no model takes its vectors' (their rows name it), or the embedder's while it
+        holds none."""
+        if not embedding_model:
+            return
+        stored = self.meta("embedding_model") or self._vector_model()
+        if not stored:
+            if not self.read_only:
+                self._set_meta("embedding_model", embedding_model)
+            return
+        if stored != embedding_model:
+            raise ModelMismatch(
+                f"the database {self.path} holds vectors of the model {stored!r}, but the "
+                f"embedder is {embedding_model!r}: embed it again with "
+                f"`workbench reembed --model {embedding_model}` (the memories are kept; the "
+                f"service must be stopped), or configure {stored!r} again "
+                f"(SVC_KNOWLEDGE_LOCAL_EMBEDDER_MODEL={stored})"
             )
+
+    def _vector_model(self) -> str:
+        """The model named by the stored vectors' rows ("" when there are none; several names
+        joined by " + " when they name several, which no embedder matches)."""
+        rows = self.fetchall(
+            "SELECT DISTINCT model FROM (SELECT model FROM entity_embeddings "
+            "UNION ALL SELECT model FROM fact_embeddings) AS written ORDER BY model LIMIT 3"
+        )
+        return " + ".join(r[0] for r in rows)
 
     def meta(self, key: str) -> str | None:
         row = self.fetchone("SELECT value FROM meta WHERE key = ?", [key])
