@@ -242,3 +242,22 @@ def test_the_keyword_weight_follows_the_model_unless_set(e5):
     assert keyword(e5) == 0.2
     assert keyword(HashEmbedder()) == 0.3
     assert keyword(e5, {"SVC_KNOWLEDGE_SEARCH_WEIGHT_KEYWORD": "0.35"}) == 0.35
+
+
+def test_entity_resolution_thresholds_follow_the_models_scale(e5):
+    """MiniLM's thresholds on E5's raw cosine would merge two different diets without asking
+    (0.94 there) and ask the LLM about a person and a food; mapped onto E5's scale they do
+    neither, and an exact repeat still merges."""
+    from workbench.ingest.extract import Thresholds
+
+    assert Thresholds.for_baseline(0.0) == Thresholds()
+    mapped = Thresholds.for_baseline(e5.similarity_baseline)
+    assert mapped.duplicate == pytest.approx(0.979) and mapped.ambiguous == pytest.approx(0.94)
+    vectors = np.array(e5.embed(["vegetarian diet", "pescatarian diet", "Maria Keller"]))
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    diets, person = float(vectors[0] @ vectors[1]), float(vectors[0] @ vectors[2])
+    assert diets >= Thresholds().duplicate  # merged, unasked, at MiniLM's threshold
+    assert diets < mapped.duplicate and person < mapped.ambiguous
+    same = np.array(e5.embed(["vegetarian diet", "Vegetarian diet"]))
+    same /= np.linalg.norm(same, axis=1, keepdims=True)
+    assert float(same[0] @ same[1]) >= mapped.duplicate

@@ -54,6 +54,21 @@ class Thresholds:
     duplicate: float = 0.93  # cosine at or above: same entity, no LLM needed
     ambiguous: float = 0.80  # cosine in [ambiguous, duplicate): ask resolve_nodes
 
+    @classmethod
+    def for_baseline(cls, baseline: float) -> Thresholds:
+        """The thresholds on the raw cosine of a model whose unrelated texts score
+        ``baseline`` (the embedder's ``similarity_baseline``: 0 for MiniLM, 0.7 for E5, whose
+        cosines crowd into 0.7-1). The defaults are on MiniLM's scale; mapped through the same
+        calibration search uses, ``b + t (1 - b)``, a model whose every pair of names looks
+        alike does not merge distinct entities (0.93 becomes 0.979 for E5)."""
+        default = cls()
+        if not baseline:
+            return default
+        return cls(
+            duplicate=baseline + default.duplicate * (1 - baseline),
+            ambiguous=baseline + default.ambiguous * (1 - baseline),
+        )
+
 
 class Extractor:
     """Runs the extraction prompts for one episode (see the module docstring)."""
@@ -81,7 +96,9 @@ class Extractor:
         self.recent = recent
         self.reembed = reembed
         self.context_episodes = context_episodes
-        self.thresholds = thresholds or Thresholds()
+        self.thresholds = thresholds or Thresholds.for_baseline(
+            float(getattr(embedder, "similarity_baseline", 0.0) or 0.0)
+        )
 
     # --- the pipeline -------------------------------------------------------------------
     def with_context(self, episodes: list[EpisodeRow]) -> list[EpisodeRow]:
