@@ -1,0 +1,297 @@
+"""Who may call what: the caller of a request, resolved once, and its scope checked in one
+place for every tool of :data:`service.tools.TOOLS`, REST and MCP alike.
+
+* :class:`TokenResolver` — a bearer token → a :class:`~workbench.tenancy.Caller`:
+  ``SVC_KNOWLEDGE_API_TOKEN`` is the admin; any other token is looked up by its hash in the
+  store (so every replica sees the same tokens) and remembered for ``ttl`` seconds: a revoked
+  token is refused within that time.
+* :class:`ScopedAuthMiddleware` — when any token exists (the setting or the store), every path
+  but the exempt ones needs one; the caller goes into the ASGI scope (:data:`CALLER_KEY`).
+* :func:`guarded_call` — the one check of a tool call: admin-only tools, read-only tokens,
+  every group argument (``group_id``, ``group_ids``, an import line's ``group_id``), every
+  uuid argument (an item of another group is a 404 worded like a missing one), an omitted
+  group list narrowed to the caller's groups, rows of other groups dropped from the answer,
+  the groups an answer covered, and the audit trail of the writes that remove or change
+  memories. A tool added to the table inherits all of it through its argument names.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import logging
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import anyio
+
+from service.errors import send_error
+from workbench.errors import Forbidden, NotFound, WorkbenchError
+from workbench.tenancy import ADMIN, Caller, token_hash
+
+CALLER_KEY = "workbench.caller"
+EXEMPT_PATHS = frozenset({"/health"})
+log = logging.getLogger("service.access")
+
+
+# --- who is calling ------------------------------------------------------------------------
+class TokenResolver:
+    """Bearer tokens → callers, remembered for ``ttl`` seconds (thread-safe, bounded)."""
+
+    def __init__(
+        self,
+        tenancy: Any,
+        admin_token: str = "",
+        ttl: float = 5.0,
+        clock: Callable[[], float] = time.monotonic,
+        max_entries: int = 10_000,
+    ):
+        self.tenancy = tenancy
+        self.ttl = ttl
+        self.clock = clock
+        self.max_entries = max_entries
+        self._admin = admin_token
+        self._cache: OrderedDict[str, tuple[float, Caller | None]] = OrderedDict()
+        self._any: tuple[float, bool] = (-1e18, False)
+        self._lock = threading.Lock()
+
+    def required(self) -> bool:
+        """Whether a request needs a token: the admin token is set, or the store holds any."""
+        if self._admin:
+            return True
+        if self.tenancy is None:
+            return False
+        expiry, value = self._any
+        if self.clock() >= expiry:
+            value = self.tenancy.any_tokens()
+            self._any = (self.clock() + self.ttl, value)
+        return value
+
+    def resolve(self, token: str) -> Caller | None:
+        if self._admin and hmac.compare_digest(token.encode(), self._admin.encode()):
+            return ADMIN
+        if self.tenancy is None or not token:
+            return None
+        key = token_hash(token)
+        now = self.clock()
+        with self._lock:
+            hit = self._cache.get(key)
+        if hit is not None and now < hit[0]:
+            return hit[1]
+        caller = self.tenancy.caller(token)
+        with self._lock:
+            self._cache[key] = (now + self.ttl, caller)
+            self._cache.move_to_end(key)
+            while len(self._cache) > self.max_entries:
+                self._cache.popitem(last=False)
+        return caller
+
+    def known(self, token: bytes) -> bool:
+        """Whether ``token`` is a valid one already resolved (no I/O: for the rate limit)."""
+        text = token.decode("latin-1")
+        if self._admin and hmac.compare_digest(token, self._admin.encode()):
+            return True
+        with self._lock:
+            hit = self._cache.get(token_hash(text))
+        return hit is not None and hit[1] is not None and self.clock() < hit[0]
+
+
+def _bearer(scope) -> str | None:
+    for key, value in scope.get("headers", []):
+        if key == b"authorization":
+            text = value.decode("latin-1")
+            return text[7:].strip() if text[:7].lower() == "bearer " else ""
+    return None
+
+
+class ScopedAuthMiddleware:
+    """401 without a valid token when tokens exist; the caller into ``scope[CALLER_KEY]``."""
+
+    def __init__(self, app, resolver: TokenResolver, exempt: Iterable[str] = EXEMPT_PATHS):
+        self.app = app
+        self.resolver = resolver
+        self._exempt = frozenset(exempt)
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] == "http" and scope.get("path") not in self._exempt:
+            if await anyio.to_thread.run_sync(self.resolver.required):
+                given = _bearer(scope)
+                caller = (
+                    await anyio.to_thread.run_sync(self.resolver.resolve, given) if given else None
+                )
+                if caller is None:
+                    message = (
+                        "missing bearer token: send 'Authorization: Bearer <token>' "
+                        "(SVC_KNOWLEDGE_API_TOKEN or a token of `workbench tokens add`)"
+                        if given is None
+                        else "invalid bearer token"
+                    )
+                    await send_error(
+                        send,
+                        401,
+                        "unauthorized",
+                        message,
+                        {"WWW-Authenticate": 'Bearer realm="workbench"'},
+                    )
+                    return
+                scope[CALLER_KEY] = caller
+        await self.app(scope, receive, send)
+
+
+def caller_of(scope: Any) -> Caller | None:
+    return scope.get(CALLER_KEY) if scope is not None else None
+
+
+# --- what the caller may do ----------------------------------------------------------------
+def guarded_call(tool: Any, workbench: Any, args: Any, caller: Caller | None) -> dict:
+    """Call ``tool`` with validated ``args`` within ``caller``'s scope (None: every group)."""
+    try:
+        args = scoped(tool, workbench, args, caller)
+        result = tool.call(workbench, args)
+    except NotFound as exc:
+        _audit(tool, workbench, args, caller, exc.kind)
+        raise _hidden(args) if _limited(caller) and _uuids(args) else exc from None
+    except WorkbenchError as exc:
+        _audit(tool, workbench, args, caller, exc.kind)
+        raise
+    except Exception:
+        _audit(tool, workbench, args, caller, "internal_error")
+        raise
+    _audit(tool, workbench, args, caller, "ok")
+    if _limited(caller):
+        result = _visible(result, caller)
+    return _covered(tool, workbench, args, result)
+
+
+def _limited(caller: Caller | None) -> bool:
+    return caller is not None and not caller.admin
+
+
+def scoped(tool: Any, workbench: Any, args: Any, caller: Caller | None) -> Any:
+    """``args`` as ``caller`` may send them (an omitted group list narrowed to its groups),
+    or :class:`Forbidden` / :class:`NotFound`."""
+    if not _limited(caller):
+        return args
+    who = f"token {caller.name!r}"
+    if tool.admin:
+        raise Forbidden(f"{tool.name} needs an admin token; {who} is not one")
+    if caller.read_only and not tool.read_only:
+        raise Forbidden(f"{who} is read-only; {tool.name} writes")
+    if not caller.groups:
+        raise Forbidden(f"{who} may use no group")
+    fields = type(args).model_fields
+    update: dict[str, Any] = {}
+    if "group_ids" in fields:
+        if args.group_ids:
+            _check_groups(args.group_ids, caller, tool)
+        else:
+            update["group_ids"] = sorted(caller.groups)
+    if "group_id" in fields:
+        group = args.group_id
+        if group is None and tool.groups_omitted == "default":
+            group = update["group_id"] = workbench.settings.default_group_id
+        if group is not None:
+            _check_groups([group], caller, tool)
+        elif not _uuids(args):
+            raise Forbidden(f"{tool.name} of every group needs an admin token: name a group_id")
+    _check_groups(_line_groups(args), caller, tool)
+    for uuid in _uuids(args):
+        group = workbench.tenancy.group_of(uuid)
+        if group is not None and not caller.may_use(group):
+            raise _hidden(args)
+    return args.model_copy(update=update) if update else args
+
+
+def _check_groups(groups: Iterable[str], caller: Caller, tool: Any) -> None:
+    outside = sorted({g for g in groups if not caller.may_use(g)})
+    if outside:
+        raise Forbidden(
+            f"token {caller.name!r} may not use group {', '.join(outside)} ({tool.name}); "
+            f"its groups: {', '.join(sorted(caller.groups or ()))}"
+        )
+
+
+def _line_groups(args: Any) -> list[str]:
+    """The groups an import's lines name (lines that are not JSON objects name none)."""
+    groups = []
+    for line in getattr(args, "lines", None) or ():
+        if isinstance(line, str):
+            try:
+                line = json.loads(line)
+            except ValueError:
+                continue
+        if isinstance(line, dict) and isinstance(line.get("group_id"), str):
+            groups.append(line["group_id"])
+    return groups
+
+
+def _uuids(args: Any) -> list[str]:
+    """The uuids an argument model names (fields ``uuid``, ``*_uuid``, ``*_uuids``)."""
+    found: list[str] = []
+    for name in type(args).model_fields:
+        value = getattr(args, name)
+        if value is None or not (name == "uuid" or name.endswith(("_uuid", "_uuids"))):
+            continue
+        found.extend(value if isinstance(value, list) else [value])
+    return found
+
+
+def _hidden(args: Any) -> NotFound:
+    """The same answer for an item of another group as for no item at all."""
+    return NotFound(f"nothing with uuid {', '.join(_uuids(args))} in the groups of this token")
+
+
+def _visible(value: Any, caller: Caller) -> Any:
+    """``value`` without the rows (dicts with a ``group_id``) of groups ``caller`` may not use."""
+    if isinstance(value, dict):
+        return {k: _visible(v, caller) for k, v in value.items()}
+    if isinstance(value, list):
+        return [
+            _visible(v, caller)
+            for v in value
+            if not (isinstance(v, dict) and "group_id" in v and not caller.may_use(v["group_id"]))
+        ]
+    return value
+
+
+def _covered(tool: Any, workbench: Any, args: Any, result: Any) -> Any:
+    """A read over ``group_ids`` says which groups it covered."""
+    if not (tool.read_only and "group_ids" in type(args).model_fields):
+        return result
+    if not isinstance(result, dict) or "groups" in result:
+        return result
+    groups = args.group_ids
+    if not groups:
+        tenancy = getattr(workbench, "tenancy", None)
+        if tenancy is None:
+            return result
+        groups = [row["group_id"] for row in tenancy.list_groups(None)["groups"]]
+    return {**result, "groups": sorted(groups)}
+
+
+# --- the audit trail -----------------------------------------------------------------------
+def _audit(tool: Any, workbench: Any, args: Any, caller: Caller | None, outcome: str) -> None:
+    tenancy = getattr(workbench, "tenancy", None)
+    if not (tool.audited or tool.destructive) or tenancy is None:
+        return
+    groups: list[str] = []
+    for name in ("group_id", "group_ids", "groups"):
+        value = getattr(args, name, None)
+        groups.extend(value if isinstance(value, list) else [value] if value else [])
+    groups.extend(_line_groups(args))
+    subjects = list(_uuids(args))
+    if tool.name.endswith("_token"):
+        subjects.append(f"token:{args.name}")
+    try:
+        tenancy.audit(
+            caller.name if caller else "local",
+            tool.name,
+            list(dict.fromkeys(groups)),
+            subjects,
+            outcome,
+        )
+    except WorkbenchError as exc:  # the call's own answer matters more than its trail
+        log.error("audit_log: could not record %s by %s: %s", tool.name, caller, exc)
