@@ -33,6 +33,7 @@ from workbench.errors import Forbidden, NotFound, WorkbenchError
 from workbench.tenancy import ADMIN, Caller, token_hash
 
 CALLER_KEY = "workbench.caller"
+NIL_UUID = "00000000-0000-0000-0000-000000000000"  # names nothing the service hands out
 EXEMPT_PATHS = frozenset({"/health"})
 log = logging.getLogger("service.access")
 
@@ -196,13 +197,23 @@ def scoped(tool: Any, workbench: Any, args: Any, caller: Caller | None) -> Any:
         if group is not None:
             _check_groups([group], caller, tool)
         elif not _uuids(args):
-            raise Forbidden(f"{tool.name} of every group needs an admin token: name a group_id")
+            raise Forbidden(
+                f"{tool.name} of every group needs an admin token; {who} may name a group_id"
+            )
     _check_groups(_line_groups(args), caller, tool)
-    for uuid in _uuids(args):
-        group = workbench.tenancy.group_of(uuid)
-        if group is not None and not caller.may_use(group):
+    for name, value in _uuid_fields(args):
+        if isinstance(value, list):  # a list: another group's uuids count as missing ones
+            # (a list left empty names the nil uuid: an empty list would mean "all")
+            update[name] = [u for u in value if _ours(workbench, caller, u)] or [NIL_UUID]
+        elif not _ours(workbench, caller, value):
             raise _hidden(args)
     return args.model_copy(update=update) if update else args
+
+
+def _ours(workbench: Any, caller: Caller, uuid: str) -> bool:
+    """Whether ``uuid`` names nothing, or an item of a group ``caller`` may use."""
+    group = workbench.tenancy.group_of(uuid)
+    return group is None or caller.may_use(group)
 
 
 def _check_groups(groups: Iterable[str], caller: Caller, tool: Any) -> None:
@@ -228,13 +239,19 @@ def _line_groups(args: Any) -> list[str]:
     return groups
 
 
+def _uuid_fields(args: Any) -> list[tuple[str, Any]]:
+    """The uuid arguments given (fields ``uuid``, ``*_uuid``, ``*_uuids``)."""
+    return [
+        (name, getattr(args, name))
+        for name in type(args).model_fields
+        if getattr(args, name) is not None
+        and (name == "uuid" or name.endswith(("_uuid", "_uuids")))
+    ]
+
+
 def _uuids(args: Any) -> list[str]:
-    """The uuids an argument model names (fields ``uuid``, ``*_uuid``, ``*_uuids``)."""
     found: list[str] = []
-    for name in type(args).model_fields:
-        value = getattr(args, name)
-        if value is None or not (name == "uuid" or name.endswith(("_uuid", "_uuids"))):
-            continue
+    for _, value in _uuid_fields(args):
         found.extend(value if isinstance(value, list) else [value])
     return found
 
