@@ -1,7 +1,7 @@
 """Who may call what: the caller of a request, resolved once, and its scope checked in one
 place for every tool of :data:`service.tools.TOOLS`, REST and MCP alike.
 
-* :class:`TokenResolver` — a bearer token → a :class:`~workbench.tenancy.Caller`:
+* :class:`TokenResolver` — a bearer token → a :class:`~workbench.store.tenancy.Caller`:
   ``SVC_KNOWLEDGE_API_TOKEN`` is the admin; any other token is looked up by its hash in the
   store (so every replica sees the same tokens) and remembered for ``ttl`` seconds: a revoked
   token is refused within that time.
@@ -30,7 +30,7 @@ import anyio
 
 from service.errors import send_error
 from workbench.errors import Forbidden, NotFound, WorkbenchError
-from workbench.tenancy import ADMIN, Caller, token_hash
+from workbench.store.tenancy import ADMIN, Caller, token_hash
 
 CALLER_KEY = "workbench.caller"
 NIL_UUID = "00000000-0000-0000-0000-000000000000"  # names nothing the service hands out
@@ -118,11 +118,21 @@ class ScopedAuthMiddleware:
 
     async def __call__(self, scope, receive, send) -> None:
         if scope["type"] == "http" and scope.get("path") not in self._exempt:
-            if await anyio.to_thread.run_sync(self.resolver.required):
-                given = _bearer(scope)
+            given = _bearer(scope)
+            try:
+                required = await anyio.to_thread.run_sync(self.resolver.required)
                 caller = (
-                    await anyio.to_thread.run_sync(self.resolver.resolve, given) if given else None
+                    await anyio.to_thread.run_sync(self.resolver.resolve, given)
+                    if required and given
+                    else None
                 )
+            except Exception as exc:  # noqa: BLE001 - the store failed: refuse, never let in
+                log.warning("cannot check the bearer token: %s", exc)
+                await send_error(
+                    send, 503, "store_error", "cannot check the bearer token: the store failed"
+                )
+                return
+            if required:
                 if caller is None:
                     message = (
                         "missing bearer token: send 'Authorization: Bearer <token>' "

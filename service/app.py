@@ -133,6 +133,7 @@ async def list_tools() -> ToolTable:
                 "input_schema": t.input_schema(),
                 "read_only": t.read_only,
                 "destructive": t.destructive,
+                "admin": t.admin,
             }
             for t in TOOLS
         ]

@@ -26,7 +26,7 @@ from service.middleware import Exposure, is_loopback
 from service.tools import TOOLS, TOOLS_BY_NAME, Tool
 
 if TYPE_CHECKING:
-    from workbench.tenancy import Caller
+    from workbench.store.tenancy import Caller
 
 log = logging.getLogger("service.mcp")
 

@@ -27,7 +27,7 @@ from workbench.names import (
 )
 
 if TYPE_CHECKING:
-    from workbench.tenancy import Caller
+    from workbench.store.tenancy import Caller
 
 
 def _canonical_uuid(value: str) -> str:

@@ -41,7 +41,7 @@ from workbench.store import graph as g
 from workbench.store import queue as q
 from workbench.store.schema import PRIORITIES
 from workbench.store.snapshots import Snapshots, remove_stale
-from workbench.tenancy import Tenancy
+from workbench.store.tenancy import Tenancy
 
 log = logging.getLogger("workbench")
 
@@ -524,7 +524,7 @@ class Workbench:
             self.publisher.states_changed()
         return jsonable(result)
 
-    # --- many people on one service (workbench.tenancy) ---------------------------------
+    # --- many people on one service (store.tenancy) -------------------------------------
     def list_groups(self, group_ids: Sequence[str] | None = None) -> dict[str, Any]:
         return jsonable(self.tenancy.list_groups(self._groups(group_ids)))
 
