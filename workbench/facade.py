@@ -28,6 +28,7 @@ from workbench.decay.classification import classify_texts
 from workbench.decay.maintenance import MaintenanceScheduler
 from workbench.decay.rules import DecayPolicy
 from workbench.embedding import Embedder, build_embedder
+from workbench.ingest.budget import DailyBudget
 from workbench.ingest.episode_queue import EpisodeQueue
 from workbench.ingest.importer import Importer
 from workbench.ingest.pipeline import NO_LLM, EpisodePipeline
@@ -113,6 +114,11 @@ class Workbench:
             batch_size=settings.queue_batch_size,
             max_crashes=settings.queue_max_crashes,
             run_size=settings.queue_group_run,
+            budget=(
+                DailyBudget(store, settings.group_daily_budget_usd, metrics)
+                if settings.group_daily_budget_usd
+                else None
+            ),
         )
         self.tenancy = Tenancy(store, clock)
         self.scheduler = MaintenanceScheduler.from_settings(

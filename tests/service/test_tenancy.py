@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import time
+from datetime import timedelta
 
 import httpx2
 import pytest
@@ -257,3 +258,16 @@ async def test_mcp_enforces_the_same_scope(tenants, server_thread):
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
+
+
+def test_maintenance_prunes_the_audit_trail_past_its_retention(tenants):
+    wb = tenants[0]
+    now = wb.clock()
+    wb.tenancy.audit("alice", "clear_graph", ["team-a"], [], "ok")
+    wb.store.execute(
+        "INSERT INTO audit_log (ts, token_name, tool, groups, uuids, outcome) "
+        "VALUES (?, 'old', 'delete_episode', '', '', 'ok')",
+        [now - timedelta(days=wb.settings.audit_retention_days + 1)],
+    )
+    wb.run_decay_maintenance()
+    assert [r[0] for r in wb.store.fetchall("SELECT token_name FROM audit_log")] == ["alice"]

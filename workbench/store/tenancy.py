@@ -38,6 +38,7 @@ __all__ = [
     "group_of",
     "group_counts",
     "group_costs_since",
+    "hold_group",
 ]
 
 _TOKEN_COLUMNS = "name, groups, read_only, admin, created_at, last_used_at"
@@ -154,6 +155,25 @@ def group_counts(store: Store, groups: Sequence[str] | None) -> list[dict[str, A
             if group in counts:
                 counts[group][table] = int(n)
     return [counts[g] for g in sorted(counts)]
+
+
+def hold_group(store: Store, group: str, until: datetime, detail: str) -> int:
+    """Keep ``group``'s queued episodes waiting until ``until``, saying why; how many."""
+    with store.transaction():
+        rows = store.fetchall(
+            "SELECT episode_uuid FROM queue WHERE group_id = ? AND state = 'queued' "
+            "AND available_at < ?",
+            [group, until],
+        )
+        uuids = [r[0] for r in rows]
+        if uuids:
+            store.execute(
+                "UPDATE queue SET available_at = ? WHERE episode_uuid = ANY(?)", [until, uuids]
+            )
+            store.execute(
+                "UPDATE episodes SET status_detail = ? WHERE uuid = ANY(?)", [detail, uuids]
+            )
+    return len(uuids)
 
 
 def group_costs_since(store: Store, since: datetime) -> dict[str, float]:
