@@ -149,6 +149,14 @@ SETTING_MEANINGS: dict[str, str] = {
     "`add_memory` past it answers HTTP 429 `queue_full` with the reason (the episode is not "
     "stored; send it again once the queue has drained). A retry of an episode already "
     "accepted is still answered.",
+    "group_daily_budget_usd": (
+        "A group's LLM cost (USD) of the current UTC day at which its episodes wait until the "
+        "next UTC day (their `status_detail` says \"daily budget\"); other groups go on. "
+        "Unset: no limit. See [Operations](operations.md#budgets-per-group)."
+    ),
+    "audit_retention_days": (
+        "`audit_log` rows older than this are removed by each decay maintenance run."
+    ),
     "queue_max_crashes": (
         "An episode that was being processed when the service process died this many times "
         "is failed with the reason `crashed` instead of being retried (a crash loop); "
