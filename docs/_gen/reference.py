@@ -151,7 +151,7 @@ SETTING_MEANINGS: dict[str, str] = {
     "accepted is still answered.",
     "group_daily_budget_usd": (
         "A group's LLM cost (USD) of the current UTC day at which its episodes wait until the "
-        "next UTC day (their `status_detail` says \"daily budget\"); other groups go on. "
+        'next UTC day (their `status_detail` says "daily budget"); other groups go on. '
         "Unset: no limit. See [Operations](operations.md#budgets-per-group)."
     ),
     "audit_retention_days": (
