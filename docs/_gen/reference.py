@@ -125,7 +125,8 @@ SETTING_MEANINGS: dict[str, str] = {
     "--local-llm` sets it): short prompts, `max_tokens` bounded by each prompt's longest "
     "valid answer, one request at a time, a timeout that grows with the measured speed. See "
     "[Deployment](deployment.md#speed-the-local-profile).",
-    "price_table_path": "A JSON price table merged over the shipped one (USD per million "
+    "price_table_path": "A JSON price table that wins over `genai-prices` and the shipped "
+    "table (USD per million "
     "input/output/cached-read/cache-write tokens; its entries win).",
     "local_embedder_model": "Model of the in-process embedder (loaded from the installed "
     "package, offline): `all-MiniLM-L6-v2` (English, fast) or `multilingual-e5-small` (about "

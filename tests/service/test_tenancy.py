@@ -271,3 +271,22 @@ def test_maintenance_prunes_the_audit_trail_past_its_retention(tenants):
     )
     wb.run_decay_maintenance()
     assert [r[0] for r in wb.store.fetchall("SELECT token_name FROM audit_log")] == ["alice"]
+
+
+def test_health_says_when_the_models_calls_have_no_price(fake_llm, hash_embedder):
+    from service.health import EmbedderProbe, health
+    from workbench.fakes.chat_server import chat_settings_env
+
+    unpriced = {**chat_settings_env(fake_llm), "SVC_KNOWLEDGE_MODEL_NAME": "no-such-model-x"}
+    for env, priced in (
+        (unpriced, False),
+        ({**unpriced, "SVC_KNOWLEDGE_MODEL_NAME": "gpt-4o"}, True),
+    ):
+        settings = make_settings(**env)
+        wb = Workbench.open(settings, embedder=hash_embedder, metrics=Metrics())
+        try:
+            llm = health(wb, EmbedderProbe(wb.embedder))[0]["checks"]["llm"]
+        finally:
+            wb.close()
+        assert llm["priced"] is priced
+        assert ("no price for model 'no-such-model-x'" in llm.get("price_detail", "")) is not priced
