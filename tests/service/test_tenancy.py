@@ -290,3 +290,18 @@ def test_health_says_when_the_models_calls_have_no_price(fake_llm, hash_embedder
             wb.close()
         assert llm["priced"] is priced
         assert ("no price for model 'no-such-model-x'" in llm.get("price_detail", "")) is not priced
+
+
+def test_scoped_tokens_have_their_own_rate_limit_buckets(tenants):
+    from tests.service.svc_helpers import Tick
+
+    wb, _, tokens = tenants
+    settings = wb.settings.model_copy(update={"rate_limit_per_minute": 2})
+    with TestClient(create_app(wb, settings, rate_clock=Tick()), base_url=BASE) as client:
+        a, b = bearer(tokens["a"]), bearer(tokens["b"])
+        # a token's first request counts on the address (not verified yet), the rest on it
+        for _ in range(3):
+            call(client, "list_groups", {}, headers=a)
+        assert client.post("/tools/list_groups", json={}, headers=a).status_code == 429
+        for _ in range(3):  # another token from the same address has its own bucket
+            call(client, "list_groups", {}, headers=b)
