@@ -61,15 +61,33 @@ class TokenResolver:
 
     def required(self) -> bool:
         """Whether a request needs a token: the admin token is set, or the store holds any."""
+        known = self.required_known()
+        if known is not None:
+            return known
+        value = self.tenancy.any_tokens()
+        self._any = (self.clock() + self.ttl, value)
+        return value
+
+    def required_known(self) -> bool | None:
+        """:meth:`required` without I/O; None when only the store can tell."""
         if self._admin:
             return True
         if self.tenancy is None:
             return False
         expiry, value = self._any
-        if self.clock() >= expiry:
-            value = self.tenancy.any_tokens()
-            self._any = (self.clock() + self.ttl, value)
-        return value
+        return value if self.clock() < expiry else None
+
+    def cached(self, token: str) -> tuple[bool, Caller | None]:
+        """``(True, caller)`` when :meth:`resolve` can answer without I/O."""
+        if self._admin and hmac.compare_digest(token.encode(), self._admin.encode()):
+            return True, ADMIN
+        if self.tenancy is None:
+            return True, None
+        with self._lock:
+            hit = self._cache.get(token_hash(token))
+        if hit is not None and self.clock() < hit[0]:
+            return True, hit[1]
+        return False, None
 
     def resolve(self, token: str) -> Caller | None:
         if self._admin and hmac.compare_digest(token.encode(), self._admin.encode()):
@@ -120,12 +138,7 @@ class ScopedAuthMiddleware:
         if scope["type"] == "http" and scope.get("path") not in self._exempt:
             given = _bearer(scope)
             try:
-                required = await anyio.to_thread.run_sync(self.resolver.required)
-                caller = (
-                    await anyio.to_thread.run_sync(self.resolver.resolve, given)
-                    if required and given
-                    else None
-                )
+                required, caller = await self._check(given)
             except Exception as exc:  # noqa: BLE001 - the store failed: refuse, never let in
                 log.warning("cannot check the bearer token: %s", exc)
                 await send_error(
@@ -150,6 +163,18 @@ class ScopedAuthMiddleware:
                     return
                 scope[CALLER_KEY] = caller
         await self.app(scope, receive, send)
+
+    async def _check(self, given: str | None) -> tuple[bool, Caller | None]:
+        """Whether a token is needed, and whose ``given`` is (a thread only for the store)."""
+        required = self.resolver.required_known()
+        if required is None:
+            required = await anyio.to_thread.run_sync(self.resolver.required)
+        if not required or not given:
+            return required, None
+        done, caller = self.resolver.cached(given)
+        if not done:
+            caller = await anyio.to_thread.run_sync(self.resolver.resolve, given)
+        return required, caller
 
 
 def caller_of(scope: Any) -> Caller | None:
@@ -295,7 +320,7 @@ def _covered(tool: Any, workbench: Any, args: Any, result: Any) -> Any:
         tenancy = getattr(workbench, "tenancy", None)
         if tenancy is None:
             return result
-        groups = [row["group_id"] for row in tenancy.list_groups(None)["groups"]]
+        groups = tenancy.group_names()
     return {**result, "groups": sorted(groups)}
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import secrets
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -38,6 +39,7 @@ __all__ = [
     "group_of",
     "group_counts",
     "group_costs_since",
+    "group_names",
     "hold_group",
 ]
 
@@ -176,6 +178,15 @@ def hold_group(store: Store, group: str, until: datetime, detail: str) -> int:
     return len(uuids)
 
 
+def group_names(store: Store) -> list[str]:
+    """Every group that holds an episode, entity or fact."""
+    rows = store.fetchall(
+        "SELECT group_id FROM episodes UNION SELECT group_id FROM entities "
+        "UNION SELECT group_id FROM facts"
+    )
+    return sorted(r[0] for r in rows)
+
+
 def group_costs_since(store: Store, since: datetime) -> dict[str, float]:
     """LLM cost (USD) per group of the calls made for its episodes since ``since``."""
     rows = store.fetchall(
@@ -221,9 +232,14 @@ ADMIN = Caller("admin", None, False, True)  # SVC_KNOWLEDGE_API_TOKEN
 class Tenancy:
     """Tokens, the audit trail and group counts of one store."""
 
-    def __init__(self, store: Store, clock):
+    # how long the list of every group is reused (a search of every group names them)
+    GROUP_NAMES_SECONDS = 5.0
+
+    def __init__(self, store: Store, clock, monotonic=time.monotonic):
         self.store = store
         self.clock = clock
+        self._monotonic = monotonic
+        self._names: tuple[float, list[str]] = (-1e18, [])
 
     def add_token(
         self, name: str, groups: Sequence[str] = (), read_only: bool = False, admin: bool = False
@@ -270,6 +286,14 @@ class Tenancy:
 
     def list_groups(self, groups: Sequence[str] | None) -> dict[str, Any]:
         return {"groups": group_counts(self.store, groups)}
+
+    def group_names(self) -> list[str]:
+        """Every group in the store (at most ``GROUP_NAMES_SECONDS`` old)."""
+        expiry, names_ = self._names
+        if self._monotonic() >= expiry:
+            names_ = group_names(self.store)
+            self._names = (self._monotonic() + self.GROUP_NAMES_SECONDS, names_)
+        return names_
 
     def group_of(self, uuid: str) -> str | None:
         return group_of(self.store, uuid)
