@@ -177,6 +177,13 @@ class ScopedAuthMiddleware:
         return required, caller
 
 
+def tenancy_of(workbench: Any) -> Any:
+    """The workbench's :class:`~workbench.store.tenancy.Tenancy`; None for a stand-in (a
+    remote service's tools, a database that could not be opened), whose ``__getattr__``
+    answers every name."""
+    return vars(workbench).get("tenancy") if hasattr(workbench, "__dict__") else None
+
+
 def caller_of(scope: Any) -> Caller | None:
     return scope.get(CALLER_KEY) if scope is not None else None
 
@@ -317,7 +324,7 @@ def _covered(tool: Any, workbench: Any, args: Any, result: Any) -> Any:
         return result
     groups = args.group_ids
     if not groups:
-        tenancy = getattr(workbench, "tenancy", None)
+        tenancy = tenancy_of(workbench)
         if tenancy is None:
             return result
         groups = tenancy.group_names()
@@ -326,7 +333,7 @@ def _covered(tool: Any, workbench: Any, args: Any, result: Any) -> Any:
 
 # --- the audit trail -----------------------------------------------------------------------
 def _audit(tool: Any, workbench: Any, args: Any, caller: Caller | None, outcome: str) -> None:
-    tenancy = getattr(workbench, "tenancy", None)
+    tenancy = tenancy_of(workbench)
     if not (tool.audited or tool.destructive) or tenancy is None:
         return
     groups: list[str] = []

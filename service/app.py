@@ -26,7 +26,7 @@ from litestar.plugins.pydantic import PydanticPlugin
 from litestar.types import Receive, Scope, Send
 
 from service import apidocs
-from service.access import ScopedAuthMiddleware, TokenResolver, caller_of
+from service.access import ScopedAuthMiddleware, TokenResolver, caller_of, tenancy_of
 from service.bootstrap import package_version
 from service.errors import exception_handler
 from service.health import EmbedderProbe, health
@@ -214,7 +214,7 @@ def create_app(
     """
     exposure = exposure_of(settings, allowed_hosts)
     token = settings.api_token.get_secret_value() if settings.api_token else ""
-    resolver = TokenResolver(getattr(workbench, "tenancy", None), token)
+    resolver = TokenResolver(tenancy_of(workbench), token)
     mcp_server = build_mcp_server(workbench, package_version())
     managers: list = []  # a fresh session manager per app start (one may run only once)
 

@@ -305,3 +305,16 @@ def test_scoped_tokens_have_their_own_rate_limit_buckets(tenants):
         assert client.post("/tools/list_groups", json={}, headers=a).status_code == 429
         for _ in range(3):  # another token from the same address has its own bucket
             call(client, "list_groups", {}, headers=b)
+
+
+def test_a_stand_in_workbench_keeps_its_own_error():
+    """``workbench mcp`` on a database it cannot open: the tool error is the reason, with no
+    audit or covered-groups step tripping over the stand-in."""
+    from service.live import UnavailableWorkbench
+    from service.tools import get_tool
+    from workbench.errors import StoreError
+
+    stand_in = UnavailableWorkbench("the database is gone")
+    for name, args in (("clear_graph", {"group_ids": ["g"]}), ("get_episodes", {})):
+        with pytest.raises(StoreError, match="the database is gone"):
+            get_tool(name).invoke(stand_in, args)
