@@ -123,7 +123,12 @@ async def unknown_tool(name: FromPath[str]) -> None:
     get_tool(name)  # raises NotFound naming the tools
 
 
-@get("/tools", tags=["tools"], summary="The tool table (names, descriptions, schemas).")
+@get(
+    "/tools",
+    tags=["tools"],
+    summary="The tool table (names, descriptions, schemas).",
+    responses={401: ERROR_RESPONSES[401]},  # once any token exists
+)
 async def list_tools() -> ToolTable:
     return ToolTable(
         tools=[
