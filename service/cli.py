@@ -161,11 +161,28 @@ def cmd_import(args: argparse.Namespace) -> int:
     setup_logging(settings.log_level, secrets_of(settings), fmt="text")
     summary = on_database(
         args,
-        lambda wb: wb.import_jsonl(args.file, progress=not args.quiet, group_id=args.group_id),
+        lambda wb: audited_locally(
+            wb,
+            "cli:import",
+            [args.group_id or wb.settings.default_group_id],
+            lambda: wb.import_jsonl(args.file, progress=not args.quiet, group_id=args.group_id),
+        ),
         lambda live: import_through(live, args.file, args.group_id, not args.quiet),
     )
     print_json(summary)
     return 0
+
+
+def audited_locally(wb, tool: str, groups: list[str], run: Callable[[], Any]) -> Any:
+    """``run()`` on the database file, written to ``audit_log`` as the local user's ``tool``
+    (through the service, its tools write the trail)."""
+    try:
+        result = run()
+    except WorkbenchError as exc:
+        wb.tenancy.audit("local", tool, groups, [], exc.kind)
+        raise
+    wb.tenancy.audit("local", tool, groups, [], "ok")
+    return result
 
 
 IMPORT_CHUNK = 1000
@@ -243,7 +260,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     target = Path(args.dir).expanduser().resolve()
     written = on_database(
         args,
-        lambda wb: wb.export_parquet(target),
+        lambda wb: audited_locally(wb, "cli:export", [], lambda: wb.export_parquet(target)),
         lambda live: moved_snapshot(live, target),
     )
     print_json(written)

@@ -221,6 +221,9 @@ def test_import_status_maintenance_export(cli, tmp_path, server_thread):
             f"SELECT count(*) FROM '{tmp_path / 'snap' / 'facts.parquet'}'"
         ).fetchone()[0]
     assert count == 1
+    with duckdb.connect(str(db), read_only=True) as con:  # the trail of the file's import/export
+        trail = con.execute("SELECT token_name, tool, groups, outcome FROM audit_log").fetchall()
+    assert trail == [("local", "cli:import", "main", "ok"), ("local", "cli:export", "", "ok")]
 
 
 def test_import_of_a_missing_file_is_one_line(cli, tmp_path):
