@@ -154,6 +154,15 @@ def test_another_groups_uuids_in_a_list_count_as_missing(client, tenants):
     ] == [theirs]
 
 
+def test_the_queue_status_lists_no_failure_of_another_group(client, tenants):
+    wb, items, tokens = tenants
+    wb.store.execute("UPDATE queue SET state = 'failed', error_message = 'boom'")
+    failed = call(client, "get_queue_status", {}, headers=bearer(tokens["a"]))["failed"]
+    assert [f["group_id"] for f in failed] == ["team-a"]
+    everything = call(client, "get_queue_status", {}, headers=bearer(ADMIN))["failed"]
+    assert sorted(f["group_id"] for f in everything) == ["team-a", "team-b"]
+
+
 def test_a_search_near_another_groups_entity_is_a_404(client, tenants):
     wb, _, tokens = tenants
     bruno = wb.search_memory_nodes("Bruno Brown", ["team-b"])["nodes"][0]["uuid"]
@@ -252,6 +261,10 @@ async def test_mcp_enforces_the_same_scope(tenants, server_thread):
             assert admin.structured_content["error"]["type"] == "forbidden"
             groups = await mcp.call_tool("list_groups", {})
             assert [g["group_id"] for g in groups.structured_content["groups"]] == ["team-a"]
+    async with httpx2.AsyncClient(headers=bearer(tokens["ro"])) as http:
+        async with Client(streamable_http_client(url, http_client=http)) as mcp:
+            write = await mcp.call_tool("add_memory", {"name": "x", "episode_body": "y"})
+            assert write.structured_content["error"]["type"] == "forbidden"
     assert wb.get_entity_edge(items["team-b"]["fact"])
 
 
