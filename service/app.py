@@ -17,7 +17,7 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Annotated, Any
 
-from litestar import HttpMethod, Litestar, Response, get, post, route
+from litestar import HttpMethod, Litestar, Request, Response, get, post, route
 from litestar.handlers import asgi
 from litestar.middleware import DefineMiddleware
 from litestar.openapi import OpenAPIConfig, ResponseSpec
@@ -27,13 +27,13 @@ from litestar.response import Redirect
 from litestar.types import Receive, Scope, Send
 
 from service import apidocs
+from service.access import ScopedAuthMiddleware, TokenResolver, caller_of, tenancy_of
 from service.bootstrap import package_version
 from service.errors import exception_handler
 from service.health import EmbedderProbe, health
 from service.logs import RequestContextMiddleware
 from service.mcp_server import build_mcp_server, build_session_manager
 from service.middleware import (
-    BearerAuthMiddleware,
     BodyLimitMiddleware,
     Exposure,
     ExposureMiddleware,
@@ -84,23 +84,25 @@ def tool_route(workbench: Any, tool: Tool):
     the error body for every error status."""
     if tool.name == "add_memory":
 
-        def handler(data: Any, idempotency_key: IdempotencyKey = None) -> dict[str, Any]:
+        def handler(
+            request: Request, data: Any, idempotency_key: IdempotencyKey = None
+        ) -> dict[str, Any]:
             args = tool.parse(data)
             if idempotency_key and args.uuid is None:
                 args = args.model_copy(update={"uuid": idempotent_uuid(idempotency_key)})
-            return tool.invoke(workbench, args)
+            return tool.invoke(workbench, args, caller_of(request.scope))
 
         handler.__annotations__["data"] = JSONBody[tool.args]
     elif tool.args_optional:
 
-        def handler(data: Any = None) -> dict[str, Any]:
-            return tool.invoke(workbench, data)
+        def handler(request: Request, data: Any = None) -> dict[str, Any]:
+            return tool.invoke(workbench, data, caller_of(request.scope))
 
         handler.__annotations__["data"] = JSONBody[tool.args | None]
     else:
 
-        def handler(data: Any) -> dict[str, Any]:
-            return tool.invoke(workbench, data)
+        def handler(request: Request, data: Any) -> dict[str, Any]:
+            return tool.invoke(workbench, data, caller_of(request.scope))
 
         handler.__annotations__["data"] = JSONBody[tool.args]
     handler.__annotations__["return"] = RESULTS[tool.name]  # the schema; the dict is sent as is
@@ -128,7 +130,12 @@ def root() -> Redirect:
     return Redirect(path="/schema")
 
 
-@get("/tools", tags=["tools"], summary="The tool table (names, descriptions, schemas).")
+@get(
+    "/tools",
+    tags=["tools"],
+    summary="The tool table (names, descriptions, schemas).",
+    responses={401: ERROR_RESPONSES[401]},  # once any token exists
+)
 async def list_tools() -> ToolTable:
     return ToolTable(
         tools=[
@@ -138,6 +145,7 @@ async def list_tools() -> ToolTable:
                 "input_schema": t.input_schema(),
                 "read_only": t.read_only,
                 "destructive": t.destructive,
+                "admin": t.admin,
             }
             for t in TOOLS
         ]
@@ -177,11 +185,13 @@ def exposure_of(settings: Settings, extra_hosts: tuple[str, ...] = ()) -> Exposu
 
 
 def middleware_stack(
-    settings: Settings, rate_clock: Callable[[], float], exposure: Exposure
+    settings: Settings,
+    rate_clock: Callable[[], float],
+    exposure: Exposure,
+    resolver: TokenResolver,
 ) -> list:
     per_minute = settings.rate_limit_per_minute
     buckets = TokenBuckets(per_minute, rate_clock) if per_minute > 0 else None
-    token = settings.api_token.get_secret_value() if settings.api_token else ""
     stack = [
         RequestContextMiddleware,
         DefineMiddleware(ExposureMiddleware, exposure=exposure),
@@ -189,11 +199,10 @@ def middleware_stack(
             RateLimitMiddleware,
             buckets=buckets,
             trusted_proxies=settings.trusted_proxy_list,
-            tokens=(token,) if token else (),
+            known=resolver.known,
         ),
+        DefineMiddleware(ScopedAuthMiddleware, resolver=resolver),
     ]
-    if token:
-        stack.append(DefineMiddleware(BearerAuthMiddleware, token=token))
     stack.append(DefineMiddleware(BodyLimitMiddleware, max_bytes=max_body_bytes(settings)))
     stack.append(DefineMiddleware(JsonBodyMiddleware, max_bytes=max_body_bytes(settings)))
     return stack
@@ -216,6 +225,8 @@ def create_app(
     and is 503 until then).
     """
     exposure = exposure_of(settings, allowed_hosts)
+    token = settings.api_token.get_secret_value() if settings.api_token else ""
+    resolver = TokenResolver(tenancy_of(workbench), token)
     mcp_server = build_mcp_server(workbench, package_version())
     managers: list = []  # a fresh session manager per app start (one may run only once)
 
@@ -241,7 +252,7 @@ def create_app(
             mcp_endpoint,
             apidocs.assets_route(),
         ],
-        middleware=middleware_stack(settings, rate_clock, exposure),
+        middleware=middleware_stack(settings, rate_clock, exposure, resolver),
         exception_handlers={Exception: exception_handler},
         request_max_body_size=max_body_bytes(settings),
         lifespan=[mcp_lifespan],

@@ -182,7 +182,12 @@ def cmd_import(args: argparse.Namespace) -> int:
         return 0
     summary = on_database(
         args,
-        lambda wb: wb.import_jsonl(args.file, progress=not args.quiet, group_id=args.group_id),
+        lambda wb: audited_locally(
+            wb,
+            "cli:import",
+            [args.group_id or wb.settings.default_group_id],
+            lambda: wb.import_jsonl(args.file, progress=not args.quiet, group_id=args.group_id),
+        ),
         lambda live: import_through(live, args.file, args.group_id, not args.quiet),
     )
     print_json(summary)
@@ -218,6 +223,18 @@ def restore_backup(settings: Settings, folder: str) -> dict[str, Any]:
     finally:
         store.close()
     return {"database": store.path, **report}
+
+
+def audited_locally(wb, tool: str, groups: list[str], run: Callable[[], Any]) -> Any:
+    """``run()`` on the database file, written to ``audit_log`` as the local user's ``tool``
+    (through the service, its tools write the trail)."""
+    try:
+        result = run()
+    except WorkbenchError as exc:
+        wb.tenancy.audit("local", tool, groups, [], exc.kind)
+        raise
+    wb.tenancy.audit("local", tool, groups, [], "ok")
+    return result
 
 
 IMPORT_CHUNK = 1000
@@ -295,7 +312,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     target = Path(args.dir).expanduser().resolve()
     written = on_database(
         args,
-        lambda wb: wb.export_parquet(target),
+        lambda wb: audited_locally(wb, "cli:export", [], lambda: wb.export_parquet(target)),
         lambda live: moved_snapshot(live, target),
     )
     print_json(written)
@@ -405,12 +422,90 @@ def _reembed(store, embedder, quiet: bool) -> int:
     return 0
 
 
+def _tool_on_database(args: argparse.Namespace, tool: str, arguments: dict[str, Any]) -> Any:
+    """A tool on the database (audited as "local") or through the service holding it."""
+    from service.tools import get_tool
+
+    return on_database(
+        args,
+        lambda wb: get_tool(tool).invoke(wb, arguments),
+        lambda live: live.call(tool, arguments),
+    )
+
+
+def cmd_tokens_add(args: argparse.Namespace) -> int:
+    groups = args.groups or []
+    made = _tool_on_database(
+        args,
+        "add_token",
+        {"name": args.name, "groups": groups, "read_only": args.read_only, "admin": args.admin},
+    )
+    scope = "every group, admin" if made["admin"] else f"groups {', '.join(made['groups'])}"
+    mode = ", read-only" if made["read_only"] else ""
+    print(f"token {made['name']} ({scope}{mode}); shown only now, keep it safe:")
+    print(made["token"])
+    return 0
+
+
+def cmd_tokens_list(args: argparse.Namespace) -> int:
+    print_json(_tool_on_database(args, "list_tokens", {}))
+    return 0
+
+
+def cmd_tokens_revoke(args: argparse.Namespace) -> int:
+    print(_tool_on_database(args, "revoke_token", {"name": args.name})["message"])
+    return 0
+
+
+def _add_tokens(sub) -> None:
+    tokens = sub.add_parser(
+        "tokens",
+        help="create, list and revoke scoped API tokens",
+        description="API tokens for the tools, each limited to some groups (and optionally "
+        "read-only), stored hashed in the database: on the database file, or through the "
+        "service holding it (with an admin token, SVC_KNOWLEDGE_API_TOKEN). A revoked token "
+        "is refused by a running service within seconds.",
+    )
+    actions = tokens.add_subparsers(
+        dest="action", metavar="ACTION", required=True, help="add, list or revoke"
+    )
+    add = actions.add_parser(
+        "add", help="create a token (printed once, as the last word)", description="Create a "
+        "token for some groups; the token is printed once, as the last word of the output.",
+    )  # fmt: skip
+    add.add_argument("name", metavar="NAME", help="the token's name (same rule as group names)")
+    add.add_argument(
+        "--groups", type=group_list, metavar="G1,G2", help="comma-separated groups it may use"
+    )
+    add.add_argument("--read-only", action="store_true", help="the token may only read/search")
+    add.add_argument("--admin", action="store_true", help="every group and the admin-only tools")
+    _add_db(add)
+    add.set_defaults(func=cmd_tokens_add)
+    listed = actions.add_parser(
+        "list", help="the tokens as JSON (never the tokens themselves)",
+        description="Names, groups, scopes, created and last used; never a token.",
+    )  # fmt: skip
+    _add_db(listed)
+    listed.set_defaults(func=cmd_tokens_list)
+    revoke = actions.add_parser(
+        "revoke", help="revoke a token by name", description="Revoke a token by name."
+    )
+    revoke.add_argument("name", metavar="NAME", help="the token's name")
+    _add_db(revoke)
+    revoke.set_defaults(func=cmd_tokens_revoke)
+
+
 # --- parser -------------------------------------------------------------------------------
 def group_arg(value: str) -> str:
     """A group name argument, checked by the one rule of group names."""
     if not is_group_id(value):
         raise argparse.ArgumentTypeError(f"{value!r} is not a valid group name: {GROUP_ID_RULE}")
     return value
+
+
+def group_list(value: str) -> list[str]:
+    """Comma-separated group names, each checked."""
+    return [group_arg(g.strip()) for g in value.split(",") if g.strip()]
 
 
 def _add_db(parser: argparse.ArgumentParser) -> None:
@@ -598,6 +693,7 @@ def build_parser() -> argparse.ArgumentParser:
     again.add_argument("--quiet", action="store_true", help="no progress bar")
     _add_db(again)
     again.set_defaults(func=cmd_reembed)
+    _add_tokens(sub)
     return parser
 
 

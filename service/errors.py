@@ -7,7 +7,7 @@ error                              status  type
 =================================  ======  =====================================
 ``InvalidInput``, bad arguments    400     ``invalid_input``
 missing/invalid bearer token       401     ``unauthorized``
-foreign ``Origin``                 403     ``forbidden``
+foreign ``Origin``, ``Forbidden``   403     ``forbidden``
 ``NotFound``, unknown path/tool    404     ``not_found``
 wrong method                       405     ``method_not_allowed``
 ``Conflict``                       409     ``conflict``

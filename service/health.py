@@ -103,6 +103,14 @@ def llm_check(workbench: Any) -> dict[str, Any]:
     if chat is None:
         return {"ok": False, "configured": False, "detail": LLM_HOWTO}
     check = {"ok": True, "configured": True, "model": getattr(chat, "model", None)}
+    prices = getattr(chat, "prices", None)
+    if prices is not None and check["model"]:  # a model without a price counts at USD 0
+        check["priced"] = check["model"] in prices
+        if not check["priced"]:
+            check["price_detail"] = (
+                f"no price for model {check['model']!r}: its calls count at USD 0 and no "
+                "group's daily budget is reached (add it with SVC_KNOWLEDGE_PRICE_TABLE_PATH)"
+            )
     health = getattr(chat, "health", None)
     if health is not None:  # what the calls observed: a dead or refusing backend shows
         check.update(health.status())

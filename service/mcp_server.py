@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 import json
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import mcp_types as types
@@ -19,10 +19,14 @@ from mcp.server import Server
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
 
+from service.access import caller_of
 from service.errors import describe, error_payload
 from service.logs import REQUEST_ID, new_request_id
 from service.middleware import Exposure, is_loopback
 from service.tools import TOOLS, TOOLS_BY_NAME, Tool
+
+if TYPE_CHECKING:
+    from workbench.store.tenancy import Caller
 
 log = logging.getLogger("service.mcp")
 
@@ -56,7 +60,7 @@ def _result(payload: dict[str, Any], is_error: bool = False) -> types.CallToolRe
 
 
 async def call_tool(
-    workbench: Any, name: str, arguments: dict[str, Any] | None
+    workbench: Any, name: str, arguments: dict[str, Any] | None, caller: Caller | None = None
 ) -> types.CallToolResult:
     """Run one tool in a worker thread; every failure becomes an ``isError`` result."""
     token = REQUEST_ID.set(f"mcp-{new_request_id()}")
@@ -71,7 +75,7 @@ async def call_tool(
             )
         try:
             result = await anyio.to_thread.run_sync(
-                functools.partial(tool.invoke, workbench, arguments)
+                functools.partial(tool.invoke, workbench, arguments, caller)
             )
         except Exception as exc:  # noqa: BLE001 - mapped like HTTP errors, logged when a fault
             status, kind, message = describe(exc)
@@ -94,8 +98,12 @@ def build_mcp_server(workbench: Any, version: str = "0.1.0") -> Server:
     async def on_list_tools(_ctx, _params) -> types.ListToolsResult:
         return types.ListToolsResult(tools=tools)
 
-    async def on_call_tool(_ctx, params: types.CallToolRequestParams) -> types.CallToolResult:
-        return await call_tool(workbench, params.name, params.arguments)
+    async def on_call_tool(ctx, params: types.CallToolRequestParams) -> types.CallToolResult:
+        # over HTTP the auth middleware put the caller into the request's scope; stdio has
+        # no request (the local user: every group)
+        request = getattr(ctx, "request", None)
+        caller = caller_of(getattr(request, "scope", None))
+        return await call_tool(workbench, params.name, params.arguments, caller)
 
     return Server(
         SERVER_NAME,

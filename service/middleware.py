@@ -128,13 +128,17 @@ class TokenBuckets:
 
 
 def client_key(
-    scope, trusted_proxies: frozenset[str] = frozenset(), tokens: Iterable[str] = ()
+    scope,
+    trusted_proxies: frozenset[str] = frozenset(),
+    tokens: Iterable[str] = (),
+    known: Callable[[bytes], bool] | None = None,
 ) -> str:
     """Whom a request's rate limit counts against: the token it sends when that is one of
     ``tokens`` (a digest of it, so clients behind one proxy keep their own buckets), else its
     address, or the address a trusted proxy forwards. Only a verified token counts: keyed by
-    whatever token is sent, a new random one per request would escape every limit."""
-    token = _verified_token(scope, tokens)
+    whatever token is sent, a new random one per request would escape every limit. ``known``
+    vouches for the scoped tokens already verified (``service.access.TokenResolver.known``)."""
+    token = _verified_token(scope, tokens, known)
     if token is not None:
         return "token:" + hmac.new(b"rate-limit", token, "sha256").hexdigest()[:16]
     address = (scope.get("client") or ("unknown",))[0]
@@ -146,11 +150,15 @@ def client_key(
     return address
 
 
-def _verified_token(scope, tokens: Iterable[str]) -> bytes | None:
+def _verified_token(
+    scope, tokens: Iterable[str], known: Callable[[bytes], bool] | None = None
+) -> bytes | None:
     auth = _header(scope, b"authorization") or b""
     if not auth.lower().startswith(b"bearer "):
         return None
     given = auth[7:].strip()
+    if known is not None and given and known(given):
+        return given
     for token in tokens:
         if token and hmac.compare_digest(given, token.encode()):
             return given
@@ -167,12 +175,14 @@ class RateLimitMiddleware:
         exempt: Iterable[str] = EXEMPT_PATHS,
         trusted_proxies: Iterable[str] = (),
         tokens: Iterable[str] = (),
+        known: Callable[[bytes], bool] | None = None,
     ):
         self.app = app
         self.buckets = buckets
         self._exempt = frozenset(exempt)
         self._trusted = frozenset(trusted_proxies)
         self._tokens = tuple(tokens)  # the valid tokens: a request sending one counts on it
+        self._known = known  # or a check of tokens verified before
 
     async def __call__(self, scope, receive, send) -> None:
         if (
@@ -180,7 +190,7 @@ class RateLimitMiddleware:
             and scope["type"] == "http"
             and scope.get("path") not in self._exempt
         ):
-            client = client_key(scope, self._trusted, self._tokens)
+            client = client_key(scope, self._trusted, self._tokens, self._known)
             wait = self.buckets.take(client)
             if wait > 0:
                 retry = max(1, math.ceil(wait))

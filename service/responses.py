@@ -90,6 +90,10 @@ class Node(MemoryState, Scored):
 class NodesResult(Out):
     message: str
     nodes: list[Node]
+    groups: list[str] = Field(
+        description="The groups this answer covered (the ones named, else every group the "
+        "caller may use): an empty answer is never ambiguous."
+    )
 
 
 class Fact(MemoryState, Scored):
@@ -109,6 +113,10 @@ class Fact(MemoryState, Scored):
 class FactsResult(Out):
     message: str
     facts: list[Fact]
+    groups: list[str] = Field(
+        description="The groups this answer covered (the ones named, else every group the "
+        "caller may use): an empty answer is never ambiguous."
+    )
 
 
 class Episode(Out):
@@ -130,6 +138,10 @@ class Episode(Out):
 
 class EpisodesResult(Out):
     episodes: list[Episode]
+    groups: list[str] = Field(
+        description="The groups this answer covered (the ones named, else every group the "
+        "caller may use): an empty answer is never ambiguous."
+    )
 
 
 class EntityEdge(Out):
@@ -289,6 +301,42 @@ class ToolTable(Out):
     tools: list[dict[str, Any]]
 
 
+class GroupCounts(Out):
+    group_id: str
+    episodes: int
+    entities: int
+    facts: int
+
+
+class GroupsResult(Out):
+    groups: list[GroupCounts]
+
+
+class TokenInfo(Out):
+    name: str
+    groups: list[str]
+    read_only: bool
+    admin: bool
+    created_at: datetime
+    last_used_at: datetime | None
+
+
+class TokensResult(Out):
+    tokens: list[TokenInfo]
+
+
+class NewToken(Out):
+    name: str
+    groups: list[str]
+    read_only: bool
+    admin: bool
+    token: str = Field(description="The token: shown this once, only its hash is stored.")
+
+
+class RevokeResult(Message):
+    name: str
+
+
 RESULTS: dict[str, type[Out]] = {
     "add_memory": AddMemoryResult,
     "search_memory_nodes": NodesResult,
@@ -307,6 +355,10 @@ RESULTS: dict[str, type[Out]] = {
     "import_memories": ImportResult,
     "export_snapshot": SnapshotResult,
     "recover_soft_deleted": RecoverResult,
+    "list_groups": GroupsResult,
+    "add_token": NewToken,
+    "list_tokens": TokensResult,
+    "revoke_token": RevokeResult,
 }
 
 
@@ -314,8 +366,9 @@ RESULTS: dict[str, type[Out]] = {
 ERRORS: dict[int, str] = {
     400: "Invalid arguments (the message names each wrong field).",
     401: "Missing or wrong bearer token (only when SVC_KNOWLEDGE_API_TOKEN is set).",
-    403: "A browser Origin that is not allowed.",
-    404: "No such item (a uuid that names nothing).",
+    403: "A browser Origin that is not allowed, or a call the token's scope does not allow "
+    "(another group, a write with a read-only token, an admin tool).",
+    404: "No such item (a uuid that names nothing, or an item of a group the token may not use).",
     409: "Conflict (e.g. other content under an episode uuid already used).",
     413: "The body is over the size limit.",
     415: "The body is not JSON.",

@@ -12,10 +12,11 @@ from __future__ import annotations
 import uuid as uuidlib
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, WithJsonSchema, model_validator
 
+from service.access import guarded_call
 from workbench.errors import NotFound
 from workbench.names import (
     GROUP_ID_PATTERN,
@@ -24,6 +25,9 @@ from workbench.names import (
     MAX_GROUP_IDS,
     is_group_id,
 )
+
+if TYPE_CHECKING:
+    from workbench.store.tenancy import Caller
 
 
 def _canonical_uuid(value: str) -> str:
@@ -65,7 +69,7 @@ GroupName = Annotated[str, AfterValidator(_group_name), WithJsonSchema(_GROUP_SC
 AS_GROUP: dict[str, Any] = {"pattern": GROUP_ID_PATTERN}
 AS_GROUPS: dict[str, Any] = {"items": _GROUP_SCHEMA, "maxItems": MAX_GROUP_IDS}
 GroupIds = Annotated[list[GroupName] | None, Field(max_length=MAX_GROUP_IDS)]
-_GROUPS = "Groups (namespaces) to search; omit to search all groups."
+_GROUPS = "Groups (namespaces) to search; omit to search every group the token may use."
 State = Literal["ACTIVE", "DORMANT", "ARCHIVED", "EXPIRED", "SOFT_DELETED", "PERMANENT"]
 _STATES = (
     "Only memories in these lifecycle states; default all but EXPIRED and SOFT_DELETED "
@@ -170,7 +174,9 @@ class SearchFactsArgs(Args):
 
 class GetEpisodesArgs(Args):
     group_ids: GroupIds = Field(
-        None, json_schema_extra=AS_GROUPS, description="Groups to list; omit for all groups."
+        None,
+        json_schema_extra=AS_GROUPS,
+        description="Groups to list; omit for every group the token may use.",
     )
     max_episodes: int = Field(10, ge=1, le=1000, description="Most recent episodes to return.")
 
@@ -238,6 +244,35 @@ class ClassifyArgs(Args):
     text: str = Field(min_length=1, description="The memory text to rate.")
 
 
+class ListGroupsArgs(Args):
+    group_ids: GroupIds = Field(
+        None,
+        json_schema_extra=AS_GROUPS,
+        description="Only these groups; omit for every group the caller may use.",
+    )
+
+
+_TOKEN_NAME = "The token's name (same rule as group names)."
+
+
+class AddTokenArgs(Args):
+    name: GroupName = Field(json_schema_extra=AS_GROUP, description=_TOKEN_NAME)
+    groups: list[GroupName] = Field(
+        [],
+        max_length=MAX_GROUP_IDS,
+        json_schema_extra=AS_GROUPS,
+        description="The groups the token may use (required unless admin).",
+    )
+    read_only: bool = Field(False, description="The token may only read and search.")
+    admin: bool = Field(
+        False, description="The token may use every group and the admin-only tools."
+    )
+
+
+class TokenNameArgs(Args):
+    name: GroupName = Field(json_schema_extra=AS_GROUP, description=_TOKEN_NAME)
+
+
 @dataclass(frozen=True)
 class Tool:
     name: str
@@ -246,6 +281,11 @@ class Tool:
     method: str
     read_only: bool = False
     destructive: bool = False
+    admin: bool = False  # only an admin token may call it
+    audited: bool = False  # every call is written to audit_log (destructive ones always are)
+    # what an omitted group argument means: every group ("all": narrowed to the caller's
+    # groups) or the default group ("default")
+    groups_omitted: Literal["all", "default"] = "all"
 
     @property
     def takes_args(self) -> bool:
@@ -267,11 +307,20 @@ class Tool:
             return arguments
         return self.args.model_validate(dict(arguments or {}))
 
-    def invoke(self, workbench: Any, arguments: Mapping[str, Any] | Args | None) -> dict:
-        """Validate ``arguments`` and call the facade method (blocking: run it in a thread)."""
-        args = self.parse(arguments)
-        kwargs = args.model_dump(exclude_none=True)
-        return getattr(workbench, self.method)(**kwargs)
+    def invoke(
+        self,
+        workbench: Any,
+        arguments: Mapping[str, Any] | Args | None,
+        caller: Caller | None = None,
+    ) -> dict:
+        """Validate ``arguments`` and call the facade method within ``caller``'s scope
+        (None: no token is configured, every group; see :mod:`service.access`). Blocking:
+        run it in a thread."""
+        return guarded_call(self, workbench, self.parse(arguments), caller)
+
+    def call(self, workbench: Any, args: Args) -> dict:
+        """The facade method on validated arguments (no scope: use :meth:`invoke`)."""
+        return getattr(workbench, self.method)(**args.model_dump(exclude_none=True))
 
 
 TOOLS: tuple[Tool, ...] = (
@@ -282,6 +331,7 @@ TOOLS: tuple[Tool, ...] = (
         "(see get_queue_status). Use one episode per coherent piece of information.",
         AddMemoryArgs,
         "add_memory",
+        groups_omitted="default",
     ),
     Tool(
         "search_memory_nodes",
@@ -365,6 +415,8 @@ TOOLS: tuple[Tool, ...] = (
         "soft-deleted ones. dry_run reports without changing anything.",
         MaintenanceArgs,
         "run_decay_maintenance",
+        admin=True,
+        audited=True,
     ),
     Tool(
         "get_knowledge_health",
@@ -389,6 +441,8 @@ TOOLS: tuple[Tool, ...] = (
         "lines that were refused, with their line numbers.",
         ImportArgs,
         "import_memories",
+        audited=True,
+        groups_omitted="default",
     ),
     Tool(
         "export_snapshot",
@@ -399,6 +453,8 @@ TOOLS: tuple[Tool, ...] = (
         "removed when memories are deleted and when the service stops.",
         NoArgs,
         "export_snapshot",
+        admin=True,
+        audited=True,
     ),
     Tool(
         "recover_soft_deleted",
@@ -406,6 +462,39 @@ TOOLS: tuple[Tool, ...] = (
         "becomes ACTIVE again.",
         UuidArgs,
         "recover_soft_deleted",
+        audited=True,
+    ),
+    Tool(
+        "list_groups",
+        "The groups (namespaces) you may use, with their episode, entity and fact counts.",
+        ListGroupsArgs,
+        "list_groups",
+        read_only=True,
+    ),
+    Tool(
+        "add_token",
+        "Admin: create an API token for some groups (optionally read-only, or admin). The "
+        "token is in the answer once; only its hash is stored.",
+        AddTokenArgs,
+        "add_token",
+        admin=True,
+        audited=True,
+    ),
+    Tool(
+        "list_tokens",
+        "Admin: the API tokens (names, groups, scopes, created and last used; never a token).",
+        NoArgs,
+        "list_tokens",
+        read_only=True,
+        admin=True,
+    ),
+    Tool(
+        "revoke_token",
+        "Admin: revoke an API token by name; a running service refuses it within seconds.",
+        TokenNameArgs,
+        "revoke_token",
+        admin=True,
+        audited=True,
     ),
 )
 

@@ -118,6 +118,9 @@ class Settings(BaseSettings):
     queue_group_run: int = Field(default=16, ge=1, le=64)
     queue_max_crashes: int = Field(default=3, ge=1, le=100)
     max_queued_episodes: int = Field(default=100_000, ge=1)  # add_memory past it: 429
+    # a group's LLM cost of the current UTC day that holds its episodes until tomorrow
+    group_daily_budget_usd: float | None = Field(default=None, gt=0)
+    audit_retention_days: float = Field(default=365.0, gt=0)  # audit_log rows kept this long
 
     # --- ours: extraction ---------------------------------------------------------------
     entity_reembed_fraction: float = Field(default=0.2, ge=0, le=1)

@@ -3,6 +3,7 @@
     WorkbenchError                 base; ``kind`` is the short name shown to users
     ├── ConfigError                a setting is missing or malformed (start-up stops)
     ├── InvalidInput               a caller sent something unusable           -> 400
+    ├── Forbidden                  the caller's token does not allow this      -> 403
     ├── NotFound                   the named episode/entity/fact does not exist -> 404
     ├── Conflict                   the request clashes with the current state   -> 409
     ├── QueueFull                  the extraction queue holds its cap of episodes -> 429
@@ -45,6 +46,11 @@ class ConfigError(WorkbenchError):
 class InvalidInput(WorkbenchError):
     kind = "invalid_input"
     http_status = 400
+
+
+class Forbidden(WorkbenchError):
+    kind = "forbidden"
+    http_status = 403
 
 
 class NotFound(WorkbenchError):

@@ -28,6 +28,7 @@ from workbench.decay.classification import classify_texts
 from workbench.decay.maintenance import MaintenanceScheduler
 from workbench.decay.rules import DecayPolicy
 from workbench.embedding import Embedder, build_embedder
+from workbench.ingest.budget import DailyBudget
 from workbench.ingest.episode_queue import EpisodeQueue
 from workbench.ingest.importer import Importer
 from workbench.ingest.pipeline import NO_LLM, EpisodePipeline
@@ -41,6 +42,7 @@ from workbench.store import graph as g
 from workbench.store import queue as q
 from workbench.store.schema import PRIORITIES
 from workbench.store.snapshots import Snapshots, remove_stale
+from workbench.store.tenancy import Tenancy
 
 log = logging.getLogger("workbench")
 
@@ -112,7 +114,13 @@ class Workbench:
             batch_size=settings.queue_batch_size,
             max_crashes=settings.queue_max_crashes,
             run_size=settings.queue_group_run,
+            budget=(
+                DailyBudget(store, settings.group_daily_budget_usd, metrics)
+                if settings.group_daily_budget_usd
+                else None
+            ),
         )
+        self.tenancy = Tenancy(store, clock)
         self.scheduler = MaintenanceScheduler.from_settings(
             store, settings, metrics, clock, chat=chat, index=self.publisher
         )
@@ -522,6 +530,21 @@ class Workbench:
             result = maintenance.recover_soft_deleted(self.store, _check_uuid(uuid), self.clock)
             self.publisher.states_changed()
         return jsonable(result)
+
+    # --- many people on one service (store.tenancy) -------------------------------------
+    def list_groups(self, group_ids: Sequence[str] | None = None) -> dict[str, Any]:
+        return jsonable(self.tenancy.list_groups(self._groups(group_ids)))
+
+    def add_token(
+        self, name: str, groups: Sequence[str] = (), read_only: bool = False, admin: bool = False
+    ) -> dict[str, Any]:
+        return self.tenancy.add_token(name, groups, read_only, admin)
+
+    def list_tokens(self) -> dict[str, Any]:
+        return jsonable(self.tenancy.list_tokens())
+
+    def revoke_token(self, name: str) -> dict[str, Any]:
+        return self.tenancy.revoke_token(name)
 
     # --- notebooks ----------------------------------------------------------------------
     def frame(self, table: str):

@@ -325,6 +325,11 @@ class Metrics:
             ["queue_name"],
             registry=r,
         )
+        self.groups_at_budget = Gauge(
+            "knowledge_groups_at_daily_budget",
+            "Groups whose LLM cost today reached SVC_KNOWLEDGE_GROUP_DAILY_BUDGET_USD",
+            registry=r,
+        )
         self.consumer_lag = Gauge(
             "messaging_consumer_lag_seconds",
             "Estimated time to drain the queue",

@@ -140,7 +140,8 @@ SETTING_MEANINGS: dict[str, str] = {
     "--local-llm` sets it): short prompts, `max_tokens` bounded by each prompt's longest "
     "valid answer, one request at a time, a timeout that grows with the measured speed. See "
     "[Deployment](deployment.md#speed-the-local-profile).",
-    "price_table_path": "A JSON price table merged over the shipped one (USD per million "
+    "price_table_path": "A JSON price table that wins over `genai-prices` and the shipped "
+    "table (USD per million "
     "input/output/cached-read/cache-write tokens; its entries win).",
     "local_embedder_model": "Model of the in-process embedder (offline, from installed "
     "packages, on ONNX Runtime): `multilingual-e5-small` (the default: about 100 languages, "
@@ -164,6 +165,14 @@ SETTING_MEANINGS: dict[str, str] = {
     "`add_memory` past it answers HTTP 429 `queue_full` with the reason (the episode is not "
     "stored; send it again once the queue has drained). A retry of an episode already "
     "accepted is still answered.",
+    "group_daily_budget_usd": (
+        "A group's LLM cost (USD) of the current UTC day at which its episodes wait until the "
+        'next UTC day (their `status_detail` says "daily budget"); other groups go on. '
+        "Unset: no limit. See [Operations](operations.md#budgets-per-group)."
+    ),
+    "audit_retention_days": (
+        "`audit_log` rows older than this are removed by each decay maintenance run."
+    ),
     "queue_max_crashes": (
         "An episode that was being processed when the service process died this many times "
         "is failed with the reason `crashed` instead of being retried (a crash loop); "

@@ -38,6 +38,7 @@ EXPECTED = {
     "QueueConsumerSaturation": ("warning", ["messaging_consumer_saturation", "> 0.85"]),
     "QueueDepthWarning": ("warning", ["messaging_queue_depth", "> 10"]),
     "QueueDepthCritical": ("critical", ["messaging_queue_depth", "> 50"]),
+    "GroupAtDailyBudget": ("warning", ["knowledge_groups_at_daily_budget", "> 0"]),
 }
 
 

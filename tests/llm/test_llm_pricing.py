@@ -176,3 +176,28 @@ def test_unknown_model_without_reported_cost_is_free():
 def test_zero_reported_cost_is_respected():
     cost = compute_cost(Usage(prompt_tokens=300, completion_tokens=100, reported_cost=0.0), GPT)
     assert cost.total == 0.0 and cost.source == "response"
+
+
+# --- the maintained source (genai-prices) ---------------------------------------------------------
+def test_maintained_prices_cover_models_the_package_table_lacks():
+    shipped, maintained = PriceTable.load(), PriceTable.load(maintained=True)
+    assert shipped.lookup("claude-opus-4-5") is None
+    opus = maintained.lookup("claude-opus-4-5")
+    assert opus is not None and opus.input > 0 and opus.output > opus.input
+    assert maintained.lookup("no-such-model-anywhere") is None
+
+
+def test_maintained_prices_are_the_base_tier_and_agree_on_a_shipped_model():
+    """Long-context tiers (past 200K tokens) are not the per-token base price."""
+    shipped, maintained = PriceTable.load(), PriceTable.load(maintained=True)
+    for name in ("gpt-4o", "claude-sonnet-4-5"):
+        assert maintained.lookup(name).input == pytest.approx(shipped.lookup(name).input)
+        assert maintained.lookup(name).output == pytest.approx(shipped.lookup(name).output)
+
+
+def test_the_users_file_overrides_the_maintained_prices(tmp_path):
+    path = tmp_path / "prices.json"
+    path.write_text(json.dumps({"models": {"claude-opus-4-5": {"input": 1.0, "output": 2.0}}}))
+    table = PriceTable.load(path, maintained=True)
+    assert table.lookup("claude-opus-4-5").input == 1.0
+    assert table.lookup("anthropic/claude-opus-4-5").output == 2.0

@@ -126,6 +126,7 @@ CATALOG: dict[str, tuple[str, tuple[str, ...]]] = {
     "messaging_active_consumers": ("gauge", ("queue_name",)),
     "messaging_consumer_saturation": ("gauge", ("queue_name",)),
     "messaging_consumer_lag_seconds": ("gauge", ("queue_name",)),
+    "knowledge_groups_at_daily_budget": ("gauge", ()),
     "messaging_processing_duration_seconds": ("histogram", ()),
     "messaging_wait_time_seconds": ("histogram", ()),
     "messaging_end_to_end_latency_seconds": ("histogram", ()),

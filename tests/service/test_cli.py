@@ -29,6 +29,7 @@ COMMANDS = (
     "export",
     "status",
     "reembed",
+    "tokens",
 )
 
 
@@ -220,6 +221,9 @@ def test_import_status_maintenance_export(cli, tmp_path, server_thread):
             f"SELECT count(*) FROM '{tmp_path / 'snap' / 'facts.parquet'}'"
         ).fetchone()[0]
     assert count == 1
+    with duckdb.connect(str(db), read_only=True) as con:  # the trail of the file's import/export
+        trail = con.execute("SELECT token_name, tool, groups, outcome FROM audit_log").fetchall()
+    assert trail == [("local", "cli:import", "main", "ok"), ("local", "cli:export", "", "ok")]
 
 
 def test_import_of_a_missing_file_is_one_line(cli, tmp_path):
@@ -267,3 +271,74 @@ def test_only_a_process_that_would_process_episodes_warns_that_no_llm_is_configu
         wb.start()  # what serve and mcp do
         wb.close()
     assert "no LLM configured" in caplog.text
+
+
+# --- tokens ---------------------------------------------------------------------------------
+TOKENS_ADMIN = "admin-token-long-enough-123"
+
+
+@pytest.fixture
+def embed_env(server_thread):
+    embed = server_thread(create_embed_app(HashEmbedder()))
+    return {
+        "SVC_KNOWLEDGE_EMBEDDER_BASE_URL": f"{embed.url}/v1",
+        "SVC_KNOWLEDGE_EMBEDDER_MODEL": "hash-bow",
+        "SVC_KNOWLEDGE_EMBEDDER_DIMENSIONS": "384",
+    }
+
+
+def test_tokens_commands_on_the_file(cli, tmp_path, embed_env, monkeypatch):
+    for key, value in embed_env.items():
+        monkeypatch.setenv(key, value)
+    db = str(tmp_path / "kb.duckdb")
+    made = cli("tokens", "add", "alice", "--groups", "team-a,team-b", "--read-only", "--db", db)
+    assert made.returncode == 0, made.stderr
+    token = made.stdout.split()[-1]
+    assert token.startswith("wbt_") and "read-only" in made.stdout
+    listed = cli("tokens", "list", "--db", db)
+    assert token not in listed.stdout
+    assert json.loads(listed.stdout)["tokens"][0]["groups"] == ["team-a", "team-b"]
+    assert cli("tokens", "add", "alice", "--groups", "x", "--db", db).returncode != 0
+    assert "error:" in cli("tokens", "add", "bob", "--db", db).stderr  # no groups, no admin
+    assert cli("tokens", "revoke", "alice", "--db", db).returncode == 0
+    assert json.loads(cli("tokens", "list", "--db", db).stdout)["tokens"] == []
+    with duckdb.connect(db, read_only=True) as con:
+        audit = con.execute(
+            "SELECT token_name, tool, uuids, outcome FROM audit_log ORDER BY id"
+        ).fetchall()
+    assert audit == [
+        ("local", "add_token", "token:alice", "ok"),
+        ("local", "add_token", "token:alice", "conflict"),
+        ("local", "add_token", "token:bob", "invalid_input"),
+        ("local", "revoke_token", "token:alice", "ok"),
+    ]
+
+
+def test_tokens_commands_through_the_running_service(cli, tmp_path, server_thread):
+    from pydantic import SecretStr
+
+    from service.app import create_app
+    from service.live import write_record
+    from tests.service.svc_helpers import make_settings
+    from workbench.facade import Workbench
+    from workbench.metrics import Metrics
+
+    db = tmp_path / "kb.duckdb"
+    settings = make_settings(SVC_KNOWLEDGE_DB_PATH=str(db))
+    settings = settings.model_copy(update={"api_token": SecretStr(TOKENS_ADMIN)})
+    wb = Workbench.open(settings, embedder=HashEmbedder(), chat=None, metrics=Metrics())
+    try:
+        srv = server_thread(create_app(wb, settings))
+        write_record(str(db), srv.url, token_required=True)
+        env = {"SVC_KNOWLEDGE_API_TOKEN": TOKENS_ADMIN}
+        made = cli("tokens", "add", "alice", "--groups", "team-a", "--db", str(db), env=env)
+        assert made.returncode == 0, made.stderr
+        assert wb.tenancy.caller(made.stdout.split()[-1]).name == "alice"
+        assert cli("tokens", "revoke", "alice", "--db", str(db), env=env).returncode == 0
+        rows = wb.store.fetchall("SELECT token_name, tool, uuids FROM audit_log ORDER BY id")
+        assert rows == [
+            ("admin", "add_token", "token:alice"),
+            ("admin", "revoke_token", "token:alice"),
+        ]
+    finally:
+        wb.close()

@@ -55,6 +55,10 @@ def _answers(client) -> dict[str, dict]:
     out["delete_episode"] = call(
         client, "delete_episode", {"uuid": out["add_memory"]["episode_uuid"]}
     )
+    out["list_groups"] = call(client, "list_groups", {})
+    out["add_token"] = call(client, "add_token", {"name": "alice", "groups": ["main"]})
+    out["list_tokens"] = call(client, "list_tokens")
+    out["revoke_token"] = call(client, "revoke_token", {"name": "alice"})
     out["clear_graph"] = call(client, "clear_graph", {"group_ids": ["main"]})
     return out
 

@@ -30,6 +30,10 @@ DESIGN_TOOLS = {
     "get_knowledge_health",
     "classify_memory",
     "recover_soft_deleted",
+    "list_groups",
+    "add_token",
+    "list_tokens",
+    "revoke_token",
 }
 
 
@@ -84,5 +88,6 @@ def test_invoke_passes_only_given_arguments():
             calls.append(kwargs)
             return {"episodes": []}
 
-    assert get_tool("get_episodes").invoke(Recorder(), {"group_ids": ["a"]}) == {"episodes": []}
+    answer = get_tool("get_episodes").invoke(Recorder(), {"group_ids": ["a"]})
+    assert answer == {"episodes": [], "groups": ["a"]}  # a list says which groups it covered
     assert calls == [{"group_ids": ["a"], "max_episodes": 10}]

@@ -41,6 +41,7 @@ from workbench.decay.rules import SOFT_DELETED, DecayPolicy
 from workbench.errors import Conflict, InvalidInput, NotFound, StoreError, WorkbenchError
 from workbench.store import Store
 from workbench.store import maintenance as sql
+from workbench.store.tenancy import prune_audit
 
 log = logging.getLogger(__name__)
 
@@ -416,6 +417,7 @@ class MaintenanceScheduler:
         chat: Any = None,
         classify_limit: int = 500,
         index: SearchIndex | None = None,
+        audit_retention_days: float | None = None,
     ):
         if interval_hours <= 0 or first_run_seconds < 0:
             raise InvalidInput("interval_hours must be > 0 and first_run_seconds >= 0")
@@ -426,6 +428,7 @@ class MaintenanceScheduler:
         self.chat = chat
         self.classify_limit = classify_limit
         self.index = index
+        self.audit_retention_days = audit_retention_days  # a real run prunes older audit rows
         self.started_at: datetime | None = None
         self.next_scheduled: datetime | None = None
         self.last_report: MaintenanceReport | None = None
@@ -455,6 +458,7 @@ class MaintenanceScheduler:
             enabled=settings.decay_enabled,
             chat=chat,
             index=index,
+            audit_retention_days=settings.audit_retention_days,
         )
 
     @property
@@ -541,8 +545,19 @@ class MaintenanceScheduler:
             if not dry_run:
                 _tell(self.index, "states_changed")
         if not dry_run:
+            self._prune_audit()
             self._finished(report, None)
         return report
+
+    def _prune_audit(self) -> None:
+        if self.audit_retention_days is None:
+            return
+        before = as_utc(self.clock()) - timedelta(days=self.audit_retention_days)
+        pruned = prune_audit(self.store, before)
+        if pruned:
+            log.info(
+                "pruned %d audit_log rows older than %g days", pruned, self.audit_retention_days
+            )
 
     def _finished(self, report: MaintenanceReport | None, error: BaseException | None) -> None:
         with self._cond:

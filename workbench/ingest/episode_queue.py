@@ -48,6 +48,7 @@ from typing import Any, Protocol
 
 from workbench.clock import Clock
 from workbench.errors import StoreError, StoreUnavailable
+from workbench.ingest.budget import DailyBudget
 from workbench.ingest.group_commit import GroupCommit
 from workbench.ingest.retry import TRANSIENT, categorize, decide
 from workbench.ingest.setbacks import HeldMessages, PrepareAgain, StaleCounts
@@ -121,8 +122,10 @@ class EpisodeQueue:
         batch_size: int = 16,
         max_crashes: int = 3,
         run_size: int = 1,
+        budget: DailyBudget | None = None,
     ):
         self.store = store
+        self.budget = budget  # groups at their daily LLM budget wait (workbench.ingest.budget)
         # up to this many consecutive messages of a group with a backlog are claimed and
         # prepared together (work with ``prepare_run`` only)
         self.run_size = max(1, run_size) if hasattr(work, "prepare_run") else 1
@@ -348,6 +351,8 @@ class EpisodeQueue:
         self._last_claim = time.monotonic()
         now = self.clock()
         self._requeue_expired(now)
+        if self.budget is not None:
+            self.budget.hold(now)
         with self.gate:
             if self._stop.is_set() or self._abandon:  # stopped while waiting for the gate
                 return 0
@@ -601,6 +606,8 @@ class EpisodeQueue:
             return 0
         now = self.clock()
         self._requeue_expired(now)
+        if self.budget is not None:
+            self.budget.hold(now)
         with self.gate:
             messages = q.claim_batch(
                 self.store,

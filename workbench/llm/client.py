@@ -497,7 +497,7 @@ def build_chat_model(
         model=settings.model_name or "",
         metrics=metrics,
         store=store,
-        prices=PriceTable.load(settings.price_table_path),
+        prices=PriceTable.load(settings.price_table_path, maintained=True),
         structured_output=settings.llm_structured_output,
         requests_per_minute=settings.llm_requests_per_minute,
         timeout=settings.llm_timeout_seconds,

@@ -14,6 +14,13 @@ Format
     ``cached_read`` defaults to 0.25 × input (the spec's cached-input price), ``cache_write`` to
     the input price.
 
+Sources, first match wins
+    1. the user's file (``SVC_KNOWLEDGE_PRICE_TABLE_PATH``): an override, model by model;
+    2. with ``maintained=True`` (the service), :class:`MaintainedPrices`: the ``genai-prices``
+       package, a continually updated table of hundreds of models and providers (its bundled
+       data: no network);
+    3. the package table, for what neither knows.
+
 Lookup
     exact name → alias → case-insensitive, without a provider prefix (``anthropic/``) and without
     a date suffix (``-2024-08-06``, ``-20250929``) or an aggregator variant (``:beta``).
@@ -106,12 +113,53 @@ def normalize_model_name(name: str) -> str:
     return _DATE_SUFFIX.sub("", text)
 
 
+class MaintainedPrices:
+    """Prices from ``genai-prices`` (an optional package; without it, none), USD per 1M tokens
+    derived from its own arithmetic, remembered per model name."""
+
+    def __init__(self):
+        self._known: dict[str, ModelPrice | None] = {}
+
+    def lookup(self, name: str) -> ModelPrice | None:
+        if name not in self._known:
+            self._known[name] = _maintained_price(name)
+        return self._known[name]
+
+
+def _maintained_price(name: str) -> ModelPrice | None:
+    try:
+        from genai_prices import Usage, calc_price
+    except ImportError:
+        return None
+
+    # priced on 1,000 tokens: a long-context tier (e.g. past 200K tokens) is not the base price
+    sample = 1000
+
+    def per_million(**tokens: int) -> float:
+        usage = Usage(**tokens)
+        total = calc_price(usage, model_ref=name.rsplit("/", 1)[-1]).total_price
+        return float(total) * PER_TOKENS / sample
+
+    try:
+        return ModelPrice(
+            input=per_million(input_tokens=sample),
+            output=per_million(output_tokens=sample),
+            cached_read=per_million(input_tokens=sample, cache_read_tokens=sample),
+            cache_write=per_million(input_tokens=sample, cache_write_tokens=sample),
+        )
+    except (LookupError, ValueError, TypeError):
+        return None
+
+
 @dataclass
 class PriceTable:
-    """Prices by exact model name, with aliases and a normalised index."""
+    """Prices by exact model name, with aliases and a normalised index (the user's entries
+    and a :class:`MaintainedPrices` source, when given, come first)."""
 
     prices: dict[str, ModelPrice] = field(default_factory=dict)
     aliases: dict[str, str] = field(default_factory=dict)
+    maintained: MaintainedPrices | None = None
+    user: PriceTable | None = None  # the user's file: wins over every other source
     # normalised name -> first table key with that name (built on first use, once per table)
     _normalised: dict[str, str] | None = field(default=None, init=False, repr=False, compare=False)
 
@@ -122,12 +170,18 @@ class PriceTable:
         return table
 
     @classmethod
-    def load(cls, path: str | Path | None = None) -> PriceTable:
-        """The package table, merged with the user's file at ``path`` when given."""
+    def load(cls, path: str | Path | None = None, maintained: bool = False) -> PriceTable:
+        """The package table, merged with the user's file at ``path`` when given; with
+        ``maintained``, ``genai-prices`` before the package table (the user's file first)."""
         text = resources.files("workbench").joinpath("data/prices.json").read_text("utf-8")
         table = cls.from_dict(json.loads(text))
         if path:
-            table.merge(_read_user_file(Path(path)))
+            user = _read_user_file(Path(path))
+            table.merge(user)
+            if maintained:
+                table.user = cls.from_dict(user)
+        if maintained:
+            table.maintained = MaintainedPrices()
         return table
 
     def merge(self, data: dict[str, Any]) -> None:
@@ -154,6 +208,13 @@ class PriceTable:
         return None
 
     def _lookup_one(self, name: str) -> ModelPrice | None:
+        for source in (self.user, self.maintained):
+            price = source.lookup(name) if source is not None else None
+            if price is not None:
+                return price
+        return self._own(name)
+
+    def _own(self, name: str) -> ModelPrice | None:
         if name in self.prices:
             return self.prices[name]
         if name in self.aliases:

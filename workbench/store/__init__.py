@@ -41,6 +41,7 @@ TABLES = (
     "queue",
     "maintenance_runs",
     "decay_history",
+    "audit_log",
 )
 
 __all__ = ["Store", "TABLES", "SCHEMA_VERSION"]

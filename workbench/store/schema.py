@@ -191,8 +191,35 @@ def embeddings_table(name: str, dim: int) -> str:
     )
 
 
+def _tenancy(dim: int) -> list[str]:
+    """Scoped API tokens (only a SHA-256 of each: a token is 32 random bytes, so a fast hash
+    is enough) and the audit trail of the writes that remove or change memories. ``groups``
+    and ``uuids`` are comma-separated (a group name never holds a comma)."""
+    return [
+        """CREATE TABLE IF NOT EXISTS api_tokens (
+            name VARCHAR PRIMARY KEY,
+            token_hash VARCHAR NOT NULL UNIQUE,
+            groups VARCHAR NOT NULL DEFAULT '',
+            read_only BOOLEAN NOT NULL DEFAULT FALSE,
+            admin BOOLEAN NOT NULL DEFAULT FALSE,
+            created_at TIMESTAMPTZ NOT NULL,
+            last_used_at TIMESTAMPTZ
+        )""",
+        "CREATE SEQUENCE IF NOT EXISTS audit_log_seq",
+        """CREATE TABLE IF NOT EXISTS audit_log (
+            id BIGINT PRIMARY KEY DEFAULT nextval('audit_log_seq'),
+            ts TIMESTAMPTZ NOT NULL,
+            token_name VARCHAR NOT NULL,
+            tool VARCHAR NOT NULL,
+            groups VARCHAR NOT NULL DEFAULT '',
+            uuids VARCHAR NOT NULL DEFAULT '',
+            outcome VARCHAR NOT NULL
+        )""",
+    ]
+
+
 VECTOR_SEQ = "vector_seq"
-MIGRATIONS: list[Callable[[int], list[str]]] = [_v1, _v2, _v3, _v4]
+MIGRATIONS: list[Callable[[int], list[str]]] = [_v1, _v2, _v3, _v4, _tenancy]
 SCHEMA_VERSION = len(MIGRATIONS)
 
 LIFECYCLE_STATES = ("ACTIVE", "DORMANT", "ARCHIVED", "EXPIRED", "SOFT_DELETED", "PERMANENT")
