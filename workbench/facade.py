@@ -32,11 +32,12 @@ from workbench.embedding import Embedder, build_embedder
 from workbench.ingest.episode_queue import EpisodeQueue
 from workbench.ingest.importer import Importer
 from workbench.ingest.pipeline import NO_LLM, EpisodePipeline
+from workbench.ingest.verbatim import PassageWriter
 from workbench.llm.client import build_chat_model
 from workbench.llm.health import LLMHealth
 from workbench.metrics import Metrics
 from workbench.safety import MAX_JSON_DEPTH, json_depth, register_secret, scrub
-from workbench.search import SearchEngine
+from workbench.search import SearchEngine, recall
 from workbench.store import TABLES, Store
 from workbench.store import graph as g
 from workbench.store import queue as q
@@ -113,6 +114,7 @@ class Workbench:
             max_crashes=settings.queue_max_crashes,
             run_size=settings.queue_group_run,
         )
+        self.passages = PassageWriter(store, embedder, self.publisher)
         self.scheduler = MaintenanceScheduler.from_settings(
             store, settings, metrics, clock, chat=chat, index=self.publisher
         )
@@ -200,21 +202,27 @@ class Workbench:
         reference_time: str | datetime | None = None,
         priority: str = "normal",
     ) -> dict[str, Any]:
-        """Store an episode and queue it for extraction; returns at once."""
+        """Store an episode, its passages searchable at once, and queue it for extraction;
+        returns at once."""
         episode = self._validate_episode(
             name, episode_body, group_id, source, source_description, uuid, reference_time, priority
         )
-        with self.store.transaction():
-            existing = g.get_episode(self.store, episode["uuid"])
-            if existing is None:
-                g.insert_episode(self.store, episode)
-                q.enqueue(
-                    self.store,
-                    episode["uuid"],
-                    episode["group_id"],
-                    episode["priority"],
-                    episode["created_at"],
-                )
+        passages = self.passages.prepare(episode)  # split and embed: before any lock
+        with self.publisher:
+            with self.store.transaction():
+                existing = g.get_episode(self.store, episode["uuid"])
+                if existing is None:
+                    g.insert_episode(self.store, episode)
+                    q.enqueue(
+                        self.store,
+                        episode["uuid"],
+                        episode["group_id"],
+                        episode["priority"],
+                        episode["created_at"],
+                    )
+                    self.passages.write(passages)
+            if existing is None:  # what was said is searchable from now on
+                self.passages.publish(passages)
         if existing is not None:
             return self._added_before(existing, episode)
         self.queue.notify_enqueued(episode["priority"])
@@ -363,6 +371,19 @@ class Workbench:
         )
         return {"message": f"{len(facts)} facts found", "facts": jsonable(facts)}
 
+    def search_memory(
+        self,
+        query: str,
+        group_ids: Sequence[str] | None = None,
+        max_results: int = 10,
+        kinds: Sequence[str] | None = None,
+        **filters: Any,
+    ) -> dict[str, Any]:
+        results = recall.search_memory(
+            self.search, query, self._groups(group_ids), max_results, kinds, **filters
+        )
+        return {"message": f"{len(results)} results found", "results": jsonable(results)}
+
     # --- episodes and edges -------------------------------------------------------------
     def get_episodes(
         self, group_ids: Sequence[str] | None = None, max_episodes: int = 10
@@ -387,6 +408,7 @@ class Workbench:
             "message": f"Episode {uuid} deleted",
             "entities_removed": len(removed["entity"]),
             "facts_removed": len(removed["fact"]),
+            "passages_removed": len(removed["passage"]),
         }
 
     def get_entity_edge(self, uuid: str) -> dict[str, Any]:
@@ -423,6 +445,7 @@ class Workbench:
             "episodes_removed": removed["episodes"],
             "entities_removed": len(removed["entity"]),
             "facts_removed": len(removed["fact"]),
+            "passages_removed": len(removed["passage"]),
         }
 
     # --- status and queue ---------------------------------------------------------------

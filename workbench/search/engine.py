@@ -84,10 +84,11 @@ log = logging.getLogger("workbench.search.engine")
 
 
 def keyword_text(kind: str, row: dict[str, Any]) -> str:
-    """What the keyword index holds of a memory: entity ``name + summary``, or the fact."""
+    """What the keyword index holds of a memory: entity ``name + summary``, the fact, or the
+    passage's text."""
     if kind == "entity":
         return _entity_text(row["name"], row.get("summary"))
-    return str(row["fact"])
+    return str(row[_TEXT_COLUMN[kind]])
 
 
 def _entity_text(name: str, summary: str | None) -> str:
@@ -99,7 +100,10 @@ def keyword_texts(kind: str, cache: RowCache) -> list[str]:
     """:func:`keyword_text` of every row of the cache, in the order of its ``uuids()``."""
     if kind == "entity":
         return list(map(_entity_text, cache.texts("name"), cache.texts("summary")))
-    return [str(t) for t in cache.texts("fact")]
+    return [str(t) for t in cache.texts(_TEXT_COLUMN[kind])]
+
+
+_TEXT_COLUMN = {"fact": "fact", "passage": "text"}
 
 
 # the default of SVC_KNOWLEDGE_SEARCH_MIN_SIMILARITY (see the settings' table)
@@ -529,7 +533,9 @@ class SearchEngine:
             facts, neighbours = self.rows["fact"].neighbourhood(center_node_uuid)
         return center_node_uuid, facts, neighbours
 
-    def _search(self, kind, text, k, filters, weights, centre=None, min_score=None) -> list[tuple]:
+    def ranked(self, kind, text, k, filters, weights, centre=None, min_score=None) -> list[tuple]:
+        """The best ``k`` memories of ``kind`` for the checked query ``text``: (row, score
+        parts, score, graph tier), best first; no access is recorded (see :meth:`accessed`)."""
         self._maybe_sync()
         with self._lock:
             vec, kw = self.vectors[kind], self.keywords[kind]
@@ -558,7 +564,15 @@ class SearchEngine:
         link = None
         if kind == "fact" and self.follow_links and rows:
             link, rows = self._follow(text, filters, rows, cands, weights, centre, query_vec)
-        ranked = self._rank(kind, rows, cands, weights, centre, k, min_score, link)
+        return self._rank(kind, rows, cands, weights, centre, k, min_score, link)
+
+    def _search(self, kind, text, k, filters, weights, centre=None, min_score=None) -> list[tuple]:
+        ranked = self.ranked(kind, text, k, filters, weights, centre, min_score)
+        return self.accessed(kind, ranked)
+
+    def accessed(self, kind: str, ranked: list[tuple]) -> list[tuple]:
+        """Record the access of these ranked hits of ``kind`` (what a search returns);
+        the hits with their rows as they are after it."""
         now, seen = self.clock(), [row for row, *_ in ranked]
         with self._lock:
             accessed = self.tracker.record(kind, seen, now)

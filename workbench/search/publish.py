@@ -100,7 +100,7 @@ class Publisher:
         """The engine forgets removed memories (``removed``: kind -> uuids)."""
 
         def tell() -> None:
-            for kind in ("entity", "fact"):
+            for kind in ("entity", "fact", "passage"):
                 self._engine.on_delete(kind, removed.get(kind, ()))
 
         self._tell(tell, what)

@@ -10,6 +10,7 @@ import numpy as np
 import pyarrow as pa
 
 from workbench.store import Store
+from workbench.store.passages import delete_passages, passages_of_episodes, passages_of_groups
 from workbench.store.schema import VECTOR_SEQ
 
 EPISODE_COLUMNS = (
@@ -147,7 +148,8 @@ def mark_episodes_done(store: Store, counts: Sequence[tuple[str, int, int]], now
 
 
 def delete_episode(store: Store, uuid: str) -> dict[str, list[str]]:
-    """Remove an episode, the facts it created and the entities only it mentioned.
+    """Remove an episode, its passages, the facts it created and the entities only it
+    mentioned.
 
     Returns the uuids removed per kind (the caller updates the search indexes).
     Runs inside the caller's transaction when there is one.
@@ -175,10 +177,12 @@ def delete_episode(store: Store, uuid: str) -> dict[str, list[str]]:
         ]
     delete_facts(store, facts)
     delete_entities(store, orphans)
+    passages = passages_of_episodes(store, [uuid])
+    delete_passages(store, passages)
     store.execute("DELETE FROM mentions WHERE episode_uuid = ?", [uuid])
     store.execute("DELETE FROM queue WHERE episode_uuid = ?", [uuid])
     store.execute("DELETE FROM episodes WHERE uuid = ?", [uuid])
-    return {"entity": orphans, "fact": facts}
+    return {"entity": orphans, "fact": facts, "passage": passages}
 
 
 def clear_groups(store: Store, group_ids: Sequence[str]) -> dict[str, list[str]]:
@@ -195,6 +199,8 @@ def clear_groups(store: Store, group_ids: Sequence[str]) -> dict[str, list[str]]
     ]
     delete_facts(store, facts)
     delete_entities(store, entities)
+    passages = passages_of_groups(store, groups)
+    delete_passages(store, passages)
     store.execute(
         "DELETE FROM mentions WHERE episode_uuid IN "
         "(SELECT uuid FROM episodes WHERE list_contains(?, group_id))",
@@ -205,7 +211,7 @@ def clear_groups(store: Store, group_ids: Sequence[str]) -> dict[str, list[str]]
         "SELECT count(*) FROM episodes WHERE list_contains(?, group_id)", [groups]
     )[0]
     store.execute("DELETE FROM episodes WHERE list_contains(?, group_id)", [groups])
-    return {"entity": entities, "fact": facts, "episodes": episodes}
+    return {"entity": entities, "fact": facts, "passage": passages, "episodes": episodes}
 
 
 # --- entities -----------------------------------------------------------------------------
@@ -453,6 +459,7 @@ def graph_counts(store: Store, group_ids: Sequence[str] | None = None) -> dict[s
         "episodes": store.fetchone(f"SELECT count(*) FROM episodes {where}", params)[0],
         "entities": store.fetchone(f"SELECT count(*) FROM entities {where}", params)[0],
         "facts": store.fetchone(f"SELECT count(*) FROM facts {where}", params)[0],
+        "passages": store.fetchone(f"SELECT count(*) FROM passages {where}", params)[0],
         "groups": store.fetchone(
             "SELECT count(DISTINCT group_id) FROM ("
             "SELECT group_id FROM episodes UNION ALL SELECT group_id FROM entities) AS g"
