@@ -44,10 +44,12 @@ class Passage:
 
 
 def split_episode(
-    body: str, source: str, max_chars: int = MAX_CHARS, turns: int = TURNS
+    body: str, source: str, max_chars: int = MAX_CHARS, turns: int | None = None
 ) -> list[Passage]:
     """The passages of an episode's ``body`` of ``source`` ("message", "text", "json"), in
-    order; an empty body has none."""
+    order (``turns``: a message passage's turns, default :data:`TURNS`); an empty body has
+    none."""
+    turns = TURNS if turns is None else turns
     if max_chars < 20 or turns < 1:
         raise ValueError("a passage holds at least 20 characters and one turn")
     if source == "message":
