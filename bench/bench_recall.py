@@ -25,7 +25,13 @@ from bench_locomo import (
     turn_ids,
 )
 
-THRESHOLDS = (None, 0.6, 0.7, 0.9)  # the near-duplicate thresholds compared with the shipped one
+THRESHOLDS = (
+    None,
+    0.6,
+    0.7,
+    0.9,
+    1.0,
+)  # the near-duplicate thresholds compared with the shipped one
 
 
 def run_recall(
@@ -133,6 +139,9 @@ def variants(engine, question: str, group: str, turns) -> dict[str, list[set[str
         return out
 
     out = {f"near {t}": as_turns(fuse(cands, K, t)) for t in THRESHOLDS}
+    by_kind = [c for kind in ("fact", "passage")
+               for c in fuse([c for c in cands if c.kind == kind], K)]  # fmt: skip
+    out["near 0.8 within a kind"] = as_turns(fuse(by_kind, K, None))
     for kind in ("fact", "passage"):
         out[f"{kind}s only"] = as_turns(fuse([c for c in cands if c.kind == kind], K, None))
     return out

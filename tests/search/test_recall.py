@@ -253,3 +253,26 @@ def test_an_export_carries_the_passages_and_their_vectors(wb, tmp_path):
         assert snapshot.fetchone("SELECT count(*) FROM passage_embeddings")[0] == 3
     finally:
         snapshot.close()
+
+
+@pytest.mark.duckdb_only("the notebooks' live tables of a database file")
+def test_the_notebooks_live_tables_show_the_passages(tmp_path):
+    import sys
+    from pathlib import Path
+
+    db = str(tmp_path / "kb.duckdb")
+    with open_wb(db) as wb:
+        chat(wb)
+    notebooks = str(Path(__file__).resolve().parents[2] / "notebooks")
+    sys.path.insert(0, notebooks)
+    try:
+        import lab
+
+        con = lab.live_tables(db)  # no service running: the file itself, read-only
+        try:
+            rows = con.sql("SELECT speaker, count(*) FROM passages GROUP BY 1 ORDER BY 1")
+            assert rows.fetchall() == [("Caroline", 1), ("Caroline, Melanie", 2)]
+        finally:
+            con.close()
+    finally:
+        sys.path.remove(notebooks)
