@@ -160,6 +160,7 @@ class Workbench:
         """Start the queue workers (when an LLM is configured) and the maintenance schedule.
         Without an LLM this says so once: only a process that would process episodes warns
         (``status``, ``export`` or ``import`` have nothing to say about it)."""
+        self.passages.catch_up()  # passages a crash or a failed embedder left without vectors
         if self.chat is not None:
             self.queue.start()
         else:
@@ -181,6 +182,7 @@ class Workbench:
         with contextlib.ExitStack() as steps:  # run last-in first-out
             steps.callback(self.store.close)
             steps.callback(self.search.close)
+            steps.callback(self.passages.close)  # what waits for its vectors, first
             steps.callback(self.pipeline.close)
             steps.callback(self.stop, timeout=5.0)
 
@@ -207,7 +209,7 @@ class Workbench:
         episode = self._validate_episode(
             name, episode_body, group_id, source, source_description, uuid, reference_time, priority
         )
-        passages = self.passages.prepare(episode)  # split and embed: before any lock
+        passages = self.passages.prepare(episode)
         with self.publisher:
             with self.store.transaction():
                 existing = g.get_episode(self.store, episode["uuid"])
@@ -221,7 +223,7 @@ class Workbench:
                         episode["created_at"],
                     )
                     self.passages.write(passages)
-            if existing is None:  # what was said is searchable from now on
+            if existing is None:  # what was said is searchable from now on (embedded soon)
                 self.passages.publish(passages)
         if existing is not None:
             return self._added_before(existing, episode)

@@ -184,6 +184,7 @@ def test_a_returned_passage_is_an_access_counted_in_the_store(wb):
 def test_deleting_an_episode_deletes_its_passages(wb):
     episode = chat(wb)
     other = chat(wb, body="Tom: counseling is hard work.")
+    assert wb.passages.flush(timeout=10)
     out = wb.delete_episode(episode)
     assert out["passages_removed"] == 3
     assert {h["episode_uuid"] for h in results(wb, "career in counseling")} == {other}
@@ -222,10 +223,46 @@ def test_an_embedder_down_does_not_lose_the_episode_its_words_stay_searchable():
     with open_wb(embedder=embedder) as wb:
         embedder.broken = True
         episode = chat(wb)
+        assert wb.passages.flush(timeout=10)
         assert wb.store.fetchone("SELECT count(*) FROM passage_embeddings")[0] == 0
         embedder.broken = False
         hits = results(wb, "career in counseling")
         assert hits[0]["episode_uuid"] == episode and hits[0]["score_parts"]["similarity"] == 0
+        # the next start embeds what was left without a vector
+        wb.start()
+        assert wb.passages.flush(timeout=10)
+        assert wb.store.fetchone("SELECT count(*) FROM passage_embeddings")[0] == 3
+        hits = results(wb, "career in counseling")
+        assert hits[0]["score_parts"]["similarity"] > 0
+
+
+def test_passages_are_found_by_words_at_once_and_by_meaning_once_embedded(wb):
+    episode = chat(wb)
+    assert wb.passages.flush(timeout=10)
+    assert wb.search.status()["passage"] == {"memories": 3, "vector_index": "exact"}
+    assert len(wb.search.vectors["passage"]) == 3
+    hits = results(wb, "career in counseling", kinds=["passage"])
+    assert hits[0]["episode_uuid"] == episode and hits[0]["score_parts"]["similarity"] > 0
+
+
+def test_a_passage_deleted_before_it_is_embedded_gets_no_vector(wb):
+    embedder = wb.embedder
+    gate = __import__("threading").Event()
+    real = embedder.embed
+
+    def slow(texts):
+        gate.wait(10)
+        return real(texts)
+
+    embedder.embed = slow
+    try:
+        episode = chat(wb)
+        wb.delete_episode(episode)
+    finally:
+        gate.set()
+    assert wb.passages.flush(timeout=10)
+    assert wb.store.fetchone("SELECT count(*) FROM passage_embeddings")[0] == 0
+    assert len(wb.search.vectors["passage"]) == 0
 
 
 @pytest.mark.duckdb_only("the database file and the indexes saved beside it")
@@ -241,6 +278,7 @@ def test_passages_are_searchable_after_a_restart(tmp_path):
 
 def test_an_export_carries_the_passages_and_their_vectors(wb, tmp_path):
     episode = chat(wb)
+    assert wb.passages.flush(timeout=10)
     tables = wb.export_parquet(tmp_path / "snap")
     assert {"passages", "passage_embeddings"} <= set(tables)
     from workbench.store import Store

@@ -246,19 +246,20 @@ def test_a_passage_written_through_one_replica_is_searchable_on_the_other(stores
                    "source": "message", "source_description": "", "reference_time": NOW,
                    "created_at": NOW, "priority": 1}  # fmt: skip
         writer = PassageWriter(a, engine_a.embedder, engine_a.publisher)
-        prepared = writer.prepare(episode)
+        rows = writer.prepare(episode)
         with engine_a.publisher:
             with a.transaction():
                 g.insert_episode(a, episode)
-                writer.write(prepared)
-            writer.publish(prepared)
+                writer.write(rows)
+            writer.publish(rows)
+        writer.close()  # embedded: the vector reaches the other replica too
 
         def found() -> bool:
             hits = search_memory(engine_b, "where does Sofia live", kinds=["passage"])
             return any(h["episode_uuid"] == episode["uuid"] for h in hits)
 
         assert wait_for(found, timeout=5)
-        assert engine_b.vectors["passage"].uuids() == [prepared.rows[0]["uuid"]]
+        assert wait_for(lambda: engine_b.vectors["passage"].uuids() == [rows[0]["uuid"]], 5)
         with a.transaction():
             g.delete_episode(a, episode["uuid"])
         assert wait_for(lambda: not found(), timeout=5)

@@ -89,13 +89,14 @@ def load_said(engine, chats: list[dict[str, Any]], group_id: str = "eval") -> di
                    "group_id": group_id, "name": chat["key"], "body": chat["body"],
                    "source": "message", "source_description": "", "reference_time": now,
                    "created_at": now, "priority": 1}  # fmt: skip
-        prepared = writer.prepare(episode)
+        rows = writer.prepare(episode)
         with engine.publisher:
             with engine.store.transaction():
                 g.insert_episode(engine.store, episode)
-                writer.write(prepared)
-            writer.publish(prepared)
+                writer.write(rows)
+            writer.publish(rows)
         keys[chat["key"]] = episode["uuid"]
+    writer.close()  # every passage embedded
     return keys
 
 

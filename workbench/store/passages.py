@@ -14,6 +14,8 @@ __all__ = [
     "passages_of_episodes",
     "passages_of_groups",
     "delete_passages",
+    "existing_passages",
+    "unembedded_passages",
 ]
 
 _COLUMNS = (
@@ -62,3 +64,20 @@ def delete_passages(store: Store, uuids: Sequence[str]) -> None:
     if uuids:
         store.execute("DELETE FROM passage_embeddings WHERE uuid = ANY(?)", [list(uuids)])
         store.execute("DELETE FROM passages WHERE uuid = ANY(?)", [list(uuids)])
+
+
+def existing_passages(store: Store, uuids: Sequence[str]) -> set[str]:
+    """Which of these passages exist."""
+    if not uuids:
+        return set()
+    rows = store.fetchall("SELECT uuid FROM passages WHERE uuid = ANY(?)", [list(uuids)])
+    return {r[0] for r in rows}
+
+
+def unembedded_passages(store: Store) -> list[dict[str, Any]]:
+    """The passages without a vector (uuid, group_id, text), oldest first."""
+    return store.fetch_dicts(
+        """SELECT p.uuid, p.group_id, p.text FROM passages p
+           WHERE NOT EXISTS (SELECT 1 FROM passage_embeddings e WHERE e.uuid = p.uuid)
+           ORDER BY p.created_at, p.episode_uuid, p.position"""
+    )
