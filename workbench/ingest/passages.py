@@ -69,11 +69,13 @@ def passage_uuid(episode_uuid: str, position: int) -> str:
 
 def passage_rows(episode: Mapping[str, Any]) -> list[dict[str, Any]]:
     """The ``passages`` rows of an episode (a dict with ``uuid``, ``group_id``, ``body``,
-    ``source``, ``reference_time`` and ``created_at``)."""
+    ``source``, ``reference_time``, ``created_at`` and ``name``, which the rows carry as
+    ``episode_name``: the search engine shows it, the table does not hold it)."""
     return [
         {
             "uuid": passage_uuid(episode["uuid"], p.position),
             "episode_uuid": episode["uuid"],
+            "episode_name": episode.get("name"),
             "group_id": episode["group_id"],
             "position": p.position,
             "speaker": p.speaker,

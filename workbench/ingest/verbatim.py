@@ -37,6 +37,14 @@ log = logging.getLogger("workbench.ingest.verbatim")
 __all__ = ["PassageWriter"]
 
 BATCH = 64  # passages embedded in one call
+# what a new passage's memory columns hold (the schema's defaults)
+NEW_MEMORY = {"importance": 3, "stability": 3, "decay_score": 0.0, "lifecycle_state": "ACTIVE",
+              "last_accessed_at": None, "access_count": 0}  # fmt: skip
+
+
+def cached_row(row: Mapping[str, Any]) -> dict[str, Any]:
+    """A new passage row as the search engine's row cache holds it (every column it reads)."""
+    return {**row, **NEW_MEMORY}
 
 
 class PassageWriter:
@@ -65,7 +73,9 @@ class PassageWriter:
     def publish(self, rows: Sequence[dict[str, Any]]) -> None:
         """After the commit, under the publish gate: indexed now, embedded soon."""
         if rows:
-            self.publisher.upserted([("passage", list(rows), None)], "accepting an episode")
+            self.publisher.inserted(
+                "passage", [cached_row(r) for r in rows], "accepting an episode"
+            )
             self._queue(rows)
 
     # --- embedding ------------------------------------------------------------------------
@@ -148,4 +158,6 @@ class PassageWriter:
                     self.store, "passage", [r["uuid"] for r in kept], vectors[keep],
                     self.embedder.model,
                 )  # fmt: skip
-            self.publisher.upserted([("passage", kept, vectors[keep])], "embedding passages")
+            self.publisher.vectors_added(
+                "passage", [r["uuid"] for r in kept], vectors[keep], "embedding passages"
+            )

@@ -286,6 +286,34 @@ class SearchEngine:
         if gone:
             self.on_delete(kind, gone)
 
+    def on_insert(self, kind: str, rows: list[dict]) -> None:
+        """Index memories of ``kind`` just inserted, whose rows are complete (every column
+        the row cache holds: nothing to re-read from the store), without vectors yet."""
+        _check_kind(kind)
+        if not rows:
+            return
+        with self.tracker.consistent_read(), self._lock:
+            self.rows[kind].put(rows)
+            self.keywords[kind].add(
+                [r["uuid"] for r in rows],
+                [keyword_text(kind, r) for r in rows],
+                [r["group_id"] for r in rows],
+            )
+
+    def on_vectors(self, kind: str, uuids: Sequence[str], vectors: np.ndarray) -> None:
+        """The vectors of memories of ``kind`` already indexed (rows and words unchanged);
+        those of memories no longer here are ignored."""
+        _check_kind(kind)
+        with self._lock:
+            cache = self.rows[kind]
+            keep = [i for i, u in enumerate(uuids) if u in cache]
+            if keep:
+                self.vectors[kind].add(
+                    [uuids[i] for i in keep],
+                    np.asarray(vectors)[keep],
+                    [cache.value(uuids[i], "group_id") for i in keep],
+                )
+
     def on_delete(self, kind: str, uuids: Sequence[str]) -> None:
         """Forget deleted memories; call after they are removed from the store."""
         _check_kind(kind)
