@@ -142,10 +142,8 @@ def variants(engine, question: str, group: str, turns) -> dict[str, list[set[str
             out.append(turns.get(row["fact"] if c.kind == "fact" else c.uuid, set()))
         return out
 
-    out = {f"near {t}": as_turns(fuse(cands, K, t)) for t in THRESHOLDS}
-    by_kind = [c for kind in ("fact", "passage")
-               for c in fuse([c for c in cands if c.kind == kind], K)]  # fmt: skip
-    out["near 0.8 within a kind"] = as_turns(fuse(by_kind, K, None))
+    out = {f"near {t} within a kind": as_turns(fuse(cands, K, t)) for t in THRESHOLDS}
+    out["near 0.8 across kinds"] = as_turns(fuse(cands, K, 0.8, across_kinds=True))
     for kind in ("fact", "passage"):
         out[f"{kind}s only"] = as_turns(fuse([c for c in cands if c.kind == kind], K, None))
     return out

@@ -60,16 +60,18 @@ def test_fuse_orders_by_score_whatever_the_kind():
     assert [c.uuid for c in fuse(cands, 3)] == ["p1", "f2", "f1"]
 
 
-def test_fuse_holds_back_a_near_duplicate_of_a_better_result():
+def test_fuse_holds_back_a_near_duplicate_of_a_better_result_of_its_kind():
     cands = [
         cand("passage", "p1", 0.9, "caroline support group powerful yesterday"),
-        cand("fact", "f1", 0.8, "caroline support group powerful"),  # all its words in p1
+        cand("passage", "p2", 0.8, "caroline support group powerful"),  # all its words in p1
+        cand("fact", "f1", 0.7, "caroline support group powerful"),  # another kind: kept
         cand("fact", "f2", 0.5, "melanie paint sunrise"),
     ]
-    assert [c.uuid for c in fuse(cands, 2)] == ["p1", "f2"]
-    # held back, not lost: it fills the list when too few others are left
     assert [c.uuid for c in fuse(cands, 3)] == ["p1", "f1", "f2"]
-    assert [c.uuid for c in fuse(cands, 2, threshold=None)] == ["p1", "f1"]
+    # held back, not lost: it fills the list when too few others are left
+    assert [c.uuid for c in fuse(cands, 4)] == ["p1", "p2", "f1", "f2"]
+    assert [c.uuid for c in fuse(cands, 3, threshold=None)] == ["p1", "p2", "f1"]
+    assert [c.uuid for c in fuse(cands, 2, across_kinds=True)] == ["p1", "f2"]
 
 
 def test_near_duplicate_is_the_share_of_the_smaller_set_in_the_other():

@@ -6,12 +6,14 @@ freshness and importance, with the same weights), so their scores are on one sca
 two lists are merged by score. A passage never decays (it lives as long as its episode), so
 its freshness is 1.
 
-Near-duplicates: a result whose words are mostly those of a result ranked above it (the
-share of its distinct terms found in the other, :data:`NEAR_DUPLICATE` or more, in either
-direction) is held back, so that the same thing said again, or a fact and the turn it was
-extracted from, does not fill the list in place of other evidence; held-back results fill
-the list only when too few others are left. The threshold and the merge were chosen on the
-LoCoMo benchmark (``bench/bench_locomo.py --with-sessions``; figures in
+Near-duplicates: a result whose words are mostly those of a result of the same kind ranked
+above it (the share of its distinct terms found in the other, :data:`NEAR_DUPLICATE` or
+more, in either direction) is held back, so that the same thing said or stated again does
+not fill the list in place of other evidence; held-back results fill the list only when too
+few others are left. A fact and the passage it was extracted from are both kept: holding
+those back too (``across_kinds``) lost evidence on the LoCoMo benchmark, where the turn and
+its summary count for different things; the rule, the threshold and the plain merge by
+score were chosen there (``bench/bench_locomo.py --with-sessions``; figures in
 ``docs/performance.md``).
 
 :func:`fuse` is the pure part (tested alone); :func:`search_memory` runs the two searches,
@@ -64,11 +66,14 @@ def near_duplicate(a: frozenset[str], b: frozenset[str], threshold: float = NEAR
 
 
 def fuse(
-    candidates: Sequence[Candidate], k: int, threshold: float | None = NEAR_DUPLICATE
+    candidates: Sequence[Candidate],
+    k: int,
+    threshold: float | None = NEAR_DUPLICATE,
+    across_kinds: bool = False,
 ) -> list[Candidate]:
     """The best ``k`` candidates by score (ties: kind, then uuid), near-duplicates of a
-    better one held back unless fewer than ``k`` others remain; ``threshold`` None keeps
-    every candidate."""
+    better one of the same kind (of any kind with ``across_kinds``) held back unless fewer
+    than ``k`` others remain; ``threshold`` None keeps every candidate."""
     ordered = sorted(candidates, key=lambda c: (-c.score, c.kind, c.uuid))
     chosen: list[Candidate] = []
     held: list[Candidate] = []
@@ -76,7 +81,9 @@ def fuse(
         if len(chosen) >= k:
             break
         if threshold is not None and any(
-            near_duplicate(cand.terms, other.terms, threshold) for other in chosen
+            near_duplicate(cand.terms, other.terms, threshold)
+            for other in chosen
+            if across_kinds or other.kind == cand.kind
         ):
             held.append(cand)
         else:
