@@ -12,6 +12,7 @@ import pytest
 
 from workbench.ingest.passages import (
     MAX_CHARS,
+    TURNS,
     Passage,
     passage_rows,
     passage_uuid,
@@ -35,16 +36,16 @@ def _sentences(rng: random.Random, n: int) -> str:
 
 
 # --- message ----------------------------------------------------------------------------------
-def test_a_conversation_is_cut_every_two_turns_each_line_keeping_its_speaker():
+def test_a_conversation_is_cut_every_three_turns_each_line_keeping_its_speaker():
+    assert TURNS == 3
     body = "Alice: I adopted a cat.\nBob: What colour?\nAlice: Grey.\nBob: Nice!\nAlice: Yes."
     passages = split_episode(body, "message")
     assert [p.text for p in passages] == [
-        "Alice: I adopted a cat.\nBob: What colour?",
-        "Alice: Grey.\nBob: Nice!",
-        "Alice: Yes.",
+        "Alice: I adopted a cat.\nBob: What colour?\nAlice: Grey.",
+        "Bob: Nice!\nAlice: Yes.",
     ]
-    assert [p.speaker for p in passages] == ["Alice, Bob", "Alice, Bob", "Alice"]
-    assert [p.position for p in passages] == [0, 1, 2]
+    assert [p.speaker for p in passages] == ["Alice, Bob", "Bob, Alice"]
+    assert [p.position for p in passages] == [0, 1]
 
 
 def test_turns_per_passage_is_a_parameter():
@@ -90,7 +91,7 @@ def test_random_conversations_keep_every_word_in_order_within_the_limits(seed):
     passages = split_episode(body, "message")
     assert [p.position for p in passages] == list(range(len(passages)))
     assert all(0 < len(p.text) <= MAX_CHARS for p in passages)
-    assert all(len(p.text.splitlines()) <= 2 for p in passages)
+    assert all(len(p.text.splitlines()) <= TURNS for p in passages)
     lines = [line for p in passages for line in p.text.splitlines()]
     assert [w for line in lines for w in line.split(": ", 1)[1].split()] == [
         w for _, t in turns for w in t.split()
@@ -183,7 +184,7 @@ def test_rows_carry_the_episode_and_have_stable_uuids():
     episode = {
         "uuid": str(uuid.uuid4()),
         "group_id": "g1",
-        "body": "Ana: hi\nBo: hello\nAna: bye",
+        "body": "Ana: hi\nBo: hello\nAna: bye\nAna: see you",
         "source": "message",
         "reference_time": datetime(2025, 5, 1, tzinfo=UTC),
         "created_at": datetime(2026, 1, 1, tzinfo=UTC),

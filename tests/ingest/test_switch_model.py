@@ -54,13 +54,13 @@ def test_a_database_moves_to_another_model_and_size(tmp_path):
     assert store.dim == 384
     seen = []
     report = reembed(store, SmallHash(), seen.append)
-    # Maria, Acme, Tom, Neovim, Lisbon; and the chat's two passages
-    assert (report.entities, report.facts, report.passages) == (5, 2, 2)
+    # Maria, Acme, Tom, Neovim, Lisbon; and the chat's passage
+    assert (report.entities, report.facts, report.passages) == (5, 2, 1)
     assert (report.dimensions_before, report.dimensions_after) == (384, 64)
     assert (report.model_before, report.model_after) == ("hash-bow", "hash-64")
-    assert sum(seen) == 9
+    assert sum(seen) == 8
     assert counts(store) == (5, 2)
-    assert store.fetchone("SELECT count(*), min(model) FROM passage_embeddings") == (2, "hash-64")
+    assert store.fetchone("SELECT count(*), min(model) FROM passage_embeddings") == (1, "hash-64")
     assert store.meta("embedding_dim") == "64" and store.meta("embedding_model") == "hash-64"
     vector = store.fetchone("SELECT vector FROM fact_embeddings LIMIT 1")[0]
     assert len(vector) == 64

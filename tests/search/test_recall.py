@@ -100,7 +100,7 @@ def test_an_episode_added_with_no_llm_is_found_by_search_memory_within_a_second(
     top = hits[0]
     assert top["kind"] == "passage" and "career in counseling" in top["text"]
     assert top["episode_uuid"] == episode and top["episode_name"] == "session 1"
-    assert top["speaker"] == "Caroline" and top["reference_time"] == T0.isoformat()
+    assert top["speaker"] == "Melanie, Caroline" and top["reference_time"] == T0.isoformat()
     assert wb.get_episodes(["g1"])["episodes"][0]["status"] == "queued"  # not extracted
 
 
@@ -108,10 +108,10 @@ def test_each_line_of_a_passage_keeps_its_speaker(wb):
     chat(wb)
     hits = results(wb, "painted a lake sunrise", kinds=["passage"])
     assert hits[0]["text"] == (
-        "Caroline: People shared their transgender stories; I felt accepted.\n"
-        "Melanie: I painted a lake sunrise last year, it calms me."
+        "Melanie: I painted a lake sunrise last year, it calms me.\n"
+        "Caroline: I'm thinking about a career in counseling."
     )
-    assert hits[0]["speaker"] == "Caroline, Melanie" and hits[0]["position"] == 1
+    assert hits[0]["speaker"] == "Melanie, Caroline" and hits[0]["position"] == 1
 
 
 def test_facts_and_passages_come_in_one_list_on_one_scale(wb):
@@ -188,7 +188,7 @@ def test_deleting_an_episode_deletes_its_passages(wb):
     other = chat(wb, body="Tom: counseling is hard work.")
     assert wb.passages.flush(timeout=10)
     out = wb.delete_episode(episode)
-    assert out["passages_removed"] == 3
+    assert out["passages_removed"] == 2
     assert {h["episode_uuid"] for h in results(wb, "career in counseling")} == {other}
     assert wb.store.fetchone("SELECT count(*) FROM passages")[0] == 1
     assert wb.store.fetchone("SELECT count(*) FROM passage_embeddings")[0] == 1
@@ -197,7 +197,7 @@ def test_deleting_an_episode_deletes_its_passages(wb):
 def test_clearing_a_group_deletes_its_passages(wb):
     chat(wb, "g1")
     chat(wb, "g2")
-    assert wb.clear_graph(["g1"])["passages_removed"] == 3
+    assert wb.clear_graph(["g1"])["passages_removed"] == 2
     assert {h["group_id"] for h in results(wb, "career in counseling")} == {"g2"}
     assert wb.store.fetchone("SELECT count(DISTINCT group_id) FROM passages")[0] == 1
 
@@ -206,7 +206,7 @@ def test_a_retried_add_memory_writes_its_passages_once(wb):
     uuid = "3a460868-7411-4c0e-99cf-570bf7f9a77d"
     chat(wb, uuid=uuid)
     chat(wb, uuid=uuid)
-    assert wb.store.fetchone("SELECT count(*) FROM passages")[0] == 3
+    assert wb.store.fetchone("SELECT count(*) FROM passages")[0] == 2
 
 
 class BrokenEmbedder(HashEmbedder):
@@ -233,7 +233,7 @@ def test_an_embedder_down_does_not_lose_the_episode_its_words_stay_searchable():
         # the next start embeds what was left without a vector
         wb.start()
         assert wb.passages.flush(timeout=10)
-        assert wb.store.fetchone("SELECT count(*) FROM passage_embeddings")[0] == 3
+        assert wb.store.fetchone("SELECT count(*) FROM passage_embeddings")[0] == 2
         hits = results(wb, "career in counseling")
         assert hits[0]["score_parts"]["similarity"] > 0
 
@@ -241,8 +241,8 @@ def test_an_embedder_down_does_not_lose_the_episode_its_words_stay_searchable():
 def test_passages_are_found_by_words_at_once_and_by_meaning_once_embedded(wb):
     episode = chat(wb)
     assert wb.passages.flush(timeout=10)
-    assert wb.search.status()["passage"] == {"memories": 3, "vector_index": "exact"}
-    assert len(wb.search.vectors["passage"]) == 3
+    assert wb.search.status()["passage"] == {"memories": 2, "vector_index": "exact"}
+    assert len(wb.search.vectors["passage"]) == 2
     hits = results(wb, "career in counseling", kinds=["passage"])
     assert hits[0]["episode_uuid"] == episode and hits[0]["score_parts"]["similarity"] > 0
 
@@ -275,7 +275,7 @@ def test_passages_are_searchable_after_a_restart(tmp_path):
     with open_wb(db) as wb:
         hits = results(wb, "career in counseling", kinds=["passage"])
         assert hits[0]["episode_uuid"] == episode
-        assert wb.search.status()["passage"]["memories"] == 3
+        assert wb.search.status()["passage"]["memories"] == 2
 
 
 def test_an_export_carries_the_passages_and_their_vectors(wb, tmp_path):
@@ -288,9 +288,8 @@ def test_an_export_carries_the_passages_and_their_vectors(wb, tmp_path):
     snapshot = Store.open_snapshot(tmp_path / "snap")
     try:
         rows = snapshot.fetchall("SELECT episode_uuid, position, speaker FROM passages ORDER BY 2")
-        assert rows == [(episode, 0, "Caroline, Melanie"), (episode, 1, "Caroline, Melanie"),
-                        (episode, 2, "Caroline")]  # fmt: skip
-        assert snapshot.fetchone("SELECT count(*) FROM passage_embeddings")[0] == 3
+        assert rows == [(episode, 0, "Caroline, Melanie"), (episode, 1, "Melanie, Caroline")]
+        assert snapshot.fetchone("SELECT count(*) FROM passage_embeddings")[0] == 2
     finally:
         snapshot.close()
 
@@ -311,7 +310,7 @@ def test_the_notebooks_live_tables_show_the_passages(tmp_path):
         con = lab.live_tables(db)  # no service running: the file itself, read-only
         try:
             rows = con.sql("SELECT speaker, count(*) FROM passages GROUP BY 1 ORDER BY 1")
-            assert rows.fetchall() == [("Caroline", 1), ("Caroline, Melanie", 2)]
+            assert rows.fetchall() == [("Caroline, Melanie", 1), ("Melanie, Caroline", 1)]
         finally:
             con.close()
     finally:

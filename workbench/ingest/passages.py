@@ -28,7 +28,7 @@ from typing import Any
 __all__ = ["Passage", "split_episode", "passage_rows", "passage_uuid", "MAX_CHARS", "TURNS"]
 
 MAX_CHARS = 600  # a passage's longest text
-TURNS = 2  # turns a message passage holds at most (chosen on LoCoMo: docs/performance.md)
+TURNS = 3  # turns a message passage holds at most (chosen on LoCoMo: docs/performance.md)
 _SPEAKER = re.compile(r"^\s*([^\s:][^:\n]{0,59}?)\s*:\s+(\S.*)$")
 _SENTENCE_END = re.compile(r"(?<=[.!?。！？])\s+")
 _PARAGRAPH = re.compile(r"\n\s*\n")
