@@ -157,6 +157,7 @@ def ask_over_http(db: Path, env: dict[str, str], convs, turns_of) -> dict[str, A
     command = [sys.executable, "-m", "service.cli", "serve", "--db", str(db), "--port",
                str(port), "--metrics-port", str(metrics), "--log-format", "text"]  # fmt: skip
     clean = {k: v for k, v in os.environ.items() if not k.startswith("SVC_KNOWLEDGE_")}
+    env = env | {"SVC_KNOWLEDGE_RATE_LIMIT_PER_MINUTE": "0"}  # the questions come back to back
     server = subprocess.Popen(command, env=clean | env, stdout=subprocess.DEVNULL,
                               stderr=subprocess.DEVNULL)  # fmt: skip
     try:
