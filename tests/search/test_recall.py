@@ -51,7 +51,7 @@ def results(wb: Workbench, query: str, **args) -> list[dict]:
 
 # --- the fusion (pure) ------------------------------------------------------------------------
 def cand(kind: str, uuid: str, score: float, words: str) -> Candidate:
-    return Candidate(kind, uuid, score, frozenset(words.split()))
+    return Candidate(kind, uuid, score, words)
 
 
 def test_fuse_orders_by_score_whatever_the_kind():

@@ -630,10 +630,13 @@ class SearchEngine:
         Unless both workers are busy with other searches, BM25 runs in a worker thread while
         the query is embedded (the embedder waits on a model or a server without holding the
         GIL) and the vector index searched (usearch and numpy release it too), so on a
-        machine with a free core the keyword search costs no wall time."""
+        machine with a free core the keyword search costs no wall time. A query embedded
+        already (the second kind ``search_memory`` ranks) has nothing to overlap with: handing
+        BM25 to a thread would only cost the hand-over (milliseconds on a busy machine)."""
         with self._lock:
             executor = self._executor_for_search()
-        if executor is None or not self._workers.acquire(blocking=False):
+            cached = text in self._query_cache
+        if cached or executor is None or not self._workers.acquire(blocking=False):
             return self._embed(text), None  # both searched by _candidates, one after the other
 
         def match():

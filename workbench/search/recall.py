@@ -22,6 +22,7 @@ records the access of what it returns, and shapes it.
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -50,12 +51,17 @@ OVERSAMPLE = 2  # each kind is ranked for this many times the results asked (roo
 
 @dataclass(frozen=True)
 class Candidate:
-    """One ranked memory: its kind, uuid, score and its text's terms."""
+    """One ranked memory: its kind, uuid, score and text (its terms are computed when first
+    compared: most candidates never are)."""
 
     kind: str
     uuid: str
     score: float
-    terms: frozenset[str]
+    text: str
+
+    @functools.cached_property
+    def terms(self) -> frozenset[str]:
+        return frozenset(tokenize(self.text))
 
 
 def near_duplicate(a: frozenset[str], b: frozenset[str], threshold: float = NEAR_DUPLICATE) -> bool:
@@ -146,7 +152,7 @@ def search_memory(
 def _candidates(ranked: dict[str, list[tuple]]) -> list[Candidate]:
     text = {"fact": "fact", "passage": "text"}
     return [
-        Candidate(kind, row["uuid"], score, frozenset(tokenize(row[text[kind]])))
+        Candidate(kind, row["uuid"], score, row[text[kind]])
         for kind, hits in ranked.items()
         for row, _parts, score, _tier in hits
     ]
