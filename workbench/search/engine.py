@@ -304,7 +304,8 @@ class SearchEngine:
         """The vectors of memories of ``kind`` already indexed (rows and words unchanged);
         those of memories no longer here are ignored."""
         _check_kind(kind)
-        with self._lock:
+        # consistent_read: a rebuild loading meanwhile swaps its indexes in first
+        with self.tracker.consistent_read(), self._lock:
             cache = self.rows[kind]
             keep = [i for i, u in enumerate(uuids) if u in cache]
             if keep:
