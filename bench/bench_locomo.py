@@ -7,7 +7,7 @@ JSON, either the single ``locomo10.json`` (a list of samples with ``conversation
 ``observation`` and ``qa``) or a folder of one-sample files with those keys at the top level.
 
     .venv/bin/python bench/bench_locomo.py PATH [--model multilingual-e5-small] [--json]
-        [--unit turn]
+        [--unit turn] [--with-sessions [--turns N] [--http]]
 
 Each conversation is a group. Each observation (``[text, dia_id]`` said by a speaker in a
 session) becomes a fact from its speaker to the other speaker, valid from the session's date.
@@ -18,6 +18,16 @@ recall@10 (the share of a question's evidence turns among the top 10, averaged),
 same for plain cosine and BM25 over the group, the bound (what a perfect ranking of these
 facts would score: a turn no observation cites cannot be found), the import's time, and the
 search's p50/p95 in process (query embedding included).
+
+``--with-sessions`` adds what was said: every session also goes in through ``add_memory`` as
+one ``message`` episode ("Speaker: text" a turn, a shared photo's caption after it, the
+session's date as its reference time) with no LLM configured, so its passages are searchable
+at once; each question is then asked through ``search_memory`` (facts and passages in one
+list), and a retrieved passage counts for the turns it holds. Reported besides: ``add_memory``'s
+p50/p95, the fusion's variants on the same candidates (no near-duplicate hold-back, other
+thresholds, passages alone, facts alone) and, with ``--http``, the same questions asked of a
+real ``workbench serve`` over HTTP (its p50/p95 include HTTP, JSON and the query embedding).
+``--turns N`` sets the turns per passage (default: the shipped one).
 """
 
 from __future__ import annotations
@@ -122,6 +132,46 @@ def turn_lines(sample: dict[str, Any], group: str) -> tuple[list[dict], dict[str
 UNITS = {"observation": import_lines, "turn": turn_lines}
 
 
+def session_episodes(sample: dict[str, Any], group: str) -> list[tuple[dict, list[str]]]:
+    """Each session as ``add_memory`` arguments (a ``message`` episode, one line a turn), with
+    the dialogue turn id of each line."""
+    out = []
+    for number, (when, session) in enumerate(sessions(sample, "", list), start=1):
+        lines, ids = [], []
+        for turn in session:
+            if not isinstance(turn, dict) or not turn.get("speaker"):
+                continue
+            caption = turn.get("blip_caption")
+            text = " ".join(str(turn.get("text", "")).split())
+            text += f" [shares a photo: {caption}]" if caption else ""
+            lines.append(f"{turn['speaker']}: {text}")
+            ids.append(str(turn.get("dia_id", "")))
+        if lines:
+            episode = {"name": f"session {number}", "episode_body": "\n".join(lines),
+                       "group_id": group, "source": "message"}  # fmt: skip
+            out.append((episode | ({"reference_time": when} if when else {}), ids))
+    return out
+
+
+def passage_turns(body: str, ids: list[str]) -> list[set[str]]:
+    """The turn ids each passage of a message episode holds (in the passages' order): a
+    passage's lines are its turns, or pieces of one long turn, in order."""
+    from workbench.ingest.passages import split_episode, turns_of
+
+    said = [" ".join(text.split()) for _, text in turns_of(body)]
+    out, at = [], 0
+    for passage in split_episode(body, "message"):
+        held = set()
+        for line in passage.text.splitlines():
+            piece = " ".join(line.split(": ", 1)[-1].split())
+            while at < len(said) and piece not in said[at]:
+                at += 1
+            if at < len(said):
+                held |= turn_ids([ids[at]])
+        out.append(held)
+    return out
+
+
 def turn_ids(cited: list[Any]) -> set[str]:
     """Dialogue turn ids as cited ('D1:3'; some cite several in one string: 'D8:6; D9:17')."""
     return set(re.findall(r"D\d+:\d+", " ".join(map(str, cited))))
@@ -165,6 +215,15 @@ def main() -> None:
         help="what becomes one fact: an observation (default, the benchmark's summaries) or a "
         "dialogue turn",
     )  # fmt: skip
+    parser.add_argument(
+        "--with-sessions", action="store_true",
+        help="also add every session as a message episode (no LLM) and ask search_memory",
+    )  # fmt: skip
+    parser.add_argument("--turns", type=int, help="turns per passage (with --with-sessions)")
+    parser.add_argument(
+        "--http", action="store_true",
+        help="with --with-sessions: also ask a real `workbench serve` over HTTP",
+    )  # fmt: skip
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     args = parser.parse_args()
     if not args.path.exists():
@@ -176,8 +235,17 @@ def main() -> None:
     if not convs or not all({"speaker_a", "speaker_b", "qa"} <= set(c) for c in convs):
         parser.error(f"{args.path} holds no conversations in the LoCoMo format")
     with tempfile.TemporaryDirectory(prefix="bench_locomo_") as scratch:
-        result = run(convs, Path(scratch) / "kb.duckdb", args.model, args.unit)
-    print(json.dumps(result, indent=1) if args.json else table(result))
+        if args.with_sessions:
+            from bench_recall import run_recall
+
+            result = run_recall(convs, Path(scratch) / "kb.duckdb", args.model, args.turns,
+                                args.http)  # fmt: skip
+        else:
+            result = run(convs, Path(scratch) / "kb.duckdb", args.model, args.unit)
+    if args.json or args.with_sessions:
+        print(json.dumps(result, indent=1))
+    else:
+        print(table(result))
 
 
 def run(

@@ -8,7 +8,7 @@
     workbench import FILE    import pre-extracted entities and facts (JSON lines or Parquet)
     workbench export DIR     Parquet snapshot of every table, for notebooks
     workbench status         the service status as JSON
-    workbench reembed        embed every entity and fact again with the configured model
+    workbench reembed        embed every entity, fact and passage again with the configured model
 
 Settings come from the environment (``SVC_KNOWLEDGE_*``, ``LOG_LEVEL``, an optional ``.env``);
 flags override them. Every start-up problem is one clear ``error:`` line and a non-zero exit.
@@ -412,7 +412,8 @@ def _reembed(store, embedder, quiet: bool) -> int:
 
     try:
         total = store.fetchone(
-            "SELECT (SELECT count(*) FROM entities) + (SELECT count(*) FROM facts)"
+            "SELECT (SELECT count(*) FROM entities) + (SELECT count(*) FROM facts) "
+            "+ (SELECT count(*) FROM passages)"
         )[0]
         with tqdm(total=total, desc="reembed", unit="memory", disable=quiet) as bar:
             report = reembed(store, embedder, bar.update)
@@ -680,11 +681,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     again = sub.add_parser(
         "reembed",
-        help="embed every entity and fact again with the configured embedding model",
-        description="Embed every entity and fact with the configured embedder (or --model), "
-        "in place or into a copy (--into), and make it the database's model: needed after "
-        "switching embedding models, since a database holds vectors of one size and model. "
-        "The service must be stopped. Stopped half-way, the database keeps its old vectors.",
+        help="embed every entity, fact and passage again with the configured embedding model",
+        description="Embed every entity, fact and passage with the configured embedder "
+        "(or --model), in place or into a copy (--into), and make it the database's model: "
+        "needed after switching embedding models, since a database holds vectors of one size "
+        "and model. The service must be stopped. Stopped half-way, the database keeps its old "
+        "vectors.",
     )
     again.add_argument("--model", help="local embedding model (default: the configured one)")
     again.add_argument(

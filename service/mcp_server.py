@@ -32,8 +32,9 @@ log = logging.getLogger("service.mcp")
 
 SERVER_NAME = "knowledge-workbench"
 INSTRUCTIONS = (
-    "Long-term memory. Use add_memory to remember information (processed in the background), "
-    "search_memory_facts for relationships and events, search_memory_nodes for entities. "
+    "Long-term memory. Use add_memory to remember information (what was said is searchable at "
+    "once; facts are extracted in the background), search_memory to recall facts and what was "
+    "said, search_memory_facts for relationships and events, search_memory_nodes for entities. "
     "Searches need no LLM and are cheap; prefer specific queries."
 )
 

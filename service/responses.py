@@ -119,6 +119,29 @@ class FactsResult(Out):
     )
 
 
+class RecalledFact(Fact):
+    kind: Literal["fact"]
+    episodes: list[UUID] = Field(description="The episodes the fact came from (none: imported).")
+
+
+class RecalledPassage(MemoryState, Scored):
+    kind: Literal["passage"]
+    uuid: UUID
+    text: str = Field(description="What was said, verbatim (a few turns, or a paragraph).")
+    episode_uuid: UUID
+    episode_name: str | None
+    speaker: str | None = Field(description="Who spoke, when known (several: comma-separated).")
+    position: int = Field(description="The passage's place in its episode, from 0.")
+    reference_time: datetime
+
+
+class SearchMemoryResult(Out):
+    message: str
+    results: list[RecalledFact | RecalledPassage] = Field(
+        description="Facts and passages, best first, scored on one scale."
+    )
+
+
 class Episode(Out):
     uuid: UUID
     group_id: str
@@ -176,6 +199,7 @@ class DeleteEpisodeResult(Out):
     message: str
     entities_removed: int
     facts_removed: int
+    passages_removed: int
 
 
 class ClearGraphResult(Out):
@@ -183,6 +207,7 @@ class ClearGraphResult(Out):
     episodes_removed: int
     entities_removed: int
     facts_removed: int
+    passages_removed: int
 
 
 class QueueCounts(Out):
@@ -197,7 +222,7 @@ class StatusResult(Out):
     database: str
     llm: dict[str, Any] = Field(description="configured, model, detail.")
     embedder: dict[str, Any] = Field(description="model, dimensions, provider.")
-    graph: dict[str, int] = Field(description="episodes, entities, facts, groups.")
+    graph: dict[str, int] = Field(description="episodes, entities, facts, passages, groups.")
     queue: QueueCounts
     workers_running: bool
 
@@ -341,6 +366,7 @@ RESULTS: dict[str, type[Out]] = {
     "add_memory": AddMemoryResult,
     "search_memory_nodes": NodesResult,
     "search_memory_facts": FactsResult,
+    "search_memory": SearchMemoryResult,
     "get_episodes": EpisodesResult,
     "delete_episode": DeleteEpisodeResult,
     "get_entity_edge": EntityEdge,

@@ -172,6 +172,20 @@ class SearchFactsArgs(Args):
     min_score: float | None = Field(None, allow_inf_nan=False, description=_MIN_SCORE)
 
 
+class SearchMemoryArgs(Args):
+    query: str = Field(min_length=1, description="What to look for, in natural language.")
+    group_ids: GroupIds = Field(None, description=_GROUPS)
+    max_results: int = Field(10, ge=1, le=1000, description="Maximum number of results.")
+    kinds: list[Literal["fact", "passage"]] | None = Field(
+        None,
+        description="Which kinds of memory to return: 'fact' (extracted facts) and 'passage' "
+        "(what was said, verbatim); default both.",
+    )
+    created_after: str | None = Field(None, description=_AFTER)
+    created_before: str | None = Field(None, description=_BEFORE)
+    min_score: float | None = Field(None, allow_inf_nan=False, description=_MIN_SCORE)
+
+
 class GetEpisodesArgs(Args):
     group_ids: GroupIds = Field(
         None,
@@ -349,6 +363,17 @@ TOOLS: tuple[Tool, ...] = (
         "about relationships and events. No LLM call.",
         SearchFactsArgs,
         "search_memory_facts",
+        read_only=True,
+    ),
+    Tool(
+        "search_memory",
+        "Recall anything remembered: extracted facts and passages of what was said (the "
+        "episodes' own words, searchable as soon as add_memory returns, even before "
+        "extraction or with no LLM) in one list ranked by one score. Each result has a kind "
+        "('fact' or 'passage'), a score and the episode(s) it came from. Start here for any "
+        "question about the past. No LLM call.",
+        SearchMemoryArgs,
+        "search_memory",
         read_only=True,
     ),
     Tool(

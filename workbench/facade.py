@@ -32,11 +32,12 @@ from workbench.ingest.budget import DailyBudget
 from workbench.ingest.episode_queue import EpisodeQueue
 from workbench.ingest.importer import Importer
 from workbench.ingest.pipeline import NO_LLM, EpisodePipeline
+from workbench.ingest.verbatim import PassageWriter
 from workbench.llm.client import build_chat_model
 from workbench.llm.health import LLMHealth
 from workbench.metrics import Metrics
 from workbench.safety import MAX_JSON_DEPTH, json_depth, register_secret, scrub
-from workbench.search import SearchEngine
+from workbench.search import SearchEngine, recall
 from workbench.store import TABLES, Store
 from workbench.store import graph as g
 from workbench.store import queue as q
@@ -121,6 +122,7 @@ class Workbench:
             ),
         )
         self.tenancy = Tenancy(store, clock)
+        self.passages = PassageWriter(store, embedder, self.publisher)
         self.scheduler = MaintenanceScheduler.from_settings(
             store, settings, metrics, clock, chat=chat, index=self.publisher
         )
@@ -168,6 +170,7 @@ class Workbench:
         Without an LLM this says so once: only a process that would process episodes warns
         (``status``, ``export`` or ``import`` have nothing to say about it)."""
         remove_stale(self.snapshots.root)  # left by a killed service
+        self.passages.catch_up()  # passages a crash or a failed embedder left without vectors
         if self.chat is not None:
             self.queue.start()
         else:
@@ -190,6 +193,7 @@ class Workbench:
             steps.callback(self.store.close)
             steps.callback(self.snapshots.close)
             steps.callback(self.search.close)
+            steps.callback(self.passages.close)  # what waits for its vectors, first
             steps.callback(self.pipeline.close)
             steps.callback(self.stop, timeout=5.0)
 
@@ -211,22 +215,28 @@ class Workbench:
         reference_time: str | datetime | None = None,
         priority: str = "normal",
     ) -> dict[str, Any]:
-        """Store an episode and queue it for extraction; returns at once."""
+        """Store an episode, its passages searchable at once, and queue it for extraction;
+        returns at once."""
         episode = self._validate_episode(
             name, episode_body, group_id, source, source_description, uuid, reference_time, priority
         )
-        with self.store.transaction():
-            existing = g.get_episode(self.store, episode["uuid"])
-            if existing is None:
-                self._room_in_queue()
-                g.insert_episode(self.store, episode)
-                q.enqueue(
-                    self.store,
-                    episode["uuid"],
-                    episode["group_id"],
-                    episode["priority"],
-                    episode["created_at"],
-                )
+        passages = self.passages.prepare(episode)
+        with self.publisher:
+            with self.store.transaction():
+                existing = g.get_episode(self.store, episode["uuid"])
+                if existing is None:
+                    self._room_in_queue()
+                    g.insert_episode(self.store, episode)
+                    q.enqueue(
+                        self.store,
+                        episode["uuid"],
+                        episode["group_id"],
+                        episode["priority"],
+                        episode["created_at"],
+                    )
+                    self.passages.write(passages)
+            if existing is None:  # what was said is searchable from now on (embedded soon)
+                self.passages.publish(passages)
         if existing is not None:
             return self._added_before(existing, episode)
         self.queue.notify_enqueued(episode["priority"])
@@ -385,6 +395,19 @@ class Workbench:
         )
         return {"message": f"{len(facts)} facts found", "facts": jsonable(facts)}
 
+    def search_memory(
+        self,
+        query: str,
+        group_ids: Sequence[str] | None = None,
+        max_results: int = 10,
+        kinds: Sequence[str] | None = None,
+        **filters: Any,
+    ) -> dict[str, Any]:
+        results = recall.search_memory(
+            self.search, query, self._groups(group_ids), max_results, kinds, **filters
+        )
+        return {"message": f"{len(results)} results found", "results": jsonable(results)}
+
     # --- episodes and edges -------------------------------------------------------------
     def get_episodes(
         self, group_ids: Sequence[str] | None = None, max_episodes: int = 10
@@ -410,6 +433,7 @@ class Workbench:
             "message": f"Episode {uuid} deleted",
             "entities_removed": len(removed["entity"]),
             "facts_removed": len(removed["fact"]),
+            "passages_removed": len(removed["passage"]),
         }
 
     def get_entity_edge(self, uuid: str) -> dict[str, Any]:
@@ -436,10 +460,10 @@ class Workbench:
                 "'group_ids' must name at least one group: clearing everything is not allowed "
                 "by accident"
             )
-        removed = {"episodes": 0, "entity": 0, "fact": 0}
+        removed = {"episodes": 0, "entity": 0, "fact": 0, "passage": 0}
         with self.publisher:  # no claim or write publishes until the groups are gone
             for step in g.clear_groups(self.store, groups):  # each step committed
-                if step.get("fact") or step.get("entity"):
+                if step.get("fact") or step.get("entity") or step.get("passage"):
                     self.publisher.deleted(step, "clearing groups")
                 for kind, value in step.items():
                     removed[kind] += value if kind == "episodes" else len(value)
@@ -451,6 +475,7 @@ class Workbench:
             "episodes_removed": removed["episodes"],
             "entities_removed": removed["entity"],
             "facts_removed": removed["fact"],
+            "passages_removed": removed["passage"],
         }
 
     # --- status and queue ---------------------------------------------------------------

@@ -152,3 +152,52 @@ def test_a_path_that_is_not_the_benchmark_is_a_clear_error(tmp_path):
         )  # fmt: skip
         assert done.returncode == 2 and "Traceback" not in done.stderr
         assert "does not exist" in done.stderr or "LoCoMo format" in done.stderr
+
+
+def test_sessions_become_message_episodes_and_passages_know_their_turns():
+    [(first, ids), *_] = bl.session_episodes(SAMPLE, "conv-0")
+    assert first["source"] == "message" and first["group_id"] == "conv-0"
+    assert first["reference_time"] == "2023-05-08T13:56:00+00:00"
+    assert first["episode_body"].splitlines() == [
+        "Caroline: I went to a LGBTQ support group.",
+        "Melanie: I painted that lake sunrise last year! "
+        "[shares a photo: a painting of a sunrise over a lake]",
+    ]
+    assert ids == ["D1:3", "D1:12"]
+    assert bl.passage_turns(first["episode_body"], ids) == [{"D1:3", "D1:12"}]
+    # a long turn cut into pieces: each piece counts for its turn, in order
+    long = " ".join(f"Sentence number {i} is here." for i in range(60))
+    body = f"Ana: hi\nBo: {long}\nAna: bye"
+    held = bl.passage_turns(body, ["D1:1", "D1:2", "D1:3"])
+    assert held[0] == {"D1:1", "D1:2"} and held[-1] >= {"D1:3"}
+    assert set().union(*held) == {"D1:1", "D1:2", "D1:3"}
+
+
+def test_the_bench_adds_sessions_and_asks_search_memory(tmp_path):
+    (tmp_path / "26.json").write_text(
+        json.dumps(
+            {
+                **SAMPLE,
+                "session_2": [
+                    {
+                        "speaker": "Melanie",
+                        "dia_id": "D2:5",
+                        "text": "I signed up for a pottery class.",
+                    }
+                ],
+            }
+        )
+    )
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "bench_locomo.py"), str(tmp_path),
+         "--with-sessions"],
+        capture_output=True, text=True, timeout=300, cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    result = json.loads(done.stdout)
+    assert (result["facts"], result["episodes"], result["questions"]) == (4, 2, 3)
+    recall = result["methods"]["search_memory"]
+    # the multi-hop question cites D2:5, said in session 2 but in no observation: found now
+    assert recall["multi-hop"]["hit@10"] == 1.0 and recall["all"]["hit@10"] == 1.0
+    assert {"near None within a kind", "facts only", "passages only"} <= set(result["methods"])
+    assert result["add_memory_p95_ms"] > 0

@@ -35,6 +35,9 @@ def build(path) -> None:
     with Workbench.open(settings, embedder=HashEmbedder()) as wb:
         report = wb.import_jsonl(FACTS)
         assert report["facts_created"] == 2
+        wb.add_memory(
+            "chat", "Maria: I cycle to Acme.\nTom: I walk.\nMaria: Brave.", source="message"
+        )
 
 
 def counts(store: Store) -> tuple[int, int]:
@@ -51,11 +54,13 @@ def test_a_database_moves_to_another_model_and_size(tmp_path):
     assert store.dim == 384
     seen = []
     report = reembed(store, SmallHash(), seen.append)
-    assert (report.entities, report.facts) == (5, 2)  # Maria, Acme, Tom, Neovim, Lisbon
+    # Maria, Acme, Tom, Neovim, Lisbon; and the chat's passage
+    assert (report.entities, report.facts, report.passages) == (5, 2, 1)
     assert (report.dimensions_before, report.dimensions_after) == (384, 64)
     assert (report.model_before, report.model_after) == ("hash-bow", "hash-64")
-    assert sum(seen) == 7
+    assert sum(seen) == 8
     assert counts(store) == (5, 2)
+    assert store.fetchone("SELECT count(*), min(model) FROM passage_embeddings") == (1, "hash-64")
     assert store.meta("embedding_dim") == "64" and store.meta("embedding_model") == "hash-64"
     vector = store.fetchone("SELECT vector FROM fact_embeddings LIMIT 1")[0]
     assert len(vector) == 64
@@ -67,6 +72,8 @@ def test_a_database_moves_to_another_model_and_size(tmp_path):
     with Workbench.open(settings, embedder=SmallHash()) as wb:
         hits = wb.search_memory_facts("where does Maria work")["facts"]
         assert hits[0]["fact"] == "Maria works at Acme"
+        said = wb.search_memory("cycle to Acme", kinds=["passage"])["results"]
+        assert said[0]["score_parts"]["similarity"] > 0.3  # the new vectors serve
         want = SmallHash().embed(["Maria works at Acme"])[0]
         got = wb.store.fetchone(
             "SELECT v.vector FROM fact_embeddings v JOIN facts f USING (uuid) "

@@ -103,6 +103,28 @@ def test_search_tools_find_the_ingested_memories(client, ingested):
     )
 
 
+def test_search_memory_recalls_facts_and_what_was_said_in_one_list(client, ingested):
+    from service.responses import SearchMemoryResult
+
+    out = call(
+        client, "search_memory", {"query": "where does Maria Keller work", "group_ids": ["g1"]}
+    )
+    SearchMemoryResult.model_validate(out)
+    kinds = {r["kind"] for r in out["results"]}
+    assert kinds == {"fact", "passage"}
+    scores = [r["score"] for r in out["results"]]
+    assert scores == sorted(scores, reverse=True)
+    passage = next(r for r in out["results"] if r["kind"] == "passage")
+    assert passage["episode_uuid"] == ingested["episode_uuid"] and "Acme" in passage["text"]
+    fact = next(r for r in out["results"] if r["kind"] == "fact")
+    assert fact["episodes"] == [ingested["episode_uuid"]]  # provenance
+    only = call(client, "search_memory", {"query": "Acme", "kinds": ["passage"], "max_results": 1})
+    assert [r["kind"] for r in only["results"]] == ["passage"]
+    removed = call(client, "delete_episode", {"uuid": ingested["episode_uuid"]})
+    assert removed["passages_removed"] == 1
+    assert call(client, "search_memory", {"query": "Acme", "kinds": ["passage"]})["results"] == []
+
+
 def test_entity_edge_get_and_delete(client, ingested):
     fact = call(client, "search_memory_facts", {"query": "Acme"})["facts"][0]
     got = call(client, "get_entity_edge", {"uuid": fact["uuid"]})
@@ -140,7 +162,7 @@ def test_status_queue_retry_maintenance_health_classify(client, ingested):
 
 def test_tool_table_and_openapi_schema(plain):
     tools = plain.get("/tools").json()["tools"]
-    assert len(tools) == 21
+    assert len(tools) == 22
     assert {t["name"] for t in tools if t["admin"]} == {
         "export_snapshot",
         "run_decay_maintenance",
@@ -177,6 +199,7 @@ def test_tool_table_and_openapi_schema(plain):
         ("search_memory_nodes", {"query": "x", "group_ids": "g1"}, "group_ids"),
         ("search_memory_nodes", {"query": "x", "states": ["GONE"]}, "states"),
         ("search_memory_facts", {"query": "x", "created_after": "soon"}, "created_after"),
+        ("search_memory", {"query": "x", "kinds": ["entity"]}, "kinds"),
         ("get_entity_edge", {"uuid": "not-a-uuid"}, "uuid"),
         ("delete_episode", {}, "uuid"),
         ("classify_memory", {"text": 5}, "text"),
@@ -195,6 +218,7 @@ def test_tool_table_and_openapi_schema(plain):
         "groups-not-list",
         "bad-state",
         "bad-after",
+        "bad-kind",
         "bad-uuid",
         "no-uuid",
         "text-not-string",
@@ -325,6 +349,7 @@ def test_health_reports_the_search_indexes(client, ingested, wb):
         "ok": True,
         "entity": {"memories": entities, "vector_index": "exact"},
         "fact": {"memories": facts, "vector_index": "exact"},
+        "passage": {"memories": 1, "vector_index": "exact"},  # the episode's one paragraph
     }
 
 

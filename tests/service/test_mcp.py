@@ -65,6 +65,11 @@ async def test_calls_tools_and_gets_structured_results(mcp_url, wb):
         )
         assert not added.is_error
         assert added.structured_content["status"] == "queued"
+        # what was said is found before extraction
+        said = await client.call_tool("search_memory", {"query": "Maria Keller Acme"})
+        assert not said.is_error
+        [passage] = said.structured_content["results"]
+        assert passage["kind"] == "passage" and passage["text"] == "Maria Keller works at Acme."
         await anyio.to_thread.run_sync(wb.process_pending)
         found = await client.call_tool("search_memory_facts", {"query": "Maria Keller Acme"})
         assert not found.is_error

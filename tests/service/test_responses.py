@@ -37,6 +37,7 @@ def _answers(client) -> dict[str, dict]:
     out["import_memories"] = call(client, "import_memories", {"lines": [*lines, "not json"]})
     out["search_memory_nodes"] = call(client, "search_memory_nodes", {"query": "Maria"})
     out["search_memory_facts"] = call(client, "search_memory_facts", {"query": "works at"})
+    out["search_memory"] = call(client, "search_memory", {"query": "Maria Keller works at"})
     out["get_episodes"] = call(client, "get_episodes", {})
     fact = out["search_memory_facts"]["facts"][0]["uuid"]
     out["get_entity_edge"] = call(client, "get_entity_edge", {"uuid": fact})
@@ -72,6 +73,7 @@ def test_every_tool_answers_with_its_published_result_model(client):
         required = {n for n, f in model.model_fields.items() if f.is_required()}
         assert required <= set(answer), (name, required - set(answer))
     assert answers["search_memory_nodes"]["nodes"] and answers["get_episodes"]["episodes"]
+    assert {r["kind"] for r in answers["search_memory"]["results"]} == {"fact", "passage"}
 
 
 def test_the_schema_names_each_result_and_the_error_body_for_every_error(client):

@@ -16,6 +16,7 @@ DESIGN_TOOLS = {
     "add_memory",
     "search_memory_nodes",
     "search_memory_facts",
+    "search_memory",
     "get_episodes",
     "delete_episode",
     "get_entity_edge",

@@ -233,6 +233,41 @@ def test_a_memory_written_through_one_replica_is_searchable_on_the_other(stores)
         engine_b.close()
 
 
+def test_a_passage_written_through_one_replica_is_searchable_on_the_other(stores):
+    from workbench.ingest.verbatim import PassageWriter
+    from workbench.search.recall import search_memory
+    from workbench.store import graph as g
+
+    a, b = stores(), stores()
+    engine_a, engine_b = _engine(a), _engine(b)
+    try:
+        episode = {"uuid": "3a460868-7411-4c0e-99cf-570bf7f9a77d", "group_id": "g1",
+                   "name": "chat", "body": "Ana: my sister Sofia lives in Porto.\nBo: nice",
+                   "source": "message", "source_description": "", "reference_time": NOW,
+                   "created_at": NOW, "priority": 1}  # fmt: skip
+        writer = PassageWriter(a, engine_a.embedder, engine_a.publisher)
+        rows = writer.prepare(episode)
+        with engine_a.publisher:
+            with a.transaction():
+                g.insert_episode(a, episode)
+                writer.write(rows)
+            writer.publish(rows)
+        writer.close()  # embedded: the vector reaches the other replica too
+
+        def found() -> bool:
+            hits = search_memory(engine_b, "where does Sofia live", kinds=["passage"])
+            return any(h["episode_uuid"] == episode["uuid"] for h in hits)
+
+        assert wait_for(found, timeout=5)
+        assert wait_for(lambda: engine_b.vectors["passage"].uuids() == [rows[0]["uuid"]], 5)
+        with a.transaction():
+            g.delete_episode(a, episode["uuid"])
+        assert wait_for(lambda: not found(), timeout=5)
+    finally:
+        engine_a.close()
+        engine_b.close()
+
+
 def test_catch_up_sees_every_committed_change_even_when_numbers_commit_out_of_order(stores):
     a, b, c = stores(), stores(), stores()
     engine = _engine(c, follow=False)
@@ -275,8 +310,11 @@ def test_reembedding_keeps_the_change_log_of_the_replaced_tables(stores):
     assert report.entities == 1
     before = log_sql.latest_seq(a)
     insert(a, "entity", [entity("Tom")], np.ones((1, 8), dtype=np.float32))
+    from workbench.store import graph as g
+
+    g.insert_embeddings(a, "passage", ["p1"], np.ones((1, 8)), "m")
     kinds = {kind for _, kind, _, _ in log_sql.changes_since(a, before)}
-    assert kinds == {"entity", "entity_vector"}
+    assert kinds == {"entity", "entity_vector", "passage_vector"}
 
 
 def test_a_late_failure_of_a_lease_taken_over_leaves_the_new_holder_alone(stores):

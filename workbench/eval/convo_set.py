@@ -17,11 +17,19 @@ ones. This module generates such a set from templates, deterministically:
 * two **splits** from disjoint people and values: ``dev`` (tune on it) and ``test`` (frozen:
   look at it only to report).
 
+* **what was said** (``said``): besides its facts, each English person has one chat (a
+  ``message`` episode) in which they mention details no fact records (a dish they cooked, a
+  film, a neighbour's name, something lost); its questions (category ``said``) are answered
+  only by the chat's passages, so only ``search_memory`` can find them. These lines are drawn
+  from a random stream of their own, after everything else: the memories and questions
+  before them are what they were.
+
 ``python -m workbench.eval.convo_set --write`` regenerates ``data/search_dev.jsonl`` and
 ``data/search_test.jsonl``; a test checks the files are exactly what the generator makes.
 Lines: ``{"type": "memory", "key", "source", "relation", "target", "fact", "valid_at"?,
-"lang"}`` and ``{"type": "question", "id", "question", "answers": [keys], "category",
-"lang"}``.
+"lang"}``, ``{"type": "said", "key", "speaker", "body", "session", "lang"}`` (a chat: its
+``body`` is a ``message`` episode) and ``{"type": "question", "id", "question", "answers":
+[keys], "category", "lang"}``.
 """
 
 from __future__ import annotations
@@ -85,6 +93,17 @@ VALUES: dict[str, list[Any]] = {
                ("Lakeside Montessori", "the harbour district"), ("Oak Park School", "Northgate"),
                ("Willow Creek Academy", "the old town"), ("Brook Street School", "Eastfield")],
     "kid": ["Leo", "Maya", "Finn", "Ada", "Noah", "Iris", "Milo", "Ruby", "Ezra", "Nina"],
+}  # fmt: skip
+SAID = {  # details only a chat mentions (no fact template uses them)
+    "dish": ["a lentil shepherd's pie", "saffron paella", "a plum crumble", "miso ramen",
+             "stuffed peppers", "a lemon drizzle cake", "pumpkin gnocchi", "fish tacos"],
+    "film": ["Paper Moon", "The Station Agent", "Amélie", "Local Hero", "Paterson",
+             "Groundhog Day", "The Red Turtle", "Columbus"],
+    "neighbour": ["Mrs Abernathy", "old Mr Petrov", "a retired pilot called Ruth",
+                  "a cellist named Ivo", "the twins Kit and Sam", "a baker called Odile"],
+    "lost": ["a green umbrella", "their reading glasses", "a library copy of Emma",
+             "a silver bracelet", "the spare house key", "a wool scarf"],
+    "game": ["Carcassonne", "backgammon", "Ticket to Ride", "mahjong", "Scrabble", "chess"],
 }  # fmt: skip
 MONTHS = ["January", "February", "March", "April", "May", "June", "July", "August",
           "September", "October", "November", "December"]  # fmt: skip
@@ -317,6 +336,49 @@ def foreign_facts(lang: str, p: dict[str, Any]) -> list[dict[str, Any]]:
     return _with_questions(f, [(text, answers, "multilingual") for text, answers in q])
 
 
+# --- what was said: chats whose details no fact holds --------------------------------------
+def said_chat(p: dict[str, Any], friend: str) -> tuple[str, list[tuple[str, str]]]:
+    """A chat between ``p`` and ``friend`` (a ``message`` episode's body) and the questions
+    only it answers, as (question, category)."""
+    a = p["name"]
+    body = "\n".join([
+        f"{friend}: How was your weekend?",
+        f"{a}: Busy! I cooked {p['dish']} for the street party and it vanished in minutes.",
+        f"{friend}: Ha, I knew it. Did you watch anything?",
+        f"{a}: {p['film']}, twice in a row. Then I lost {p['lost']} on the tram home.",
+        f"{friend}: Oh no. Who else was at the party?",
+        f"{a}: My neighbour, {p['neighbour']}, who beat everyone at {p['game']} afterwards.",
+    ])  # fmt: skip
+    return body, [
+        (f"What did {a} cook for the street party?", "said"),
+        (f"Which film did {a} watch twice?", "said"),
+        (f"What did {a} leave behind on the tram?", "said"),
+        (f"Who is {a}'s neighbour?", "said"),
+        (f"Which game did {a}'s neighbour win at?", "said"),
+    ]
+
+
+def said_lines(split: str, english: list[dict[str, Any]], first_question: int) -> list[dict]:
+    """The chats of the English people of a split and their questions (a random stream of
+    its own: the lines before these stay as they were)."""
+    rng = random.Random(SPLITS[split] + 1000)
+    pools = _Pools(rng)
+    chats, questions = [], []
+    for number, person in enumerate(english):
+        detail = {kind: pools.pick(f"said_{kind}", values) for kind, values in SAID.items()}
+        friend = english[(number + 1) % len(english)]["name"]
+        body, asked = said_chat({**person, **detail}, friend)
+        key = f"{split}-s{number + 1:04d}"
+        chats.append({"type": "said", "key": key, "speaker": person["name"], "body": body,
+                      "session": number // 2 + 1, "lang": "en"})  # fmt: skip
+        for question, category in asked:
+            questions.append({"type": "question",
+                              "id": f"{split}-q{first_question + len(questions) + 1:04d}",
+                              "question": question, "answers": [key], "category": category,
+                              "lang": "en"})  # fmt: skip
+    return chats + questions
+
+
 # --- assembly -----------------------------------------------------------------------------
 def _m(source, relation, target, fact, valid_at=None, lang="en") -> dict[str, Any]:
     out = {"source": source, "relation": relation, "target": target, "fact": fact, "lang": lang}
@@ -346,7 +408,7 @@ class _Pools:
 
 
 def build(split: str) -> list[dict[str, Any]]:
-    """The lines of one split (memories first, then questions)."""
+    """The lines of one split (memories first, then questions, then the chats and theirs)."""
     rng = random.Random(SPLITS[split])
     pools = _Pools(rng)
     names = list(NAMES[split])
@@ -383,7 +445,8 @@ def build(split: str) -> list[dict[str, Any]]:
                     "lang": lang,
                 }
             )
-    return memories + questions
+    english = [person for lang, person in people if lang == "en"]
+    return memories + questions + said_lines(split, english, len(questions))
 
 
 def _person(name: str, pools: _Pools, start: date, index: int) -> dict[str, Any]:

@@ -32,6 +32,7 @@ METHODS = ("vector", "bm25", "rrf", "fused")
 class RetrievalSet:
     memories: list[dict[str, Any]] = field(default_factory=list)
     questions: list[dict[str, Any]] = field(default_factory=list)
+    said: list[dict[str, Any]] = field(default_factory=list)  # chats: message episodes
 
 
 def load_set(path: str | Path = DEFAULT_SET) -> RetrievalSet:
@@ -40,7 +41,8 @@ def load_set(path: str | Path = DEFAULT_SET) -> RetrievalSet:
         if not line.strip():
             continue
         item = json.loads(line)
-        (out.memories if item["type"] == "memory" else out.questions).append(item)
+        kind = {"memory": out.memories, "said": out.said}.get(item["type"], out.questions)
+        kind.append(item)
     return out
 
 

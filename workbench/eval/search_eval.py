@@ -6,16 +6,22 @@
 
 Methods: ``vector`` (cosine top-k), ``bm25`` (keyword top-k), ``rrf`` (reciprocal rank fusion
 of both) and ``fused`` (the service's ``search_memory_facts``: weighted similarity, keyword,
-freshness and importance). Per method, overall and per category and language: recall@1/5/10
-(the share of a question's answer facts in the top k, averaged), hit@1 (the first result
-answers) and MRR. The store is in memory, built from the set with the engine's own write path.
+freshness and importance), asked the questions facts answer; and ``recall`` (the service's
+``search_memory``: facts and the passages of the set's chats, added as ``message``
+episodes), asked every question, those of category ``said`` too, which only what was said
+answers (a passage counts for its chat). Per method, overall and per category and language:
+recall@1/5/10 (the share of a question's answer facts in the top k, averaged), hit@1 (the
+first result answers) and MRR. The store is in memory, built from the set with the engine's
+own write path.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import uuid as uuidlib
 from collections import defaultdict
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +29,7 @@ from workbench.eval.retrieval import load_into, load_set, rankings
 
 DATA = Path(__file__).resolve().parents[2] / "data"
 CUTOFFS = (1, 5, 10)
+SAID = "said"  # the category only what was said answers
 
 
 def split_path(split: str) -> Path:
@@ -37,7 +44,9 @@ def evaluate(engine, questions: list[dict[str, Any]], keys: dict[str, str]) -> d
     for q in questions:
         answers = {keys[a] for a in q["answers"]}
         groups = ("all", f"category:{q['category']}", f"lang:{q.get('lang', 'en')}")
-        for method, ranked in rankings(engine, q["question"], k=max(CUTOFFS)).items():
+        ranks = {} if q["category"] == SAID else rankings(engine, q["question"], k=max(CUTOFFS))
+        ranks["recall"] = recalled(engine, q["question"], k=max(CUTOFFS))
+        for method, ranked in ranks.items():
             first = next((i for i, u in enumerate(ranked) if u in answers), None)
             values = {f"recall@{c}": len(answers & set(ranked[:c])) / len(answers)
                       for c in CUTOFFS}  # fmt: skip
@@ -58,6 +67,39 @@ def evaluate(engine, questions: list[dict[str, Any]], keys: dict[str, str]) -> d
     }
 
 
+def recalled(engine, question: str, k: int) -> list[str]:
+    """``search_memory``'s top ``k``: a fact as its uuid, a passage as its episode's."""
+    from workbench.search.recall import search_memory
+
+    hits = search_memory(engine, question, max_results=k)
+    return [h["uuid"] if h["kind"] == "fact" else h["episode_uuid"] for h in hits]
+
+
+def load_said(engine, chats: list[dict[str, Any]], group_id: str = "eval") -> dict[str, str]:
+    """Add each chat as a ``message`` episode with its passages (the write path of
+    ``add_memory``, no LLM); key -> episode uuid."""
+    from workbench.ingest.verbatim import PassageWriter
+    from workbench.store import graph as g
+
+    writer = PassageWriter(engine.store, engine.embedder, engine.publisher)
+    now = datetime(2026, 1, 1, tzinfo=UTC)
+    keys = {}
+    for chat in chats:
+        episode = {"uuid": str(uuidlib.uuid5(uuidlib.NAMESPACE_URL, chat["key"])),
+                   "group_id": group_id, "name": chat["key"], "body": chat["body"],
+                   "source": "message", "source_description": "", "reference_time": now,
+                   "created_at": now, "priority": 1}  # fmt: skip
+        rows = writer.prepare(episode)
+        with engine.publisher:
+            with engine.store.transaction():
+                g.insert_episode(engine.store, episode)
+                writer.write(rows)
+            writer.publish(rows)
+        keys[chat["key"]] = episode["uuid"]
+    writer.close()  # every passage embedded
+    return keys
+
+
 def run(split: str = "dev", embedder=None) -> dict[str, Any]:
     """Build an in-memory store from the split and evaluate every method on it."""
     from workbench.config import LOCAL_EMBEDDER_MODEL
@@ -70,11 +112,12 @@ def run(split: str = "dev", embedder=None) -> dict[str, Any]:
     engine = SearchEngine(store, embedder, access_background=False)
     try:
         rset = load_set(split_path(split))
-        keys = load_into(engine, rset)
+        keys = load_into(engine, rset) | load_said(engine, rset.said)
         return {
             "split": split,
             "embedder": embedder.model,
             "memories": len(rset.memories),
+            "chats": len(rset.said),
             "questions": len(rset.questions),
             "methods": evaluate(engine, rset.questions, keys),
         }

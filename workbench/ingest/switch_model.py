@@ -1,13 +1,15 @@
 """Re-embed a whole database with another embedding model (``workbench reembed``).
 
 A database holds vectors of one size (``meta.embedding_dim``), from one model
-(``meta.embedding_model``): switching models needs every entity and fact embedded again. This
+(``meta.embedding_model``): switching models needs every entity, fact and passage embedded
+again. This
 writes the new vectors into staging tables, batch by batch (a progress bar on the command line),
 then swaps them in with the new size and model in one transaction: stopped half-way, the
 database still holds its old vectors and works with the old model; run again, it starts over.
 
 The texts are those ingestion embeds: ``entity_text(name, type, summary)`` for an entity, the
-fact's text for a fact. Rows without a vector today get one too.
+fact's text for a fact, the passage's text for a passage. Rows without a vector today get one
+too (a passage whose embedding failed when its episode was accepted).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ BATCH = 512
 KINDS = {
     "entity": ("SELECT uuid, name, entity_type, summary FROM entities ORDER BY uuid", True),
     "fact": ("SELECT uuid, fact FROM facts ORDER BY uuid", False),
+    "passage": ("SELECT uuid, text FROM passages ORDER BY uuid", False),
 }
 
 
@@ -36,6 +39,7 @@ KINDS = {
 class ReembedReport:
     entities: int
     facts: int
+    passages: int
     model_before: str | None
     model_after: str
     dimensions_before: int
@@ -51,8 +55,8 @@ Progress = Callable[[int], None]
 
 
 def reembed(store: Store, embedder: Embedder, progress: Progress | None = None) -> ReembedReport:
-    """Embed every entity and fact of ``store`` with ``embedder`` and make it the database's
-    model (see the module docstring). ``progress(n)`` is told of each batch's rows."""
+    """Embed every entity, fact and passage of ``store`` with ``embedder`` and make it the
+    database's model (see the module docstring). ``progress(n)`` is told of each batch's rows."""
     if store.read_only:
         raise InvalidInput("the database is open read-only: re-embedding writes every vector")
     started = time.perf_counter()
@@ -90,6 +94,7 @@ def reembed(store: Store, embedder: Embedder, progress: Progress | None = None) 
     return ReembedReport(
         counts["entity"],
         counts["fact"],
+        counts["passage"],
         before_model,
         embedder.model,
         before_dim,

@@ -146,7 +146,7 @@ class AccessTracker:
                 return 0
             written: set[str] = set()
             try:
-                for kind in ("entity", "fact"):
+                for kind in ("entity", "fact", "passage"):
                     items = [(u, p) for (k, u), p in batch.items() if k == kind]
                     if items:
                         apply_accesses(

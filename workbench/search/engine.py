@@ -85,10 +85,11 @@ log = logging.getLogger("workbench.search.engine")
 
 
 def keyword_text(kind: str, row: dict[str, Any]) -> str:
-    """What the keyword index holds of a memory: entity ``name + summary``, or the fact."""
+    """What the keyword index holds of a memory: entity ``name + summary``, the fact, or the
+    passage's text."""
     if kind == "entity":
         return _entity_text(row["name"], row.get("summary"))
-    return str(row["fact"])
+    return str(row[_TEXT_COLUMN[kind]])
 
 
 def _entity_text(name: str, summary: str | None) -> str:
@@ -100,7 +101,10 @@ def keyword_texts(kind: str, cache: RowCache) -> list[str]:
     """:func:`keyword_text` of every row of the cache, in the order of its ``uuids()``."""
     if kind == "entity":
         return list(map(_entity_text, cache.texts("name"), cache.texts("summary")))
-    return [str(t) for t in cache.texts("fact")]
+    return [str(t) for t in cache.texts(_TEXT_COLUMN[kind])]
+
+
+_TEXT_COLUMN = {"fact": "fact", "passage": "text"}
 
 
 # the default of SVC_KNOWLEDGE_SEARCH_MIN_SIMILARITY (see the settings' table)
@@ -287,6 +291,35 @@ class SearchEngine:
             gone = [u for u in uuids if u not in present]
         if gone:
             self.on_delete(kind, gone)
+
+    def on_insert(self, kind: str, rows: list[dict]) -> None:
+        """Index memories of ``kind`` just inserted, whose rows are complete (every column
+        the row cache holds: nothing to re-read from the store), without vectors yet."""
+        _check_kind(kind)
+        if not rows:
+            return
+        with self.tracker.consistent_read(), self._lock:
+            self.rows[kind].put(rows)
+            self.keywords[kind].add(
+                [r["uuid"] for r in rows],
+                [keyword_text(kind, r) for r in rows],
+                [r["group_id"] for r in rows],
+            )
+
+    def on_vectors(self, kind: str, uuids: Sequence[str], vectors: np.ndarray) -> None:
+        """The vectors of memories of ``kind`` already indexed (rows and words unchanged);
+        those of memories no longer here are ignored."""
+        _check_kind(kind)
+        # consistent_read: a rebuild loading meanwhile swaps its indexes in first
+        with self.tracker.consistent_read(), self._lock:
+            cache = self.rows[kind]
+            keep = [i for i, u in enumerate(uuids) if u in cache]
+            if keep:
+                self.vectors[kind].add(
+                    [uuids[i] for i in keep],
+                    np.asarray(vectors)[keep],
+                    [cache.value(uuids[i], "group_id") for i in keep],
+                )
 
     def on_delete(self, kind: str, uuids: Sequence[str]) -> None:
         """Forget deleted memories; call after they are removed from the store."""
@@ -538,7 +571,9 @@ class SearchEngine:
             facts, neighbours = self.rows["fact"].neighbourhood(center_node_uuid)
         return center_node_uuid, facts, neighbours
 
-    def _search(self, kind, text, k, filters, weights, centre=None, min_score=None) -> list[tuple]:
+    def ranked(self, kind, text, k, filters, weights, centre=None, min_score=None) -> list[tuple]:
+        """The best ``k`` memories of ``kind`` for the checked query ``text``: (row, score
+        parts, score, graph tier), best first; no access is recorded (see :meth:`accessed`)."""
         self._maybe_sync()
         with self._lock:
             vec, kw = self.vectors[kind], self.keywords[kind]
@@ -567,7 +602,15 @@ class SearchEngine:
         link = None
         if kind == "fact" and self.follow_links and rows:
             link, rows = self._follow(text, filters, rows, cands, weights, centre, query_vec)
-        ranked = self._rank(kind, rows, cands, weights, centre, k, min_score, link)
+        return self._rank(kind, rows, cands, weights, centre, k, min_score, link)
+
+    def _search(self, kind, text, k, filters, weights, centre=None, min_score=None) -> list[tuple]:
+        ranked = self.ranked(kind, text, k, filters, weights, centre, min_score)
+        return self.accessed(kind, ranked)
+
+    def accessed(self, kind: str, ranked: list[tuple]) -> list[tuple]:
+        """Record the access of these ranked hits of ``kind`` (what a search returns);
+        the hits with their rows as they are after it."""
         now, seen = self.clock(), [row for row, *_ in ranked]
         with self._lock:
             accessed = self.tracker.record(kind, seen, now)
@@ -597,10 +640,13 @@ class SearchEngine:
         Unless both workers are busy with other searches, BM25 runs in a worker thread while
         the query is embedded (the embedder waits on a model or a server without holding the
         GIL) and the vector index searched (usearch and numpy release it too), so on a
-        machine with a free core the keyword search costs no wall time."""
+        machine with a free core the keyword search costs no wall time. A query embedded
+        already (the second kind ``search_memory`` ranks) has nothing to overlap with: handing
+        BM25 to a thread would only cost the hand-over (milliseconds on a busy machine)."""
         with self._lock:
             executor = self._executor_for_search()
-        if executor is None or not self._workers.acquire(blocking=False):
+            cached = text in self._query_cache
+        if cached or executor is None or not self._workers.acquire(blocking=False):
             return self._embed(text), None  # both searched by _candidates, one after the other
 
         def match():

@@ -131,7 +131,7 @@ class ChangeFollower:
             self._gaps = {s: x for s, x in self._gaps.items() if xmin < x}
             self._last = max(self._last, top)
             # kind -> uuid -> whether its vector changed too
-            wanted: dict[str, dict[str, bool]] = {"entity": {}, "fact": {}}
+            wanted: dict[str, dict[str, bool]] = {"entity": {}, "fact": {}, "passage": {}}
             for _, kind, uuid, origin in rows:
                 if origin == self.store.origin:
                     continue

@@ -6,7 +6,7 @@ from typing import Any
 
 from workbench.search.ranking import Weights
 
-__all__ = ["node_out", "fact_out"]
+__all__ = ["node_out", "fact_out", "passage_out"]
 
 
 def _iso(value) -> str | None:
@@ -76,3 +76,18 @@ def fact_out(
     if distance is not None:
         out["graph_distance"] = distance
     return out
+
+
+def passage_out(row: dict, parts: dict, score: float, weights: Weights) -> dict[str, Any]:
+    """A passage hit: what was said, with the episode it was said in."""
+    return {
+        "kind": "passage",
+        "uuid": row["uuid"],
+        "text": row["text"],
+        "episode_uuid": row["episode_uuid"],
+        "episode_name": row["episode_name"],
+        "speaker": row["speaker"],
+        "position": int(row["position"]),
+        "reference_time": _iso(row["reference_time"]),
+        **_memory(row, parts, score, weights),
+    }

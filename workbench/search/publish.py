@@ -40,6 +40,10 @@ class Indexes(Protocol):
 
     def on_upsert(self, kind: str, rows: list[dict], vectors: np.ndarray | None = None) -> None: ...
 
+    def on_insert(self, kind: str, rows: list[dict]) -> None: ...
+
+    def on_vectors(self, kind: str, uuids: Sequence[str], vectors: np.ndarray) -> None: ...
+
     def on_delete(self, kind: str, uuids: Sequence[str]) -> None: ...
 
     def rebuild(self) -> None: ...
@@ -96,11 +100,22 @@ class Publisher:
 
         self._tell(tell, what)
 
+    def inserted(self, kind: str, rows: list[dict[str, Any]], what: str) -> None:
+        """The engine indexes memories just inserted whose rows are complete (nothing is
+        re-read from the store), without vectors yet."""
+        self._tell(lambda: self._engine.on_insert(kind, rows), what)
+
+    def vectors_added(
+        self, kind: str, uuids: Sequence[str], vectors: np.ndarray, what: str
+    ) -> None:
+        """The engine takes the vectors of memories it indexes already."""
+        self._tell(lambda: self._engine.on_vectors(kind, uuids, vectors), what)
+
     def deleted(self, removed: Mapping[str, Sequence[str]], what: str) -> None:
         """The engine forgets removed memories (``removed``: kind -> uuids)."""
 
         def tell() -> None:
-            for kind in ("entity", "fact"):
+            for kind in ("entity", "fact", "passage"):
                 self._engine.on_delete(kind, removed.get(kind, ()))
 
         self._tell(tell, what)

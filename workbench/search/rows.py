@@ -43,18 +43,26 @@ NO_TIME = np.iinfo(np.int64).min  # a NULL timestamp
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 # column -> how it is held, per kind ("uuid" is the slot's key)
-_TEXT = {"entity": ("name", "name_norm", "summary"), "fact": ("fact",)}
-_SHARED = {"entity": (), "fact": ("source_uuid", "target_uuid", "episode_uuid")}  # interned
+_TEXT = {"entity": ("name", "name_norm", "summary"), "fact": ("fact",), "passage": ("text",)}
+_SHARED = {  # interned: one string object per value in the process
+    "entity": (),
+    "fact": ("source_uuid", "target_uuid", "episode_uuid"),
+    "passage": ("episode_uuid", "episode_name"),
+}
 _CODED = {
     "entity": ("group_id", "entity_type", "lifecycle_state"),
     "fact": ("group_id", "relation", "lifecycle_state"),
+    "passage": ("group_id", "speaker", "lifecycle_state"),
 }
 _TIMES = {
     "entity": ("created_at", "updated_at", "last_accessed_at"),
     "fact": ("created_at", "valid_at", "invalid_at", "expired_at", "last_accessed_at"),
+    "passage": ("created_at", "reference_time", "last_accessed_at"),
 }
 _NUMBERS = {"importance": np.int16, "stability": np.int16, "decay_score": np.float64,
             "access_count": np.int64}  # fmt: skip
+# numbers only one kind has
+_OWN_NUMBERS: dict[str, dict[str, type]] = {"passage": {"position": np.int32}}
 
 
 def to_micros(value: datetime | None) -> int:
@@ -109,6 +117,7 @@ class RowCache:
 
     def __init__(self, kind: str):
         self.kind = kind
+        self._numbers = {**_NUMBERS, **_OWN_NUMBERS.get(kind, {})}
         self.rows = _RowsView(self)
         self._reset()
 
@@ -122,7 +131,7 @@ class RowCache:
         self._arrays: dict[str, np.ndarray] = {
             **{c: np.zeros(0, np.int32) for c in _CODED[kind]},
             **{c: np.zeros(0, np.int64) for c in _TIMES[kind]},
-            **{c: np.zeros(0, t) for c, t in _NUMBERS.items()},
+            **{c: np.zeros(0, t) for c, t in self._numbers.items()},
         }
         # entity uuid -> the facts touching it (facts only; a bare uuid when one): touching_of
         self.touching: _Members = {}
@@ -184,7 +193,7 @@ class RowCache:
             row[column] = codes.name(int(self._arrays[column][slot]))
         for column in _TIMES[self.kind]:
             row[column] = _time(self._arrays[column][slot])
-        for column in _NUMBERS:
+        for column in self._numbers:
             row[column] = self._arrays[column][slot].item()
         return row
 
@@ -208,6 +217,8 @@ class RowCache:
             keep &= created >= to_micros(filters.created_after)
         if filters.created_before is not None:
             keep &= created < to_micros(filters.created_before)
+        if self.kind == "passage":
+            return keep
         if self.kind == "entity":
             if filters.entity_types:
                 codes = self._codes["entity_type"].known(filters.entity_types)
@@ -256,12 +267,14 @@ class RowCache:
             self._arrays[column] = self._codes[column].encode(table.column(column))
         for column in _TIMES[self.kind]:
             self._arrays[column] = sql.micros(table.column(column), NO_TIME)
-        for column, dtype in _NUMBERS.items():
+        for column, dtype in self._numbers.items():
             self._arrays[column] = table.column(column).to_numpy().astype(dtype)
         self._link_all(uuids)
 
     def _link_all(self, uuids: list[str]) -> None:
         """:meth:`_link` of every row just loaded (slot = position), in bulk."""
+        if self.kind == "passage":
+            return
         if self.kind == "fact":
             self.touching = grouped(
                 self._texts["source_uuid"] + self._texts["target_uuid"], uuids + uuids
@@ -299,7 +312,7 @@ class RowCache:
                 self._arrays[column][slot] = codes.of(row.get(column))
             for column in _TIMES[self.kind]:
                 self._arrays[column][slot] = to_micros(row.get(column))
-            for column in _NUMBERS:
+            for column in self._numbers:
                 self._arrays[column][slot] = row.get(column) or 0
             self._link(slot)
 
@@ -354,6 +367,8 @@ class RowCache:
 
     def _link(self, slot: int) -> None:
         uuid = self._uuid[slot]
+        if self.kind == "passage":
+            return
         if self.kind == "fact":
             _add(self.touching, self._texts["source_uuid"][slot], uuid)
             _add(self.touching, self._texts["target_uuid"][slot], uuid)
@@ -362,6 +377,8 @@ class RowCache:
 
     def _unlink(self, slot: int, uuid: str | None = None) -> None:
         uuid = uuid or self._uuid[slot]
+        if self.kind == "passage":
+            return
         if self.kind == "entity":
             _discard(self.named, self._name_key(slot), uuid)
             return

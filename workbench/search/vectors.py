@@ -1,4 +1,4 @@
-"""An in-process vector index for one memory kind ("entity" or "fact").
+"""An in-process vector index for one memory kind ("entity", "fact" or "passage").
 
 DuckDB (``entity_embeddings`` / ``fact_embeddings``) is the source of truth; this index is a
 cache loaded at open (:func:`load_index`) and kept in step by the search engine's
@@ -98,7 +98,7 @@ BUILD_CHUNK = 2048
 
 SUBSET_CACHE_BYTES = 128 * 2**20  # at most this much for cached group subsets, one a quarter
 
-KINDS = ("entity", "fact")
+KINDS = ("entity", "fact", "passage")
 
 # saved vectors a numbered restore compares with the store's, beyond those written since
 SPOT_CHECKS = 256

@@ -37,6 +37,8 @@ TABLES = (
     "mentions",
     "entity_embeddings",
     "fact_embeddings",
+    "passages",
+    "passage_embeddings",
     "llm_calls",
     "queue",
     "maintenance_runs",

@@ -19,7 +19,7 @@ __all__ = ["apply_accesses", "REACTIVATED_FROM"]
 
 REACTIVATED_FROM = ("DORMANT", "ARCHIVED")
 
-_TABLES = {"entity": "entities", "fact": "facts"}
+_TABLES = {"entity": "entities", "fact": "facts", "passage": "passages"}
 _names = itertools.count()
 
 

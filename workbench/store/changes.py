@@ -2,7 +2,7 @@
 caches of every process (service replicas, workers) that shares a PostgreSQL database.
 
 On PostgreSQL the database writes the log itself: statement-level triggers on ``entities``,
-``facts`` and their embedding tables append one ``changes`` row per memory (or vector)
+``facts``, ``passages`` and their embedding tables append one ``changes`` row per memory (or vector)
 written or deleted, whoever wrote it (a replica, a worker, the CLI, ``psql``), and
 ``NOTIFY`` the channel :data:`CHANNEL`. Each row names the kind and uuid and the writer's
 ``origin`` (its connections' ``application_name``), so a process skips its own writes (it
@@ -27,17 +27,18 @@ __all__ = ["CHANNEL", "POSTGRES_DDL", "latest_seq", "changes_since", "prune", "q
 CHANNEL = "workbench_changes"
 
 # table -> the kind its change rows name (a vector's change is told apart from its row's)
-_TABLES = (
+_GRAPH_TABLES = (
     ("entities", "entity"),
     ("facts", "fact"),
     ("entity_embeddings", "entity_vector"),
     ("fact_embeddings", "fact_vector"),
 )
+_TABLES = (*_GRAPH_TABLES, ("passages", "passage"), ("passage_embeddings", "passage_vector"))
 
 
-def _triggers() -> list[str]:
+def _triggers(tables: tuple[tuple[str, str], ...] = _TABLES) -> list[str]:
     out = []
-    for table, kind in _TABLES:
+    for table, kind in tables:
         for event, transition in (("INSERT", "NEW"), ("UPDATE", "NEW"), ("DELETE", "OLD")):
             name = f"wb_changes_{table}_{event.lower()}"
             out.append(f"DROP TRIGGER IF EXISTS {name} ON {table}")
@@ -75,8 +76,11 @@ POSTGRES_DDL: list[list[str]] = [
              RETURN NULL;
            END
            $body$""",
-        *_triggers(),
+        *_triggers(_GRAPH_TABLES),
     ],
+    # passages (schema version 5); the last entry creates every trigger: ``tables_replaced``
+    # runs it again after ``workbench reembed`` swapped the embedding tables
+    _triggers(),
 ]
 
 

@@ -10,6 +10,7 @@ import numpy as np
 import pyarrow as pa
 
 from workbench.store import Store
+from workbench.store.passages import delete_passages, passages_of_episodes
 from workbench.store.schema import VECTOR_SEQ
 
 EPISODE_COLUMNS = (
@@ -147,7 +148,8 @@ def mark_episodes_done(store: Store, counts: Sequence[tuple[str, int, int]], now
 
 
 def delete_episode(store: Store, uuid: str) -> dict[str, list[str]]:
-    """Remove an episode, the facts it created and the entities only it mentioned.
+    """Remove an episode, its passages, the facts it created and the entities only it
+    mentioned.
 
     Returns the uuids removed per kind (the caller updates the search indexes).
     Runs inside the caller's transaction when there is one.
@@ -175,10 +177,12 @@ def delete_episode(store: Store, uuid: str) -> dict[str, list[str]]:
         ]
     delete_facts(store, facts)
     delete_entities(store, orphans)
+    passages = passages_of_episodes(store, [uuid])
+    delete_passages(store, passages)
     store.execute("DELETE FROM mentions WHERE episode_uuid = ?", [uuid])
     store.execute("DELETE FROM queue WHERE episode_uuid = ?", [uuid])
     store.execute("DELETE FROM episodes WHERE uuid = ?", [uuid])
-    return {"entity": orphans, "fact": facts}
+    return {"entity": orphans, "fact": facts, "passage": passages}
 
 
 CLEAR_STEP = 1000  # facts or entities deleted a transaction by clear_groups
@@ -189,10 +193,18 @@ def clear_groups(
 ) -> Iterator[dict[str, Any]]:
     """Delete everything of the groups, in transactions of at most ``step`` facts or entities
     (the store is not held for seconds while a large group goes: other requests run between
-    the steps). Yields what each committed step removed: ``episodes`` (a count) first, then
-    ``fact`` and ``entity`` uuids. Stopped half-way, the rest is still there to clear again."""
+    the steps). Yields what each committed step removed: ``passage`` uuids, ``episodes`` (a
+    count), then ``fact`` and ``entity`` uuids. Stopped half-way, the rest is still there to
+    clear again."""
     groups = [list(group_ids)]
     in_groups = "group_id IN (SELECT unnest(?::VARCHAR[]))"  # a join: no per-row scan of a list
+    passages = [
+        r[0] for r in store.fetchall(f"SELECT uuid FROM passages WHERE {in_groups}", groups)
+    ]
+    for start in range(0, len(passages), step):  # before their episodes
+        with store.transaction():
+            delete_passages(store, passages[start : start + step])
+        yield {"passage": passages[start : start + step]}
     with store.transaction():
         episodes = store.fetchone(f"SELECT count(*) FROM episodes WHERE {in_groups}", groups)[0]
         store.execute(
@@ -494,6 +506,7 @@ def graph_counts(store: Store, group_ids: Sequence[str] | None = None) -> dict[s
         "episodes": store.fetchone(f"SELECT count(*) FROM episodes {where}", params)[0],
         "entities": store.fetchone(f"SELECT count(*) FROM entities {where}", params)[0],
         "facts": store.fetchone(f"SELECT count(*) FROM facts {where}", params)[0],
+        "passages": store.fetchone(f"SELECT count(*) FROM passages {where}", params)[0],
         "groups": store.fetchone(
             "SELECT count(DISTINCT group_id) FROM ("
             "SELECT group_id FROM episodes UNION ALL SELECT group_id FROM entities) AS g"

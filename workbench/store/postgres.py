@@ -415,7 +415,7 @@ class PostgresStore(Store):
         """A ``REAL[]`` column has no size: a CHECK constraint refuses a vector of another
         size (what DuckDB's ``FLOAT[n]`` does), so a process with another embedder cannot
         write one."""
-        for table in ("entity_embeddings", "fact_embeddings"):
+        for table in ("entity_embeddings", "fact_embeddings", "passage_embeddings"):
             name = f"{table}_dim"
             if not replace:
                 row = self.fetchone(

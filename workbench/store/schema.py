@@ -182,6 +182,34 @@ def _v4(dim: int) -> list[str]:
     ]
 
 
+def _v5(dim: int) -> list[str]:
+    """Passages: what was said, kept verbatim. An episode is split into short passages when
+    it is accepted (:mod:`workbench.ingest.passages`), each embedded and searchable at once,
+    with no LLM. A passage lives as long as its episode (deleted with it); it carries the
+    memory columns so that accesses are counted as for entities and facts, but decay
+    maintenance leaves it alone."""
+    return [
+        f"""CREATE TABLE IF NOT EXISTS passages (
+            uuid VARCHAR PRIMARY KEY,
+            episode_uuid VARCHAR NOT NULL,
+            group_id VARCHAR NOT NULL,
+            position INTEGER NOT NULL,
+            speaker VARCHAR,
+            text VARCHAR NOT NULL,
+            reference_time TIMESTAMPTZ NOT NULL,
+            created_at TIMESTAMPTZ NOT NULL,
+            {_MEMORY_COLUMNS}
+        )""",
+        "CREATE INDEX IF NOT EXISTS passages_episode ON passages(episode_uuid)",
+        f"""CREATE TABLE IF NOT EXISTS passage_embeddings (
+            uuid VARCHAR PRIMARY KEY,
+            model VARCHAR NOT NULL,
+            vector FLOAT[{dim}] NOT NULL,
+            seq BIGINT DEFAULT nextval('{VECTOR_SEQ}')
+        )""",
+    ]
+
+
 def embeddings_table(name: str, dim: int) -> str:
     """The statement creating an embeddings table as the migrations leave it (for a table
     that replaces one: ``workbench reembed``)."""
@@ -191,7 +219,7 @@ def embeddings_table(name: str, dim: int) -> str:
     )
 
 
-def _tenancy(dim: int) -> list[str]:
+def _v6(dim: int) -> list[str]:
     """Scoped API tokens (only a SHA-256 of each: a token is 32 random bytes, so a fast hash
     is enough) and the audit trail of the writes that remove or change memories. ``groups``
     and ``uuids`` are comma-separated (a group name never holds a comma)."""
@@ -219,7 +247,7 @@ def _tenancy(dim: int) -> list[str]:
 
 
 VECTOR_SEQ = "vector_seq"
-MIGRATIONS: list[Callable[[int], list[str]]] = [_v1, _v2, _v3, _v4, _tenancy]
+MIGRATIONS: list[Callable[[int], list[str]]] = [_v1, _v2, _v3, _v4, _v5, _v6]
 SCHEMA_VERSION = len(MIGRATIONS)
 
 LIFECYCLE_STATES = ("ACTIVE", "DORMANT", "ARCHIVED", "EXPIRED", "SOFT_DELETED", "PERMANENT")

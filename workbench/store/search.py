@@ -62,8 +62,31 @@ COLUMNS = {
         "expired_at",
         *_MEMORY,
     ),
+    "passage": (
+        "uuid",
+        "group_id",
+        "text",
+        "speaker",
+        "episode_uuid",
+        "episode_name",
+        "position",
+        "reference_time",
+        "created_at",
+        *_MEMORY,
+    ),
 }
-_TABLES = {"entity": ("entities", "entity_embeddings"), "fact": ("facts", "fact_embeddings")}
+_TABLES = {
+    "entity": ("entities", "entity_embeddings"),
+    "fact": ("facts", "fact_embeddings"),
+    "passage": ("passages", "passage_embeddings"),
+}
+# what the rows of a kind are read from: a passage's row carries its episode's name
+_SOURCES = {
+    "entity": "entities",
+    "fact": "facts",
+    "passage": "(SELECT p.*, e.name AS episode_name FROM passages p "
+    "LEFT JOIN episodes e ON e.uuid = p.episode_uuid) AS passages",
+}
 
 
 def load_vectors(store: Store, kind: str) -> tuple[list[str], list[str], np.ndarray]:
@@ -97,10 +120,8 @@ def load_vector_seqs(store: Store, kind: str) -> tuple[list[str], list[str], np.
 
 def latest_vector_seq(store: Store) -> int:
     """The number of the newest vector write (0: none)."""
-    row = store.fetchone(
-        "SELECT greatest(coalesce((SELECT max(seq) FROM entity_embeddings), 0), "
-        "coalesce((SELECT max(seq) FROM fact_embeddings), 0))"
-    )
+    tops = ", ".join(f"coalesce((SELECT max(seq) FROM {emb}), 0)" for _, emb in _TABLES.values())
+    row = store.fetchone(f"SELECT greatest({tops})")
     return int(row[0]) if row else 0
 
 
@@ -144,7 +165,7 @@ def vector_matrix(column, dim: int) -> np.ndarray:
 def load_rows(store: Store, kind: str, uuids: Sequence[str] | None = None) -> list[dict[str, Any]]:
     """The searchable columns of every memory of ``kind`` (or of these uuids)."""
     cols = ", ".join(COLUMNS[kind])
-    table = _TABLES[kind][0]
+    table = _SOURCES[kind]
     if uuids is None:
         return store.fetch_dicts(f"SELECT {cols} FROM {table} ORDER BY uuid")
     if not uuids:
@@ -157,7 +178,7 @@ def load_rows(store: Store, kind: str, uuids: Sequence[str] | None = None) -> li
 def load_table(store: Store, kind: str):
     """The searchable columns of every memory of ``kind`` as one Arrow table."""
     with store.parallel():  # a full scan: every core
-        return store.fetch_arrow(f"SELECT {', '.join(COLUMNS[kind])} FROM {_TABLES[kind][0]}")
+        return store.fetch_arrow(f"SELECT {', '.join(COLUMNS[kind])} FROM {_SOURCES[kind]}")
 
 
 def micros(column, null: int) -> np.ndarray:
