@@ -84,6 +84,10 @@ def test_a_token_sees_only_its_groups(client, tenants):
     assert {n["group_id"] for n in nodes["nodes"]} <= {"team-a"} and nodes["groups"] == ["team-a"]
     episodes = call(client, "get_episodes", {}, headers=a)
     assert [e["group_id"] for e in episodes["episodes"]] == ["team-a"]
+    recall = call(client, "search_memory", {"query": "a note of team Acme"}, headers=a)
+    assert recall["results"] and recall["groups"] == ["team-a"]
+    texts = " ".join(r.get("text") or r.get("fact") or "" for r in recall["results"])
+    assert "team-a" in texts and "team-b" not in texts and "Bruno" not in texts
     groups = call(client, "list_groups", {}, headers=a)["groups"]
     assert groups == [{"group_id": "team-a", "episodes": 1, "entities": 2, "facts": 1}]
     # the admin sees every group, and the search says so
@@ -95,6 +99,7 @@ def test_a_token_sees_only_its_groups(client, tenants):
     ("tool", "body"),
     [
         ("search_memory_facts", {"query": "Acme", "group_ids": ["team-b"]}),
+        ("search_memory", {"query": "a note", "group_ids": ["team-b"]}),
         ("search_memory_nodes", {"query": "Acme", "group_ids": ["team-a", "team-b"]}),
         ("get_episodes", {"group_id": "team-b"}),
         ("list_groups", {"group_ids": ["team-b"]}),

@@ -132,11 +132,13 @@ def prune_audit(store: Store, before: datetime) -> int:
 
 
 def group_of(store: Store, uuid: str) -> str | None:
-    """The group of the episode, entity or fact with this uuid (None: no such item)."""
+    """The group of the episode, entity, fact or passage with this uuid (None: no such
+    item)."""
     row = store.fetchone(
         "SELECT group_id FROM episodes WHERE uuid = $1 UNION ALL "
         "SELECT group_id FROM entities WHERE uuid = $1 UNION ALL "
-        "SELECT group_id FROM facts WHERE uuid = $1 LIMIT 1",
+        "SELECT group_id FROM facts WHERE uuid = $1 UNION ALL "
+        "SELECT group_id FROM passages WHERE uuid = $1 LIMIT 1",
         [uuid],
     )
     return row[0] if row else None
