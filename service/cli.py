@@ -347,6 +347,53 @@ def _reembed(store, embedder, quiet: bool) -> int:
     return 0
 
 
+def cmd_reextract(args: argparse.Namespace) -> int:
+    from service.live import find_live
+    from service.logs import setup_logging
+    from workbench.errors import InvalidInput
+
+    settings = settings_from(args)
+    setup_logging(settings.log_level, secrets_of(settings), fmt="text")
+    if settings.database_url is None:
+        live = find_live(settings)
+        if live is not None:
+            live.close()
+            raise InvalidInput(
+                "a running service holds the database: stop it for `workbench reextract` "
+                "(its searches answer from the live graph until you promote)"
+            )
+    with open_workbench(settings) as workbench:
+        return _reextract(workbench, args)
+
+
+def _reextract(workbench, args: argparse.Namespace) -> int:
+    from tqdm.auto import tqdm
+
+    runs = workbench.reextraction(shadow_dir=args.shadow_dir)
+    if args.promote:
+        print_json(workbench.promote_reextraction(args.promote, shadow_dir=args.shadow_dir))
+        return 0
+    if args.discard:
+        print_json(runs.discard(args.discard))
+        return 0
+    if args.compare:
+        print_json(runs.compare(args.compare))
+        return 0
+    if args.group is None:
+        raise SystemExit("workbench reextract: name --group G, --promote RUN, --discard RUN "
+                         "or --compare RUN")  # fmt: skip
+    plan = runs.plan(args.group)
+    if args.dry_run:
+        print_json(plan.as_dict())
+        print(f"{plan.calls} calls")
+        return 0
+    with tqdm(total=plan.episodes, desc="reextract", unit="episode", disable=args.quiet) as bar:
+        report = runs.run(args.group, bar.update)
+    print_json(report)
+    print(f"run {report['run_id']}")
+    return 0 if not report["pending"] else EXIT_FAILURE
+
+
 # --- parser -------------------------------------------------------------------------------
 def group_arg(value: str) -> str:
     """A group name argument, checked by the one rule of group names."""
@@ -517,6 +564,32 @@ def build_parser() -> argparse.ArgumentParser:
     again.add_argument("--quiet", action="store_true", help="no progress bar")
     _add_db(again)
     again.set_defaults(func=cmd_reembed)
+
+    rex = sub.add_parser(
+        "reextract",
+        help="re-extract a group's stored episodes into a shadow graph; promote or discard it",
+        description="Extract a group's processed episodes again, in their original order, with "
+        "the configured LLM, prompts and structured-output mode, into a shadow graph (searches "
+        "keep answering from the live one). --dry-run predicts the calls, tokens and USD first. "
+        "Run again to resume a stopped run. --compare shows old vs new, --promote swaps the "
+        "graphs in one transaction, --discard drops the shadow. The service must be stopped.",
+    )
+    rex.add_argument("--group", type=group_arg, help="the group to re-extract")
+    rex.add_argument(
+        "--dry-run", action="store_true", help="print the predicted calls, tokens and USD only"
+    )
+    rex.add_argument("--promote", metavar="RUN_ID", help="make a built run's graph the live one")
+    rex.add_argument("--discard", metavar="RUN_ID", help="drop a run's shadow graph")
+    rex.add_argument("--compare", metavar="RUN_ID", help="print old vs new graph of a run")
+    rex.add_argument(
+        "--shadow-dir",
+        metavar="DIR",
+        help="folder of the shadow graphs (default: beside the DuckDB file, else the "
+        "system's temporary folder)",
+    )
+    rex.add_argument("--quiet", action="store_true", help="no progress bar")
+    _add_db(rex)
+    rex.set_defaults(func=cmd_reextract)
     return parser
 
 

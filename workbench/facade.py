@@ -31,6 +31,7 @@ from workbench.embedding import Embedder, build_embedder
 from workbench.ingest.episode_queue import EpisodeQueue
 from workbench.ingest.importer import Importer
 from workbench.ingest.pipeline import NO_LLM, EpisodePipeline
+from workbench.ingest.reextract import Reextraction
 from workbench.llm.client import build_chat_model
 from workbench.llm.health import LLMHealth
 from workbench.metrics import Metrics
@@ -443,6 +444,29 @@ class Workbench:
             "entities_removed": removed["entity"],
             "facts_removed": removed["fact"],
         }
+
+    # --- re-extraction ------------------------------------------------------------------
+    def reextraction(
+        self, settings: Settings | None = None, shadow_dir: str | Path | None = None
+    ) -> Reextraction:
+        """Re-extraction runs on this store (``settings`` name the new extraction's LLM;
+        default this workbench's): ``plan``, ``run``, ``compare``, ``discard``."""
+        return Reextraction(
+            self.store,
+            self.publisher,
+            self.embedder,
+            settings or self.settings,
+            self.metrics,
+            self.clock,
+            shadow_dir,
+        )
+
+    def promote_reextraction(self, run_id: str, shadow_dir: str | Path | None = None) -> dict:
+        """Swap a built run's graph in for its group's (one transaction, indexes at once)."""
+        report = self.reextraction(shadow_dir=shadow_dir).promote(run_id)
+        self.pipeline.forget_groups([report["group_id"]])
+        self.snapshots.discard()
+        return report
 
     # --- status and queue ---------------------------------------------------------------
     def get_status(self) -> dict[str, Any]:

@@ -182,6 +182,26 @@ def _v4(dim: int) -> list[str]:
     ]
 
 
+def _v5_reextract(dim: int) -> list[str]:
+    """Re-extraction (``workbench reextract``): its runs, and the calls each made (``run_id``
+    on ``llm_calls``; NULL for ingestion's own calls)."""
+    return [
+        """CREATE TABLE IF NOT EXISTS reextract_runs (
+            run_id VARCHAR PRIMARY KEY,
+            group_id VARCHAR NOT NULL,
+            state VARCHAR NOT NULL,
+            model VARCHAR,
+            shadow_path VARCHAR NOT NULL,
+            episodes INTEGER NOT NULL DEFAULT 0,
+            predicted_calls INTEGER NOT NULL DEFAULT 0,
+            calls_copied BIGINT NOT NULL DEFAULT 0,
+            created_at TIMESTAMPTZ NOT NULL,
+            finished_at TIMESTAMPTZ
+        )""",
+        "ALTER TABLE llm_calls ADD COLUMN IF NOT EXISTS run_id VARCHAR",
+    ]
+
+
 def embeddings_table(name: str, dim: int) -> str:
     """The statement creating an embeddings table as the migrations leave it (for a table
     that replaces one: ``workbench reembed``)."""
@@ -192,7 +212,7 @@ def embeddings_table(name: str, dim: int) -> str:
 
 
 VECTOR_SEQ = "vector_seq"
-MIGRATIONS: list[Callable[[int], list[str]]] = [_v1, _v2, _v3, _v4]
+MIGRATIONS: list[Callable[[int], list[str]]] = [_v1, _v2, _v3, _v4, _v5_reextract]
 SCHEMA_VERSION = len(MIGRATIONS)
 
 LIFECYCLE_STATES = ("ACTIVE", "DORMANT", "ARCHIVED", "EXPIRED", "SOFT_DELETED", "PERMANENT")

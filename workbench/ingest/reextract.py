@@ -1,0 +1,587 @@
+"""Re-extract a group's stored episodes into a shadow graph, compare, then promote or discard
+it (``workbench reextract``).
+
+The episodes are all kept, so the graph is a view of them that can be rebuilt with a better
+model, prompt or structured-output mode. A run:
+
+* **predicts its cost first** (:func:`estimate`): per episode the calls and tokens its first
+  extraction made (``llm_calls``), else the group's average, else two calls (entities, then
+  facts) of the episode's size; USD from the price table.
+* **builds a shadow graph**: a DuckDB file of its own (beside the database, or in the given
+  folder) with the same machinery as ingestion: the durable queue (episodes in their original
+  order, a group's backlog in runs, leases), the pipeline and a search engine of its own.
+  Nothing of it reaches the live graph, its rows or its indexes: searches keep answering from
+  the live graph. Killed, it resumes where it stopped (``reextract`` again: the queue returns
+  the episodes in flight; an episode is written once). Its calls are recorded in the shadow,
+  then in ``llm_calls`` under the run's id.
+* **is compared** with the live graph (:func:`compare_graphs`), and
+* **is promoted** in one transaction that deletes what extraction made of the group (facts
+  stated by episodes, entities episodes mention; imported memories stay) and inserts the
+  shadow's rows; then the search engine swaps them under its lock at once, so no search sees
+  a mix. An entity of the same name and type, and a fact between the same entities with the
+  same relation, keeps its uuid and carries over importance, stability, decay, lifecycle state
+  and accesses (:func:`carry_over`). Or it is discarded: the shadow file is deleted.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid as uuidlib
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from workbench.clock import Clock
+from workbench.config import Settings
+from workbench.errors import InvalidInput, LLMNotConfigured, NotFound
+from workbench.ingest.episode_queue import EpisodeQueue
+from workbench.ingest.pipeline import NO_LLM, EpisodePipeline
+from workbench.llm.client import build_chat_model
+from workbench.llm.pricing import PriceTable, Usage, table_cost
+from workbench.metrics import Metrics
+from workbench.search import SearchEngine
+from workbench.search.publish import Publisher
+from workbench.store import Store
+from workbench.store import graph as g
+from workbench.store import queue as q
+from workbench.store import reextract as rx
+
+log = logging.getLogger("workbench.ingest.reextract")
+
+DEFAULT_CALLS = 2  # one episode at a time: extract_entities, then extract_edges
+CHARS_PER_TOKEN = 4
+PROMPT_OVERHEAD = 700  # tokens of instructions and context around an episode's text
+COMPLETION_TOKENS = 150  # per call, when no call is on record
+DRAIN_STEP = 16  # episodes between two updates of the progress bar
+
+Progress = Callable[[int], None]
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """What re-extracting ``episodes`` episodes should cost (see :func:`estimate`)."""
+
+    group_id: str
+    episodes: int
+    calls: int
+    prompt_tokens: int
+    completion_tokens: int
+    usd: float | None  # None: the model is not in the price table
+    model: str | None
+    basis: str  # "history" (calls on record), "mixed" or "default"
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def estimate(
+    group_id: str,
+    episodes: Sequence[dict[str, Any]],
+    history: dict[str, tuple[int, int, int]],
+    model: str | None,
+    prices: PriceTable,
+) -> Estimate:
+    """Pure: the predicted calls and tokens of re-extracting ``episodes`` (dicts with
+    ``uuid`` and ``body``) from ``history`` (episode uuid -> calls, prompt and completion
+    tokens of its first extraction), priced at ``model``'s row of ``prices``."""
+    known = [history[e["uuid"]] for e in episodes if e["uuid"] in history]
+    calls = prompt = completion = 0
+    for episode in episodes:
+        if episode["uuid"] in history:
+            c, p, o = history[episode["uuid"]]
+        elif known:  # the group's average episode
+            c, p, o = (round(sum(k[i] for k in known) / len(known)) for i in range(3))
+        else:
+            c = DEFAULT_CALLS
+            p = c * (len(episode["body"]) // CHARS_PER_TOKEN + PROMPT_OVERHEAD)
+            o = c * COMPLETION_TOKENS
+        calls, prompt, completion = calls + c, prompt + p, completion + o
+    price = prices.lookup(model)
+    usd = table_cost(Usage(prompt, completion), price).total if price else None
+    basis = "default" if not known else "history" if len(known) == len(episodes) else "mixed"
+    return Estimate(group_id, len(episodes), calls, prompt, completion, usd, model, basis)
+
+
+# --- matching across generations ----------------------------------------------------------
+@dataclass
+class Swap:
+    """What a promote writes: the new rows (uuids carried over where they match), the old
+    uuids it deletes, and the episodes' new counts."""
+
+    entities: list[dict[str, Any]] = field(default_factory=list)
+    facts: list[dict[str, Any]] = field(default_factory=list)
+    mentions: list[dict[str, Any]] = field(default_factory=list)
+    removed: dict[str, list[str]] = field(default_factory=dict)
+    renamed: dict[str, str] = field(default_factory=dict)  # shadow uuid -> uuid written
+
+    def counts(self) -> list[tuple[str, int, int]]:
+        entities: dict[str, int] = defaultdict(int)
+        facts: dict[str, int] = defaultdict(int)
+        for m in self.mentions:
+            entities[m["episode_uuid"]] += 1
+        for f in self.facts:
+            facts[f["episode_uuid"]] += 1
+        return [(e, entities[e], facts[e]) for e in sorted(set(entities) | set(facts))]
+
+
+def entity_key(row: dict[str, Any]) -> tuple[str, str]:
+    return row["name_norm"], row["entity_type"]
+
+
+def carry_over(
+    old_entities: Sequence[dict],
+    old_facts: Sequence[dict],
+    kept: Sequence[dict],
+    new_entities: Sequence[dict],
+    new_facts: Sequence[dict],
+    mentions: Sequence[dict],
+) -> Swap:
+    """Pure: the rows a promote writes. A new entity with the name and type of a kept one
+    (imported) becomes it; of an old one, takes its uuid and :data:`rx.CARRIED` columns. A new
+    fact between the same (mapped) entities with the same relation as an old one, likewise
+    (pairs in order of creation). Everything old that nothing took is removed."""
+    swap = Swap()
+    kept_by_key = {entity_key(e): e["uuid"] for e in kept}
+    old_by_key: dict[tuple[str, str], dict] = {}
+    for row in sorted(old_entities, key=lambda r: r["created_at"]):
+        old_by_key.setdefault(entity_key(row), row)
+    for row in new_entities:
+        key = entity_key(row)
+        if key in kept_by_key:
+            swap.renamed[row["uuid"]] = kept_by_key[key]
+            continue
+        swap.entities.append(_carried(row, old_by_key.pop(key, None), swap.renamed))
+    old_facts_by_key: dict[tuple, list[dict]] = defaultdict(list)
+    for row in sorted(old_facts, key=lambda r: r["created_at"]):
+        old_facts_by_key[(row["source_uuid"], row["target_uuid"], row["relation"])].append(row)
+    for row in sorted(new_facts, key=lambda r: r["created_at"]):
+        row = {**row}
+        row["source_uuid"] = swap.renamed.get(row["source_uuid"], row["source_uuid"])
+        row["target_uuid"] = swap.renamed.get(row["target_uuid"], row["target_uuid"])
+        olds = old_facts_by_key.get((row["source_uuid"], row["target_uuid"], row["relation"]))
+        swap.facts.append(_carried(row, olds.pop(0) if olds else None, swap.renamed))
+    seen = set()
+    for m in mentions:
+        pair = (m["episode_uuid"], swap.renamed.get(m["entity_uuid"], m["entity_uuid"]))
+        if pair not in seen:
+            seen.add(pair)
+            swap.mentions.append({"episode_uuid": pair[0], "entity_uuid": pair[1]})
+    written = {
+        "entity": {e["uuid"] for e in swap.entities},
+        "fact": {f["uuid"] for f in swap.facts},
+    }
+    swap.removed = {
+        "entity": [e["uuid"] for e in old_entities if e["uuid"] not in written["entity"]],
+        "fact": [f["uuid"] for f in old_facts if f["uuid"] not in written["fact"]],
+    }
+    return swap
+
+
+def _carried(row: dict, old: dict | None, renamed: dict[str, str]) -> dict:
+    if old is None:
+        return {**row}
+    renamed[row["uuid"]] = old["uuid"]
+    return {**row, "uuid": old["uuid"], **{c: old[c] for c in rx.CARRIED}}
+
+
+# --- the comparison -----------------------------------------------------------------------
+def compare_graphs(
+    old: tuple[Sequence[dict], Sequence[dict]], new: tuple[Sequence[dict], Sequence[dict]]
+) -> dict[str, Any]:
+    """Pure: old vs new (each (entities, facts)) by content: entities by name and type (changed
+    = another summary), facts by source, relation and target names (changed = another text);
+    duplicates (rows sharing a key) and invalidated facts of each."""
+    report: dict[str, Any] = {}
+    for kind, index in (("entities", 0), ("facts", 1)):
+        before = _keyed(kind, old[0], old[1]) if index else _keyed(kind, old[0])
+        after = _keyed(kind, new[0], new[1]) if index else _keyed(kind, new[0])
+        report[kind] = {
+            "old": len(old[index]),
+            "new": len(new[index]),
+            "added": sorted(map(_show, set(after) - set(before))),
+            "removed": sorted(map(_show, set(before) - set(after))),
+            "changed": sorted(
+                _show(k) for k in set(before) & set(after) if before[k][0] != after[k][0]
+            ),
+            "duplicates_old": sum(len(v) - 1 for v in before.values()),
+            "duplicates_new": sum(len(v) - 1 for v in after.values()),
+        }
+    for name, (_, facts) in (("old", old), ("new", new)):
+        report["facts"][f"invalidated_{name}"] = sum(
+            1 for f in facts if f.get("invalid_at") is not None or f.get("expired_at") is not None
+        )
+    return report
+
+
+def _keyed(kind: str, entities: Sequence[dict], facts: Sequence[dict] = ()) -> dict:
+    """key -> the texts of the rows with that key (summary or fact text)."""
+    out: dict[tuple, list[str]] = defaultdict(list)
+    if kind == "entities":
+        for e in entities:
+            out[(e["name"], e["entity_type"])].append(e["summary"])
+        return out
+    names = {e["uuid"]: e["name"] for e in entities}
+    for f in facts:
+        key = (names.get(f["source_uuid"], "?"), f["relation"], names.get(f["target_uuid"], "?"))
+        out[key].append(f["fact"])
+    return out
+
+
+def _show(key: tuple) -> str:
+    return " ".join(key) if len(key) == 3 else f"{key[0]} ({key[1]})"
+
+
+# --- the shadow graph ---------------------------------------------------------------------
+class Shadow:
+    """A shadow graph: its own DuckDB file, store, search engine, pipeline and queue, with the
+    configured LLM (its calls recorded in the shadow's ``llm_calls``)."""
+
+    def __init__(
+        self,
+        path: str,
+        embedder: Any,
+        settings: Settings,
+        metrics: Metrics,
+        clock: Clock,
+        *,
+        with_llm: bool = True,
+    ):
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        self.store = Store.open(path, embedder.dimensions, embedder.model)
+        self.clock = clock
+        self.settings = settings
+        self.chat = None
+        self.search: SearchEngine | None = None
+        if not with_llm:
+            return
+        self.chat = build_chat_model(settings, metrics=metrics, store=self.store, clock=clock)
+        if self.chat is None:
+            self.store.close()
+            raise LLMNotConfigured(NO_LLM)
+        self.search = SearchEngine(
+            self.store, embedder, metrics, clock, settings, graph_dir=False, access_background=False
+        )
+        self.pipeline = EpisodePipeline(
+            self.store,
+            self.chat,
+            embedder,
+            metrics,
+            clock,
+            self.search.publisher,
+            settings.entity_reembed_fraction,
+            run_size=settings.queue_group_run,
+        )
+        self.queue = EpisodeQueue(
+            self.store,
+            self.pipeline,
+            metrics,
+            clock,
+            gate=self.search.publisher,
+            concurrency=settings.queue_concurrency,
+            lease_seconds=settings.queue_lease_seconds,
+            max_attempts=settings.queue_max_attempts,
+            batch_size=settings.queue_batch_size,
+            max_crashes=settings.queue_max_crashes,
+            run_size=settings.queue_group_run,
+        )
+
+    def add(self, episodes: Sequence[dict[str, Any]]) -> int:
+        """Queue the episodes the shadow does not have yet, in their order; how many."""
+        have = {u for (u,) in self.store.fetchall("SELECT uuid FROM episodes")}
+        todo = [e for e in episodes if e["uuid"] not in have]
+        now = self.clock()
+        with self.store.transaction():
+            for episode in todo:
+                g.insert_episode(self.store, {**episode, "status": "queued", "status_detail": None})
+                q.enqueue(self.store, episode["uuid"], episode["group_id"], 1, now)
+        return len(todo)
+
+    def resume(self) -> None:
+        """After a kill: the episodes in flight return to the queue; failed ones are retried."""
+        q.recover_crashed(self.store, self.clock(), self.settings.queue_max_crashes)
+        q.requeue_failed(self.store, self.clock(), None, None)
+
+    def drain(self, progress: Progress | None) -> int:
+        done = 0
+        while True:
+            n = self.queue.drain(DRAIN_STEP)
+            if not n:
+                return done
+            done += n
+            if progress is not None:
+                progress(n)
+
+    def pending(self) -> int:
+        return self.store.fetchone("SELECT count(*) FROM queue WHERE state <> 'done'")[0]
+
+    def graph(self) -> tuple[list[dict], list[dict]]:
+        return (
+            self.store.fetch_dicts("SELECT * FROM entities"),
+            self.store.fetch_dicts("SELECT * FROM facts"),
+        )
+
+    def close(self) -> None:
+        if self.search is not None:
+            self.pipeline.close()
+            self.search.close()
+        self.store.close()
+
+    def __enter__(self) -> Shadow:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+# --- the runs -----------------------------------------------------------------------------
+class Reextraction:
+    """Re-extraction runs over one live store (see the module docstring). ``settings`` name
+    the LLM, prompts and structured-output mode of the new extraction."""
+
+    def __init__(
+        self,
+        store: Store,
+        publisher: Publisher,
+        embedder: Any,
+        settings: Settings,
+        metrics: Metrics,
+        clock: Clock,
+        shadow_dir: str | Path | None = None,
+    ):
+        self.store = store
+        self.publisher = publisher
+        self.embedder = embedder
+        self.settings = settings
+        self.metrics = metrics
+        self.clock = clock
+        self.shadow_dir = Path(shadow_dir) if shadow_dir else default_shadow_dir(store)
+
+    # --- plan and run ---------------------------------------------------------------------
+    def plan(self, group_id: str) -> Estimate:
+        """The dry run: what re-extracting the group (what is left of its open run) costs."""
+        episodes = self._todo(group_id, rx.open_run(self.store, group_id))
+        history = {
+            u: (c, p, o)
+            for u, c, p, o in rx.call_history(self.store, [e["uuid"] for e in episodes])
+        }
+        prices = PriceTable.load(self.settings.price_table_path)
+        return estimate(group_id, episodes, history, self.settings.model_name, prices)
+
+    def _todo(self, group_id: str, run: dict | None) -> list[dict[str, Any]]:
+        episodes = rx.done_episodes(self.store, group_id)
+        if run is None or not Path(run["shadow_path"]).exists():
+            return episodes
+        with Shadow(
+            run["shadow_path"],
+            self.embedder,
+            self.settings,
+            self.metrics,
+            self.clock,
+            with_llm=False,
+        ) as shadow:
+            done = {
+                u
+                for (u,) in shadow.store.fetchall("SELECT uuid FROM episodes WHERE status = 'done'")
+            }
+        return [e for e in episodes if e["uuid"] not in done]
+
+    def run(self, group_id: str, progress: Progress | None = None) -> dict[str, Any]:
+        """Build (or resume) the group's shadow graph; a report of the run."""
+        if not self.settings.llm_configured:
+            raise LLMNotConfigured(NO_LLM)
+        episodes = rx.done_episodes(self.store, group_id)
+        if not episodes:
+            raise InvalidInput(f"group {group_id!r} has no processed episodes to re-extract")
+        run = rx.open_run(self.store, group_id) or self._new_run(group_id, len(episodes))
+        with Shadow(
+            run["shadow_path"], self.embedder, self.settings, self.metrics, self.clock
+        ) as shadow:
+            shadow.resume()
+            shadow.add(episodes)
+            rx.set_state(self.store, run["run_id"], "running", None, len(episodes))
+            processed = shadow.drain(progress)
+            self._copy_calls(run, shadow)
+            pending = shadow.pending()
+            if not pending:
+                rx.set_state(self.store, run["run_id"], "built", self.clock(), len(episodes))
+        return {
+            **self.status(run["run_id"]),
+            "processed": processed,
+            "pending": pending,
+        }
+
+    def _new_run(self, group_id: str, episodes: int) -> dict[str, Any]:
+        run_id = f"rx-{uuidlib.uuid4().hex[:12]}"
+        run = {
+            "run_id": run_id,
+            "group_id": group_id,
+            "model": self.settings.model_name,
+            "shadow_path": str(self.shadow_dir / f"{run_id}.duckdb"),
+            "episodes": episodes,
+            "predicted_calls": self.plan(group_id).calls,
+            "created_at": self.clock(),
+        }
+        rx.insert_run(self.store, run)
+        return {**run, "calls_copied": 0, "state": "running"}
+
+    def _copy_calls(self, run: dict[str, Any], shadow: Shadow) -> None:
+        shadow.store.flush()
+        last = rx.get_run(self.store, run["run_id"])["calls_copied"]
+        rows = shadow.store.fetch_dicts("SELECT * FROM llm_calls WHERE id > ? ORDER BY id", [last])
+        with self.store.transaction():
+            rx.copy_calls(self.store, run["run_id"], rows, max([last, *(r["id"] for r in rows)]))
+
+    def status(self, run_id: str) -> dict[str, Any]:
+        run = self._run(run_id)
+        return {**run, "calls": rx.run_calls(self.store, run_id)}
+
+    def _run(self, run_id: str) -> dict[str, Any]:
+        run = rx.get_run(self.store, run_id)
+        if run is None:
+            raise NotFound(f"no re-extraction run {run_id!r}")
+        return run
+
+    # --- compare, promote, discard --------------------------------------------------------
+    def compare(self, run_id: str) -> dict[str, Any]:
+        """Old (live) vs new (shadow) graph of the run's group."""
+        run = self._open(run_id, "compare")
+        with self._shadow_store(run) as shadow:
+            new = shadow.graph()
+        old = _live_graph(self.store, run["group_id"])
+        return {
+            "run_id": run_id,
+            "group_id": run["group_id"],
+            "state": run["state"],
+            **compare_graphs(old, new),
+            "calls": rx.run_calls(self.store, run_id),
+        }
+
+    def promote(self, run_id: str) -> dict[str, Any]:
+        """Swap the group's graph for the shadow's in one transaction; the search engine
+        follows at once (see the module docstring)."""
+        run = self._open(run_id, "promote")
+        if run["state"] != "built":
+            raise InvalidInput(
+                f"run {run_id} is not finished: run `workbench reextract --group "
+                f"{run['group_id']}` again to finish it, then promote"
+            )
+        group = run["group_id"]
+        with self._shadow_store(run) as shadow:
+            new_entities, new_facts = shadow.graph()
+            mentions = shadow.store.fetch_dicts("SELECT * FROM mentions")
+            done = {u for (u,) in shadow.store.fetchall("SELECT uuid FROM episodes")}
+            vectors = {
+                kind: rx.vectors_of(shadow.store, kind, [r["uuid"] for r in rows])
+                for kind, rows in (("entity", new_entities), ("fact", new_facts))
+            }
+        with self.publisher:
+            with self.store.transaction():
+                live = {e["uuid"] for e in rx.done_episodes(self.store, group)}
+                if live - done:
+                    raise InvalidInput(
+                        f"{len(live - done)} episodes of group {group} were processed after "
+                        f"run {run_id} started: run `workbench reextract --group {group}` "
+                        "again to extract them too, then promote"
+                    )
+                old_entities, old_facts = rx.extracted_graph(self.store, group)
+                removed = [e["uuid"] for e in old_entities]
+                swap = carry_over(
+                    old_entities,
+                    old_facts,
+                    rx.kept_entities(self.store, group, removed),
+                    new_entities,
+                    [f for f in new_facts if f["episode_uuid"] in live],
+                    [m for m in mentions if m["episode_uuid"] in live],
+                )
+                rx.replace_graph(
+                    self.store,
+                    {"entity": removed, "fact": [f["uuid"] for f in old_facts]},
+                    {"entity": swap.entities, "fact": swap.facts, "mention": swap.mentions},
+                )
+                changes = self._write_vectors(swap, vectors)
+                rx.set_episode_counts(self.store, swap.counts())
+                rx.set_state(self.store, run_id, "promoted", self.clock())
+            self.publisher.replaced(swap.removed, changes, "promoting a re-extraction")
+        _remove_shadow(run["shadow_path"])
+        return {
+            "run_id": run_id,
+            "group_id": group,
+            "state": "promoted",
+            "entities": len(swap.entities),
+            "facts": len(swap.facts),
+            "entities_removed": len(swap.removed["entity"]),
+            "facts_removed": len(swap.removed["fact"]),
+        }
+
+    def _write_vectors(self, swap: Swap, vectors: dict[str, dict]) -> list:
+        """Insert the new rows' vectors; the publisher's changes (rows with a vector first)."""
+        back = {new: shadow for shadow, new in swap.renamed.items()}
+        changes = []
+        for kind, rows in (("entity", swap.entities), ("fact", swap.facts)):
+            have = [r for r in rows if back.get(r["uuid"], r["uuid"]) in vectors[kind]]
+            without = [r for r in rows if back.get(r["uuid"], r["uuid"]) not in vectors[kind]]
+            matrix = np.array(
+                [vectors[kind][back.get(r["uuid"], r["uuid"])] for r in have], dtype=np.float32
+            ).reshape(len(have), self.store.dim)
+            g.insert_vectors(
+                self.store,
+                f"{kind}_embeddings",
+                [r["uuid"] for r in have],
+                matrix,
+                self.embedder.model,
+            )
+            changes.append((kind, have + without, matrix))
+        return changes
+
+    def discard(self, run_id: str) -> dict[str, Any]:
+        """Drop the run's shadow graph; the live graph is untouched."""
+        run = self._open(run_id, "discard")
+        rx.set_state(self.store, run_id, "discarded", self.clock())
+        _remove_shadow(run["shadow_path"])
+        return {"run_id": run_id, "group_id": run["group_id"], "state": "discarded"}
+
+    def _open(self, run_id: str, what: str) -> dict[str, Any]:
+        run = self._run(run_id)
+        if run["state"] not in rx.OPEN_STATES:
+            raise InvalidInput(f"run {run_id} is {run['state']}: there is nothing to {what}")
+        if what != "discard" and not Path(run["shadow_path"]).exists():
+            raise InvalidInput(
+                f"the shadow graph of run {run_id} is gone ({run['shadow_path']}): discard "
+                f"the run and start again"
+            )
+        return run
+
+    def _shadow_store(self, run: dict[str, Any]) -> Shadow:
+        return Shadow(
+            run["shadow_path"],
+            self.embedder,
+            self.settings,
+            self.metrics,
+            self.clock,
+            with_llm=False,
+        )
+
+
+def _live_graph(store: Store, group_id: str) -> tuple[list[dict], list[dict]]:
+    return (
+        store.fetch_dicts("SELECT * FROM entities WHERE group_id = ?", [group_id]),
+        store.fetch_dicts("SELECT * FROM facts WHERE group_id = ?", [group_id]),
+    )
+
+
+def default_shadow_dir(store: Store) -> Path:
+    """Beside a DuckDB file (``<file>.reextract/``); else the system's temporary folder."""
+    if store.backend == "duckdb" and store.path != ":memory:":
+        return Path(f"{store.path}.reextract")
+    import tempfile
+
+    return Path(tempfile.gettempdir()) / "knowledge-workbench-reextract"
+
+
+def _remove_shadow(path: str) -> None:
+    for suffix in ("", ".wal"):
+        Path(path + suffix).unlink(missing_ok=True)
