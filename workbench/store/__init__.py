@@ -35,6 +35,7 @@ TABLES = (
     "queue",
     "maintenance_runs",
     "decay_history",
+    "reextract_runs",
 )
 
 __all__ = ["Store", "TABLES", "SCHEMA_VERSION"]
