@@ -377,7 +377,13 @@ def _reextract(workbench, args: argparse.Namespace) -> int:
         print_json(runs.discard(args.discard))
         return 0
     if args.compare:
-        print_json(runs.compare(args.compare))
+        report = runs.compare(args.compare)
+        if args.labelled:
+            from workbench.eval.extraction import gold_by_key, load_labelled, score_generations
+
+            gold = gold_by_key(load_labelled(args.labelled))
+            report["scores"] = score_generations(runs.rows(args.compare), gold)
+        print_json(report)
         return 0
     if args.group is None:
         raise SystemExit("workbench reextract: name --group G, --promote RUN, --discard RUN "
@@ -581,6 +587,12 @@ def build_parser() -> argparse.ArgumentParser:
     rex.add_argument("--promote", metavar="RUN_ID", help="make a built run's graph the live one")
     rex.add_argument("--discard", metavar="RUN_ID", help="drop a run's shadow graph")
     rex.add_argument("--compare", metavar="RUN_ID", help="print old vs new graph of a run")
+    rex.add_argument(
+        "--labelled",
+        metavar="FILE",
+        help="with --compare: precision, recall and F1 of old and new on the labelled "
+        "episodes of this JSON-lines file (data/extraction_labelled.jsonl's format)",
+    )
     rex.add_argument(
         "--shadow-dir",
         metavar="DIR",

@@ -1,17 +1,12 @@
 """Re-extraction: a group's stored episodes extracted again with another (fake) model into a
 shadow graph while search answers from the live one; the dry run's prediction; compare,
-promote (atomic for searches, accesses carried over), discard; a run killed with SIGKILL
-resumes without duplicates."""
+promote (atomic for searches, accesses carried over), discard. The command, and a run killed
+with SIGKILL: tests/service/test_cli_reextract.py."""
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
 import threading
 import time
-from pathlib import Path
 
 import pytest
 
@@ -21,10 +16,8 @@ from workbench.config import load_settings
 from workbench.errors import InvalidInput
 from workbench.fakes import rule_llm
 from workbench.fakes.chat_server import chat_settings_env, structure_name
-from workbench.ingest.reextract import Shadow, carry_over, compare_graphs, estimate
+from workbench.ingest.reextract import carry_over, compare_graphs, estimate
 from workbench.llm.pricing import PriceTable
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def better(request: dict):
@@ -177,55 +170,6 @@ def rx_run(wb, run_id):
     from workbench.store import reextract as rx
 
     return rx.get_run(wb.store, run_id)
-
-
-def test_a_run_killed_with_sigkill_resumes_without_duplicates(fake_llm, hash_embedder, tmp_path):
-    responder(fake_llm)
-    db = tmp_path / "kb.duckdb"
-    wb = open_wb(fake_llm, hash_embedder, db=db)
-    try:
-        for episode in history(30):
-            wb.add_memory(**episode)
-        assert wb.process_pending() == 30
-    finally:
-        wb.close()
-    fake_llm.latency = 0.05
-    env = {
-        **os.environ,
-        "PYTHONPATH": str(ROOT),
-        "SVC_KNOWLEDGE_EMBEDDER": "hash",
-        **chat_settings_env(
-            fake_llm, SVC_KNOWLEDGE_MODEL_NAME="model-2", SVC_KNOWLEDGE_QUEUE_GROUP_RUN="4"
-        ),  # fmt: skip
-    }
-    command = [sys.executable, "-m", "service.cli", "reextract", "--group", "tom",
-               "--db", str(db), "--quiet"]  # fmt: skip
-    before = len(fake_llm.requests)
-    proc = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    deadline = time.monotonic() + 120
-    while len(fake_llm.requests) - before < 20 and time.monotonic() < deadline:
-        time.sleep(0.02)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
-    fake_llm.latency = 0.0
-    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr
-    run_id = done.stdout.strip().splitlines()[-1].split()[-1]
-    shadow = next((tmp_path / "kb.duckdb.reextract").glob("*.duckdb"))
-    store_wb = open_wb(fake_llm, hash_embedder, db=db)
-    try:
-        with Shadow(str(shadow), hash_embedder, store_wb.settings, store_wb.metrics,
-                    store_wb.clock, with_llm=False) as s:  # fmt: skip
-            assert s.store.fetchall("SELECT DISTINCT status FROM episodes") == [("done",)]
-            assert s.store.fetchone("SELECT count(*) FROM episodes")[0] == 30
-            dupes = s.store.fetchall("SELECT name FROM entities GROUP BY name HAVING count(*) > 1")
-            assert dupes == []
-            facts = s.store.fetchall("SELECT fact, episode_uuid FROM facts")
-            assert len(facts) == len(set(facts))
-        out = store_wb.promote_reextraction(run_id)
-        assert out["state"] == "promoted"
-    finally:
-        store_wb.close()
 
 
 def test_the_estimate_falls_back_to_the_group_average_then_to_two_calls():

@@ -29,6 +29,7 @@ COMMANDS = (
     "export",
     "status",
     "reembed",
+    "reextract",
 )
 
 

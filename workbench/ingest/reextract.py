@@ -56,6 +56,7 @@ DEFAULT_CALLS = 2  # one episode at a time: extract_entities, then extract_edges
 CHARS_PER_TOKEN = 4
 PROMPT_OVERHEAD = 700  # tokens of instructions and context around an episode's text
 COMPLETION_TOKENS = 150  # per call, when no call is on record
+GRAPH_TABLES = ("episodes", "entities", "facts", "mentions")
 DRAIN_STEP = 16  # episodes between two updates of the progress bar
 
 Progress = Callable[[int], None]
@@ -459,6 +460,22 @@ class Reextraction:
             **compare_graphs(old, new),
             "calls": rx.run_calls(self.store, run_id),
         }
+
+    def rows(self, run_id: str) -> dict[str, dict[str, list[dict]]]:
+        """The group's rows (``episodes``, ``entities``, ``facts``, ``mentions``) in the live
+        graph (``old``) and the run's shadow (``new``): what scoring on labelled episodes
+        reads (:func:`workbench.eval.extraction.score_generations`)."""
+        run = self._open(run_id, "score")
+        with self._shadow_store(run) as shadow:
+            new = {t: shadow.store.fetch_dicts(f"SELECT * FROM {t}") for t in GRAPH_TABLES}
+        episodes = rx.done_episodes(self.store, run["group_id"])
+        entities, facts = _live_graph(self.store, run["group_id"])
+        mentions = self.store.fetch_dicts(
+            "SELECT * FROM mentions WHERE episode_uuid IN (SELECT unnest(?::VARCHAR[]))",
+            [[e["uuid"] for e in episodes]],
+        )
+        old = {"episodes": episodes, "entities": entities, "facts": facts, "mentions": mentions}
+        return {"old": old, "new": new}
 
     def promote(self, run_id: str) -> dict[str, Any]:
         """Swap the group's graph for the shadow's in one transaction; the search engine
