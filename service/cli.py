@@ -348,34 +348,44 @@ def _reembed(store, embedder, quiet: bool) -> int:
 
 
 def cmd_reextract(args: argparse.Namespace) -> int:
-    from service.live import find_live
+    """Beside a running service, through its ``reextract`` tool (no progress bar, the
+    service's shadow folder); else on the database itself."""
     from service.logs import setup_logging
     from workbench.errors import InvalidInput
 
     settings = settings_from(args)
     setup_logging(settings.log_level, secrets_of(settings), fmt="text")
-    if settings.database_url is None:
-        live = find_live(settings)
-        if live is not None:
-            live.close()
-            raise InvalidInput(
-                "a running service holds the database: stop it for `workbench reextract` "
-                "(its searches answer from the live graph until you promote)"
-            )
-    with open_workbench(settings) as workbench:
-        return _reextract(workbench, args)
+    action = {k: getattr(args, k) for k in ("promote", "discard", "compare") if getattr(args, k)}
+    if len(action) + (args.group is not None) != 1:
+        raise InvalidInput("name one of --group G, --promote RUN, --discard RUN, --compare RUN")
+    if args.labelled and not args.compare:
+        raise InvalidInput("--labelled goes with --compare RUN")
+    arguments = {**action, **({"group_id": args.group} if args.group else {})}
+    if args.dry_run:
+        arguments["dry_run"] = True
+    report = on_database(
+        args,
+        lambda wb: _reextract(wb, args, arguments),
+        lambda live: _reextract_remote(live, args, arguments),
+    )
+    print_json(report)
+    if args.group is None:
+        return 0
+    if args.dry_run:
+        print(f"{report['calls']} calls")
+        return 0
+    print(f"run {report['run_id']}")
+    return 0 if not report["pending"] else EXIT_FAILURE
 
 
-def _reextract(workbench, args: argparse.Namespace) -> int:
+def _reextract(workbench, args: argparse.Namespace, arguments: dict[str, Any]) -> dict:
     from tqdm.auto import tqdm
 
     runs = workbench.reextraction(shadow_dir=args.shadow_dir)
     if args.promote:
-        print_json(workbench.promote_reextraction(args.promote, shadow_dir=args.shadow_dir))
-        return 0
+        return workbench.promote_reextraction(args.promote, shadow_dir=args.shadow_dir)
     if args.discard:
-        print_json(runs.discard(args.discard))
-        return 0
+        return runs.discard(args.discard)
     if args.compare:
         report = runs.compare(args.compare)
         if args.labelled:
@@ -383,21 +393,23 @@ def _reextract(workbench, args: argparse.Namespace) -> int:
 
             gold = gold_by_key(load_labelled(args.labelled))
             report["scores"] = score_generations(runs.rows(args.compare), gold)
-        print_json(report)
-        return 0
-    if args.group is None:
-        raise SystemExit("workbench reextract: name --group G, --promote RUN, --discard RUN "
-                         "or --compare RUN")  # fmt: skip
+        return report
     plan = runs.plan(args.group)
     if args.dry_run:
-        print_json(plan.as_dict())
-        print(f"{plan.calls} calls")
-        return 0
+        return plan.as_dict()
     with tqdm(total=plan.episodes, desc="reextract", unit="episode", disable=args.quiet) as bar:
-        report = runs.run(args.group, bar.update)
-    print_json(report)
-    print(f"run {report['run_id']}")
-    return 0 if not report["pending"] else EXIT_FAILURE
+        return runs.run(args.group, bar.update)
+
+
+def _reextract_remote(live, args: argparse.Namespace, arguments: dict[str, Any]) -> dict:
+    from workbench.errors import InvalidInput
+
+    if args.labelled or args.shadow_dir:
+        raise InvalidInput(
+            "--labelled and --shadow-dir need the database itself: a running service holds "
+            "it (stop it, or leave them out)"
+        )
+    return live.call("reextract", arguments)
 
 
 # --- parser -------------------------------------------------------------------------------

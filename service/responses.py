@@ -285,6 +285,19 @@ class RecoverResult(Out):
     recovered_at: datetime
 
 
+class ReextractResult(Out):
+    """One shape for the five answers; each adds its own fields (see the CLI docs)."""
+
+    group_id: str
+    run_id: str | None = Field(None, description="The run (absent from a dry run's estimate).")
+    state: str | None = Field(None, description="running, built, promoted or discarded.")
+    calls: int | dict[str, Any] | None = Field(
+        None,
+        description="Dry run: the predicted LLM calls; a run or a comparison: the calls it "
+        "made, their tokens and USD.",
+    )
+
+
 class ToolTable(Out):
     tools: list[dict[str, Any]]
 
@@ -307,6 +320,7 @@ RESULTS: dict[str, type[Out]] = {
     "import_memories": ImportResult,
     "export_snapshot": SnapshotResult,
     "recover_soft_deleted": RecoverResult,
+    "reextract": ReextractResult,
 }
 
 

@@ -468,6 +468,32 @@ class Workbench:
         self.snapshots.discard()
         return report
 
+    def reextract(
+        self,
+        group_id: str | None = None,
+        dry_run: bool = False,
+        promote: str | None = None,
+        discard: str | None = None,
+        compare: str | None = None,
+    ) -> dict[str, Any]:
+        """The ``reextract`` tool: re-extract ``group_id`` (its estimate with ``dry_run``), or
+        compare, promote or discard a run; exactly one of them."""
+        named = [a for a in (group_id, promote, discard, compare) if a is not None]
+        if len(named) != 1 or (dry_run and group_id is None):
+            raise errors.InvalidInput(
+                "name exactly one of 'group_id' (with 'dry_run' for the estimate only), "
+                "'promote', 'discard' or 'compare'"
+            )
+        runs = self.reextraction()
+        if promote is not None:
+            return self.promote_reextraction(promote)
+        if discard is not None:
+            return runs.discard(discard)
+        if compare is not None:
+            return jsonable(runs.compare(compare))
+        group = self._group(group_id)
+        return runs.plan(group).as_dict() if dry_run else jsonable(runs.run(group))
+
     # --- status and queue ---------------------------------------------------------------
     def get_status(self) -> dict[str, Any]:
         return jsonable(

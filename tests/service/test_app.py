@@ -140,7 +140,7 @@ def test_status_queue_retry_maintenance_health_classify(client, ingested):
 
 def test_tool_table_and_openapi_schema(plain):
     tools = plain.get("/tools").json()["tools"]
-    assert len(tools) == 17
+    assert len(tools) == 18
     schema = plain.get("/schema/openapi.json").json()
     for tool in tools:
         operation = schema["paths"][f"/tools/{tool['name']}"]["post"]

@@ -144,3 +144,35 @@ def test_a_run_killed_with_sigkill_resumes_without_duplicates(llm, env, tmp_path
         assert recorded == shadow_calls
     finally:
         live.close()
+
+
+def test_the_admin_tool_runs_compares_and_promotes_over_rest(fake_llm, hash_embedder):
+    from litestar.testing import TestClient
+
+    from service.app import create_app
+    from tests.service.svc_helpers import BASE, assert_error, call, make_settings
+    from workbench.metrics import Metrics
+
+    fake_llm.set_responder(rule_llm.respond)
+    wb = Workbench.open(make_settings(fake_llm), embedder=hash_embedder, metrics=Metrics())
+    try:
+        with TestClient(create_app(wb, wb.settings), base_url=BASE) as client:
+            for body in ("Tom lives in Berlin.", "Tom moved to Munich. Tom uses Python."):
+                call(client, "add_memory", {"name": body[:8], "episode_body": body,
+                                            "group_id": "tom"})  # fmt: skip
+            assert wb.process_pending() == 2
+            plan = call(client, "reextract", {"group_id": "tom", "dry_run": True})
+            assert plan["calls"] >= 4 and plan["episodes"] == 2
+            run = call(client, "reextract", {"group_id": "tom"})
+            assert run["state"] == "built" and run["calls"]["calls"] >= 4
+            diff = call(client, "reextract", {"compare": run["run_id"]})
+            assert diff["facts"]["old"] == diff["facts"]["new"]  # the same model, same graph
+            done = call(client, "reextract", {"promote": run["run_id"]})
+            assert done["state"] == "promoted"
+            both = call(client, "reextract", {"group_id": "tom", "promote": run["run_id"]}, 400)
+            assert_error(both, "invalid_input", "exactly one")
+            gone = call(client, "reextract", {"discard": "rx-000000000000"}, 404)
+            assert_error(gone, "not_found", "no re-extraction run")
+            call(client, "reextract", {"discard": "../etc"}, 400)
+    finally:
+        wb.close()

@@ -30,6 +30,7 @@ DESIGN_TOOLS = {
     "get_knowledge_health",
     "classify_memory",
     "recover_soft_deleted",
+    "reextract",
 }
 
 
