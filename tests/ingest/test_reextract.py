@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from tests.ingest.test_pipeline import open_wb
+from tests.ingest.test_pipeline import open_wb, sample
 from tests.ingest.test_runs import history
 from workbench.config import load_settings
 from workbench.errors import InvalidInput
@@ -70,6 +70,11 @@ def test_a_run_builds_a_shadow_while_search_answers_from_the_live_graph(built, f
     assert report["state"] == "built" and report["pending"] == 0 and report["processed"] == 12
     made = report["calls"]["calls"]
     assert abs(made - plan.calls) <= 0.1 * made, (plan.calls, made)
+    # observable: the shadow queue's metrics, under its own queue name
+    done = sample(
+        wb, "messaging_messages_processed_total", queue_name="reextract", status="success"
+    )
+    assert done == 12
     # the calls are recorded under the run's id, with the new model
     models = wb.store.fetchall("SELECT DISTINCT model FROM llm_calls WHERE run_id = ?",
                               [report["run_id"]])  # fmt: skip

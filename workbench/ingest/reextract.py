@@ -56,6 +56,7 @@ DEFAULT_CALLS = 2  # one episode at a time: extract_entities, then extract_edges
 CHARS_PER_TOKEN = 4
 PROMPT_OVERHEAD = 700  # tokens of instructions and context around an episode's text
 COMPLETION_TOKENS = 150  # per call, when no call is on record
+QUEUE_NAME = "reextract"  # the queue_name label of the shadow queue's metrics
 GRAPH_TABLES = ("episodes", "entities", "facts", "mentions")
 DRAIN_STEP = 16  # episodes between two updates of the progress bar
 
@@ -288,6 +289,7 @@ class Shadow:
             batch_size=settings.queue_batch_size,
             max_crashes=settings.queue_max_crashes,
             run_size=settings.queue_group_run,
+            queue_name=QUEUE_NAME,
         )
 
     def add(self, episodes: Sequence[dict[str, Any]]) -> int:
