@@ -590,7 +590,8 @@ def build_parser() -> argparse.ArgumentParser:
         "the configured LLM, prompts and structured-output mode, into a shadow graph (searches "
         "keep answering from the live one). --dry-run predicts the calls, tokens and USD first. "
         "Run again to resume a stopped run. --compare shows old vs new, --promote swaps the "
-        "graphs in one transaction, --discard drops the shadow. Beside a running service, through its reextract tool.",
+        "graphs in one transaction, --discard drops the shadow. Beside a running service, "
+        "through its reextract tool.",
     )
     rex.add_argument("--group", type=group_arg, help="the group to re-extract")
     rex.add_argument(
