@@ -115,6 +115,33 @@ def test_promote_swaps_the_graph_and_carries_accesses_over(built, fake_llm, tmp_
         runs.discard(run_id)
 
 
+def test_imported_memories_stay_and_their_entities_are_reused(built, fake_llm, tmp_path):
+    wb = built
+    lines = [
+        {"type": "fact", "source": "Tom", "target": "Emacs", "relation": "PREFERS",
+         "fact": "Tom prefers Emacs.", "group_id": "tom"},
+        {"type": "entity", "name": "Zed", "entity_type": "Tool", "group_id": "tom"},
+    ]  # fmt: skip
+    assert wb.import_memories(lines)["facts_created"] == 1
+    tom = wb.store.fetchone("SELECT uuid FROM entities WHERE name = 'Tom'")[0]
+    runs = wb.reextraction(other_settings(fake_llm), tmp_path)
+    run_id = runs.run("tom")["run_id"]
+    diff = runs.compare(run_id)
+    assert "Tom (Person)" not in diff["entities"]["removed"] + diff["entities"]["added"]
+    assert "Zed (Tool)" not in diff["entities"]["removed"]
+    wb.promote_reextraction(run_id, shadow_dir=tmp_path)
+    kept = wb.store.fetchone("SELECT source_uuid FROM facts WHERE relation = 'PREFERS'")
+    assert kept == (tom,)
+    assert wb.store.fetchone("SELECT count(*) FROM entities WHERE name = 'Zed'")[0] == 1
+    assert wb.store.fetchone("SELECT count(*) FROM entities WHERE name = 'Tom'")[0] == 1
+    mentions = wb.store.fetchone("SELECT count(*) FROM mentions WHERE entity_uuid = ?", [tom])
+    assert mentions[0] > 0
+    uses = wb.store.fetchone(
+        "SELECT count(*) FROM facts WHERE source_uuid = ? AND relation = 'LIVES_IN'", [tom]
+    )
+    assert uses[0] > 0
+
+
 def test_discard_drops_the_shadow_and_keeps_the_live_graph(built, fake_llm, tmp_path):
     wb = built
     before = facts_of(wb)

@@ -28,7 +28,7 @@ from __future__ import annotations
 import logging
 import uuid as uuidlib
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -120,14 +120,15 @@ class Swap:
     removed: dict[str, list[str]] = field(default_factory=dict)
     renamed: dict[str, str] = field(default_factory=dict)  # shadow uuid -> uuid written
 
-    def counts(self) -> list[tuple[str, int, int]]:
+    def counts(self, episodes: Iterable[str]) -> list[tuple[str, int, int]]:
+        """(episode, entities it mentions, facts it stated) in the new graph."""
         entities: dict[str, int] = defaultdict(int)
         facts: dict[str, int] = defaultdict(int)
         for m in self.mentions:
             entities[m["episode_uuid"]] += 1
         for f in self.facts:
             facts[f["episode_uuid"]] += 1
-        return [(e, entities[e], facts[e]) for e in sorted(set(entities) | set(facts))]
+        return [(e, entities[e], facts[e]) for e in sorted(episodes)]
 
 
 def entity_key(row: dict[str, Any]) -> tuple[str, str]:
@@ -192,15 +193,18 @@ def _carried(row: dict, old: dict | None, renamed: dict[str, str]) -> dict:
 
 # --- the comparison -----------------------------------------------------------------------
 def compare_graphs(
-    old: tuple[Sequence[dict], Sequence[dict]], new: tuple[Sequence[dict], Sequence[dict]]
+    old: tuple[Sequence[dict], Sequence[dict]],
+    new: tuple[Sequence[dict], Sequence[dict]],
+    names: Sequence[dict] = (),
 ) -> dict[str, Any]:
     """Pure: old vs new (each (entities, facts)) by content: entities by name and type (changed
     = another summary), facts by source, relation and target names (changed = another text);
-    duplicates (rows sharing a key) and invalidated facts of each."""
+    duplicates (rows sharing a key) and invalidated facts of each. ``names``: more entities
+    the facts may name (the kept, imported ones)."""
     report: dict[str, Any] = {}
     for kind, index in (("entities", 0), ("facts", 1)):
-        before = _keyed(kind, old[0], old[1]) if index else _keyed(kind, old[0])
-        after = _keyed(kind, new[0], new[1]) if index else _keyed(kind, new[0])
+        before = _keyed(kind, [*names, *old[0]], old[1]) if index else _keyed(kind, old[0])
+        after = _keyed(kind, [*names, *new[0]], new[1]) if index else _keyed(kind, new[0])
         report[kind] = {
             "old": len(old[index]),
             "new": len(new[index]),
@@ -450,16 +454,23 @@ class Reextraction:
 
     # --- compare, promote, discard --------------------------------------------------------
     def compare(self, run_id: str) -> dict[str, Any]:
-        """Old (live) vs new (shadow) graph of the run's group."""
+        """The run's group as it is vs as a promote would leave it (see :func:`compare_graphs`)."""
         run = self._open(run_id, "compare")
         with self._shadow_store(run) as shadow:
             new = shadow.graph()
         old = _live_graph(self.store, run["group_id"])
+        extracted, _ = rx.extracted_graph(self.store, run["group_id"])
+        kept = rx.kept_entities(self.store, run["group_id"], [e["uuid"] for e in extracted])
+        made = {entity_key(e) for e in new[0]}
+        new = (  # the group as a promote would leave it: with its imported memories
+            [*new[0], *(k for k in kept if entity_key(k) not in made)],
+            [*new[1], *(f for f in old[1] if f["episode_uuid"] is None)],
+        )
         return {
             "run_id": run_id,
             "group_id": run["group_id"],
             "state": run["state"],
-            **compare_graphs(old, new),
+            **compare_graphs(old, new, kept),
             "calls": rx.run_calls(self.store, run_id),
         }
 
@@ -518,11 +529,12 @@ class Reextraction:
                 )
                 rx.replace_graph(
                     self.store,
+                    sorted(live),
                     {"entity": removed, "fact": [f["uuid"] for f in old_facts]},
                     {"entity": swap.entities, "fact": swap.facts, "mention": swap.mentions},
                 )
                 changes = self._write_vectors(swap, vectors)
-                rx.set_episode_counts(self.store, swap.counts())
+                rx.set_episode_counts(self.store, swap.counts(live))
                 rx.set_state(self.store, run_id, "promoted", self.clock())
             self.publisher.replaced(swap.removed, changes, "promoting a re-extraction")
         _remove_shadow(run["shadow_path"])

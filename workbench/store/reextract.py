@@ -150,8 +150,7 @@ def extracted_graph(store: Store, group_id: str) -> tuple[list[dict], list[dict]
 def kept_entities(store: Store, group_id: str, removed: Sequence[str]) -> list[dict]:
     """The group's entities a swap keeps (imported ones, and those kept facts name)."""
     return store.fetch_dicts(
-        "SELECT uuid, name_norm, entity_type FROM entities WHERE group_id = ? "
-        "AND uuid NOT IN (SELECT unnest(?::VARCHAR[]))",
+        "SELECT * FROM entities WHERE group_id = ? AND uuid NOT IN (SELECT unnest(?::VARCHAR[]))",
         [group_id, list(removed)],
     )
 
@@ -164,12 +163,18 @@ def vectors_of(store: Store, kind: str, uuids: Sequence[str]) -> dict[str, Any]:
     return dict(rows)
 
 
-def replace_graph(store: Store, old: dict[str, list[str]], new: dict[str, list[dict]]) -> None:
+def replace_graph(
+    store: Store, episodes: Sequence[str], old: dict[str, list[str]], new: dict[str, list[dict]]
+) -> None:
     """Inside the caller's transaction: delete the ``old`` entity and fact uuids (with their
-    vectors and mentions) and insert the ``new`` rows: ``entity``, ``fact``, ``mention``
-    (dicts of their tables' columns)."""
+    vectors and mentions) and the mentions ``episodes`` made (of kept entities too), and insert
+    the ``new`` rows: ``entity``, ``fact``, ``mention`` (dicts of their tables' columns)."""
     g.delete_facts(store, old["fact"])
     g.delete_entities(store, old["entity"])
+    store.execute(
+        "DELETE FROM mentions WHERE episode_uuid IN (SELECT unnest(?::VARCHAR[]))",
+        [list(episodes)],
+    )
     for table, rows in (
         ("entities", new["entity"]),
         ("facts", new["fact"]),
