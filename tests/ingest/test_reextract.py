@@ -257,3 +257,12 @@ def test_compare_counts_added_removed_changed_duplicates_and_invalidations():
     assert report["entities"]["duplicates_new"] == 1
     assert report["facts"]["removed"] == ["Tom R Ann"]
     assert report["facts"]["invalidated_old"] == 1 and report["facts"]["invalidated_new"] == 0
+
+
+def test_a_second_run_of_a_group_in_the_same_process_is_refused(built, fake_llm, tmp_path):
+    from workbench.ingest.reextract import _busy
+
+    runs = built.reextraction(other_settings(fake_llm), tmp_path)
+    with _busy("tom"), pytest.raises(InvalidInput, match="running in this process"):
+        runs.run("tom")
+    assert runs.run("tom")["state"] == "built"  # once the other is done

@@ -26,9 +26,11 @@ model, prompt or structured-output mode. A run:
 from __future__ import annotations
 
 import logging
+import threading
 import uuid as uuidlib
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -129,6 +131,18 @@ class Swap:
         for f in self.facts:
             facts[f["episode_uuid"]] += 1
         return [(e, entities[e], facts[e]) for e in sorted(episodes)]
+
+
+@dataclass(frozen=True)
+class Built:
+    """What a finished shadow holds: its rows, the episodes it extracted, its vectors
+    (kind -> uuid -> vector)."""
+
+    entities: list[dict[str, Any]]
+    facts: list[dict[str, Any]]
+    mentions: list[dict[str, Any]]
+    episodes: set[str]
+    vectors: dict[str, dict[str, Any]]
 
 
 def entity_key(row: dict[str, Any]) -> tuple[str, str]:
@@ -382,14 +396,7 @@ class Reextraction:
         episodes = rx.done_episodes(self.store, group_id)
         if run is None or not Path(run["shadow_path"]).exists():
             return episodes
-        with Shadow(
-            run["shadow_path"],
-            self.embedder,
-            self.settings,
-            self.metrics,
-            self.clock,
-            with_llm=False,
-        ) as shadow:
+        with self._shadow_store(run) as shadow:
             done = {
                 u
                 for (u,) in shadow.store.fetchall("SELECT uuid FROM episodes WHERE status = 'done'")
@@ -404,9 +411,12 @@ class Reextraction:
         if not episodes:
             raise InvalidInput(f"group {group_id!r} has no processed episodes to re-extract")
         run = rx.open_run(self.store, group_id) or self._new_run(group_id, len(episodes))
-        with Shadow(
-            run["shadow_path"], self.embedder, self.settings, self.metrics, self.clock
-        ) as shadow:
+        with (
+            _busy(group_id),
+            Shadow(
+                run["shadow_path"], self.embedder, self.settings, self.metrics, self.clock
+            ) as shadow,
+        ):
             shadow.resume()
             shadow.add(episodes)
             rx.set_state(self.store, run["run_id"], "running", None, len(episodes))
@@ -499,54 +509,67 @@ class Reextraction:
                 f"run {run_id} is not finished: run `workbench reextract --group "
                 f"{run['group_id']}` again to finish it, then promote"
             )
-        group = run["group_id"]
-        with self._shadow_store(run) as shadow:
-            new_entities, new_facts = shadow.graph()
-            mentions = shadow.store.fetch_dicts("SELECT * FROM mentions")
-            done = {u for (u,) in shadow.store.fetchall("SELECT uuid FROM episodes")}
-            vectors = {
-                kind: rx.vectors_of(shadow.store, kind, [r["uuid"] for r in rows])
-                for kind, rows in (("entity", new_entities), ("fact", new_facts))
-            }
-        with self.publisher:
-            with self.store.transaction():
-                live = {e["uuid"] for e in rx.done_episodes(self.store, group)}
-                if live - done:
-                    raise InvalidInput(
-                        f"{len(live - done)} episodes of group {group} were processed after "
-                        f"run {run_id} started: run `workbench reextract --group {group}` "
-                        "again to extract them too, then promote"
-                    )
-                old_entities, old_facts = rx.extracted_graph(self.store, group)
-                removed = [e["uuid"] for e in old_entities]
-                swap = carry_over(
-                    old_entities,
-                    old_facts,
-                    rx.kept_entities(self.store, group, removed),
-                    new_entities,
-                    [f for f in new_facts if f["episode_uuid"] in live],
-                    [m for m in mentions if m["episode_uuid"] in live],
-                )
-                rx.replace_graph(
-                    self.store,
-                    sorted(live),
-                    {"entity": removed, "fact": [f["uuid"] for f in old_facts]},
-                    {"entity": swap.entities, "fact": swap.facts, "mention": swap.mentions},
-                )
-                changes = self._write_vectors(swap, vectors)
-                rx.set_episode_counts(self.store, swap.counts(live))
-                rx.set_state(self.store, run_id, "promoted", self.clock())
-            self.publisher.replaced(swap.removed, changes, "promoting a re-extraction")
+        with _busy(run["group_id"]):
+            built = self._built(run)
+            with self.publisher:
+                with self.store.transaction():
+                    swap, changes = self._swap(run, built)
+                self.publisher.replaced(swap.removed, changes, "promoting a re-extraction")
         _remove_shadow(run["shadow_path"])
         return {
             "run_id": run_id,
-            "group_id": group,
+            "group_id": run["group_id"],
             "state": "promoted",
             "entities": len(swap.entities),
             "facts": len(swap.facts),
             "entities_removed": len(swap.removed["entity"]),
             "facts_removed": len(swap.removed["fact"]),
         }
+
+    def _built(self, run: dict[str, Any]) -> Built:
+        with self._shadow_store(run) as shadow:
+            entities, facts = shadow.graph()
+            return Built(
+                entities,
+                facts,
+                shadow.store.fetch_dicts("SELECT * FROM mentions"),
+                {u for (u,) in shadow.store.fetchall("SELECT uuid FROM episodes")},
+                {
+                    kind: rx.vectors_of(shadow.store, kind, [r["uuid"] for r in rows])
+                    for kind, rows in (("entity", entities), ("fact", facts))
+                },
+            )
+
+    def _swap(self, run: dict[str, Any], built: Built) -> tuple[Swap, list]:
+        """Inside the promote's transaction: replace the group's extracted graph."""
+        group = run["group_id"]
+        live = {e["uuid"] for e in rx.done_episodes(self.store, group)}
+        if live - built.episodes:
+            raise InvalidInput(
+                f"{len(live - built.episodes)} episodes of group {group} were processed after "
+                f"run {run['run_id']} started: run `workbench reextract --group {group}` "
+                "again to extract them too, then promote"
+            )
+        old_entities, old_facts = rx.extracted_graph(self.store, group)
+        removed = [e["uuid"] for e in old_entities]
+        swap = carry_over(
+            old_entities,
+            old_facts,
+            rx.kept_entities(self.store, group, removed),
+            built.entities,
+            [f for f in built.facts if f["episode_uuid"] in live],
+            [m for m in built.mentions if m["episode_uuid"] in live],
+        )
+        rx.replace_graph(
+            self.store,
+            sorted(live),
+            {"entity": removed, "fact": [f["uuid"] for f in old_facts]},
+            {"entity": swap.entities, "fact": swap.facts, "mention": swap.mentions},
+        )
+        changes = self._write_vectors(swap, built.vectors)
+        rx.set_episode_counts(self.store, swap.counts(live))
+        rx.set_state(self.store, run["run_id"], "promoted", self.clock())
+        return swap, changes
 
     def _write_vectors(self, swap: Swap, vectors: dict[str, dict]) -> list:
         """Insert the new rows' vectors; the publisher's changes (rows with a vector first)."""
@@ -571,8 +594,9 @@ class Reextraction:
     def discard(self, run_id: str) -> dict[str, Any]:
         """Drop the run's shadow graph; the live graph is untouched."""
         run = self._open(run_id, "discard")
-        rx.set_state(self.store, run_id, "discarded", self.clock())
-        _remove_shadow(run["shadow_path"])
+        with _busy(run["group_id"]):
+            rx.set_state(self.store, run_id, "discarded", self.clock())
+            _remove_shadow(run["shadow_path"])
         return {"run_id": run_id, "group_id": run["group_id"], "state": "discarded"}
 
     def _open(self, run_id: str, what: str) -> dict[str, Any]:
@@ -595,6 +619,26 @@ class Reextraction:
             self.clock,
             with_llm=False,
         )
+
+
+_BUSY: set[str] = set()
+_BUSY_LOCK = threading.Lock()
+
+
+@contextmanager
+def _busy(group_id: str) -> Iterator[None]:
+    """One run, promote or discard of a group at a time in this process (two tool calls)."""
+    with _BUSY_LOCK:
+        if group_id in _BUSY:
+            raise InvalidInput(
+                f"a re-extraction of group {group_id} is running in this process: wait for it"
+            )
+        _BUSY.add(group_id)
+    try:
+        yield
+    finally:
+        with _BUSY_LOCK:
+            _BUSY.discard(group_id)
 
 
 def _live_graph(store: Store, group_id: str) -> tuple[list[dict], list[dict]]:
