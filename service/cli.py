@@ -383,7 +383,7 @@ def _reextract(workbench, args: argparse.Namespace, arguments: dict[str, Any]) -
 
     runs = workbench.reextraction(shadow_dir=args.shadow_dir)
     if args.promote:
-        return workbench.promote_reextraction(args.promote, shadow_dir=args.shadow_dir)
+        return runs.promote(args.promote)
     if args.discard:
         return runs.discard(args.discard)
     if args.compare:

@@ -31,7 +31,7 @@ from workbench.embedding import Embedder, build_embedder
 from workbench.ingest.episode_queue import EpisodeQueue
 from workbench.ingest.importer import Importer
 from workbench.ingest.pipeline import NO_LLM, EpisodePipeline
-from workbench.ingest.reextract import Reextraction
+from workbench.ingest.reextract import Reextraction, one_action
 from workbench.llm.client import build_chat_model
 from workbench.llm.health import LLMHealth
 from workbench.metrics import Metrics
@@ -446,53 +446,24 @@ class Workbench:
         }
 
     # --- re-extraction ------------------------------------------------------------------
-    def reextraction(
-        self, settings: Settings | None = None, shadow_dir: str | Path | None = None
-    ) -> Reextraction:
-        """Re-extraction runs on this store (``settings`` name the new extraction's LLM;
-        default this workbench's): ``plan``, ``run``, ``compare``, ``discard``."""
-        return Reextraction(
-            self.store,
-            self.publisher,
-            self.embedder,
-            settings or self.settings,
-            self.metrics,
-            self.clock,
-            shadow_dir,
-        )
-
-    def promote_reextraction(self, run_id: str, shadow_dir: str | Path | None = None) -> dict:
-        """Swap a built run's graph in for its group's (one transaction, indexes at once)."""
-        report = self.reextraction(shadow_dir=shadow_dir).promote(run_id)
-        self.pipeline.forget_groups([report["group_id"]])
-        self.snapshots.discard()
-        return report
+    def reextraction(self, settings: Settings | None = None, shadow_dir=None) -> Reextraction:
+        """Re-extraction runs on this store (``settings``: the new extraction's LLM)."""
+        live = (self.store, self.publisher, self.embedder, settings or self.settings)
+        return Reextraction(*live, self.metrics, self.clock, shadow_dir, self.snapshots)
 
     def reextract(
-        self,
-        group_id: str | None = None,
-        dry_run: bool = False,
-        promote: str | None = None,
-        discard: str | None = None,
-        compare: str | None = None,
+        self, group_id=None, dry_run=False, promote=None, discard=None, compare=None
     ) -> dict[str, Any]:
-        """The ``reextract`` tool: re-extract ``group_id`` (its estimate with ``dry_run``), or
-        compare, promote or discard a run; exactly one of them."""
-        named = [a for a in (group_id, promote, discard, compare) if a is not None]
-        if len(named) != 1 or (dry_run and group_id is None):
-            raise errors.InvalidInput(
-                "name exactly one of 'group_id' (with 'dry_run' for the estimate only), "
-                "'promote', 'discard' or 'compare'"
-            )
+        """The ``reextract`` tool: a run of ``group_id`` (its estimate with ``dry_run``), or
+        a run to ``compare``, ``promote`` or ``discard``."""
+        one_action(group_id, dry_run, promote, discard, compare)
         runs = self.reextraction()
+        if group_id is not None:
+            group = self._group(group_id)
+            return jsonable(runs.plan(group).as_dict() if dry_run else runs.run(group))
         if promote is not None:
-            return self.promote_reextraction(promote)
-        if discard is not None:
-            return runs.discard(discard)
-        if compare is not None:
-            return jsonable(runs.compare(compare))
-        group = self._group(group_id)
-        return runs.plan(group).as_dict() if dry_run else jsonable(runs.run(group))
+            return runs.promote(promote)
+        return jsonable(runs.compare(compare) if compare else runs.discard(str(discard)))
 
     # --- status and queue ---------------------------------------------------------------
     def get_status(self) -> dict[str, Any]:

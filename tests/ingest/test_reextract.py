@@ -97,7 +97,7 @@ def test_promote_swaps_the_graph_and_carries_accesses_over(built, fake_llm, tmp_
     wb.search.refresh_states()
     runs = wb.reextraction(other_settings(fake_llm), tmp_path)
     run_id = runs.run("tom")["run_id"]
-    out = wb.promote_reextraction(run_id, shadow_dir=tmp_path)
+    out = wb.reextraction(shadow_dir=tmp_path).promote(run_id)
     assert out["state"] == "promoted" and out["facts_removed"] > 0
     row = wb.store.fetchone(
         "SELECT uuid, access_count, importance, summary FROM entities WHERE name = 'Tom'"
@@ -129,7 +129,7 @@ def test_imported_memories_stay_and_their_entities_are_reused(built, fake_llm, t
     diff = runs.compare(run_id)
     assert "Tom (Person)" not in diff["entities"]["removed"] + diff["entities"]["added"]
     assert "Zed (Tool)" not in diff["entities"]["removed"]
-    wb.promote_reextraction(run_id, shadow_dir=tmp_path)
+    wb.reextraction(shadow_dir=tmp_path).promote(run_id)
     kept = wb.store.fetchone("SELECT source_uuid FROM facts WHERE relation = 'PREFERS'")
     assert kept == (tom,)
     assert wb.store.fetchone("SELECT count(*) FROM entities WHERE name = 'Zed'")[0] == 1
@@ -150,7 +150,7 @@ def test_discard_drops_the_shadow_and_keeps_the_live_graph(built, fake_llm, tmp_
     assert runs.discard(run_id)["state"] == "discarded"
     assert facts_of(wb) == before and not list(tmp_path.glob("*.duckdb"))
     with pytest.raises(InvalidInput, match="discarded"):
-        wb.promote_reextraction(run_id, shadow_dir=tmp_path)
+        wb.reextraction(shadow_dir=tmp_path).promote(run_id)
 
 
 def test_an_episode_processed_after_the_run_blocks_promote_until_run_again(
@@ -162,10 +162,10 @@ def test_an_episode_processed_after_the_run_blocks_promote_until_run_again(
     wb.add_memory("late", "Tom works at Globex.", group_id="tom")
     wb.process_pending()
     with pytest.raises(InvalidInput, match="again"):
-        wb.promote_reextraction(run_id, shadow_dir=tmp_path)
+        wb.reextraction(shadow_dir=tmp_path).promote(run_id)
     again = runs.run("tom")
     assert again["run_id"] == run_id and again["processed"] == 1
-    assert wb.promote_reextraction(run_id, shadow_dir=tmp_path)["state"] == "promoted"
+    assert wb.reextraction(shadow_dir=tmp_path).promote(run_id)["state"] == "promoted"
 
 
 def test_no_search_sees_a_mix_of_old_and_new_during_a_promote(built, fake_llm, tmp_path):
@@ -186,7 +186,7 @@ def test_no_search_sees_a_mix_of_old_and_new_during_a_promote(built, fake_llm, t
     for t in threads:
         t.start()
     time.sleep(0.2)
-    wb.promote_reextraction(run_id, shadow_dir=tmp_path)
+    wb.reextraction(shadow_dir=tmp_path).promote(run_id)
     time.sleep(0.2)
     stop.set()
     for t in threads:

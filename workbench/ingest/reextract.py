@@ -51,6 +51,7 @@ from workbench.store import Store
 from workbench.store import graph as g
 from workbench.store import queue as q
 from workbench.store import reextract as rx
+from workbench.store.snapshots import Snapshots
 
 log = logging.getLogger("workbench.ingest.reextract")
 
@@ -108,6 +109,17 @@ def estimate(
     usd = table_cost(Usage(prompt, completion), price).total if price else None
     basis = "default" if not known else "history" if len(known) == len(episodes) else "mixed"
     return Estimate(group_id, len(episodes), calls, prompt, completion, usd, model, basis)
+
+
+def one_action(group_id: Any, dry_run: bool, *runs: Any) -> None:
+    """The ``reextract`` tool's rule: exactly one of a group (with ``dry_run`` or not) or a
+    run id to promote, discard or compare."""
+    named = [a for a in (group_id, *runs) if a is not None]
+    if len(named) != 1 or (dry_run and group_id is None):
+        raise InvalidInput(
+            "name exactly one of 'group_id' (with 'dry_run' for the estimate only), "
+            "'promote', 'discard' or 'compare'"
+        )
 
 
 # --- matching across generations ----------------------------------------------------------
@@ -372,8 +384,12 @@ class Reextraction:
         metrics: Metrics,
         clock: Clock,
         shadow_dir: str | Path | None = None,
+        snapshots: Snapshots | None = None,
     ):
         self.store = store
+        # the live store's exported copies: dropped after a promote (no copy outlives the
+        # memories it replaced)
+        self.snapshots = snapshots
         self.publisher = publisher
         self.embedder = embedder
         self.settings = settings
@@ -516,6 +532,8 @@ class Reextraction:
                     swap, changes = self._swap(run, built)
                 self.publisher.replaced(swap.removed, changes, "promoting a re-extraction")
         _remove_shadow(run["shadow_path"])
+        if self.snapshots is not None:
+            self.snapshots.discard()
         return {
             "run_id": run_id,
             "group_id": run["group_id"],
