@@ -29,9 +29,10 @@ from workbench.decay.maintenance import MaintenanceScheduler
 from workbench.decay.rules import DecayPolicy
 from workbench.embedding import Embedder, build_embedder
 from workbench.ingest.episode_queue import EpisodeQueue
+from workbench.ingest.generations import one_action
 from workbench.ingest.importer import Importer
 from workbench.ingest.pipeline import NO_LLM, EpisodePipeline
-from workbench.ingest.reextract import Reextraction, one_action
+from workbench.ingest.reextract import Reextraction
 from workbench.llm.client import build_chat_model
 from workbench.llm.health import LLMHealth
 from workbench.metrics import Metrics

@@ -16,7 +16,7 @@ from workbench.config import load_settings
 from workbench.errors import InvalidInput
 from workbench.fakes import rule_llm
 from workbench.fakes.chat_server import chat_settings_env, structure_name
-from workbench.ingest.reextract import carry_over, compare_graphs, estimate
+from workbench.ingest.generations import carry_over, compare_graphs, estimate
 from workbench.llm.pricing import PriceTable
 
 
