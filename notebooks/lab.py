@@ -302,6 +302,19 @@ def open_lab(
     return Lab(workbench, mode, server)
 
 
+def variant(session: Lab, drop_every: int = 0, **overrides: Any):
+    """(settings, server): another extraction variant for ``session``'s store, for
+    ``workbench.reextraction(settings)``. Recorded: a second recorded fake (``drop_every`` as in
+    :func:`open_lab`), to stop when done; configured: the LLM's settings with ``overrides``
+    (another model, structured-output mode) and no server."""
+    settings = session.workbench.settings.model_copy(update=overrides)
+    if session.mode != "recorded":
+        return settings, None
+    server = FakeLLMServer(model=RECORDED_MODEL).start()
+    server.set_responder(LabelledResponder(labelled_set(), drop_every=drop_every))
+    return settings.model_copy(update={"compat_base_url": server.base_url}), server
+
+
 def ingest(workbench: Workbench, episodes: list[dict], progress: bool = True) -> int:
     """``add_memory`` every episode, then process the queue inline; returns episodes done."""
     from tqdm.auto import tqdm

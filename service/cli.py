@@ -496,6 +496,71 @@ def _add_tokens(sub) -> None:
     revoke.set_defaults(func=cmd_tokens_revoke)
 
 
+def cmd_reextract(args: argparse.Namespace) -> int:
+    """Beside a running service, through its ``reextract`` tool (no progress bar, the
+    service's shadow folder); else on the database itself."""
+    from service.logs import setup_logging
+    from workbench.errors import InvalidInput
+
+    settings = settings_from(args)
+    setup_logging(settings.log_level, secrets_of(settings), fmt="text")
+    action = {k: getattr(args, k) for k in ("promote", "discard", "compare") if getattr(args, k)}
+    if len(action) + (args.group is not None) != 1:
+        raise InvalidInput("name one of --group G, --promote RUN, --discard RUN, --compare RUN")
+    if args.labelled and not args.compare:
+        raise InvalidInput("--labelled goes with --compare RUN")
+    arguments = {**action, **({"group_id": args.group} if args.group else {})}
+    if args.dry_run:
+        arguments["dry_run"] = True
+    report = on_database(
+        args,
+        lambda wb: _reextract(wb, args, arguments),
+        lambda live: _reextract_remote(live, args, arguments),
+    )
+    print_json(report)
+    if args.group is None:
+        return 0
+    if args.dry_run:
+        print(f"{report['calls']} calls")
+        return 0
+    print(f"run {report['run_id']}")
+    return 0 if not report["pending"] else EXIT_FAILURE
+
+
+def _reextract(workbench, args: argparse.Namespace, arguments: dict[str, Any]) -> dict:
+    from tqdm.auto import tqdm
+
+    runs = workbench.reextraction(shadow_dir=args.shadow_dir)
+    if args.promote:
+        return runs.promote(args.promote)
+    if args.discard:
+        return runs.discard(args.discard)
+    if args.compare:
+        report = runs.compare(args.compare)
+        if args.labelled:
+            from workbench.eval.extraction import gold_by_key, load_labelled, score_generations
+
+            gold = gold_by_key(load_labelled(args.labelled))
+            report["scores"] = score_generations(runs.rows(args.compare), gold)
+        return report
+    plan = runs.plan(args.group)
+    if args.dry_run:
+        return plan.as_dict()
+    with tqdm(total=plan.episodes, desc="reextract", unit="episode", disable=args.quiet) as bar:
+        return runs.run(args.group, bar.update)
+
+
+def _reextract_remote(live, args: argparse.Namespace, arguments: dict[str, Any]) -> dict:
+    from workbench.errors import InvalidInput
+
+    if args.labelled or args.shadow_dir:
+        raise InvalidInput(
+            "--labelled and --shadow-dir need the database itself: a running service holds "
+            "it (stop it, or leave them out)"
+        )
+    return live.call("reextract", arguments)
+
+
 # --- parser -------------------------------------------------------------------------------
 def group_arg(value: str) -> str:
     """A group name argument, checked by the one rule of group names."""
@@ -696,6 +761,39 @@ def build_parser() -> argparse.ArgumentParser:
     _add_db(again)
     again.set_defaults(func=cmd_reembed)
     _add_tokens(sub)
+
+    rex = sub.add_parser(
+        "reextract",
+        help="re-extract a group's stored episodes into a shadow graph; promote or discard it",
+        description="Extract a group's processed episodes again, in their original order, with "
+        "the configured LLM, prompts and structured-output mode, into a shadow graph (searches "
+        "keep answering from the live one). --dry-run predicts the calls, tokens and USD first. "
+        "Run again to resume a stopped run. --compare shows old vs new, --promote swaps the "
+        "graphs in one transaction, --discard drops the shadow. Beside a running service, "
+        "through its reextract tool.",
+    )
+    rex.add_argument("--group", type=group_arg, help="the group to re-extract")
+    rex.add_argument(
+        "--dry-run", action="store_true", help="print the predicted calls, tokens and USD only"
+    )
+    rex.add_argument("--promote", metavar="RUN_ID", help="make a built run's graph the live one")
+    rex.add_argument("--discard", metavar="RUN_ID", help="drop a run's shadow graph")
+    rex.add_argument("--compare", metavar="RUN_ID", help="print old vs new graph of a run")
+    rex.add_argument(
+        "--labelled",
+        metavar="FILE",
+        help="with --compare: precision, recall and F1 of old and new on the labelled "
+        "episodes of this JSON-lines file (data/extraction_labelled.jsonl's format)",
+    )
+    rex.add_argument(
+        "--shadow-dir",
+        metavar="DIR",
+        help="folder of the shadow graphs (default: beside the DuckDB file, else the "
+        "system's temporary folder)",
+    )
+    rex.add_argument("--quiet", action="store_true", help="no progress bar")
+    _add_db(rex)
+    rex.set_defaults(func=cmd_reextract)
     return parser
 
 

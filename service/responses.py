@@ -322,6 +322,19 @@ class RecoverResult(Out):
     recovered_at: datetime
 
 
+class ReextractResult(Out):
+    """One shape for the five answers; each adds its own fields (see the CLI docs)."""
+
+    group_id: str
+    run_id: str | None = Field(None, description="The run (absent from a dry run's estimate).")
+    state: str | None = Field(None, description="running, built, promoted or discarded.")
+    calls: int | dict[str, Any] | None = Field(
+        None,
+        description="Dry run: the predicted LLM calls; a run or a comparison: the calls it "
+        "made, their tokens and USD.",
+    )
+
+
 class ToolTable(Out):
     tools: list[dict[str, Any]]
 
@@ -385,6 +398,7 @@ RESULTS: dict[str, type[Out]] = {
     "add_token": NewToken,
     "list_tokens": TokensResult,
     "revoke_token": RevokeResult,
+    "reextract": ReextractResult,
 }
 
 

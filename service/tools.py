@@ -254,6 +254,34 @@ class ImportArgs(Args):
     )
 
 
+RUN_ID_PATTERN = "^rx-[0-9a-f]{12}$"  # workbench.ingest.reextract names runs so
+
+
+class ReextractArgs(Args):
+    group_id: GroupName | None = Field(
+        None,
+        json_schema_extra=AS_GROUP,
+        description="Group whose stored episodes to extract again into a shadow graph (or "
+        "resume its open run); returns when the shadow is built.",
+    )
+    dry_run: bool = Field(
+        False, description="With group_id: predict the calls, tokens and USD; spend nothing."
+    )
+    promote: str | None = Field(
+        None,
+        pattern=RUN_ID_PATTERN,
+        description="Run id whose graph replaces its group's (one transaction).",
+    )
+    discard: str | None = Field(
+        None, pattern=RUN_ID_PATTERN, description="Run id whose shadow graph to drop."
+    )
+    compare: str | None = Field(
+        None,
+        pattern=RUN_ID_PATTERN,
+        description="Run id to compare with the live graph (added, removed, changed...).",
+    )
+
+
 class ClassifyArgs(Args):
     text: str = Field(min_length=1, description="The memory text to rate.")
 
@@ -478,6 +506,18 @@ TOOLS: tuple[Tool, ...] = (
         "removed when memories are deleted and when the service stops.",
         NoArgs,
         "export_snapshot",
+        admin=True,
+        audited=True,
+    ),
+    Tool(
+        "reextract",
+        "Admin: re-extract a group's stored episodes with the configured LLM into a shadow "
+        "graph while searches keep using the live one; dry_run predicts the cost first. Then "
+        "compare, promote (replaces the group's extracted entities and facts; cannot be "
+        "undone) or discard the run. Name exactly one of group_id, promote, discard, compare.",
+        ReextractArgs,
+        "reextract",
+        destructive=True,
         admin=True,
         audited=True,
     ),

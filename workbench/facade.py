@@ -30,9 +30,11 @@ from workbench.decay.rules import DecayPolicy
 from workbench.embedding import Embedder, build_embedder
 from workbench.ingest.budget import DailyBudget
 from workbench.ingest.episode_queue import EpisodeQueue
+from workbench.ingest.generations import one_action
 from workbench.ingest.importer import Importer
 from workbench.ingest.pipeline import NO_LLM, EpisodePipeline
 from workbench.ingest.verbatim import PassageWriter
+from workbench.ingest.reextract import Reextraction
 from workbench.llm.client import build_chat_model
 from workbench.llm.health import LLMHealth
 from workbench.metrics import Metrics
@@ -477,6 +479,26 @@ class Workbench:
             "facts_removed": removed["fact"],
             "passages_removed": removed["passage"],
         }
+
+    # --- re-extraction ------------------------------------------------------------------
+    def reextraction(self, settings: Settings | None = None, shadow_dir=None) -> Reextraction:
+        """Re-extraction runs on this store (``settings``: the new extraction's LLM)."""
+        live = (self.store, self.publisher, self.embedder, settings or self.settings)
+        return Reextraction(*live, self.metrics, self.clock, shadow_dir, self.snapshots)
+
+    def reextract(
+        self, group_id=None, dry_run=False, promote=None, discard=None, compare=None
+    ) -> dict[str, Any]:
+        """The ``reextract`` tool: a run of ``group_id`` (its estimate with ``dry_run``), or
+        a run to ``compare``, ``promote`` or ``discard``."""
+        one_action(group_id, dry_run, promote, discard, compare)
+        runs = self.reextraction()
+        if group_id is not None:
+            group = self._group(group_id)
+            return jsonable(runs.plan(group).as_dict() if dry_run else runs.run(group))
+        if promote is not None:
+            return runs.promote(promote)
+        return jsonable(runs.compare(compare) if compare else runs.discard(str(discard)))
 
     # --- status and queue ---------------------------------------------------------------
     def get_status(self) -> dict[str, Any]:

@@ -162,13 +162,14 @@ def test_status_queue_retry_maintenance_health_classify(client, ingested):
 
 def test_tool_table_and_openapi_schema(plain):
     tools = plain.get("/tools").json()["tools"]
-    assert len(tools) == 22
+    assert len(tools) == 23
     assert {t["name"] for t in tools if t["admin"]} == {
         "export_snapshot",
         "run_decay_maintenance",
         "add_token",
         "list_tokens",
         "revoke_token",
+        "reextract",
     }
     schema = plain.get("/schema/openapi.json").json()
     for tool in tools:

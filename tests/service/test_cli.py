@@ -30,6 +30,7 @@ COMMANDS = (
     "status",
     "reembed",
     "tokens",
+    "reextract",
 )
 
 

@@ -53,6 +53,7 @@ def _answers(client) -> dict[str, dict]:
         [tom],
     )
     out["recover_soft_deleted"] = call(client, "recover_soft_deleted", {"uuid": tom})
+    out["reextract"] = call(client, "reextract", {"group_id": "main", "dry_run": True})
     out["delete_episode"] = call(
         client, "delete_episode", {"uuid": out["add_memory"]["episode_uuid"]}
     )

@@ -35,6 +35,7 @@ DESIGN_TOOLS = {
     "add_token",
     "list_tokens",
     "revoke_token",
+    "reextract",
 }
 
 

@@ -535,6 +535,37 @@ def predictions_from_rows(
     }
 
 
+def score_generations(
+    generations: Mapping[str, Mapping[str, Iterable[Mapping[str, Any]]]],
+    gold: Mapping[str, Extraction],
+    ended_facts: bool = False,
+) -> list[dict[str, Any]]:
+    """Per graph (e.g. ``old`` and ``new`` of a re-extraction: rows of ``episodes``,
+    ``entities``, ``facts``, ``mentions``), micro P/R/F1 of entities and facts on its
+    episodes that have gold; a graph without labelled episodes is left out."""
+    out = []
+    for name, rows in generations.items():
+        predicted = predictions_from_rows(
+            rows["episodes"], rows["entities"], rows["facts"], rows["mentions"]
+        )
+        labelled = {k: gold[k] for k in predicted if k in gold}
+        if not labelled:
+            continue
+        score = score_set({k: predicted[k] for k in labelled}, labelled, ended_facts=ended_facts)
+        out.append(
+            {
+                "graph": name,
+                "episodes": len(labelled),
+                **{
+                    f"{kind}_{metric}": round(getattr(getattr(score, attr), metric), 4)
+                    for kind, attr in (("entity", "entities"), ("fact", "facts"))
+                    for metric in ("precision", "recall", "f1")
+                },
+            }
+        )
+    return out
+
+
 def _none_if_nat(value: Any) -> Any:
     """pandas gives NaT/NaN for missing timestamps; both are "no value" here."""
     return None if value is None or value != value else value  # NaN/NaT != themselves

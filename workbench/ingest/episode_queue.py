@@ -123,9 +123,12 @@ class EpisodeQueue:
         max_crashes: int = 3,
         run_size: int = 1,
         budget: DailyBudget | None = None,
+        queue_name: str = QUEUE_NAME,
     ):
         self.store = store
         self.budget = budget  # groups at their daily LLM budget wait (workbench.ingest.budget)
+        # the ``queue_name`` label of its metrics (a re-extraction's shadow queue has its own)
+        self.queue_name = queue_name
         # up to this many consecutive messages of a group with a backlog are claimed and
         # prepared together (work with ``prepare_run`` only)
         self.run_size = max(1, run_size) if hasattr(work, "prepare_run") else 1
@@ -182,7 +185,7 @@ class EpisodeQueue:
 
     # --- producer side ------------------------------------------------------------------
     def notify_enqueued(self, priority: int) -> None:
-        self.metrics.record_enqueue(QUEUE_NAME, PRIORITY_NAMES.get(priority, "normal"))
+        self.metrics.record_enqueue(self.queue_name, PRIORITY_NAMES.get(priority, "normal"))
         self._claimable()
 
     # --- worker side --------------------------------------------------------------------
@@ -230,7 +233,9 @@ class EpisodeQueue:
                 uuid,
                 self.max_crashes,
             )
-            self.metrics.record_processing_complete(QUEUE_NAME, 0.0, False, "UnknownError", None)
+            self.metrics.record_processing_complete(
+                self.queue_name, 0.0, False, "UnknownError", None
+            )
 
     def stop(self, timeout: float = 30.0) -> None:
         """Stop claiming, return claimed messages no worker has started to the queue, let the
@@ -647,7 +652,7 @@ class EpisodeQueue:
 
     def _begin(self, message: QueueMessage) -> float:
         wait = (self.clock() - message["enqueued_at"]).total_seconds()
-        self.metrics.record_dequeue(QUEUE_NAME, None, wait)
+        self.metrics.record_dequeue(self.queue_name, None, wait)
         self._set_busy(+1)
         return time.perf_counter()
 
@@ -766,7 +771,7 @@ class EpisodeQueue:
         duration = time.perf_counter() - started
         self._avg_seconds = 0.8 * self._avg_seconds + 0.2 * duration
         end = (self.clock() - message["enqueued_at"]).total_seconds()
-        self.metrics.record_processing_complete(QUEUE_NAME, duration, True, None, end)
+        self.metrics.record_processing_complete(self.queue_name, duration, True, None, end)
 
     def _failed(self, message: QueueMessage, exc: BaseException, duration: float) -> None:
         category = categorize(exc)
@@ -805,7 +810,7 @@ class EpisodeQueue:
                 decision.delay,
                 text,
             )
-            self.metrics.record_retry(QUEUE_NAME)
+            self.metrics.record_retry(self.queue_name)
             self._on_status(uuid, "queued", f"retrying after {category}: {text}")
             return
         if not q.mark_failed(
@@ -822,7 +827,7 @@ class EpisodeQueue:
         )
         self._on_status(uuid, "failed", f"{category}: {text}")
         end = (now - message["enqueued_at"]).total_seconds()
-        self.metrics.record_processing_complete(QUEUE_NAME, duration, False, category, end)
+        self.metrics.record_processing_complete(self.queue_name, duration, False, category, end)
 
     def _wait_for_llm(self, message: QueueMessage, category: str, text: str, now) -> None:
         """The LLM is known to be down: the message waits for it without spending the
@@ -869,10 +874,10 @@ class EpisodeQueue:
         self._last_gauges = time.monotonic()
         depth = q.depth_by_priority(self.store)
         for priority, count in depth.items():
-            self.metrics.update_queue_depth(QUEUE_NAME, count, priority)
+            self.metrics.update_queue_depth(self.queue_name, count, priority)
         workers = max(1, self.concurrency)
         lag = sum(depth.values()) * self._avg_seconds / workers
-        self.metrics.update_consumer_metrics(QUEUE_NAME, self._busy, self._busy / workers, lag)
+        self.metrics.update_consumer_metrics(self.queue_name, self._busy, self._busy / workers, lag)
 
     # --- operations ---------------------------------------------------------------------
     def retry_failed(self, episode_uuids=None, group_id=None) -> list[str]:

@@ -40,7 +40,7 @@ import re
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack, contextmanager
 from datetime import datetime
@@ -270,27 +270,31 @@ class SearchEngine:
             raise ValueError(f"{len(vectors)} vectors for {len(rows)} {kind} rows")
         if not rows:
             return
-        uuids = [r["uuid"] for r in rows]
         with self.tracker.consistent_read(), self._lock:
-            fresh = sql.load_rows(self.store, kind, uuids)
-            present = {r["uuid"] for r in fresh}
-            self.rows[kind].put(fresh)
-            self._overlay(kind, self.rows[kind], present)
-            if vectors is not None and len(vectors):
-                keep = [i for i, u in enumerate(uuids[: len(vectors)]) if u in present]
-                self.vectors[kind].add(
-                    [uuids[i] for i in keep],
-                    np.asarray(vectors)[keep],
-                    [self.rows[kind].value(uuids[i], "group_id") for i in keep],
-                )
-            self.keywords[kind].add(
-                [r["uuid"] for r in fresh],
-                [keyword_text(kind, r) for r in fresh],
-                [r["group_id"] for r in fresh],
-            )
-            gone = [u for u in uuids if u not in present]
+            gone = self._upsert_locked(kind, rows, vectors)
         if gone:
             self.on_delete(kind, gone)
+
+    def _upsert_locked(self, kind: str, rows: list[dict], vectors: np.ndarray | None) -> list:
+        """:meth:`on_upsert` under the caller's locks; the uuids no longer in the store."""
+        uuids = [r["uuid"] for r in rows]
+        fresh = sql.load_rows(self.store, kind, uuids)
+        present = {r["uuid"] for r in fresh}
+        self.rows[kind].put(fresh)
+        self._overlay(kind, self.rows[kind], present)
+        if vectors is not None and len(vectors):
+            keep = [i for i, u in enumerate(uuids[: len(vectors)]) if u in present]
+            self.vectors[kind].add(
+                [uuids[i] for i in keep],
+                np.asarray(vectors)[keep],
+                [self.rows[kind].value(uuids[i], "group_id") for i in keep],
+            )
+        self.keywords[kind].add(
+            [r["uuid"] for r in fresh],
+            [keyword_text(kind, r) for r in fresh],
+            [r["group_id"] for r in fresh],
+        )
+        return [u for u in uuids if u not in present]
 
     def on_insert(self, kind: str, rows: list[dict]) -> None:
         """Index memories of ``kind`` just inserted, whose rows are complete (every column
@@ -330,9 +334,26 @@ class SearchEngine:
         # consistent_read: a refresh_states loading meanwhile (from a snapshot that may
         # still hold these rows) swaps its rows in first, then they are removed from them
         with self.tracker.consistent_read(), self._lock:
-            self.rows[kind].remove(uuids)
-            self.vectors[kind].remove(uuids)
-            self.keywords[kind].remove(uuids)
+            self._delete_locked(kind, uuids)
+
+    def _delete_locked(self, kind: str, uuids: list[str]) -> None:
+        self.rows[kind].remove(uuids)
+        self.vectors[kind].remove(uuids)
+        self.keywords[kind].remove(uuids)
+
+    def replace(self, removed: Mapping[str, Sequence[str]], changes: list) -> None:
+        """Forget ``removed`` (kind -> uuids) and index ``changes`` ((kind, rows, vectors), as
+        :meth:`on_upsert`) at once: a search sees the memories before or after, never a mix
+        (a re-extraction's promote)."""
+        with self.tracker.consistent_read(), self._lock:
+            for kind, uuids in removed.items():
+                if uuids:
+                    self._delete_locked(_checked_kind(kind), list(uuids))
+            for kind, rows, vectors in changes:
+                if rows:
+                    gone = self._upsert_locked(_checked_kind(kind), rows, vectors)
+                    if gone:
+                        self._delete_locked(kind, gone)
 
     def catch_up(self) -> int:
         """Apply what other processes sharing the store wrote since the last look (nothing
@@ -855,6 +876,11 @@ def _graph_dir(store: Store, graph_dir) -> Path | None:
             return None
         return Path(f"{store.path}.search")
     return Path(graph_dir) if graph_dir else None
+
+
+def _checked_kind(kind: str) -> str:
+    _check_kind(kind)
+    return kind
 
 
 def _check_kind(kind: str) -> None:

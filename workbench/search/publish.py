@@ -46,6 +46,8 @@ class Indexes(Protocol):
 
     def on_delete(self, kind: str, uuids: Sequence[str]) -> None: ...
 
+    def replace(self, removed: Mapping[str, Sequence[str]], changes: list[Upsert]) -> None: ...
+
     def rebuild(self) -> None: ...
 
     def catch_up(self) -> int: ...
@@ -119,6 +121,14 @@ class Publisher:
                 self._engine.on_delete(kind, removed.get(kind, ()))
 
         self._tell(tell, what)
+
+    def replaced(
+        self, removed: Mapping[str, Sequence[str]], changes: Iterable[Upsert], what: str
+    ) -> None:
+        """The engine forgets ``removed`` and indexes ``changes`` at once: no search sees
+        some of them done and not the others (a re-extraction's promote)."""
+        changes = [c for c in changes if c[1]]
+        self._tell(lambda: self._engine.replace(removed, changes), what)
 
     def _tell(self, tell: Callable[[], None], what: str) -> None:
         for attempt in (1, 2):

@@ -44,6 +44,7 @@ TABLES = (
     "maintenance_runs",
     "decay_history",
     "audit_log",
+    "reextract_runs",
 )
 
 __all__ = ["Store", "TABLES", "SCHEMA_VERSION"]

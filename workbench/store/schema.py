@@ -210,6 +210,26 @@ def _v5(dim: int) -> list[str]:
     ]
 
 
+def _v7(dim: int) -> list[str]:
+    """Re-extraction (``workbench reextract``): its runs, and the calls each made (``run_id``
+    on ``llm_calls``; NULL for ingestion's own calls)."""
+    return [
+        """CREATE TABLE IF NOT EXISTS reextract_runs (
+            run_id VARCHAR PRIMARY KEY,
+            group_id VARCHAR NOT NULL,
+            state VARCHAR NOT NULL,
+            model VARCHAR,
+            shadow_path VARCHAR NOT NULL,
+            episodes INTEGER NOT NULL DEFAULT 0,
+            predicted_calls INTEGER NOT NULL DEFAULT 0,
+            calls_copied BIGINT NOT NULL DEFAULT 0,
+            created_at TIMESTAMPTZ NOT NULL,
+            finished_at TIMESTAMPTZ
+        )""",
+        "ALTER TABLE llm_calls ADD COLUMN IF NOT EXISTS run_id VARCHAR",
+    ]
+
+
 def embeddings_table(name: str, dim: int) -> str:
     """The statement creating an embeddings table as the migrations leave it (for a table
     that replaces one: ``workbench reembed``)."""
@@ -247,7 +267,7 @@ def _v6(dim: int) -> list[str]:
 
 
 VECTOR_SEQ = "vector_seq"
-MIGRATIONS: list[Callable[[int], list[str]]] = [_v1, _v2, _v3, _v4, _v5, _v6]
+MIGRATIONS: list[Callable[[int], list[str]]] = [_v1, _v2, _v3, _v4, _v5, _v6, _v7]
 SCHEMA_VERSION = len(MIGRATIONS)
 
 LIFECYCLE_STATES = ("ACTIVE", "DORMANT", "ARCHIVED", "EXPIRED", "SOFT_DELETED", "PERMANENT")

@@ -1,0 +1,202 @@
+"""SQL of re-extraction (``workbench reextract``): the runs (table ``reextract_runs``), the
+stored episodes a run extracts again, the calls it made, and the swap of a group's graph.
+
+Run states: ``running`` (its shadow graph is being built), ``built`` (every episode done),
+``promoted`` (its graph replaced the group's), ``discarded``. A group has at most one run that
+is running or built (the one a new ``reextract`` resumes).
+
+The graph a run replaces is what extraction made of the group's episodes: the facts an
+episode stated and the entities episodes mention. Imported memories (no episode) stay, and
+so does an entity a kept fact names.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from workbench.store import Store
+from workbench.store import graph as g
+
+OPEN_STATES = ("running", "built")
+RUN_COLUMNS = (
+    "run_id, group_id, state, model, shadow_path, episodes, predicted_calls, calls_copied, "
+    "created_at, finished_at"
+)
+# the columns of a memory that carry over to the row that replaces it (same name and type)
+CARRIED = (
+    "importance",
+    "stability",
+    "decay_score",
+    "lifecycle_state",
+    "last_accessed_at",
+    "access_count",
+    "soft_deleted_at",
+    "created_at",
+)
+
+
+def insert_run(store: Store, run: dict[str, Any]) -> None:
+    store.execute(
+        """INSERT INTO reextract_runs (run_id, group_id, state, model, shadow_path, episodes,
+               predicted_calls, calls_copied, created_at)
+           VALUES (?, ?, 'running', ?, ?, ?, ?, 0, ?)""",
+        [
+            run["run_id"],
+            run["group_id"],
+            run["model"],
+            run["shadow_path"],
+            run["episodes"],
+            run["predicted_calls"],
+            run["created_at"],
+        ],
+    )
+
+
+def get_run(store: Store, run_id: str) -> dict[str, Any] | None:
+    rows = store.fetch_dicts(f"SELECT {RUN_COLUMNS} FROM reextract_runs WHERE run_id = ?", [run_id])
+    return rows[0] if rows else None
+
+
+def open_run(store: Store, group_id: str) -> dict[str, Any] | None:
+    """The group's run that is running or built, if any."""
+    rows = store.fetch_dicts(
+        f"SELECT {RUN_COLUMNS} FROM reextract_runs WHERE group_id = ? "
+        "AND list_contains(?, state) ORDER BY created_at DESC",
+        [group_id, list(OPEN_STATES)],
+    )
+    return rows[0] if rows else None
+
+
+def list_runs(store: Store, group_id: str | None = None) -> list[dict[str, Any]]:
+    where, params = ("WHERE group_id = ?", [group_id]) if group_id else ("", [])
+    return store.fetch_dicts(
+        f"SELECT {RUN_COLUMNS} FROM reextract_runs {where} ORDER BY created_at", params
+    )
+
+
+def set_state(
+    store: Store, run_id: str, state: str, now: datetime | None, episodes: int | None = None
+) -> None:
+    store.execute(
+        """UPDATE reextract_runs SET state = ?, finished_at = ?,
+               episodes = coalesce(?, episodes) WHERE run_id = ?""",
+        [state, now, episodes, run_id],
+    )
+
+
+def done_episodes(store: Store, group_id: str) -> list[dict[str, Any]]:
+    """The group's processed episodes, in the order they were queued (their original order)."""
+    columns = ", ".join(f"e.{c.strip()}" for c in g.EPISODE_COLUMNS.split(","))
+    return store.fetch_dicts(
+        f"""SELECT {columns} FROM episodes e LEFT JOIN queue q ON q.episode_uuid = e.uuid
+            WHERE e.group_id = ? AND e.status = 'done'
+            ORDER BY q.seq NULLS LAST, e.created_at, e.uuid""",
+        [group_id],
+    )
+
+
+def call_history(store: Store, episode_uuids: Sequence[str]) -> list[tuple]:
+    """Per episode with calls on record (the extraction that made the live graph, not a
+    re-extraction): (episode uuid, calls, prompt tokens, completion tokens)."""
+    return store.fetchall(
+        """SELECT episode_uuid, count(*), sum(prompt_tokens), sum(completion_tokens)
+           FROM llm_calls WHERE run_id IS NULL
+             AND episode_uuid IN (SELECT unnest(?::VARCHAR[]))
+           GROUP BY episode_uuid""",
+        [list(episode_uuids)],
+    )
+
+
+def copy_calls(store: Store, run_id: str, rows: list[dict[str, Any]], last_id: int) -> None:
+    """Record a run's calls (read from its shadow) under its id; ``last_id``: the shadow's
+    highest call id copied so far (a resumed run copies only the newer ones)."""
+    if rows:
+        columns = [c for c in rows[0] if c not in ("id", "run_id")]
+        store.executemany(
+            f"INSERT INTO llm_calls ({', '.join(columns)}, run_id) "
+            f"VALUES ({', '.join('?' for _ in columns)}, ?)",
+            [[r[c] for c in columns] + [run_id] for r in rows],
+        )
+    store.execute("UPDATE reextract_runs SET calls_copied = ? WHERE run_id = ?", [last_id, run_id])
+
+
+def run_calls(store: Store, run_id: str) -> dict[str, Any]:
+    row = store.fetchone(
+        """SELECT count(*), coalesce(sum(prompt_tokens), 0), coalesce(sum(completion_tokens), 0),
+               coalesce(sum(total_cost), 0) FROM llm_calls WHERE run_id = ?""",
+        [run_id],
+    )
+    return dict(zip(("calls", "prompt_tokens", "completion_tokens", "usd"), row))
+
+
+# --- the graph of a group ------------------------------------------------------------------
+def extracted_graph(store: Store, group_id: str) -> tuple[list[dict], list[dict]]:
+    """The (entities, facts) extraction made of the group's episodes (see the module doc)."""
+    facts = store.fetch_dicts(
+        "SELECT * FROM facts WHERE group_id = ? AND episode_uuid IS NOT NULL", [group_id]
+    )
+    entities = store.fetch_dicts(
+        """SELECT * FROM entities e WHERE group_id = ?
+             AND EXISTS (SELECT 1 FROM mentions m WHERE m.entity_uuid = e.uuid)
+             AND NOT EXISTS (SELECT 1 FROM facts f WHERE f.episode_uuid IS NULL
+                             AND (f.source_uuid = e.uuid OR f.target_uuid = e.uuid))""",
+        [group_id],
+    )
+    return entities, facts
+
+
+def kept_entities(store: Store, group_id: str, removed: Sequence[str]) -> list[dict]:
+    """The group's entities a swap keeps (imported ones, and those kept facts name)."""
+    return store.fetch_dicts(
+        "SELECT * FROM entities WHERE group_id = ? AND uuid NOT IN (SELECT unnest(?::VARCHAR[]))",
+        [group_id, list(removed)],
+    )
+
+
+def vectors_of(store: Store, kind: str, uuids: Sequence[str]) -> dict[str, Any]:
+    rows = store.fetchall(
+        f"SELECT uuid, vector FROM {kind}_embeddings WHERE uuid IN (SELECT unnest(?::VARCHAR[]))",
+        [list(uuids)],
+    )
+    return dict(rows)
+
+
+def replace_graph(
+    store: Store, episodes: Sequence[str], old: dict[str, list[str]], new: dict[str, list[dict]]
+) -> None:
+    """Inside the caller's transaction: delete the ``old`` entity and fact uuids (with their
+    vectors and mentions) and the mentions ``episodes`` made (of kept entities too), and insert
+    the ``new`` rows: ``entity``, ``fact``, ``mention`` (dicts of their tables' columns)."""
+    g.delete_facts(store, old["fact"])
+    g.delete_entities(store, old["entity"])
+    store.execute(
+        "DELETE FROM mentions WHERE episode_uuid IN (SELECT unnest(?::VARCHAR[]))",
+        [list(episodes)],
+    )
+    for table, rows in (
+        ("entities", new["entity"]),
+        ("facts", new["fact"]),
+        ("mentions", new["mention"]),
+    ):
+        _insert_rows(store, table, rows)
+
+
+def set_episode_counts(store: Store, counts: Sequence[tuple[str, int, int]]) -> None:
+    """(episode uuid, entities, facts) of each episode, as the new graph counts them."""
+    if counts:
+        store.executemany(
+            "UPDATE episodes SET entity_count = ?, fact_count = ? WHERE uuid = ?",
+            [[ents, facts, uuid] for uuid, ents, facts in counts],
+        )
+
+
+def _insert_rows(store: Store, table: str, rows: list[dict]) -> None:
+    if rows:
+        columns = list(rows[0])
+        store.executemany(
+            f"INSERT INTO {table} ({', '.join(columns)}) "
+            f"VALUES ({', '.join('?' for _ in columns)})",
+            [[r[c] for c in columns] for r in rows],
+        )
