@@ -33,8 +33,8 @@ from workbench.ingest.episode_queue import EpisodeQueue
 from workbench.ingest.generations import one_action
 from workbench.ingest.importer import Importer
 from workbench.ingest.pipeline import NO_LLM, EpisodePipeline
-from workbench.ingest.verbatim import PassageWriter
 from workbench.ingest.reextract import Reextraction
+from workbench.ingest.verbatim import PassageWriter
 from workbench.llm.client import build_chat_model
 from workbench.llm.health import LLMHealth
 from workbench.metrics import Metrics
