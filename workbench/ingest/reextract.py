@@ -224,11 +224,11 @@ class Reextraction:
 
     def run(self, group_id: str, progress: Progress | None = None) -> dict[str, Any]:
         """Build (or resume) the group's shadow graph; a report of the run."""
-        if not self.settings.llm_configured:
-            raise LLMNotConfigured(NO_LLM)
-        episodes = rx.done_episodes(self.store, group_id)
+        episodes = rx.done_episodes(self.store, group_id)  # the request first, then the LLM
         if not episodes:
             raise InvalidInput(f"group {group_id!r} has no processed episodes to re-extract")
+        if not self.settings.llm_configured:
+            raise LLMNotConfigured(NO_LLM)
         run = rx.open_run(self.store, group_id) or self._new_run(group_id, len(episodes))
         with (
             _busy(group_id),

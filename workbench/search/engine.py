@@ -325,6 +325,14 @@ class SearchEngine:
                     [cache.value(uuids[i], "group_id") for i in keep],
                 )
 
+    def groups(self) -> list[str]:
+        """Every group that holds a searchable memory, from the in-memory indexes (no store
+        read: a search names the groups it covered even while the database is away)."""
+        found: set[str] = set()
+        for index in list(self.keywords.values()):
+            found |= index.groups()
+        return sorted(found)
+
     def on_delete(self, kind: str, uuids: Sequence[str]) -> None:
         """Forget deleted memories; call after they are removed from the store."""
         _check_kind(kind)
