@@ -9,10 +9,7 @@ nothing here knows about HTTP.
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
-import sys
-import uuid as uuidlib
 from collections.abc import Sequence
 from datetime import date, datetime
 from pathlib import Path
@@ -21,13 +18,14 @@ from typing import Any
 import numpy as np
 
 from workbench import errors, names
-from workbench.clock import Clock, TimeOutOfRange, as_utc, utcnow
+from workbench.clock import Clock, utcnow
 from workbench.config import Settings, load_settings
 from workbench.decay import maintenance
 from workbench.decay.classification import classify_texts
 from workbench.decay.maintenance import MaintenanceScheduler
 from workbench.decay.rules import DecayPolicy
 from workbench.embedding import Embedder, build_embedder
+from workbench.ingest import accept
 from workbench.ingest.budget import DailyBudget
 from workbench.ingest.episode_queue import EpisodeQueue
 from workbench.ingest.generations import one_action
@@ -38,19 +36,16 @@ from workbench.ingest.verbatim import PassageWriter
 from workbench.llm.client import build_chat_model
 from workbench.llm.health import LLMHealth
 from workbench.metrics import Metrics
-from workbench.safety import MAX_JSON_DEPTH, json_depth, register_secret, scrub
+from workbench.safety import register_secret, scrub
 from workbench.search import SearchEngine, recall
 from workbench.store import TABLES, Store
 from workbench.store import graph as g
 from workbench.store import queue as q
-from workbench.store.schema import PRIORITIES
 from workbench.store.snapshots import Snapshots, remove_stale
 from workbench.store.tenancy import Tenancy
 
 log = logging.getLogger("workbench")
 
-SOURCES = ("text", "message", "json")
-MAX_NAME = 500
 MAX_LIST = 1000
 MAX_IMPORT_LINES = 5000
 _DEFAULT = object()
@@ -219,8 +214,18 @@ class Workbench:
     ) -> dict[str, Any]:
         """Store an episode, its passages searchable at once, and queue it for extraction;
         returns at once."""
-        episode = self._validate_episode(
-            name, episode_body, group_id, source, source_description, uuid, reference_time, priority
+        episode = accept.episode_row(
+            name,
+            episode_body,
+            self._group(group_id),
+            source,
+            source_description,
+            uuid,
+            reference_time,
+            priority,
+            max_chars=self.settings.max_episode_chars,
+            now=self.clock(),
+            llm_configured=self.chat is not None,
         )
         passages = self.passages.prepare(episode)
         with self.publisher:
@@ -240,7 +245,7 @@ class Workbench:
             if existing is None:  # what was said is searchable from now on (embedded soon)
                 self.passages.publish(passages)
         if existing is not None:
-            return self._added_before(existing, episode)
+            return accept.added_before(existing, episode)
         self.queue.notify_enqueued(episode["priority"])
         status = "queued" if self.chat is not None else NO_LLM
         return {
@@ -263,23 +268,6 @@ class Workbench:
                 "drained (see get_queue_status)"
             )
 
-    @staticmethod
-    def _added_before(existing: dict[str, Any], episode: dict[str, Any]) -> dict[str, Any]:
-        """A retry of an ``add_memory`` that reached us (same uuid, same episode) gets the
-        first one's answer; other content under a used uuid is a conflict."""
-        same = all(existing[k] == episode[k] for k in ("group_id", "name", "body", "source"))
-        if not same:
-            raise errors.Conflict(
-                f"an episode with uuid {episode['uuid']} already exists with other content"
-            )
-        return {
-            "message": f"Episode '{existing['name']}' was added before (a retry): not added again",
-            "episode_uuid": existing["uuid"],
-            "group_id": existing["group_id"],
-            "status": existing["status"],
-            "detail": scrub(existing.get("status_detail")) or existing["status"],
-        }
-
     def add_memories(
         self, episodes: Sequence[dict[str, Any]], progress: bool = False
     ) -> list[dict[str, Any]]:
@@ -290,42 +278,6 @@ class Workbench:
             self.add_memory(**episode)
             for episode in tqdm(episodes, desc="add_memory", unit="episode", disable=not progress)
         ]
-
-    def _validate_episode(
-        self, name, body, group_id, source, source_description, uuid, reference_time, priority
-    ) -> dict[str, Any]:
-        if not isinstance(name, str) or not name.strip():
-            raise errors.InvalidInput("'name' must be a non-empty string")
-        if len(name) > MAX_NAME:
-            raise errors.InvalidInput(f"'name' has {len(name)} characters; at most {MAX_NAME}")
-        if not isinstance(body, str) or not body.strip():
-            raise errors.InvalidInput("'episode_body' must be a non-empty string")
-        limit = self.settings.max_episode_chars
-        if len(body) > limit:
-            raise errors.InvalidInput(
-                f"'episode_body' has {len(body)} characters; at most {limit} "
-                "(split it into several episodes)"
-            )
-        if source not in SOURCES:
-            raise errors.InvalidInput(f"'source' must be one of {', '.join(SOURCES)}")
-        if source == "json":
-            _check_json_episode(body)
-        if priority not in PRIORITIES:
-            raise errors.InvalidInput(f"'priority' must be one of {', '.join(PRIORITIES)}")
-        now = self.clock()
-        return {
-            "uuid": _check_uuid(uuid) if uuid else str(uuidlib.uuid4()),
-            "group_id": self._group(group_id),
-            "name": name.strip(),
-            "body": body,
-            "source": source,
-            "source_description": str(source_description or "")[:MAX_NAME],
-            "reference_time": _time_arg("reference_time", reference_time) or now,
-            "created_at": now,
-            "priority": PRIORITIES[priority],
-            "status": "queued",
-            "status_detail": None if self.chat is not None else NO_LLM,
-        }
 
     def _group(self, group_id: str | None) -> str:
         """A named group, checked; None (not given) is the default group. An empty or blank
@@ -420,7 +372,7 @@ class Workbench:
         return {"episodes": jsonable(_scrubbed(rows, "status_detail"))}
 
     def delete_episode(self, uuid: str) -> dict[str, Any]:
-        _check_uuid(uuid)
+        accept.check_uuid(uuid)
         with self.publisher:
             with self.store.transaction():
                 episode = g.get_episode(self.store, uuid)
@@ -439,13 +391,13 @@ class Workbench:
         }
 
     def get_entity_edge(self, uuid: str) -> dict[str, Any]:
-        fact = g.get_fact(self.store, _check_uuid(uuid))
+        fact = g.get_fact(self.store, accept.check_uuid(uuid))
         if fact is None:
             raise errors.NotFound(f"no fact (entity edge) with uuid {uuid}")
         return jsonable(fact)
 
     def delete_entity_edge(self, uuid: str) -> dict[str, Any]:
-        _check_uuid(uuid)
+        accept.check_uuid(uuid)
         with self.publisher:
             with self.store.transaction():
                 if g.get_fact(self.store, uuid) is None:
@@ -538,7 +490,7 @@ class Workbench:
         self, episode_uuids: Sequence[str] | None = None, group_id: str | None = None
     ) -> dict[str, Any]:
         if episode_uuids is not None:
-            episode_uuids = [_check_uuid(u) for u in episode_uuids]
+            episode_uuids = [accept.check_uuid(u) for u in episode_uuids]
         uuids = self.queue.retry_failed(
             episode_uuids, self._group(group_id) if group_id is not None else None
         )
@@ -574,7 +526,9 @@ class Workbench:
 
     def recover_soft_deleted(self, uuid: str) -> dict[str, Any]:
         with self.publisher:
-            result = maintenance.recover_soft_deleted(self.store, _check_uuid(uuid), self.clock)
+            result = maintenance.recover_soft_deleted(
+                self.store, accept.check_uuid(uuid), self.clock
+            )
             self.publisher.states_changed()
         return jsonable(result)
 
@@ -614,42 +568,6 @@ class Workbench:
 def _scrubbed(rows: list[dict[str, Any]], field: str) -> list[dict[str, Any]]:
     """The rows with ``field`` scrubbed of secrets (rows stored before scrubbing existed)."""
     return [{**row, field: scrub(row.get(field))} if row.get(field) else row for row in rows]
-
-
-def _check_json_episode(body: str) -> None:
-    if json_depth(body) > MAX_JSON_DEPTH:
-        raise errors.InvalidInput(
-            f"'episode_body' nests deeper than {MAX_JSON_DEPTH} levels for source 'json'"
-        )
-    try:
-        json.loads(body)
-    except json.JSONDecodeError as exc:
-        raise errors.InvalidInput(
-            f"'episode_body' is not valid JSON for source 'json': {exc.msg}"
-        ) from None
-    except ValueError:  # the one other refusal: an integer of more digits than Python reads
-        raise errors.InvalidInput(
-            "'episode_body' holds a number of more than "
-            f"{sys.get_int_max_str_digits()} digits (source 'json'): send it as a string"
-        ) from None
-
-
-def _check_uuid(value: Any) -> str:
-    try:
-        return str(uuidlib.UUID(str(value)))
-    except (ValueError, TypeError, AttributeError):
-        raise errors.InvalidInput(f"{value!r} is not a valid uuid") from None
-
-
-def _time_arg(name: str, value: Any) -> datetime | None:
-    try:
-        return as_utc(value)
-    except TimeOutOfRange as exc:
-        raise errors.InvalidInput(f"'{name}' is out of range: {exc}") from None
-    except (TypeError, ValueError):
-        raise errors.InvalidInput(
-            f"'{name}' must be an ISO 8601 timestamp such as 2025-03-01T12:00:00Z"
-        ) from None
 
 
 def _as_dict(value: Any) -> dict[str, Any]:
