@@ -39,8 +39,13 @@ log = logging.getLogger("service.access")
 
 
 # --- who is calling ------------------------------------------------------------------------
+_NEVER = -1e18  # the expiry of an answer never read from the store
+
+
 class TokenResolver:
-    """Bearer tokens → callers, remembered for ``ttl`` seconds (thread-safe, bounded)."""
+    """Bearer tokens → callers, remembered for ``ttl`` seconds (thread-safe, bounded). While
+    the store cannot be read (an outage), the last answer read for a token, or for whether
+    any token exists, stands; what was never read is refused (503)."""
 
     def __init__(
         self,
@@ -56,7 +61,7 @@ class TokenResolver:
         self.max_entries = max_entries
         self._admin = admin_token
         self._cache: OrderedDict[str, tuple[float, Caller | None]] = OrderedDict()
-        self._any: tuple[float, bool] = (-1e18, False)
+        self._any: tuple[float, bool] = (_NEVER, False)
         self._lock = threading.Lock()
 
     def required(self) -> bool:
@@ -64,7 +69,12 @@ class TokenResolver:
         known = self.required_known()
         if known is not None:
             return known
-        value = self.tenancy.any_tokens()
+        try:
+            value = self.tenancy.any_tokens()
+        except Exception:
+            if self._any[0] == _NEVER:  # never read: only the store can tell
+                raise
+            return self._any[1]  # the store is away: the last answer it gave stands
         self._any = (self.clock() + self.ttl, value)
         return value
 
@@ -100,7 +110,12 @@ class TokenResolver:
             hit = self._cache.get(key)
         if hit is not None and now < hit[0]:
             return hit[1]
-        caller = self.tenancy.caller(token)
+        try:
+            caller = self.tenancy.caller(token)
+        except Exception:
+            if hit is None:  # never resolved: only the store can tell
+                raise
+            return hit[1]  # the store is away: the last answer it gave stands
         with self._lock:
             self._cache[key] = (now + self.ttl, caller)
             self._cache.move_to_end(key)

@@ -336,3 +336,34 @@ def test_a_stand_in_workbench_keeps_its_own_error():
     for name, args in (("clear_graph", {"group_ids": ["g"]}), ("get_episodes", {})):
         with pytest.raises(StoreError, match="the database is gone"):
             get_tool(name).invoke(stand_in, args)
+
+
+def test_during_a_store_outage_the_last_answers_stand_and_unknown_tokens_are_refused():
+    """The resolver keeps what the store last said (whether tokens exist, a token's caller)
+    while the store is away; a token it never read cannot be checked and is refused."""
+    from service.access import TokenResolver
+    from workbench.errors import StoreUnavailable
+
+    class Tenancy:
+        down = False
+
+        def any_tokens(self):
+            if self.down:
+                raise StoreUnavailable("the database is unreachable")
+            return True
+
+        def caller(self, token):
+            if self.down:
+                raise StoreUnavailable("the database is unreachable")
+            return "alice" if token == "known" else None
+
+    now = [0.0]
+    tenancy = Tenancy()
+    resolver = TokenResolver(tenancy, ttl=5.0, clock=lambda: now[0])
+    assert resolver.required() is True and resolver.resolve("known") == "alice"
+    tenancy.down, now[0] = True, 60.0  # past the ttl: the store would be asked again
+    assert resolver.required() is True and resolver.resolve("known") == "alice"
+    with pytest.raises(StoreUnavailable):
+        resolver.resolve("never-seen")
+    with pytest.raises(StoreUnavailable):
+        TokenResolver(tenancy).required()
