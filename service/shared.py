@@ -35,6 +35,7 @@ from typing import Any
 from service.live import LiveService, find_live
 from workbench import errors
 from workbench.config import Settings
+from workbench.store.snapshots import pid_alive
 
 log = logging.getLogger("service.shared")
 
@@ -81,20 +82,11 @@ def live_clients(db: str | Path) -> int:
     folder = _beside(db, CLIENTS_SUFFIX)
     count = 0
     for entry in folder.glob("*") if folder.is_dir() else ():
-        if entry.name.isdigit() and _alive(int(entry.name)):
+        if entry.name.isdigit() and pid_alive(int(entry.name)):
             count += 1
         else:
             entry.unlink(missing_ok=True)
     return count
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
     return True
 
 

@@ -114,16 +114,16 @@ def test_local_profile_sends_the_short_prompt_with_a_bounded_budget(fake_llm):
     assert request["max_tokens"] == compact.ANSWER_TOKENS[extract_entities.PROMPT_NAME]
 
 
-def test_local_profile_sends_one_request_at_a_time(fake_llm):
-    """Four threads call at once: a single-slot server sees them one after another."""
-    chat = local_chat(fake_llm)
+def peak_in_flight(chat, fake_llm, calls: int, seconds: float) -> int:
+    """The most requests the fake server held at once while ``calls`` threads called
+    ``chat`` together (each answered after ``seconds``)."""
     inflight, peak, lock = [0], [0], threading.Lock()
 
     def respond(request):
         with lock:
             inflight[0] += 1
             peak[0] = max(peak[0], inflight[0])
-        time.sleep(0.15)
+        time.sleep(seconds)
         with lock:
             inflight[0] -= 1
         return {"entities": []}
@@ -135,13 +135,19 @@ def test_local_profile_sends_one_request_at_a_time(fake_llm):
             target=chat.complete,
             args=(extract_entities.PROMPT_NAME, messages, extract_entities.ExtractedEntities),
         )
-        for _ in range(4)
+        for _ in range(calls)
     ]
     for t in threads:
         t.start()
     for t in threads:
         t.join(10)
-    assert len(fake_llm.requests) == 4 and peak[0] == 1
+    assert len(fake_llm.requests) == calls
+    return peak[0]
+
+
+def test_local_profile_sends_one_request_at_a_time(fake_llm):
+    """Four threads call at once: a single-slot server sees them one after another."""
+    assert peak_in_flight(local_chat(fake_llm), fake_llm, calls=4, seconds=0.15) == 1
 
 
 def test_hosted_profile_sends_requests_in_parallel(fake_llm):
@@ -149,31 +155,7 @@ def test_hosted_profile_sends_requests_in_parallel(fake_llm):
         chat_settings_env(fake_llm, SVC_KNOWLEDGE_LLM_REQUESTS_PER_MINUTE="0"), env_file=None
     )
     chat = build_chat_model(settings, metrics=Metrics(enabled=True), store=Store.open())
-    inflight, peak, lock = [0], [0], threading.Lock()
-
-    def respond(request):
-        with lock:
-            inflight[0] += 1
-            peak[0] = max(peak[0], inflight[0])
-        time.sleep(0.3)
-        with lock:
-            inflight[0] -= 1
-        return {"entities": []}
-
-    fake_llm.set_responder(respond)
-    messages = extract_entities.build_messages(EPISODE, [])
-    threads = [
-        threading.Thread(
-            target=chat.complete,
-            args=(extract_entities.PROMPT_NAME, messages, extract_entities.ExtractedEntities),
-        )
-        for _ in range(3)
-    ]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(10)
-    assert peak[0] > 1
+    assert peak_in_flight(chat, fake_llm, calls=3, seconds=0.3) > 1
     assert fake_llm.requests[0]["messages"][0]["content"] == extract_entities.SYSTEM
 
 

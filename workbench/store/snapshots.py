@@ -52,7 +52,8 @@ def private_folder(path: Path) -> Path:
     return path
 
 
-def _alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """Whether a process with this PID exists (one of another user's counts)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -79,7 +80,7 @@ def remove_stale(root: Path | None = None) -> int:
     removed = 0
     for child in children:
         pid = _pid_of(child)
-        if pid is not None and not _alive(pid):
+        if pid is not None and not pid_alive(pid):
             shutil.rmtree(child, ignore_errors=True)
             removed += 1
     return removed
