@@ -306,17 +306,22 @@ def evaluate(wb, convs, turns_of) -> dict[str, Any]:
         "questions": len(sums["fused"]["all"]),
         "search_p50_ms": round(1000 * latencies[len(latencies) // 2], 1),
         "search_p95_ms": round(1000 * latencies[int(len(latencies) * 0.95)], 1),
-        "methods": {
-            method: {
-                label: {
-                    "n": len(v),
-                    "recall@10": round(sum(r for r, _ in v) / len(v), 3),
-                    "hit@10": round(sum(h for _, h in v) / len(v), 3),
-                }
-                for label, v in sorted(by.items())
-            }  # fmt: skip
-            for method, by in sums.items()
-        },
+        "methods": summary(sums),
+    }
+
+
+def summary(sums) -> dict[str, dict[str, dict[str, float]]]:
+    """Per method and category: questions, mean recall@10 and hit@10."""
+    return {
+        method: {
+            label: {
+                "n": len(v),
+                "recall@10": round(sum(r for r, _ in v) / len(v), 3),
+                "hit@10": round(sum(h for _, h in v) / len(v), 3),
+            }
+            for label, v in sorted(by.items())
+        }
+        for method, by in sums.items()
     }
 
 

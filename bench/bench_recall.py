@@ -22,6 +22,7 @@ from bench_locomo import (
     questions,
     scores,
     session_episodes,
+    summary,
     turn_ids,
 )
 
@@ -212,17 +213,3 @@ def free_port() -> int:
 def percentile(seconds: list[float], q: float) -> float:
     ordered = sorted(seconds)
     return round(1000 * ordered[min(len(ordered) - 1, int(len(ordered) * q))], 1)
-
-
-def summary(sums) -> dict[str, dict[str, dict[str, float]]]:
-    return {
-        method: {
-            label: {
-                "n": len(v),
-                "recall@10": round(sum(r for r, _ in v) / len(v), 3),
-                "hit@10": round(sum(h for _, h in v) / len(v), 3),
-            }
-            for label, v in sorted(by.items())
-        }
-        for method, by in sums.items()
-    }
