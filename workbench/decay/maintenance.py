@@ -589,7 +589,7 @@ class MaintenanceScheduler:
         """On a store shared by several processes, each schedules maintenance and the first
         due runs it: seconds until the next run is due when another process ran one within
         the interval (skip this one), else None."""
-        if self.store.backend == "duckdb":
+        if not self.store.shared:
             return None
         last = sql.last_run(self.store, "success")
         if last is None:

@@ -213,7 +213,7 @@ class EpisodeQueue:
     @property
     def _shared(self) -> bool:
         """Whether other processes use the store's queue too (a database server)."""
-        return self.store.backend != "duckdb"
+        return self.store.shared
 
     def _recover(self, now, keep) -> None:
         """Return the messages of a process that died to the queue, counting a crash each:

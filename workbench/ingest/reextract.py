@@ -471,8 +471,9 @@ def _live_graph(store: Store, group_id: str) -> tuple[list[dict], list[dict]]:
 
 def default_shadow_dir(store: Store) -> Path:
     """Beside a DuckDB file (``<file>.reextract/``); else the system's temporary folder."""
-    if store.backend == "duckdb" and store.path != ":memory:":
-        return Path(f"{store.path}.reextract")
+    beside = store.beside_file(".reextract")
+    if beside is not None:
+        return beside
     import tempfile
 
     return Path(tempfile.gettempdir()) / "knowledge-workbench-reextract"

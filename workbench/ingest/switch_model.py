@@ -119,5 +119,6 @@ def copy_database(source: str | Path, target: str | Path) -> Path:
 def _drop_saved_indexes(store: Store) -> None:
     """The saved vector graphs beside the file describe the old vectors: remove them (the
     search engine would find their checksum wrong and rebuild anyway)."""
-    if store.backend == "duckdb" and store.path != ":memory:":
-        shutil.rmtree(Path(f"{store.path}.search"), ignore_errors=True)
+    beside = store.beside_file(".search")
+    if beside is not None:
+        shutil.rmtree(beside, ignore_errors=True)

@@ -177,7 +177,7 @@ class SearchEngine:
         self.keywords: dict[str, KeywordIndex] = {}
         self.rows: dict[str, RowCache] = {}
         # a store shared with other processes: the change log position before loading
-        shared = store.backend != "duckdb"
+        shared = store.shared
         start = changes_sql.position(store) if shared else None
         self._open()
         # what writers of entities and facts tell this engine through, under its gate
@@ -875,14 +875,10 @@ def _graph_dir(store: Store, graph_dir) -> Path | None:
     """``True``: ``<database file>.search/`` (none for in-memory or read-only stores, nor
     for a database server: each process builds its own graphs)."""
     if graph_dir is True:
-        if (
-            store.backend != "duckdb"
-            or store.path == ":memory:"
-            or store.read_only
-            or ":" in Path(store.path).name
-        ):
+        beside = store.beside_file(".search")
+        if beside is None or store.read_only or ":" in beside.name:
             return None
-        return Path(f"{store.path}.search")
+        return beside
     return Path(graph_dir) if graph_dir else None
 
 

@@ -121,6 +121,14 @@ class Store:
     # its caches or by counting its own commits, is not the whole story)
     shared = False
 
+    def beside_file(self, suffix: str) -> Path | None:
+        """``<database file><suffix>``, where this process keeps what belongs to one local
+        database file (saved indexes, a shadow graph); None when there is no such file (in
+        memory, a database server)."""
+        if self.shared or self.path == ":memory:":
+            return None
+        return Path(f"{self.path}{suffix}")
+
     def __init__(self, con: duckdb.DuckDBPyConnection, path: str, dim: int, read_only: bool):
         self._con = con
         self._lock = threading.RLock()
