@@ -47,7 +47,7 @@ def _parts(content: Any) -> list[dict[str, Any]]:
     return [{"type": "text", "text": "" if content is None else str(content)}]
 
 
-def to_multipart(messages: list[dict[str, Any]], mark_system: bool = True) -> list[dict]:
+def to_multipart(messages: list[dict[str, Any]], mark_system: bool = True) -> list[dict[str, Any]]:
     """Messages as content-part arrays with ``cache_control`` on the last part (rule 2)."""
     out: list[dict[str, Any]] = []
     for msg in messages:

@@ -28,10 +28,9 @@ import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import openai
-from pydantic import BaseModel
 
 from workbench.clock import Clock, utcnow
 from workbench.config import Settings
@@ -47,11 +46,15 @@ from workbench.llm.retry import (
     classify_error,
     exhausted_error,
 )
-from workbench.llm.structured import MODES, parse_reply, request_options
+from workbench.llm.structured import MODES, StructureT, parse_reply, request_options
 from workbench.metrics import Metrics
 from workbench.prompts import health_probe as probe_prompt
 from workbench.store import Store
 from workbench.store.llm_calls import LLMCallRow, defer_llm_call
+
+if TYPE_CHECKING:
+    # the options of the client's low-level ``post``: openai exports no public name for them
+    from openai._types import RequestOptions
 
 log = logging.getLogger("workbench.llm")
 
@@ -68,12 +71,12 @@ class ChatModel(Protocol):
     def complete(
         self,
         prompt_name: str,
-        messages: list[dict],
-        response_model: type[BaseModel],
+        messages: list[dict[str, Any]],
+        response_model: type[StructureT],
         *,
         episode_uuid: str | None = None,
         max_tokens: int | None = None,
-    ) -> BaseModel: ...
+    ) -> StructureT: ...
 
 
 @dataclass
@@ -160,12 +163,12 @@ class CompatChatModel:
     def complete(
         self,
         prompt_name: str,
-        messages: list[dict],
-        response_model: type[BaseModel],
+        messages: list[dict[str, Any]],
+        response_model: type[StructureT],
         *,
         episode_uuid: str | None = None,
         max_tokens: int | None = None,
-    ) -> BaseModel:
+    ) -> StructureT:
         call = _Call(prompt_name, episode_uuid, response_model.__name__)
         messages = self.profile.messages(prompt_name, messages)
         msgs, extra = request_options(self.structured_output, messages, response_model)
@@ -233,7 +236,9 @@ class CompatChatModel:
         return True
 
     # --- sending with retries --------------------------------------------------------------
-    def _send(self, call: _Call, msgs: list[dict], extra: dict[str, Any], budget: int) -> _Reply:
+    def _send(
+        self, call: _Call, msgs: list[dict[str, Any]], extra: dict[str, Any], budget: int
+    ) -> _Reply:
         while True:
             call.attempt += 1
             self._throttle.acquire()
@@ -261,12 +266,12 @@ class CompatChatModel:
                 self._timeouts.observe(latency, reply.usage.completion_tokens)
             return reply
 
-    def _post(self, msgs: list[dict], extra: dict[str, Any], budget: int) -> Any:
+    def _post(self, msgs: list[dict[str, Any]], extra: dict[str, Any], budget: int) -> object:
         # client.post sends the same request as chat.completions.create without create()'s
         # walk of the typed parameters (~1.7 ms of CPU a call), with the same retries and
         # errors; cast_to=object hands back the decoded JSON instead of building a
         # ChatCompletion model of it (~0.3 ms a call)
-        options: dict[str, Any] = {}
+        options: RequestOptions = {}
         if self._timeouts is not None:
             options["timeout"] = self._timeouts.timeout(budget)
         return self._client.post(
@@ -314,7 +319,7 @@ class CompatChatModel:
         )
 
     # --- accounting ------------------------------------------------------------------------
-    def _reply(self, call: _Call, completion: Any, latency: float) -> _Reply:
+    def _reply(self, call: _Call, completion: object, latency: float) -> _Reply:
         """Text, finish reason, usage and cost of a chat-completions JSON body (anything else,
         e.g. a non-JSON reply, has no text: the structure's validation then fails)."""
         if isinstance(completion, str | bytes):  # JSON sent with another content type

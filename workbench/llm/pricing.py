@@ -117,7 +117,7 @@ class MaintainedPrices:
     """Prices from ``genai-prices`` (an optional package; without it, none), USD per 1M tokens
     derived from its own arithmetic, remembered per model name."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self._known: dict[str, ModelPrice | None] = {}
 
     def lookup(self, name: str) -> ModelPrice | None:
@@ -224,8 +224,8 @@ class PriceTable:
             for key in (*self.prices, *self.aliases):
                 index.setdefault(normalize_model_name(key), key)
             self._normalised = index
-        key = self._normalised.get(normalize_model_name(name))
-        return None if key is None else self.prices[self.aliases.get(key, key)]
+        found = self._normalised.get(normalize_model_name(name))
+        return None if found is None else self.prices[self.aliases.get(found, found)]
 
     def __contains__(self, name: str) -> bool:
         return self.lookup(name) is not None
@@ -233,7 +233,8 @@ class PriceTable:
 
 def _read_user_file(path: Path) -> dict[str, Any]:
     try:
-        return json.loads(path.expanduser().read_text("utf-8"))
+        data: dict[str, Any] = json.loads(path.expanduser().read_text("utf-8"))
+        return data
     except FileNotFoundError:
         raise ConfigError(f"SVC_KNOWLEDGE_PRICE_TABLE_PATH: no file at {path}") from None
     except json.JSONDecodeError as exc:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import contextlib
 import threading
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 from workbench.prompts import compact
 
@@ -34,7 +34,7 @@ class LLMProfile:
     adaptive_timeout: bool = False
     answer_tokens: dict[str, int] = field(default_factory=dict)  # per prompt name
 
-    def messages(self, prompt_name: str, messages: list[dict]) -> list[dict]:
+    def messages(self, prompt_name: str, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
         return compact.compact(prompt_name, messages) if self.compact_prompts else messages
 
     def budget(self, prompt_name: str, budget: int) -> int:
@@ -43,7 +43,7 @@ class LLMProfile:
         bound = self.answer_tokens.get(prompt_name)
         return min(budget, bound) if bound else budget
 
-    def slots(self) -> contextlib.AbstractContextManager:
+    def slots(self) -> contextlib.AbstractContextManager[None]:
         """What a request holds while it is sent (a semaphore when calls are limited)."""
         if self.max_concurrent_calls <= 0:
             return contextlib.nullcontext()

@@ -90,7 +90,7 @@ def backoff_delay(
     when it sent one (capped at a minute), else exponential backoff with equal jitter."""
     if retry_after is not None:
         return min(retry_after, RETRY_AFTER_CAP)
-    ceiling = min(cap, base * 2 ** max(0, retry - 1))
+    ceiling: float = min(cap, base * 2 ** max(0, retry - 1))  # int ** int is Any to mypy
     return ceiling / 2 + (rng or random).uniform(0, ceiling / 2)
 
 

@@ -26,9 +26,10 @@ import copy
 import functools
 import json
 import re
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
+from pydantic.fields import FieldInfo
 
 from workbench.errors import SchemaEchoError, StructuredOutputError
 
@@ -58,6 +59,8 @@ _SCHEMA_KEYS = {"properties", "$defs", "$schema", "definitions"}
 _THINK = re.compile(r"<think(?:ing)?>.*?</think(?:ing)?>", re.DOTALL | re.IGNORECASE)
 _FENCE = re.compile(r"^```[a-zA-Z0-9_-]*\s*\n?(.*?)\n?```\s*$", re.DOTALL)
 
+StructureT = TypeVar("StructureT", bound=BaseModel)  # the response model a call asks for
+
 
 # --- schemas ---------------------------------------------------------------------------------
 def model_schema(model: type[BaseModel]) -> dict[str, Any]:
@@ -83,7 +86,8 @@ def inline_refs(schema: dict[str, Any]) -> dict[str, Any]:
             return walk(merged, (*seen, name))
         return {k: walk(v, seen) for k, v in node.items() if k not in ("$defs", "definitions")}
 
-    return walk(copy.deepcopy(schema), ())
+    inlined: dict[str, Any] = walk(copy.deepcopy(schema), ())
+    return inlined
 
 
 def grammar_schema(schema: dict[str, Any], max_items: int | None = 64) -> dict[str, Any]:
@@ -119,7 +123,8 @@ def grammar_schema(schema: dict[str, Any], max_items: int | None = 64) -> dict[s
             out["maxItems"] = max_items
         return out
 
-    return walk(inline_refs(schema))
+    closed: dict[str, Any] = walk(inline_refs(schema))
+    return closed
 
 
 def _integer_range_to_enum(node: dict[str, Any]) -> None:
@@ -148,7 +153,7 @@ def strict_schema(schema: dict[str, Any]) -> tuple[dict[str, Any], bool]:
                 possible = False
         return out
 
-    result = walk(inline_refs(schema))
+    result: dict[str, Any] = walk(inline_refs(schema))
     return (result if possible else inline_refs(schema)), possible
 
 
@@ -161,7 +166,7 @@ def schema_instruction(name: str, schema: dict[str, Any]) -> str:
     )
 
 
-def with_system_instruction(messages: list[dict], text: str) -> list[dict]:
+def with_system_instruction(messages: list[dict[str, Any]], text: str) -> list[dict[str, Any]]:
     """Append ``text`` to the system message (after the stable prompt), or add one."""
     out = [dict(m) for m in messages]
     for msg in out:
@@ -176,8 +181,8 @@ def with_system_instruction(messages: list[dict], text: str) -> list[dict]:
 
 
 def request_options(
-    mode: str, messages: list[dict], response_model: type[BaseModel]
-) -> tuple[list[dict], dict[str, Any]]:
+    mode: str, messages: list[dict[str, Any]], response_model: type[BaseModel]
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """``(messages, extra create() kwargs)`` asking for ``response_model`` in ``mode``.
 
     The schema work is cached per (mode, model): the returned kwargs share it, read-only."""
@@ -286,11 +291,11 @@ def schema_echo_detail(data: Any, model: type[BaseModel]) -> str | None:
     return None
 
 
-def _alias(name: str, info: Any) -> str:
+def _alias(name: str, info: FieldInfo) -> str:
     return info.alias or name
 
 
-def parse_reply(text: str | None, response_model: type[BaseModel]) -> BaseModel:
+def parse_reply(text: str | None, response_model: type[StructureT]) -> StructureT:
     """Validate a reply into ``response_model`` or raise a structured-output error."""
     structure = response_model.__name__
     cleaned = clean_reply(text or "")

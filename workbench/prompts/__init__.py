@@ -4,7 +4,8 @@ The system prompts are long, fixed texts placed first so that a provider's promp
 reuse them across episodes; everything that varies goes in the last (user) message.
 """
 
-from typing import Literal, get_args
+from datetime import datetime
+from typing import Literal, TypedDict, get_args
 
 EntityType = Literal[
     "Person",
@@ -20,6 +21,18 @@ EntityType = Literal[
 ENTITY_TYPES: tuple[str, ...] = get_args(EntityType)
 # Integer ranges as enums: grammar engines ignore minimum/maximum but honour enums.
 Score = Literal[1, 2, 3, 4, 5]
+
+
+class EpisodeText(TypedDict):
+    """What the extraction prompts show of an episode (a subset of the episode row that
+    ingestion reads, ``workbench.ingest.records.EpisodeRow``)."""
+
+    name: str
+    body: str
+    source: str
+    source_description: str
+    reference_time: datetime
+
 
 SCORING_GUIDE = """\
 Importance (1-5): how much an assistant serving this user would lose by forgetting it.

@@ -6,6 +6,8 @@ importance/stability, earlier failures) and by the ``classify_memory`` tool.
 
 from __future__ import annotations
 
+from typing import Any
+
 from pydantic import BaseModel, Field
 
 from workbench.prompts import SCORING_GUIDE, Score
@@ -46,7 +48,7 @@ def _clip(text: str) -> str:
     return text if len(text) <= MAX_TEXT_CHARS else text[: MAX_TEXT_CHARS - 1] + "…"
 
 
-def build_messages(texts: list[str]) -> list[dict]:
+def build_messages(texts: list[str]) -> list[dict[str, Any]]:
     """Memories are numbered from 1; the answer's ``index`` refers to these numbers."""
     lines = [f"MEMORY {i}: {_clip(t)}" for i, t in enumerate(texts, start=1)]
     return [

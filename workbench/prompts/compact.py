@@ -11,6 +11,8 @@ as the full prompts (the user message is unchanged).
 
 from __future__ import annotations
 
+from typing import Any
+
 from workbench.prompts import ENTITY_TYPES, extract_edges, extract_entities
 
 MAX_ENTITIES = 12  # asked for in the prompt; the budget below is sized for it
@@ -62,7 +64,7 @@ ANSWER_TOKENS = {
 }
 
 
-def compact(prompt_name: str, messages: list[dict]) -> list[dict]:
+def compact(prompt_name: str, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """``messages`` with the short system prompt of ``prompt_name``, when it has one."""
     system = SYSTEMS.get(prompt_name)
     if system is None or not messages or messages[0].get("role") != "system":

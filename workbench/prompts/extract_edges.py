@@ -3,9 +3,12 @@ checked against the current facts they may contradict, in one call."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+from typing import Any
+
 from pydantic import BaseModel, Field
 
-from workbench.prompts import SCORING_GUIDE, SOURCE_GUIDE, Score
+from workbench.prompts import SCORING_GUIDE, SOURCE_GUIDE, EpisodeText, Score
 
 PROMPT_NAME = "extract_edges"
 
@@ -85,7 +88,13 @@ Answer: {{"edges": [{{"source": "User", "target": "Neovim", "relation": "USES",
 """
 
 
-def build_messages(episode: dict, entities: list[dict], existing: list[dict]) -> list[dict]:
+def build_messages(
+    episode: EpisodeText,
+    entities: Sequence[Mapping[str, str]],
+    existing: Sequence[Mapping[str, Any]],
+) -> list[dict[str, Any]]:
+    """``entities``: ``name``, ``entity_type``; ``existing``: fact rows (``source_name``,
+    ``relation``, ``target_name``, ``fact``), numbered from 1 in the prompt."""
     entity_lines = "\n".join(f"- {e['name']} ({e['entity_type']})" for e in entities)
     fact_lines = (
         "\n".join(

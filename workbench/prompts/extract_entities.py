@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+from typing import Any
+
 from pydantic import BaseModel, Field
 
 from workbench.prompts import (
@@ -10,6 +13,7 @@ from workbench.prompts import (
     SCORING_GUIDE,
     SOURCE_GUIDE,
     EntityType,
+    EpisodeText,
     Score,
 )
 
@@ -96,7 +100,10 @@ Answer: {{"entities": [
 """
 
 
-def build_messages(episode: dict, context: list[dict]) -> list[dict]:
+def build_messages(
+    episode: EpisodeText, context: Sequence[Mapping[str, Any]]
+) -> list[dict[str, Any]]:
+    """``context``: the group's earlier episodes (``reference_time``, ``body``), newest first."""
     previous = (
         "\n".join(
             f"- ({c['reference_time']:%Y-%m-%d}) {c['body'][:500]}" for c in reversed(context)

@@ -4,6 +4,8 @@ mode shows as failing before the first episode, not after it."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from pydantic import BaseModel
 
 PROMPT_NAME = "health_probe"
@@ -14,7 +16,7 @@ class ProbeReply(BaseModel):
     ok: bool
 
 
-def messages() -> list[dict]:
+def messages() -> list[dict[str, Any]]:
     return [
         {
             "role": "user",

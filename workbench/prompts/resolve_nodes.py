@@ -6,6 +6,9 @@ prompt is asked only about the ambiguous candidates, all of an episode in one ca
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+from typing import Any
+
 from pydantic import BaseModel, Field
 
 PROMPT_NAME = "resolve_nodes"
@@ -34,7 +37,7 @@ or null>}]} with exactly one entry per new entity. No prose, no code fences, no 
 """
 
 
-def build_messages(questions: list[dict]) -> list[dict]:
+def build_messages(questions: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """``questions``: [{"id", "name", "entity_type", "summary", "candidates": [{"id", "name",
     "entity_type", "summary"}]}]."""
     lines = []
