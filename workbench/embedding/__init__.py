@@ -7,6 +7,7 @@ Vectors are returned L2-normalised so that a dot product is the cosine similarit
 
 from __future__ import annotations
 
+from workbench.config import Settings
 from workbench.embedding.base import Embedder, check_texts, normalise
 from workbench.embedding.compat import CompatEmbedder
 from workbench.embedding.local import LocalEmbedder, local_embedder
@@ -23,7 +24,7 @@ __all__ = [
 ]
 
 
-def build_embedder(settings) -> Embedder:
+def build_embedder(settings: Settings) -> Embedder:
     """The embedder the settings ask for (``compat`` when a base URL is set, else local)."""
     if settings.embedder_kind == "compat":
         if not settings.embedder_model or not settings.embedder_dimensions:

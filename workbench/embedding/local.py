@@ -9,11 +9,13 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
+from numpy.typing import NDArray
 
+from workbench.config import Settings
 from workbench.embedding.base import DEFAULT_BATCH
 from workbench.embedding.e5 import E5Embedder, is_e5
 from workbench.embedding.models import (
@@ -27,6 +29,9 @@ from workbench.embedding.models import (
 from workbench.errors import DimensionMismatch, EmbedderError
 
 log = logging.getLogger("workbench.embedding.local")
+
+# a loaded model: texts in, one float32 unit vector a text out
+Encode = Callable[[list[str]], NDArray[np.float32]]
 
 
 def torch_available() -> bool:
@@ -68,14 +73,14 @@ class LocalEmbedder:
         self._cache_dir = cache_dir
         self._forced = backend is not None
         self.backend: str = backend or default_backend(self._path)
-        self._encode = None
+        self._encode: Encode | None = None
         self._load_lock = threading.Lock()
         self._encode_lock = threading.Lock()
         self.dimensions = dimensions or (384 if "MiniLM-L6" in model else 0)
         if not self.dimensions:
             self._load()
 
-    def _load(self):
+    def _load(self) -> Encode:
         if self._encode is not None:
             return self._encode
         with self._load_lock:
@@ -94,7 +99,7 @@ class LocalEmbedder:
                 self._encode = encode
         return self._encode
 
-    def _load_onnx(self):
+    def _load_onnx(self) -> tuple[Encode, int]:
         from workbench.embedding import onnx_backend as onnx_embedder
 
         try:
@@ -114,7 +119,7 @@ class LocalEmbedder:
         dims = encoder.dimensions or int(encoder.encode(["x"]).shape[1])
         return encoder.encode, dims
 
-    def _load_torch(self):
+    def _load_torch(self) -> tuple[Encode, int]:
         if not torch_available():
             raise EmbedderError(
                 "the torch backend of the local embedder needs sentence-transformers and torch: "
@@ -133,7 +138,7 @@ class LocalEmbedder:
                 f"cannot load the local embedding model {self.model!r} from {self._path}: {exc}"
             ) from None
 
-        def encode(texts: list[str]) -> np.ndarray:
+        def encode(texts: list[str]) -> NDArray[np.float32]:
             with self._encode_lock:
                 return st.encode(
                     texts,
@@ -148,7 +153,7 @@ class LocalEmbedder:
     def warm_up(self) -> None:
         self.embed(["warm up"])
 
-    def embed(self, texts: Sequence[str]) -> np.ndarray:
+    def embed(self, texts: Sequence[str]) -> NDArray[np.float32]:
         texts = list(texts)
         if not texts:
             return np.zeros((0, self.dimensions), dtype=np.float32)
@@ -162,7 +167,7 @@ def open_local(
     threads: int = 1,
     backend: str | None = None,
     cache_dir: str | Path | None = None,
-):
+) -> E5Embedder | LocalEmbedder:
     """The in-process embedder for ``model``: :class:`~workbench.embedding.e5.E5Embedder` for
     multilingual-e5-small (always on ONNX Runtime: ``backend`` does not apply), else a
     :class:`LocalEmbedder`."""
@@ -173,7 +178,7 @@ def open_local(
     )
 
 
-def local_embedder(settings, model: str):
+def local_embedder(settings: Settings, model: str) -> E5Embedder | LocalEmbedder:
     """:func:`open_local` for ``model`` with the settings' dimensions, threads, backend and
     cache."""
     return open_local(

@@ -4,6 +4,13 @@ imports no backend, so both backends can use it."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+from workbench.errors import EmbedderError
+
+if TYPE_CHECKING:
+    from sentence_transformers import SentenceTransformer
+    from tokenizers import Tokenizer
 
 PACKAGED_MODEL = "all-MiniLM-L6-v2"
 PACKAGED_NAMES = (PACKAGED_MODEL, f"sentence-transformers/{PACKAGED_MODEL}")
@@ -57,7 +64,7 @@ def has_tokenizer(folder: Path) -> bool:
     return (folder / "tokenizer.json").is_file() or (folder / "tokenizer.json.gz").is_file()
 
 
-def load_tokenizer(source: Path):
+def load_tokenizer(source: Path) -> Tokenizer:
     """The model's ``tokenizer.json`` (or its gzip-compressed copy ``tokenizer.json.gz``)."""
     import gzip
 
@@ -70,11 +77,17 @@ def load_tokenizer(source: Path):
         return Tokenizer.from_str(handle.read())
 
 
-def _model_dimension(model) -> int:
+def _model_dimension(model: SentenceTransformer) -> int:
     getter = (
         getattr(model, "get_embedding_dimension", None) or model.get_sentence_embedding_dimension
     )
-    return int(getter())
+    dimension: int | None = getter()
+    if dimension is None:  # a model without a dense output layer
+        raise EmbedderError(
+            "the local model gives no size for its vectors (is it a sentence embedding model?): "
+            "choose another with SVC_KNOWLEDGE_LOCAL_EMBEDDER_MODEL"
+        )
+    return int(dimension)
 
 
 BACKENDS = ("onnx", "torch")

