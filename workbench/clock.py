@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
+from typing import overload
 
 Clock = Callable[[], datetime]
 
@@ -16,7 +17,7 @@ def utcnow() -> datetime:
 class ManualClock:
     """A clock that only moves when told to (for tests and simulations)."""
 
-    def __init__(self, start: datetime | None = None):
+    def __init__(self, start: datetime | None = None) -> None:
         self.now = start or datetime(2026, 1, 1, tzinfo=UTC)
 
     def __call__(self) -> datetime:
@@ -29,6 +30,14 @@ class ManualClock:
 
 class TimeOutOfRange(ValueError):
     """A time that exists in its own offset but not in UTC (``0001-01-01T00:00:00+14:00``)."""
+
+
+@overload
+def as_utc(value: datetime) -> datetime: ...
+
+
+@overload
+def as_utc(value: datetime | str | None) -> datetime | None: ...
 
 
 def as_utc(value: datetime | str | None) -> datetime | None:

@@ -24,7 +24,7 @@ import logging
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
@@ -33,6 +33,10 @@ from workbench.prompts import classify_memories as prompt
 from workbench.safety import scrub
 from workbench.store import Store
 from workbench.store import classification as sql
+
+if TYPE_CHECKING:
+    from workbench.llm import ChatModel
+    from workbench.metrics import Metrics
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +61,9 @@ def _default(status: str, error: str | None = None) -> Classification:
     return Classification(DEFAULT_IMPORTANCE, DEFAULT_STABILITY, status, scrub(error))
 
 
-def _record(metrics: Any, results: Sequence[Classification], latency: float | None) -> None:
+def _record(
+    metrics: Metrics | None, results: Sequence[Classification], latency: float | None
+) -> None:
     if metrics is None:
         return
     for i, result in enumerate(results):
@@ -65,7 +71,7 @@ def _record(metrics: Any, results: Sequence[Classification], latency: float | No
 
 
 def _classify_batch(
-    chat: Any, texts: Sequence[str], episode_uuid: str | None
+    chat: ChatModel, texts: Sequence[str], episode_uuid: str | None
 ) -> tuple[list[Classification], float | None]:
     started = time.perf_counter()
     try:
@@ -94,9 +100,9 @@ def _classify_batch(
 
 
 def classify_texts(
-    chat: Any,
+    chat: ChatModel | None,
     texts: Sequence[str],
-    metrics: Any,
+    metrics: Metrics | None,
     episode_uuid: str | None = None,
     *,
     batch_size: int = BATCH_SIZE,
@@ -118,8 +124,8 @@ def classify_texts(
 
 def classify_pending(
     store: Store,
-    chat: Any,
-    metrics: Any,
+    chat: ChatModel | None,
+    metrics: Metrics | None,
     limit: int = 500,
     *,
     batch_size: int = BATCH_SIZE,

@@ -33,7 +33,7 @@ from collections.abc import Mapping
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from workbench.clock import Clock, as_utc, utcnow
 from workbench.decay.classification import classify_pending
@@ -42,6 +42,11 @@ from workbench.errors import Conflict, InvalidInput, NotFound, StoreError, Workb
 from workbench.store import Store
 from workbench.store import maintenance as sql
 from workbench.store.tenancy import prune_audit
+
+if TYPE_CHECKING:
+    from workbench.config import Settings
+    from workbench.llm import ChatModel
+    from workbench.metrics import Metrics
 
 log = logging.getLogger(__name__)
 
@@ -124,7 +129,7 @@ def maintenance_running(store: Store) -> bool:
 def run_maintenance(
     store: Store,
     policy: DecayPolicy,
-    metrics: Any,
+    metrics: Metrics | None,
     clock: Clock = utcnow,
     dry_run: bool = False,
 ) -> MaintenanceReport:
@@ -148,7 +153,7 @@ def run_maintenance(
 
 
 def _run_locked(
-    store: Store, policy: DecayPolicy, metrics: Any, clock: Clock, dry_run: bool
+    store: Store, policy: DecayPolicy, metrics: Metrics | None, clock: Clock, dry_run: bool
 ) -> MaintenanceReport:
     started_at = as_utc(clock())
     t0 = time.perf_counter()
@@ -192,7 +197,7 @@ def _summary(report: MaintenanceReport) -> str:
     )
 
 
-def _record_success(metrics: Any, report: MaintenanceReport) -> None:
+def _record_success(metrics: Metrics | None, report: MaintenanceReport) -> None:
     if metrics is None:
         return
     metrics.record_maintenance_run(
@@ -209,7 +214,7 @@ def _record_success(metrics: Any, report: MaintenanceReport) -> None:
 
 def _record_failure(
     store: Store,
-    metrics: Any,
+    metrics: Metrics | None,
     started_at: datetime,
     duration: float,
     exc: BaseException,
@@ -226,7 +231,7 @@ def _record_failure(
         log.error("could not record the failed maintenance run: %s", inner)
 
 
-def refresh_gauges(store: Store, metrics: Any) -> dict[str, Any]:
+def refresh_gauges(store: Store, metrics: Metrics | None) -> dict[str, Any]:
     """Set the memory gauges from the current tables (e.g. at start-up); returns the stats."""
     stats = sql.memory_stats(store)
     if metrics is not None:
@@ -371,9 +376,9 @@ class SearchIndex(Protocol):
     """What a run tells the search engine (:class:`workbench.search.publish.Publisher`): the
     run writes under its gate (``with index:``)."""
 
-    def __enter__(self) -> Any: ...
+    def __enter__(self) -> object: ...
 
-    def __exit__(self, *exc: object) -> Any: ...
+    def __exit__(self, *exc: object) -> bool | None: ...
 
     def before_maintenance(self) -> None:
         """Write queued search accesses, so ``last_accessed_at`` is current."""
@@ -408,17 +413,17 @@ class MaintenanceScheduler:
         self,
         store: Store,
         policy: DecayPolicy,
-        metrics: Any,
+        metrics: Metrics | None,
         clock: Clock = utcnow,
         *,
         interval_hours: float = 24.0,
         first_run_seconds: float = 60.0,
         enabled: bool | None = None,
-        chat: Any = None,
+        chat: ChatModel | None = None,
         classify_limit: int = 500,
         index: SearchIndex | None = None,
         audit_retention_days: float | None = None,
-    ):
+    ) -> None:
         if interval_hours <= 0 or first_run_seconds < 0:
             raise InvalidInput("interval_hours must be > 0 and first_run_seconds >= 0")
         self.store, self.policy, self.metrics, self.clock = store, policy, metrics, clock
@@ -442,10 +447,10 @@ class MaintenanceScheduler:
     def from_settings(
         cls,
         store: Store,
-        settings: Any,
-        metrics: Any,
+        settings: Settings,
+        metrics: Metrics | None,
         clock: Clock = utcnow,
-        chat: Any = None,
+        chat: ChatModel | None = None,
         index: SearchIndex | None = None,
     ) -> MaintenanceScheduler:
         return cls(
@@ -594,7 +599,7 @@ class MaintenanceScheduler:
         last = sql.last_run(self.store, "success")
         if last is None:
             return None
-        due = last["started_at"] + timedelta(hours=self.interval_hours)
+        due: datetime = last["started_at"] + timedelta(hours=self.interval_hours)
         left = (due - as_utc(self.clock())).total_seconds()
         if left > 0.05 * self.interval_hours * 3600.0:
             log.info(

@@ -40,7 +40,10 @@ Decisions beyond the rules above:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from workbench.config import Settings
 
 ACTIVE = "ACTIVE"
 DORMANT = "DORMANT"
@@ -81,7 +84,7 @@ class DecayPolicy:
             raise ValueError("dormant_days, archived_days and purge_days must be >= 0")
 
     @classmethod
-    def from_settings(cls, settings: Any) -> DecayPolicy:
+    def from_settings(cls, settings: Settings) -> DecayPolicy:
         """Build from :class:`workbench.config.Settings` (its ``decay_*`` fields)."""
         return cls(
             enabled=settings.decay_enabled,
@@ -119,7 +122,8 @@ def decay_score(
 ) -> float:
     """``1 − 0.5 ** (days / half_life)`` in 0..1; negative ages count as 0 days."""
     days = max(0.0, float(days_since_access))
-    return 1.0 - 0.5 ** (days / half_life_days(importance, stability, policy))
+    kept: float = 0.5 ** (days / half_life_days(importance, stability, policy))
+    return 1.0 - kept
 
 
 def is_permanent(importance: int, stability: int, policy: DecayPolicy = DEFAULT_POLICY) -> bool:
