@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import json
 import random
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import date, timedelta
 from pathlib import Path
@@ -358,12 +359,15 @@ def said_chat(p: dict[str, Any], friend: str) -> tuple[str, list[tuple[str, str]
     ]
 
 
-def said_lines(split: str, english: list[dict[str, Any]], first_question: int) -> list[dict]:
+def said_lines(
+    split: str, english: list[dict[str, Any]], first_question: int
+) -> list[dict[str, Any]]:
     """The chats of the English people of a split and their questions (a random stream of
     its own: the lines before these stay as they were)."""
     rng = random.Random(SPLITS[split] + 1000)
     pools = _Pools(rng)
-    chats, questions = [], []
+    chats: list[dict[str, Any]] = []
+    questions: list[dict[str, Any]] = []
     for number, person in enumerate(english):
         detail = {kind: pools.pick(f"said_{kind}", values) for kind, values in SAID.items()}
         friend = english[(number + 1) % len(english)]["name"]
@@ -380,21 +384,30 @@ def said_lines(split: str, english: list[dict[str, Any]], first_question: int) -
 
 
 # --- assembly -----------------------------------------------------------------------------
-def _m(source, relation, target, fact, valid_at=None, lang="en") -> dict[str, Any]:
+def _m(
+    source: str,
+    relation: str,
+    target: str,
+    fact: str,
+    valid_at: date | None = None,
+    lang: str = "en",
+) -> dict[str, Any]:
     out = {"source": source, "relation": relation, "target": target, "fact": fact, "lang": lang}
     if valid_at is not None:
         out["valid_at"] = valid_at.isoformat()
     return out
 
 
-def _with_questions(facts, questions) -> list[dict[str, Any]]:
+def _with_questions(
+    facts: list[dict[str, Any]], questions: Iterable[tuple[str, list[int], str]]
+) -> list[dict[str, Any]]:
     return facts + [{"question": q, "answers": a, "category": c} for q, a, c in questions]
 
 
 @dataclass
 class _Pools:
     rng: random.Random
-    used: dict[str, set] = field(default_factory=dict)
+    used: dict[str, set[str]] = field(default_factory=dict)
 
     def pick(self, kind: str, values: list[Any]) -> Any:
         """A value not yet used in this split when possible (people differ)."""
@@ -494,8 +507,12 @@ def _person(name: str, pools: _Pools, start: date, index: int) -> dict[str, Any]
     }
 
 
-def _foreign_person(name: str, values: dict[str, list[Any]], pools: _Pools, i: int):
-    lang_pick = lambda kind: values[kind][(i + pools.rng.randrange(6)) % len(values[kind])]  # noqa: E731
+def _foreign_person(
+    name: str, values: dict[str, list[Any]], pools: _Pools, i: int
+) -> dict[str, Any]:
+    def lang_pick(kind: str) -> Any:
+        return values[kind][(i + pools.rng.randrange(6)) % len(values[kind])]
+
     return {"name": name, **{k: lang_pick(k) for k in ("job", "city", "pet", "drink",
                                                         "instrument", "allergy")}}  # fmt: skip
 

@@ -46,10 +46,13 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from workbench.errors import InvalidInput
 from workbench.names import loose_name_key, relation_name
+
+if TYPE_CHECKING:  # pandas loads only when a frame is built
+    import pandas as pd
 
 # --- normalisation ----------------------------------------------------------------------
 
@@ -460,7 +463,7 @@ def tabulate_variants(
     return rows
 
 
-def to_frame(rows: Iterable[Any]) -> Any:
+def to_frame(rows: Iterable[Any]) -> pd.DataFrame:
     """A pandas DataFrame of dataclass rows (``VariantRow``, ``EpisodeScore``...)."""
     import dataclasses
 

@@ -18,9 +18,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from workbench.search.ranking import Weights, rrf
+
+if TYPE_CHECKING:
+    from workbench.embedding import Embedder
+    from workbench.search.engine import SearchEngine
 
 __all__ = ["RetrievalSet", "load_set", "load_into", "evaluate", "sweep", "run", "DEFAULT_SET"]
 
@@ -47,7 +51,7 @@ def load_set(path: str | Path = DEFAULT_SET) -> RetrievalSet:
 
 
 def load_into(
-    engine, rset: RetrievalSet, group_id: str = "eval", now: datetime | None = None
+    engine: SearchEngine, rset: RetrievalSet, group_id: str = "eval", now: datetime | None = None
 ) -> dict[str, str]:
     """Write the set's entities and facts (with embeddings) and index them; key -> uuid."""
     from workbench.store import graph as g
@@ -86,7 +90,9 @@ def _entity_row(name: str, group_id: str, now: datetime) -> dict[str, Any]:
     }
 
 
-def _fact_row(m: dict, by_name: dict[str, str], group_id: str, now: datetime) -> dict:
+def _fact_row(
+    m: dict[str, Any], by_name: dict[str, str], group_id: str, now: datetime
+) -> dict[str, Any]:
     return {
         "uuid": str(uuidlib.uuid4()),
         "group_id": group_id,
@@ -105,7 +111,9 @@ def _fact_row(m: dict, by_name: dict[str, str], group_id: str, now: datetime) ->
     }
 
 
-def rankings(engine, question: str, k: int = 10, pool: int = 50) -> dict[str, list[str]]:
+def rankings(
+    engine: SearchEngine, question: str, k: int = 10, pool: int = 50
+) -> dict[str, list[str]]:
     """The top-``k`` fact uuids of each method for one question."""
     query_vec = engine._embed(question)
     by_vector = [u for u, _ in engine.vectors["fact"].search(query_vec, pool)]
@@ -120,7 +128,7 @@ def rankings(engine, question: str, k: int = 10, pool: int = 50) -> dict[str, li
 
 
 def evaluate(
-    engine,
+    engine: SearchEngine,
     rset: RetrievalSet,
     keys: dict[str, str],
     k: int = 10,
@@ -141,14 +149,14 @@ def evaluate(
 
 
 def sweep(
-    engine,
+    engine: SearchEngine,
     rset: RetrievalSet,
     keys: dict[str, str],
     keyword_weights: Sequence[float] = (0.0, 0.1, 0.2, 0.25, 0.3, 0.4, 0.5, 0.7),
 ) -> dict[float, dict[str, float]]:
     """The fused method's metrics for each keyword weight (the tuning we did)."""
     original = engine.weights
-    out = {}
+    out: dict[float, dict[str, float]] = {}
     try:
         for w in keyword_weights:
             engine.weights = Weights(
@@ -160,7 +168,9 @@ def sweep(
     return out
 
 
-def run(path: str | Path = DEFAULT_SET, embedder=None, tune: bool = False) -> dict[str, Any]:
+def run(
+    path: str | Path = DEFAULT_SET, embedder: Embedder | None = None, tune: bool = False
+) -> dict[str, Any]:
     """Evaluate on a fresh in-memory store (the local embedder unless one is given)."""
     from workbench.config import LOCAL_EMBEDDER_MODEL
     from workbench.embedding.local import open_local

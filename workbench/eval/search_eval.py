@@ -23,9 +23,13 @@ import uuid as uuidlib
 from collections import defaultdict
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from workbench.eval.retrieval import load_into, load_set, rankings
+
+if TYPE_CHECKING:
+    from workbench.embedding import Embedder
+    from workbench.search.engine import SearchEngine
 
 DATA = Path(__file__).resolve().parents[2] / "data"
 CUTOFFS = (1, 5, 10)
@@ -36,7 +40,9 @@ def split_path(split: str) -> Path:
     return DATA / f"search_{split}.jsonl"
 
 
-def evaluate(engine, questions: list[dict[str, Any]], keys: dict[str, str]) -> dict[str, Any]:
+def evaluate(
+    engine: SearchEngine, questions: list[dict[str, Any]], keys: dict[str, str]
+) -> dict[str, Any]:
     """Per method: metrics overall, by category and by language."""
     sums: dict[str, dict[str, dict[str, float]]] = defaultdict(
         lambda: defaultdict(lambda: defaultdict(float))
@@ -67,7 +73,7 @@ def evaluate(engine, questions: list[dict[str, Any]], keys: dict[str, str]) -> d
     }
 
 
-def recalled(engine, question: str, k: int) -> list[str]:
+def recalled(engine: SearchEngine, question: str, k: int) -> list[str]:
     """``search_memory``'s top ``k``: a fact as its uuid, a passage as its episode's."""
     from workbench.search.recall import search_memory
 
@@ -75,7 +81,9 @@ def recalled(engine, question: str, k: int) -> list[str]:
     return [h["uuid"] if h["kind"] == "fact" else h["episode_uuid"] for h in hits]
 
 
-def load_said(engine, chats: list[dict[str, Any]], group_id: str = "eval") -> dict[str, str]:
+def load_said(
+    engine: SearchEngine, chats: list[dict[str, Any]], group_id: str = "eval"
+) -> dict[str, str]:
     """Add each chat as a ``message`` episode with its passages (the write path of
     ``add_memory``, no LLM); key -> episode uuid."""
     from workbench.ingest.verbatim import PassageWriter
@@ -83,7 +91,7 @@ def load_said(engine, chats: list[dict[str, Any]], group_id: str = "eval") -> di
 
     writer = PassageWriter(engine.store, engine.embedder, engine.publisher)
     now = datetime(2026, 1, 1, tzinfo=UTC)
-    keys = {}
+    keys: dict[str, str] = {}
     for chat in chats:
         episode = {"uuid": str(uuidlib.uuid5(uuidlib.NAMESPACE_URL, chat["key"])),
                    "group_id": group_id, "name": chat["key"], "body": chat["body"],
@@ -100,7 +108,7 @@ def load_said(engine, chats: list[dict[str, Any]], group_id: str = "eval") -> di
     return keys
 
 
-def run(split: str = "dev", embedder=None) -> dict[str, Any]:
+def run(split: str = "dev", embedder: Embedder | None = None) -> dict[str, Any]:
     """Build an in-memory store from the split and evaluate every method on it."""
     from workbench.config import LOCAL_EMBEDDER_MODEL
     from workbench.embedding.local import open_local

@@ -44,17 +44,19 @@ from __future__ import annotations
 import copy
 import itertools
 import json
+import socket
 import sys
 import threading
 import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from email.message import Message
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 _UNSET: Any = object()
-Responder = Callable[[dict], "FakeReply | dict | None"]
+Responder = Callable[[dict[str, Any]], "FakeReply | dict[str, Any] | None"]
 
 
 @dataclass(frozen=True)
@@ -79,7 +81,7 @@ class FakeReply:
     echo_schema: bool = False
     truncate_at: int | None = None
     model: str | None = None
-    body: dict | None = None
+    body: dict[str, Any] | None = None
 
     # --- constructors ----------------------------------------------------------------------
     @classmethod
@@ -100,7 +102,9 @@ class FakeReply:
         return cls(status=429, error_message="Rate limit exceeded", headers=headers, **kw)
 
     @classmethod
-    def server_error(cls, status: int = 500, message: str = "internal error", **kw) -> FakeReply:
+    def server_error(
+        cls, status: int = 500, message: str = "internal error", **kw: Any
+    ) -> FakeReply:
         return cls(status=status, error_message=message, **kw)
 
     @classmethod
@@ -113,7 +117,7 @@ class FakeReply:
         return cls(data=data, truncate_at=keep_chars, finish_reason="length", **kw)
 
     @classmethod
-    def schema_echo(cls, schema: dict | None = None, **kw: Any) -> FakeReply:
+    def schema_echo(cls, schema: dict[str, Any] | None = None, **kw: Any) -> FakeReply:
         """Answer with a JSON schema instead of data (the requested one when not given)."""
         if schema is not None:
             return cls(data=schema, **kw)
@@ -125,7 +129,7 @@ def _num(value: float) -> str:
 
 
 # --- reading requests ------------------------------------------------------------------------
-def request_mode(request: dict) -> str | None:
+def request_mode(request: dict[str, Any]) -> str | None:
     """``json_schema``, ``json_object``, ``tool`` or None (plain text)."""
     if request.get("tools") and request.get("tool_choice") not in (None, "none", "auto"):
         return "tool"
@@ -133,7 +137,7 @@ def request_mode(request: dict) -> str | None:
     return kind if kind in ("json_schema", "json_object") else None
 
 
-def requested_schema(request: dict) -> dict | None:
+def requested_schema(request: dict[str, Any]) -> dict[str, Any] | None:
     mode = request_mode(request)
     fmt = request.get("response_format") or {}
     if mode == "json_schema":
@@ -145,7 +149,7 @@ def requested_schema(request: dict) -> dict | None:
     return None
 
 
-def structure_name(request: dict) -> str | None:
+def structure_name(request: dict[str, Any]) -> str | None:
     """The name of the structure the request asks for (see the module docstring)."""
     mode = request_mode(request)
     fmt = request.get("response_format") or {}
@@ -158,7 +162,7 @@ def structure_name(request: dict) -> str | None:
     return None
 
 
-def _forced_tool(request: dict) -> dict:
+def _forced_tool(request: dict[str, Any]) -> dict[str, Any]:
     tools = [t.get("function") or {} for t in request.get("tools") or []]
     choice = request.get("tool_choice")
     wanted = choice.get("function", {}).get("name") if isinstance(choice, dict) else None
@@ -168,9 +172,9 @@ def _forced_tool(request: dict) -> dict:
     return {}
 
 
-def message_text(request: dict) -> str:
+def message_text(request: dict[str, Any]) -> str:
     """All message text of a request (content strings and text parts), joined by newlines."""
-    out = []
+    out: list[str] = []
     for msg in request.get("messages") or []:
         content = msg.get("content")
         if isinstance(content, list):
@@ -180,7 +184,7 @@ def message_text(request: dict) -> str:
     return "\n".join(out)
 
 
-def minimal_instance(schema: dict | None, root: dict | None = None) -> Any:
+def minimal_instance(schema: dict[str, Any] | None, root: dict[str, Any] | None = None) -> Any:
     """Small data that validates against ``schema`` (required properties only)."""
     if not schema:
         return {}
@@ -230,13 +234,15 @@ class RecordedRequest:
     method: str
     path: str
     headers: dict[str, str]
-    body: dict | None
+    body: dict[str, Any] | None
 
 
 class _QuietServer(ThreadingHTTPServer):
     """A client that goes away mid-request (a killed service) is normal here, not a trace."""
 
-    def handle_error(self, request, client_address) -> None:
+    def handle_error(
+        self, request: socket.socket | tuple[bytes, socket.socket], client_address: object
+    ) -> None:
         if not isinstance(sys.exc_info()[1], ConnectionError):
             super().handle_error(request, client_address)
 
@@ -244,10 +250,10 @@ class _QuietServer(ThreadingHTTPServer):
 class FakeLLMServer:
     """See the module docstring. Start with ``start()`` or ``with FakeLLMServer() as s:``."""
 
-    def __init__(self, model: str = "fake-model", latency: float = 0.0):
+    def __init__(self, model: str = "fake-model", latency: float = 0.0) -> None:
         self.model = model
         self.latency = latency
-        self.requests: list[dict] = []
+        self.requests: list[dict[str, Any]] = []
         self.received: list[RecordedRequest] = []
         self._queue: deque[FakeReply] = deque()
         self._responder: Responder | None = None
@@ -292,7 +298,7 @@ class FakeLLMServer:
         return f"http://127.0.0.1:{self.port}/v1"
 
     # --- scripting -------------------------------------------------------------------------
-    def script(self, *replies: FakeReply | dict) -> FakeLLMServer:
+    def script(self, *replies: FakeReply | dict[str, Any]) -> FakeLLMServer:
         """Queue replies (a dict is reply data) answered in order before anything else."""
         with self._lock:
             self._queue.extend(r if isinstance(r, FakeReply) else FakeReply.ok(r) for r in replies)
@@ -321,7 +327,7 @@ class FakeLLMServer:
         """The structure name of every chat request received, in order."""
         return [structure_name(r) for r in self.requests]
 
-    def requests_for(self, structure: str) -> list[dict]:
+    def requests_for(self, structure: str) -> list[dict[str, Any]]:
         return [r for r in self.requests if structure_name(r) == structure]
 
     @property
@@ -330,7 +336,7 @@ class FakeLLMServer:
         return len(self._queue)
 
     # --- answering -------------------------------------------------------------------------
-    def _choose(self, request: dict) -> FakeReply:
+    def _choose(self, request: dict[str, Any]) -> FakeReply:
         with self._lock:
             if self._queue:
                 return self._queue.popleft()
@@ -346,7 +352,9 @@ class FakeLLMServer:
             return reply if isinstance(reply, FakeReply) else FakeReply.ok(reply)
         return FakeReply()
 
-    def _record(self, method: str, path: str, headers: dict, body: dict | None) -> None:
+    def _record(
+        self, method: str, path: str, headers: dict[str, str], body: dict[str, Any] | None
+    ) -> None:
         with self._lock:
             self.received.append(RecordedRequest(method, path, headers, body))
             if body is not None and path.endswith("/chat/completions"):
@@ -356,11 +364,13 @@ class FakeLLMServer:
         if seconds > 0:
             self._stopping.wait(seconds)
 
-    def render(self, request: dict, reply: FakeReply) -> tuple[int, dict[str, str], dict]:
+    def render(
+        self, request: dict[str, Any], reply: FakeReply
+    ) -> tuple[int, dict[str, str], dict[str, Any]]:
         """``(status, headers, JSON body)`` of ``reply`` to ``request``."""
         if reply.status >= 400:
             kind = "rate_limit_exceeded" if reply.status == 429 else "server_error"
-            body = {
+            body: dict[str, Any] = {
                 "error": {
                     "message": reply.error_message or "error",
                     "type": kind,
@@ -395,7 +405,7 @@ class FakeLLMServer:
             body["usage"] = _usage(request, reply, text)
         return 200, dict(reply.headers), body
 
-    def _reply_text(self, request: dict, reply: FakeReply) -> str:
+    def _reply_text(self, request: dict[str, Any], reply: FakeReply) -> str:
         if reply.content is not None:
             text = reply.content
         elif reply.echo_schema:
@@ -408,7 +418,7 @@ class FakeLLMServer:
         return text if reply.truncate_at is None else text[: reply.truncate_at]
 
 
-def _usage(request: dict, reply: FakeReply, text: str) -> dict:
+def _usage(request: dict[str, Any], reply: FakeReply, text: str) -> dict[str, Any]:
     prompt = reply.prompt_tokens
     if prompt is None:
         prompt = max(1, len(json.dumps(request.get("messages") or [])) // 4)
@@ -433,7 +443,7 @@ def _usage(request: dict, reply: FakeReply, text: str) -> dict:
     return usage
 
 
-def _headers(headers: Any) -> dict[str, str]:
+def _headers(headers: Message) -> dict[str, str]:
     return {k.lower(): v for k, v in headers.items()}
 
 
@@ -476,7 +486,7 @@ class _Handler(BaseHTTPRequestHandler):
         status, headers, payload = self.fake.render(body, reply)
         self._send(status, headers, payload)
 
-    def _send(self, status: int, headers: dict[str, str], payload: dict) -> None:
+    def _send(self, status: int, headers: dict[str, str], payload: dict[str, Any]) -> None:
         data = json.dumps(payload).encode()
         try:
             self.send_response(status)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 from workbench.fakes.chat_server import message_text, structure_name
 from workbench.fakes.rule_llm import episode_text
@@ -16,22 +17,22 @@ from workbench.fakes.rule_llm import episode_text
 LABELS = Path(__file__).resolve().parents[2] / "data" / "extraction_labelled.jsonl"
 
 
-def load(path: Path = LABELS) -> list[dict]:
+def load(path: Path = LABELS) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
 class ReplayLLM:
-    def __init__(self, labelled: list[dict] | None = None):
+    def __init__(self, labelled: list[dict[str, Any]] | None = None) -> None:
         self.labelled = labelled if labelled is not None else load()
 
-    def _find(self, request: dict) -> dict | None:
+    def _find(self, request: dict[str, Any]) -> dict[str, Any] | None:
         text = episode_text(request).strip()
         for item in self.labelled:
             if item["episode_body"].strip() in text:
                 return item
         return None
 
-    def __call__(self, request: dict):
+    def __call__(self, request: dict[str, Any]) -> dict[str, Any] | None:
         name = structure_name(request)
         item = self._find(request)
         if name == "ExtractedEntities":

@@ -9,6 +9,7 @@ an exclusive relation (lives in, works at) but another target is invalidated.
 from __future__ import annotations
 
 import re
+from typing import Any
 
 from workbench.fakes.chat_server import message_text, structure_name
 
@@ -35,7 +36,7 @@ PATTERNS = [
 EXISTING = re.compile(r"^\[(\d+)\] (.+?) ([A-Z_]+) (.+?): ", re.M)
 
 
-def episode_text(request: dict) -> str:
+def episode_text(request: dict[str, Any]) -> str:
     text = message_text(request)
     return text.rsplit("CURRENT EPISODE", 1)[-1].split("):", 1)[-1]
 
@@ -47,7 +48,7 @@ def _entity(name: str, text: str) -> str | None:
     return None
 
 
-def entities(text: str) -> dict:
+def entities(text: str) -> dict[str, Any]:
     return {
         "entities": [
             {
@@ -63,7 +64,7 @@ def entities(text: str) -> dict:
     }
 
 
-def edges(request: dict) -> dict:
+def edges(request: dict[str, Any]) -> dict[str, Any]:
     text = episode_text(request)
     existing = EXISTING.findall(message_text(request).rsplit("EXISTING FACTS:", 1)[-1])
     out = []
@@ -94,7 +95,7 @@ def edges(request: dict) -> dict:
     return {"edges": out}
 
 
-def respond(request: dict):
+def respond(request: dict[str, Any]) -> dict[str, Any] | None:
     name = structure_name(request)
     if name == "ExtractedEntities":
         return entities(episode_text(request))
