@@ -4,6 +4,8 @@ Importing this package loads no web framework, no Jupyter and no model: heavy pi
 lazily when used.
 """
 
+from typing import TYPE_CHECKING
+
 from workbench.clock import ManualClock, utcnow
 from workbench.config import Settings, load_settings
 from workbench.errors import (
@@ -17,8 +19,11 @@ from workbench.errors import (
 from workbench.metrics import Metrics
 from workbench.store import Store
 
+if TYPE_CHECKING:  # imported on first use (below): the facade loads ingestion, search, the LLM
+    from workbench.facade import Workbench
 
-def __getattr__(name: str):
+
+def __getattr__(name: str) -> object:
     if name == "Workbench":
         from workbench.facade import Workbench
 
