@@ -30,6 +30,22 @@ def test_a_wrong_configured_dimension_is_a_clear_error():
         embedder.embed(["x"])
 
 
+def test_the_vector_size_comes_from_the_model_or_is_a_clear_error():
+    from workbench.embedding.models import _model_dimension
+
+    class Sized:  # newer sentence-transformers name it get_embedding_dimension
+        def get_embedding_dimension(self) -> int:
+            return 384
+
+    class Unsized:  # a model without a layer that knows its output size
+        def get_sentence_embedding_dimension(self) -> None:
+            return None
+
+    assert _model_dimension(Sized()) == 384
+    with pytest.raises(EmbedderError, match="gives no size for its vectors"):
+        _model_dimension(Unsized())
+
+
 def test_settings_choose_the_embedder():
     from workbench.embedding.e5 import E5Embedder
 
