@@ -319,6 +319,7 @@ def load_settings(
             return _with_db_path(Settings.model_validate(data), environ)
         clean = {k: v for k, v in overrides.items() if v is not None}
         env_file_arg = str(env_file) if env_file and Path(env_file).is_file() else None
+        # pydantic-settings takes _env_file at construction; the model's signature lacks it
         settings = Settings(_env_file=env_file_arg, **clean)  # type: ignore[call-arg]
         return _with_db_path(settings, os.environ)
     except ValidationError as exc:

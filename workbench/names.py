@@ -29,6 +29,7 @@ from __future__ import annotations
 import re
 import unicodedata
 from collections.abc import Sequence
+from typing import TypeGuard
 
 from workbench.errors import InvalidInput
 
@@ -78,7 +79,7 @@ def relation_name(relation: str) -> str:
     return text or DEFAULT_RELATION
 
 
-def is_group_id(value: object) -> bool:
+def is_group_id(value: object) -> TypeGuard[str]:
     """True when ``value`` is a valid group name (the whole text matches the rule)."""
     return isinstance(value, str) and _GROUP_ID.fullmatch(value) is not None
 
@@ -90,7 +91,7 @@ def group_id(value: object, field: str = "group_id") -> str:
         raise InvalidInput(
             f"'{field}' {shown!r} is not valid: {GROUP_ID_RULE} (omit it for the default group)"
         )
-    return value  # type: ignore[return-value]
+    return value
 
 
 def group_ids(
