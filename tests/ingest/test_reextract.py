@@ -266,3 +266,63 @@ def test_a_second_run_of_a_group_in_the_same_process_is_refused(built, fake_llm,
     with _busy("tom"), pytest.raises(InvalidInput, match="running in this process"):
         runs.run("tom")
     assert runs.run("tom")["state"] == "built"  # once the other is done
+
+
+def test_another_replica_on_postgres_swaps_a_promoted_group_in_at_once(
+    fake_llm, hash_embedder, pg_location, tmp_path
+):
+    """Two workbenches on one PostgreSQL database: one promotes, the other follows the change
+    log; its searches, probed throughout, see the old generation or the new, never a mix."""
+    from tests.pg import wait_for
+    from workbench.store import changes as log_sql
+
+    responder(fake_llm)
+    shared = {"db": ":memory:", "SVC_KNOWLEDGE_DATABASE_URL": pg_location}
+    a = open_wb(fake_llm, hash_embedder, **shared)
+    b = None
+    try:
+        for episode in history(12):
+            a.add_memory(**episode)
+        assert a.process_pending() == 12
+        b = open_wb(fake_llm, hash_embedder, **shared)
+        runs = a.reextraction(other_settings(fake_llm), tmp_path)
+        run_id = runs.run("tom")["run_id"]
+        old = facts_of(a)
+        top = log_sql.latest_seq(a.store)
+        seen, stop = [], threading.Event()
+
+        def search():
+            while not stop.is_set():
+                facts = b.search_memory_facts("Tom", group_ids=["tom"], max_facts=30)["facts"]
+                seen.append({(f["uuid"], f["fact"]) for f in facts})
+
+        threads = [threading.Thread(target=search) for _ in range(3)]
+        for t in threads:
+            t.start()
+        try:
+            assert wait_for(lambda: len(seen) > 5, timeout=10)
+            runs.promote(run_id)
+            new = facts_of(a)
+
+            def switched() -> bool:
+                return bool(seen) and bool(seen[-1]) and seen[-1] <= new
+
+            assert wait_for(switched, timeout=10)
+            time.sleep(0.2)
+        finally:
+            stop.set()
+            for t in threads:
+                t.join()
+        kinds = [(s <= old, s <= new) for s in seen if s]
+        assert (False, False) not in kinds  # never a mix
+        assert (True, False) in kinds and (False, True) in kinds  # before, after
+        # the promote is one change for the other processes, not one per memory (b's
+        # searches log theirs: the accesses they write)
+        after = log_sql.changes_since(a.store, top)
+        assert [(k, u) for _, k, u, o in after if o == a.store.origin] == [
+            (log_sql.GENERATION, "tom")
+        ]
+    finally:
+        if b is not None:
+            b.close()
+        a.close()

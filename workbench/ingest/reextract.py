@@ -56,6 +56,7 @@ from workbench.metrics import Metrics
 from workbench.search import SearchEngine
 from workbench.search.publish import Publisher
 from workbench.store import Store
+from workbench.store import changes as log_sql
 from workbench.store import graph as g
 from workbench.store import queue as q
 from workbench.store import reextract as rx
@@ -127,7 +128,7 @@ class Shadow:
 
     def add(self, episodes: Sequence[dict[str, Any]]) -> int:
         """Queue the episodes the shadow does not have yet, in their order; how many."""
-        have = {u for (u,) in self.store.fetchall("SELECT uuid FROM episodes")}
+        have = rx.episode_uuids(self.store)
         todo = [e for e in episodes if e["uuid"] not in have]
         now = self.clock()
         with self.store.transaction():
@@ -152,13 +153,10 @@ class Shadow:
                 progress(n)
 
     def pending(self) -> int:
-        return self.store.fetchone("SELECT count(*) FROM queue WHERE state <> 'done'")[0]
+        return rx.pending(self.store)
 
     def graph(self) -> tuple[list[dict], list[dict]]:
-        return (
-            self.store.fetch_dicts("SELECT * FROM entities"),
-            self.store.fetch_dicts("SELECT * FROM facts"),
-        )
+        return rx.table_rows(self.store, "entities"), rx.table_rows(self.store, "facts")
 
     def close(self) -> None:
         if self.search is not None:
@@ -216,10 +214,7 @@ class Reextraction:
         if run is None or not Path(run["shadow_path"]).exists():
             return episodes
         with self._shadow_store(run) as shadow:
-            done = {
-                u
-                for (u,) in shadow.store.fetchall("SELECT uuid FROM episodes WHERE status = 'done'")
-            }
+            done = rx.episode_uuids(shadow.store, "done")
         return [e for e in episodes if e["uuid"] not in done]
 
     def run(self, group_id: str, progress: Progress | None = None) -> dict[str, Any]:
@@ -267,7 +262,7 @@ class Reextraction:
     def _copy_calls(self, run: dict[str, Any], shadow: Shadow) -> None:
         shadow.store.flush()
         last = rx.get_run(self.store, run["run_id"])["calls_copied"]
-        rows = shadow.store.fetch_dicts("SELECT * FROM llm_calls WHERE id > ? ORDER BY id", [last])
+        rows = rx.calls_after(shadow.store, last)
         with self.store.transaction():
             rx.copy_calls(self.store, run["run_id"], rows, max([last, *(r["id"] for r in rows)]))
 
@@ -287,7 +282,7 @@ class Reextraction:
         run = self._open(run_id, "compare")
         with self._shadow_store(run) as shadow:
             new = shadow.graph()
-        old = _live_graph(self.store, run["group_id"])
+        old = rx.group_graph(self.store, run["group_id"])
         extracted, _ = rx.extracted_graph(self.store, run["group_id"])
         kept = rx.kept_entities(self.store, run["group_id"], [e["uuid"] for e in extracted])
         made = {entity_key(e) for e in new[0]}
@@ -309,13 +304,10 @@ class Reextraction:
         reads (:func:`workbench.eval.extraction.score_generations`)."""
         run = self._open(run_id, "score")
         with self._shadow_store(run) as shadow:
-            new = {t: shadow.store.fetch_dicts(f"SELECT * FROM {t}") for t in GRAPH_TABLES}
+            new = {t: rx.table_rows(shadow.store, t) for t in GRAPH_TABLES}
         episodes = rx.done_episodes(self.store, run["group_id"])
-        entities, facts = _live_graph(self.store, run["group_id"])
-        mentions = self.store.fetch_dicts(
-            "SELECT * FROM mentions WHERE episode_uuid IN (SELECT unnest(?::VARCHAR[]))",
-            [[e["uuid"] for e in episodes]],
-        )
+        entities, facts = rx.group_graph(self.store, run["group_id"])
+        mentions = rx.mentions_of(self.store, [e["uuid"] for e in episodes])
         old = {"episodes": episodes, "entities": entities, "facts": facts, "mentions": mentions}
         return {"old": old, "new": new}
 
@@ -332,7 +324,11 @@ class Reextraction:
             built = self._built(run)
             with self.publisher:
                 with self.store.transaction():
+                    # other processes sharing the store: one change naming the group, not
+                    # one per memory, so each swaps the whole group in at once
+                    log_sql.quiet(self.store)
                     swap, changes = self._swap(run, built)
+                    log_sql.log_generation(self.store, run["group_id"])
                 self.publisher.replaced(swap.removed, changes, "promoting a re-extraction")
         _remove_shadow(run["shadow_path"])
         if self.snapshots is not None:
@@ -353,8 +349,8 @@ class Reextraction:
             return Built(
                 entities,
                 facts,
-                shadow.store.fetch_dicts("SELECT * FROM mentions"),
-                {u for (u,) in shadow.store.fetchall("SELECT uuid FROM episodes")},
+                rx.table_rows(shadow.store, "mentions"),
+                rx.episode_uuids(shadow.store),
                 {
                     kind: rx.vectors_of(shadow.store, kind, [r["uuid"] for r in rows])
                     for kind, rows in (("entity", entities), ("fact", facts))
@@ -460,13 +456,6 @@ def _busy(group_id: str) -> Iterator[None]:
     finally:
         with _BUSY_LOCK:
             _BUSY.discard(group_id)
-
-
-def _live_graph(store: Store, group_id: str) -> tuple[list[dict], list[dict]]:
-    return (
-        store.fetch_dicts("SELECT * FROM entities WHERE group_id = ?", [group_id]),
-        store.fetch_dicts("SELECT * FROM facts WHERE group_id = ?", [group_id]),
-    )
 
 
 def default_shadow_dir(store: Store) -> Path:

@@ -200,3 +200,45 @@ def _insert_rows(store: Store, table: str, rows: list[dict]) -> None:
             f"VALUES ({', '.join('?' for _ in columns)})",
             [[r[c] for c in columns] for r in rows],
         )
+
+
+# --- reads of a graph (live or shadow) ------------------------------------------------------
+READABLE = ("episodes", "entities", "facts", "mentions", "llm_calls")  # see table_rows
+
+
+def table_rows(store: Store, table: str) -> list[dict[str, Any]]:
+    """Every row of one of a graph's tables (a shadow's: it holds one group)."""
+    if table not in READABLE:
+        raise ValueError(f"not a graph table: {table!r}")
+    return store.fetch_dicts(f"SELECT * FROM {table}")
+
+
+def group_graph(store: Store, group_id: str) -> tuple[list[dict], list[dict]]:
+    """Every entity and fact of the group (imported ones too)."""
+    return (
+        store.fetch_dicts("SELECT * FROM entities WHERE group_id = ?", [group_id]),
+        store.fetch_dicts("SELECT * FROM facts WHERE group_id = ?", [group_id]),
+    )
+
+
+def mentions_of(store: Store, episode_uuids: Sequence[str]) -> list[dict[str, Any]]:
+    return store.fetch_dicts(
+        "SELECT * FROM mentions WHERE episode_uuid IN (SELECT unnest(?::VARCHAR[]))",
+        [list(episode_uuids)],
+    )
+
+
+def episode_uuids(store: Store, status: str | None = None) -> set[str]:
+    """The uuids of the store's episodes (of this status)."""
+    where, params = ("WHERE status = ?", [status]) if status else ("", [])
+    return {u for (u,) in store.fetchall(f"SELECT uuid FROM episodes {where}", params)}
+
+
+def pending(store: Store) -> int:
+    """Queue messages not done yet (a shadow's: episodes left to extract)."""
+    return int(store.fetchone("SELECT count(*) FROM queue WHERE state <> 'done'")[0])
+
+
+def calls_after(store: Store, last_id: int) -> list[dict[str, Any]]:
+    """The calls recorded after ``last_id``, in order (a shadow's, copied to the live store)."""
+    return store.fetch_dicts("SELECT * FROM llm_calls WHERE id > ? ORDER BY id", [last_id])
