@@ -326,3 +326,31 @@ def test_another_replica_on_postgres_swaps_a_promoted_group_in_at_once(
         if b is not None:
             b.close()
         a.close()
+
+
+def test_a_run_beside_live_ingestion_shares_its_llm_throttle_and_slots(built, fake_llm, tmp_path):
+    from workbench.ingest.reextract import Shadow
+
+    def shadow(name, settings):
+        return Shadow(str(tmp_path / name), built.embedder, settings, built.metrics,
+                      built.clock, live_chat=built.chat)  # fmt: skip
+
+    live = built.chat
+    with shadow("same.duckdb", other_settings(fake_llm)) as same:
+        assert same.chat._throttle is live._throttle and same.chat._slots is live._slots
+    elsewhere = other_settings(fake_llm, SVC_KNOWLEDGE_COMPAT_BASE_URL="http://127.0.0.1:9/v1")
+    with shadow("other.duckdb", elsewhere) as other:  # another server: its own limits
+        assert other.chat._throttle is not live._throttle
+    # the workbench hands its model to the runs it starts
+    assert built.reextraction(shadow_dir=tmp_path).live_chat is live
+
+
+def test_a_run_whose_shadow_is_on_another_machine_is_not_resumed_here(built, fake_llm, tmp_path):
+    runs = built.reextraction(other_settings(fake_llm), tmp_path)
+    run_id = runs.run("tom")["run_id"]
+    built.store.execute("UPDATE reextract_runs SET state = 'running' WHERE run_id = ?", [run_id])
+    for path in tmp_path.glob("*.duckdb"):
+        path.unlink()
+    with pytest.raises(InvalidInput, match="not on this machine"):
+        runs.run("tom")
+    assert runs.discard(run_id)["state"] == "discarded"

@@ -14,14 +14,28 @@ in :mod:`workbench.ingest.generations`. A run:
   Nothing of it reaches the live graph, its rows or its indexes: searches keep answering from
   the live graph. Killed, it resumes where it stopped (``reextract`` again: the queue returns
   the episodes in flight; an episode is written once). Its calls are recorded in the shadow,
-  then in ``llm_calls`` under the run's id.
+  then in ``llm_calls`` under the run's id. Beside live ingestion in one process (the
+  service's ``reextract`` tool, a notebook), its calls go through live ingestion's throttle
+  and in-flight slots when both call one LLM server, so a run does not add its load to it.
 * **is compared** with the live graph (``compare_graphs``), and
 * **is promoted** in one transaction that deletes what extraction made of the group (facts
   stated by episodes, entities episodes mention; imported memories stay) and inserts the
   shadow's rows; then the search engine swaps them under its lock at once, so no search sees
-  a mix. An entity of the same name and type, and a fact between the same entities with the
-  same relation, keeps its uuid and carries over importance, stability, decay, lifecycle state
-  and accesses (``carry_over``). Or it is discarded: the shadow file is deleted.
+  a mix. Other processes sharing a PostgreSQL store get one change-log entry naming the group
+  (not one per memory) and swap the group in at once too. An entity of the same name and
+  type, and a fact between the same entities with the same relation, keeps its uuid and
+  carries over importance, stability, decay, lifecycle state and accesses (``carry_over``).
+  Or it is discarded: the shadow file is deleted.
+
+The shadow is a local DuckDB file on PostgreSQL too, not rows of a new generation in the
+shared tables: those tables are what every process reads whole (search rows and indexes,
+ingestion's resolution, maintenance, exports), and every write to them is broadcast through
+the change log to every replica. Generation rows there would need a generation filter in each
+of those readers, and would cost the serving database a second ingestion's writes and its
+replicas a second ingestion's re-reads, for rows no search may see. In a file of its own, the
+unchanged pipeline, queue and search engine build it like any store, the serving database
+pays once (the promote's one transaction), and a discard deletes a file. The price: a run
+resumes on the machine that holds its shadow (or a ``--shadow-dir`` both can reach).
 """
 
 from __future__ import annotations
@@ -54,12 +68,13 @@ from workbench.llm.client import build_chat_model
 from workbench.llm.pricing import PriceTable
 from workbench.metrics import Metrics
 from workbench.search import SearchEngine
-from workbench.search.publish import Publisher
+from workbench.search.publish import Publisher, Upsert
 from workbench.store import Store
 from workbench.store import changes as log_sql
 from workbench.store import graph as g
 from workbench.store import queue as q
 from workbench.store import reextract as rx
+from workbench.store.reextract import Row
 from workbench.store.snapshots import Snapshots
 
 log = logging.getLogger("workbench.ingest.reextract")
@@ -74,7 +89,9 @@ Progress = Callable[[int], None]
 # --- the shadow graph ---------------------------------------------------------------------
 class Shadow:
     """A shadow graph: its own DuckDB file, store, search engine, pipeline and queue, with the
-    configured LLM (its calls recorded in the shadow's ``llm_calls``)."""
+    configured LLM (its calls recorded in the shadow's ``llm_calls``). With ``live_chat``
+    (live ingestion's model) on the same LLM server, its calls share that model's throttle and
+    in-flight slots: a run does not add its load to live ingestion's."""
 
     def __init__(
         self,
@@ -85,6 +102,7 @@ class Shadow:
         clock: Clock,
         *,
         with_llm: bool = True,
+        live_chat: object = None,
     ):
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         self.store = Store.open(path, embedder.dimensions, embedder.model)
@@ -98,6 +116,8 @@ class Shadow:
         if self.chat is None:
             self.store.close()
             raise LLMNotConfigured(NO_LLM)
+        if live_chat is not None:
+            self.chat.share_limits(live_chat)
         self.search = SearchEngine(
             self.store, embedder, metrics, clock, settings, graph_dir=False, access_background=False
         )
@@ -155,7 +175,7 @@ class Shadow:
     def pending(self) -> int:
         return rx.pending(self.store)
 
-    def graph(self) -> tuple[list[dict], list[dict]]:
+    def graph(self) -> tuple[list[Row], list[Row]]:
         return rx.table_rows(self.store, "entities"), rx.table_rows(self.store, "facts")
 
     def close(self) -> None:
@@ -186,8 +206,11 @@ class Reextraction:
         clock: Clock,
         shadow_dir: str | Path | None = None,
         snapshots: Snapshots | None = None,
+        *,
+        live_chat: object = None,
     ):
         self.store = store
+        self.live_chat = live_chat  # live ingestion's model: its LLM limits are shared
         # the live store's exported copies: dropped after a promote (no copy outlives the
         # memories it replaced)
         self.snapshots = snapshots
@@ -209,7 +232,7 @@ class Reextraction:
         prices = PriceTable.load(self.settings.price_table_path)
         return estimate(group_id, episodes, history, self.settings.model_name, prices)
 
-    def _todo(self, group_id: str, run: dict | None) -> list[dict[str, Any]]:
+    def _todo(self, group_id: str, run: Row | None) -> list[Row]:
         episodes = rx.done_episodes(self.store, group_id)
         if run is None or not Path(run["shadow_path"]).exists():
             return episodes
@@ -225,10 +248,21 @@ class Reextraction:
         if not self.settings.llm_configured:
             raise LLMNotConfigured(NO_LLM)
         run = rx.open_run(self.store, group_id) or self._new_run(group_id, len(episodes))
+        if run["calls_copied"] and not Path(run["shadow_path"]).exists():
+            raise InvalidInput(
+                f"the shadow graph of run {run['run_id']} is not on this machine "
+                f"({run['shadow_path']}): resume it where it was started, or discard it "
+                f"(`workbench reextract --discard {run['run_id']}`) and start again"
+            )
         with (
             _busy(group_id),
             Shadow(
-                run["shadow_path"], self.embedder, self.settings, self.metrics, self.clock
+                run["shadow_path"],
+                self.embedder,
+                self.settings,
+                self.metrics,
+                self.clock,
+                live_chat=self.live_chat,
             ) as shadow,
         ):
             shadow.resume()
@@ -261,7 +295,7 @@ class Reextraction:
 
     def _copy_calls(self, run: dict[str, Any], shadow: Shadow) -> None:
         shadow.store.flush()
-        last = rx.get_run(self.store, run["run_id"])["calls_copied"]
+        last = self._run(run["run_id"])["calls_copied"]
         rows = rx.calls_after(shadow.store, last)
         with self.store.transaction():
             rx.copy_calls(self.store, run["run_id"], rows, max([last, *(r["id"] for r in rows)]))
@@ -298,7 +332,7 @@ class Reextraction:
             "calls": rx.run_calls(self.store, run_id),
         }
 
-    def rows(self, run_id: str) -> dict[str, dict[str, list[dict]]]:
+    def rows(self, run_id: str) -> dict[str, dict[str, list[Row]]]:
         """The group's rows (``episodes``, ``entities``, ``facts``, ``mentions``) in the live
         graph (``old``) and the run's shadow (``new``): what scoring on labelled episodes
         reads (:func:`workbench.eval.extraction.score_generations`)."""
@@ -357,7 +391,7 @@ class Reextraction:
                 },
             )
 
-    def _swap(self, run: dict[str, Any], built: Built) -> tuple[Swap, list]:
+    def _swap(self, run: Row, built: Built) -> tuple[Swap, list[Upsert]]:
         """Inside the promote's transaction: replace the group's extracted graph."""
         group = run["group_id"]
         live = {e["uuid"] for e in rx.done_episodes(self.store, group)}
@@ -388,10 +422,10 @@ class Reextraction:
         rx.set_state(self.store, run["run_id"], "promoted", self.clock())
         return swap, changes
 
-    def _write_vectors(self, swap: Swap, vectors: dict[str, dict]) -> list:
+    def _write_vectors(self, swap: Swap, vectors: dict[str, dict[str, Any]]) -> list[Upsert]:
         """Insert the new rows' vectors; the publisher's changes (rows with a vector first)."""
         back = {new: shadow for shadow, new in swap.renamed.items()}
-        changes = []
+        changes: list[Upsert] = []
         for kind, rows in (("entity", swap.entities), ("fact", swap.facts)):
             have = [r for r in rows if back.get(r["uuid"], r["uuid"]) in vectors[kind]]
             without = [r for r in rows if back.get(r["uuid"], r["uuid"]) not in vectors[kind]]
