@@ -377,3 +377,109 @@ def live_tables(db_path: str | None = None):
 
     overrides = {"db_path": db_path} if db_path else {}
     return snapshot(load_settings(env_file=ROOT / ".env", **overrides))
+
+
+# --- a variant on the user's own episodes -----------------------------------------------------
+@dataclass
+class LiveSample:
+    """A sample of one group of the live database: its episodes (``add_memory`` arguments, in
+    their original order), the entities and facts the live extraction made of them (``old``),
+    and every entity of the group (what those facts name)."""
+
+    group: str
+    episodes: list[dict]
+    old: tuple[list[dict], list[dict]]
+    names: list[dict]
+
+
+def live_sample(group: str | None = None, size: int = 8, db_path=None) -> LiveSample | None:
+    """The ``size`` newest processed episodes of ``group`` (default: the group with the most)
+    of the live database (:func:`live_tables`), with what its extraction made of them; None
+    when there is no live database or it has no processed episode."""
+    try:
+        con = live_tables(db_path)
+    except Exception as exc:  # noqa: BLE001 - no database here: the caller falls back
+        warnings.warn(f"no live database to sample ({type(exc).__name__}: {exc})", stacklevel=2)
+        return None
+    try:
+        return _sample(con, group, size)
+    finally:
+        con.close()
+
+
+def _sample(con, group: str | None, size: int) -> LiveSample | None:
+    def rows(sql: str, params: list) -> list[dict]:
+        cur = con.execute(sql, params)
+        names = [d[0] for d in cur.description]
+        return [dict(zip(names, r)) for r in cur.fetchall()]
+
+    if group is None:
+        top = con.execute(
+            "SELECT group_id FROM episodes WHERE status = 'done' GROUP BY group_id "
+            "ORDER BY count(*) DESC, group_id LIMIT 1"
+        ).fetchone()
+        if top is None:
+            return None
+        group = top[0]
+    episodes = rows(
+        "SELECT * FROM episodes WHERE group_id = ? AND status = 'done' "
+        "ORDER BY created_at DESC, uuid LIMIT ?",
+        [group, size],
+    )[::-1]
+    if not episodes:
+        return None
+    uuids = [e["uuid"] for e in episodes]
+    entities = rows(
+        "SELECT * FROM entities WHERE uuid IN (SELECT entity_uuid FROM mentions "
+        "WHERE list_contains(?, episode_uuid))",
+        [uuids],
+    )
+    facts = rows("SELECT * FROM facts WHERE list_contains(?, episode_uuid)", [uuids])
+    names = rows("SELECT * FROM entities WHERE group_id = ?", [group])
+    arguments = [
+        {
+            "name": e["name"],
+            "episode_body": e["body"],
+            "group_id": group,
+            "source": e["source"],
+            "source_description": e["source_description"],
+            "reference_time": e["reference_time"],
+        }
+        for e in episodes
+    ]
+    return LiveSample(group, arguments, (entities, facts), names)
+
+
+def sample_variant(mode: str, **overrides: Any):
+    """(settings, server): an extraction variant for a :class:`LiveSample`, on a scratch
+    in-memory store (the live database is only read). Configured: the LLM's settings with
+    ``overrides``; recorded: the rule-based fake (the labelled answers know only the labelled
+    episodes), to stop when done."""
+    from workbench.fakes import rule_llm
+
+    settings = load_settings(env_file=ROOT / ".env", db_path=":memory:", **overrides)
+    settings = settings.model_copy(update={"database_url": None})
+    if mode != "recorded":
+        return settings, None
+    server = FakeLLMServer(model=RECORDED_MODEL).start()
+    server.set_responder(rule_llm.respond)
+    update = {
+        "llm_provider": "compat",
+        "model_name": RECORDED_MODEL,
+        "compat_base_url": server.base_url,
+        "llm_requests_per_minute": 0,
+    }
+    return settings.model_copy(update=update), server
+
+
+def extract_sample(settings, sample: LiveSample) -> tuple[list[dict], list[dict]]:
+    """The (entities, facts) the variant ``settings`` extracts from the sample's episodes, in
+    a scratch in-memory workbench."""
+    from workbench.store.reextract import group_graph
+
+    workbench = Workbench.open(settings, embedder=shared_embedder())
+    try:
+        ingest(workbench, sample.episodes, progress=False)
+        return group_graph(workbench.store, sample.group)
+    finally:
+        workbench.close()

@@ -436,7 +436,9 @@ class Workbench:
     def reextraction(self, settings: Settings | None = None, shadow_dir=None) -> Reextraction:
         """Re-extraction runs on this store (``settings``: the new extraction's LLM)."""
         live = (self.store, self.publisher, self.embedder, settings or self.settings)
-        return Reextraction(*live, self.metrics, self.clock, shadow_dir, self.snapshots)
+        return Reextraction(
+            *live, self.metrics, self.clock, shadow_dir, self.snapshots, live_chat=self.chat
+        )
 
     def reextract(
         self, group_id=None, dry_run=False, promote=None, discard=None, compare=None

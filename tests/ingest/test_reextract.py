@@ -266,3 +266,91 @@ def test_a_second_run_of_a_group_in_the_same_process_is_refused(built, fake_llm,
     with _busy("tom"), pytest.raises(InvalidInput, match="running in this process"):
         runs.run("tom")
     assert runs.run("tom")["state"] == "built"  # once the other is done
+
+
+def test_another_replica_on_postgres_swaps_a_promoted_group_in_at_once(
+    fake_llm, hash_embedder, pg_location, tmp_path
+):
+    """Two workbenches on one PostgreSQL database: one promotes, the other follows the change
+    log; its searches, probed throughout, see the old generation or the new, never a mix."""
+    from tests.pg import wait_for
+    from workbench.store import changes as log_sql
+
+    responder(fake_llm)
+    shared = {"db": ":memory:", "SVC_KNOWLEDGE_DATABASE_URL": pg_location}
+    a = open_wb(fake_llm, hash_embedder, **shared)
+    b = None
+    try:
+        for episode in history(12):
+            a.add_memory(**episode)
+        assert a.process_pending() == 12
+        b = open_wb(fake_llm, hash_embedder, **shared)
+        runs = a.reextraction(other_settings(fake_llm), tmp_path)
+        run_id = runs.run("tom")["run_id"]
+        old = facts_of(a)
+        top = log_sql.latest_seq(a.store)
+        seen, stop = [], threading.Event()
+
+        def search():
+            while not stop.is_set():
+                facts = b.search_memory_facts("Tom", group_ids=["tom"], max_facts=30)["facts"]
+                seen.append({(f["uuid"], f["fact"]) for f in facts})
+
+        threads = [threading.Thread(target=search) for _ in range(3)]
+        for t in threads:
+            t.start()
+        try:
+            assert wait_for(lambda: len(seen) > 5, timeout=10)
+            runs.promote(run_id)
+            new = facts_of(a)
+
+            def switched() -> bool:
+                return bool(seen) and bool(seen[-1]) and seen[-1] <= new
+
+            assert wait_for(switched, timeout=10)
+            time.sleep(0.2)
+        finally:
+            stop.set()
+            for t in threads:
+                t.join()
+        kinds = [(s <= old, s <= new) for s in seen if s]
+        assert (False, False) not in kinds  # never a mix
+        assert (True, False) in kinds and (False, True) in kinds  # before, after
+        # the promote is one change for the other processes, not one per memory (b's
+        # searches log theirs: the accesses they write)
+        after = log_sql.changes_since(a.store, top)
+        assert [(k, u) for _, k, u, o in after if o == a.store.origin] == [
+            (log_sql.GENERATION, "tom")
+        ]
+    finally:
+        if b is not None:
+            b.close()
+        a.close()
+
+
+def test_a_run_beside_live_ingestion_shares_its_llm_throttle_and_slots(built, fake_llm, tmp_path):
+    from workbench.ingest.reextract import Shadow
+
+    def shadow(name, settings):
+        return Shadow(str(tmp_path / name), built.embedder, settings, built.metrics,
+                      built.clock, live_chat=built.chat)  # fmt: skip
+
+    live = built.chat
+    with shadow("same.duckdb", other_settings(fake_llm)) as same:
+        assert same.chat._throttle is live._throttle and same.chat._slots is live._slots
+    elsewhere = other_settings(fake_llm, SVC_KNOWLEDGE_COMPAT_BASE_URL="http://127.0.0.1:9/v1")
+    with shadow("other.duckdb", elsewhere) as other:  # another server: its own limits
+        assert other.chat._throttle is not live._throttle
+    # the workbench hands its model to the runs it starts
+    assert built.reextraction(shadow_dir=tmp_path).live_chat is live
+
+
+def test_a_run_whose_shadow_is_on_another_machine_is_not_resumed_here(built, fake_llm, tmp_path):
+    runs = built.reextraction(other_settings(fake_llm), tmp_path)
+    run_id = runs.run("tom")["run_id"]
+    built.store.execute("UPDATE reextract_runs SET state = 'running' WHERE run_id = ?", [run_id])
+    for path in tmp_path.glob("*.duckdb"):
+        path.unlink()
+    with pytest.raises(InvalidInput, match="not on this machine"):
+        runs.run("tom")
+    assert runs.discard(run_id)["state"] == "discarded"

@@ -12,7 +12,7 @@ from typing import Any
 
 from workbench.errors import InvalidInput
 from workbench.llm.pricing import PriceTable, Usage, table_cost
-from workbench.store.reextract import CARRIED
+from workbench.store.reextract import CARRIED, Row
 
 DEFAULT_CALLS = 2  # one episode at a time: extract_entities, then extract_edges
 CHARS_PER_TOKEN = 4
@@ -116,12 +116,12 @@ def entity_key(row: dict[str, Any]) -> tuple[str, str]:
 
 
 def carry_over(
-    old_entities: Sequence[dict],
-    old_facts: Sequence[dict],
-    kept: Sequence[dict],
-    new_entities: Sequence[dict],
-    new_facts: Sequence[dict],
-    mentions: Sequence[dict],
+    old_entities: Sequence[Row],
+    old_facts: Sequence[Row],
+    kept: Sequence[Row],
+    new_entities: Sequence[Row],
+    new_facts: Sequence[Row],
+    mentions: Sequence[Row],
 ) -> Swap:
     """Pure: the rows a promote writes. A new entity with the name and type of a kept one
     (imported) becomes it; of an old one, takes its uuid and :data:`CARRIED` columns. A new
@@ -129,7 +129,7 @@ def carry_over(
     (pairs in order of creation). Everything old that nothing took is removed."""
     swap = Swap()
     kept_by_key = {entity_key(e): e["uuid"] for e in kept}
-    old_by_key: dict[tuple[str, str], dict] = {}
+    old_by_key: dict[tuple[str, str], Row] = {}
     for row in sorted(old_entities, key=lambda r: r["created_at"]):
         old_by_key.setdefault(entity_key(row), row)
     for row in new_entities:
@@ -138,7 +138,7 @@ def carry_over(
             swap.renamed[row["uuid"]] = kept_by_key[key]
             continue
         swap.entities.append(_carried(row, old_by_key.pop(key, None), swap.renamed))
-    old_facts_by_key: dict[tuple, list[dict]] = defaultdict(list)
+    old_facts_by_key: dict[tuple[str, str, str], list[Row]] = defaultdict(list)
     for row in sorted(old_facts, key=lambda r: r["created_at"]):
         old_facts_by_key[(row["source_uuid"], row["target_uuid"], row["relation"])].append(row)
     for row in sorted(new_facts, key=lambda r: r["created_at"]):
@@ -164,7 +164,7 @@ def carry_over(
     return swap
 
 
-def _carried(row: dict, old: dict | None, renamed: dict[str, str]) -> dict:
+def _carried(row: Row, old: Row | None, renamed: dict[str, str]) -> Row:
     if old is None:
         return {**row}
     renamed[row["uuid"]] = old["uuid"]
@@ -173,9 +173,9 @@ def _carried(row: dict, old: dict | None, renamed: dict[str, str]) -> dict:
 
 # --- the comparison -----------------------------------------------------------------------
 def compare_graphs(
-    old: tuple[Sequence[dict], Sequence[dict]],
-    new: tuple[Sequence[dict], Sequence[dict]],
-    names: Sequence[dict] = (),
+    old: tuple[Sequence[Row], Sequence[Row]],
+    new: tuple[Sequence[Row], Sequence[Row]],
+    names: Sequence[Row] = (),
 ) -> dict[str, Any]:
     """Pure: old vs new (each (entities, facts)) by content: entities by name and type (changed
     = another summary), facts by source, relation and target names (changed = another text);
@@ -203,9 +203,11 @@ def compare_graphs(
     return report
 
 
-def _keyed(kind: str, entities: Sequence[dict], facts: Sequence[dict] = ()) -> dict:
+def _keyed(
+    kind: str, entities: Sequence[Row], facts: Sequence[Row] = ()
+) -> dict[tuple[str, ...], list[str]]:
     """key -> the texts of the rows with that key (summary or fact text)."""
-    out: dict[tuple, list[str]] = defaultdict(list)
+    out: dict[tuple[str, ...], list[str]] = defaultdict(list)
     if kind == "entities":
         for e in entities:
             out[(e["name"], e["entity_type"])].append(e["summary"])
@@ -217,5 +219,5 @@ def _keyed(kind: str, entities: Sequence[dict], facts: Sequence[dict] = ()) -> d
     return out
 
 
-def _show(key: tuple) -> str:
+def _show(key: tuple[str, ...]) -> str:
     return " ".join(key) if len(key) == 3 else f"{key[0]} ({key[1]})"

@@ -14,14 +14,28 @@ in :mod:`workbench.ingest.generations`. A run:
   Nothing of it reaches the live graph, its rows or its indexes: searches keep answering from
   the live graph. Killed, it resumes where it stopped (``reextract`` again: the queue returns
   the episodes in flight; an episode is written once). Its calls are recorded in the shadow,
-  then in ``llm_calls`` under the run's id.
+  then in ``llm_calls`` under the run's id. Beside live ingestion in one process (the
+  service's ``reextract`` tool, a notebook), its calls go through live ingestion's throttle
+  and in-flight slots when both call one LLM server, so a run does not add its load to it.
 * **is compared** with the live graph (``compare_graphs``), and
 * **is promoted** in one transaction that deletes what extraction made of the group (facts
   stated by episodes, entities episodes mention; imported memories stay) and inserts the
   shadow's rows; then the search engine swaps them under its lock at once, so no search sees
-  a mix. An entity of the same name and type, and a fact between the same entities with the
-  same relation, keeps its uuid and carries over importance, stability, decay, lifecycle state
-  and accesses (``carry_over``). Or it is discarded: the shadow file is deleted.
+  a mix. Other processes sharing a PostgreSQL store get one change-log entry naming the group
+  (not one per memory) and swap the group in at once too. An entity of the same name and
+  type, and a fact between the same entities with the same relation, keeps its uuid and
+  carries over importance, stability, decay, lifecycle state and accesses (``carry_over``).
+  Or it is discarded: the shadow file is deleted.
+
+The shadow is a local DuckDB file on PostgreSQL too, not rows of a new generation in the
+shared tables: those tables are what every process reads whole (search rows and indexes,
+ingestion's resolution, maintenance, exports), and every write to them is broadcast through
+the change log to every replica. Generation rows there would need a generation filter in each
+of those readers, and would cost the serving database a second ingestion's writes and its
+replicas a second ingestion's re-reads, for rows no search may see. In a file of its own, the
+unchanged pipeline, queue and search engine build it like any store, the serving database
+pays once (the promote's one transaction), and a discard deletes a file. The price: a run
+resumes on the machine that holds its shadow (or a ``--shadow-dir`` both can reach).
 """
 
 from __future__ import annotations
@@ -54,11 +68,13 @@ from workbench.llm.client import build_chat_model
 from workbench.llm.pricing import PriceTable
 from workbench.metrics import Metrics
 from workbench.search import SearchEngine
-from workbench.search.publish import Publisher
+from workbench.search.publish import Publisher, Upsert
 from workbench.store import Store
+from workbench.store import changes as log_sql
 from workbench.store import graph as g
 from workbench.store import queue as q
 from workbench.store import reextract as rx
+from workbench.store.reextract import Row
 from workbench.store.snapshots import Snapshots
 
 log = logging.getLogger("workbench.ingest.reextract")
@@ -73,7 +89,9 @@ Progress = Callable[[int], None]
 # --- the shadow graph ---------------------------------------------------------------------
 class Shadow:
     """A shadow graph: its own DuckDB file, store, search engine, pipeline and queue, with the
-    configured LLM (its calls recorded in the shadow's ``llm_calls``)."""
+    configured LLM (its calls recorded in the shadow's ``llm_calls``). With ``live_chat``
+    (live ingestion's model) on the same LLM server, its calls share that model's throttle and
+    in-flight slots: a run does not add its load to live ingestion's."""
 
     def __init__(
         self,
@@ -84,6 +102,7 @@ class Shadow:
         clock: Clock,
         *,
         with_llm: bool = True,
+        live_chat: object = None,
     ):
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         self.store = Store.open(path, embedder.dimensions, embedder.model)
@@ -97,6 +116,8 @@ class Shadow:
         if self.chat is None:
             self.store.close()
             raise LLMNotConfigured(NO_LLM)
+        if live_chat is not None:
+            self.chat.share_limits(live_chat)
         self.search = SearchEngine(
             self.store, embedder, metrics, clock, settings, graph_dir=False, access_background=False
         )
@@ -127,7 +148,7 @@ class Shadow:
 
     def add(self, episodes: Sequence[dict[str, Any]]) -> int:
         """Queue the episodes the shadow does not have yet, in their order; how many."""
-        have = {u for (u,) in self.store.fetchall("SELECT uuid FROM episodes")}
+        have = rx.episode_uuids(self.store)
         todo = [e for e in episodes if e["uuid"] not in have]
         now = self.clock()
         with self.store.transaction():
@@ -152,13 +173,10 @@ class Shadow:
                 progress(n)
 
     def pending(self) -> int:
-        return self.store.fetchone("SELECT count(*) FROM queue WHERE state <> 'done'")[0]
+        return rx.pending(self.store)
 
-    def graph(self) -> tuple[list[dict], list[dict]]:
-        return (
-            self.store.fetch_dicts("SELECT * FROM entities"),
-            self.store.fetch_dicts("SELECT * FROM facts"),
-        )
+    def graph(self) -> tuple[list[Row], list[Row]]:
+        return rx.table_rows(self.store, "entities"), rx.table_rows(self.store, "facts")
 
     def close(self) -> None:
         if self.search is not None:
@@ -188,8 +206,11 @@ class Reextraction:
         clock: Clock,
         shadow_dir: str | Path | None = None,
         snapshots: Snapshots | None = None,
+        *,
+        live_chat: object = None,
     ):
         self.store = store
+        self.live_chat = live_chat  # live ingestion's model: its LLM limits are shared
         # the live store's exported copies: dropped after a promote (no copy outlives the
         # memories it replaced)
         self.snapshots = snapshots
@@ -211,15 +232,12 @@ class Reextraction:
         prices = PriceTable.load(self.settings.price_table_path)
         return estimate(group_id, episodes, history, self.settings.model_name, prices)
 
-    def _todo(self, group_id: str, run: dict | None) -> list[dict[str, Any]]:
+    def _todo(self, group_id: str, run: Row | None) -> list[Row]:
         episodes = rx.done_episodes(self.store, group_id)
         if run is None or not Path(run["shadow_path"]).exists():
             return episodes
         with self._shadow_store(run) as shadow:
-            done = {
-                u
-                for (u,) in shadow.store.fetchall("SELECT uuid FROM episodes WHERE status = 'done'")
-            }
+            done = rx.episode_uuids(shadow.store, "done")
         return [e for e in episodes if e["uuid"] not in done]
 
     def run(self, group_id: str, progress: Progress | None = None) -> dict[str, Any]:
@@ -230,10 +248,21 @@ class Reextraction:
         if not self.settings.llm_configured:
             raise LLMNotConfigured(NO_LLM)
         run = rx.open_run(self.store, group_id) or self._new_run(group_id, len(episodes))
+        if run["calls_copied"] and not Path(run["shadow_path"]).exists():
+            raise InvalidInput(
+                f"the shadow graph of run {run['run_id']} is not on this machine "
+                f"({run['shadow_path']}): resume it where it was started, or discard it "
+                f"(`workbench reextract --discard {run['run_id']}`) and start again"
+            )
         with (
             _busy(group_id),
             Shadow(
-                run["shadow_path"], self.embedder, self.settings, self.metrics, self.clock
+                run["shadow_path"],
+                self.embedder,
+                self.settings,
+                self.metrics,
+                self.clock,
+                live_chat=self.live_chat,
             ) as shadow,
         ):
             shadow.resume()
@@ -266,8 +295,8 @@ class Reextraction:
 
     def _copy_calls(self, run: dict[str, Any], shadow: Shadow) -> None:
         shadow.store.flush()
-        last = rx.get_run(self.store, run["run_id"])["calls_copied"]
-        rows = shadow.store.fetch_dicts("SELECT * FROM llm_calls WHERE id > ? ORDER BY id", [last])
+        last = self._run(run["run_id"])["calls_copied"]
+        rows = rx.calls_after(shadow.store, last)
         with self.store.transaction():
             rx.copy_calls(self.store, run["run_id"], rows, max([last, *(r["id"] for r in rows)]))
 
@@ -287,7 +316,7 @@ class Reextraction:
         run = self._open(run_id, "compare")
         with self._shadow_store(run) as shadow:
             new = shadow.graph()
-        old = _live_graph(self.store, run["group_id"])
+        old = rx.group_graph(self.store, run["group_id"])
         extracted, _ = rx.extracted_graph(self.store, run["group_id"])
         kept = rx.kept_entities(self.store, run["group_id"], [e["uuid"] for e in extracted])
         made = {entity_key(e) for e in new[0]}
@@ -303,19 +332,16 @@ class Reextraction:
             "calls": rx.run_calls(self.store, run_id),
         }
 
-    def rows(self, run_id: str) -> dict[str, dict[str, list[dict]]]:
+    def rows(self, run_id: str) -> dict[str, dict[str, list[Row]]]:
         """The group's rows (``episodes``, ``entities``, ``facts``, ``mentions``) in the live
         graph (``old``) and the run's shadow (``new``): what scoring on labelled episodes
         reads (:func:`workbench.eval.extraction.score_generations`)."""
         run = self._open(run_id, "score")
         with self._shadow_store(run) as shadow:
-            new = {t: shadow.store.fetch_dicts(f"SELECT * FROM {t}") for t in GRAPH_TABLES}
+            new = {t: rx.table_rows(shadow.store, t) for t in GRAPH_TABLES}
         episodes = rx.done_episodes(self.store, run["group_id"])
-        entities, facts = _live_graph(self.store, run["group_id"])
-        mentions = self.store.fetch_dicts(
-            "SELECT * FROM mentions WHERE episode_uuid IN (SELECT unnest(?::VARCHAR[]))",
-            [[e["uuid"] for e in episodes]],
-        )
+        entities, facts = rx.group_graph(self.store, run["group_id"])
+        mentions = rx.mentions_of(self.store, [e["uuid"] for e in episodes])
         old = {"episodes": episodes, "entities": entities, "facts": facts, "mentions": mentions}
         return {"old": old, "new": new}
 
@@ -332,7 +358,11 @@ class Reextraction:
             built = self._built(run)
             with self.publisher:
                 with self.store.transaction():
+                    # other processes sharing the store: one change naming the group, not
+                    # one per memory, so each swaps the whole group in at once
+                    log_sql.quiet(self.store)
                     swap, changes = self._swap(run, built)
+                    log_sql.log_generation(self.store, run["group_id"])
                 self.publisher.replaced(swap.removed, changes, "promoting a re-extraction")
         _remove_shadow(run["shadow_path"])
         if self.snapshots is not None:
@@ -353,15 +383,15 @@ class Reextraction:
             return Built(
                 entities,
                 facts,
-                shadow.store.fetch_dicts("SELECT * FROM mentions"),
-                {u for (u,) in shadow.store.fetchall("SELECT uuid FROM episodes")},
+                rx.table_rows(shadow.store, "mentions"),
+                rx.episode_uuids(shadow.store),
                 {
                     kind: rx.vectors_of(shadow.store, kind, [r["uuid"] for r in rows])
                     for kind, rows in (("entity", entities), ("fact", facts))
                 },
             )
 
-    def _swap(self, run: dict[str, Any], built: Built) -> tuple[Swap, list]:
+    def _swap(self, run: Row, built: Built) -> tuple[Swap, list[Upsert]]:
         """Inside the promote's transaction: replace the group's extracted graph."""
         group = run["group_id"]
         live = {e["uuid"] for e in rx.done_episodes(self.store, group)}
@@ -392,10 +422,10 @@ class Reextraction:
         rx.set_state(self.store, run["run_id"], "promoted", self.clock())
         return swap, changes
 
-    def _write_vectors(self, swap: Swap, vectors: dict[str, dict]) -> list:
+    def _write_vectors(self, swap: Swap, vectors: dict[str, dict[str, Any]]) -> list[Upsert]:
         """Insert the new rows' vectors; the publisher's changes (rows with a vector first)."""
         back = {new: shadow for shadow, new in swap.renamed.items()}
-        changes = []
+        changes: list[Upsert] = []
         for kind, rows in (("entity", swap.entities), ("fact", swap.facts)):
             have = [r for r in rows if back.get(r["uuid"], r["uuid"]) in vectors[kind]]
             without = [r for r in rows if back.get(r["uuid"], r["uuid"]) not in vectors[kind]]
@@ -460,13 +490,6 @@ def _busy(group_id: str) -> Iterator[None]:
     finally:
         with _BUSY_LOCK:
             _BUSY.discard(group_id)
-
-
-def _live_graph(store: Store, group_id: str) -> tuple[list[dict], list[dict]]:
-    return (
-        store.fetch_dicts("SELECT * FROM entities WHERE group_id = ?", [group_id]),
-        store.fetch_dicts("SELECT * FROM facts WHERE group_id = ?", [group_id]),
-    )
 
 
 def default_shadow_dir(store: Store) -> Path:

@@ -153,6 +153,15 @@ class CompatChatModel:
             base_url=self.base_url, api_key=api_key or NO_API_KEY, timeout=timeout, max_retries=0
         )
 
+    def share_limits(self, other: object) -> bool:
+        """Send through ``other``'s request throttle and in-flight slots when it calls the same
+        LLM server: two models of one process (a re-extraction beside live ingestion) then
+        load it as one. Whether they are shared."""
+        if not isinstance(other, CompatChatModel) or other.base_url != self.base_url:
+            return False
+        self._throttle, self._slots = other._throttle, other._slots
+        return True
+
     def __repr__(self) -> str:
         return (
             f"CompatChatModel(model={self.model!r}, base_url={self.base_url!r}, "

@@ -17,7 +17,8 @@ own). A sequence number is taken before its transaction commits, so a change may
 visible after higher numbers: a missing number is looked for again until every transaction
 that was running when it was seen has ended (PostgreSQL's snapshot ``xmin``). A process that
 falls further behind than the log keeps (it is pruned after an hour) re-reads everything, and
-one that sees a maintenance run of another process re-reads its rows.
+one that sees a maintenance run of another process re-reads its rows. A group replaced whole
+(a re-extraction's promote: one change row of kind ``generation``) is swapped in at once.
 """
 
 from __future__ import annotations
@@ -132,8 +133,12 @@ class ChangeFollower:
             self._last = max(self._last, top)
             # kind -> uuid -> whether its vector changed too
             wanted: dict[str, dict[str, bool]] = {"entity": {}, "fact": {}, "passage": {}}
+            replaced: list[str] = []  # groups another process replaced whole (a promote)
             for _, kind, uuid, origin in rows:
                 if origin == self.store.origin:
+                    continue
+                if kind == log_sql.GENERATION:
+                    replaced.append(uuid)
                     continue
                 base, _, vector = kind.partition("_")
                 if base in wanted:
@@ -144,6 +149,8 @@ class ChangeFollower:
                 for start in range(0, len(ids), CHUNK):
                     chunk = ids[start : start + CHUNK]
                     applied += self._apply(kind, chunk, [u for u in chunk if changed[u]])
+            for group in dict.fromkeys(replaced):
+                applied += self._swap_group(group)
             self.applied += applied
             # a maintenance run elsewhere rewrote states and purged, without change rows
             self.engine.sync_maintenance()
@@ -160,6 +167,26 @@ class ChangeFollower:
                 kind, [{"uuid": u} for u in ordered], vectors if len(found) else None
             )
         return len(uuids)
+
+    def _swap_group(self, group: str) -> int:
+        """Re-read a group another process replaced whole (a re-extraction's promote): its
+        memories now in the store, and those cached here that left it, swapped in with one
+        ``replace``, so no search here sees some of the old generation and some of the new."""
+        with self.engine.cached_rows() as caches:
+            cached = {
+                kind: [u for u, g in zip(cache.uuids(), cache.group_ids()) if g == group]
+                for kind, cache in zip(("entity", "fact"), caches)
+            }
+        changes = []
+        for kind in ("entity", "fact"):
+            stored = sql.group_uuids(self.store, kind, group)
+            found, vectors = sql.vectors_of(self.store, kind, stored)
+            have = set(found)
+            rest = sorted({*stored, *cached[kind]} - have)
+            changes.append((kind, [{"uuid": u} for u in found + rest], vectors))
+        with self.gate:  # re-entered: held by catch_up
+            self.engine.replace({}, changes)
+        return sum(len(rows) for _, rows, _ in changes)
 
     def _maybe_prune(self) -> None:
         now = time.monotonic()

@@ -11,6 +11,11 @@ told its caches already).
 A maintenance run rewrites every memory's decay score: it writes no change rows (``quiet``);
 replicas notice the new ``maintenance_runs`` row and re-read their rows instead.
 
+A re-extraction's promote replaces a group's memories whole: it writes no change row per
+memory (``quiet``) but one of kind :data:`GENERATION` naming the group (``log_generation``);
+a follower swaps the group's rows and vectors in at once, so no search there sees a mix of
+the old and new generation.
+
 The sequence is assigned before commit, so a row may become visible after rows with higher
 numbers (a slower transaction): :func:`changes_since` also re-reads the gaps it saw recently.
 A DuckDB file has one writing process and no change log.
@@ -22,9 +27,19 @@ from collections.abc import Sequence
 
 from workbench.store import Store
 
-__all__ = ["CHANNEL", "POSTGRES_DDL", "latest_seq", "changes_since", "prune", "quiet"]
+__all__ = [
+    "CHANNEL",
+    "GENERATION",
+    "POSTGRES_DDL",
+    "latest_seq",
+    "changes_since",
+    "prune",
+    "quiet",
+    "log_generation",
+]
 
 CHANNEL = "workbench_changes"
+GENERATION = "generation"  # a change row naming a group (its uuid column) replaced whole
 
 # table -> the kind its change rows name (a vector's change is told apart from its row's)
 _GRAPH_TABLES = (
@@ -153,3 +168,15 @@ def quiet(store: Store) -> None:
     above); until it ends."""
     if store.backend != "duckdb":
         store.execute("SELECT set_config('workbench.quiet', 'on', true)")
+
+
+def log_generation(store: Store, group_id: str) -> None:
+    """Inside a promote's transaction (made ``quiet``): the one change row that tells the
+    other processes the group's memories were replaced whole (see above)."""
+    if store.shared:
+        store.execute(
+            "INSERT INTO changes (kind, uuid, origin) "
+            "VALUES (?, ?, current_setting('application_name'))",
+            [GENERATION, group_id],
+        )
+        store.execute("SELECT pg_notify(?, '')", [CHANNEL])

@@ -19,6 +19,8 @@ from typing import Any
 from workbench.store import Store
 from workbench.store import graph as g
 
+Row = dict[str, Any]  # a row of a graph table, by column
+
 OPEN_STATES = ("running", "built")
 RUN_COLUMNS = (
     "run_id, group_id, state, model, shadow_path, episodes, predicted_calls, calls_copied, "
@@ -97,16 +99,17 @@ def done_episodes(store: Store, group_id: str) -> list[dict[str, Any]]:
     )
 
 
-def call_history(store: Store, episode_uuids: Sequence[str]) -> list[tuple]:
+def call_history(store: Store, episode_uuids: Sequence[str]) -> list[tuple[str, int, int, int]]:
     """Per episode with calls on record (the extraction that made the live graph, not a
     re-extraction): (episode uuid, calls, prompt tokens, completion tokens)."""
-    return store.fetchall(
+    rows = store.fetchall(
         """SELECT episode_uuid, count(*), sum(prompt_tokens), sum(completion_tokens)
            FROM llm_calls WHERE run_id IS NULL
              AND episode_uuid IN (SELECT unnest(?::VARCHAR[]))
            GROUP BY episode_uuid""",
         [list(episode_uuids)],
     )
+    return [(str(u), int(c), int(p or 0), int(o or 0)) for u, c, p, o in rows]
 
 
 def copy_calls(store: Store, run_id: str, rows: list[dict[str, Any]], last_id: int) -> None:
@@ -132,7 +135,7 @@ def run_calls(store: Store, run_id: str) -> dict[str, Any]:
 
 
 # --- the graph of a group ------------------------------------------------------------------
-def extracted_graph(store: Store, group_id: str) -> tuple[list[dict], list[dict]]:
+def extracted_graph(store: Store, group_id: str) -> tuple[list[Row], list[Row]]:
     """The (entities, facts) extraction made of the group's episodes (see the module doc)."""
     facts = store.fetch_dicts(
         "SELECT * FROM facts WHERE group_id = ? AND episode_uuid IS NOT NULL", [group_id]
@@ -147,7 +150,7 @@ def extracted_graph(store: Store, group_id: str) -> tuple[list[dict], list[dict]
     return entities, facts
 
 
-def kept_entities(store: Store, group_id: str, removed: Sequence[str]) -> list[dict]:
+def kept_entities(store: Store, group_id: str, removed: Sequence[str]) -> list[Row]:
     """The group's entities a swap keeps (imported ones, and those kept facts name)."""
     return store.fetch_dicts(
         "SELECT * FROM entities WHERE group_id = ? AND uuid NOT IN (SELECT unnest(?::VARCHAR[]))",
@@ -164,7 +167,7 @@ def vectors_of(store: Store, kind: str, uuids: Sequence[str]) -> dict[str, Any]:
 
 
 def replace_graph(
-    store: Store, episodes: Sequence[str], old: dict[str, list[str]], new: dict[str, list[dict]]
+    store: Store, episodes: Sequence[str], old: dict[str, list[str]], new: dict[str, list[Row]]
 ) -> None:
     """Inside the caller's transaction: delete the ``old`` entity and fact uuids (with their
     vectors and mentions) and the mentions ``episodes`` made (of kept entities too), and insert
@@ -192,7 +195,7 @@ def set_episode_counts(store: Store, counts: Sequence[tuple[str, int, int]]) -> 
         )
 
 
-def _insert_rows(store: Store, table: str, rows: list[dict]) -> None:
+def _insert_rows(store: Store, table: str, rows: list[Row]) -> None:
     if rows:
         columns = list(rows[0])
         store.executemany(
@@ -200,3 +203,45 @@ def _insert_rows(store: Store, table: str, rows: list[dict]) -> None:
             f"VALUES ({', '.join('?' for _ in columns)})",
             [[r[c] for c in columns] for r in rows],
         )
+
+
+# --- reads of a graph (live or shadow) ------------------------------------------------------
+READABLE = ("episodes", "entities", "facts", "mentions", "llm_calls")  # see table_rows
+
+
+def table_rows(store: Store, table: str) -> list[dict[str, Any]]:
+    """Every row of one of a graph's tables (a shadow's: it holds one group)."""
+    if table not in READABLE:
+        raise ValueError(f"not a graph table: {table!r}")
+    return store.fetch_dicts(f"SELECT * FROM {table}")
+
+
+def group_graph(store: Store, group_id: str) -> tuple[list[Row], list[Row]]:
+    """Every entity and fact of the group (imported ones too)."""
+    return (
+        store.fetch_dicts("SELECT * FROM entities WHERE group_id = ?", [group_id]),
+        store.fetch_dicts("SELECT * FROM facts WHERE group_id = ?", [group_id]),
+    )
+
+
+def mentions_of(store: Store, episode_uuids: Sequence[str]) -> list[dict[str, Any]]:
+    return store.fetch_dicts(
+        "SELECT * FROM mentions WHERE episode_uuid IN (SELECT unnest(?::VARCHAR[]))",
+        [list(episode_uuids)],
+    )
+
+
+def episode_uuids(store: Store, status: str | None = None) -> set[str]:
+    """The uuids of the store's episodes (of this status)."""
+    where, params = ("WHERE status = ?", [status]) if status else ("", [])
+    return {u for (u,) in store.fetchall(f"SELECT uuid FROM episodes {where}", params)}
+
+
+def pending(store: Store) -> int:
+    """Queue messages not done yet (a shadow's: episodes left to extract)."""
+    return int(store.fetchone("SELECT count(*) FROM queue WHERE state <> 'done'")[0])
+
+
+def calls_after(store: Store, last_id: int) -> list[dict[str, Any]]:
+    """The calls recorded after ``last_id``, in order (a shadow's, copied to the live store)."""
+    return store.fetch_dicts("SELECT * FROM llm_calls WHERE id > ? ORDER BY id", [last_id])

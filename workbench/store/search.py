@@ -26,6 +26,7 @@ __all__ = [
     "load_rows",
     "known_groups",
     "maintenance_marker",
+    "group_uuids",
 ]
 
 _MEMORY = (
@@ -208,3 +209,12 @@ def maintenance_marker(store: Store) -> int:
     """Changes whenever a maintenance run is recorded (the newest run id, 0 before any)."""
     row = store.fetchone("SELECT coalesce(max(id), 0) FROM maintenance_runs")
     return int(row[0]) if row else 0
+
+
+def group_uuids(store: Store, kind: str, group_id: str) -> list[str]:
+    """The uuids of every memory of ``kind`` in the group (a follower re-reading a group
+    whose memories another process replaced whole: a re-extraction's promote)."""
+    rows = store.fetchall(
+        f"SELECT uuid FROM {_SOURCES[kind]} WHERE group_id = ? ORDER BY uuid", [group_id]
+    )
+    return [r[0] for r in rows]
