@@ -27,7 +27,8 @@ from workbench.decay.rules import DecayPolicy
 from workbench.embedding import Embedder, build_embedder
 from workbench.ingest import accept
 from workbench.ingest.budget import DailyBudget
-from workbench.ingest.episode_queue import EpisodeQueue
+from workbench.ingest.context import IngestContext
+from workbench.ingest.episode_queue import EpisodeQueue, QueueConfig
 from workbench.ingest.generations import one_action
 from workbench.ingest.importer import Importer
 from workbench.ingest.pipeline import NO_LLM, EpisodePipeline
@@ -88,35 +89,14 @@ class Workbench:
         # every writer of entities and facts publishes through it, and the queue claims
         # under its gate: extraction reads the graph from the engine's rows
         self.publisher = self.search.publisher
-        self.pipeline = EpisodePipeline(
-            store,
-            chat,
-            embedder,
-            metrics,
-            clock,
-            self.publisher,
-            settings.entity_reembed_fraction,
-            run_size=settings.queue_group_run,
-        )
+        ctx = IngestContext(store, metrics, clock, chat, embedder, self.publisher, settings)
+        self.pipeline = EpisodePipeline(ctx)
+        budget = settings.group_daily_budget_usd
         self.queue = EpisodeQueue(
-            store,
+            ctx,
             self.pipeline,
-            metrics,
-            clock,
-            gate=self.publisher,
-            after_claim=self.publisher.caught_up,
-            concurrency=settings.queue_concurrency,
-            lease_seconds=settings.queue_lease_seconds,
-            max_attempts=settings.queue_max_attempts,
-            poll_seconds=settings.queue_poll_seconds,
-            batch_size=settings.queue_batch_size,
-            max_crashes=settings.queue_max_crashes,
-            run_size=settings.queue_group_run,
-            budget=(
-                DailyBudget(store, settings.group_daily_budget_usd, metrics)
-                if settings.group_daily_budget_usd
-                else None
-            ),
+            QueueConfig.from_settings(settings),
+            budget=DailyBudget(store, budget, metrics) if budget else None,
         )
         self.tenancy = Tenancy(store, clock)
         self.passages = PassageWriter(store, embedder, self.publisher)

@@ -7,8 +7,10 @@ import pytest
 from tests import prom
 from workbench import errors
 from workbench.clock import ManualClock
-from workbench.ingest.episode_queue import EpisodeQueue
+from workbench.ingest.context import IngestContext
+from workbench.ingest.episode_queue import EpisodeQueue, QueueConfig
 from workbench.metrics import Metrics
+from workbench.search.publish import Publisher
 from workbench.store import Store
 from workbench.store import graph as g
 from workbench.store import queue as q
@@ -36,13 +38,20 @@ class Work:
     up = True
 
 
+class NoIndexes:
+    """The publisher's engine when there are no search indexes: nothing to catch up."""
+
+    def catch_up(self):
+        return 0
+
+
 def get_message(store, episode_uuid):
     rows = store.fetch_dicts("SELECT * FROM queue WHERE episode_uuid = ?", [episode_uuid])
     return rows[0] if rows else None
 
 
 def claim_next(store, owner, now, lease_seconds):
-    claimed = q.claim_batch(store, owner, now, lease_seconds, 1)
+    claimed = q.claim_heads(store, owner, now, lease_seconds, 1)[0]
     return claimed[0] if claimed else None
 
 
@@ -66,7 +75,11 @@ def env():
         seen.append(uuid)
         return uuid
 
-    queue = EpisodeQueue(store, Work(processor), metrics, clock, concurrency=2, base_delay=2.0)
+    queue = EpisodeQueue(
+        IngestContext(store, metrics, clock),
+        Work(processor),
+        QueueConfig(concurrency=2, base_delay=2.0),
+    )
 
     def add(uuid: str, group: str, priority: int = 1):
         g.insert_episode(
@@ -303,7 +316,11 @@ def test_drain_writes_the_heads_of_several_groups_in_one_commit(env):
             ack()
         commits.append(results)
 
-    queue = EpisodeQueue(store, Work(prepare, commit), metrics, clock, max_attempts=1, batch_size=8)
+    queue = EpisodeQueue(
+        IngestContext(store, metrics, clock),
+        Work(prepare, commit),
+        QueueConfig(max_attempts=1, batch_size=8),
+    )
     for uuid, group in (("a1", "A"), ("a2", "A"), ("b1", "B"), ("c1", "C")):
         add(uuid, group)
     assert queue.drain() == 4
@@ -315,17 +332,17 @@ def test_drain_writes_the_heads_of_several_groups_in_one_commit(env):
     assert sample(text, "messaging_messages_processed_total", {"status": "success"}) == 3
 
 
-def test_claim_batch_leases_only_group_heads_in_priority_order(env):
+def test_claim_heads_leases_only_group_heads_in_priority_order(env):
     store, clock, _, _, _, _, add = env
     add("a1", "A")
     add("a2", "A")
     add("b1", "B", priority=2)
     add("c1", "C", priority=0)  # noqa: E702
-    claimed = q.claim_batch(store, "w", clock(), 60, 10)
+    claimed = q.claim_heads(store, "w", clock(), 60, 10)[0]
     assert [m["episode_uuid"] for m in claimed] == ["c1", "a1", "b1"]
     statuses = dict(store.fetchall("SELECT uuid, status FROM episodes"))
     assert statuses == {"a1": "processing", "a2": "queued", "b1": "processing", "c1": "processing"}
-    assert q.claim_batch(store, "w", clock(), 60, 10) == []  # a2 waits for a1
+    assert q.claim_heads(store, "w", clock(), 60, 10)[0] == []  # a2 waits for a1
 
 
 def test_drain_prepares_the_heads_of_different_groups_concurrently(env):
@@ -342,7 +359,9 @@ def test_drain_prepares_the_heads_of_different_groups_concurrently(env):
         with store.transaction():
             ack()
 
-    queue = EpisodeQueue(store, Work(prepare, commit), metrics, clock, concurrency=3)
+    queue = EpisodeQueue(
+        IngestContext(store, metrics, clock), Work(prepare, commit), QueueConfig(concurrency=3)
+    )
     for uuid, group in (("a1", "A"), ("b1", "B"), ("c1", "C")):
         add(uuid, group)
     try:
@@ -399,7 +418,9 @@ def test_one_claim_serves_several_workers(env, monkeypatch):
 
     # a long poll: progress must come from events (enqueues, finished episodes), not polls
     queue = EpisodeQueue(
-        store, Work(prepare), metrics, clock, concurrency=3, batch_size=8, poll_seconds=5
+        IngestContext(store, metrics, clock),
+        Work(prepare),
+        QueueConfig(concurrency=3, batch_size=8, poll_seconds=5),
     )
     for i in range(4):
         for group in "ABCDEFGH":
@@ -425,7 +446,7 @@ def test_workers_hand_their_episodes_to_one_shared_commit(env, monkeypatch):
     """A prepared episode waits (up to the linger) for those still being prepared."""
     import time
 
-    from workbench.ingest import episode_queue as queue_module
+    from workbench.ingest import dispatch as queue_module
 
     store, clock, metrics, _, _, _, add = env
     monkeypatch.setattr(queue_module, "COMMIT_LINGER_SECONDS", 5.0)
@@ -444,7 +465,9 @@ def test_workers_hand_their_episodes_to_one_shared_commit(env, monkeypatch):
         commits.append(sorted(results))
 
     queue = EpisodeQueue(
-        store, Work(prepare, commit), metrics, clock, concurrency=3, max_attempts=1
+        IngestContext(store, metrics, clock),
+        Work(prepare, commit),
+        QueueConfig(concurrency=3, max_attempts=1),
     )
     for uuid, group in (("a1", "A"), ("b1", "B"), ("c1", "C")):
         add(uuid, group)
@@ -468,7 +491,11 @@ def test_stop_returns_claimed_messages_no_worker_started(env):
         release.wait(5)
         return message["episode_uuid"]
 
-    queue = EpisodeQueue(store, Work(prepare), metrics, clock, concurrency=1, poll_seconds=0.01)
+    queue = EpisodeQueue(
+        IngestContext(store, metrics, clock),
+        Work(prepare),
+        QueueConfig(concurrency=1, poll_seconds=0.01),
+    )
     add("a1", "A")
     add("b1", "B")  # noqa: E702 - one worker: b1 waits, claimed
     queue.start()
@@ -488,7 +515,7 @@ def test_expired_leases_return_to_the_queue_but_those_of_live_work(env):
     store, clock, _, _, _, _, add = env
     add("a1", "A")
     add("b1", "B")  # noqa: E702
-    assert len(q.claim_batch(store, "me", clock(), 60, 10)) == 2
+    assert len(q.claim_heads(store, "me", clock(), 60, 10)[0]) == 2
     clock.advance(seconds=61)
     assert q.requeue_expired_leases(store, clock(), keep=["a1"]) == 1
     by_uuid = dict(store.fetchall("SELECT episode_uuid, state FROM queue"))
@@ -507,12 +534,9 @@ def test_a_group_runs_on_without_waiting_for_polls(env):
         done.extend(results)
 
     queue = EpisodeQueue(
-        store,
+        IngestContext(store, metrics, clock),
         Work(lambda m: m["episode_uuid"], commit),
-        metrics,
-        clock,
-        concurrency=2,
-        poll_seconds=0.5,
+        QueueConfig(concurrency=2, poll_seconds=0.5),
     )
     for i in range(5):
         add(f"a{i}", "A")
@@ -533,14 +557,9 @@ def test_a_retry_falls_due_and_runs_although_leases_are_shorter_than_the_poll(en
         return message["episode_uuid"]
 
     queue = EpisodeQueue(
-        store,
+        IngestContext(store, metrics, clock),
         Work(prepare),
-        metrics,
-        clock,
-        concurrency=1,
-        lease_seconds=1.2,
-        poll_seconds=0.2,
-        base_delay=1.0,
+        QueueConfig(concurrency=1, lease_seconds=1.2, poll_seconds=0.2, base_delay=1.0),
     )
     add("a1", "A")
     queue.start()
@@ -556,7 +575,7 @@ def test_a_retry_falls_due_and_runs_although_leases_are_shorter_than_the_poll(en
 def test_a_failure_that_cannot_be_recorded_does_not_strand_the_batch(env, monkeypatch):
     import time
 
-    from workbench.ingest import episode_queue as queue_module
+    from workbench.ingest import dispatch as queue_module
 
     store, clock, metrics, _, _, _, add = env
     monkeypatch.setattr(queue_module, "COMMIT_LINGER_SECONDS", 5.0)  # one batch for both
@@ -567,12 +586,16 @@ def test_a_failure_that_cannot_be_recorded_does_not_strand_the_batch(env, monkey
         time.sleep(0.2)  # written together with a1's failure
         return message["episode_uuid"]
 
-    queue = EpisodeQueue(store, Work(prepare), metrics, clock, concurrency=2, max_attempts=1)
+    queue = EpisodeQueue(
+        IngestContext(store, metrics, clock),
+        Work(prepare),
+        QueueConfig(concurrency=2, max_attempts=1),
+    )
 
     def failing_record(message, exc, duration):
         raise RuntimeError("the store is gone")
 
-    monkeypatch.setattr(queue, "_failed", failing_record)
+    monkeypatch.setattr(queue.outcomes, "failed", failing_record)
     add("a1", "A")
     add("b1", "B")  # noqa: E702
     run_until(queue, lambda: get_message(store, "b1")["state"] == "done")
@@ -594,7 +617,9 @@ def test_a_worker_raising_past_its_handling_fails_the_attempt_not_loops(env):
         raise Escaped("boom")
 
     queue = EpisodeQueue(
-        store, Work(prepare), metrics, clock, concurrency=1, max_attempts=1, poll_seconds=0.01
+        IngestContext(store, metrics, clock),
+        Work(prepare),
+        QueueConfig(concurrency=1, max_attempts=1, poll_seconds=0.01),
     )
     add("a1", "A")
     run_until(queue, lambda: states(store) == {"failed": 1})
@@ -608,9 +633,11 @@ def test_a_stop_that_times_out_leaves_nothing_claimed(env):
     import time
 
     store, clock, metrics, _, _, _, add = env
-    gate = threading.RLock()
+    gate = Publisher(NoIndexes())  # the search engine's publish gate, of no indexes
     queue = EpisodeQueue(
-        store, Work(lambda m: m["episode_uuid"]), metrics, clock, concurrency=2, gate=gate
+        IngestContext(store, metrics, clock, publisher=gate),
+        Work(lambda m: m["episode_uuid"]),
+        QueueConfig(concurrency=2),
     )
     queue.start()
     held = threading.Event()
@@ -647,7 +674,9 @@ def test_the_dispatcher_keeps_the_leases_of_unfinished_messages(env):
         return message["episode_uuid"]
 
     queue = EpisodeQueue(
-        store, Work(prepare), metrics, clock, concurrency=1, lease_seconds=0.3, poll_seconds=0.01
+        IngestContext(store, metrics, clock),
+        Work(prepare),
+        QueueConfig(concurrency=1, lease_seconds=0.3, poll_seconds=0.01),
     )
     add("a1", "A")
     run_until(queue, lambda: states(store) == {"done": 1})
@@ -704,7 +733,9 @@ def test_a_batch_keeps_its_leases_while_it_is_prepared(env):
             ack()
 
     queue = EpisodeQueue(
-        store, Work(prepare, commit), metrics, clock, concurrency=1, lease_seconds=0.3
+        IngestContext(store, metrics, clock),
+        Work(prepare, commit),
+        QueueConfig(concurrency=1, lease_seconds=0.3),
     )
     add("a1", "A")
     add("b1", "B")
@@ -730,7 +761,9 @@ def test_a_single_message_keeps_its_lease_while_it_is_processed(env):
             ack()
 
     queue = EpisodeQueue(
-        store, Work(process, commit), metrics, clock, concurrency=1, lease_seconds=0.3
+        IngestContext(store, metrics, clock),
+        Work(process, commit),
+        QueueConfig(concurrency=1, lease_seconds=0.3),
     )
     add("a1", "A")
     assert queue.drain(1) == 1
@@ -817,12 +850,9 @@ def test_the_queue_fails_a_crash_looping_episode_when_it_starts(env):
     add("b1", "B")
     claim_next(store, "dead-process", clock(), 600)  # a1 was in flight
     queue = EpisodeQueue(
-        store,
+        IngestContext(store, metrics, clock),
         Work(lambda m: seen.append(m["episode_uuid"])),
-        metrics,
-        clock,
-        max_crashes=1,
-        poll_seconds=0.05,
+        QueueConfig(max_crashes=1, poll_seconds=0.05),
     )
     run_until(queue, lambda: get_message(store, "b1")["state"] == "done")
     assert get_message(store, "a1")["state"] == "failed" and seen == ["b1"]
@@ -841,7 +871,9 @@ def test_while_the_llm_is_down_nothing_is_claimed_and_attempts_are_not_spent(env
     store, clock, metrics, _, seen, _, add = env
     add("a1", "A")
     work = Work(lambda m: (_ for _ in ()).throw(errors.LLMTransientError("Connection error.")))
-    queue = EpisodeQueue(store, work, metrics, clock, max_attempts=2, poll_seconds=0.05)
+    queue = EpisodeQueue(
+        IngestContext(store, metrics, clock), work, QueueConfig(max_attempts=2, poll_seconds=0.05)
+    )
     work.up = False
     queue.start()
     try:
@@ -852,7 +884,9 @@ def test_while_the_llm_is_down_nothing_is_claimed_and_attempts_are_not_spent(env
     finally:
         queue.stop(timeout=5)
     claim_next(store, "w", clock(), 60)  # a call failed as the LLM went down
-    queue._failed({**get_message(store, "a1"), "seq": None}, errors.LLMTransientError("x"), 0.1)
+    queue.outcomes.failed(
+        {**get_message(store, "a1"), "seq": None}, errors.LLMTransientError("x"), 0.1
+    )
     message = get_message(store, "a1")
     assert (message["state"], message["attempts"]) == ("queued", 0)  # the attempt refunded
     status = store.fetchone("SELECT status_detail FROM episodes WHERE uuid = 'a1'")[0]
@@ -864,8 +898,74 @@ def test_drain_stops_while_the_llm_is_down_instead_of_spinning(env):
     add("a1", "A")
     work = Work(lambda m: m["episode_uuid"])
     work.up = False
-    queue = EpisodeQueue(store, work, metrics, clock)
+    queue = EpisodeQueue(IngestContext(store, metrics, clock), work)
     assert queue.drain() == 0
     assert get_message(store, "a1")["state"] == "queued"
     work.up = True
     assert queue.drain() == 1
+
+
+def test_drain_runs_the_dispatchers_loop_beside_a_running_one(env):
+    """drain() is the same loop on the caller's thread: beside the background dispatcher,
+    every episode is written once, each group in order, and nothing stays leased."""
+    import time
+
+    store, clock, metrics, _, _, _, add = env
+    written: list[str] = []
+
+    def prepare(message):
+        time.sleep(0.02)
+        return message["episode_uuid"]
+
+    def commit(results, ack):
+        ack()
+        written.extend(results)
+
+    queue = EpisodeQueue(
+        IngestContext(store, metrics, clock),
+        Work(prepare, commit),
+        QueueConfig(concurrency=2, poll_seconds=0.01),
+    )
+    for i in range(4):
+        for group in "ABCDEF":  # six groups: a claim of either takes four heads at most
+            add(f"{group.lower()}{i}", group)
+    queue.start()
+    try:
+        drained = queue.drain()
+        wait_for(lambda: states(store) == {"done": 24}, 10)
+    finally:
+        queue.stop(timeout=5)
+    assert 0 < drained < 24
+    assert sorted(written) == sorted(f"{g}{i}" for g in "abcdef" for i in range(4))  # once each
+    for group in "abcdef":
+        assert [u for u in written if u[0] == group] == [f"{group}{i}" for i in range(4)]
+
+
+def test_a_drain_claims_no_more_than_one_write_takes(env, monkeypatch):
+    store, clock, metrics, _, _, _, add = env
+    claimed: list[int] = []
+    real_claim = q.claim_heads
+
+    def counting_claim(*args, **kwargs):
+        messages, more = real_claim(*args, **kwargs)
+        claimed.append(len(messages))
+        return messages, more
+
+    monkeypatch.setattr(q, "claim_heads", counting_claim)
+    queue = EpisodeQueue(
+        IngestContext(store, metrics, clock),
+        Work(lambda m: m["episode_uuid"]),
+        QueueConfig(concurrency=4, batch_size=3),
+    )
+    for group in "ABCDEFGH":
+        add(f"{group.lower()}1", group)
+    assert queue.drain() == 8
+    assert max(claimed) == 3 and sum(claimed) == 8
+
+
+def test_a_pipeline_needs_an_ingest_context_with_its_parts(env):
+    from workbench.ingest.pipeline import EpisodePipeline
+
+    store, clock, metrics, *_ = env
+    with pytest.raises(ValueError, match="embedder, a publisher and settings"):
+        EpisodePipeline(IngestContext(store, metrics, clock))

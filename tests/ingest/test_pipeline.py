@@ -114,7 +114,7 @@ def test_a_crash_mid_episode_loses_nothing(fake_llm, hash_embedder, tmp_path):
     first = open_wb(fake_llm, hash_embedder, db)
     out = first.add_memory("a", "Tom works at Globex.")
     # a worker leases the message and dies before writing anything
-    assert q.claim_batch(first.store, "doomed-worker", first.clock(), 600, 1)
+    assert q.claim_heads(first.store, "doomed-worker", first.clock(), 600, 1)[0]
     first.store.close()
     second = open_wb(fake_llm, hash_embedder, db)
     second.start()  # returns in-flight messages of the dead process to the queue
@@ -411,7 +411,7 @@ def test_an_episode_deleted_while_extracted_writes_nothing_but_its_batch_does(wb
 def test_an_episode_deleted_and_added_again_while_extracted_is_processed_anew(wb, fake_llm):
     uuid = "7d3c1f7e-2b1a-4c55-9a51-0d6f6b7f1a01"
     wb.add_memory("old", "Maria Keller works at Acme.", group_id="g", uuid=uuid)
-    [message] = q.claim_batch(wb.store, "test", wb.clock(), 60, 1)
+    [message] = q.claim_heads(wb.store, "test", wb.clock(), 60, 1)[0]
     stale = wb.pipeline.prepare(message)
     wb.delete_episode(uuid)
     wb.add_memory("new", "Tom uses Neovim.", group_id="h", uuid=uuid)
@@ -426,12 +426,14 @@ def test_an_episode_deleted_and_added_again_while_extracted_is_processed_anew(wb
 
 def test_a_failed_second_delivery_does_not_undo_a_written_episode(wb):
     wb.add_memory("once", "Tom uses Python.", group_id="g")
-    [message] = q.claim_batch(wb.store, "test", wb.clock(), 60, 1)
+    [message] = q.claim_heads(wb.store, "test", wb.clock(), 60, 1)[0]
     wb.queue._write([[(message, wb.pipeline.prepare(message))]])
-    wb.queue._failed(message, TimeoutError("a second delivery timed out"), 0.1)
+    wb.queue.outcomes.failed(message, TimeoutError("a second delivery timed out"), 0.1)
     assert wb.store.fetchone("SELECT status, status_detail FROM episodes") == ("done", None)
     # nor does it queue the message again (a third delivery) or mark it failed
-    wb.queue._failed({**message, "validation_failures": 1}, InvalidInput("then for good"), 0.1)
+    wb.queue.outcomes.failed(
+        {**message, "validation_failures": 1}, InvalidInput("then for good"), 0.1
+    )
     assert wb.store.fetchone("SELECT state, error_type FROM queue") == ("done", None)
     assert not sample(wb, "messaging_retries_total")
 
@@ -446,11 +448,11 @@ def test_a_late_failure_of_an_episode_deleted_and_added_again_leaves_the_new_one
     episode added again under the same uuid."""
     uuid = "7d3c1f7e-2b1a-4c55-9a51-0d6f6b7f1a02"
     wb.add_memory("old", "Maria Keller works at Acme.", group_id="g", uuid=uuid)
-    [message] = q.claim_batch(wb.store, "test", wb.clock(), 60, 1)
+    [message] = q.claim_heads(wb.store, "test", wb.clock(), 60, 1)[0]
     wb.delete_episode(uuid)
     wb.add_memory("new", "Tom uses Neovim.", group_id="h", uuid=uuid)
     # a retry (a transient error), or a final failure (a second validation error)
-    wb.queue._failed({**message, "validation_failures": failed_before}, error, 0.1)
+    wb.queue.outcomes.failed({**message, "validation_failures": failed_before}, error, 0.1)
     row = wb.store.fetch_dicts("SELECT * FROM queue")[0]
     assert (row["state"], row["error_type"], row["validation_failures"]) == ("queued", None, 0)
     assert row["available_at"] <= wb.clock()

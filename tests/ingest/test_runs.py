@@ -149,19 +149,19 @@ def test_a_run_is_claimed_in_order_and_stops_at_a_message_not_due(fake_llm, hash
             "UPDATE queue SET available_at = ? WHERE episode_uuid = ?",
             [wb.clock() + timedelta(hours=1), uuids[3]],
         )
-        claimed = q.claim_batch(wb.store, "w", wb.clock(), 60, limit=10, run_size=8)
+        claimed = q.claim_heads(wb.store, "w", wb.clock(), 60, limit=10, run_size=8)[0]
         assert [m["episode_uuid"] for m in claimed] == [*uuids[:3], other]
         q.release_all(wb.store)
         # no room beyond the heads: only heads
-        claimed = q.claim_batch(wb.store, "w", wb.clock(), 60, limit=2, run_size=8)
+        claimed = q.claim_heads(wb.store, "w", wb.clock(), 60, limit=2, run_size=8)[0]
         assert [m["episode_uuid"] for m in claimed] == [uuids[0], other]
         q.release_all(wb.store)
         # room is shared: the limit holds
-        claimed = q.claim_batch(wb.store, "w", wb.clock(), 60, limit=3, run_size=8)
+        claimed = q.claim_heads(wb.store, "w", wb.clock(), 60, limit=3, run_size=8)[0]
         assert [m["episode_uuid"] for m in claimed] == [uuids[0], uuids[1], other]
         q.release_all(wb.store)
         # run_size 1: heads only, as before
-        claimed = q.claim_batch(wb.store, "w", wb.clock(), 60, limit=10, run_size=1)
+        claimed = q.claim_heads(wb.store, "w", wb.clock(), 60, limit=10, run_size=1)[0]
         assert [m["episode_uuid"] for m in claimed] == [uuids[0], other]
     finally:
         wb.close()
@@ -179,16 +179,16 @@ def test_only_the_episode_that_kills_the_process_fails_as_crashed_not_its_run(
             wb.add_memory(f"e{i}", "Tom uses Python.", group_id="g")["episode_uuid"]
             for i in range(4)
         ]
-        run = q.claim_batch(wb.store, "p1", wb.clock(), 60, limit=8, run_size=8)
+        run = q.claim_heads(wb.store, "p1", wb.clock(), 60, limit=8, run_size=8)[0]
         assert [m["episode_uuid"] for m in run] == uuids  # a run of four, then a crash
         assert q.recover_crashed(wb.store, wb.clock(), 3) == (4, [])
         for crash in range(2):  # the culprit, the head, alone each time
-            claimed = q.claim_batch(wb.store, f"p{crash + 2}", wb.clock(), 60, 8, run_size=8)
+            claimed = q.claim_heads(wb.store, f"p{crash + 2}", wb.clock(), 60, 8, run_size=8)[0]
             assert [m["episode_uuid"] for m in claimed] == [uuids[0]]
             returned, failed = q.recover_crashed(wb.store, wb.clock(), 3)
         assert failed == [uuids[0]] and returned == 0
         # the innocent ones still go alone (each was in flight once), not failed
-        claimed = q.claim_batch(wb.store, "p4", wb.clock(), 60, limit=8, run_size=8)
+        claimed = q.claim_heads(wb.store, "p4", wb.clock(), 60, limit=8, run_size=8)[0]
         assert [m["episode_uuid"] for m in claimed] == [uuids[1]]
         states = dict(wb.store.fetchall("SELECT episode_uuid, state FROM queue"))
         assert [states[u] for u in uuids] == ["failed", "processing", "queued", "queued"]
@@ -223,7 +223,7 @@ def test_a_failure_inside_a_run_writes_the_episodes_before_it_and_returns_the_re
     wb = open_wb(fake_llm, hash_embedder, SVC_KNOWLEDGE_QUEUE_GROUP_RUN="8")
     try:
         uuids = [wb.add_memory(**ep)["episode_uuid"] for ep in episodes]
-        wb.queue.base_delay = 0.0  # the retry is due at once
+        wb.queue.outcomes.base_delay = 0.0  # the retry is due at once
         first = wb.queue.drain(max_messages=8)
         rows = dict(wb.store.fetchall("SELECT episode_uuid, attempts FROM queue"))
         states = dict(wb.store.fetchall("SELECT episode_uuid, state FROM queue"))

@@ -44,7 +44,7 @@ def _poison_states(fake_llm, run):
             ["Tom works at Acme.", "Tom lives in Berlin.", "Tom uses Neovim.", "Tom leads Atlas."]
         ):
             wb.add_memory(f"e{i}", body, group_id="g", reference_time=f"2024-01-0{i + 1}T00:00:00Z")
-        wb.queue.base_delay = 0.0
+        wb.queue.outcomes.base_delay = 0.0
         for _ in range(10):
             wb.queue.drain()
         return _states(wb)

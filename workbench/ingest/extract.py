@@ -26,8 +26,8 @@ from typing import Any
 
 import numpy as np
 
-from workbench.clock import Clock, as_utc
-from workbench.embedding import Embedder
+from workbench.clock import as_utc
+from workbench.ingest.context import IngestContext
 from workbench.ingest.reads import CachedReads
 from workbench.ingest.recent import RecentEpisodes
 from workbench.ingest.records import (
@@ -39,11 +39,8 @@ from workbench.ingest.records import (
     merge_summary,
 )
 from workbench.ingest.reembed import ReembedPolicy
-from workbench.metrics import Metrics
 from workbench.names import name_key, relation_name
 from workbench.prompts import extract_edges, extract_entities, resolve_nodes
-from workbench.search.publish import Publisher
-from workbench.store import Store
 from workbench.store import graph as g
 
 log = logging.getLogger("workbench.ingest.extract")
@@ -75,24 +72,21 @@ class Extractor:
 
     def __init__(
         self,
-        store: Store,
-        chat: Any,
-        embedder: Embedder,
-        metrics: Metrics,
-        clock: Clock,
-        index: Publisher,
+        ctx: IngestContext,
         recent: RecentEpisodes | None,
         reembed: ReembedPolicy,
         context_episodes: int = 2,
         thresholds: Thresholds | None = None,
     ):
-        self.store = store
-        self.chat = chat
+        parts = ctx.episode_parts()
+        embedder = parts.embedder
+        self.store = ctx.store
+        self.chat: Any = ctx.chat
         self.embedder = embedder
-        self.metrics = metrics
-        self.clock = clock
-        self.index = index
-        self.reads = CachedReads(index.cached_rows)
+        self.metrics = ctx.metrics
+        self.clock = ctx.clock
+        self.index = parts.publisher
+        self.reads = CachedReads(parts.publisher.cached_rows)
         self.recent = recent
         self.reembed = reembed
         self.context_episodes = context_episodes

@@ -11,18 +11,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from workbench.clock import Clock
-from workbench.embedding import Embedder
 from workbench.errors import LLMNotConfigured
+from workbench.ingest.context import IngestContext
 from workbench.ingest.extract import Extractor
 from workbench.ingest.recent import RecentEpisodes
 from workbench.ingest.records import PreparedEpisode
 from workbench.ingest.reembed import ReembedPolicy
 from workbench.ingest.run import RunPreparer
 from workbench.ingest.write import EpisodeWriter
-from workbench.metrics import Metrics
-from workbench.search.publish import Publisher
-from workbench.store import Store
 from workbench.store import graph as g
 from workbench.store.queue import QueueMessage
 
@@ -33,34 +29,20 @@ NO_LLM = (
 
 
 class EpisodePipeline:
-    """The queue's :class:`~workbench.ingest.episode_queue.EpisodeWork` for episodes:
+    """The queue's :class:`~workbench.ingest.work.EpisodeWork` for episodes:
     extraction, then the write."""
 
-    def __init__(
-        self,
-        store: Store,
-        chat: Any,
-        embedder: Embedder,
-        metrics: Metrics,
-        clock: Clock,
-        index: Publisher,
-        reembed_fraction: float = 0.2,
-        context_episodes: int = 2,
-        run_size: int = 16,
-    ):
-        self.store = store
-        self.chat = chat
-        self.metrics = metrics
+    def __init__(self, ctx: IngestContext, context_episodes: int = 2):
+        settings = ctx.episode_parts().settings
+        self.store = ctx.store
+        self.chat = ctx.chat
+        self.metrics = ctx.metrics
         # each group's latest processed episodes, with room for some that arrive out of order
         self.recent = RecentEpisodes(2 * context_episodes) if context_episodes else None
-        reembed = ReembedPolicy(reembed_fraction)
-        self.extractor = Extractor(
-            store, chat, embedder, metrics, clock, index, self.recent, reembed, context_episodes
-        )
-        self.runs = RunPreparer(self.extractor, run_size)
-        self.writer = EpisodeWriter(
-            store, embedder.model, embedder.dimensions, clock, index, self.recent, reembed
-        )
+        reembed = ReembedPolicy(settings.entity_reembed_fraction)
+        self.extractor = Extractor(ctx, self.recent, reembed, context_episodes)
+        self.runs = RunPreparer(self.extractor, settings.queue_group_run)
+        self.writer = EpisodeWriter(ctx, self.recent, reembed)
 
     def prefetch(self, messages: list[QueueMessage]) -> list[QueueMessage]:
         found = g.episodes_by_uuid(self.store, [m["episode_uuid"] for m in messages])

@@ -53,7 +53,8 @@ import numpy as np
 from workbench.clock import Clock
 from workbench.config import Settings
 from workbench.errors import InvalidInput, LLMNotConfigured, NotFound
-from workbench.ingest.episode_queue import EpisodeQueue
+from workbench.ingest.context import IngestContext
+from workbench.ingest.episode_queue import EpisodeQueue, QueueConfig
 from workbench.ingest.generations import (
     Built,
     Estimate,
@@ -121,29 +122,12 @@ class Shadow:
         self.search = SearchEngine(
             self.store, embedder, metrics, clock, settings, graph_dir=False, access_background=False
         )
-        self.pipeline = EpisodePipeline(
-            self.store,
-            self.chat,
-            embedder,
-            metrics,
-            clock,
-            self.search.publisher,
-            settings.entity_reembed_fraction,
-            run_size=settings.queue_group_run,
+        ctx = IngestContext(
+            self.store, metrics, clock, self.chat, embedder, self.search.publisher, settings
         )
+        self.pipeline = EpisodePipeline(ctx)
         self.queue = EpisodeQueue(
-            self.store,
-            self.pipeline,
-            metrics,
-            clock,
-            gate=self.search.publisher,
-            concurrency=settings.queue_concurrency,
-            lease_seconds=settings.queue_lease_seconds,
-            max_attempts=settings.queue_max_attempts,
-            batch_size=settings.queue_batch_size,
-            max_crashes=settings.queue_max_crashes,
-            run_size=settings.queue_group_run,
-            queue_name=QUEUE_NAME,
+            ctx, self.pipeline, QueueConfig.from_settings(settings, QUEUE_NAME)
         )
 
     def add(self, episodes: Sequence[dict[str, Any]]) -> int:

@@ -8,16 +8,24 @@ went stale before its write, and a store that went away before an outcome could 
 * :class:`HeldMessages` — claimed messages whose outcome (a failure, a release) could not be
   written because the store was unreachable: they keep their lease (renewed with the others)
   and are released, unspent, once the store answers again.
+* :class:`SingleGroups` — groups whose last run failed as a whole (whose fault is unknown):
+  their messages go back unspent and the group goes one message at a time for
+  ``SINGLES_SECONDS``, so a failure, if it comes again, is charged to the episode causing it.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
+import time
 from collections.abc import Callable, Iterable
 
 from workbench.store.queue import QueueMessage
 
 STALE_LIMIT = 3
+SINGLES_SECONDS = 300.0  # one message at a time after a group's run failed as a whole
+
+log = logging.getLogger("workbench.ingest.episode_queue")
 
 
 class PrepareAgain(Exception):  # noqa: N818 - an outcome, not a fault
@@ -87,3 +95,34 @@ class HeldMessages:
                     self._items[:0] = held[i:]
                 raise
         return len(held)
+
+
+class SingleGroups:
+    """Groups going one message at a time for a while (see the module docstring)."""
+
+    def __init__(self, seconds: float = SINGLES_SECONDS):
+        self.seconds = seconds
+        self._until: dict[str, float] = {}  # group -> monotonic deadline
+        self._lock = threading.Lock()
+
+    def run_failed(self, unit: list[QueueMessage], exc: BaseException) -> None:
+        """A run of ``unit``'s group failed as a whole (a run-wide step, or its write)."""
+        group = unit[0]["group_id"]
+        log.warning(
+            "a run of %d episodes of group %s failed as a whole (%s: %s): they return to the "
+            "queue and the group goes one episode at a time for %.0f s",
+            len(unit),
+            group,
+            type(exc).__name__,
+            exc,
+            self.seconds,
+        )
+        with self._lock:
+            self._until[group] = time.monotonic() + self.seconds
+
+    def groups(self) -> list[str]:
+        """The groups going one at a time now."""
+        now = time.monotonic()
+        with self._lock:
+            self._until = {g: t for g, t in self._until.items() if t > now}
+            return sorted(self._until)

@@ -16,35 +16,25 @@ from datetime import datetime
 
 import numpy as np
 
-from workbench.clock import Clock
 from workbench.ingest import reads
+from workbench.ingest.context import IngestContext
 from workbench.ingest.recent import RecentEpisodes
 from workbench.ingest.records import PreparedEpisode, entity_text
 from workbench.ingest.reembed import ReembedPolicy
 from workbench.ingest.setbacks import PrepareAgain
-from workbench.search.publish import Publisher
-from workbench.store import Store
 from workbench.store import graph as g
 
 
 class EpisodeWriter:
     """Writes prepared episodes and tells the search engine (see the module docstring)."""
 
-    def __init__(
-        self,
-        store: Store,
-        model: str,
-        dimensions: int,
-        clock: Clock,
-        index: Publisher,
-        recent: RecentEpisodes | None,
-        reembed: ReembedPolicy,
-    ):
-        self.store = store
-        self.model = model  # the embedding model the vectors come from
-        self.dimensions = dimensions
-        self.clock = clock
-        self.index = index
+    def __init__(self, ctx: IngestContext, recent: RecentEpisodes | None, reembed: ReembedPolicy):
+        parts = ctx.episode_parts()
+        self.store = ctx.store
+        self.model = parts.embedder.model  # the embedding model the vectors come from
+        self.dimensions = parts.embedder.dimensions
+        self.clock = ctx.clock
+        self.index = parts.publisher
         self.recent = recent
         self.reembed = reembed
 

@@ -139,21 +139,6 @@ def _release(store: Store, condition: str, params: list[Any]) -> int:
     return len(uuids)
 
 
-def claim_batch(
-    store: Store,
-    owner: str,
-    now: datetime,
-    lease_seconds: float,
-    limit: int,
-    run_size: int = 1,
-    singles: Sequence[str] = (),
-) -> list[QueueMessage]:
-    """Lease up to ``limit`` runnable messages, the heads of different groups in priority then
-    age order (with ``run_size`` > 1, see :func:`claim_heads`). One transaction, whatever
-    ``limit`` is."""
-    return claim_heads(store, owner, now, lease_seconds, limit, run_size, singles)[0]
-
-
 def claim_heads(
     store: Store,
     owner: str,
@@ -163,8 +148,9 @@ def claim_heads(
     run_size: int = 1,
     singles: Sequence[str] = (),
 ) -> tuple[list[QueueMessage], bool]:
-    """:func:`claim_batch`, and whether more runnable heads were left unclaimed (False: a
-    claim before something changes would find nothing).
+    """Lease up to ``limit`` runnable messages, the heads of different groups in priority then
+    age order, in one transaction whatever ``limit`` is; and whether more runnable heads were
+    left unclaimed (False: a claim before something changes would find nothing).
 
     With ``run_size`` > 1, room the heads leave (fewer runnable groups than ``limit``) goes
     to the messages right behind each claimed head, in the group's order, up to ``run_size``
