@@ -51,7 +51,7 @@ def _triggers(tables: tuple[tuple[str, str], ...] = _TABLES) -> list[str]:
 
 
 # PostgreSQL only, in psycopg's own syntax (not translated); versioned by the meta key
-# ``postgres_schema_version`` (see PostgresStore._migrate)
+# ``postgres_schema_version`` (see PostgresStore._after_migrations)
 POSTGRES_DDL: list[list[str]] = [
     [
         """CREATE TABLE IF NOT EXISTS changes (
