@@ -151,5 +151,5 @@ def prune(store: Store, older_than_seconds: float) -> int:
 def quiet(store: Store) -> None:
     """Inside a transaction: its writes from now on log no changes (a maintenance run, see
     above); until it ends."""
-    if store.backend != "duckdb":
+    if store.shared:  # the change log: a shared store's
         store.execute("SELECT set_config('workbench.quiet', 'on', true)")

@@ -125,7 +125,7 @@ def unprocessed_episodes(store: Store, uuids: Sequence[str]) -> dict[str, dateti
     if not uuids:
         return {}
     sql = "SELECT uuid, status, created_at FROM episodes WHERE uuid = ANY(?)"
-    if store.backend == "postgres":
+    if store.shared:
         # two processes writing one episode (a lease taken over): the second waits for the
         # first's commit here, then finds it done
         sql += " FOR UPDATE"
