@@ -34,7 +34,7 @@ from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
-from workbench.errors import DimensionMismatch, ModelMismatch, StoreFull
+from workbench.errors import DimensionMismatch, ModelMismatch, StoreError, StoreFull
 from workbench.store.schema import MIGRATIONS, SCHEMA_VERSION
 
 if TYPE_CHECKING:
@@ -432,6 +432,13 @@ class Store(ABC):
         """A tiny write (raises :class:`StoreFull` while the disk is full)."""
         with self.transaction():
             self._set_meta("write_probe", str(time.time()))
+
+    def one(self, sql: str, params: Params = None) -> Row:
+        """The row of a query that always returns one (an aggregate, ``nextval``)."""
+        row = self.fetchone(sql, params)
+        if row is None:
+            raise StoreError(f"the database returned no row for: {sql.strip()[:120]}")
+        return row
 
     def ping(self) -> None:
         """A trivial read: raises when the database does not answer."""

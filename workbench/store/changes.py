@@ -107,7 +107,7 @@ def position(store: Store, window: int = 10_000) -> tuple[int, dict[int, int]]:
 def horizon(store: Store) -> tuple[int, int, int]:
     """(xmin, xmax) of a snapshot now: every transaction older than xmin has ended, and
     every one that started before now is older than xmax; and the newest pruned number."""
-    row = store.fetchone(
+    row = store.one(
         """SELECT pg_snapshot_xmin(pg_current_snapshot())::text::BIGINT,
                   pg_snapshot_xmax(pg_current_snapshot())::text::BIGINT,
                   coalesce((SELECT value FROM meta WHERE key = 'changes_pruned_through'), '0')"""
