@@ -10,6 +10,8 @@ file or ``:memory:``, a :class:`~workbench.store.postgres.PostgresStore` for a
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from workbench.store.base import DEFAULT_DIM, TABLES, Store, disk_full
 from workbench.store.duckdb_store import DuckDBStore, memory_limit_value
 from workbench.store.schema import SCHEMA_VERSION
@@ -27,7 +29,7 @@ __all__ = [
 
 
 def open(
-    path: str = ":memory:",
+    path: str | Path = ":memory:",
     dim: int | None = DEFAULT_DIM,
     embedding_model: str = "",
     read_only: bool = False,
