@@ -162,10 +162,13 @@ class Store(ABC):
     @classmethod
     def open_snapshot(cls, directory: str | Path) -> Store:
         """A read-only in-memory store whose tables are loaded from an
-        :meth:`export_parquet` folder."""
-        from workbench.store.duckdb_store import DuckDBStore
+        :meth:`export_parquet` folder (DuckDB's; imported on use: the protocol imports no
+        backend, each backend imports it)."""
+        import importlib
 
-        return DuckDBStore.from_parquet(directory)
+        module, name = LOCAL.split(":")
+        snapshot: Store = getattr(importlib.import_module(module), name).from_parquet(directory)
+        return snapshot
 
     def _prepare(self, dim: int | None, embedding_model: str) -> None:
         """After opening: migrate (unless read-only), then take or check the vector size."""
