@@ -409,12 +409,10 @@ def _reembed(store, embedder, quiet: bool) -> int:
     from tqdm.auto import tqdm
 
     from workbench.ingest.switch_model import reembed
+    from workbench.store.reembed import memory_count
 
     try:
-        total = store.fetchone(
-            "SELECT (SELECT count(*) FROM entities) + (SELECT count(*) FROM facts) "
-            "+ (SELECT count(*) FROM passages)"
-        )[0]
+        total = memory_count(store)
         with tqdm(total=total, desc="reembed", unit="memory", disable=quiet) as bar:
             report = reembed(store, embedder, bar.update)
     finally:

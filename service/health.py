@@ -77,7 +77,7 @@ def store_check(workbench: Any) -> dict[str, Any]:
             "detail": f"the database is unreachable: {outage['detail']}",
         }
     try:
-        workbench.store.fetchone("SELECT 1")
+        workbench.store.ping()
         if getattr(workbench.store, "write_failure", None):
             workbench.store.probe_write()
     except Exception as exc:  # noqa: BLE001 - reported, not raised

@@ -43,6 +43,7 @@ import httpx
 from workbench import errors
 from workbench.config import Settings
 from workbench.store import TABLES as STORE_TABLES
+from workbench.store import views
 
 RECORD_SUFFIX = ".service.json"
 MAX_RECORD_BYTES = 64 * 1024
@@ -380,18 +381,7 @@ def snapshot(settings: Settings) -> duckdb.DuckDBPyConnection:
     one, the connection is the database file itself, read-only. On a shared PostgreSQL store
     the views read its live tables through DuckDB's postgres extension (read-only)."""
     if settings.database_url is not None:
-        # the live tables of the shared store, read through DuckDB's postgres extension
-        from workbench.store.postgres import attach_postgres
-
-        con = duckdb.connect()
-        try:
-            attach_postgres(con, settings.db_location(), "live")
-            for table in STORE_TABLES:
-                con.execute(f"CREATE VIEW {table} AS SELECT * FROM live.{table}")
-        except Exception:
-            con.close()
-            raise
-        return con
+        return views.over_postgres(settings.db_location())
     live = find_live(settings)
     if live is None:
         if not Path(settings.db_location()).is_file():
@@ -404,8 +394,4 @@ def snapshot(settings: Settings) -> duckdb.DuckDBPyConnection:
         _, files = snapshot_files(live, live.call("export_snapshot"))
     finally:
         live.close()
-    con = duckdb.connect()
-    for table, path in files.items():
-        literal = str(path).replace("'", "''")
-        con.execute(f"CREATE VIEW {table} AS SELECT * FROM read_parquet('{literal}')")
-    return con
+    return views.over_parquet(files)

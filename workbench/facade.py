@@ -39,7 +39,7 @@ from workbench.llm.health import LLMHealth
 from workbench.metrics import Metrics
 from workbench.safety import register_secret, scrub
 from workbench.search import SearchEngine, recall
-from workbench.store import TABLES, Store
+from workbench.store import Store, views
 from workbench.store import graph as g
 from workbench.store import queue as q
 from workbench.store.snapshots import Snapshots, remove_stale
@@ -532,9 +532,7 @@ class Workbench:
     # --- notebooks ----------------------------------------------------------------------
     def frame(self, table: str):
         """A table as a pandas DataFrame (episodes, entities, facts, llm_calls, queue, ...)."""
-        if table not in TABLES:
-            raise errors.InvalidInput(f"unknown table {table!r}; one of {', '.join(TABLES)}")
-        return self.store.df(f"SELECT * FROM {table}")
+        return views.frame(self.store, table)
 
     def export_parquet(self, directory: str | Path) -> dict[str, str]:
         return {k: str(v) for k, v in self.store.export_parquet(directory).items()}

@@ -25,14 +25,9 @@ from workbench.errors import InvalidInput
 from workbench.ingest.records import entity_text
 from workbench.store import Store
 from workbench.store import graph as g
-from workbench.store.schema import embeddings_table
+from workbench.store import reembed as sql
 
 BATCH = 512
-KINDS = {
-    "entity": ("SELECT uuid, name, entity_type, summary FROM entities ORDER BY uuid", True),
-    "fact": ("SELECT uuid, fact FROM facts ORDER BY uuid", False),
-    "passage": ("SELECT uuid, text FROM passages ORDER BY uuid", False),
-}
 
 
 @dataclass
@@ -63,15 +58,13 @@ def reembed(store: Store, embedder: Embedder, progress: Progress | None = None) 
     before_dim, before_model = store.dim, store.meta("embedding_model") or None
     dim = int(embedder.dimensions)
     counts = {}
-    for kind, (query, is_entity) in KINDS.items():
-        staging = f"_reembed_{kind}"
-        store.execute(f"DROP TABLE IF EXISTS {staging}")
-        store.execute(embeddings_table(staging, dim))
-        rows = store.fetchall(query)
+    for kind in sql.KINDS:
+        staging = sql.stage(store, kind, dim)
+        rows = sql.sources(store, kind)
         counts[kind] = len(rows)
         for start in range(0, len(rows), BATCH):
             batch = rows[start : start + BATCH]
-            texts = [entity_text(*r[1:]) if is_entity else r[1] for r in batch]
+            texts = [entity_text(*r[1:]) if kind == "entity" else r[1] for r in batch]
             vectors = embedder.embed(texts)
             if vectors.shape != (len(batch), dim):
                 raise InvalidInput(
@@ -81,13 +74,7 @@ def reembed(store: Store, embedder: Embedder, progress: Progress | None = None) 
             g.insert_vectors(store, staging, [r[0] for r in batch], vectors, embedder.model)
             if progress is not None:
                 progress(len(batch))
-    with store.transaction():
-        for kind in KINDS:
-            store.execute(f"DROP TABLE {kind}_embeddings")
-            store.execute(f"ALTER TABLE _reembed_{kind} RENAME TO {kind}_embeddings")
-        store.tables_replaced(dim)  # PostgreSQL: the new tables' triggers and checks
-        store.set_meta("embedding_dim", str(dim))
-        store.set_meta("embedding_model", embedder.model)
+    sql.swap_in(store, dim, embedder.model)
     store.dim = dim
     store.checkpoint()
     _drop_saved_indexes(store)

@@ -66,7 +66,7 @@ def _triggers(tables: tuple[tuple[str, str], ...] = _TABLES) -> list[str]:
 
 
 # PostgreSQL only, in psycopg's own syntax (not translated); versioned by the meta key
-# ``postgres_schema_version`` (see PostgresStore._migrate)
+# ``postgres_schema_version`` (see PostgresStore._after_migrations)
 POSTGRES_DDL: list[list[str]] = [
     [
         """CREATE TABLE IF NOT EXISTS changes (
@@ -122,7 +122,7 @@ def position(store: Store, window: int = 10_000) -> tuple[int, dict[int, int]]:
 def horizon(store: Store) -> tuple[int, int, int]:
     """(xmin, xmax) of a snapshot now: every transaction older than xmin has ended, and
     every one that started before now is older than xmax; and the newest pruned number."""
-    row = store.fetchone(
+    row = store.one(
         """SELECT pg_snapshot_xmin(pg_current_snapshot())::text::BIGINT,
                   pg_snapshot_xmax(pg_current_snapshot())::text::BIGINT,
                   coalesce((SELECT value FROM meta WHERE key = 'changes_pruned_through'), '0')"""
@@ -166,7 +166,7 @@ def prune(store: Store, older_than_seconds: float) -> int:
 def quiet(store: Store) -> None:
     """Inside a transaction: its writes from now on log no changes (a maintenance run, see
     above); until it ends."""
-    if store.backend != "duckdb":
+    if store.shared:  # the change log: a shared store's
         store.execute("SELECT set_config('workbench.quiet', 'on', true)")
 
 

@@ -125,7 +125,7 @@ def unprocessed_episodes(store: Store, uuids: Sequence[str]) -> dict[str, dateti
     if not uuids:
         return {}
     sql = "SELECT uuid, status, created_at FROM episodes WHERE uuid = ANY(?)"
-    if store.backend == "postgres":
+    if store.shared:
         # two processes writing one episode (a lease taken over): the second waits for the
         # first's commit here, then finds it done
         sql += " FOR UPDATE"
@@ -206,7 +206,7 @@ def clear_groups(
             delete_passages(store, passages[start : start + step])
         yield {"passage": passages[start : start + step]}
     with store.transaction():
-        episodes = store.fetchone(f"SELECT count(*) FROM episodes WHERE {in_groups}", groups)[0]
+        episodes = store.one(f"SELECT count(*) FROM episodes WHERE {in_groups}", groups)[0]
         store.execute(
             "DELETE FROM mentions WHERE episode_uuid IN "
             f"(SELECT uuid FROM episodes WHERE {in_groups})",
@@ -503,11 +503,11 @@ def insert_vectors(
 def graph_counts(store: Store, group_ids: Sequence[str] | None = None) -> dict[str, int]:
     where, params = _group_filter(group_ids)
     return {
-        "episodes": store.fetchone(f"SELECT count(*) FROM episodes {where}", params)[0],
-        "entities": store.fetchone(f"SELECT count(*) FROM entities {where}", params)[0],
-        "facts": store.fetchone(f"SELECT count(*) FROM facts {where}", params)[0],
-        "passages": store.fetchone(f"SELECT count(*) FROM passages {where}", params)[0],
-        "groups": store.fetchone(
+        "episodes": store.one(f"SELECT count(*) FROM episodes {where}", params)[0],
+        "entities": store.one(f"SELECT count(*) FROM entities {where}", params)[0],
+        "facts": store.one(f"SELECT count(*) FROM facts {where}", params)[0],
+        "passages": store.one(f"SELECT count(*) FROM passages {where}", params)[0],
+        "groups": store.one(
             "SELECT count(DISTINCT group_id) FROM ("
             "SELECT group_id FROM episodes UNION ALL SELECT group_id FROM entities) AS g"
         )[0],

@@ -238,7 +238,7 @@ def _write_history(store: Store, run_id: int) -> None:
 def _apply_updates(store: Store, now: datetime) -> int:
     for kind, table, _ in MEMORY_TABLES:
         store.execute(UPDATE_SQL.format(table=table, kind=kind), {"now": now})
-    row = store.fetchone("SELECT count(*) FROM _mplan WHERE NOT purge")
+    row = store.one("SELECT count(*) FROM _mplan WHERE NOT purge")
     return int(row[0])
 
 
@@ -308,7 +308,7 @@ def _insert_run(store: Store, run_id: int, now: datetime, result: dict[str, Any]
 def _execute_run(
     store: Store, policy: DecayPolicy, now: datetime, dry_run: bool, started: float
 ) -> dict[str, Any]:
-    run_id = None if dry_run else int(store.fetchone("SELECT nextval('maintenance_runs_seq')")[0])
+    run_id = None if dry_run else int(store.one("SELECT nextval('maintenance_runs_seq')")[0])
     build_plan(store, policy, now)
     transitions = _transitions(store)
     if run_id is not None:
@@ -362,7 +362,7 @@ def record_failed_run(
     store: Store, now: datetime, duration: float, error: str, dry_run: bool = False
 ) -> int:
     """A ``maintenance_runs`` row for a run that failed (and changed nothing else)."""
-    run_id = int(store.fetchone("SELECT nextval('maintenance_runs_seq')")[0])
+    run_id = int(store.one("SELECT nextval('maintenance_runs_seq')")[0])
     store.execute(
         """INSERT INTO maintenance_runs (id, started_at, finished_at, status, dry_run,
                duration_seconds, error) VALUES (?, ?, ?, 'failure', ?, ?, ?)""",
@@ -420,7 +420,7 @@ def recover_memory(store: Store, kind: str, uuid: str, now: datetime) -> None:
 
 
 def awaiting_purge(store: Store) -> int:
-    row = store.fetchone(
+    row = store.one(
         "SELECT (SELECT count(*) FROM entities WHERE lifecycle_state = 'SOFT_DELETED') + "
         "(SELECT count(*) FROM facts WHERE lifecycle_state = 'SOFT_DELETED')"
     )

@@ -1,9 +1,10 @@
 """The store on PostgreSQL: the same tables, migrations and functions as the DuckDB file,
 shared by many processes (service replicas, workers, the CLI) on one or many machines.
 
-:class:`PostgresStore` is a :class:`~workbench.store.Store` whose statements go through psycopg 3
-and a connection pool (``psycopg_pool``); the SQL is the project's own, translated by
-:mod:`workbench.store.dialect`. Within one process it keeps the DuckDB store's rules: one
+:class:`PostgresStore` implements the :class:`~workbench.store.base.Store` protocol (a sibling
+of the DuckDB store, not a kind of it): its statements go through psycopg 3 and a connection
+pool (``psycopg_pool``); the SQL is the project's own, translated by
+:mod:`workbench.store.dialect`. Within one process it keeps the base's rules: one
 transaction at a time (``transaction()`` holds the store lock), re-entrant. Reads outside a
 transaction take a pooled connection of their own and do not wait for the lock. Between
 processes, PostgreSQL's row locks and the queue's ``FOR UPDATE SKIP LOCKED`` do the rest.
@@ -16,26 +17,38 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import socket
 import threading
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from decimal import Decimal
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 
 import numpy as np
 
 from workbench.errors import Conflict, DimensionMismatch, StoreError
-from workbench.store import DEFAULT_DIM, Store
 from workbench.store.availability import Availability
+from workbench.store.base import DEFAULT_DIM, TABLES, Params, Row, Store
 from workbench.store.changes import POSTGRES_DDL
 from workbench.store.dialect import COMPAT_FUNCTIONS, postgres_params, to_postgres
 
+if TYPE_CHECKING:
+    import duckdb
+    import pandas as pd
+    import psycopg
+    import pyarrow as pa
+    from psycopg_pool import ConnectionPool
+
+    Connection = psycopg.Connection[Row]
+    Cursor = psycopg.Cursor[Row]
+
 log = logging.getLogger("workbench.store")
 
-__all__ = ["PostgresStore", "is_postgres_url", "redact_url"]
+__all__ = ["Listener", "PostgresStore", "is_postgres_url", "redact_url"]
 
 
 def new_origin() -> str:
@@ -108,24 +121,25 @@ def redact_url(url: str) -> str:
     return urlunsplit((parts.scheme, user + host, parts.path, parts.query, parts.fragment))
 
 
-def _psycopg():
+def _require_driver() -> None:
+    """Raise a clear :class:`StoreError` when psycopg 3 or its pool is not installed."""
     try:
-        import psycopg
-        import psycopg_pool
+        import psycopg  # noqa: F401
+        import psycopg_pool  # noqa: F401
     except ImportError:
         raise StoreError(
             "a postgresql:// database needs the postgres extra: pip install "
             "'knowledge-workbench[postgres]' (psycopg 3 and its pool)"
         ) from None
-    return psycopg, psycopg_pool
 
 
-def _configure(con) -> None:
+def _configure(con: Connection) -> None:
     """Every pooled connection: UTC, and numeric (sums, averages) read as int or float."""
+    from psycopg.abc import Buffer
     from psycopg.adapt import Loader
 
     class NumericLoader(Loader):
-        def load(self, data):
+        def load(self, data: Buffer) -> int | float:
             value = Decimal(bytes(data).decode())
             return int(value) if value == value.to_integral_value() else float(value)
 
@@ -140,28 +154,27 @@ class PostgresStore(Store):
     backend = "postgres"
     shared = True
 
-    def __init__(self, pool: Any, url: str, dim: int, read_only: bool):
-        super().__init__(None, redact_url(url), dim, read_only)
+    def __init__(self, pool: ConnectionPool[Connection], url: str, dim: int, read_only: bool):
+        super().__init__(redact_url(url), dim, read_only)
         self.url = url
         self._pool = pool
         self.origin = ""  # its connections' application_name (see new_origin)
         self.closed = False
-        self._tx_conn: Any = None  # the open transaction's connection (the lock owner's)
+        self._tx_conn: Connection | None = None  # the open transaction's (the lock owner's)
         self._tx_thread: int | None = None
-        self._errors = _psycopg()[0]
         self.availability = Availability(self.path, self._probe, self._pool_check)
 
     # --- opening -----------------------------------------------------------------------
     @classmethod
-    def open(  # type: ignore[override]
-        cls,
-        path: str,
-        dim: int | None = 384,
-        embedding_model: str = "",
-        read_only: bool = False,
-        pool_size: int = 8,
+    def connect(
+        cls, location: str, dim: int | None, embedding_model: str, read_only: bool, pool_size: int
     ) -> PostgresStore:
-        psycopg, psycopg_pool = _psycopg()
+        """Open the database at the URL ``location`` with ``pool_size`` connections at most."""
+        _require_driver()
+        import psycopg
+        import psycopg_pool
+
+        path = location
         origin = new_origin()
         try:
             # one connection first: a wrong address or password fails now, with its reason
@@ -211,16 +224,17 @@ class PostgresStore(Store):
 
     # --- connections -------------------------------------------------------------------
     @contextmanager
-    def _connection(self) -> Iterator[Any]:
+    def _connection(self) -> Iterator[Connection]:
         """The open transaction's connection for its thread, else a pooled one."""
-        if self._in_own_transaction():
-            yield self._tx_conn
+        own = self._own_connection()
+        if own is not None:
+            yield own
             return
         with self._pooled() as con:
             yield con
 
     @contextmanager
-    def _pooled(self) -> Iterator[Any]:
+    def _pooled(self) -> Iterator[Connection]:
         """A pooled connection; at once :class:`StoreUnavailable` while the server is down."""
         self.availability.check()
         with self._translated_errors(), self._pool.connection() as con:
@@ -235,7 +249,8 @@ class PostgresStore(Store):
 
     def _probe(self) -> str | None:
         """None when the server accepts a new connection and answers; else why not."""
-        psycopg = self._errors
+        import psycopg
+
         try:
             with psycopg.connect(
                 self.url, connect_timeout=CONNECT_TIMEOUT, application_name="workbench-probe"
@@ -250,10 +265,16 @@ class PostgresStore(Store):
         self._pool.check()
 
     def _in_own_transaction(self) -> bool:
-        return self._tx_conn is not None and self._tx_thread == threading.get_ident()
+        return self._own_connection() is not None
+
+    def _own_connection(self) -> Connection | None:
+        """The open transaction's connection when this thread holds it, else None."""
+        if self._tx_thread == threading.get_ident():
+            return self._tx_conn
+        return None
 
     @contextmanager
-    def _query(self, sql: str, params) -> Iterator[Any]:
+    def _query(self, sql: str, params: Params) -> Iterator[Cursor]:
         """The cursor of a read (deferred rows of its tables written first)."""
         self._before_read(sql)
         with self._connection() as con:
@@ -261,7 +282,8 @@ class PostgresStore(Store):
 
     @contextmanager
     def _translated_errors(self) -> Iterator[None]:
-        errors = self._errors
+        import psycopg as errors
+
         try:
             yield
         except errors.OperationalError as exc:
@@ -291,17 +313,19 @@ class PostgresStore(Store):
         with self._connection() as con:
             con.execute(sql, params)
 
-    def _cursor_execute(self, con, sql: str, params):
+    def _cursor_execute(self, con: Connection, sql: str, params: Params) -> Cursor:
         text, style = to_postgres(sql)
         with self._translated_errors():
             return con.execute(text, postgres_params(style, _plain(params)))
 
     # --- executing ---------------------------------------------------------------------
-    def execute(self, sql: str, params: Sequence[Any] | dict[str, Any] | None = None) -> None:
+    def execute(self, sql: str, params: Params = None) -> None:
         with self._write(), self._connection() as con:
             self._cursor_execute(con, sql, params)
 
-    def _executemany(self, sql: str, rows: Sequence[Sequence[Any]], match) -> None:
+    def _executemany(
+        self, sql: str, rows: Sequence[Sequence[Any]], match: re.Match[str] | None
+    ) -> None:
         if match is not None:
             width = match.group(1).count("?")
             if any(len(row) != width for row in rows):
@@ -309,37 +333,35 @@ class PostgresStore(Store):
         text, style = to_postgres(sql)
         with self._connection() as con, self._translated_errors():
             with con.cursor() as cur:
-                cur.executemany(text, [_plain(row) for row in rows])
+                cur.executemany(text, [[_value(v) for v in row] for row in rows])
 
-    def fetchall(self, sql: str, params: Sequence[Any] | dict[str, Any] | None = None) -> list:
+    def fetchall(self, sql: str, params: Params = None) -> list[Row]:
         with self._query(sql, params) as cur:
             return cur.fetchall() if cur.description else []
 
-    def fetchone(self, sql: str, params: Sequence[Any] | dict[str, Any] | None = None):
+    def fetchone(self, sql: str, params: Params = None) -> Row | None:
         with self._query(sql, params) as cur:
             return cur.fetchone() if cur.description else None
 
-    def fetch_dicts(
-        self, sql: str, params: Sequence[Any] | dict[str, Any] | None = None
-    ) -> list[dict[str, Any]]:
+    def fetch_dicts(self, sql: str, params: Params = None) -> list[dict[str, Any]]:
         with self._query(sql, params) as cur:
             if not cur.description:
                 return []
             cols = [d.name for d in cur.description]
             return [dict(zip(cols, row)) for row in cur.fetchall()]
 
-    def df(self, sql: str, params: Sequence[Any] | dict[str, Any] | None = None):
+    def df(self, sql: str, params: Params = None) -> pd.DataFrame:
         import pandas as pd
 
         with self._query(sql, params) as cur:
-            cols = [d.name for d in cur.description]
+            cols = [d.name for d in cur.description or ()]
             return pd.DataFrame.from_records(cur.fetchall(), columns=cols)
 
-    def fetch_arrow(self, sql: str, params: Sequence[Any] | dict[str, Any] | None = None):
+    def fetch_arrow(self, sql: str, params: Params = None) -> pa.Table:
         import pyarrow as pa
 
         with self._query(sql, params) as cur:
-            cols = [d.name for d in cur.description]
+            cols = [d.name for d in cur.description or ()]
             rows = cur.fetchall()
         return pa.table({name: [row[i] for row in rows] for i, name in enumerate(cols)})
 
@@ -402,7 +424,8 @@ class PostgresStore(Store):
 
     @contextmanager
     def parallel(self, threads: int | None = None) -> Iterator[Store]:
-        yield self  # PostgreSQL plans its own parallel workers
+        """As it is: PostgreSQL plans its own parallel workers."""
+        yield self
 
     def tables_replaced(self, dim: int) -> None:
         """The change-log triggers and size checks of the replaced embedding tables (they
@@ -486,14 +509,12 @@ class PostgresStore(Store):
                 self.availability.close()
                 self._pool.close(timeout=2.0)
 
-    def export_parquet(self, directory):
+    def export_parquet(self, directory: str | Path) -> dict[str, Path]:
         """Every table to ``directory/<table>.parquet``: DuckDB reads them through its postgres
         extension (the types kept) in one transaction, and writes the Parquet files."""
-        from pathlib import Path
-
         import duckdb
 
-        from workbench.store import TABLES, _sql_path
+        from workbench.store.duckdb_store import sql_path
 
         out = Path(directory)
         out.mkdir(parents=True, exist_ok=True)
@@ -502,10 +523,10 @@ class PostgresStore(Store):
         try:
             attach_postgres(con, self.url)
             con.execute("BEGIN TRANSACTION")
-            written = {}
+            written: dict[str, Path] = {}
             for table in TABLES:
                 target = out / f"{table}.parquet"
-                con.execute(f"COPY pg.{table} TO '{_sql_path(target)}' (FORMAT parquet)")
+                con.execute(f"COPY pg.{table} TO '{sql_path(target)}' (FORMAT parquet)")
                 written[table] = target
             con.execute("COMMIT")
         except duckdb.Error as exc:
@@ -519,7 +540,9 @@ class Listener:
     """``LISTEN channel`` on a dedicated connection; :meth:`wait` returns when notified."""
 
     def __init__(self, url: str, channel: str, origin: str):
-        psycopg, _ = _psycopg()
+        _require_driver()
+        import psycopg
+
         self._con = psycopg.connect(
             url, autocommit=True, application_name=origin, **connection_options(url)
         )
@@ -546,7 +569,7 @@ def _first_line(exc: BaseException) -> str:
     return text.splitlines()[0] if text else type(exc).__name__
 
 
-def _pg_type(arrow_type) -> str:
+def _pg_type(arrow_type: pa.DataType) -> str:
     import pyarrow as pa
 
     if pa.types.is_string(arrow_type) or pa.types.is_large_string(arrow_type):
@@ -564,14 +587,14 @@ def _pg_type(arrow_type) -> str:
     raise StoreError(f"no PostgreSQL type for the column type {arrow_type}")
 
 
-def _plain(params):
+def _plain(params: Params) -> list[Any] | Mapping[str, Any] | None:
     """numpy arrays as lists, dicts as JSON (psycopg adapts neither as they are)."""
     if params is None or isinstance(params, dict):
         return params
     return [_value(v) for v in params]
 
 
-def _value(value):
+def _value(value: Any) -> Any:
     if isinstance(value, np.ndarray):
         return value.tolist()
     if isinstance(value, dict):
@@ -593,8 +616,6 @@ def postgres_extension_path() -> str:
             "reading PostgreSQL from DuckDB needs the postgres extra: pip install "
             "'knowledge-workbench[postgres]' (duckdb-extension-postgres)"
         ) from None
-    from pathlib import Path
-
     root = Path(duckdb_extension_postgres.__file__).parent / "extensions"
     found = sorted(root.glob(f"v{duckdb.__version__}/postgres.duckdb_extension"))
     if not found:
@@ -618,12 +639,17 @@ def postgres_extension_path() -> str:
     return str(link)
 
 
-def attach_postgres(con, url: str, alias: str = "pg", read_only: bool = True) -> str:
+def attach_postgres(
+    con: duckdb.DuckDBPyConnection, url: str, alias: str = "pg", read_only: bool = True
+) -> str:
     """ATTACH the workbench tables of the PostgreSQL database ``url`` to the DuckDB
     connection ``con`` as ``alias`` (read-only by default); the schema they are in."""
-    psycopg, _ = _psycopg()
+    _require_driver()
+    import psycopg
+
     with psycopg.connect(url, **connection_options(url)) as pg:
-        schema = pg.execute("SELECT current_schema()").fetchone()[0]
+        row = pg.execute("SELECT current_schema()").fetchone()
+    schema = str(row[0]) if row else "public"
     con.execute(f"LOAD '{postgres_extension_path()}'")
     literal = url_with_options(url).replace("'", "''")
     mode = ", READ_ONLY" if read_only else ""

@@ -38,7 +38,7 @@ GROUP_LOCKS = 0x776B  # the advisory lock namespace of enqueues, one lock per gr
 def enqueue(store: Store, episode_uuid: str, group_id: str, priority: int, now: datetime) -> None:
     """Queue a message (inside the caller's transaction: on a shared store, enqueues of one
     group then commit in the order of their sequence numbers, which is the group's order)."""
-    if store.backend == "postgres":
+    if store.shared:
         store.fetchone("SELECT pg_advisory_xact_lock(?, hashtext(?))", [GROUP_LOCKS, group_id])
     store.execute(
         """INSERT INTO queue (episode_uuid, group_id, priority, state, enqueued_at, available_at)
@@ -164,7 +164,7 @@ def claim_heads(
         if not heads:
             return [], False
         chosen = [(head, group, first) for head, group, first, _ in heads[:limit]]
-        if store.backend == "postgres":
+        if store.shared:
             # other processes claim too: keep the heads this one could lock (still queued)
             locked = set(_lock_queued(store, [head for head, _, _ in chosen], now))
             chosen = [c for c in chosen if c[0] in locked]
@@ -179,7 +179,7 @@ def claim_heads(
         runnable = [head for head in chosen if head[1] not in alone]
         if run_size > 1 and room > 0 and runnable:
             followers = _followers(store, runnable, now, min(run_size, room + 1))
-            if store.backend == "postgres":
+            if store.shared:
                 # a run is consecutive: it ends at a follower another process holds
                 locked = set(_lock_queued(store, [uuid for _, uuid in followers], now))
                 cut: set[str] = set()

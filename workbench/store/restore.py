@@ -87,7 +87,7 @@ def restore(store: Store, backup: Backup) -> dict[str, Any]:
 def check_empty(store: Store) -> None:
     filled = {}
     for table in TABLES:
-        count = store.fetchone(f"SELECT count(*) FROM {table}")[0]
+        count = store.one(f"SELECT count(*) FROM {table}")[0]
         if count:
             filled[table] = count
     if filled:
@@ -137,7 +137,7 @@ def _advance_sequences(store: Store) -> None:
         for column, default in table_columns(store, table).items():
             match = _NEXTVAL.search(default or "")
             if match:
-                value = store.fetchone(f'SELECT max("{column}") FROM {table}')[0]
+                value = store.one(f'SELECT max("{column}") FROM {table}')[0]
                 name = match.group(1)
                 highest[name] = max(highest.get(name, 0), int(value or 0))
     for name, value in highest.items():

@@ -125,7 +125,7 @@ def record_audit(
 
 def prune_audit(store: Store, before: datetime) -> int:
     with store.transaction():
-        (count,) = store.fetchone("SELECT count(*) FROM audit_log WHERE ts < ?", [before])
+        (count,) = store.one("SELECT count(*) FROM audit_log WHERE ts < ?", [before])
         if count:
             store.execute("DELETE FROM audit_log WHERE ts < ?", [before])
     return int(count)
