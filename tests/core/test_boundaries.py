@@ -45,6 +45,7 @@ LAYERS = [
     ),
     ("store", ("workbench.store",)),
     ("models", ("workbench.llm", "workbench.prompts", "workbench.embedding")),
+    ("index", ("workbench.index",)),
     ("search", ("workbench.search",)),
     ("ingest, decay", ("workbench.ingest", "workbench.decay")),
     ("facade", ("workbench.facade", "workbench.__init__")),

@@ -9,8 +9,8 @@ import pytest
 
 from tests.search.helpers import write_embeddings
 from workbench.errors import DimensionMismatch
-from workbench.search import vectors as search_vectors
-from workbench.search.vectors import VectorIndex, load_index
+from workbench.index import vectors as search_vectors
+from workbench.index.vectors import VectorIndex, load_index
 
 DIM = 32
 

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from tests.search.helpers import entity, insert, write_embeddings
-from workbench.search import vectors as search_vectors
-from workbench.search.vectors import load_index
+from workbench.index import vectors as search_vectors
+from workbench.index.vectors import load_index
 from workbench.store import search as search_sql
 from workbench.store.search import latest_vector_seq
 

@@ -212,8 +212,8 @@ def test_a_memory_written_through_one_replica_is_searchable_on_the_other(stores)
         add(engine_a, "entity", [maria, acme])
         works = fact("Maria Keller works at Acme", maria, acme)
         add(engine_a, "fact", [works])
-        engine_a.follower.catch_up()  # before b reads: b's searches write accesses
-        assert engine_a.follower.applied == 0  # its own writes are not re-read
+        engine_a.replica_sync.catch_up()  # before b reads: b's searches write accesses
+        assert engine_a.replica_sync.applied == 0  # its own writes are not re-read
         started = time.monotonic()
 
         def found() -> bool:

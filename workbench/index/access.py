@@ -31,7 +31,7 @@ from workbench.metrics import Metrics
 from workbench.store import Store
 from workbench.store.access import REACTIVATED_FROM, apply_accesses
 
-log = logging.getLogger("workbench.search.access")
+log = logging.getLogger("workbench.index.access")
 
 __all__ = ["AccessTracker", "access_update", "days_between"]
 
@@ -90,7 +90,7 @@ class AccessTracker:
     ) -> list[tuple[str, datetime, int]]:
         """The accesses of ``kind`` (of these ``uuids``, or all) not yet written: (uuid, latest
         access, count), to apply to rows just read from the store
-        (:meth:`~workbench.search.rows.RowCache.access`)."""
+        (:meth:`~workbench.index.rows.RowCache.access`)."""
         with self._lock:
             if uuids is None:
                 return [(u, p.accessed_at, p.count) for (k, u), p in self._pending.items()

@@ -37,7 +37,7 @@ from pathlib import Path
 
 import numpy as np
 
-from workbench.search.vector_math import positions_in, text_prints, top_positions
+from workbench.index.vector_math import positions_in, text_prints, top_positions
 
 __all__ = ["STOP_WORDS", "KeywordIndex", "stem", "tokenize"]
 
@@ -132,7 +132,7 @@ SAVE_VERSION = 2  # 2: documents' fingerprints by text_prints (1: blake2b, one c
 
 def document_prints(texts: Sequence[str], groups: Sequence[str]) -> np.ndarray:
     """A 64-bit fingerprint of each document's text and group (stable across processes;
-    :func:`~workbench.search.vector_math.text_prints`, all at once)."""
+    :func:`~workbench.index.vector_math.text_prints`, all at once)."""
     return text_prints([f"{g}\x00{t}" for t, g in zip(texts, groups)])
 
 

@@ -27,9 +27,9 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from workbench.search.rows import RowCache
+from workbench.index.rows import RowCache
 
-log = logging.getLogger("workbench.search.publish")
+log = logging.getLogger("workbench.index.publish")
 
 # (kind, rows, vectors or None): what one write changed of one memory kind
 Upsert = tuple[str, list[dict[str, Any]], "np.ndarray | None"]

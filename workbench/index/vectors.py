@@ -71,7 +71,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from workbench.errors import InvalidInput
-from workbench.search.vector_math import (
+from workbench.index.vector_math import (
     grow,
     one_blas_thread,
     positions_in,
@@ -87,7 +87,7 @@ Allowed = Callable[[str], bool] | set[str] | frozenset[str] | None
 
 __all__ = ["VectorIndex", "SavedGraph", "load_index", "KINDS"]
 
-log = logging.getLogger("workbench.search.vectors")
+log = logging.getLogger("workbench.index.vectors")
 
 # tombstones a graph may carry (or changes it may be caught up with at open) before a new
 # graph is built instead: at least this many, or a quarter of the index

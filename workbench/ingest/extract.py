@@ -12,7 +12,7 @@ ambiguous), and nothing written.
 :class:`~workbench.ingest.records.PreparedEpisode`; :mod:`workbench.ingest.write` writes it. The
 graph is read through the search engine's rows (:class:`~workbench.ingest.reads.CachedReads`)
 and its vector index (``similar``), both reached through its
-:class:`~workbench.search.publish.Publisher`.
+:class:`~workbench.index.publish.Publisher`.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ import numpy as np
 
 from workbench.clock import Clock, as_utc
 from workbench.embedding import Embedder
+from workbench.index.publish import Publisher
 from workbench.ingest.reads import CachedReads
 from workbench.ingest.recent import RecentEpisodes
 from workbench.ingest.records import (
@@ -42,7 +43,6 @@ from workbench.ingest.reembed import ReembedPolicy
 from workbench.metrics import Metrics
 from workbench.names import name_key, relation_name
 from workbench.prompts import extract_edges, extract_entities, resolve_nodes
-from workbench.search.publish import Publisher
 from workbench.store import Store
 from workbench.store import graph as g
 

@@ -14,6 +14,7 @@ from typing import Any
 from workbench.clock import Clock
 from workbench.embedding import Embedder
 from workbench.errors import LLMNotConfigured
+from workbench.index.publish import Publisher
 from workbench.ingest.extract import Extractor
 from workbench.ingest.recent import RecentEpisodes
 from workbench.ingest.records import PreparedEpisode
@@ -21,7 +22,6 @@ from workbench.ingest.reembed import ReembedPolicy
 from workbench.ingest.run import RunPreparer
 from workbench.ingest.write import EpisodeWriter
 from workbench.metrics import Metrics
-from workbench.search.publish import Publisher
 from workbench.store import Store
 from workbench.store import graph as g
 from workbench.store.queue import QueueMessage

@@ -39,6 +39,7 @@ import numpy as np
 from workbench.clock import Clock
 from workbench.config import Settings
 from workbench.errors import InvalidInput, LLMNotConfigured, NotFound
+from workbench.index.publish import Publisher
 from workbench.ingest.episode_queue import EpisodeQueue
 from workbench.ingest.generations import (
     Built,
@@ -54,7 +55,6 @@ from workbench.llm.client import build_chat_model
 from workbench.llm.pricing import PriceTable
 from workbench.metrics import Metrics
 from workbench.search import SearchEngine
-from workbench.search.publish import Publisher
 from workbench.store import Store
 from workbench.store import graph as g
 from workbench.store import queue as q

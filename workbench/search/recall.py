@@ -30,7 +30,7 @@ from datetime import datetime
 from typing import Any
 
 from workbench.errors import InvalidInput
-from workbench.search.bm25 import tokenize
+from workbench.index.bm25 import tokenize
 from workbench.search.filters import (
     DEFAULT_STATES,
     SearchFilters,
