@@ -12,12 +12,12 @@ import pytest
 
 from tests.search.helpers import T0, add, entity, fact
 from workbench.clock import ManualClock
+from workbench.index import live as live_module
 from workbench.index import rows as search_cache
-from workbench.index import vectors as search_vectors
+from workbench.index import saves as saves_module
+from workbench.index import vector_saves
 from workbench.ingest.reads import CachedReads
 from workbench.metrics import Metrics
-from workbench.index import live as live_module
-from workbench.index import saves as saves_module
 from workbench.search.engine import SearchEngine
 from workbench.store import Store
 from workbench.store import search as sql
@@ -514,7 +514,7 @@ def test_a_save_records_the_newest_vector_write_only_between_writes(db, hash_emb
 
 
 def test_a_saved_graph_far_behind_the_store_is_rebuilt(db, hash_embedder, monkeypatch):
-    monkeypatch.setattr(search_vectors, "TOMBSTONE_LIMIT", 10)
+    monkeypatch.setattr(vector_saves, "TOMBSTONE_LIMIT", 10)
     store, _ = saved_graph_of_notes(db, hash_embedder)
     store.execute("DELETE FROM entity_embeddings WHERE uuid IN "
                   "(SELECT uuid FROM entities ORDER BY name LIMIT 60)")  # fmt: skip

@@ -103,8 +103,8 @@ def test_the_engine_reopens_its_saved_keywords_caught_up_with_the_store(tmp_path
 
     from tests.search.helpers import entity, fact, insert
     from workbench.fakes.embedder import HashEmbedder
-    from workbench.metrics import Metrics
     from workbench.index import saves as saves_module
+    from workbench.metrics import Metrics
     from workbench.search.engine import SearchEngine
     from workbench.store import Store
     from workbench.store import graph as g
