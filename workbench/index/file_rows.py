@@ -29,7 +29,7 @@ class FileRows:
         self.clean = np.ones(mapped.shape[0], dtype=bool)
         self._width = mapped.shape[1] * mapped.itemsize
         self._offset = int(mapped.offset)
-        fd = os.open(mapped.filename, os.O_RDONLY)
+        fd = os.open(str(mapped.filename), os.O_RDONLY)
         weakref.finalize(self, os.close, fd)
         self._fd = fd
 
@@ -52,7 +52,7 @@ class FileRows:
         return out
 
     def _read_each(self, slots: np.ndarray, at: np.ndarray, out: np.ndarray) -> None:
-        buffer = memoryview(out.reshape(-1).view(np.uint8))
+        buffer = memoryview(out.reshape(-1).view(np.uint8))  # type: ignore[arg-type]  # numpy arrays are buffers; its stubs miss it
         width, offset, fd = self._width, self._offset, self._fd
         for i, slot in zip(at.tolist(), slots.tolist()):
             os.preadv(fd, [buffer[i * width : (i + 1) * width]], offset + slot * width)
@@ -75,7 +75,7 @@ def open_rows(path: Path, size: int, dim: int) -> np.ndarray | None:
     """The saved float16 vectors, memory-mapped copy-on-write; None when the file is missing
     or is not what the manifest says (too few rows, another width or type)."""
     try:
-        mapped = np.load(path, mmap_mode="c", allow_pickle=False)
+        mapped: np.ndarray = np.load(path, mmap_mode="c", allow_pickle=False)
     except (OSError, ValueError):
         return None
     ok = mapped.dtype == np.float16 and mapped.ndim == 2 and mapped.shape[1] == dim

@@ -33,7 +33,7 @@ def unit_rows(vectors: np.ndarray, dim: int) -> np.ndarray:
 _BLAS: list = []
 
 
-def one_blas_thread():
+def one_blas_thread() -> contextlib.AbstractContextManager[object]:
     """Run a mat-vec on one BLAS thread. A search is one small product; on a busy 2-core
     machine OpenBLAS's thread hand-off made it an order of magnitude slower."""
     if not _BLAS:

@@ -41,6 +41,8 @@ TOMBSTONE_LIMIT = 10_000
 # saved vectors a numbered restore compares with the store's, beyond those written since
 SPOT_CHECKS = 256
 
+_NO_SLOTS = np.zeros(0, dtype=np.int64)
+
 
 @dataclass(frozen=True)
 class SavedGraph:
@@ -90,7 +92,7 @@ class GraphSaves(VectorSlots):
                 files["vectors"] = f"{save}.vectors.npy"
                 rows = max(self._mat.shape[0], self._size + max(1024, self._size // 8))
                 write_synced(folder / files["vectors"], self._stored, self._size, rows)
-            manifest = {
+            manifest: dict[str, object] = {
                 "slots": self._uuids[: self._size],
                 "params": self._params_key(),
                 "files": files,
@@ -110,7 +112,9 @@ class GraphSaves(VectorSlots):
     def _params_key(self) -> dict[str, str]:
         return {k: str(v) for k, v in self._ann_params.items()}
 
-    def _restore(self, saved: SavedGraph, uuids, vectors, groups) -> None:
+    def _restore(
+        self, saved: SavedGraph, uuids: list[str], vectors: np.ndarray, groups: list[str]
+    ) -> None:
         """Lay the vectors out in the saved slots (a new uuid takes a slot a gone one left)
         and open the saved graph, then catch it up with the store: slots whose vector is not
         the one the graph holds (changed, gone, or taken by a new uuid) are removed from it,
@@ -145,7 +149,10 @@ class GraphSaves(VectorSlots):
             elif len(self._slot) >= self.ann_threshold:
                 self._start_build()
 
-    def _restore_changed(self, saved: SavedGraph, store: Store, kind: str, uuids, groups, seqs):
+    def _restore_changed(
+        self, saved: SavedGraph, store: Store, kind: str, uuids: list[str], groups: list[str],
+        seqs: np.ndarray,
+    ) -> bool:  # fmt: skip
         """:meth:`_restore` for a save that records the vector write it reflects
         (``saved.seq``) and holds the vectors: only the vectors written after it, and those
         of memories it did not hold, are read from the store; every other slot's vector and
@@ -154,6 +161,8 @@ class GraphSaves(VectorSlots):
         from workbench.store.search import latest_vector_seq, vectors_of
 
         known = len(saved.layout)
+        if saved.seq is None or saved.vectors is None:
+            return False
         if not (self.half_under_graph and self._fits(saved, len(uuids))):
             return False
         if latest_vector_seq(store) < saved.seq:
@@ -188,7 +197,8 @@ class GraphSaves(VectorSlots):
             def rows_at(s: np.ndarray) -> np.ndarray:
                 if (at[s] < 0).any():  # only a changed slot's print differs from the save
                     raise AssertionError("a slot whose vector was not read")
-                return unit[at[s]]
+                picked: np.ndarray = unit[at[s]]
+                return picked
 
             graph, stale, redo = self._caught_up(saved, rows_at)
             if graph is None:
@@ -209,7 +219,9 @@ class GraphSaves(VectorSlots):
             and count >= max(1, self.ann_threshold // 2)
         )
 
-    def _caught_up(self, saved: SavedGraph, rows_at: Callable[[np.ndarray], np.ndarray]):
+    def _caught_up(
+        self, saved: SavedGraph, rows_at: Callable[[np.ndarray], np.ndarray]
+    ) -> tuple[Any, int, np.ndarray]:
         """The saved graph brought up to the laid-out vectors (``rows_at``: the current
         vectors of these slots), how many of its entries were removed, and the live slots
         whose vector is not the saved one (re-added); (None, 0, None) when it cannot or should
@@ -218,7 +230,7 @@ class GraphSaves(VectorSlots):
 
         known = len(saved.layout)
         if not self._fits(saved, len(self._slot)):
-            return None, 0, None
+            return None, 0, _NO_SLOTS
         in_graph = np.array([u is not None for u in saved.layout], dtype=bool)
         alive = self._alive[: self._size]
         current = self._prints[:known]
@@ -228,13 +240,13 @@ class GraphSaves(VectorSlots):
         fresh = np.flatnonzero(alive & ~graphed)
         redo = np.union1d(stale[alive[stale]], fresh)
         if stale.size + fresh.size > tombstone_limit(len(self._slot)):
-            return None, 0, None  # a new graph is as quick and leaves no tombstones
+            return None, 0, _NO_SLOTS  # a new graph is as quick and leaves no tombstones
         try:
             graph = Index.restore(str(saved.graph))
         except Exception:  # unreadable file: rebuild
-            return None, 0, None
+            return None, 0, _NO_SLOTS
         if graph is None or len(graph) != int(in_graph.sum()):
-            return None, 0, None
+            return None, 0, _NO_SLOTS
         if stale.size:
             graph.remove(stale)
         if redo.size:
@@ -242,7 +254,9 @@ class GraphSaves(VectorSlots):
         return graph, int(stale.size), redo
 
 
-def saved_graph(graph_dir, kind: str) -> SavedGraph | None:
+def saved_graph(graph_dir: str | Path, kind: str) -> SavedGraph | None:
+    """What the manifest of ``kind`` in ``graph_dir`` names; None when it is missing or
+    unreadable."""
     folder = Path(graph_dir)
     try:
         manifest = json.loads((folder / f"{kind}.json").read_text())

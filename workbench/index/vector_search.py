@@ -18,6 +18,8 @@ from workbench.index.vector_slots import SUBSET_CACHE_BYTES, VectorSlots
 __all__ = ["Allowed", "VectorSearch"]
 
 Allowed = Callable[[str], bool] | set[str] | frozenset[str] | None
+# ``allowed`` once a set of uuids has been searched exactly: a predicate, or None
+Predicate = Callable[[str], bool] | None
 
 
 class VectorSearch(VectorSlots):
@@ -55,7 +57,7 @@ class VectorSearch(VectorSlots):
             if self._ann is None:
                 return self._exact(q, k, codes, allowed)
             kept = self._count(codes)
-            if kept <= self.exact_subset_limit and kept < len(self._slot):
+            if codes is not None and kept <= self.exact_subset_limit and kept < len(self._slot):
                 return self._exact_in(q, k, codes, allowed)
             return self._ann_search(q, k, codes, allowed, kept)
 
@@ -70,7 +72,9 @@ class VectorSearch(VectorSlots):
                 out[known] = self._rows(slots[known]) @ q
             return out
 
-    def _exact(self, q, k, codes, allowed) -> list[tuple[str, float]]:
+    def _exact(
+        self, q: np.ndarray, k: int, codes: list[int] | None, allowed: Predicate
+    ) -> list[tuple[str, float]]:
         n_kept = self._count(codes)
         if codes is not None and n_kept < self._size // 2:
             return self._exact_in(q, k, codes, allowed)
@@ -80,7 +84,9 @@ class VectorSearch(VectorSlots):
             scores[~self._group_mask(codes)] = -np.inf
         return self._top(scores, None, k, allowed, n_kept)
 
-    def _exact_in(self, q, k, codes: list[int], allowed) -> list[tuple[str, float]]:
+    def _exact_in(
+        self, q: np.ndarray, k: int, codes: list[int], allowed: Predicate
+    ) -> list[tuple[str, float]]:
         """Exact search within groups, on a cached contiguous copy of their vectors."""
         key = tuple(sorted(codes))
         cached = self._subsets.get(key)
@@ -98,7 +104,12 @@ class VectorSearch(VectorSlots):
         return self._exact_on(q, cached[0], k, allowed, rows=cached[1])
 
     def _exact_on(
-        self, q, slots: np.ndarray, k, allowed, rows: np.ndarray | None = None
+        self,
+        q: np.ndarray,
+        slots: np.ndarray,
+        k: int,
+        allowed: Predicate,
+        rows: np.ndarray | None = None,
     ) -> list[tuple[str, float]]:
         """Exact search over ``slots`` (``rows``: their vectors when already gathered)."""
         if slots.size == 0:
@@ -107,7 +118,9 @@ class VectorSearch(VectorSlots):
             scores = (self._rows(slots) if rows is None else rows) @ q
         return self._top(scores, slots, k, allowed, int(slots.size))
 
-    def _top(self, scores, slots, k, allowed, n_valid) -> list[tuple[str, float]]:
+    def _top(
+        self, scores: np.ndarray, slots: np.ndarray | None, k: int, allowed: Predicate, n_valid: int
+    ) -> list[tuple[str, float]]:
         """Best ``k`` of ``scores`` (positions map through ``slots``), honouring a predicate."""
         want = k if allowed is None else min(n_valid, max(4 * k, 32))
         while True:
@@ -117,7 +130,10 @@ class VectorSearch(VectorSlots):
                 return hits
             want *= 4
 
-    def _accept(self, order, scores, slots, allowed, k) -> list[tuple[str, float]]:
+    def _accept(
+        self, order: np.ndarray, scores: np.ndarray, slots: np.ndarray | None, allowed: Predicate,
+        k: int,
+    ) -> list[tuple[str, float]]:  # fmt: skip
         out: list[tuple[str, float]] = []
         for pos in order:
             score = float(scores[pos])
@@ -140,7 +156,9 @@ class VectorSearch(VectorSlots):
             math.ceil(self.ef_search * math.sqrt(max(total, 1) / self.ef_reference_size)),
         )
 
-    def _ann_search(self, q, k, codes, allowed, kept) -> list[tuple[str, float]]:
+    def _ann_search(
+        self, q: np.ndarray, k: int, codes: list[int] | None, allowed: Predicate, kept: int
+    ) -> list[tuple[str, float]]:
         total = len(self._slot)
         want = max(self.ann_candidates, 4 * k)
         if kept < total:  # oversample by the inverse selectivity of the group filter

@@ -15,7 +15,10 @@ from workbench.index.vector_math import (
     grow,
 )
 
-__all__ = ["SUBSET_CACHE_BYTES", "VectorSlots"]
+__all__ = ["SUBSET_CACHE_BYTES", "Slots", "VectorSlots"]
+
+# some slots of the matrix: their numbers, or a range
+Slots = np.ndarray | slice
 
 SUBSET_CACHE_BYTES = 128 * 2**20  # at most this much for cached group subsets, one a quarter
 
@@ -131,7 +134,9 @@ class VectorSlots:
         self._free.append(slot)
         return slot
 
-    def _lay_out(self, slots: np.ndarray, size: int, uuids: list[str], groups) -> None:
+    def _lay_out(
+        self, slots: np.ndarray, size: int, uuids: list[str], groups: Sequence[str]
+    ) -> None:
         """Place ``uuids`` (of ``groups``) at ``slots`` of ``size`` slots, the rest free, with
         no vectors or fingerprints yet (hold the lock)."""
         self._subsets.clear()
@@ -173,21 +178,22 @@ class VectorSlots:
         """Hold the vectors in ``mat`` (``file``: the saved file it maps) (hold the lock)."""
         self._mat, self._file = mat, file
 
-    def _put(self, slots: np.ndarray, rows) -> None:
+    def _put(self, slots: np.ndarray, rows: np.ndarray | float) -> None:
         """Write the vectors at ``slots`` (hold the lock)."""
         self._mat[slots] = rows
         if self._file is not None:
             self._file.clean[slots] = False
 
-    def _stored(self, slots) -> np.ndarray:
+    def _stored(self, slots: Slots) -> np.ndarray:
         """The vectors at ``slots`` as held (float16 under a graph) (hold the lock)."""
         if self._file is None:
-            return self._mat[slots]
+            held: np.ndarray = self._mat[slots]
+            return held
         if isinstance(slots, slice):
             slots = np.arange(*slots.indices(self._mat.shape[0]))
         return self._file.rows(np.asarray(slots, dtype=np.int64))
 
-    def _rows(self, slots) -> np.ndarray:
+    def _rows(self, slots: Slots) -> np.ndarray:
         """The vectors at ``slots`` as float32 (hold the lock)."""
         return self._stored(slots).astype(np.float32, copy=False)
 
@@ -199,7 +205,9 @@ class VectorSlots:
         if self._alive.shape[0] < mapped.shape[0]:
             self._grow_slots(mapped.shape[0])
         readable = isinstance(mapped, np.memmap) and hasattr(os, "preadv")  # not on Windows
-        self._set_matrix(mapped, FileRows(mapped) if readable else None)
+        self._set_matrix(
+            mapped, FileRows(mapped) if isinstance(mapped, np.memmap) and readable else None
+        )
         self._subsets.clear()
         self._subset_bytes = 0
 
@@ -219,7 +227,8 @@ class VectorSlots:
         if codes is None:
             return self._alive[: self._size].copy()
         if len(codes) == 1:
-            return groups == codes[0]
+            same: np.ndarray = groups == codes[0]
+            return same
         return np.isin(groups, np.asarray(codes, dtype=np.int32))
 
     def _slots_in(self, codes: list[int] | None) -> np.ndarray:

@@ -58,7 +58,7 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -231,7 +231,7 @@ class VectorIndex(VectorSearch, GraphSaves):
         )
         self._builder.start()
 
-    def _new_graph(self, slots: np.ndarray, gen: int):
+    def _new_graph(self, slots: np.ndarray, gen: int) -> Any:
         """A graph over the vectors of these slots, added a chunk at a time, each chunk's
         vectors read (under the lock) as it is added, not copied all at first (at 1M float32
         vectors the copy was 1.5 GB more while a first graph was built): a vector written
@@ -266,7 +266,7 @@ class VectorIndex(VectorSearch, GraphSaves):
             if self._builder is builder:
                 self._builder, self._dirty = None, set()
 
-    def _finish_build(self, gen: int, graph, notify: bool = False) -> None:
+    def _finish_build(self, gen: int, graph: Any, notify: bool = False) -> None:
         with self._lock:
             if gen != self._build_gen or graph is None:
                 return  # called off meanwhile (closed, or the index became small again)
@@ -309,8 +309,8 @@ def load_index(
     kind: str,
     ann_threshold: int = 50_000,
     graph_dir: str | Path | None = None,
-    on_built: Callable[[VectorIndex], None] | None = None,
-    **options,
+    on_built: Callable[..., None] | None = None,
+    **options: Any,
 ) -> VectorIndex:
     """A :class:`VectorIndex` holding every stored vector of ``kind`` ("entity" or "fact")
     whose memory row exists (the store is the source of truth).

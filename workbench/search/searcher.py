@@ -157,7 +157,7 @@ class Searcher:
             # deleted meanwhile stays deleted
             self.indexes.rows[kind].access([row["uuid"] for row in seen], now)
         tracker.settle()
-        return [(row, *rest) for row, (_, *rest) in zip(accessed, ranked)]
+        return [(row, parts, score, tier) for row, (_, parts, score, tier) in zip(accessed, ranked)]
 
     def _passing(
         self, kind: str, cands: Candidates | list[str], filters: SearchFilters
@@ -349,7 +349,7 @@ class Searcher:
         if link is not None:
             scores = after_link(uuids, scores, *link)
         if centre is not None and ends is not None:
-            tiers = np.array([tier(e, centre.uuid, centre.neighbours) for e in ends])
+            tiers = np.array([tier(e, centre.uuid, centre.neighbours) if e else 2 for e in ends])
         else:
             tiers = np.zeros(len(uuids))
         order = best(uuids, scores, tiers, k, min_score)
@@ -369,7 +369,7 @@ class Searcher:
             if cached is not None:
                 self._query_cache.move_to_end(text)
                 return cached
-        vector = np.asarray(embed_queries(self.embedder, [text]), dtype=np.float32)[0]
+        vector: np.ndarray = np.asarray(embed_queries(self.embedder, [text]), dtype=np.float32)[0]
         if self._query_cache_size:
             with self._lock:
                 self._query_cache[text] = vector
