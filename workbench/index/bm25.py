@@ -24,353 +24,32 @@ corrupt or foreign file is ignored (the index is built from the documents).
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import json
 import math
-import re
-import sys
-import threading
-from collections import Counter
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any, TypeVar
 
 import numpy as np
 
-from workbench.index.vector_math import positions_in, text_prints, top_positions
+from workbench.index.keyword_documents import K1, B, KeywordDocuments
+from workbench.index.tokens import STOP_WORDS, document_prints, stem, tokenize
+from workbench.index.vector_math import positions_in, top_positions
 
-__all__ = ["STOP_WORDS", "KeywordIndex", "stem", "tokenize"]
+__all__ = ["B", "K1", "STOP_WORDS", "KeywordIndex", "stem", "tokenize"]
 
-STOP_WORDS = frozenset(
-    """a about above after again against all am an and any are aren't as at be because been
-    before being below between both but by can can't cannot could couldn't did didn't do does
-    doesn't doing don't down during each few for from further had hadn't has hasn't have
-    haven't having he he'd he'll he's her here here's hers herself him himself his how how's i
-    i'd i'll i'm i've if in into is isn't it it's its itself let's me more most mustn't my
-    myself no nor not of off on once only or other ought our ours ourselves out over own same
-    shan't she she'd she'll she's should shouldn't so some such than that that's the their
-    theirs them themselves then there there's these they they'd they'll they're they've this
-    those through to too under until up very was wasn't we we'd we'll we're we've were weren't
-    what what's when when's where where's which while who who's whom why why's will with won't
-    would wouldn't you you'd you'll you're you've your yours yourself yourselves
-    also just any anything something tell know remember recall please use using used
-    s t d ll m re ve""".split()
-)
-
-_TOKEN = re.compile(r"[^\W_]+(?:'[^\W_]+)?", re.UNICODE)
-_VOWEL = re.compile(r"[aeiouy]")
-
-K1 = 1.2
-B = 0.75
-
-
-def stem(word: str) -> str:
-    """A light, deterministic English suffix stripper (same for documents and queries)."""
-    if len(word) <= 3 or not word.isalpha():
-        return word
-    if word.endswith("ies") and len(word) > 4:
-        return word[:-3] + "y"
-    if word.endswith("sses"):
-        return word[:-2]
-    if word.endswith("s") and not word.endswith(("ss", "us", "is")):
-        word = word[:-1]
-    for suffix in ("ing", "ed"):
-        if word.endswith(suffix) and len(word) - len(suffix) >= 3:
-            root = word[: -len(suffix)]
-            if _VOWEL.search(root):
-                if len(root) > 3 and root[-1] == root[-2] and root[-1] not in "lsz":
-                    root = root[:-1]
-                return root
-    return word
-
-
-@functools.lru_cache(maxsize=1 << 16)
-def _term(raw: str) -> str | None:
-    """The index term of one lower-cased word, or None for a stop word (memoised: words
-    repeat, and entity summaries are re-tokenised every time they grow)."""
-    token = raw[:-2] if raw.endswith("'s") else raw
-    if token in STOP_WORDS or (len(token) == 1 and not token.isdigit()):
-        return None
-    return stem(token)
-
-
-# Chinese, Japanese and Korean write words without spaces: a run of their characters is indexed
-# as overlapping character pairs (the usual approach of search engines without a dictionary)
-_CJK = re.compile(
-    r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af\u31f0-\u31ff]+"
-)
-
-
-def tokenize(text: str) -> list[str]:
-    """Stemmed content tokens of ``text`` (stop words and possessives removed); runs of
-    Chinese, Japanese or Korean characters as character pairs."""
-    words = _TOKEN.findall(text.lower())
-    if _CJK.search(text):
-        words = [part for word in words for part in _split_cjk(word)]
-    terms = map(_term, words)
-    return [t for t in terms if t is not None]
-
-
-def _split_cjk(word: str) -> list[str]:
-    if not _CJK.search(word):
-        return [word]
-    out, last = [], 0
-    for run in _CJK.finditer(word):
-        if run.start() > last:
-            out.append(word[last : run.start()])
-        chars = run.group()
-        # a lone character stays a term (_term drops one-letter words otherwise)
-        out += [chars[i : i + 2] for i in range(len(chars) - 1)] or [chars + chars]
-        last = run.end()
-    if last < len(word):
-        out.append(word[last:])
-    return out
-
+# a number or an array of them (BM25 is computed both ways)
+Numbers = TypeVar("Numbers", float, np.ndarray)
+Allowed = Callable[[str], bool] | set[str] | frozenset[str] | None
 
 SAVE_VERSION = 2  # 2: documents' fingerprints by text_prints (1: blake2b, one call each)
 
 
-def document_prints(texts: Sequence[str], groups: Sequence[str]) -> np.ndarray:
-    """A 64-bit fingerprint of each document's text and group (stable across processes;
-    :func:`~workbench.index.vector_math.text_prints`, all at once)."""
-    return text_prints([f"{g}\x00{t}" for t, g in zip(texts, groups)])
-
-
-def document_print(text: str, group: str) -> int:
-    return int(document_prints([text], [group])[0])
-
-
-class KeywordIndex:
-    """Incremental BM25 over documents keyed by uuid, with a group per document."""
-
-    def __init__(
-        self,
-        k1: float = K1,
-        b: float = B,
-        count_unknown_terms: bool = True,
-        common_fraction: float = 0.1,
-        common_min_df: int = 5_000,
-    ):
-        self.k1 = k1
-        self.b = b
-        self.count_unknown_terms = count_unknown_terms
-        self.common_fraction = common_fraction
-        self.common_min_df = common_min_df
-        self._lock = threading.RLock()
-        self._reset()
-
-    def _reset(self) -> None:
-        self._terms: dict[str, int] = {}
-        self._df: list[int] = []
-        # postings, compact: a frozen part as CSR arrays (slots and tfs of term t at
-        # _base_off[t]:_base_off[t + 1], slots ascending) and, for documents added since, a
-        # Python list per term (merged into the frozen part by _compact)
-        self._base_off = np.zeros(1, dtype=np.int64)
-        self._base_slots = np.zeros(0, dtype=np.int32)
-        self._base_tfs = np.zeros(0, dtype=np.float32)
-        self._post_slots: dict[int, list[int]] = {}
-        self._post_tfs: dict[int, list[int]] = {}
-        self._post_np: dict[int, tuple[np.ndarray, np.ndarray]] = {}
-        self._new_postings = 0
-        self._dead_postings = 0
-        self._total_postings = 0
-        # each document's terms, the same way: frozen documents (slots below _n_base) as CSR,
-        # later ones in a dict
-        self._n_base = 0
-        self._doc_off = np.zeros(1, dtype=np.int64)
-        self._doc_tids = np.zeros(0, dtype=np.int32)
-        self._doc_tfs = np.zeros(0, dtype=np.int32)
-        self._doc_new: dict[int, tuple[np.ndarray, np.ndarray]] = {}
-        self._uuids: list[str | None] = []
-        self._doc_len = np.zeros(1024, dtype=np.float32)
-        self._alive = np.zeros(1024, dtype=bool)
-        self._group = np.full(1024, -1, dtype=np.int32)
-        self._print = np.zeros(1024, dtype=np.uint64)  # fingerprint of each slot's document
-        self._slot: dict[str, int] = {}
-        self._group_codes: dict[str, int] = {}
-        self._total_len = 0.0
-
-    def __len__(self) -> int:
-        return len(self._slot)
-
-    def __contains__(self, uuid: object) -> bool:
-        return uuid in self._slot
-
-    def uuids(self) -> list[str]:
-        with self._lock:
-            return list(self._slot)
-
-    def groups(self) -> set[str]:
-        """The group ids that hold at least one live document."""
-        with self._lock:
-            codes = set(np.unique(self._group[: len(self._uuids)][self._alive[: len(self._uuids)]]))
-            return {g for g, c in self._group_codes.items() if c in codes}
-
-    # --- writing ------------------------------------------------------------------------
-    def add(self, uuids: Sequence[str], texts: Sequence[str], group_ids: Sequence[str]) -> None:
-        """Insert or replace the documents."""
-        if not (len(uuids) == len(texts) == len(group_ids)):
-            raise ValueError("add() needs one text and one group_id per uuid")
-        prints = document_prints(texts, group_ids).tolist()
-        with self._lock:
-            for uuid, text, group, fp in zip(uuids, texts, group_ids, prints):
-                if uuid in self._slot:
-                    self._delete(uuid)
-                self._insert(uuid, text, group, fp)
-            self._maybe_compact()
-
-    def remove(self, uuids: Sequence[str]) -> None:
-        with self._lock:
-            for uuid in uuids:
-                if uuid in self._slot:
-                    self._delete(uuid)
-            self._maybe_compact()
-
-    def _insert(self, uuid: str, text: str, group: str, fp: int) -> None:
-        counts = Counter(tokenize(text))
-        slot = len(self._uuids)
-        self._ensure_capacity(slot + 1)
-        term_ids = np.empty(len(counts), dtype=np.int32)
-        term_tfs = np.fromiter(counts.values(), dtype=np.int32, count=len(counts))
-        for i, (term, tf) in enumerate(counts.items()):
-            tid = self._terms.get(term)
-            if tid is None:
-                tid = self._terms[term] = len(self._df)
-                self._df.append(0)
-            self._df[tid] += 1
-            self._post_slots.setdefault(tid, []).append(slot)
-            self._post_tfs.setdefault(tid, []).append(tf)
-            self._post_np.pop(tid, None)
-            term_ids[i] = tid
-        length = float(sum(counts.values()))
-        self._uuids.append(uuid)
-        self._doc_new[slot] = (term_ids, term_tfs)
-        self._doc_len[slot] = length
-        self._alive[slot] = True
-        self._group[slot] = self._group_codes.setdefault(group, len(self._group_codes))
-        self._print[slot] = fp
-        self._slot[uuid] = slot
-        self._total_len += length
-        self._total_postings += len(counts)
-        self._new_postings += len(counts)
-
-    def _doc_terms(self, slot: int) -> tuple[np.ndarray, np.ndarray]:
-        """A live document's (term ids, term frequencies)."""
-        if slot < self._n_base:
-            lo, hi = self._doc_off[slot], self._doc_off[slot + 1]
-            return self._doc_tids[lo:hi], self._doc_tfs[lo:hi]
-        return self._doc_new[slot]
-
-    def _delete(self, uuid: str) -> None:
-        slot = self._slot.pop(uuid)
-        term_ids, _tfs = self._doc_terms(slot)
-        for tid in term_ids.tolist():
-            self._df[tid] -= 1
-        self._dead_postings += len(term_ids)
-        self._total_len -= float(self._doc_len[slot])
-        self._alive[slot] = False
-        self._uuids[slot] = None
-        self._doc_new.pop(slot, None)
-
-    def _ensure_capacity(self, needed: int) -> None:
-        if needed <= self._alive.size:
-            return
-        cap = max(needed, self._alive.size * 2)
-        self._doc_len = np.concatenate(
-            [self._doc_len, np.zeros(cap - self._doc_len.size, dtype=np.float32)]
-        )
-        self._alive = np.concatenate([self._alive, np.zeros(cap - self._alive.size, dtype=bool)])
-        self._group = np.concatenate(
-            [self._group, np.full(cap - self._group.size, -1, dtype=np.int32)]
-        )
-        self._print = np.concatenate(
-            [self._print, np.zeros(cap - self._print.size, dtype=np.uint64)]
-        )
-
-    def _maybe_compact(self) -> None:
-        """Compact when dead postings are over a third of all, or when the postings added
-        since the last compaction (held as Python lists, ~10x the size of the frozen arrays)
-        outgrow the frozen ones."""
-        if self._dead_postings > max(1000, self._total_postings // 3) or self._new_postings > max(
-            50_000, self._total_postings - self._new_postings
-        ):
-            self._compact()
-
-    def _compact(self) -> None:
-        """Renumber the live documents 0..n-1, drop terms no document holds, and freeze every
-        posting into the CSR arrays (numpy throughout: no Python object per posting)."""
-        live = [s for s, u in enumerate(self._uuids) if u is not None]
-        # the frozen documents' terms straight from the CSR arrays, then the later ones
-        base_lengths = np.diff(self._doc_off)
-        owner = np.repeat(np.arange(self._n_base), base_lengths)
-        alive = self._alive[: self._n_base]
-        later = [s for s in live if s >= self._n_base]
-        parts = [self._doc_new[s] for s in later]
-        lengths = np.concatenate([
-            base_lengths[alive],
-            np.fromiter((len(t) for t, _ in parts), dtype=np.int64, count=len(parts)),
-        ]).astype(np.int64)  # fmt: skip
-        tids = np.concatenate([self._doc_tids[alive[owner]], *(t for t, _ in parts)])
-        tfs = np.concatenate([self._doc_tfs[alive[owner]], *(f for _, f in parts)])
-        df = np.asarray(self._df, dtype=np.int64)
-        kept_terms = np.flatnonzero(df > 0)
-        renumber = np.full(max(len(df), 1), -1, dtype=np.int64)
-        renumber[kept_terms] = np.arange(kept_terms.size)
-        by_id = sorted(self._terms, key=self._terms.__getitem__)
-        terms = [by_id[i] for i in kept_terms.tolist()]
-        slots = np.asarray(live, dtype=np.int64)
-        self._freeze(
-            terms,
-            [self._uuids[s] for s in live],
-            sorted(self._group_codes, key=self._group_codes.__getitem__),
-            {
-                "lengths": lengths,
-                "term_ids": renumber[tids].astype(np.int32) if tids.size else tids,
-                "term_tfs": tfs.astype(np.int32),
-                "doc_len": self._doc_len[slots],
-                "group": self._group[slots],
-                "print": self._print[slots],
-            },
-        )
-
-    def _freeze(self, terms: list[str], uuids: list, groups: list[str], data: dict) -> None:
-        """Set the whole state from documents 0..n-1 given as arrays (what :meth:`save`
-        writes): ``lengths`` (terms per document), ``term_ids``/``term_tfs`` (concatenated),
-        ``doc_len``, ``group`` (codes into ``groups``) and ``print``."""
-        lengths, term_ids, term_tfs = data["lengths"], data["term_ids"], data["term_tfs"]
-        n = len(uuids)
-        if not (len(lengths) == n == len(data["doc_len"]) == len(data["print"])):
-            raise ValueError("inconsistent save")
-        if int(lengths.sum()) != term_ids.size or term_ids.size != term_tfs.size:
-            raise ValueError("inconsistent save")
-        if term_ids.size and (term_ids.max() >= len(terms) or term_ids.min() < 0):
-            raise ValueError("inconsistent save")
-        doc_len, group, prints = (np.array(data[k]) for k in ("doc_len", "group", "print"))
-        self._reset()
-        self._terms = {t: i for i, t in enumerate(terms)}
-        self._group_codes = {g: i for i, g in enumerate(groups)}
-        self._ensure_capacity(n)
-        self._doc_len[:n] = doc_len
-        self._group[:n] = group
-        self._print[:n] = prints
-        self._alive[:n] = True
-        # interned: the row cache and the vector index hold the same string objects
-        self._uuids = [u if u is None else sys.intern(u) for u in uuids]
-        self._slot = dict(zip(self._uuids, range(n)))
-        self._n_base = n
-        self._doc_off = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
-        self._doc_tids = np.ascontiguousarray(term_ids, dtype=np.int32)
-        self._doc_tfs = np.ascontiguousarray(term_tfs, dtype=np.int32)
-        # postings: every (term, slot, tf), grouped by term, slots ascending within a term
-        slots = np.repeat(np.arange(n, dtype=np.int32), lengths)
-        order = np.argsort(self._doc_tids, kind="stable")
-        by_term = np.bincount(self._doc_tids, minlength=len(terms))
-        self._df = by_term.tolist()
-        self._base_off = np.concatenate([[0], np.cumsum(by_term)]).astype(np.int64)
-        self._base_slots = slots[order]
-        self._base_tfs = self._doc_tfs[order].astype(np.float32)
-        self._total_len = float(doc_len.sum())
-        self._total_postings = int(term_ids.size)
+class KeywordIndex(KeywordDocuments):
+    """Incremental BM25 over documents keyed by uuid, with a group per document: the
+    documents and postings (:class:`~workbench.index.keyword_documents.KeywordDocuments`),
+    here their search, save and reopening."""
 
     # --- saving and reopening -----------------------------------------------------------
     def save(self, path: str | Path) -> None:
@@ -398,7 +77,7 @@ class KeywordIndex:
             path.parent.mkdir(parents=True, exist_ok=True)
             tmp = path.with_name(path.name + ".tmp")
             with open(tmp, "wb") as handle:
-                np.savez(handle, **arrays)
+                np.savez(handle, **arrays)  # type: ignore[arg-type]  # numpy's stubs type **kwds as allow_pickle
         with open(tmp, "rb") as handle:  # read back in blocks, not held whole
             manifest["sha256"] = hashlib.file_digest(handle, "sha256").hexdigest()
         tmp_manifest = path.with_name(path.name + ".json.tmp")
@@ -413,7 +92,7 @@ class KeywordIndex:
         uuids: Sequence[str],
         texts: Sequence[str],
         group_ids: Sequence[str],
-        **options,
+        **options: Any,
     ) -> tuple[KeywordIndex, int] | None:
         """The index saved at ``path`` caught up with these documents (what the store holds
         now), and how many it re-indexed; None when there is no usable save."""
@@ -438,8 +117,8 @@ class KeywordIndex:
         current = document_prints(texts, group_ids)
         with index._lock:
             saved_uuids = index._uuids
-            gone = [saved_uuids[i] for i in np.flatnonzero(positions_in(saved_uuids, uuids) < 0)
-                    if saved_uuids[i] is not None]  # fmt: skip
+            held = [u for u in saved_uuids if u is not None]
+            gone = [held[i] for i in np.flatnonzero(positions_in(held, uuids) < 0)]
             at = positions_in(uuids, saved_uuids)
             saved = index._print[np.maximum(at, 0)]
             stale = np.flatnonzero((at < 0) | (saved != current)).tolist()
@@ -448,7 +127,7 @@ class KeywordIndex:
                   [group_ids[i] for i in stale])  # fmt: skip
         return index, len(gone) + len(stale)
 
-    def _restore(self, manifest: dict, data: dict[str, np.ndarray]) -> None:
+    def _restore(self, manifest: dict[str, Any], data: dict[str, np.ndarray]) -> None:
         """The state of a save: its arrays are the frozen part as they are."""
         self._freeze(manifest["terms"], manifest["uuids"], manifest["groups"], data)
 
@@ -458,7 +137,7 @@ class KeywordIndex:
         query: str,
         k: int,
         group_ids: Sequence[str] | None = None,
-        allowed: Callable[[str], bool] | set[str] | None = None,
+        allowed: Allowed = None,
     ) -> list[tuple[str, float, float]]:
         """The ``k`` best documents: ``[(uuid, bm25, keyword_score), ...]`` best first.
 
@@ -585,21 +264,22 @@ class KeywordIndex:
     def _term_scores(
         self, tid: int, slots: np.ndarray | None = None, tfs: np.ndarray | None = None
     ) -> tuple[np.ndarray, np.ndarray, float]:
-        if slots is None:
+        if slots is None or tfs is None:
             slots, tfs = self._postings(tid)
         idf = self._idf(self._df[tid])
         norm = self._length_norm(self._doc_len[slots])
         return slots, self._bm25(idf, tfs, norm).astype(np.float32), idf
 
-    def _length_norm(self, doc_len):
+    def _length_norm(self, doc_len: Numbers) -> Numbers:
         """BM25's length normalisation ``k1 (1 - b + b len / avgdl)`` of documents of these
         lengths (a number or an array: two array passes)."""
         avgdl = max(self._total_len / max(len(self._slot), 1), 1e-9)
         return (self.k1 * (1.0 - self.b)) + (self.k1 * self.b / avgdl) * doc_len
 
-    def _bm25(self, idf: float, tfs, norm):
+    def _bm25(self, idf: float, tfs: Numbers, norm: Numbers) -> Numbers:
         """One term's BM25 contribution at these term frequencies and length norms."""
-        return (idf * (self.k1 + 1.0)) * tfs / (tfs + norm)
+        score: Numbers = (idf * (self.k1 + 1.0)) * tfs / (tfs + norm)
+        return score
 
     def _add_common(self, tid: int, slots: np.ndarray, scores: np.ndarray) -> float:
         """Add a common term's score to the candidates holding it (in place); its idf."""
@@ -614,26 +294,14 @@ class KeywordIndex:
         n_docs = max(len(self._slot), 1)
         return math.log(1.0 + (n_docs - df + 0.5) / (df + 0.5))
 
-    def _postings(self, tid: int) -> tuple[np.ndarray, np.ndarray]:
-        """A term's (slots ascending, tfs): its frozen postings, then those added since."""
-        lo = hi = 0
-        if tid + 1 < self._base_off.size:
-            lo, hi = int(self._base_off[tid]), int(self._base_off[tid + 1])
-        added = self._post_slots.get(tid)
-        if not added:
-            return self._base_slots[lo:hi], self._base_tfs[lo:hi]
-        cached = self._post_np.get(tid)
-        if cached is None:
-            cached = (
-                np.concatenate([self._base_slots[lo:hi], np.asarray(added, dtype=np.int32)]),
-                np.concatenate(
-                    [self._base_tfs[lo:hi], np.asarray(self._post_tfs[tid], dtype=np.float32)]
-                ),
-            )
-            self._post_np[tid] = cached
-        return cached
-
-    def _top(self, slots, scores, k, allowed, idf_sum) -> list[tuple[str, float, float]]:
+    def _top(
+        self,
+        slots: np.ndarray,
+        scores: np.ndarray,
+        k: int,
+        allowed: Allowed,
+        idf_sum: float,
+    ) -> list[tuple[str, float, float]]:
         if allowed is None:
             order = top_positions(scores, k)
         else:
