@@ -92,6 +92,7 @@ class LiveIndexes:
         access_background: bool = True,
         flush_interval: float = 1.0,
         sync: bool = True,
+        publisher: Publisher | None = None,
     ):
         self.store = store
         self.saves = saves
@@ -109,8 +110,9 @@ class LiveIndexes:
         self.vectors: dict[str, VectorIndex] = {}
         self.keywords: dict[str, KeywordIndex] = {}
         self.rows: dict[str, RowCache] = {}
-        # what writers of entities and facts tell these indexes through, under its gate
-        self.publisher = Publisher(self)
+        # what writers of entities and facts tell these indexes through, under its gate (the
+        # owner's, telling the owner, when given: a search engine passes on what it is told)
+        self.publisher = publisher if publisher is not None else Publisher(self)
         # a store shared with other processes: the change log position before loading
         shared = store.shared
         start = changes_sql.position(store) if shared else None

@@ -3,7 +3,7 @@
 The search engine keeps rows, vectors and keyword documents in memory, and ingestion reads the
 graph from those rows (``workbench.ingest.reads``). So a write is not finished when its
 transaction commits: the engine must also know it before anyone reads again. The
-:class:`Publisher` (one per :class:`~workbench.search.engine.SearchEngine`, as its
+:class:`Publisher` (one per :class:`~workbench.index.live.LiveIndexes`, as its
 ``publisher``) holds that rule in one place:
 
 * **The gate.** A writer holds it (``with publisher:``) from its transaction until the engine
@@ -36,7 +36,7 @@ Upsert = tuple[str, list[dict[str, Any]], "np.ndarray | None"]
 
 
 class Indexes(Protocol):
-    """What the publisher tells and reads (the :class:`~workbench.search.engine.SearchEngine`)."""
+    """What the publisher tells and reads (the :class:`~workbench.index.live.LiveIndexes`)."""
 
     def on_upsert(self, kind: str, rows: list[dict], vectors: np.ndarray | None = None) -> None: ...
 

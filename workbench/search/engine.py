@@ -84,6 +84,8 @@ class SearchEngine:
                 else Weights(keyword=keyword)
             )
         self.max_results: int = max_results or (settings.search_max_results if settings else 100)
+        # writers tell the engine (which passes it on to its live indexes) under this gate
+        publisher = Publisher(self)
         self.indexes = LiveIndexes(
             store,
             self.metrics,
@@ -94,6 +96,7 @@ class SearchEngine:
             access_background=access_background,
             flush_interval=flush_interval,
             sync=follow,
+            publisher=publisher,
         )
         self.searcher = Searcher(
             self.indexes,
