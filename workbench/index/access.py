@@ -45,7 +45,10 @@ class _Pending:
 def days_between(earlier: datetime | None, later: datetime) -> float | None:
     if earlier is None:
         return None
-    return max(0.0, (later - as_utc(earlier)).total_seconds() / 86_400.0)
+    since = as_utc(earlier)
+    if since is None:
+        return None
+    return max(0.0, (later - since).total_seconds() / 86_400.0)
 
 
 def access_update(row: dict[str, Any], now: datetime) -> tuple[dict[str, Any], str | None]:
@@ -98,7 +101,7 @@ class AccessTracker:
             found = ((u, self._pending.get((kind, u))) for u in uuids)
             return [(u, p.accessed_at, p.count) for u, p in found if p is not None]
 
-    def record(self, kind: str, rows: list[dict[str, Any]], now: datetime) -> list[dict]:
+    def record(self, kind: str, rows: list[dict[str, Any]], now: datetime) -> list[dict[str, Any]]:
         """Account one access of each row at ``now``; return the rows as they are after it.
         The write is queued: call :meth:`settle` afterwards (outside the caller's locks)."""
         out = []
