@@ -78,7 +78,11 @@ def check_kind(kind: str) -> str:
 
 
 class LiveIndexes:
-    """The rows, keyword and vector indexes of every memory kind, in step with the store."""
+    """The rows, keyword and vector indexes of every memory kind, in step with the store.
+
+    On a shared store, ``sync`` starts the thread that applies other processes' writes at once
+    (else only :meth:`catch_up` applies them); ``publisher``: the gate writers tell these
+    indexes through (by default one of their own)."""
 
     def __init__(
         self,

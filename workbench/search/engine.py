@@ -71,7 +71,7 @@ class SearchEngine:
         query_cache_size: int = 256,
         index_options: dict[str, Any] | None = None,
         graph_dir: str | Path | None | bool = True,
-        follow: bool = True,
+        sync: bool = True,
     ):
         self.store = store
         self.metrics = metrics or Metrics(enabled=False)
@@ -95,7 +95,7 @@ class SearchEngine:
             sync_seconds=sync_seconds,
             access_background=access_background,
             flush_interval=flush_interval,
-            sync=follow,
+            sync=sync,
             publisher=publisher,
         )
         self.searcher = Searcher(
