@@ -45,6 +45,7 @@ LAYERS = [
     ),
     ("store", ("workbench.store",)),
     ("models", ("workbench.llm", "workbench.prompts", "workbench.embedding")),
+    ("index", ("workbench.index",)),
     ("search", ("workbench.search",)),
     ("ingest, decay", ("workbench.ingest", "workbench.decay")),
     ("facade", ("workbench.facade", "workbench.__init__")),
@@ -170,6 +171,7 @@ def test_the_core_imports_neither_the_service_nor_the_voice_server():
     [
         ("workbench.store.graph", "workbench.search.engine"),
         ("workbench.search.engine", "workbench.ingest.write"),
+        ("workbench.index.live", "workbench.search.searcher"),
         ("workbench.ingest.extract", "workbench.facade"),
         ("workbench.facade", "workbench.eval.retrieval"),
         ("workbench.safety", "workbench.store"),

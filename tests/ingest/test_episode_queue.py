@@ -7,10 +7,10 @@ import pytest
 from tests import prom
 from workbench import errors
 from workbench.clock import ManualClock
+from workbench.index.publish import Publisher
 from workbench.ingest.context import IngestContext
 from workbench.ingest.episode_queue import EpisodeQueue, QueueConfig
 from workbench.metrics import Metrics
-from workbench.search.publish import Publisher
 from workbench.store import Store
 from workbench.store import graph as g
 from workbench.store import queue as q

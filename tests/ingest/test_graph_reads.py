@@ -14,8 +14,8 @@ import pytest
 
 from tests.ingest.test_pipeline import open_wb
 from workbench.fakes import rule_llm
+from workbench.index.rows import RowCache
 from workbench.ingest.reads import CachedReads
-from workbench.search.rows import RowCache
 from workbench.store import Store
 from workbench.store import graph as g
 

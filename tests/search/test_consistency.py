@@ -12,11 +12,12 @@ import pytest
 
 from tests.search.helpers import T0, add, entity, fact
 from workbench.clock import ManualClock
+from workbench.index import live as live_module
+from workbench.index import rows as search_cache
+from workbench.index import saves as saves_module
+from workbench.index import vector_saves
 from workbench.ingest.reads import CachedReads
 from workbench.metrics import Metrics
-from workbench.search import engine as search_module
-from workbench.search import rows as search_cache
-from workbench.search import vectors as search_vectors
 from workbench.search.engine import SearchEngine
 from workbench.store import Store
 from workbench.store import search as sql
@@ -109,7 +110,7 @@ def test_a_maintenance_run_is_noticed_without_being_told(store, make_engine, has
         "VALUES (nextval('maintenance_runs_seq'), now(), 'success')"
     )
     engine.search_nodes("receipt")  # notices the run; reloads the rows in the background
-    engine._sync_thread.join(timeout=30)
+    engine.indexes._sync_thread.join(timeout=30)
     assert [h["uuid"] for h in engine.search_nodes("receipt")] == [b["uuid"]]
 
 
@@ -262,7 +263,7 @@ def test_a_saved_graph_built_with_other_hnsw_parameters_is_rebuilt(db, hash_embe
 def _during_rank(engine, monkeypatch, action):
     """Run ``action`` once, after the search has ranked its rows (without the engine's lock)
     and before it writes their access into the row cache."""
-    rank = engine._rank
+    rank = engine.searcher._rank
     done = []
 
     def ranked_then_act(*args, **kwargs):
@@ -272,7 +273,7 @@ def _during_rank(engine, monkeypatch, action):
             action()
         return result
 
-    monkeypatch.setattr(engine, "_rank", ranked_then_act)
+    monkeypatch.setattr(engine.searcher, "_rank", ranked_then_act)
 
 
 def test_a_search_does_not_resurrect_a_memory_deleted_while_it_ranked(
@@ -396,7 +397,7 @@ def test_an_access_recorded_while_rebuild_loads_is_kept_in_its_rows(
     (a search while the other kind's index loads) must still be in the rows it swaps in."""
     engine = make_engine(hash_embedder)
     (crane,) = add(engine, "entity", [entity("Harbour crane")])
-    load = search_module.load_index
+    load = live_module.load_index
     searcher: list[threading.Thread] = []
 
     def search_while_loading(store_, kind, *args, **kwargs):
@@ -408,7 +409,7 @@ def test_an_access_recorded_while_rebuild_loads_is_kept_in_its_rows(
                 time.sleep(0.01)  # recorded (its write waits for rebuild's consistent_read)
         return load(store_, kind, *args, **kwargs)
 
-    monkeypatch.setattr(search_module, "load_index", search_while_loading)
+    monkeypatch.setattr(live_module, "load_index", search_while_loading)
     engine.rebuild()
     searcher[0].join(timeout=10)
     assert not searcher[0].is_alive()
@@ -490,7 +491,7 @@ def test_a_save_records_the_newest_vector_write_only_between_writes(db, hash_emb
 
     store, engine = reopen_with_graphs(db, hash_embedder)
     add(engine, "entity", [entity("Late note", "coffee")])
-    monkeypatch.setattr(search_module, "SAVE_GATE_SECONDS", 0.05)
+    monkeypatch.setattr(saves_module, "SAVE_GATE_SECONDS", 0.05)
     taken, release = threading.Event(), threading.Event()
 
     def writer():
@@ -502,7 +503,7 @@ def test_a_save_records_the_newest_vector_write_only_between_writes(db, hash_emb
     thread.start()
     taken.wait(10)
     try:
-        engine._save_indexes("entity")
+        engine.indexes.save("entity")
         assert "seq" not in json.loads(manifest.read_text())
     finally:
         release.set()
@@ -513,7 +514,7 @@ def test_a_save_records_the_newest_vector_write_only_between_writes(db, hash_emb
 
 
 def test_a_saved_graph_far_behind_the_store_is_rebuilt(db, hash_embedder, monkeypatch):
-    monkeypatch.setattr(search_vectors, "TOMBSTONE_LIMIT", 10)
+    monkeypatch.setattr(vector_saves, "TOMBSTONE_LIMIT", 10)
     store, _ = saved_graph_of_notes(db, hash_embedder)
     store.execute("DELETE FROM entity_embeddings WHERE uuid IN "
                   "(SELECT uuid FROM entities ORDER BY name LIMIT 60)")  # fmt: skip

@@ -73,7 +73,7 @@ def test_threaded_and_inline_searches_rank_the_same(make_engine, hash_embedder):
     cached = engine.search_facts("green tea in Lisbon", max_facts=15)  # query cached: inline
     assert ranking(cached) == ranking(threaded)
     engine.close()  # after close: no worker threads, still searchable inline
-    assert engine._executor is None
+    assert engine.searcher._executor is None
     assert ranking(engine.search_facts("green tea in Lisbon", max_facts=15)) == ranking(threaded)
 
 
@@ -105,10 +105,10 @@ def free_workers(engine, timeout: float = 5.0) -> int:
     """How many worker slots can be taken (waiting for BM25 tasks still finishing)."""
     deadline = time.monotonic() + timeout
     while True:
-        taken = [engine._workers.acquire(blocking=False) for _ in range(2)]
+        taken = [engine.searcher._workers.acquire(blocking=False) for _ in range(2)]
         for ok in taken:
             if ok:
-                engine._workers.release()
+                engine.searcher._workers.release()
         if all(taken) or time.monotonic() > deadline:
             return sum(taken)
         time.sleep(0.01)
@@ -127,14 +127,14 @@ def test_keyword_search_runs_inline_when_the_workers_are_busy(make_engine, monke
     monkeypatch.setattr(index, "search", recording)
     expected = ranking(engine.search_facts("green tea Lisbon"))
     assert threads[-1].startswith("workbench-search")
-    taken = [engine._workers.acquire(blocking=False) for _ in range(2)]
+    taken = [engine.searcher._workers.acquire(blocking=False) for _ in range(2)]
     assert all(taken)  # both workers busy (as with two other searches in flight)
     try:
         assert ranking(engine.search_facts("green tea Lisbon")) == expected
         assert threads[-1] == threading.current_thread().name
     finally:
         for _ in taken:
-            engine._workers.release()
+            engine.searcher._workers.release()
     engine.search_facts("green tea Lisbon")
     assert threads[-1].startswith("workbench-search")
 

@@ -9,8 +9,9 @@ import pytest
 
 from tests.search.helpers import write_embeddings
 from workbench.errors import DimensionMismatch
-from workbench.search import vectors as search_vectors
-from workbench.search.vectors import VectorIndex, load_index
+from workbench.index import vector_slots
+from workbench.index import vectors as search_vectors
+from workbench.index.vectors import VectorIndex, load_index
 
 DIM = 32
 
@@ -213,14 +214,14 @@ def test_a_bulk_add_grows_the_matrix_once(monkeypatch):
     """Grown by doubling, a load of a million vectors copied the matrix ten times and held
     the last two copies at once."""
     grown = []
-    real_grow = search_vectors.grow
+    real_grow = vector_slots.grow
 
     def grow(array, capacity, fill=0):
         if array.ndim == 2:
             grown.append(capacity)
         return real_grow(array, capacity, fill)
 
-    monkeypatch.setattr(search_vectors, "grow", grow)
+    monkeypatch.setattr(vector_slots, "grow", grow)
     index = VectorIndex(DIM, ann_threshold=100_000)
     vectors = clustered(9000, DIM, seed=14)
     index.add([f"u{i}" for i in range(9000)], vectors, ["g"] * 9000)

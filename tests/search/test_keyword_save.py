@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from workbench.search.bm25 import KeywordIndex
+from workbench.index.bm25 import KeywordIndex
 
 WORDS = "maria tom acme globex berlin munich python neovim atlas project lives works uses".split()
 
@@ -103,13 +103,13 @@ def test_the_engine_reopens_its_saved_keywords_caught_up_with_the_store(tmp_path
 
     from tests.search.helpers import entity, fact, insert
     from workbench.fakes.embedder import HashEmbedder
+    from workbench.index import saves as saves_module
     from workbench.metrics import Metrics
-    from workbench.search import engine as engine_module
     from workbench.search.engine import SearchEngine
     from workbench.store import Store
     from workbench.store import graph as g
 
-    monkeypatch.setattr(engine_module, "KEYWORDS_SAVED_FROM", 10)
+    monkeypatch.setattr(saves_module, "KEYWORDS_SAVED_FROM", 10)
     path = tmp_path / "kb.duckdb"
     store = Store.open(path, dim=8)
     maria, acme = entity("Maria"), entity("Acme")
@@ -157,7 +157,7 @@ def test_the_engine_reopens_its_saved_keywords_caught_up_with_the_store(tmp_path
 
 
 def test_text_prints_are_stable_and_see_every_changed_byte():
-    from workbench.search.vector_math import text_prints
+    from workbench.index.vector_math import text_prints
 
     rng = random.Random(4)
     texts = ["", "a", "Maria lives in Berlin", "Maria lives in Berlín", "中文 text", ""]

@@ -10,9 +10,9 @@ from datetime import UTC, datetime, timedelta
 import numpy as np
 import pytest
 
-from workbench.search.access import access_update
+from workbench.index.access import access_update
+from workbench.index.rows import RowCache
 from workbench.search.filters import SearchFilters
-from workbench.search.rows import RowCache
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 STATES = ["ACTIVE", "DORMANT", "ARCHIVED", "EXPIRED", "SOFT_DELETED", "PERMANENT"]
@@ -175,8 +175,8 @@ def test_the_bulk_maps_equal_the_ones_built_a_row_at_a_time(seed):
     """``grouped`` (the facts touching each entity, the entities of each name, at a load) and
     ``positions_in`` (a saved layout's slots) against the one-at-a-time reference: repeated
     keys, a fact whose two ends are one entity, None keys and holes."""
-    from workbench.search.rows import _add, _discard
-    from workbench.search.vector_math import grouped, positions_in
+    from workbench.index.rows import _add, _discard
+    from workbench.index.vector_math import grouped, positions_in
 
     rng = random.Random(seed)
     ents = [f"e{i}" for i in range(rng.randint(1, 40))]

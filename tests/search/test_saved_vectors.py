@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from tests.search.helpers import entity, insert, write_embeddings
-from workbench.search import vectors as search_vectors
-from workbench.search.vectors import load_index
+from workbench.index import vector_saves
+from workbench.index.vectors import load_index
 from workbench.store import search as search_sql
 from workbench.store.search import latest_vector_seq
 
@@ -74,7 +74,7 @@ def test_a_numbered_save_reads_only_the_vectors_written_after_it(store, tmp_path
     before = [first.search(q, 10) for q in queries]
     assert first.save_graph(tmp_path, "entity", latest_vector_seq(store))
 
-    monkeypatch.setattr(search_vectors, "SPOT_CHECKS", 5)
+    monkeypatch.setattr(vector_saves, "SPOT_CHECKS", 5)
     asked = reads_of(monkeypatch)
     again = open_index(store, tmp_path)
     # nothing written since: only the five saved vectors checked against the store's
@@ -99,7 +99,7 @@ def test_a_numbered_save_reads_only_the_vectors_written_after_it(store, tmp_path
 
 
 def test_a_numbered_save_far_behind_the_store_reads_every_vector(store, tmp_path, monkeypatch):
-    monkeypatch.setattr(search_vectors, "TOMBSTONE_LIMIT", 10)
+    monkeypatch.setattr(vector_saves, "TOMBSTONE_LIMIT", 10)
     rows = [entity(f"e{i}") for i in range(N)]
     insert(store, "entity", rows, clustered(N, store.dim))
     assert open_index(store, tmp_path).save_graph(tmp_path, "entity", latest_vector_seq(store))
@@ -161,7 +161,7 @@ def test_a_save_cut_short_before_its_manifest_leaves_the_previous_one_whole(
     def crash(*args, **kwargs):
         raise OSError("disk gone")
 
-    monkeypatch.setattr(search_vectors.json, "dumps", crash)
+    monkeypatch.setattr(vector_saves.json, "dumps", crash)
     with pytest.raises(OSError):
         first.save_graph(folder, "entity")
     monkeypatch.undo()

@@ -212,8 +212,8 @@ def test_a_memory_written_through_one_replica_is_searchable_on_the_other(stores)
         add(engine_a, "entity", [maria, acme])
         works = fact("Maria Keller works at Acme", maria, acme)
         add(engine_a, "fact", [works])
-        engine_a.follower.catch_up()  # before b reads: b's searches write accesses
-        assert engine_a.follower.applied == 0  # its own writes are not re-read
+        engine_a.replica_sync.catch_up()  # before b reads: b's searches write accesses
+        assert engine_a.replica_sync.applied == 0  # its own writes are not re-read
         started = time.monotonic()
 
         def found() -> bool:
@@ -270,7 +270,7 @@ def test_a_passage_written_through_one_replica_is_searchable_on_the_other(stores
 
 def test_catch_up_sees_every_committed_change_even_when_numbers_commit_out_of_order(stores):
     a, b, c = stores(), stores(), stores()
-    engine = _engine(c, follow=False)
+    engine = _engine(c, sync=False)
     try:
         slow = a.transaction()
         slow.__enter__()
@@ -357,7 +357,7 @@ def test_a_write_open_when_a_replica_starts_reaches_it_when_it_commits(stores):
     pending.__enter__()
     late = entity("Late")
     insert(a, "entity", [late], np.ones((1, 8), dtype=np.float32))
-    engine = _engine(c, follow=False)  # reads its rows while the write is still open
+    engine = _engine(c, sync=False)  # reads its rows while the write is still open
     try:
         assert late["uuid"] not in engine.rows["entity"]
         pending.__exit__(None, None, None)
@@ -377,7 +377,7 @@ def test_a_purge_by_maintenance_elsewhere_reaches_a_process_that_never_searches(
         "UPDATE entities SET lifecycle_state = 'SOFT_DELETED', soft_deleted_at = ?",
         [NOW - timedelta(days=400)],
     )
-    engine = _engine(worker, follow=False)
+    engine = _engine(worker, sync=False)
     try:
         assert gone["uuid"] in engine.rows["entity"]
         assert apply_maintenance(a, DecayPolicy(), NOW)["purged"] == 1
@@ -390,7 +390,7 @@ def test_a_purge_by_maintenance_elsewhere_reaches_a_process_that_never_searches(
 
 def test_a_process_behind_a_pruned_log_re_reads_everything(stores):
     a, c = stores(), stores()
-    engine = _engine(c, follow=False)
+    engine = _engine(c, sync=False)
     try:
         first = entity("First")
         insert(a, "entity", [first], np.ones((1, 8), dtype=np.float32))

@@ -373,7 +373,7 @@ def recover_soft_deleted(store: Store, uuid: str, clock: Clock = utcnow) -> dict
 
 # --- the schedule -------------------------------------------------------------------------
 class SearchIndex(Protocol):
-    """What a run tells the search engine (:class:`workbench.search.publish.Publisher`): the
+    """What a run tells the search engine (:class:`workbench.index.publish.Publisher`): the
     run writes under its gate (``with index:``)."""
 
     def __enter__(self) -> object: ...

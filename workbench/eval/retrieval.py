@@ -115,7 +115,7 @@ def rankings(
     engine: SearchEngine, question: str, k: int = 10, pool: int = 50
 ) -> dict[str, list[str]]:
     """The top-``k`` fact uuids of each method for one question."""
-    query_vec = engine._embed(question)
+    query_vec = engine.searcher._embed(question)
     by_vector = [u for u, _ in engine.vectors["fact"].search(query_vec, pool)]
     by_keyword = [u for u, *_ in engine.keywords["fact"].search(question, pool)]
     fused = [h["uuid"] for h in engine.search_facts(question, max_facts=k)]

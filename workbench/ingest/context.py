@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from workbench.clock import Clock
 from workbench.config import Settings
 from workbench.embedding import Embedder
+from workbench.index.publish import Publisher
 from workbench.llm.client import ChatModel
 from workbench.metrics import Metrics
-from workbench.search.publish import Publisher
 from workbench.store import Store
 
 __all__ = ["EpisodeParts", "IngestContext"]

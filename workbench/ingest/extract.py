@@ -12,7 +12,7 @@ ambiguous), and nothing written.
 :class:`~workbench.ingest.records.PreparedEpisode`; :mod:`workbench.ingest.write` writes it. The
 graph is read through the search engine's rows (:class:`~workbench.ingest.reads.CachedReads`)
 and its vector index (``similar``), both reached through its
-:class:`~workbench.search.publish.Publisher`.
+:class:`~workbench.index.publish.Publisher`.
 """
 
 from __future__ import annotations

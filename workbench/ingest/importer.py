@@ -31,9 +31,9 @@ from pydantic import BaseModel, Field, ValidationError, field_validator
 from workbench.clock import Clock, TimeOutOfRange, as_utc
 from workbench.embedding import Embedder
 from workbench.errors import InvalidInput
+from workbench.index.publish import Publisher
 from workbench.ingest.records import entity_text
 from workbench.names import GROUP_ID_RULE, is_group_id, name_key, relation_name
-from workbench.search.publish import Publisher
 from workbench.store import Store
 from workbench.store import graph as g
 

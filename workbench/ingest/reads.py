@@ -8,8 +8,8 @@ which of the proposed facts already exist. In DuckDB each of these is a filtered
 a fast LLM (figures in ``docs/performance.md``).
 
 :class:`CachedReads` answers them from the search engine's row caches
-(:mod:`workbench.search.rows`), which the engine keeps in step with the store. Every writer of
-entities and facts holds the publish gate (:class:`~workbench.search.publish.Publisher`) from
+(:mod:`workbench.index.rows`), which the engine keeps in step with the store. Every writer of
+entities and facts holds the publish gate (:class:`~workbench.index.publish.Publisher`) from
 its transaction until the engine has been told, and the queue claims episodes under the same
 gate: so when an episode is claimed, everything written before, in particular the previous
 episode of its group, is already in the caches. The answers equal the store's SQL
@@ -23,7 +23,7 @@ from collections.abc import Callable, Collection, Iterator, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
-from workbench.search.rows import RowCache
+from workbench.index.rows import RowCache
 
 __all__ = ["CachedReads", "GraphReads"]
 

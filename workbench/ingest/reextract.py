@@ -53,6 +53,7 @@ import numpy as np
 from workbench.clock import Clock
 from workbench.config import Settings
 from workbench.errors import InvalidInput, LLMNotConfigured, NotFound
+from workbench.index.publish import Publisher, Upsert
 from workbench.ingest.context import IngestContext
 from workbench.ingest.episode_queue import EpisodeQueue, QueueConfig
 from workbench.ingest.generations import (
@@ -69,7 +70,6 @@ from workbench.llm.client import build_chat_model
 from workbench.llm.pricing import PriceTable
 from workbench.metrics import Metrics
 from workbench.search import SearchEngine
-from workbench.search.publish import Publisher, Upsert
 from workbench.store import Store
 from workbench.store import changes as log_sql
 from workbench.store import graph as g

@@ -5,7 +5,7 @@ transaction together with marking them done (and the queue's acknowledgement), s
 mid-episode leaves nothing behind and a redelivery starts clean. Several episodes (of different
 groups: a group's episodes run one at a time) share a transaction and its multi-row statements:
 DuckDB charges per statement and per commit, not per row. Then, still under the publish gate,
-the search engine is told (:class:`~workbench.search.publish.Publisher`).
+the search engine is told (:class:`~workbench.index.publish.Publisher`).
 """
 
 from __future__ import annotations

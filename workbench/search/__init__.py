@@ -1,6 +1,6 @@
-"""Search over memories, with no LLM call: the engine (:class:`SearchEngine`), its vector and
-BM25 indexes, the in-memory rows they rank, the score, the filters, the hit shape and the
-access tracking that every search hit goes through."""
+"""Answering searches over memories, with no LLM call: the engine (:class:`SearchEngine`), the
+searcher over the live indexes (:mod:`workbench.index`), the query and its filters, the score
+and its rules, the link between facts, ``search_memory`` and the hit shape."""
 
 from workbench.search.engine import SearchEngine
 

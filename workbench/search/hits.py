@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
+from workbench.index.rows import RowCache
 from workbench.search.ranking import Weights
 
 __all__ = ["node_out", "fact_out", "passage_out"]
 
+Row = dict[str, Any]  # a memory's row (:meth:`RowCache.get`)
+Parts = dict[str, float]  # the parts of its score
 
-def _iso(value) -> str | None:
+
+def _iso(value: datetime | None) -> str | None:
     return None if value is None else value.isoformat()
 
 
@@ -25,7 +30,7 @@ def _weights(weights: Weights) -> dict[str, float]:
     return dict(cached)
 
 
-def _memory(row: dict, parts: dict, score: float, weights: Weights) -> dict[str, Any]:
+def _memory(row: Row, parts: Parts, score: float, weights: Weights) -> dict[str, Any]:
     return {
         "group_id": row["group_id"],
         "created_at": _iso(row["created_at"]),
@@ -41,7 +46,7 @@ def _memory(row: dict, parts: dict, score: float, weights: Weights) -> dict[str,
     }
 
 
-def node_out(row: dict, parts: dict, score: float, weights: Weights) -> dict[str, Any]:
+def node_out(row: Row, parts: Parts, score: float, weights: Weights) -> dict[str, Any]:
     """An entity hit. ``decay_score`` is the value the score used (before this access);
     ``lifecycle_state``, ``last_accessed_at`` and ``access_count`` are after it."""
     return {
@@ -54,7 +59,12 @@ def node_out(row: dict, parts: dict, score: float, weights: Weights) -> dict[str
 
 
 def fact_out(
-    row: dict, parts: dict, score: float, distance: int | None, weights: Weights, entities
+    row: Row,
+    parts: Parts,
+    score: float,
+    distance: int | None,
+    weights: Weights,
+    entities: RowCache,
 ) -> dict[str, Any]:
     """A fact hit with its endpoint names (looked up in the entity row cache)."""
     source = entities.value(row["source_uuid"], "name")
@@ -78,7 +88,7 @@ def fact_out(
     return out
 
 
-def passage_out(row: dict, parts: dict, score: float, weights: Weights) -> dict[str, Any]:
+def passage_out(row: Row, parts: Parts, score: float, weights: Weights) -> dict[str, Any]:
     """A passage hit: what was said, with the episode it was said in."""
     return {
         "kind": "passage",

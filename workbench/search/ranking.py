@@ -6,7 +6,7 @@
 * ``similarity`` — the real cosine between the query and the memory embedding (never a rank
   proxy); 0 when the memory has no embedding.
 * ``keyword`` — the BM25 score normalised by the idf mass of the query (0..1, see
-  :meth:`workbench.search.bm25.KeywordIndex.search`); 0 when no query word occurs.
+  :meth:`workbench.index.bm25.KeywordIndex.search`); 0 when no query word occurs.
 * ``freshness`` — ``1 - decay_score``.
 * ``importance`` — ``(importance - 1) / 4`` (1 -> 0, 3 -> 0.5, 5 -> 1).
 
@@ -17,21 +17,44 @@ vectors alone at the top ranks on our conversational retrieval set
 enters search"). The
 keyword weight is added on top of the similarity / freshness / importance weights
 (0.60 / 0.25 / 0.15), so those keep their meaning.
+
+Around the score, also pure and here: the similarity's calibration to the model's own scale
+(:func:`calibrated`), the similarity floor (:func:`relevant`), the facts a followed link
+brings ranked right after it (:func:`after_link`), the centre-node tiers (:func:`tier`) and
+the final order (:func:`best`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Collection, Sequence
 from dataclasses import asdict, dataclass
+from typing import Any
 
 import numpy as np
 
-__all__ = ["Weights", "freshness", "importance_score", "rrf", "score_arrays"]
+__all__ = [
+    "DEFAULT_FLOOR",
+    "LINKED_RANKED",
+    "Weights",
+    "after_link",
+    "best",
+    "calibrated",
+    "freshness",
+    "importance_score",
+    "relevant",
+    "rrf",
+    "score_arrays",
+    "tier",
+]
 
 # Tuned on data/retrieval_set.jsonl (workbench.eval.retrieval); see the module docstring.
 DEFAULT_KEYWORD_WEIGHT = 0.3
+# the default of SVC_KNOWLEDGE_SEARCH_MIN_SIMILARITY (see the settings' table)
+DEFAULT_FLOOR = 0.0
+LINKED_RANKED = 2  # facts of a linked entity ranked right after the link
 
 
-def keyword_weight_for(embedder) -> float:
+def keyword_weight_for(embedder: object) -> float:
     """The keyword weight that ranks best with ``embedder``: its ``keyword_weight`` when it
     has one (multilingual-e5-small's, tuned on the development set), else the default."""
     return float(getattr(embedder, "keyword_weight", DEFAULT_KEYWORD_WEIGHT))
@@ -45,7 +68,7 @@ class Weights:
     keyword: float = DEFAULT_KEYWORD_WEIGHT
 
     @classmethod
-    def from_settings(cls, settings, keyword: float = DEFAULT_KEYWORD_WEIGHT) -> Weights:
+    def from_settings(cls, settings: Any, keyword: float = DEFAULT_KEYWORD_WEIGHT) -> Weights:
         """The settings' weights; ``keyword`` where they leave the keyword weight unset (the
         embedder's own: :func:`keyword_weight_for`)."""
         configured = getattr(settings, "search_weight_keyword", None)
@@ -99,6 +122,62 @@ def score_arrays(
         + weights.importance * parts["importance"]
     )
     return score, parts
+
+
+def calibrated(cosine: np.ndarray, baseline: float) -> np.ndarray:
+    """Cosine mapped onto the model's own scale: ``(cosine - b) / (1 - b)`` where ``b`` is the
+    embedder's ``similarity_baseline``, the cosine of unrelated texts (0 for MiniLM; E5's
+    cosines crowd into 0.7-1), so that similarity weighs against the keyword score, the floor
+    and ``min_score`` alike whatever the model."""
+    return cosine if not baseline else (cosine - baseline) / (1.0 - baseline)
+
+
+def relevant(similarity: np.ndarray, keyword: np.ndarray, floor: float) -> np.ndarray:
+    """The similarity floor: which candidates count (a calibrated similarity of at least
+    ``floor``, or any keyword match); one less similar that shares no word is noise."""
+    result: np.ndarray = (similarity >= floor) | (keyword > 0)
+    return result
+
+
+def after_link(
+    uuids: Sequence[str], scores: np.ndarray, link: str, linked: Collection[str]
+) -> np.ndarray:
+    """The best :data:`LINKED_RANKED` ``linked`` facts rank right after the ``link`` fact (a
+    copy of ``scores``; ``scores`` itself when the link is not among ``uuids``)."""
+    at = next((i for i, u in enumerate(uuids) if u == link), None)
+    if at is None:
+        return scores
+    scores = scores.copy()
+    chosen = sorted((i for i, u in enumerate(uuids) if u in linked),
+                    key=lambda i: -scores[i])[:LINKED_RANKED]  # fmt: skip
+    for rank, i in enumerate(chosen):
+        scores[i] = max(scores[i], scores[at] - 1e-4 * (rank + 1))
+    return scores
+
+
+def tier(ends: tuple[str, str], centre: str, neighbours: Collection[str]) -> int:
+    """A fact's centre-node tier: 0 when it touches the ``centre`` entity, 1 when it touches
+    one of its 1-hop ``neighbours``, else 2."""
+    if centre in ends:
+        return 0
+    return 1 if ends[0] in neighbours or ends[1] in neighbours else 2
+
+
+def best(
+    uuids: Sequence[str],
+    scores: np.ndarray,
+    tiers: np.ndarray,
+    k: int,
+    min_score: float | None = None,
+) -> np.ndarray:
+    """The positions of the best ``k``: by tier, then score (highest first), then uuid; those
+    scoring below ``min_score`` left out."""
+    chosen = np.arange(len(uuids))
+    if min_score is not None:
+        chosen = chosen[scores >= min_score]
+    ids = np.array(uuids)[chosen]
+    order: np.ndarray = chosen[np.lexsort((ids, -scores[chosen], tiers[chosen]))][:k]
+    return order
 
 
 def rrf(rankings: list[list[str]], k: int = 60, weights: list[float] | None = None) -> list[str]:

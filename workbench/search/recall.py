@@ -30,7 +30,9 @@ from datetime import datetime
 from typing import Any
 
 from workbench.errors import InvalidInput
-from workbench.search.bm25 import tokenize
+from workbench.index.bm25 import tokenize
+from workbench.index.rows import RowCache
+from workbench.search.engine import SearchEngine
 from workbench.search.filters import (
     DEFAULT_STATES,
     SearchFilters,
@@ -41,6 +43,8 @@ from workbench.search.filters import (
     clean_list,
 )
 from workbench.search.hits import fact_out, passage_out
+from workbench.search.ranking import Weights
+from workbench.search.searcher import Ranked
 
 __all__ = ["RECALL_KINDS", "NEAR_DUPLICATE", "Candidate", "fuse", "search_memory"]
 
@@ -115,7 +119,7 @@ def check_kinds(kinds: object) -> tuple[str, ...]:
 
 
 def search_memory(
-    engine: Any,
+    engine: SearchEngine,
     query: str,
     group_ids: Sequence[str] | None = None,
     max_results: int = 10,
@@ -149,7 +153,7 @@ def search_memory(
     return _shaped(engine, best, hits)
 
 
-def _candidates(ranked: dict[str, list[tuple]]) -> list[Candidate]:
+def _candidates(ranked: dict[str, list[Ranked]]) -> list[Candidate]:
     text = {"fact": "fact", "passage": "text"}
     return [
         Candidate(kind, row["uuid"], score, row[text[kind]])
@@ -158,10 +162,12 @@ def _candidates(ranked: dict[str, list[tuple]]) -> list[Candidate]:
     ]
 
 
-def _accessed(engine, ranked, best: list[Candidate]) -> dict[tuple[str, str], tuple]:
+def _accessed(
+    engine: SearchEngine, ranked: dict[str, list[Ranked]], best: list[Candidate]
+) -> dict[tuple[str, str], Ranked]:
     """Record the access of the chosen hits (only those: the others were not returned)."""
     wanted = {(c.kind, c.uuid) for c in best}
-    out: dict[tuple[str, str], tuple] = {}
+    out: dict[tuple[str, str], Ranked] = {}
     for kind, hits in ranked.items():
         mine = [hit for hit in hits if (kind, hit[0]["uuid"]) in wanted]
         for hit in engine.accessed(kind, mine):
@@ -169,7 +175,9 @@ def _accessed(engine, ranked, best: list[Candidate]) -> dict[tuple[str, str], tu
     return out
 
 
-def _shaped(engine, best: list[Candidate], hits: dict[tuple[str, str], tuple]) -> list[dict]:
+def _shaped(
+    engine: SearchEngine, best: list[Candidate], hits: dict[tuple[str, str], Ranked]
+) -> list[dict[str, Any]]:
     out = []
     with engine.cached_rows() as (entities, _facts):
         for cand in best:
@@ -181,7 +189,10 @@ def _shaped(engine, best: list[Candidate], hits: dict[tuple[str, str], tuple]) -
     return out
 
 
-def fact_hit(row, parts, score, weights, entities) -> dict[str, Any]:
+def fact_hit(
+    row: dict[str, Any], parts: dict[str, float], score: float, weights: Weights,
+    entities: RowCache,
+) -> dict[str, Any]:  # fmt: skip
     """A fact as ``search_memory`` returns it: ``search_memory_facts``'s shape with its kind
     and the episodes it came from (none for an imported fact)."""
     hit = fact_out(row, parts, score, None, weights, entities)

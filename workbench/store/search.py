@@ -1,7 +1,7 @@
 """SQL of the search path: load what the in-process indexes and row cache hold.
 
 Plain functions taking a :class:`~workbench.store.Store`. The search hot path does not query
-DuckDB (see :mod:`workbench.search.rows` for why); these run at open, after writes the engine
+DuckDB (see :mod:`workbench.index.rows` for why); these run at open, after writes the engine
 is told about, and after maintenance.
 """
 

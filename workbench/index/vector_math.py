@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -30,10 +31,10 @@ def unit_rows(vectors: np.ndarray, dim: int) -> np.ndarray:
     return np.ascontiguousarray(matrix / norms)
 
 
-_BLAS: list = []
+_BLAS: list[Any] = []  # the threadpoolctl controller (untyped), or None: looked up once
 
 
-def one_blas_thread():
+def one_blas_thread() -> contextlib.AbstractContextManager[object]:
     """Run a mat-vec on one BLAS thread. A search is one small product; on a busy 2-core
     machine OpenBLAS's thread hand-off made it an order of magnitude slower."""
     if not _BLAS:
@@ -46,10 +47,11 @@ def one_blas_thread():
     controller = _BLAS[0]
     if controller is None:  # pragma: no cover
         return contextlib.nullcontext()
-    return controller.limit(limits=1, user_api="blas")
+    limited: contextlib.AbstractContextManager[object] = controller.limit(limits=1, user_api="blas")
+    return limited
 
 
-def grow(array: np.ndarray, capacity: int, fill=0) -> np.ndarray:
+def grow(array: np.ndarray, capacity: int, fill: float = 0) -> np.ndarray:
     """``array`` with room for ``capacity`` rows, the new ones ``fill`` (zeros are left to
     the allocator: the pages of rows never written are not resident)."""
     shape = (capacity,) + array.shape[1:]
@@ -91,7 +93,8 @@ def _mix(x: np.ndarray) -> np.ndarray:
     x = x + np.uint64(0x9E3779B97F4A7C15)
     x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
     x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-    return x ^ (x >> np.uint64(31))
+    mixed: np.ndarray = x ^ (x >> np.uint64(31))
+    return mixed
 
 
 def _long_print(data: np.ndarray, window: int) -> np.uint64:
@@ -103,7 +106,7 @@ def _long_print(data: np.ndarray, window: int) -> np.uint64:
             _mix(position) | np.uint64(1)
         )
         total += terms.sum(dtype=np.uint64)
-    return _mix(np.array([total ^ _mix(np.array([data.size], dtype=np.uint64))[0]]))[0]
+    return np.uint64(_mix(np.array([total ^ _mix(np.array([data.size], dtype=np.uint64))[0]]))[0])
 
 
 def text_prints(texts: Sequence[str], chunk_bytes: int = 1 << 22) -> np.ndarray:
@@ -158,7 +161,7 @@ def positions_in(values: Sequence[str], within: Sequence[str | None]) -> np.ndar
     return np.asarray(pc.fill_null(found, -1).to_numpy(), dtype=np.int64)
 
 
-def grouped(keys: Sequence[str | None], members: Sequence[str]) -> dict[str, str | tuple]:
+def grouped(keys: Sequence[str | None], members: Sequence[str]) -> dict[str, str | tuple[str, ...]]:
     """``key -> member``, or the tuple of members when a key has several, built in bulk: the
     keys are encoded and sorted in Arrow and numpy, and Python touches each key once. Each
     dict key is the first of the equal ``keys`` objects (interned ones stay shared). A None
@@ -177,7 +180,7 @@ def grouped(keys: Sequence[str | None], members: Sequence[str]) -> dict[str, str
     starts = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
     ordered = [members[i] for i in order.tolist()]
     firsts = [keys[i] for i in order[starts].tolist()]
-    out: dict[str, str | tuple] = {}
+    out: dict[str, str | tuple[str, ...]] = {}
     for key, at, count in zip(firsts, starts.tolist(), counts.tolist()):
         if count == 1:
             out[key] = ordered[at]

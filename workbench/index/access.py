@@ -31,7 +31,7 @@ from workbench.metrics import Metrics
 from workbench.store import Store
 from workbench.store.access import REACTIVATED_FROM, apply_accesses
 
-log = logging.getLogger("workbench.search.access")
+log = logging.getLogger("workbench.index.access")
 
 __all__ = ["AccessTracker", "access_update", "days_between"]
 
@@ -45,7 +45,10 @@ class _Pending:
 def days_between(earlier: datetime | None, later: datetime) -> float | None:
     if earlier is None:
         return None
-    return max(0.0, (later - as_utc(earlier)).total_seconds() / 86_400.0)
+    since = as_utc(earlier)
+    if since is None:
+        return None
+    return max(0.0, (later - since).total_seconds() / 86_400.0)
 
 
 def access_update(row: dict[str, Any], now: datetime) -> tuple[dict[str, Any], str | None]:
@@ -90,7 +93,7 @@ class AccessTracker:
     ) -> list[tuple[str, datetime, int]]:
         """The accesses of ``kind`` (of these ``uuids``, or all) not yet written: (uuid, latest
         access, count), to apply to rows just read from the store
-        (:meth:`~workbench.search.rows.RowCache.access`)."""
+        (:meth:`~workbench.index.rows.RowCache.access`)."""
         with self._lock:
             if uuids is None:
                 return [(u, p.accessed_at, p.count) for (k, u), p in self._pending.items()
@@ -98,7 +101,7 @@ class AccessTracker:
             found = ((u, self._pending.get((kind, u))) for u in uuids)
             return [(u, p.accessed_at, p.count) for u, p in found if p is not None]
 
-    def record(self, kind: str, rows: list[dict[str, Any]], now: datetime) -> list[dict]:
+    def record(self, kind: str, rows: list[dict[str, Any]], now: datetime) -> list[dict[str, Any]]:
         """Account one access of each row at ``now``; return the rows as they are after it.
         The write is queued: call :meth:`settle` afterwards (outside the caller's locks)."""
         out = []

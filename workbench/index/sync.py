@@ -1,9 +1,10 @@
-"""Keep one process's search caches in step with what other processes write to a shared store.
+"""Sync one process's live indexes with what other processes write to a shared store (not to be
+confused with following links between facts: :mod:`workbench.search.links`).
 
 Several processes (service replicas, ``workbench worker``, the CLI) may share one PostgreSQL
 database; each holds its own in-memory rows and indexes. The database logs every write of a
-memory (:mod:`workbench.store.changes`); a :class:`ChangeFollower` reads that log after the
-position its caches reflect and tells the engine, as a writer in this process would: it holds
+memory (:mod:`workbench.store.changes`); a :class:`ChangeSync` reads that log after the
+position its caches reflect and tells the indexes, as a writer in this process would: it holds
 the publish gate, re-reads the changed rows and vectors, and forgets the deleted ones. It runs
 
 * in a thread of its own, woken by ``NOTIFY`` (and at least every ``interval`` seconds), so a
@@ -26,30 +27,56 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Any
+from collections.abc import Mapping, Sequence
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING, Any, Protocol
+
+import numpy as np
 
 from workbench.store import changes as log_sql
 from workbench.store import search as sql
 
-log = logging.getLogger("workbench.search.follow")
+if TYPE_CHECKING:
+    from workbench.index.publish import Upsert
+    from workbench.index.rows import RowCache
+
+log = logging.getLogger("workbench.index.sync")
 
 CHUNK = 2048  # memories re-read per statement
-RETENTION_SECONDS = 3600.0  # change rows kept (pruned by the followers)
+RETENTION_SECONDS = 3600.0  # change rows kept (pruned by the syncs)
 
 
-class ChangeFollower:
-    """Applies the shared store's change log to one :class:`SearchEngine`."""
+class Indexes(Protocol):
+    """What the sync tells (:class:`~workbench.index.live.LiveIndexes`)."""
+
+    def rebuild(self) -> None: ...
+
+    def on_upsert(
+        self, kind: str, rows: list[dict[str, Any]], vectors: np.ndarray | None = None
+    ) -> None: ...
+
+    def sync_maintenance(self) -> bool: ...
+
+    def cached_rows(self) -> AbstractContextManager[tuple[RowCache, RowCache]]: ...
+
+    def replace(self, removed: Mapping[str, Sequence[str]], changes: list[Upsert]) -> None: ...
+
+
+class ChangeSync:
+    """Applies the shared store's change log to one process's
+    :class:`~workbench.index.live.LiveIndexes`."""
 
     def __init__(
         self,
+        # a shared store: listen() and origin are PostgreSQL's, not on Store's type (#39 item 2)
         store: Any,
-        engine: Any,
-        gate: Any,
+        indexes: Indexes,
+        gate: AbstractContextManager[Any],
         interval: float = 1.0,
         start: tuple[int, dict[int, int]] | None = None,
     ):
         self.store = store
-        self.engine = engine
+        self.indexes = indexes
         self.gate = gate
         self.interval = interval
         # the newest number applied, and the numbers missing when last read -> the xmax of
@@ -64,7 +91,7 @@ class ChangeFollower:
     def start(self) -> None:
         if self._thread is None:
             self._thread = threading.Thread(
-                target=self._follow, name="workbench-change-follower", daemon=True
+                target=self._run, name="workbench-change-sync", daemon=True
             )
             self._thread.start()
 
@@ -74,7 +101,7 @@ class ChangeFollower:
         if thread is not None:
             thread.join(timeout=10)
 
-    def _follow(self) -> None:
+    def _run(self) -> None:
         listener = None
         while not self._stop.is_set() and not getattr(self.store, "closed", False):
             try:
@@ -90,7 +117,7 @@ class ChangeFollower:
                 if getattr(self.store, "closed", False):
                     break
                 log.warning(
-                    "following the change log failed (%s: %s); retrying in %.0f s",
+                    "syncing from the change log failed (%s: %s); retrying in %.0f s",
                     type(exc).__name__,
                     str(exc).strip().splitlines()[0] if str(exc).strip() else "",
                     self.interval,
@@ -109,7 +136,7 @@ class ChangeFollower:
         """Apply the changes committed since the last call; how many memories it re-read.
 
         Holds the publish gate throughout, taken before its own lock: a claim calls this
-        under the gate (the other order would deadlock with the follower thread)."""
+        under the gate (the other order would deadlock with the sync's thread)."""
         with self.gate, self._lock:
             # the oldest transaction still running and the next to start, read before the
             # changes: a number missing now belongs to a transaction older than ``xmax``
@@ -118,7 +145,7 @@ class ChangeFollower:
                 # the log no longer holds everything since this process's position
                 log.warning("the change log was pruned past this process: re-reading all")
                 self._last, self._gaps = log_sql.position(self.store)
-                self.engine.rebuild()
+                self.indexes.rebuild()
                 return 0
             rows = log_sql.changes_since(self.store, self._last, sorted(self._gaps))
             seen = {seq for seq, *_ in rows}
@@ -153,17 +180,17 @@ class ChangeFollower:
                 applied += self._swap_group(group)
             self.applied += applied
             # a maintenance run elsewhere rewrote states and purged, without change rows
-            self.engine.sync_maintenance()
+            self.indexes.sync_maintenance()
         return applied
 
     def _apply(self, kind: str, uuids: list[str], revectored: list[str]) -> int:
-        """Re-read these memories of ``kind`` into the engine, and the vectors of those in
+        """Re-read these memories of ``kind`` into the indexes, and the vectors of those in
         ``revectored``; those gone from the store are forgotten (``on_upsert`` does both)."""
         found, vectors = sql.vectors_of(self.store, kind, revectored)
         with_vector = set(found)
         ordered = found + [u for u in uuids if u not in with_vector]
         with self.gate:  # re-entered: held by catch_up
-            self.engine.on_upsert(
+            self.indexes.on_upsert(
                 kind, [{"uuid": u} for u in ordered], vectors if len(found) else None
             )
         return len(uuids)
@@ -172,7 +199,7 @@ class ChangeFollower:
         """Re-read a group another process replaced whole (a re-extraction's promote): its
         memories now in the store, and those cached here that left it, swapped in with one
         ``replace``, so no search here sees some of the old generation and some of the new."""
-        with self.engine.cached_rows() as caches:
+        with self.indexes.cached_rows() as caches:
             cached = {
                 kind: [u for u, g in zip(cache.uuids(), cache.group_ids()) if g == group]
                 for kind, cache in zip(("entity", "fact"), caches)
@@ -185,7 +212,7 @@ class ChangeFollower:
             rest = sorted({*stored, *cached[kind]} - have)
             changes.append((kind, [{"uuid": u} for u in found + rest], vectors))
         with self.gate:  # re-entered: held by catch_up
-            self.engine.replace({}, changes)
+            self.indexes.replace({}, changes)
         return sum(len(rows) for _, rows, _ in changes)
 
     def _maybe_prune(self) -> None:

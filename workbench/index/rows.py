@@ -10,7 +10,7 @@ store only when something changed:
   by someone else (``SearchEngine.on_upsert`` re-reads the rows it is told about,
   ``refresh_states`` after maintenance re-reads all of them);
 * access updates are applied here at once (:meth:`RowCache.access`) and written to the store in
-  batches (:mod:`workbench.search.access`).
+  batches (:mod:`workbench.index.access`).
 
 Why columns: one Python dict per memory cost about 1.5 KB and most of a large store's start-up
 (a datetime object, a float, a string per field). Here each memory is a slot: numbers and times
@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from workbench.clock import as_utc
-from workbench.search.vector_math import grouped
+from workbench.index.vector_math import grouped
 from workbench.store import Store
 from workbench.store import search as sql
 from workbench.store.access import REACTIVATED_FROM
@@ -330,7 +330,7 @@ class RowCache:
     def access(self, uuids: Iterable[str], when: datetime, count: int = 1) -> None:
         """Apply ``count`` accesses at ``when`` to these rows (those still here): the latest
         access time, the count, decay 0, DORMANT/ARCHIVED -> ACTIVE (see
-        :mod:`workbench.search.access`)."""
+        :mod:`workbench.index.access`)."""
         slots = self.slots(list(uuids))
         slots = slots[slots >= 0]
         if not len(slots):
@@ -439,7 +439,7 @@ class _RowsView(Mapping):
 
 
 # key -> a bare uuid, the set of them when several share it, or a tuple of them as a bulk load
-# left it (:func:`~workbench.search.vector_math.grouped`; a set once it changes)
+# left it (:func:`~workbench.index.vector_math.grouped`; a set once it changes)
 _Members = dict[str, str | set[str] | tuple]
 
 

@@ -3,7 +3,7 @@
 The search engine keeps rows, vectors and keyword documents in memory, and ingestion reads the
 graph from those rows (``workbench.ingest.reads``). So a write is not finished when its
 transaction commits: the engine must also know it before anyone reads again. The
-:class:`Publisher` (one per :class:`~workbench.search.engine.SearchEngine`, as its
+:class:`Publisher` (one per :class:`~workbench.index.live.LiveIndexes`, as its
 ``publisher``) holds that rule in one place:
 
 * **The gate.** A writer holds it (``with publisher:``) from its transaction until the engine
@@ -27,20 +27,22 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from workbench.search.rows import RowCache
+from workbench.index.rows import RowCache
 
-log = logging.getLogger("workbench.search.publish")
+log = logging.getLogger("workbench.index.publish")
 
 # (kind, rows, vectors or None): what one write changed of one memory kind
 Upsert = tuple[str, list[dict[str, Any]], "np.ndarray | None"]
 
 
 class Indexes(Protocol):
-    """What the publisher tells and reads (the :class:`~workbench.search.engine.SearchEngine`)."""
+    """What the publisher tells and reads (the :class:`~workbench.index.live.LiveIndexes`)."""
 
-    def on_upsert(self, kind: str, rows: list[dict], vectors: np.ndarray | None = None) -> None: ...
+    def on_upsert(
+        self, kind: str, rows: list[dict[str, Any]], vectors: np.ndarray | None = None
+    ) -> None: ...
 
-    def on_insert(self, kind: str, rows: list[dict]) -> None: ...
+    def on_insert(self, kind: str, rows: list[dict[str, Any]]) -> None: ...
 
     def on_vectors(self, kind: str, uuids: Sequence[str], vectors: np.ndarray) -> None: ...
 

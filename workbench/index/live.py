@@ -1,0 +1,432 @@
+"""The live indexes: per memory kind a :class:`~workbench.index.vectors.VectorIndex`, a
+:class:`~workbench.index.bm25.KeywordIndex` and a :class:`~workbench.index.rows.RowCache`,
+loaded from the store at open (the store is the source of truth) and kept in step with it.
+
+Keeping in step: writers in this process tell :class:`LiveIndexes` through its
+:class:`~workbench.index.publish.Publisher` (:meth:`~LiveIndexes.on_upsert` after writing or
+changing memories: it re-reads those rows, so a changed summary or an invalidated fact only
+needs ``[{"uuid": ..., "group_id": ...}]`` and ``vectors=None``; :meth:`~LiveIndexes.on_delete`
+after deleting; :meth:`~LiveIndexes.refresh_states` after a maintenance run or a recovery).
+What other processes write to a shared store arrives through its change log
+(:class:`~workbench.index.sync.ChangeSync`). A maintenance run recorded in
+``maintenance_runs`` is also noticed by itself (polled at most every ``sync_seconds``) and
+reloads the rows in the background. The indexes are saved beside the database
+(:mod:`workbench.index.saves`) at close and after a background graph build.
+
+Every read or swap of the indexes holds :attr:`LiveIndexes.lock`; a search holds it only for
+its reads (see :class:`workbench.search.searcher.Searcher`).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import threading
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack, contextmanager
+from typing import Any
+
+import numpy as np
+
+from workbench.errors import InvalidInput, StoreUnavailable
+from workbench.index.access import AccessTracker
+from workbench.index.bm25 import KeywordIndex
+from workbench.index.publish import Publisher, Upsert
+from workbench.index.rows import RowCache
+from workbench.index.saves import IndexSaves
+from workbench.index.sync import ChangeSync
+from workbench.index.vectors import KINDS, VectorIndex, load_index
+from workbench.metrics import Metrics
+from workbench.store import Store
+from workbench.store import changes as changes_sql
+from workbench.store import search as sql
+
+__all__ = ["LiveIndexes", "check_kind", "keyword_text", "keyword_texts"]
+
+log = logging.getLogger("workbench.index.live")
+
+_TEXT_COLUMN = {"fact": "fact", "passage": "text"}
+
+
+def keyword_text(kind: str, row: Mapping[str, Any]) -> str:
+    """What the keyword index holds of a memory: entity ``name + summary``, the fact, or the
+    passage's text."""
+    if kind == "entity":
+        return _entity_text(row["name"], row.get("summary"))
+    return str(row[_TEXT_COLUMN[kind]])
+
+
+def _entity_text(name: str, summary: str | None) -> str:
+    summary = (summary or "").strip()
+    return f"{name}: {summary}" if summary else str(name)
+
+
+def keyword_texts(kind: str, cache: RowCache) -> list[str]:
+    """:func:`keyword_text` of every row of the cache, in the order of its ``uuids()``."""
+    if kind == "entity":
+        return list(map(_entity_text, cache.texts("name"), cache.texts("summary")))
+    return [str(t) for t in cache.texts(_TEXT_COLUMN[kind])]
+
+
+def check_kind(kind: str) -> str:
+    """``kind`` when it is a memory kind; else :class:`InvalidInput`."""
+    if kind not in KINDS:
+        raise InvalidInput(f"unknown memory kind {kind!r}; expected one of {', '.join(KINDS)}")
+    return kind
+
+
+class LiveIndexes:
+    """The rows, keyword and vector indexes of every memory kind, in step with the store.
+
+    On a shared store, ``sync`` starts the thread that applies other processes' writes at once
+    (else only :meth:`catch_up` applies them); ``publisher``: the gate writers tell these
+    indexes through (by default one of their own)."""
+
+    def __init__(
+        self,
+        store: Store,
+        metrics: Metrics,
+        saves: IndexSaves,
+        *,
+        ann_threshold: int = 20_000,
+        index_options: dict[str, Any] | None = None,
+        sync_seconds: float = 2.0,
+        access_background: bool = True,
+        flush_interval: float = 1.0,
+        sync: bool = True,
+        publisher: Publisher | None = None,
+    ):
+        self.store = store
+        self.saves = saves
+        self.ann_threshold = ann_threshold
+        self.sync_seconds = sync_seconds
+        self._index_options = index_options or {}
+        self.lock = threading.RLock()
+        self._sync_thread: threading.Thread | None = None
+        self._closed = False
+        self._marker: object = None
+        self._checked = 0.0
+        self.tracker = AccessTracker(
+            store, metrics, background=access_background, flush_interval=flush_interval
+        )
+        self.vectors: dict[str, VectorIndex] = {}
+        self.keywords: dict[str, KeywordIndex] = {}
+        self.rows: dict[str, RowCache] = {}
+        # what writers of entities and facts tell these indexes through, under its gate (the
+        # owner's, telling the owner, when given: a search engine passes on what it is told)
+        self.publisher = publisher if publisher is not None else Publisher(self)
+        # a store shared with other processes: the change log position before loading
+        shared = store.shared
+        start = changes_sql.position(store) if shared else None
+        self._open()
+        # and what other processes write, through the store's change log
+        self.replica_sync: ChangeSync | None = None
+        if shared:
+            self.replica_sync = ChangeSync(store, self, self.publisher, start=start)
+            if sync:
+                self.replica_sync.start()
+
+    def _open(self) -> None:
+        """The first load: it reads every row and vector once, so DuckDB need not keep those
+        blocks cached meanwhile (the start-up's peak memory) nor after."""
+        try:
+            with self.store.lean_cache():
+                self.rebuild()
+        except MemoryError:
+            log.warning("the search indexes' load ran out of memory: loading them again, "
+                        "DuckDB's cache unbounded", exc_info=True)  # fmt: skip
+            self.rebuild()
+
+    # --- loading ----------------------------------------------------------------------------
+    def rebuild(self) -> None:
+        """(Re)load the indexes and rows of every kind from the store. Upserts and deletes
+        told meanwhile wait for it (they would otherwise be lost in the swap)."""
+        with self.tracker.consistent_read():
+            marker = sql.maintenance_marker(self.store)
+            # the kinds in threads: most of a load is in DuckDB, Arrow, numpy and usearch,
+            # which release the GIL (1M + 1M memories: 27 s instead of 34, for ~90 MB more
+            # resident: the allocators keep what two threads freed interleaved)
+            with ThreadPoolExecutor(len(KINDS), thread_name_prefix="workbench-open") as pool:
+                loaded = dict(zip(KINDS, pool.map(self._load_kind, KINDS)))
+            with self.lock:  # accesses recorded meanwhile are still queued: apply them all
+                for kind in KINDS:
+                    self._overlay(kind, loaded[kind][1])
+                self.vectors = {kind: loaded[kind][0] for kind in KINDS}
+                self.rows = {kind: loaded[kind][1] for kind in KINDS}
+                self.keywords = {kind: loaded[kind][2] for kind in KINDS}
+                self._marker, self._checked = marker, time.monotonic()
+
+    def _load_kind(self, kind: str) -> tuple[VectorIndex, RowCache, KeywordIndex]:
+        """The vector index, rows and keyword index of ``kind``, from the store (and the
+        indexes saved beside it)."""
+        vectors = load_index(
+            self.store,
+            kind,
+            self.ann_threshold,
+            self.saves.folder,
+            # a graph built in the background is saved at once (with the keywords): a
+            # process killed later restarts from it
+            on_built=functools.partial(self._save_built, kind),
+            **self._index_options,
+        )
+        cache = RowCache(kind)
+        cache.load(self.store)
+        return vectors, cache, self._keyword_index(kind, cache)
+
+    def _keyword_index(self, kind: str, cache: RowCache) -> KeywordIndex:
+        """The keyword index of these rows: the one saved beside the database caught up with
+        them, else built."""
+        uuids, texts, groups = cache.uuids(), keyword_texts(kind, cache), cache.group_ids()
+        saved = self.saves.open_keywords(uuids, texts, groups, kind)
+        if saved is not None:
+            return saved
+        index = KeywordIndex()
+        index.add(uuids, texts, groups)
+        return index
+
+    def _overlay(self, kind: str, cache: RowCache, uuids: set[str] | None = None) -> None:
+        """Apply to freshly read rows (these ``uuids``, or all) the accesses not yet written
+        to the store."""
+        for uuid, when, count in self.tracker.pending_of(kind, uuids):
+            cache.access([uuid], when, count)
+
+    # --- told by writers (through the publisher) --------------------------------------------
+    def on_upsert(
+        self, kind: str, rows: list[dict[str, Any]], vectors: np.ndarray | None = None
+    ) -> None:
+        """Index new or changed memories of ``kind`` after they are written to the store.
+
+        ``rows`` need ``uuid`` (and ``group_id``); the rest is re-read from the store.
+        ``vectors`` replace the embeddings in the index of the first ``len(vectors)`` rows (one
+        each); the other rows, or all with None, keep theirs.
+        """
+        check_kind(kind)
+        if vectors is not None and len(vectors) > len(rows):
+            raise ValueError(f"{len(vectors)} vectors for {len(rows)} {kind} rows")
+        if not rows:
+            return
+        with self.tracker.consistent_read(), self.lock:
+            gone = self._upsert_locked(kind, rows, vectors)
+        if gone:
+            self.on_delete(kind, gone)
+
+    def _upsert_locked(
+        self, kind: str, rows: list[dict[str, Any]], vectors: np.ndarray | None
+    ) -> list[str]:
+        """:meth:`on_upsert` under the caller's locks; the uuids no longer in the store."""
+        uuids = [r["uuid"] for r in rows]
+        fresh = sql.load_rows(self.store, kind, uuids)
+        present = {r["uuid"] for r in fresh}
+        self.rows[kind].put(fresh)
+        self._overlay(kind, self.rows[kind], present)
+        if vectors is not None and len(vectors):
+            keep = [i for i, u in enumerate(uuids[: len(vectors)]) if u in present]
+            self.vectors[kind].add(
+                [uuids[i] for i in keep],
+                np.asarray(vectors)[keep],
+                [self.rows[kind].value(uuids[i], "group_id") for i in keep],
+            )
+        self._index_words(kind, fresh)
+        return [u for u in uuids if u not in present]
+
+    def _index_words(self, kind: str, rows: Sequence[Mapping[str, Any]]) -> None:
+        self.keywords[kind].add(
+            [r["uuid"] for r in rows],
+            [keyword_text(kind, r) for r in rows],
+            [r["group_id"] for r in rows],
+        )
+
+    def on_insert(self, kind: str, rows: list[dict[str, Any]]) -> None:
+        """Index memories of ``kind`` just inserted, whose rows are complete (every column
+        the row cache holds: nothing to re-read from the store), without vectors yet."""
+        check_kind(kind)
+        if not rows:
+            return
+        with self.tracker.consistent_read(), self.lock:
+            self.rows[kind].put(rows)
+            self._index_words(kind, rows)
+
+    def on_vectors(self, kind: str, uuids: Sequence[str], vectors: np.ndarray) -> None:
+        """The vectors of memories of ``kind`` already indexed (rows and words unchanged);
+        those of memories no longer here are ignored."""
+        check_kind(kind)
+        # consistent_read: a rebuild loading meanwhile swaps its indexes in first
+        with self.tracker.consistent_read(), self.lock:
+            cache = self.rows[kind]
+            keep = [i for i, u in enumerate(uuids) if u in cache]
+            if keep:
+                self.vectors[kind].add(
+                    [uuids[i] for i in keep],
+                    np.asarray(vectors)[keep],
+                    [cache.value(uuids[i], "group_id") for i in keep],
+                )
+
+    def on_delete(self, kind: str, uuids: Sequence[str]) -> None:
+        """Forget deleted memories; call after they are removed from the store."""
+        check_kind(kind)
+        uuids = list(uuids)
+        if not uuids:
+            return
+        # consistent_read: a refresh_states loading meanwhile (from a snapshot that may
+        # still hold these rows) swaps its rows in first, then they are removed from them
+        with self.tracker.consistent_read(), self.lock:
+            self._delete_locked(kind, uuids)
+
+    def _delete_locked(self, kind: str, uuids: list[str]) -> None:
+        self.rows[kind].remove(uuids)
+        self.vectors[kind].remove(uuids)
+        self.keywords[kind].remove(uuids)
+
+    def replace(self, removed: Mapping[str, Sequence[str]], changes: list[Upsert]) -> None:
+        """Forget ``removed`` (kind -> uuids) and index ``changes`` ((kind, rows, vectors), as
+        :meth:`on_upsert`) at once: a search sees the memories before or after, never a mix
+        (a re-extraction's promote)."""
+        with self.tracker.consistent_read(), self.lock:
+            for kind, uuids in removed.items():
+                if uuids:
+                    self._delete_locked(check_kind(kind), list(uuids))
+            for kind, rows, vectors in changes:
+                if rows:
+                    gone = self._upsert_locked(check_kind(kind), rows, vectors)
+                    if gone:
+                        self._delete_locked(kind, gone)
+
+    # --- other processes and maintenance ----------------------------------------------------
+    def catch_up(self) -> int:
+        """Apply what other processes sharing the store wrote since the last look (nothing
+        on a DuckDB file); how many memories were re-read."""
+        return self.replica_sync.catch_up() if self.replica_sync is not None else 0
+
+    def sync_maintenance(self) -> bool:
+        """Re-read every row now if another process ran maintenance since the last look;
+        whether it did."""
+        if sql.maintenance_marker(self.store) == self._marker:
+            return False
+        self.refresh_states()
+        return True
+
+    def refresh_states(self) -> None:
+        """Re-read every row (after maintenance or a recovery: states, decay, purges)."""
+        self.flush()
+        marker = sql.maintenance_marker(self.store)
+        for kind in KINDS:
+            with self.tracker.consistent_read():
+                loaded = RowCache(kind)
+                loaded.load(self.store)  # the slow part, without blocking searches
+                with self.lock:  # accesses recorded meanwhile are still queued: re-apply
+                    self._overlay(kind, loaded)
+                    old, self.rows[kind] = self.rows[kind], loaded
+                # still under consistent_read: once it is released, an upsert may put a row
+                # into another refresh's cache, and its vector would look purged here
+                gone = [u for u in old.uuids() if u not in loaded]
+                gone += [u for u in self.vectors[kind].uuids() if u not in loaded]
+            if gone:
+                self.on_delete(kind, sorted(set(gone)))
+        with self.lock:
+            self._marker = marker
+
+    def maybe_sync(self) -> None:
+        """Notice a maintenance run done by someone else (looked for at most every
+        ``sync_seconds``); reload the rows in the background."""
+        now = time.monotonic()
+        if now - self._checked < self.sync_seconds or not self.store.available:
+            return  # a database that is down: the search answers from memory meanwhile
+        self._checked = now
+        try:
+            if sql.maintenance_marker(self.store) == self._marker:
+                return
+        except StoreUnavailable:
+            return
+        if self._sync_thread is None or not self._sync_thread.is_alive():
+            self._sync_thread = threading.Thread(
+                target=self.refresh_states, name="workbench-search-sync", daemon=True
+            )
+            self._sync_thread.start()
+
+    # --- what ingestion reads ---------------------------------------------------------------
+    @contextmanager
+    def cached_rows(self) -> Iterator[tuple[RowCache, RowCache]]:
+        """The (entity, fact) row caches, held still: for reads that must not see a
+        half-applied update (:class:`workbench.ingest.reads.CachedReads`). Do not modify."""
+        with self.lock:
+            yield self.rows["entity"], self.rows["fact"]
+
+    def similar(
+        self, kind: str, vectors: np.ndarray, group_id: str | None, k: int
+    ) -> list[list[tuple[str, float]]]:
+        """Per vector, its ``k`` nearest memories of ``kind`` in ``group_id``: (uuid, cosine).
+        For ingestion's dedupe; no access is recorded."""
+        check_kind(kind)
+        groups = None if group_id is None else [group_id]
+        index = self.vectors[kind]
+        return [index.search(v, k, group_ids=groups) for v in np.atleast_2d(vectors)]
+
+    @contextmanager
+    def bulk_load(self) -> Iterator[None]:
+        """A bulk write (an import): graph builds wait until it is over (see
+        :meth:`VectorIndex.defer_graph`)."""
+        with ExitStack() as stack:
+            for kind in KINDS:
+                stack.enter_context(self.vectors[kind].defer_graph())
+            yield
+
+    # --- state ------------------------------------------------------------------------------
+    def groups(self) -> list[str]:
+        """Every group that holds a searchable memory, from the in-memory indexes (no store
+        read: a search names the groups it covered even while the database is away)."""
+        found: set[str] = set()
+        for index in list(self.keywords.values()):
+            found |= index.groups()
+        return sorted(found)
+
+    def status(self) -> dict[str, dict[str, Any]]:
+        """Per memory kind: how many memories are searchable and how the vector index
+        searches them (see :attr:`VectorIndex.state`)."""
+        with self.lock:
+            rows, vectors = dict(self.rows), dict(self.vectors)
+        # each index's own lock, after this one's: a graph being saved holds its index's
+        # lock for a while, and this must not hold the searches up meanwhile
+        return {
+            kind: {"memories": len(rows[kind]), "vector_index": vectors[kind].state}
+            for kind in KINDS
+        }
+
+    def flush(self) -> int:
+        """Write queued access updates now (before maintenance reads ``last_accessed_at``)."""
+        return self.tracker.flush()
+
+    # --- stopping and saving ----------------------------------------------------------------
+    def close(self) -> None:
+        """Stop following other processes and the access flusher (writing what it holds);
+        save finished HNSW graphs beside the database file (opened and caught up with the
+        store at the next open) and call off graph builds under way. The store stays open."""
+        if self.replica_sync is not None:
+            self.replica_sync.stop()
+        thread = self._sync_thread
+        if thread is not None:
+            thread.join(timeout=30)
+        with self.lock:
+            self._closed = True
+        self.tracker.close()
+        for kind in KINDS:
+            self.vectors[kind].on_built = None
+            self.vectors[kind].close()  # a graph still being built is called off
+            self.save(kind)
+
+    def _save_built(self, kind: str, index: VectorIndex) -> None:
+        """``VectorIndex.on_built``: the index of ``kind`` finished a background build."""
+        if not self._closed:
+            self.save(kind, index)
+
+    def save(self, kind: str, built: VectorIndex | None = None) -> None:
+        """Save the finished HNSW graph and the keyword index of ``kind`` beside the database:
+        at a clean stop, and when a background graph build is done (``built``: that index,
+        which may not be in :attr:`vectors` yet while the indexes open)."""
+
+        def current() -> tuple[VectorIndex | None, KeywordIndex | None]:
+            with self.lock:
+                return built or self.vectors.get(kind), self.keywords.get(kind)
+
+        self.saves.save(kind, current, self.publisher.between_writes)

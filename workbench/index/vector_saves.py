@@ -1,0 +1,340 @@
+"""Saving a vector index's HNSW graph beside the database, and opening it again caught up with
+the store (a cache: the store keeps the vectors). :meth:`GraphSaves.save_graph` writes the graph,
+a fingerprint of each slot's vector and the float16 vectors, then the manifest that makes the
+save count; :meth:`GraphSaves._restore` / :meth:`GraphSaves._restore_changed` open it and catch
+it up (see :func:`workbench.index.vectors.load_index`)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+import uuid as uuidlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from workbench.index.file_rows import open_rows
+from workbench.index.vector_math import (
+    positions_in,
+    row_prints,
+    unit_rows,
+)
+from workbench.index.vector_slots import VectorSlots
+
+if TYPE_CHECKING:
+    from workbench.store import Store
+
+__all__ = ["SPOT_CHECKS", "TOMBSTONE_LIMIT", "GraphSaves", "SavedGraph", "saved_graph",
+           "tombstone_limit"]  # fmt: skip
+
+log = logging.getLogger("workbench.index.vector_saves")
+
+# tombstones a graph may carry (or changes it may be caught up with at open) before a new
+# graph is built instead: at least this many, or a quarter of the index
+TOMBSTONE_LIMIT = 10_000
+
+# saved vectors a numbered restore compares with the store's, beyond those written since
+SPOT_CHECKS = 256
+
+_NO_SLOTS = np.zeros(0, dtype=np.int64)
+
+
+@dataclass(frozen=True)
+class SavedGraph:
+    """What :meth:`VectorIndex.save_graph` wrote: the slots' uuids, their vectors'
+    fingerprints, the graph's parameters and its file."""
+
+    layout: list[str | None]
+    prints: np.ndarray
+    params: dict[str, str]
+    graph: Path
+    vectors: Path | None = None  # the float16 vectors, when saved (older saves: none)
+    seq: int | None = None  # the newest vector write it reflects (older saves: unknown)
+
+
+class GraphSaves(VectorSlots):
+    """The saving and restoring of a :class:`~workbench.index.vectors.VectorIndex`'s graph."""
+
+    ann_threshold: int
+    _ann_params: dict[str, Any]
+    _ann_tombstones: int
+    _build_threads: int
+    _builder: threading.Thread | None
+
+    def _start_build(self) -> None:
+        raise NotImplementedError  # the index's own (a graph built anew)
+
+    def save_graph(self, graph_dir: str | Path, kind: str, seq: int | None = None) -> bool:
+        """Save the HNSW graph, a fingerprint of each slot's vector and, while the vectors are
+        held as float16, the vectors themselves (with spare rows for new memories), then the
+        manifest (the slot layout and the names of those files): the manifest, replaced last,
+        is what makes a save count, so a crash part way leaves the previous one whole. The
+        vectors are then served from the saved file, memory-mapped (see :meth:`_map_rows`).
+        ``seq``: the number of the newest vector write this index holds, every earlier one
+        included (:func:`~workbench.store.search.latest_vector_seq`, read while no write was
+        between its commit and the index being told); the next open then reads only the
+        vectors written after it. False when there is no finished graph to save."""
+        with self._lock:
+            if self._ann is None or self._builder is not None:
+                return False
+            folder = Path(graph_dir)
+            folder.mkdir(parents=True, exist_ok=True)
+            save = f"{kind}.{uuidlib.uuid4().hex[:12]}"
+            files = {"graph": f"{save}.usearch", "prints": f"{save}.prints.npy"}
+            self._ann.save(str(folder / files["graph"]))
+            write_synced(folder / files["prints"], self._prints.__getitem__, self._size)
+            if self._mat.dtype == np.float16:
+                files["vectors"] = f"{save}.vectors.npy"
+                rows = max(self._mat.shape[0], self._size + max(1024, self._size // 8))
+                write_synced(folder / files["vectors"], self._stored, self._size, rows)
+            manifest: dict[str, object] = {
+                "slots": self._uuids[: self._size],
+                "params": self._params_key(),
+                "files": files,
+            }
+            if seq is not None and "vectors" in files:
+                manifest["seq"] = int(seq)
+            tmp = folder / f"{kind}.json.tmp"
+            tmp.write_text(json.dumps(manifest))
+            tmp.replace(folder / f"{kind}.json")
+            remove_other_saves(folder, kind, set(files.values()))
+            if "vectors" in files:
+                mapped = open_rows(folder / files["vectors"], self._size, self.dim)
+                if mapped is not None:
+                    self._map_rows(mapped)
+            return True
+
+    def _params_key(self) -> dict[str, str]:
+        return {k: str(v) for k, v in self._ann_params.items()}
+
+    def _restore(
+        self, saved: SavedGraph, uuids: list[str], vectors: np.ndarray, groups: list[str]
+    ) -> None:
+        """Lay the vectors out in the saved slots (a new uuid takes a slot a gone one left)
+        and open the saved graph, then catch it up with the store: slots whose vector is not
+        the one the graph holds (changed, gone, or taken by a new uuid) are removed from it,
+        and the current vectors of those and of new slots added. A graph built with other
+        parameters, unreadable, or further behind than a rebuild would be, is built anew.
+        With the graph, the vectors saved beside it are memory-mapped and only the slots
+        whose vector differs from the saved one are written (to private memory)."""
+        slots, size, _ = slots_for(saved.layout, uuids)
+        with self._lock:
+            self._lay_out(slots, size, uuids, groups)
+            unit = unit_rows(vectors, self.dim)
+            self._prints[slots] = row_prints(unit)
+            at = np.zeros(size, dtype=np.int64)  # slot -> row of ``unit``
+            at[slots] = np.arange(slots.size)
+            graph, stale, redo = self._caught_up(saved, lambda s: unit[at[s]])
+            mapped = None
+            if graph is not None and self.half_under_graph and saved.vectors is not None:
+                mapped = open_rows(saved.vectors, size, self.dim)
+            if mapped is not None:
+                # the slots the graph was caught up on are those whose saved row is not the
+                # current vector; copy-on-write: the file stays as saved
+                self._map_rows(mapped)
+                self._put(redo, unit[at[redo]])
+            else:
+                self._set_matrix(np.zeros((self._alive.shape[0], self.dim), dtype=np.float32))
+                self._mat[slots] = unit
+            if graph is not None:
+                self._ann, self._ann_tombstones = graph, stale
+                # now, not in a thread: a search must not see float32 cosines first and
+                # float16 ones later (results are the same before and after a restart)
+                self._set_half(self.half_under_graph)
+            elif len(self._slot) >= self.ann_threshold:
+                self._start_build()
+
+    def _restore_changed(
+        self, saved: SavedGraph, store: Store, kind: str, uuids: list[str], groups: list[str],
+        seqs: np.ndarray,
+    ) -> bool:  # fmt: skip
+        """:meth:`_restore` for a save that records the vector write it reflects
+        (``saved.seq``) and holds the vectors: only the vectors written after it, and those
+        of memories it did not hold, are read from the store; every other slot's vector and
+        fingerprint are the saved ones (memory-mapped). False, with nothing to keep, when the
+        save cannot serve this way (then restore from every vector)."""
+        from workbench.store.search import latest_vector_seq, vectors_of
+
+        known = len(saved.layout)
+        if saved.seq is None or saved.vectors is None:
+            return False
+        if not (self.half_under_graph and self._fits(saved, len(uuids))):
+            return False
+        if latest_vector_seq(store) < saved.seq:
+            return False  # the database went back (restored from a copy): trust no save
+        slots, size, new = slots_for(saved.layout, uuids)
+        changed = np.union1d(new, np.flatnonzero((seqs > saved.seq) | (seqs < 0)))
+        if changed.size > tombstone_limit(len(uuids)):
+            return False  # a new graph is as quick: it needs every vector
+        mapped = open_rows(saved.vectors, size, self.dim)
+        if mapped is None:
+            return False
+        # and a few of the others, whose saved fingerprints must match the store's vectors
+        # (a save beside another database than its own does not)
+        others = np.setdiff1d(np.arange(len(uuids)), changed)
+        checked = np.random.default_rng(len(uuids)).permutation(others)[:SPOT_CHECKS]
+        wanted = [uuids[i] for i in np.concatenate([changed, checked]).tolist()]
+        got, matrix = vectors_of(store, kind, wanted)
+        if len(got) != len(wanted):
+            return False  # written meanwhile: read them all
+        unit = unit_rows(matrix[positions_in(wanted, got)], self.dim)
+        unit, spot = unit[: changed.size], unit[changed.size :]
+        if not np.array_equal(row_prints(spot), saved.prints[slots[checked]]):
+            return False
+        with self._lock:
+            self._lay_out(slots, size, uuids, groups)
+            held = slots < known
+            self._prints[slots[held]] = saved.prints[slots[held]]
+            self._prints[slots[changed]] = row_prints(unit)
+            at = np.full(size, -1, dtype=np.int64)  # slot -> row of ``unit``
+            at[slots[changed]] = np.arange(changed.size)
+
+            def rows_at(s: np.ndarray) -> np.ndarray:
+                if (at[s] < 0).any():  # only a changed slot's print differs from the save
+                    raise AssertionError("a slot whose vector was not read")
+                picked: np.ndarray = unit[at[s]]
+                return picked
+
+            graph, stale, redo = self._caught_up(saved, rows_at)
+            if graph is None:
+                return False
+            self._map_rows(mapped)
+            self._put(redo, rows_at(redo))
+            self._ann, self._ann_tombstones = graph, stale
+            self._set_half(True)
+        return True
+
+    def _fits(self, saved: SavedGraph, count: int) -> bool:
+        """Whether a saved graph may serve ``count`` memories here: built with these
+        parameters, whole, and for an index large enough to want a graph (a small one is
+        searched exactly, cheaper than a graph)."""
+        return (
+            saved.params == self._params_key()
+            and saved.prints.shape == (len(saved.layout),)
+            and count >= max(1, self.ann_threshold // 2)
+        )
+
+    def _caught_up(
+        self, saved: SavedGraph, rows_at: Callable[[np.ndarray], np.ndarray]
+    ) -> tuple[Any, int, np.ndarray]:
+        """The saved graph brought up to the laid-out vectors (``rows_at``: the current
+        vectors of these slots), how many of its entries were removed, and the live slots
+        whose vector is not the saved one (re-added); (None, 0, None) when it cannot or should
+        not be used."""
+        from usearch.index import Index
+
+        known = len(saved.layout)
+        if not self._fits(saved, len(self._slot)):
+            return None, 0, _NO_SLOTS
+        in_graph = np.array([u is not None for u in saved.layout], dtype=bool)
+        alive = self._alive[: self._size]
+        current = self._prints[:known]
+        stale = np.flatnonzero(in_graph & ((current != saved.prints) | ~alive[:known]))
+        graphed = np.zeros(self._size, dtype=bool)
+        graphed[:known] = in_graph
+        fresh = np.flatnonzero(alive & ~graphed)
+        redo = np.union1d(stale[alive[stale]], fresh)
+        if stale.size + fresh.size > tombstone_limit(len(self._slot)):
+            return None, 0, _NO_SLOTS  # a new graph is as quick and leaves no tombstones
+        try:
+            graph = Index.restore(str(saved.graph))
+        except Exception:  # unreadable file: rebuild
+            return None, 0, _NO_SLOTS
+        if graph is None or len(graph) != int(in_graph.sum()):
+            return None, 0, _NO_SLOTS
+        if stale.size:
+            graph.remove(stale)
+        if redo.size:
+            graph.add(redo, rows_at(redo), threads=self._build_threads)
+        return graph, int(stale.size), redo
+
+
+def saved_graph(graph_dir: str | Path, kind: str) -> SavedGraph | None:
+    """What the manifest of ``kind`` in ``graph_dir`` names; None when it is missing or
+    unreadable."""
+    folder = Path(graph_dir)
+    try:
+        manifest = json.loads((folder / f"{kind}.json").read_text())
+        # a save before the files were named by their save: fixed names, no vectors
+        files = manifest.get("files") or {
+            "graph": f"{kind}.usearch",
+            "prints": f"{kind}.prints.npy",
+        }
+        prints = np.load(folder / files["prints"], allow_pickle=False)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+    layout = manifest.get("slots")
+    if not isinstance(layout, list) or not (folder / files["graph"]).is_file():
+        return None
+    vectors = folder / files["vectors"] if files.get("vectors") else None
+    seq = manifest.get("seq")
+    return SavedGraph(
+        layout,
+        prints,
+        manifest.get("params") or {},
+        folder / files["graph"],
+        vectors,
+        seq if isinstance(seq, int) and vectors is not None else None,
+    )
+
+
+def write_synced(
+    path: Path, read: Callable[[slice], np.ndarray], count: int, capacity: int | None = None
+) -> None:
+    """Write the ``count`` rows ``read`` gives (``read(slice)``: those rows) as an ``.npy``
+    file of ``capacity`` rows (the rest zeros, left as a hole in the file) and flush it to
+    disk: the manifest that names it is written after."""
+    first = read(slice(0, 0))
+    shape = ((capacity or count),) + first.shape[1:]
+    out = np.lib.format.open_memmap(path, mode="w+", dtype=first.dtype, shape=shape)
+    for start in range(0, count, 65536):
+        end = min(start + 65536, count)
+        out[start:end] = read(slice(start, end))
+    out.flush()
+    del out
+    with open(path, "rb+") as handle:
+        os.fsync(handle.fileno())
+
+
+def remove_other_saves(folder: Path, kind: str, keep: set[str]) -> None:
+    """Delete the files of earlier saves of ``kind`` (a file still mapped stays readable
+    until it is unmapped)."""
+    names = [f"{kind}.usearch", f"{kind}.prints.npy"]
+    names += [p.name for p in folder.glob(f"{kind}.*.usearch")]
+    names += [
+        p.name for p in folder.glob(f"{kind}.*.npy") if not p.name.startswith(f"{kind}.keywords")
+    ]
+    for name in set(names) - keep:
+        try:
+            (folder / name).unlink(missing_ok=True)
+        except OSError:
+            log.warning("could not remove %s", folder / name)
+
+
+def tombstone_limit(count: int) -> int:
+    """Entries a graph of ``count`` memories may have removed (or be caught up with) before a
+    new graph is built instead."""
+    return max(TOMBSTONE_LIMIT, count // 4)
+
+
+def slots_for(layout: list[str | None], uuids: list[str]) -> tuple[np.ndarray, int, np.ndarray]:
+    """Each uuid's slot: its saved one, else one a gone uuid left (lowest first), else a new
+    one at the end; the number of slots; and the positions of the uuids not in ``layout``."""
+    new = np.zeros(0, dtype=np.int64)
+    if layout == uuids:  # nothing changed since the save, nor the store's order: the usual
+        return np.arange(len(uuids), dtype=np.int64), len(layout), new
+    slots = positions_in(uuids, layout)
+    new = np.flatnonzero(slots < 0)
+    if not new.size:
+        return slots, len(layout), new
+    used = np.zeros(len(layout), dtype=bool)
+    used[slots[slots >= 0]] = True
+    spare = np.flatnonzero(~used)[: new.size]
+    extra = new.size - spare.size
+    slots[new] = np.concatenate([spare, np.arange(len(layout), len(layout) + extra)])
+    return slots, len(layout) + extra, new
