@@ -273,6 +273,7 @@ def test_a_read_out_of_memory_under_lean_cache_is_a_memory_error_and_the_engine_
     tmp_path, monkeypatch
 ):
     from workbench.fakes.embedder import HashEmbedder
+    from workbench.index.live import LiveIndexes
     from workbench.search.engine import SearchEngine
 
     store = Store.open(str(tmp_path / "kb.duckdb"), dim=8)
@@ -286,7 +287,7 @@ def test_a_read_out_of_memory_under_lean_cache_is_a_memory_error_and_the_engine_
     assert store.fetchone("SELECT current_setting('memory_limit')")[0] == limit
 
     loads = []
-    real = SearchEngine.rebuild
+    real = LiveIndexes.rebuild
 
     def rebuild(self):
         loads.append(store.fetchone("SELECT current_setting('memory_limit')")[0])
@@ -294,7 +295,7 @@ def test_a_read_out_of_memory_under_lean_cache_is_a_memory_error_and_the_engine_
             raise MemoryError("as DuckDB's Out of Memory Error under the lean limit")
         real(self)
 
-    monkeypatch.setattr(SearchEngine, "rebuild", rebuild)
+    monkeypatch.setattr(LiveIndexes, "rebuild", rebuild)
     engine = SearchEngine(store, HashEmbedder(dimensions=8), access_background=False)
     assert loads == ["244.1 MiB", limit]  # loaded again, unbounded
     engine.close()

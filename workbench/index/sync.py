@@ -204,13 +204,14 @@ class ChangeSync:
                 kind: [u for u, g in zip(cache.uuids(), cache.group_ids()) if g == group]
                 for kind, cache in zip(("entity", "fact"), caches)
             }
-        changes = []
+        changes: list[Upsert] = []
         for kind in ("entity", "fact"):
             stored = sql.group_uuids(self.store, kind, group)
             found, vectors = sql.vectors_of(self.store, kind, stored)
             have = set(found)
             rest = sorted({*stored, *cached[kind]} - have)
-            changes.append((kind, [{"uuid": u} for u in found + rest], vectors))
+            rows: list[dict[str, Any]] = [{"uuid": u} for u in found + rest]
+            changes.append((kind, rows, vectors))
         with self.gate:  # re-entered: held by catch_up
             self.indexes.replace({}, changes)
         return sum(len(rows) for _, rows, _ in changes)
