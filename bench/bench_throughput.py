@@ -259,6 +259,7 @@ def main() -> None:
     parser.add_argument("--sweep", action="store_true", help="first time the embedder's batches")
     parser.add_argument("--repeat", type=int, default=1, help="rounds of every level")
     parser.add_argument("--json", type=Path, help="also write the results here")
+    parser.add_argument("--db", type=Path, help="a database this script imported before")
     args = parser.parse_args()
     results: dict = {"facts": args.facts, "cpus": os.cpu_count(), "runs": []}
     if args.sweep:
@@ -267,9 +268,10 @@ def main() -> None:
     levels = [(t, c) for _ in range(args.repeat) for t in transports for c in args.concurrency]
     asked = questions(args.requests * len(levels) + 100)
     with tempfile.TemporaryDirectory() as tmp:
-        db = Path(tmp) / "convo.duckdb"
-        took = import_facts(db, args.facts)
-        print(f"imported {args.facts} facts in {took:.1f} s; load {os.getloadavg()[0]:.2f}")
+        db = args.db or Path(tmp) / "convo.duckdb"
+        if not db.exists():
+            took = import_facts(db, args.facts)
+            print(f"imported {args.facts} facts in {took:.1f} s; load {os.getloadavg()[0]:.2f}")
         proc, url = start_service(db, Path(tmp) / "serve.log")
         try:
             warm = asked[-100:]
