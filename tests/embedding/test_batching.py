@@ -177,9 +177,7 @@ def test_stored_text_and_attributes_pass_through():
     assert inner.sizes == []  # embed() is not a query
     # an embedder without query prefixes embeds queries as stored text
     plain = BatchingEmbedder(HashEmbedder())
-    np.testing.assert_array_equal(
-        embed_queries(plain, ["x y"]), HashEmbedder().embed(["x y"])
-    )
+    np.testing.assert_array_equal(embed_queries(plain, ["x y"]), HashEmbedder().embed(["x y"]))
 
 
 @pytest.mark.slow
