@@ -33,13 +33,16 @@ from workbench.embedding.base import Embedder, embed_queries
 
 __all__ = ["LANES", "MAX_BATCH", "WINDOW", "BatchingEmbedder"]
 
-# Chosen by measurement (bench/bench_throughput.py --sweep; docs/performance.md): the CPU per
-# query falls steeply from 1 to 4 queries a call and little after 8, while a call's wall time
-# keeps growing with its size.
-MAX_BATCH = 16
+# Chosen by measurement (bench/bench_throughput.py --sweep, 8 clients in process; the figures
+# are in docs/performance.md): the CPU per query halves from 1 to 8 queries a call and falls
+# no further, while a call's wall time keeps growing with its size.
+MAX_BATCH = 8
 # one model call at a time leaves the other core to the request handling (Python, which holds
-# the GIL) and lets the queue, hence the batches, grow with the load
+# the GIL) and lets the queue, hence the batches, grow with the load: less CPU per search than
+# two lanes
 LANES = 1
+# a queued query does not wait for more: the queue fills while the lane is busy, and a wait
+# of 2 ms made fewer calls but no CPU saving and fewer searches a second
 WINDOW = 0.0
 
 
