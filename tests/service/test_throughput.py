@@ -4,9 +4,11 @@ has a thread of its own, so a probe is answered while every tool thread is busy.
 from __future__ import annotations
 
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
+from litestar.concurrency import get_asyncio_executor, set_asyncio_executor
 
 from service.app import create_app
 from service.runner import TOOL_THREADS, tool_threads
@@ -15,7 +17,7 @@ from workbench.facade import Workbench
 from workbench.fakes.embedder import HashEmbedder
 from workbench.metrics import Metrics
 
-SEARCHES = 12  # more than the tool threads of Litestar's default executor (cpu_count + 4)
+SEARCHES = TOOL_THREADS + 4  # every tool thread busy, and more waiting for one
 
 
 class HeldQueries(HashEmbedder):
@@ -44,6 +46,7 @@ def test_health_answers_while_every_tool_thread_waits_and_waiting_queries_share_
                   "fact": f"a{i} plays chess with b{i}", "group_id": "g"}
                  for i in range(20)]  # fmt: skip
         wb.import_memories(facts)
+        tool_threads()  # what `workbench serve` runs them in
         srv = server_thread(create_app(wb, wb.settings))
 
         def search(i: int) -> httpx.Response:
@@ -53,6 +56,7 @@ def test_health_answers_while_every_tool_thread_waits_and_waiting_queries_share_
         with ThreadPoolExecutor(SEARCHES) as pool:
             futures = [pool.submit(search, i) for i in range(SEARCHES)]
             assert embedder.waiting.acquire(timeout=30)  # one query holds the model
+            queued(wb.search.embedder, TOOL_THREADS - 1)  # the other tool threads wait for it
             health = httpx.get(f"{srv.url}/health", timeout=15)
             assert health.status_code == 200
             assert all(not f.done() for f in futures)  # answered while they all wait
@@ -63,12 +67,18 @@ def test_health_answers_while_every_tool_thread_waits_and_waiting_queries_share_
         assert len(embedder.query_calls) < SEARCHES  # the queued queries shared calls
         assert sum(embedder.query_calls) == SEARCHES
     finally:
+        set_asyncio_executor(None)
         wb.close()
 
 
-def test_the_served_tools_get_their_own_threads():
-    from litestar.concurrency import get_asyncio_executor, set_asyncio_executor
+def queued(batcher, n: int) -> None:
+    deadline = time.monotonic() + 30
+    while len(batcher._queue) < n:
+        assert time.monotonic() < deadline, f"{len(batcher._queue)} queries queued, not {n}"
+        time.sleep(0.01)
 
+
+def test_the_served_tools_get_their_own_threads():
     try:
         tool_threads()
         executor = get_asyncio_executor()
