@@ -9,11 +9,15 @@ return its dict. The facade's lifecycle (``start``/``stop``) belongs to the call
 
 from __future__ import annotations
 
+import asyncio
+import contextvars
+import functools
 import hmac
 import threading
 import time
 import uuid as uuidlib
 from collections.abc import AsyncIterator, Callable
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from typing import Annotated, Any
 
@@ -46,6 +50,7 @@ from service.tools import TOOLS, Tool, get_tool
 from workbench.config import Settings
 
 MIN_BODY_BYTES = 1024 * 1024
+HEALTH_THREADS = 1
 
 
 def max_body_bytes(settings: Settings) -> int:
@@ -159,16 +164,20 @@ def health_route(
     sends it sees the details (paths, models, URLs)."""
     probe = EmbedderProbe(workbench.embedder, loaded=embedder_loaded)
     token = settings.api_token.get_secret_value() if settings.api_token else ""
+    # its own thread: a probe does not queue behind the searches in the tools' threads
+    checks = ThreadPoolExecutor(HEALTH_THREADS, thread_name_prefix="health")
 
     @route(
         "/health",
         http_method=[HttpMethod.GET, HttpMethod.HEAD],  # probes of load balancers send HEAD
-        sync_to_thread=True,
         tags=["health"],
         summary="Liveness and readiness: store, embedder, LLM.",
     )
-    def health_handler(authorization: FromHeader[str | None] = None) -> Response[dict[str, Any]]:
-        body, ready = health(workbench, probe)
+    async def health_handler(
+        authorization: FromHeader[str | None] = None,
+    ) -> Response[dict[str, Any]]:
+        run = functools.partial(contextvars.copy_context().run, health, workbench, probe)
+        body, ready = await asyncio.get_running_loop().run_in_executor(checks, run)
         if token and not hmac.compare_digest(
             (authorization or "").encode(), f"Bearer {token}".encode()
         ):

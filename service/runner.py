@@ -42,6 +42,7 @@ MIN_TOKEN_CHARS = 16
 GRACEFUL_SECONDS = 10
 QUEUE_STOP_SECONDS = 30.0
 WARM_UP_JOIN_SECONDS = 120.0
+TOOL_THREADS = 16
 
 
 class StartupError(ConfigError):
@@ -380,6 +381,7 @@ def serve(
                 snapshots=workbench.snapshots.folder(),
             )
         watch = idle_watch(settings, idle_exit, [server for server, _ in pairs])
+        tool_threads()
         try:
             asyncio.run(serve_all(pairs, ready))
         finally:
@@ -394,6 +396,16 @@ def serve(
     if failures:
         raise StartupError(f"the local embedding model failed to load: {failures[0]}")
     return 0
+
+
+def tool_threads(count: int = TOOL_THREADS) -> None:
+    """The threads the REST tools run in (Litestar's; asyncio's default would be
+    ``cpu_count + 4``, 6 on 2 cores)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from litestar.concurrency import set_asyncio_executor
+
+    set_asyncio_executor(ThreadPoolExecutor(count, thread_name_prefix="tools"))
 
 
 def idle_watch(settings: Settings, grace: float | None, servers: list[Any]):

@@ -25,6 +25,7 @@ from workbench.decay.classification import classify_texts
 from workbench.decay.maintenance import MaintenanceScheduler
 from workbench.decay.rules import DecayPolicy
 from workbench.embedding import Embedder, build_embedder
+from workbench.embedding.batching import BatchingEmbedder
 from workbench.ingest import accept
 from workbench.ingest.budget import DailyBudget
 from workbench.ingest.context import IngestContext
@@ -85,7 +86,8 @@ class Workbench:
         self.clock = clock
         self.policy = DecayPolicy.from_settings(settings)
         self.snapshots = Snapshots()
-        self.search = SearchEngine(store, embedder, metrics, clock, settings)
+        # concurrent searches embed their queries together (one model call)
+        self.search = SearchEngine(store, BatchingEmbedder(embedder), metrics, clock, settings)
         # every writer of entities and facts publishes through it, and the queue claims
         # under its gate: extraction reads the graph from the engine's rows
         self.publisher = self.search.publisher
