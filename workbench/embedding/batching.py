@@ -151,10 +151,11 @@ class BatchingEmbedder:
         try:
             while True:
                 with self._cond:
+                    if busy and self.window and not me.taken:
+                        # the wait releases the lock: another lane may take ``me`` meanwhile
+                        self._cond.wait_for(self._full, timeout=self.window)
                     if me.taken:
                         return
-                    if busy and self.window:
-                        self._cond.wait_for(self._full, timeout=self.window)
                     batch = self._take()
                 self._run(batch)
         finally:
