@@ -21,9 +21,9 @@ from litestar.middleware import DefineMiddleware
 from litestar.openapi import OpenAPIConfig
 from litestar.response import Stream
 
-from service import apidocs
-from service.bootstrap import package_version
-from service.middleware import (
+from service.control.bootstrap import package_version
+from serving import apidocs
+from serving.middleware import (
     BearerAuthMiddleware,
     Exposure,
     ExposureMiddleware,

@@ -64,7 +64,11 @@ def module_files(package: str) -> dict[str, Path]:
     return found
 
 
-MODULES = {m: p for pkg in ("workbench", "service", "voice") for m, p in module_files(pkg).items()}
+MODULES = {
+    m: p
+    for pkg in ("workbench", "service", "serving", "voice")
+    for m, p in module_files(pkg).items()
+}
 
 
 def imports_of(name: str, path: Path) -> set[str]:

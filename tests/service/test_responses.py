@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 from litestar.testing import TestClient
 
-from service.app import create_app
-from service.responses import ERRORS, RESULTS, ErrorBody
-from service.tools import TOOLS
+from service.api.app import create_app
+from service.api.responses import ERRORS, RESULTS, ErrorBody
+from service.api.tools import TOOLS
 from tests.service.svc_helpers import BASE, call, make_settings
 from workbench.facade import Workbench
 from workbench.fakes import rule_llm

@@ -25,7 +25,12 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from service.bootstrap import freeze_loaded_memory, open_workbench, package_version, secrets_of
+from service.control.bootstrap import (
+    freeze_loaded_memory,
+    open_workbench,
+    package_version,
+    secrets_of,
+)
 from workbench.config import Settings, load_settings
 from workbench.errors import ConfigError, WorkbenchError
 from workbench.names import GROUP_ID_RULE, is_group_id
@@ -55,7 +60,7 @@ def print_json(value: Any) -> None:
 def cmd_serve(args: argparse.Namespace) -> int:
     import functools
 
-    from service.runner import serve as run_service
+    from service.control.runner import serve as run_service
 
     serve = functools.partial(run_service, idle_exit=args.idle_exit)  # either branch below
 
@@ -69,8 +74,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     log_format = args.log_format or ("text" if args.dev else default_log_format())
     if not args.local_llm:
         return serve(settings, dev=args.dev, log_format=log_format)
-    from service.local_llm import LocalLLM
-    from service.runner import check_exposure
+    from service.control.runner import check_exposure
+    from service.sidecars.local_llm import LocalLLM
 
     check_exposure(settings)  # fail fast, before starting the model server
     with LocalLLM() as llm:
@@ -82,7 +87,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
-    from service.runner import serve_worker
+    from service.control.runner import serve_worker
 
     settings = settings_from(args, metrics_port=args.metrics_port, metrics_host=args.metrics_host)
     return serve_worker(settings, log_format=args.log_format or default_log_format())
@@ -96,10 +101,10 @@ def cmd_mcp(args: argparse.Namespace) -> int:
     the reason."""
     import anyio
 
-    from service.live import RemoteWorkbench, UnavailableWorkbench
-    from service.logs import setup_logging
-    from service.mcp_server import run_stdio
-    from service.shared import ClientLease, SharedService, shares
+    from service.api.mcp_server import run_stdio
+    from service.client.live import RemoteWorkbench, UnavailableWorkbench
+    from service.control.shared import ClientLease, SharedService, shares
+    from serving.logs import setup_logging
 
     settings = settings_from(args)
     setup_logging(settings.log_level, secrets_of(settings), fmt="text")
@@ -130,7 +135,7 @@ def cmd_mcp(args: argparse.Namespace) -> int:
 
 
 def cmd_embed_server(args: argparse.Namespace) -> int:
-    from service.runner import serve_embeddings
+    from service.control.runner import serve_embeddings
 
     settings = settings_from(args)
     port = args.port if args.port is not None else settings.embed_server_port
@@ -141,8 +146,8 @@ def cmd_embed_server(args: argparse.Namespace) -> int:
 def on_database(args: argparse.Namespace, local, remote) -> Any:
     """``remote(live)`` through the service that holds the database, else ``local(workbench)``
     on the database itself."""
-    from service.live import find_live
-    from service.logs import setup_logging
+    from service.client.live import find_live
+    from serving.logs import setup_logging
 
     settings = settings_from(args)
     setup_logging(settings.log_level, secrets_of(settings), fmt="text")
@@ -158,7 +163,7 @@ def on_database(args: argparse.Namespace, local, remote) -> Any:
 
 
 def cmd_maintenance(args: argparse.Namespace) -> int:
-    from service.logs import setup_logging
+    from serving.logs import setup_logging
 
     settings = settings_from(args)
     setup_logging(settings.log_level, secrets_of(settings), fmt="text")
@@ -172,7 +177,7 @@ def cmd_maintenance(args: argparse.Namespace) -> int:
 
 
 def cmd_import(args: argparse.Namespace) -> int:
-    from service.logs import setup_logging
+    from serving.logs import setup_logging
     from workbench.store.restore import is_backup
 
     settings = settings_from(args)
@@ -197,7 +202,7 @@ def cmd_import(args: argparse.Namespace) -> int:
 def restore_backup(settings: Settings, folder: str) -> dict[str, Any]:
     """``workbench import DIR`` of a ``workbench export`` folder: every table restored into
     the configured database, which must be empty and held by no service."""
-    from service.live import find_live
+    from service.client.live import find_live
     from workbench.errors import InvalidInput
     from workbench.store import Store
     from workbench.store.restore import read_backup, restore
@@ -327,7 +332,7 @@ def moved_snapshot(live, target: Path) -> dict[str, str]:
     import os
     import shutil
 
-    from service.live import snapshot_files
+    from service.client.live import snapshot_files
 
     folder, files = snapshot_files(live, live.call("export_snapshot"))
     target.mkdir(parents=True, exist_ok=True)
@@ -343,8 +348,8 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_reembed(args: argparse.Namespace) -> int:
-    from service.live import find_live
-    from service.logs import setup_logging
+    from service.client.live import find_live
+    from serving.logs import setup_logging
     from workbench.errors import InvalidInput
     from workbench.ingest.switch_model import copy_database
     from workbench.store import Store
@@ -425,7 +430,7 @@ def _reembed(store, embedder, quiet: bool) -> int:
 
 def _tool_on_database(args: argparse.Namespace, tool: str, arguments: dict[str, Any]) -> Any:
     """A tool on the database (audited as "local") or through the service holding it."""
-    from service.tools import get_tool
+    from service.api.tools import get_tool
 
     return on_database(
         args,
@@ -499,7 +504,7 @@ def _add_tokens(sub) -> None:
 def cmd_reextract(args: argparse.Namespace) -> int:
     """Beside a running service, through its ``reextract`` tool (no progress bar, the
     service's shadow folder); else on the database itself."""
-    from service.logs import setup_logging
+    from serving.logs import setup_logging
     from workbench.errors import InvalidInput
 
     settings = settings_from(args)

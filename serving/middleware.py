@@ -26,7 +26,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-from service.errors import send_error
+from serving.errors import send_error
 from workbench.safety import MAX_JSON_DEPTH, json_depth
 
 EXEMPT_PATHS = frozenset({"/health"})

@@ -28,7 +28,7 @@ from typing import Any
 
 import anyio
 
-from service.errors import send_error
+from serving.errors import send_error
 from workbench.errors import Forbidden, NotFound, WorkbenchError
 from workbench.store.tenancy import ADMIN, Caller, token_hash
 

@@ -342,7 +342,7 @@ class RemoteWorkbench:
     """The facade's tool methods, forwarded to a live service (see ``service.tools``)."""
 
     def __init__(self, live: LiveService):
-        from service.tools import TOOLS
+        from service.api.tools import TOOLS
 
         self.live = live
         self._tools = {tool.method: tool.name for tool in TOOLS}

@@ -32,7 +32,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from service.live import LiveService, find_live
+from service.client.live import LiveService, find_live
 from workbench import errors
 from workbench.config import Settings
 from workbench.store.snapshots import pid_alive
@@ -165,7 +165,7 @@ def background_command(settings: Settings) -> list[str]:
     return [
         sys.executable,
         "-m",
-        "service.cli",
+        "service.control.cli",
         "serve",
         "--db",
         db,

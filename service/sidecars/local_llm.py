@@ -116,7 +116,7 @@ class LocalLLM:
         command = [
             sys.executable,
             "-m",
-            "service.local_llm",
+            "service.sidecars.local_llm",
             str(os.getpid()),
             "--model",
             str(self._gguf),

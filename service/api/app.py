@@ -26,14 +26,16 @@ from litestar.plugins.pydantic import PydanticPlugin
 from litestar.response import Redirect
 from litestar.types import Receive, Scope, Send
 
-from service import apidocs
-from service.access import ScopedAuthMiddleware, TokenResolver, caller_of, tenancy_of
-from service.bootstrap import package_version
-from service.errors import exception_handler
-from service.health import EmbedderProbe, health
-from service.logs import RequestContextMiddleware
-from service.mcp_server import build_mcp_server, build_session_manager
-from service.middleware import (
+from service.api.access import ScopedAuthMiddleware, TokenResolver, caller_of, tenancy_of
+from service.api.health import EmbedderProbe, health
+from service.api.mcp_server import build_mcp_server, build_session_manager
+from service.api.responses import ERRORS, RESULTS, ErrorBody, ToolTable
+from service.api.tools import TOOLS, Tool, get_tool
+from service.control.bootstrap import package_version
+from serving import apidocs
+from serving.errors import exception_handler
+from serving.logs import RequestContextMiddleware
+from serving.middleware import (
     BodyLimitMiddleware,
     Exposure,
     ExposureMiddleware,
@@ -41,8 +43,6 @@ from service.middleware import (
     RateLimitMiddleware,
     TokenBuckets,
 )
-from service.responses import ERRORS, RESULTS, ErrorBody, ToolTable
-from service.tools import TOOLS, Tool, get_tool
 from workbench.config import Settings
 
 MIN_BODY_BYTES = 1024 * 1024

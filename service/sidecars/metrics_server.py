@@ -14,8 +14,8 @@ from typing import Any
 from litestar import Litestar, Response, get
 from litestar.middleware import DefineMiddleware
 
-from service.errors import exception_handler
-from service.middleware import BearerAuthMiddleware
+from serving.errors import exception_handler
+from serving.middleware import BearerAuthMiddleware
 from workbench.metrics import CONTENT_TYPE
 
 log = logging.getLogger("service.metrics")

@@ -19,11 +19,11 @@ from mcp.server import Server
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
 
-from service.access import caller_of
-from service.errors import describe, error_payload
-from service.logs import REQUEST_ID, new_request_id
-from service.middleware import Exposure, is_loopback
-from service.tools import TOOLS, TOOLS_BY_NAME, Tool
+from service.api.access import caller_of
+from service.api.tools import TOOLS, TOOLS_BY_NAME, Tool
+from serving.errors import describe, error_payload
+from serving.logs import REQUEST_ID, new_request_id
+from serving.middleware import Exposure, is_loopback
 
 if TYPE_CHECKING:
     from workbench.store.tenancy import Caller

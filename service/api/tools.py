@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, WithJsonSchema, model_validator
 
-from service.access import guarded_call
+from service.api.access import guarded_call
 from workbench.errors import NotFound
 from workbench.names import (
     GROUP_ID_PATTERN,

@@ -28,7 +28,7 @@ from litestar import Litestar, MediaType, Request, Response, get, post
 from litestar.exceptions import HTTPException
 from litestar.params import FromPath, RawBody
 
-from service.logs import RequestContextMiddleware
+from serving.logs import RequestContextMiddleware
 from workbench.embedding import Embedder, check_texts
 from workbench.embedding.base import embed_queries
 from workbench.embedding.models import has_tokenizer, load_tokenizer, resolve_local_model
