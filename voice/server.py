@@ -21,7 +21,6 @@ from litestar.middleware import DefineMiddleware
 from litestar.openapi import OpenAPIConfig
 from litestar.response import Stream
 
-from service.control.bootstrap import package_version
 from serving import apidocs
 from serving.middleware import (
     BearerAuthMiddleware,
@@ -29,6 +28,7 @@ from serving.middleware import (
     ExposureMiddleware,
     is_loopback,
 )
+from serving.version import package_version
 from voice.assets import VOICES_FILE
 from voice.audio import AudioSink, DropSink, SoundDeviceSink
 from voice.engine import Engine, KokoroEngine

@@ -31,7 +31,6 @@ from service.api.health import EmbedderProbe, health
 from service.api.mcp_server import build_mcp_server, build_session_manager
 from service.api.responses import ERRORS, RESULTS, ErrorBody, ToolTable
 from service.api.tools import TOOLS, Tool, get_tool
-from service.control.bootstrap import package_version
 from serving import apidocs
 from serving.errors import exception_handler
 from serving.logs import RequestContextMiddleware
@@ -43,6 +42,7 @@ from serving.middleware import (
     RateLimitMiddleware,
     TokenBuckets,
 )
+from serving.version import package_version
 from workbench.config import Settings
 
 MIN_BODY_BYTES = 1024 * 1024

@@ -39,13 +39,3 @@ def freeze_loaded_memory() -> int:
     gc.collect()
     gc.freeze()
     return gc.get_freeze_count()
-
-
-def package_version() -> str:
-    """The installed distribution's version (``0.0.0`` in a bare checkout)."""
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("knowledge-workbench")
-    except PackageNotFoundError:  # pragma: no cover - running from a bare checkout
-        return "0.0.0"

@@ -25,12 +25,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from service.control.bootstrap import (
-    freeze_loaded_memory,
-    open_workbench,
-    package_version,
-    secrets_of,
-)
+from service.control.bootstrap import freeze_loaded_memory, open_workbench, secrets_of
+from serving.version import package_version
 from workbench.config import Settings, load_settings
 from workbench.errors import ConfigError, WorkbenchError
 from workbench.names import GROUP_ID_RULE, is_group_id
