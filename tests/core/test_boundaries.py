@@ -30,7 +30,8 @@ FORBIDDEN = (
 )
 
 # The direction of imports in the core: a module may import its own layer and those below.
-# The pure decay rules sit with the kernel: the store's maintenance SQL is their twin.
+# The pure decay rules sit with the kernel: the store's maintenance SQL is their twin. The
+# facade's result types (typed dicts) import nothing of the core.
 LAYERS = [
     (
         "kernel",
@@ -42,6 +43,7 @@ LAYERS = [
             "workbench.names",
             "workbench.safety",
             "workbench.decay.rules",
+            "workbench.results",
         ),
     ),
     ("store", ("workbench.store",)),
