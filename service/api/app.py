@@ -15,7 +15,7 @@ import time
 import uuid as uuidlib
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 from litestar import HttpMethod, Litestar, Request, Response, get, post, route
 from litestar.handlers import asgi
@@ -44,6 +44,9 @@ from serving.middleware import (
 )
 from serving.version import package_version
 from workbench.config import Settings
+
+if TYPE_CHECKING:
+    from workbench.facade import Workbench
 
 MIN_BODY_BYTES = 1024 * 1024
 
@@ -78,7 +81,7 @@ ERROR_RESPONSES = {
 }
 
 
-def tool_route(workbench: Any, tool: Tool):
+def tool_route(workbench: Workbench, tool: Tool):
     """``POST /tools/<name>``: the body is validated against the tool's argument model (a tool
     without arguments takes no body or ``{}``); the OpenAPI schema names its result model and
     the error body for every error status."""
@@ -153,7 +156,7 @@ async def list_tools() -> ToolTable:
 
 
 def health_route(
-    workbench: Any, settings: Settings, embedder_loaded: threading.Event | None = None
+    workbench: Workbench, settings: Settings, embedder_loaded: threading.Event | None = None
 ):
     """``GET /health`` needs no token (probes); with a token configured, only a caller that
     sends it sees the details (paths, models, URLs)."""
@@ -209,7 +212,7 @@ def middleware_stack(
 
 
 def create_app(
-    workbench: Any,
+    workbench: Workbench,
     settings: Settings,
     *,
     rate_clock: Callable[[], float] = time.monotonic,

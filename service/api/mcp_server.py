@@ -26,6 +26,7 @@ from serving.logs import REQUEST_ID, new_request_id
 from serving.middleware import Exposure, is_loopback
 
 if TYPE_CHECKING:
+    from service.api.seam import ToolTarget
     from workbench.store.tenancy import Caller
 
 log = logging.getLogger("service.mcp")
@@ -61,7 +62,10 @@ def _result(payload: dict[str, Any], is_error: bool = False) -> types.CallToolRe
 
 
 async def call_tool(
-    workbench: Any, name: str, arguments: dict[str, Any] | None, caller: Caller | None = None
+    workbench: ToolTarget,
+    name: str,
+    arguments: dict[str, Any] | None,
+    caller: Caller | None = None,
 ) -> types.CallToolResult:
     """Run one tool in a worker thread; every failure becomes an ``isError`` result."""
     token = REQUEST_ID.set(f"mcp-{new_request_id()}")
@@ -92,7 +96,7 @@ async def call_tool(
         REQUEST_ID.reset(token)
 
 
-def build_mcp_server(workbench: Any, version: str = "0.1.0") -> Server:
+def build_mcp_server(workbench: ToolTarget, version: str = "0.1.0") -> Server:
     tools = [mcp_tool(t) for t in TOOLS]
     schemas = {t.name: t.input_schema() for t in TOOLS}
 
@@ -150,7 +154,7 @@ def build_session_manager(
     )
 
 
-async def run_stdio(workbench: Any) -> None:
+async def run_stdio(workbench: ToolTarget) -> None:
     """Serve MCP over this process's stdin/stdout until the client closes it."""
     from mcp.server.stdio import stdio_server
 

@@ -80,9 +80,10 @@ def model_of(answer: type) -> type[Out]:
     keys it may leave out default to None)."""
     fields: dict[str, Any] = {}
     for name, hint in get_type_hints(answer, include_extras=True).items():
-        if get_origin(hint) is typing.NotRequired:
-            hint = get_args(hint)[0]
+        # NotRequired shows in the hint even where postponed annotations hid it from the class
         required = name in answer.__required_keys__  # type: ignore[attr-defined]
+        if get_origin(hint) is typing.NotRequired:
+            hint, required = get_args(hint)[0], False
         fields[name] = (_schema_type(hint), ... if required else None)
     return create_model(answer.__name__, __base__=Out, __doc__=answer.__doc__, **fields)
 

@@ -347,7 +347,7 @@ class RemoteWorkbench:
         self.live = live
         self._tools = {tool.method: tool.name for tool in TOOLS}
 
-    def __getattr__(self, method: str):
+    def __getattr__(self, method: str) -> Callable[..., dict[str, Any]]:
         tools = self.__dict__.get("_tools", {})
         if method not in tools:
             raise AttributeError(method)
@@ -362,7 +362,7 @@ class UnavailableWorkbench:
     def __init__(self, reason: str):
         self.reason = reason
 
-    def __getattr__(self, method: str):
+    def __getattr__(self, method: str) -> Callable[..., dict[str, Any]]:
         if method.startswith("__"):
             raise AttributeError(method)
 

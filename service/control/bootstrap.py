@@ -5,8 +5,14 @@ neither imports the other back."""
 from __future__ import annotations
 
 import gc
+from typing import TYPE_CHECKING
 
 from workbench.config import Settings
+
+if TYPE_CHECKING:
+    from workbench.embedding import Embedder
+    from workbench.facade import Workbench
+    from workbench.llm.health import LLMHealth
 
 
 def secrets_of(settings: Settings) -> list[str | None]:
@@ -15,7 +21,12 @@ def secrets_of(settings: Settings) -> list[str | None]:
     ]
 
 
-def open_workbench(settings: Settings, embedder=None, start: bool = False, llm_health=None):
+def open_workbench(
+    settings: Settings,
+    embedder: Embedder | None = None,
+    start: bool = False,
+    llm_health: LLMHealth | None = None,
+) -> Workbench:
     from workbench.facade import Workbench  # loads the core only for commands that need it
 
     workbench = Workbench.open(settings, embedder=embedder, llm_health=llm_health)

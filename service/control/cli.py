@@ -23,13 +23,17 @@ import logging
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from service.control.bootstrap import freeze_loaded_memory, open_workbench, secrets_of
 from serving.version import package_version
 from workbench.config import Settings, load_settings
 from workbench.errors import ConfigError, WorkbenchError
 from workbench.names import GROUP_ID_RULE, is_group_id
+
+if TYPE_CHECKING:
+    from workbench.embedding import Embedder
+    from workbench.facade import Workbench
 
 log = logging.getLogger("service.cli")
 
@@ -226,7 +230,7 @@ def restore_backup(settings: Settings, folder: str) -> dict[str, Any]:
     return {"database": store.path, **report}
 
 
-def audited_locally(wb, tool: str, groups: list[str], run: Callable[[], Any]) -> Any:
+def audited_locally(wb: Workbench, tool: str, groups: list[str], run: Callable[[], Any]) -> Any:
     """``run()`` on the database file, written to ``audit_log`` as the local user's ``tool``
     (through the service, its tools write the trail)."""
     try:
@@ -397,7 +401,7 @@ def cmd_reembed(args: argparse.Namespace) -> int:
     return _reembed(Store.open(path, dim=None), embedder, args.quiet)
 
 
-def embedder_for(settings: Settings):
+def embedder_for(settings: Settings) -> Embedder:
     """The configured embedder, loaded (before the database is touched)."""
     from workbench.embedding import build_embedder
 
@@ -528,7 +532,9 @@ def cmd_reextract(args: argparse.Namespace) -> int:
     return 0 if not report["pending"] else EXIT_FAILURE
 
 
-def _reextract(workbench, args: argparse.Namespace, arguments: dict[str, Any]) -> dict:
+def _reextract(
+    workbench: Workbench, args: argparse.Namespace, arguments: dict[str, Any]
+) -> dict[str, Any]:
     from tqdm.auto import tqdm
 
     runs = workbench.reextraction(shadow_dir=args.shadow_dir)

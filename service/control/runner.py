@@ -23,7 +23,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import uvicorn
 
@@ -35,6 +35,10 @@ from serving.middleware import is_loopback
 from workbench.config import Settings
 from workbench.errors import ConfigError, EmbedderError, StoreLocked, StoreUnavailable
 from workbench.llm.health import LLMHealth
+
+if TYPE_CHECKING:
+    from workbench.facade import Workbench
+    from workbench.llm.client import ChatModel
 
 log = logging.getLogger("service")
 
@@ -135,7 +139,7 @@ def warm_in_background(
     return thread
 
 
-def probe_llm_in_background(chat: Any) -> threading.Thread | None:
+def probe_llm_in_background(chat: ChatModel | None) -> threading.Thread | None:
     """Send the LLM its start-up probe in a thread (``GET /health`` shows the outcome within
     the probe's timeout, before any episode); a failure is logged as one warning."""
     if chat is None or not hasattr(chat, "probe"):
@@ -459,7 +463,7 @@ def serve_worker(settings: Settings, log_format: str = "json") -> int:
     return 0
 
 
-def stop_workbench(workbench: Any, what: str, done: str) -> None:
+def stop_workbench(workbench: Workbench, what: str, done: str) -> None:
     """Graceful stop: running episodes finish or go back to the queue, then close."""
     log.info("stopping %s: finishing or releasing claimed episodes", what)
     try:
