@@ -137,7 +137,7 @@ def client_key(
     ``tokens`` (a digest of it, so clients behind one proxy keep their own buckets), else its
     address, or the address a trusted proxy forwards. Only a verified token counts: keyed by
     whatever token is sent, a new random one per request would escape every limit. ``known``
-    vouches for the scoped tokens already verified (``service.access.TokenResolver.known``)."""
+    vouches for the scoped tokens already verified (``service.api.access.TokenResolver.known``)."""
     token = _verified_token(scope, tokens, known)
     if token is not None:
         return "token:" + hmac.new(b"rate-limit", token, "sha256").hexdigest()[:16]

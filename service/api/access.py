@@ -1,5 +1,5 @@
 """Who may call what: the caller of a request, resolved once, and its scope checked in one
-place for every tool of :data:`service.tools.TOOLS`, REST and MCP alike.
+place for every tool of :data:`service.api.tools.TOOLS`, REST and MCP alike.
 
 * :class:`TokenResolver` — a bearer token → a :class:`~workbench.store.tenancy.Caller`:
   ``SVC_KNOWLEDGE_API_TOKEN`` is the admin; any other token is looked up by its hash in the

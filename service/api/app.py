@@ -1,6 +1,6 @@
 """The service app: ``create_app(workbench, settings) -> Litestar``.
 
-Routes: ``POST /tools/<name>`` for every tool of :data:`service.tools.TOOLS` (JSON body = the
+Routes: ``POST /tools/<name>`` for every tool of :data:`service.api.tools.TOOLS` (JSON body = the
 arguments, response = the facade's dict), ``GET /tools`` (the table), ``GET /health``, the MCP
 streamable-HTTP endpoint at ``/mcp`` and the OpenAPI schema at ``/schema`` (JSON at
 ``/schema/openapi.json``). Handlers are thin: validate, call the facade in a worker thread,
@@ -260,7 +260,7 @@ def create_app(
         request_max_body_size=max_body_bytes(settings),
         lifespan=[mcp_lifespan],
         plugins=[PydanticPlugin(validate_strict=True)],  # "10" is not a number
-        logging_config=None,  # service.logs owns the log format
+        logging_config=None,  # serving.logs owns the log format
         openapi_config=OpenAPIConfig(
             title="Knowledge Workbench",
             version=package_version(),

@@ -1,7 +1,7 @@
 """The tools over MCP (official ``mcp`` SDK, low-level ``Server``): streamable HTTP mounted at
 ``/mcp`` on the service app, and stdio for ``workbench mcp``.
 
-Tools, names, descriptions and input schemas all come from :data:`service.tools.TOOLS`, the
+Tools, names, descriptions and input schemas all come from :data:`service.api.tools.TOOLS`, the
 same table REST uses. A tool result is the facade's dict as ``structuredContent`` plus the same
 JSON as text; a failure is ``isError`` with ``{"error": {"type", "message"}}``.
 """
@@ -122,7 +122,7 @@ def build_mcp_server(workbench: ToolTarget, version: str = "0.1.0") -> Server:
 
 def transport_security(exposure: Exposure) -> TransportSecuritySettings:
     """The SDK's own DNS-rebinding protection, with the same names and origins as the tools
-    (:class:`~service.middleware.Exposure`, which also guards ``/mcp`` first): on when the
+    (:class:`~serving.middleware.Exposure`, which also guards ``/mcp`` first): on when the
     service is bound to loopback or names its hosts; off otherwise (the token protects it)."""
     if not is_loopback(exposure.bind_host) and not exposure.allowed_hosts:
         return TransportSecuritySettings(enable_dns_rebinding_protection=False)

@@ -357,7 +357,7 @@ class Tool:
         caller: Caller | None = None,
     ) -> dict[str, Any]:
         """Validate ``arguments`` and call the facade method within ``caller``'s scope
-        (None: no token is configured, every group; see :mod:`service.access`). Blocking:
+        (None: no token is configured, every group; see :mod:`service.api.access`). Blocking:
         run it in a thread."""
         return guarded_call(self, workbench, self.parse(arguments), caller)
 

@@ -339,7 +339,7 @@ def _check_owned(path: Path, kind: Callable[[int], bool], private: bool) -> Path
 
 
 class RemoteWorkbench:
-    """The facade's tool methods, forwarded to a live service (see ``service.tools``)."""
+    """The facade's tool methods, forwarded to a live service (see ``service.api.tools``)."""
 
     def __init__(self, live: LiveService):
         from service.api.tools import TOOLS

@@ -1,6 +1,6 @@
 """What the command and the servers share to start: open the workbench, name the secrets to
-redact, settle the loaded memory. Both ``service.cli`` and ``service.runner`` import it, so
-neither imports the other back."""
+redact, settle the loaded memory. Both ``service.control.cli`` and ``service.control.runner``
+import it, so neither imports the other back."""
 
 from __future__ import annotations
 

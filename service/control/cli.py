@@ -96,7 +96,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
 def cmd_mcp(args: argparse.Namespace) -> int:
     """MCP over stdio. On a database file: through the service that holds it, started in the
     background when nobody serves it (shared by every stdio client of the database; see
-    ``service.shared``); ``:memory:`` and a PostgreSQL store: on the database itself. A
+    ``service.control.shared``); ``:memory:`` and a PostgreSQL store: on the database itself. A
     database that cannot be opened does not close the connection: every tool answers with
     the reason."""
     import anyio
@@ -244,7 +244,7 @@ def audited_locally(wb: Workbench, tool: str, groups: list[str], run: Callable[[
 
 IMPORT_CHUNK = 1000
 # bytes of lines per request: half the smallest body limit of any service (1 MiB, see
-# service.app.MIN_BODY_BYTES), leaving room for the JSON escapes of the arguments; 1,000
+# service.api.app.MIN_BODY_BYTES), leaving room for the JSON escapes of the arguments; 1,000
 # lines with 384-dimension vectors are ~4 MB
 IMPORT_CHUNK_BYTES = 512 * 1024
 
@@ -327,7 +327,7 @@ def cmd_export(args: argparse.Namespace) -> int:
 def moved_snapshot(live, target: Path) -> dict[str, str]:
     """A snapshot the live service writes for this request, moved into ``target`` (created
     when missing; a table's file there is replaced, as a local export does). Only files
-    :func:`service.live.snapshot_files` vouches for are moved; their emptied folder is
+    :func:`service.client.live.snapshot_files` vouches for are moved; their emptied folder is
     removed, nothing else."""
     import os
     import shutil

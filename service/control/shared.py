@@ -2,7 +2,7 @@
 
 DuckDB admits one process on a file, and an MCP client (a desktop assistant, an editor) spawns
 its own ``workbench mcp``. So ``workbench mcp`` never opens a database file itself: it serves
-the tools of the service that holds the file (:func:`service.live.find_live`), starting one
+the tools of the service that holds the file (:func:`service.client.live.find_live`), starting one
 when nobody does, and forwards every call to it. Any number of stdio clients thereby share one
 memory, whether a person runs ``workbench serve`` or not.
 
@@ -235,7 +235,7 @@ def _last_error(settings: Settings) -> str:
 
 
 class SharedService:
-    """What :class:`~service.live.RemoteWorkbench` calls: the live service of the database,
+    """What :class:`~service.client.live.RemoteWorkbench` calls: the live service of the database,
     joined again (or started again) when the one it used has gone."""
 
     def __init__(self, settings: Settings, live: LiveService | None = None):

@@ -228,7 +228,7 @@ def create_embed_app(
         middleware=[RequestContextMiddleware],
         request_max_body_size=max_body_bytes,
         openapi_config=None,
-        logging_config=None,  # service.logs owns the log format
+        logging_config=None,  # serving.logs owns the log format
     )
 
 

@@ -62,5 +62,5 @@ def create_metrics_app(workbench: Workbench, token: str | None = None) -> Litest
         else [],
         exception_handlers={Exception: exception_handler},
         openapi_config=None,
-        logging_config=None,  # service.logs owns the log format
+        logging_config=None,  # serving.logs owns the log format
     )
