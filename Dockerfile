@@ -15,6 +15,7 @@ WORKDIR /src
 COPY pyproject.toml README.md LICENSE ./
 COPY workbench ./workbench
 COPY service ./service
+COPY serving ./serving
 COPY voice ./voice
 RUN python -m venv /opt/knowledge-workbench \
     && /opt/knowledge-workbench/bin/pip install . \

@@ -96,7 +96,7 @@ def fresh_process(backend: str, threads: int, cache_dir: str | None, model: str)
 def serve(embedder: LocalEmbedder, port: int):
     import uvicorn
 
-    from service.embed_server import create_embed_app
+    from service.sidecars.embed_server import create_embed_app
 
     app = create_embed_app(embedder)
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error"))

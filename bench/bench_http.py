@@ -133,7 +133,7 @@ def start_service(
         [
             sys.executable,
             "-m",
-            "service.cli",
+            "service.control.cli",
             "serve",
             "--port",
             str(port),

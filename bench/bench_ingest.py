@@ -239,7 +239,7 @@ def one_group(n: int, latency: float, run: int, workers: int) -> dict:
         )
         log = open(f"{scratch}/serve.log", "wb")  # noqa: SIM115 - closed below
         proc = subprocess.Popen(
-            [sys.executable, "-m", "service.cli", "serve", "--port", str(port),
+            [sys.executable, "-m", "service.control.cli", "serve", "--port", str(port),
              "--metrics-port", str(metrics)],
             env=env, cwd=scratch, stdout=log, stderr=subprocess.STDOUT,
         )  # fmt: skip

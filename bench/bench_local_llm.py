@@ -87,7 +87,7 @@ def start_service(db: Path, log: Path, extra_env: dict[str, str]) -> tuple[subpr
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("SVC_KNOWLEDGE_")}
     env.update(extra_env)
-    command = [sys.executable, "-m", "service.cli", "serve", "--local-llm", "--db", str(db)]
+    command = [sys.executable, "-m", "service.control.cli", "serve", "--local-llm", "--db", str(db)]
     command += ["--port", str(port), "--metrics-port", "0"]
     with log.open("ab") as sink:
         proc = subprocess.Popen(

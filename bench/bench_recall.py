@@ -155,7 +155,7 @@ def ask_over_http(db: Path, env: dict[str, str], convs, turns_of) -> dict[str, A
     import httpx
 
     port, metrics = free_port(), free_port()
-    command = [sys.executable, "-m", "service.cli", "serve", "--db", str(db), "--port",
+    command = [sys.executable, "-m", "service.control.cli", "serve", "--db", str(db), "--port",
                str(port), "--metrics-port", str(metrics), "--log-format", "text"]  # fmt: skip
     clean = {k: v for k, v in os.environ.items() if not k.startswith("SVC_KNOWLEDGE_")}
     env = env | {"SVC_KNOWLEDGE_RATE_LIMIT_PER_MINUTE": "0"}  # the questions come back to back

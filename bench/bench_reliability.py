@@ -58,7 +58,7 @@ class Serve:
                 [
                     sys.executable,
                     "-m",
-                    "service.cli",
+                    "service.control.cli",
                     "serve",
                     "--port",
                     str(self.port),

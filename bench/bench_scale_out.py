@@ -61,7 +61,7 @@ class Proc:
         self.name = name
         self.log = open(f"{scratch}/{name}.log", "wb")  # noqa: SIM115 - closed in stop
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "service.cli", *args],
+            [sys.executable, "-m", "service.control.cli", *args],
             env=env, cwd=scratch, stdout=self.log, stderr=subprocess.STDOUT,
         )  # fmt: skip
         self.http = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=60) if port else None

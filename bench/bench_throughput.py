@@ -233,8 +233,8 @@ def import_facts(db: Path, facts: int) -> float:
     source = db.with_suffix(".jsonl")
     write_file(source, facts)
     started = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "service.cli", "import", str(source), "--db", str(db),
-                    "--quiet"], check=True, capture_output=True, cwd=db.parent)  # fmt: skip
+    command = [sys.executable, "-m", "service.control.cli", "import", str(source), "--db", str(db)]
+    subprocess.run([*command, "--quiet"], check=True, capture_output=True, cwd=db.parent)
     return time.perf_counter() - started
 
 

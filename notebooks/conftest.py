@@ -42,7 +42,7 @@ def _start() -> None:
     folder = Path(tempfile.mkdtemp(prefix="notebook-live-"))
     db = folder / "live.duckdb"
     env = {k: v for k, v in os.environ.items() if not k.startswith("SVC_KNOWLEDGE_")}
-    cli = [sys.executable, "-m", "service.cli"]
+    cli = [sys.executable, "-m", "service.control.cli"]
     subprocess.run(
         [*cli, "import", str(ROOT / "data" / "import_example.jsonl"), "--quiet", "--db", str(db)],
         env=env,

@@ -348,7 +348,7 @@ def live_search(
 ) -> list[dict]:
     """Search the live database with the tool ``tool``, through the running service that
     holds it (what any MCP client gets)."""
-    from service.live import find_live
+    from service.client.live import find_live
 
     overrides = {"db_path": db_path} if db_path else {}
     settings = load_settings(env_file=ROOT / ".env", **overrides)
@@ -373,7 +373,7 @@ def live_tables(db_path: str | None = None):
         con = lab.live_tables()                      # SVC_KNOWLEDGE_DB_PATH or the default
         con.sql("SELECT status, count(*) FROM episodes GROUP BY 1").df()
     """
-    from service.live import snapshot
+    from service.client.live import snapshot
 
     overrides = {"db_path": db_path} if db_path else {}
     return snapshot(load_settings(env_file=ROOT / ".env", **overrides))

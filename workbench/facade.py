@@ -13,11 +13,12 @@ import logging
 from collections.abc import Sequence
 from datetime import date, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
 from workbench import errors, names
+from workbench import results as r
 from workbench.clock import Clock, utcnow
 from workbench.config import Settings, load_settings
 from workbench.decay import maintenance
@@ -193,7 +194,7 @@ class Workbench:
         uuid: str | None = None,
         reference_time: str | datetime | None = None,
         priority: str = "normal",
-    ) -> dict[str, Any]:
+    ) -> r.AddMemoryResult:
         """Store an episode, its passages searchable at once, and queue it for extraction;
         returns at once."""
         episode = accept.episode_row(
@@ -227,7 +228,7 @@ class Workbench:
             if existing is None:  # what was said is searchable from now on (embedded soon)
                 self.passages.publish(passages)
         if existing is not None:
-            return accept.added_before(existing, episode)
+            return cast(r.AddMemoryResult, accept.added_before(existing, episode))
         self.queue.notify_enqueued(episode["priority"])
         status = "queued" if self.chat is not None else NO_LLM
         return {
@@ -252,7 +253,7 @@ class Workbench:
 
     def add_memories(
         self, episodes: Sequence[dict[str, Any]], progress: bool = False
-    ) -> list[dict[str, Any]]:
+    ) -> list[r.AddMemoryResult]:
         """``add_memory`` for many episodes (dicts of its arguments), with a progress bar."""
         from tqdm.auto import tqdm
 
@@ -283,17 +284,18 @@ class Workbench:
         progress: bool = False,
         group_id: str | None = None,
         first_line: int = 1,
-    ) -> dict[str, Any]:
+    ) -> r.ImportResult:
         """Import pre-extracted entities and facts (JSON lines), no LLM. ``first_line``
         numbers the lines of ``source`` when it is a chunk of a larger file."""
         importer = Importer(
             self.store, self.embedder, self.clock, self._group(group_id), self.publisher
         )
-        return importer.run(source, progress=progress, first_line=first_line).as_dict()
+        report = importer.run(source, progress=progress, first_line=first_line)
+        return cast(r.ImportResult, report.as_dict())
 
     def import_memories(
         self, lines: Sequence[Any], group_id: str | None = None, first_line: int = 1
-    ) -> dict[str, Any]:
+    ) -> r.ImportResult:
         """The tool of ``import_jsonl``: lines (JSON strings or objects) of an import file,
         numbered from ``first_line`` in the report's errors."""
         if isinstance(lines, str) or not isinstance(lines, (list, tuple)):
@@ -312,7 +314,7 @@ class Workbench:
         max_nodes: int = 10,
         entity_types: Sequence[str] | None = None,
         **filters: Any,
-    ) -> dict[str, Any]:
+    ) -> r.NodesFound:
         nodes = self.search.search_nodes(
             query, self._groups(group_ids), max_nodes, entity_types, **filters
         )
@@ -325,7 +327,7 @@ class Workbench:
         max_facts: int = 10,
         center_node_uuid: str | None = None,
         **filters: Any,
-    ) -> dict[str, Any]:
+    ) -> r.FactsFound:
         facts = self.search.search_facts(
             query, self._groups(group_ids), max_facts, center_node_uuid, **filters
         )
@@ -338,7 +340,7 @@ class Workbench:
         max_results: int = 10,
         kinds: Sequence[str] | None = None,
         **filters: Any,
-    ) -> dict[str, Any]:
+    ) -> r.SearchMemoryResult:
         results = recall.search_memory(
             self.search, query, self._groups(group_ids), max_results, kinds, **filters
         )
@@ -347,13 +349,13 @@ class Workbench:
     # --- episodes and edges -------------------------------------------------------------
     def get_episodes(
         self, group_ids: Sequence[str] | None = None, max_episodes: int = 10
-    ) -> dict[str, Any]:
+    ) -> r.EpisodesFound:
         if not isinstance(max_episodes, int) or not 1 <= max_episodes <= MAX_LIST:
             raise errors.InvalidInput(f"'max_episodes' must be an integer from 1 to {MAX_LIST}")
         rows = g.list_episodes(self.store, self._groups(group_ids), max_episodes)
         return {"episodes": jsonable(_scrubbed(rows, "status_detail"))}
 
-    def delete_episode(self, uuid: str) -> dict[str, Any]:
+    def delete_episode(self, uuid: str) -> r.DeleteEpisodeResult:
         accept.check_uuid(uuid)
         with self.publisher:
             with self.store.transaction():
@@ -372,13 +374,13 @@ class Workbench:
             "passages_removed": len(removed["passage"]),
         }
 
-    def get_entity_edge(self, uuid: str) -> dict[str, Any]:
+    def get_entity_edge(self, uuid: str) -> r.EntityEdge:
         fact = g.get_fact(self.store, accept.check_uuid(uuid))
         if fact is None:
             raise errors.NotFound(f"no fact (entity edge) with uuid {uuid}")
-        return jsonable(fact)
+        return cast(r.EntityEdge, jsonable(fact))
 
-    def delete_entity_edge(self, uuid: str) -> dict[str, Any]:
+    def delete_entity_edge(self, uuid: str) -> r.Message:
         accept.check_uuid(uuid)
         with self.publisher:
             with self.store.transaction():
@@ -389,7 +391,7 @@ class Workbench:
         self.snapshots.discard()
         return {"message": f"Entity edge {uuid} deleted"}
 
-    def clear_graph(self, group_ids: Sequence[str]) -> dict[str, Any]:
+    def clear_graph(self, group_ids: Sequence[str]) -> r.ClearGraphResult:
         groups = self._groups(group_ids)
         if not groups:
             raise errors.InvalidInput(
@@ -424,21 +426,23 @@ class Workbench:
 
     def reextract(
         self, group_id=None, dry_run=False, promote=None, discard=None, compare=None
-    ) -> dict[str, Any]:
+    ) -> r.ReextractResult:
         """The ``reextract`` tool: a run of ``group_id`` (its estimate with ``dry_run``), or
         a run to ``compare``, ``promote`` or ``discard``."""
         one_action(group_id, dry_run, promote, discard, compare)
         runs = self.reextraction()
         if group_id is not None:
             group = self._group(group_id)
-            return jsonable(runs.plan(group).as_dict() if dry_run else runs.run(group))
+            answer = runs.plan(group).as_dict() if dry_run else runs.run(group)
+            return cast(r.ReextractResult, jsonable(answer))
         if promote is not None:
-            return runs.promote(promote)
-        return jsonable(runs.compare(compare) if compare else runs.discard(str(discard)))
+            return cast(r.ReextractResult, runs.promote(promote))
+        answer = runs.compare(compare) if compare else runs.discard(str(discard))
+        return cast(r.ReextractResult, jsonable(answer))
 
     # --- status and queue ---------------------------------------------------------------
-    def get_status(self) -> dict[str, Any]:
-        return jsonable(
+    def get_status(self) -> r.StatusResult:
+        answer: r.StatusResult = jsonable(
             {
                 "status": "ok",
                 "database": self.store.path,
@@ -457,13 +461,14 @@ class Workbench:
                 "workers_running": self.queue.running,
             }
         )
+        return answer
 
-    def get_queue_status(self) -> dict[str, Any]:
+    def get_queue_status(self) -> r.QueueStatusResult:
         status = q.status(self.store, self.clock())
         status["failed"] = _scrubbed(status.get("failed", []), "error_message")
         status["workers"] = self.settings.queue_concurrency if self.queue.running else 0
         status["llm_configured"] = self.chat is not None
-        return jsonable(status)
+        return cast(r.QueueStatusResult, jsonable(status))
 
     def refresh_gauges(self) -> None:
         """Bring the queue and memory gauges up to date (before a metrics scrape)."""
@@ -472,7 +477,7 @@ class Workbench:
 
     def retry_failed_episodes(
         self, episode_uuids: Sequence[str] | None = None, group_id: str | None = None
-    ) -> dict[str, Any]:
+    ) -> r.RetryResult:
         if episode_uuids is not None:
             episode_uuids = [accept.check_uuid(u) for u in episode_uuids]
         uuids = self.queue.retry_failed(
@@ -481,13 +486,13 @@ class Workbench:
         return {"message": f"{len(uuids)} failed episodes re-queued", "episode_uuids": uuids}
 
     # --- decay, classification ----------------------------------------------------------
-    def run_decay_maintenance(self, dry_run: bool = False) -> dict[str, Any]:
+    def run_decay_maintenance(self, dry_run: bool = False) -> r.MaintenanceResult:
         # a real run refreshes the search rows itself (through the publisher, under its gate)
         report = self.scheduler.run_now(dry_run=dry_run, classify=not dry_run)
-        return jsonable(_as_dict(report))
+        return cast(r.MaintenanceResult, jsonable(_as_dict(report)))
 
-    def get_knowledge_health(self) -> dict[str, Any]:
-        return jsonable(
+    def get_knowledge_health(self) -> r.KnowledgeHealthResult:
+        answer: r.KnowledgeHealthResult = jsonable(
             maintenance.decay_health(
                 self.store,
                 self.policy,
@@ -497,8 +502,9 @@ class Workbench:
                 scheduler=self.scheduler,
             )
         )
+        return answer
 
-    def classify_memory(self, text: str) -> dict[str, Any]:
+    def classify_memory(self, text: str) -> r.ClassifyResult:
         if not isinstance(text, str) or not text.strip():
             raise errors.InvalidInput("'text' must be a non-empty string")
         if len(text) > self.settings.max_episode_chars:
@@ -506,30 +512,30 @@ class Workbench:
                 f"'text' has {len(text)} characters; at most {self.settings.max_episode_chars}"
             )
         result = classify_texts(self.chat, [text], self.metrics)[0]
-        return jsonable(_as_dict(result))
+        return cast(r.ClassifyResult, jsonable(_as_dict(result)))
 
-    def recover_soft_deleted(self, uuid: str) -> dict[str, Any]:
+    def recover_soft_deleted(self, uuid: str) -> r.RecoverResult:
         with self.publisher:
             result = maintenance.recover_soft_deleted(
                 self.store, accept.check_uuid(uuid), self.clock
             )
             self.publisher.states_changed()
-        return jsonable(result)
+        return cast(r.RecoverResult, jsonable(result))
 
     # --- many people on one service (store.tenancy) -------------------------------------
-    def list_groups(self, group_ids: Sequence[str] | None = None) -> dict[str, Any]:
-        return jsonable(self.tenancy.list_groups(self._groups(group_ids)))
+    def list_groups(self, group_ids: Sequence[str] | None = None) -> r.GroupsResult:
+        return cast(r.GroupsResult, jsonable(self.tenancy.list_groups(self._groups(group_ids))))
 
     def add_token(
         self, name: str, groups: Sequence[str] = (), read_only: bool = False, admin: bool = False
-    ) -> dict[str, Any]:
-        return self.tenancy.add_token(name, groups, read_only, admin)
+    ) -> r.NewToken:
+        return cast(r.NewToken, self.tenancy.add_token(name, groups, read_only, admin))
 
-    def list_tokens(self) -> dict[str, Any]:
-        return jsonable(self.tenancy.list_tokens())
+    def list_tokens(self) -> r.TokensResult:
+        return cast(r.TokensResult, jsonable(self.tenancy.list_tokens()))
 
-    def revoke_token(self, name: str) -> dict[str, Any]:
-        return self.tenancy.revoke_token(name)
+    def revoke_token(self, name: str) -> r.RevokeResult:
+        return cast(r.RevokeResult, self.tenancy.revoke_token(name))
 
     # --- notebooks ----------------------------------------------------------------------
     def frame(self, table: str):
@@ -539,12 +545,12 @@ class Workbench:
     def export_parquet(self, directory: str | Path) -> dict[str, str]:
         return {k: str(v) for k, v in self.store.export_parquet(directory).items()}
 
-    def export_snapshot(self) -> dict[str, Any]:
+    def export_snapshot(self) -> r.SnapshotResult:
         """A consistent Parquet snapshot of every table, written by this process into a new
         private temporary folder on this host (the caller, on the same machine, moves or
         reads the files; a caller never chooses where the service writes). At most
         ``snapshots.KEEP`` exist at once: older ones are removed (see ``store.snapshots``)."""
-        return self.snapshots.write(self.export_parquet)
+        return cast(r.SnapshotResult, self.snapshots.write(self.export_parquet))
 
 
 def _scrubbed(rows: list[dict[str, Any]], field: str) -> list[dict[str, Any]]:

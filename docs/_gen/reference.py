@@ -6,7 +6,7 @@
 Blocks live between ``<!-- BEGIN GENERATED: <name> -->`` and ``<!-- END GENERATED: <name> -->``
 in ``docs/configuration.md`` (settings), ``docs/metrics.md`` (metrics) and ``docs/tools.md``
 (tools). Names, types, defaults, labels and buckets come from ``workbench.config.Settings``,
-``workbench.metrics.Metrics`` and ``service.tools.TOOLS``; only the prose meaning of a setting
+``workbench.metrics.Metrics`` and ``service.api.tools.TOOLS``; only the prose meaning of a setting
 lives here (a setting without one is an error, so a new setting cannot go undocumented).
 This file is excluded from the site (``exclude_docs`` in mkdocs.yml).
 """
@@ -330,7 +330,7 @@ def metrics_table() -> str:
 
 # --- tools ------------------------------------------------------------------------------
 def tools_sections() -> str:
-    from service.tools import TOOLS
+    from service.api.tools import TOOLS
 
     out = []
     for tool in TOOLS:
@@ -355,10 +355,10 @@ def tools_sections() -> str:
 
 # --- CLI --------------------------------------------------------------------------------
 def cli_commands() -> dict[str, Any]:
-    """Subcommand name -> its argparse parser, from ``service.cli.build_parser()``."""
+    """Subcommand name -> its argparse parser, from ``service.control.cli.build_parser()``."""
     import argparse
 
-    from service.cli import build_parser
+    from service.control.cli import build_parser
 
     parser = build_parser()
     for action in parser._actions:  # noqa: SLF001 - argparse has no public accessor

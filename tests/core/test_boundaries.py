@@ -1,6 +1,7 @@
 """The core's boundaries: importing it loads no adapter layer and no heavy model library, its
 public API is small, sorted and real, its subsystems import each other in one direction only,
-and no module of the core, the service or the voice server sits on an import circle."""
+no module of the core, the service or the voice server sits on an import circle, and the two
+servers share only the neutral ``serving`` package."""
 
 from __future__ import annotations
 
@@ -29,7 +30,8 @@ FORBIDDEN = (
 )
 
 # The direction of imports in the core: a module may import its own layer and those below.
-# The pure decay rules sit with the kernel: the store's maintenance SQL is their twin.
+# The pure decay rules sit with the kernel: the store's maintenance SQL is their twin. The
+# facade's result types (typed dicts) import nothing of the core.
 LAYERS = [
     (
         "kernel",
@@ -41,6 +43,7 @@ LAYERS = [
             "workbench.names",
             "workbench.safety",
             "workbench.decay.rules",
+            "workbench.results",
         ),
     ),
     ("store", ("workbench.store",)),
@@ -65,7 +68,11 @@ def module_files(package: str) -> dict[str, Path]:
     return found
 
 
-MODULES = {m: p for pkg in ("workbench", "service", "voice") for m, p in module_files(pkg).items()}
+MODULES = {
+    m: p
+    for pkg in ("workbench", "service", "serving", "voice")
+    for m, p in module_files(pkg).items()
+}
 
 
 def imports_of(name: str, path: Path) -> set[str]:
@@ -164,6 +171,35 @@ def test_the_core_imports_neither_the_service_nor_the_voice_server():
         if not t.startswith("workbench")
     ]
     assert crossing == []
+
+
+# The two servers: the neutral ``serving`` package (guards, errors, request logs, API docs,
+# version) is what they share; neither imports the other, and ``serving`` imports neither.
+SERVERS = {"service": ("service", "voice"), "voice": ("service",), "serving": ("service", "voice")}
+
+
+def crossings(graph: dict[str, set[str]]) -> list[tuple[str, str]]:
+    return sorted(
+        (module, target)
+        for module, targets in graph.items()
+        for target in targets
+        for package, forbidden in SERVERS.items()
+        if module.split(".")[0] == package
+        for other in forbidden
+        if other != package and target.split(".")[0] == other
+    )
+
+
+def test_the_servers_share_only_the_neutral_serving_package():
+    assert crossings(GRAPH) == []
+
+
+def test_the_server_rule_would_catch_the_voice_server_importing_the_service():
+    graph = {"voice.server": {"service.control.bootstrap"}, "serving.errors": {"voice.errors"}}
+    assert crossings(graph) == [
+        ("serving.errors", "voice.errors"),
+        ("voice.server", "service.control.bootstrap"),
+    ]
 
 
 @pytest.mark.parametrize(

@@ -197,8 +197,8 @@ def test_histogram_buckets_are_documented():
 
 # --- CLI --------------------------------------------------------------------------------
 def cli_parsers() -> dict:
-    if not (ROOT / "service" / "cli.py").exists():
-        pytest.skip("service/cli.py does not exist yet")
+    if not (ROOT / "service" / "control" / "cli.py").exists():
+        pytest.skip("service/control/cli.py does not exist yet")
     return generator().cli_commands()
 
 
@@ -228,7 +228,7 @@ def test_voice_server_command_is_documented():
 # --- tools and endpoints ----------------------------------------------------------------
 def tool_table():
     try:
-        from service.tools import TOOLS
+        from service.api.tools import TOOLS
     except ImportError:
         return None
     return TOOLS
@@ -244,7 +244,7 @@ def test_every_tool_is_documented():
 def test_every_tool_argument_is_documented():
     tools = tool_table()
     if tools is None:
-        pytest.skip("service/tools.py is not importable")
+        pytest.skip("service/api/tools.py is not importable")
     text = page("tools.md")
     for tool in tools:
         section = text.split(f"### `{tool.name}`", 1)[1].split("\n### ", 1)[0]

@@ -8,7 +8,7 @@ import json
 import numpy as np
 import pytest
 
-from service.cli import main
+from service.control.cli import main
 from workbench.config import LOCAL_EMBEDDER_MODEL, load_settings
 from workbench.errors import DimensionMismatch
 from workbench.facade import Workbench

@@ -48,7 +48,7 @@ def test_the_install_docs_name_the_ways_that_work():
 
 def test_both_console_names_start_the_command():
     scripts = PYPROJECT["project"]["scripts"]
-    assert scripts["workbench"] == scripts["knowledge-workbench"] == "service.cli:main"
+    assert scripts["workbench"] == scripts["knowledge-workbench"] == "service.control.cli:main"
 
 
 def test_the_mcp_pin_admits_only_the_sdk_the_code_imports():
@@ -86,7 +86,7 @@ def test_every_library_the_notebooks_import_is_declared():
         for r in [*project["dependencies"], *extras["notebooks"], *extras["voice"]]
     }
     owners = packages_distributions()
-    own = {"workbench", "service", "voice", "lab", "memories", "__future__"}
+    own = {"workbench", "service", "serving", "voice", "lab", "memories", "__future__"}
     own.add("transformers")  # lab.py quietens it only when the torch extra installed it
     undeclared = []
     for module in sorted(notebook_imports() - own):

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from service.runner import GRACEFUL_SECONDS, QUEUE_STOP_SECONDS
+from service.control.runner import GRACEFUL_SECONDS, QUEUE_STOP_SECONDS
 from tests.service.svc_helpers import free_port
 from voice.settings import ENVIRONMENT as VOICE_ENVIRONMENT
 from voice.settings import Settings as VoiceSettings

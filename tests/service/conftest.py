@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from litestar.testing import TestClient
 
-from service.app import create_app
+from service.api.app import create_app
 from tests.service.svc_helpers import BASE, ServerThread, make_settings
 from workbench.facade import Workbench
 from workbench.fakes.embedder import HashEmbedder

@@ -8,8 +8,8 @@ import re
 import pytest
 from litestar.testing import TestClient
 
-from service.apidocs import ASSET_FILES, ASSETS_PATH
-from service.app import create_app
+from service.api.app import create_app
+from serving.apidocs import ASSET_FILES, ASSETS_PATH
 from tests.service.svc_helpers import BASE, make_settings
 from workbench.facade import Workbench
 from workbench.metrics import Metrics

@@ -10,7 +10,7 @@ import pytest
 from litestar.testing import TestClient
 from pydantic import SecretStr
 
-from service.app import create_app, max_body_bytes
+from service.api.app import create_app, max_body_bytes
 from tests.service.svc_helpers import BASE, Tick, assert_error, call, make_settings
 from workbench.facade import Workbench
 from workbench.fakes import rule_llm
@@ -104,12 +104,12 @@ def test_search_tools_find_the_ingested_memories(client, ingested):
 
 
 def test_search_memory_recalls_facts_and_what_was_said_in_one_list(client, ingested):
-    from service.responses import SearchMemoryResult
+    from service.api.responses import RESULTS
 
     out = call(
         client, "search_memory", {"query": "where does Maria Keller work", "group_ids": ["g1"]}
     )
-    SearchMemoryResult.model_validate(out)
+    RESULTS["search_memory"].model_validate(out)
     kinds = {r["kind"] for r in out["results"]}
     assert kinds == {"fact", "passage"}
     scores = [r["score"] for r in out["results"]]

@@ -13,9 +13,9 @@ from dataclasses import dataclass
 import duckdb
 import pytest
 
-from service.cli import build_parser, main
-from service.embed_server import create_embed_app
-from service.logs import remove_handlers
+from service.control.cli import build_parser, main
+from service.sidecars.embed_server import create_embed_app
+from serving.logs import remove_handlers
 from tests.service.svc_helpers import free_port
 from workbench.fakes.embedder import HashEmbedder
 
@@ -96,7 +96,7 @@ def test_non_loopback_without_token_is_refused_by_the_real_command(tmp_path):
         [
             sys.executable,
             "-m",
-            "service.cli",
+            "service.control.cli",
             "serve",
             "--host",
             "0.0.0.0",
@@ -238,7 +238,7 @@ def test_both_commands_print_the_package_version():
     from importlib.metadata import version
 
     expected = version("knowledge-workbench")
-    for module, prog in (("service.cli", "workbench"), ("voice.server", "voice-server")):
+    for module, prog in (("service.control.cli", "workbench"), ("voice.server", "voice-server")):
         out = subprocess.run(
             [sys.executable, "-m", module, "--version"], capture_output=True, text=True, timeout=60
         )
@@ -251,7 +251,7 @@ def test_the_package_ships_a_license_a_changelog_and_type_markers():
     root = Path(__file__).resolve().parents[2]
     assert "Apache License" in (root / "LICENSE").read_text()
     assert (root / "CHANGELOG.md").is_file()
-    for package in ("workbench", "service", "voice"):
+    for package in ("workbench", "service", "serving", "voice"):
         assert (root / package / "py.typed").is_file()
 
 
@@ -318,8 +318,8 @@ def test_tokens_commands_on_the_file(cli, tmp_path, embed_env, monkeypatch):
 def test_tokens_commands_through_the_running_service(cli, tmp_path, server_thread):
     from pydantic import SecretStr
 
-    from service.app import create_app
-    from service.live import write_record
+    from service.api.app import create_app
+    from service.client.live import write_record
     from tests.service.svc_helpers import make_settings
     from workbench.facade import Workbench
     from workbench.metrics import Metrics

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from service.embed_server import create_embed_app
+from service.sidecars.embed_server import create_embed_app
 from tests.service.test_cli import cli  # noqa: F401 - the fixture
 from workbench.config import load_settings
 from workbench.facade import Workbench
@@ -112,7 +112,7 @@ def test_a_run_killed_with_sigkill_resumes_without_duplicates(llm, env, tmp_path
     llm.latency = 0.05
     sub_env = {**os.environ, "PYTHONPATH": str(ROOT), **env, "SVC_KNOWLEDGE_MODEL_NAME": "model-2"}
     sub_env["SVC_KNOWLEDGE_QUEUE_GROUP_RUN"] = "4"
-    command = [sys.executable, "-m", "service.cli", "reextract", "--group", "tom",
+    command = [sys.executable, "-m", "service.control.cli", "reextract", "--group", "tom",
                "--db", str(db), "--quiet"]  # fmt: skip
     before = len(llm.requests)
     proc = subprocess.Popen(command, env=sub_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
@@ -149,7 +149,7 @@ def test_a_run_killed_with_sigkill_resumes_without_duplicates(llm, env, tmp_path
 def test_the_admin_tool_runs_compares_and_promotes_over_rest(fake_llm, hash_embedder):
     from litestar.testing import TestClient
 
-    from service.app import create_app
+    from service.api.app import create_app
     from tests.service.svc_helpers import BASE, assert_error, call, make_settings
     from workbench.metrics import Metrics
 

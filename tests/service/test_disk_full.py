@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from litestar.testing import TestClient
 
-from service.app import create_app
+from service.api.app import create_app
 from tests.service.svc_helpers import BASE, call, make_settings
 from workbench.facade import Workbench
 from workbench.fakes.embedder import HashEmbedder

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from litestar.testing import TestClient
 
-from service.embed_server import create_embed_app
+from service.sidecars.embed_server import create_embed_app
 from tests.service.svc_helpers import ServerThread, free_port
 from workbench.embedding import CompatEmbedder
 from workbench.errors import DimensionMismatch, EmbedderError

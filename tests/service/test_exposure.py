@@ -11,9 +11,9 @@ import pytest
 from litestar.testing import TestClient
 from pydantic import SecretStr
 
-from service.app import create_app
-from service.metrics_server import create_metrics_app
-from service.middleware import Exposure, client_key
+from service.api.app import create_app
+from service.sidecars.metrics_server import create_metrics_app
+from serving.middleware import Exposure, client_key
 from tests import prom
 from tests.service.svc_helpers import BASE, Tick, assert_error, call, make_settings
 from workbench.facade import Workbench

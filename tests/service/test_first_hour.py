@@ -12,7 +12,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from service.embed_server import create_embed_app
+from service.sidecars.embed_server import create_embed_app
 from tests.service.svc_helpers import environ_without_settings, free_port
 from tests.service.test_serve_subprocess import Service
 from workbench.fakes.chat_server import FakeReply, chat_settings_env
@@ -40,7 +40,7 @@ def embed_env(server_thread) -> dict[str, str]:
 def workbench(*args: str, env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess:
     """``workbench ARGS`` as a process in ``cwd`` (anywhere but the clone)."""
     return subprocess.run(
-        [sys.executable, "-m", "service.cli", *args],
+        [sys.executable, "-m", "service.control.cli", *args],
         env=environ_without_settings(PYTHONPATH=str(REPO), **env),
         cwd=cwd,
         capture_output=True,
@@ -140,7 +140,7 @@ def test_an_llm_that_cannot_answer_in_the_structured_mode_is_failing(embed_env, 
 def test_logs_are_readable_lines_at_a_terminal_and_json_elsewhere(monkeypatch):
     import io
 
-    from service.cli import default_log_format
+    from service.control.cli import default_log_format
 
     class Terminal(io.StringIO):
         def isatty(self) -> bool:
@@ -153,7 +153,7 @@ def test_logs_are_readable_lines_at_a_terminal_and_json_elsewhere(monkeypatch):
 
 
 def test_embed_server_help_names_the_engine_it_runs():
-    from service.cli import build_parser
+    from service.control.cli import build_parser
 
     sub = next(a for a in build_parser()._actions if a.dest == "command")
     description = sub.choices["embed-server"].description

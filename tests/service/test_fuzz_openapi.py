@@ -16,7 +16,7 @@ from schemathesis.checks import (  # noqa: E402
     status_code_conformance,
 )
 
-from service.app import create_app  # noqa: E402
+from service.api.app import create_app  # noqa: E402
 from workbench.config import load_settings  # noqa: E402
 from workbench.facade import Workbench  # noqa: E402
 from workbench.fakes.embedder import HashEmbedder  # noqa: E402

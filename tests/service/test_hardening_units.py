@@ -7,8 +7,8 @@ import socket
 import pytest
 from pydantic import SecretStr
 
-from service.middleware import TokenBuckets
-from service.runner import StartupError, bind_socket, check_exposure, is_loopback
+from service.control.runner import StartupError, bind_socket, check_exposure, is_loopback
+from serving.middleware import TokenBuckets
 from workbench.config import load_settings
 from workbench.errors import ConfigError
 
@@ -81,7 +81,7 @@ def test_bind_socket_reports_a_busy_port():
 def test_health_probe_reports_a_loading_model_without_blocking():
     import threading
 
-    from service.health import EmbedderProbe
+    from service.api.health import EmbedderProbe
     from workbench.fakes.embedder import HashEmbedder
 
     loaded = threading.Event()
@@ -94,7 +94,7 @@ def test_health_probe_reports_a_loading_model_without_blocking():
 def test_background_warm_up_sets_the_event_or_reports_the_failure():
     import threading
 
-    from service.runner import warm_in_background
+    from service.control.runner import warm_in_background
     from workbench.errors import EmbedderError
     from workbench.fakes.embedder import HashEmbedder
 
@@ -126,7 +126,7 @@ def test_bound_sockets_are_tcp_with_nodelay():
 def test_freezing_exempts_what_is_loaded_from_full_collections():
     import gc
 
-    from service.bootstrap import freeze_loaded_memory
+    from service.control.bootstrap import freeze_loaded_memory
 
     loaded = [{"uuid": str(i)} for i in range(1000)]  # containers, like the row caches
     try:
@@ -137,7 +137,7 @@ def test_freezing_exempts_what_is_loaded_from_full_collections():
 
 
 def test_serve_freezes_the_loaded_workbench_before_it_starts_the_workers(monkeypatch):
-    import service.runner as runner
+    import service.control.runner as runner
 
     calls: list[str] = []
 

@@ -9,9 +9,9 @@ import random
 
 import pytest
 
-from service.app import MIN_BODY_BYTES, create_app
-from service.cli import IMPORT_CHUNK_BYTES, import_through
-from service.live import LiveService
+from service.api.app import MIN_BODY_BYTES, create_app
+from service.client.live import LiveService
+from service.control.cli import IMPORT_CHUNK_BYTES, import_through
 from tests.service.svc_helpers import make_settings
 from workbench.facade import Workbench
 from workbench.fakes.embedder import HashEmbedder

@@ -14,8 +14,8 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from service.embed_server import create_embed_app
-from service.live import find_live, record_path
+from service.client.live import find_live, record_path
+from service.sidecars.embed_server import create_embed_app
 from tests.service.test_serve_subprocess import Service
 from workbench.config import load_settings
 from workbench.fakes.embedder import HashEmbedder
@@ -55,7 +55,7 @@ def env(server_thread):
 def workbench_cli(env: dict, db: Path, *args: str) -> subprocess.CompletedProcess:
     clean = {k: v for k, v in os.environ.items() if not k.startswith("SVC_KNOWLEDGE_")}
     return subprocess.run(
-        [sys.executable, "-m", "service.cli", *args, "--db", str(db)],
+        [sys.executable, "-m", "service.control.cli", *args, "--db", str(db)],
         env={**clean, **env},
         cwd=db.parent,
         capture_output=True,
@@ -86,7 +86,7 @@ async def stdio_mcp(env: dict, db: Path):
     clean = {k: v for k, v in os.environ.items() if not k.startswith("SVC_KNOWLEDGE_")}
     params = StdioServerParameters(
         command=sys.executable,
-        args=["-m", "service.cli", "mcp", "--db", str(db)],
+        args=["-m", "service.control.cli", "mcp", "--db", str(db)],
         env={**clean, **env},
         cwd=str(db.parent),
     )

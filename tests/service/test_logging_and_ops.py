@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from service.logs import (
+from serving.logs import (
     REQUEST_ID,
     JsonFormatter,
     Redactor,
@@ -109,7 +109,7 @@ def test_uvicorn_lines_name_their_server_and_port(caplog):
     import asyncio
     import socket
 
-    from service.runner import make_server, serve_all
+    from service.control.runner import make_server, serve_all
 
     async def app(scope, receive, send):  # a minimal ASGI app with a lifespan
         if scope["type"] == "lifespan":

@@ -14,8 +14,8 @@ from mcp.client.stdio import StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 from pydantic import SecretStr
 
-from service.app import create_app
-from service.tools import TOOLS
+from service.api.app import create_app
+from service.api.tools import TOOLS
 from workbench.config import load_settings
 from workbench.facade import Workbench
 from workbench.fakes import rule_llm
@@ -116,7 +116,10 @@ async def test_stdio_subprocess(tmp_path):
         }
     )
     params = StdioServerParameters(
-        command=sys.executable, args=["-m", "service.cli", "mcp"], env=env, cwd=str(tmp_path)
+        command=sys.executable,
+        args=["-m", "service.control.cli", "mcp"],
+        env=env,
+        cwd=str(tmp_path),
     )
     with anyio.fail_after(90):
         async with Client(params) as client:

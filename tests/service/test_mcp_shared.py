@@ -14,9 +14,9 @@ import pytest
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 
-from service.embed_server import create_embed_app
-from service.live import record_path
-from service.shared import ClientLease, IdleWatch, join_or_start, live_clients
+from service.client.live import record_path
+from service.control.shared import ClientLease, IdleWatch, join_or_start, live_clients
+from service.sidecars.embed_server import create_embed_app
 from tests.service.svc_helpers import environ_without_settings
 from workbench.fakes.embedder import HashEmbedder
 
@@ -48,7 +48,10 @@ async def test_two_stdio_clients_write_and_search_one_memory(tmp_path, server_th
         SVC_KNOWLEDGE_MCP_IDLE_SECONDS="1",
     )
     params = StdioServerParameters(
-        command=sys.executable, args=["-m", "service.cli", "mcp"], env=env, cwd=str(elsewhere)
+        command=sys.executable,
+        args=["-m", "service.control.cli", "mcp"],
+        env=env,
+        cwd=str(elsewhere),
     )
     database = data / "knowledge-workbench" / "knowledge.duckdb"
     with anyio.fail_after(120):

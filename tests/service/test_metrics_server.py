@@ -7,7 +7,7 @@ import pytest
 from litestar.testing import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
-from service.metrics_server import create_metrics_app
+from service.sidecars.metrics_server import create_metrics_app
 from workbench.config import load_settings
 from workbench.facade import Workbench
 from workbench.fakes.embedder import HashEmbedder

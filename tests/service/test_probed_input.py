@@ -20,11 +20,11 @@ from mcp import Client
 from prometheus_client.parser import text_string_to_metric_families
 from pydantic import SecretStr
 
-from service.app import create_app
-from service.cli import main
-from service.embed_server import create_embed_app
-from service.logs import remove_handlers, setup_logging
-from service.runner import make_server
+from service.api.app import create_app
+from service.control.cli import main
+from service.control.runner import make_server
+from service.sidecars.embed_server import create_embed_app
+from serving.logs import remove_handlers, setup_logging
 from tests.service.svc_helpers import BASE, Tick, assert_error, call, free_port, make_settings
 from workbench.errors import ConfigError, InvalidInput
 from workbench.facade import Workbench

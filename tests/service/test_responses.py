@@ -4,16 +4,20 @@ facts and episodes have content)."""
 
 from __future__ import annotations
 
+from typing import Annotated, NotRequired, TypedDict, get_type_hints
+
 import pytest
 from litestar.testing import TestClient
+from pydantic import Field
 
-from service.app import create_app
-from service.responses import ERRORS, RESULTS, ErrorBody
-from service.tools import TOOLS
+from service.api.app import create_app
+from service.api.responses import ERRORS, RESULTS, ErrorBody
+from service.api.tools import TOOLS
 from tests.service.svc_helpers import BASE, call, make_settings
 from workbench.facade import Workbench
 from workbench.fakes import rule_llm
 from workbench.metrics import Metrics
+from workbench.results import Timestamp, Uuid
 
 
 @pytest.fixture
@@ -109,3 +113,37 @@ def test_uuid_arguments_are_declared_and_checked_as_uuids(client):
     missing = "00000000-0000-4000-8000-000000000000"
     call(client, "get_entity_edge", {"uuid": missing.upper()}, status=404)  # canonicalised
     call(client, "retry_failed_episodes", {"episode_uuids": ["x"]}, status=400)
+
+
+def test_each_published_result_is_the_type_the_facade_method_returns():
+    """The core declares every answer once (``workbench.results``); the service publishes that
+    type, adding at most the groups an answer covered."""
+    from service.api.responses import ANSWERS
+    from workbench.facade import Workbench
+
+    for tool in TOOLS:
+        returned = get_type_hints(get_type_hints(getattr(Workbench, tool.method))["return"])
+        published = get_type_hints(ANSWERS[tool.name])
+        assert returned.items() <= published.items(), tool.name
+        assert set(published) - set(returned) <= {"groups"}, tool.name
+
+
+class _Inner(TypedDict):
+    at: Timestamp | None
+
+
+class _Answer(TypedDict):
+    id: Uuid
+    items: list[_Inner]
+    note: NotRequired[Annotated[str | None, Field(description="Said when known.")]]
+
+
+def test_a_result_type_becomes_a_model_with_its_formats_and_optional_keys():
+    from service.api.responses import model_of
+
+    schema = model_of(_Answer).model_json_schema()
+    assert schema["required"] == ["id", "items"]
+    assert schema["properties"]["id"] == {"format": "uuid", "title": "Id", "type": "string"}
+    assert schema["properties"]["note"]["description"] == "Said when known."
+    inner = schema["$defs"]["_Inner"]["properties"]["at"]["anyOf"][0]
+    assert inner == {"format": "date-time", "type": "string"}

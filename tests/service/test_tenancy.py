@@ -14,8 +14,8 @@ from litestar.testing import TestClient
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
-from service.app import create_app
-from service.tools import TOOLS
+from service.api.app import create_app
+from service.api.tools import TOOLS
 from tests.service.svc_helpers import BASE, assert_error, call, make_settings
 from workbench.facade import Workbench
 from workbench.fakes.embedder import HashEmbedder
@@ -292,7 +292,7 @@ def test_maintenance_prunes_the_audit_trail_past_its_retention(tenants):
 
 
 def test_health_says_when_the_models_calls_have_no_price(fake_llm, hash_embedder):
-    from service.health import EmbedderProbe, health
+    from service.api.health import EmbedderProbe, health
     from workbench.fakes.chat_server import chat_settings_env
 
     unpriced = {**chat_settings_env(fake_llm), "SVC_KNOWLEDGE_MODEL_NAME": "no-such-model-x"}
@@ -328,8 +328,8 @@ def test_scoped_tokens_have_their_own_rate_limit_buckets(tenants):
 def test_a_stand_in_workbench_keeps_its_own_error():
     """``workbench mcp`` on a database it cannot open: the tool error is the reason, with no
     audit or covered-groups step tripping over the stand-in."""
-    from service.live import UnavailableWorkbench
-    from service.tools import get_tool
+    from service.api.tools import get_tool
+    from service.client.live import UnavailableWorkbench
     from workbench.errors import StoreError
 
     stand_in = UnavailableWorkbench("the database is gone")
@@ -341,7 +341,7 @@ def test_a_stand_in_workbench_keeps_its_own_error():
 def test_during_a_store_outage_the_last_answers_stand_and_unknown_tokens_are_refused():
     """The resolver keeps what the store last said (whether tokens exist, a token's caller)
     while the store is away; a token it never read cannot be checked and is refused."""
-    from service.access import TokenResolver
+    from service.api.access import TokenResolver
     from workbench.errors import StoreUnavailable
 
     class Tenancy:

@@ -10,8 +10,8 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 from litestar.concurrency import get_asyncio_executor, set_asyncio_executor
 
-from service.app import create_app
-from service.runner import TOOL_THREADS, tool_threads
+from service.api.app import create_app
+from service.control.runner import TOOL_THREADS, tool_threads
 from tests.service.svc_helpers import make_settings
 from workbench.facade import Workbench
 from workbench.fakes.embedder import HashEmbedder

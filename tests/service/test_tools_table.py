@@ -8,7 +8,7 @@ import inspect
 import pytest
 from pydantic import ValidationError
 
-from service.tools import TOOLS, TOOLS_BY_NAME, get_tool
+from service.api.tools import TOOLS, TOOLS_BY_NAME, get_tool
 from workbench.errors import NotFound
 from workbench.facade import Workbench
 

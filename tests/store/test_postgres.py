@@ -287,7 +287,7 @@ def test_catch_up_sees_every_committed_change_even_when_numbers_commit_out_of_or
 
 
 def test_duckdb_reads_the_live_tables_through_its_postgres_extension(stores, location):
-    from service.live import snapshot
+    from service.client.live import snapshot
     from workbench.config import load_settings
 
     a = stores()

@@ -26,7 +26,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-from service.errors import send_error
+from serving.errors import send_error
 from workbench.safety import MAX_JSON_DEPTH, json_depth
 
 EXEMPT_PATHS = frozenset({"/health"})
@@ -137,7 +137,7 @@ def client_key(
     ``tokens`` (a digest of it, so clients behind one proxy keep their own buckets), else its
     address, or the address a trusted proxy forwards. Only a verified token counts: keyed by
     whatever token is sent, a new random one per request would escape every limit. ``known``
-    vouches for the scoped tokens already verified (``service.access.TokenResolver.known``)."""
+    vouches for the scoped tokens already verified (``service.api.access.TokenResolver.known``)."""
     token = _verified_token(scope, tokens, known)
     if token is not None:
         return "token:" + hmac.new(b"rate-limit", token, "sha256").hexdigest()[:16]

@@ -23,12 +23,17 @@ import logging
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from service.bootstrap import freeze_loaded_memory, open_workbench, package_version, secrets_of
+from service.control.bootstrap import freeze_loaded_memory, open_workbench, secrets_of
+from serving.version import package_version
 from workbench.config import Settings, load_settings
 from workbench.errors import ConfigError, WorkbenchError
 from workbench.names import GROUP_ID_RULE, is_group_id
+
+if TYPE_CHECKING:
+    from workbench.embedding import Embedder
+    from workbench.facade import Workbench
 
 log = logging.getLogger("service.cli")
 
@@ -55,7 +60,7 @@ def print_json(value: Any) -> None:
 def cmd_serve(args: argparse.Namespace) -> int:
     import functools
 
-    from service.runner import serve as run_service
+    from service.control.runner import serve as run_service
 
     serve = functools.partial(run_service, idle_exit=args.idle_exit)  # either branch below
 
@@ -69,8 +74,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     log_format = args.log_format or ("text" if args.dev else default_log_format())
     if not args.local_llm:
         return serve(settings, dev=args.dev, log_format=log_format)
-    from service.local_llm import LocalLLM
-    from service.runner import check_exposure
+    from service.control.runner import check_exposure
+    from service.sidecars.local_llm import LocalLLM
 
     check_exposure(settings)  # fail fast, before starting the model server
     with LocalLLM() as llm:
@@ -82,7 +87,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
-    from service.runner import serve_worker
+    from service.control.runner import serve_worker
 
     settings = settings_from(args, metrics_port=args.metrics_port, metrics_host=args.metrics_host)
     return serve_worker(settings, log_format=args.log_format or default_log_format())
@@ -91,15 +96,15 @@ def cmd_worker(args: argparse.Namespace) -> int:
 def cmd_mcp(args: argparse.Namespace) -> int:
     """MCP over stdio. On a database file: through the service that holds it, started in the
     background when nobody serves it (shared by every stdio client of the database; see
-    ``service.shared``); ``:memory:`` and a PostgreSQL store: on the database itself. A
+    ``service.control.shared``); ``:memory:`` and a PostgreSQL store: on the database itself. A
     database that cannot be opened does not close the connection: every tool answers with
     the reason."""
     import anyio
 
-    from service.live import RemoteWorkbench, UnavailableWorkbench
-    from service.logs import setup_logging
-    from service.mcp_server import run_stdio
-    from service.shared import ClientLease, SharedService, shares
+    from service.api.mcp_server import run_stdio
+    from service.client.live import RemoteWorkbench, UnavailableWorkbench
+    from service.control.shared import ClientLease, SharedService, shares
+    from serving.logs import setup_logging
 
     settings = settings_from(args)
     setup_logging(settings.log_level, secrets_of(settings), fmt="text")
@@ -130,7 +135,7 @@ def cmd_mcp(args: argparse.Namespace) -> int:
 
 
 def cmd_embed_server(args: argparse.Namespace) -> int:
-    from service.runner import serve_embeddings
+    from service.control.runner import serve_embeddings
 
     settings = settings_from(args)
     port = args.port if args.port is not None else settings.embed_server_port
@@ -141,8 +146,8 @@ def cmd_embed_server(args: argparse.Namespace) -> int:
 def on_database(args: argparse.Namespace, local, remote) -> Any:
     """``remote(live)`` through the service that holds the database, else ``local(workbench)``
     on the database itself."""
-    from service.live import find_live
-    from service.logs import setup_logging
+    from service.client.live import find_live
+    from serving.logs import setup_logging
 
     settings = settings_from(args)
     setup_logging(settings.log_level, secrets_of(settings), fmt="text")
@@ -158,7 +163,7 @@ def on_database(args: argparse.Namespace, local, remote) -> Any:
 
 
 def cmd_maintenance(args: argparse.Namespace) -> int:
-    from service.logs import setup_logging
+    from serving.logs import setup_logging
 
     settings = settings_from(args)
     setup_logging(settings.log_level, secrets_of(settings), fmt="text")
@@ -172,7 +177,7 @@ def cmd_maintenance(args: argparse.Namespace) -> int:
 
 
 def cmd_import(args: argparse.Namespace) -> int:
-    from service.logs import setup_logging
+    from serving.logs import setup_logging
     from workbench.store.restore import is_backup
 
     settings = settings_from(args)
@@ -197,7 +202,7 @@ def cmd_import(args: argparse.Namespace) -> int:
 def restore_backup(settings: Settings, folder: str) -> dict[str, Any]:
     """``workbench import DIR`` of a ``workbench export`` folder: every table restored into
     the configured database, which must be empty and held by no service."""
-    from service.live import find_live
+    from service.client.live import find_live
     from workbench.errors import InvalidInput
     from workbench.store import Store
     from workbench.store.restore import read_backup, restore
@@ -225,7 +230,7 @@ def restore_backup(settings: Settings, folder: str) -> dict[str, Any]:
     return {"database": store.path, **report}
 
 
-def audited_locally(wb, tool: str, groups: list[str], run: Callable[[], Any]) -> Any:
+def audited_locally(wb: Workbench, tool: str, groups: list[str], run: Callable[[], Any]) -> Any:
     """``run()`` on the database file, written to ``audit_log`` as the local user's ``tool``
     (through the service, its tools write the trail)."""
     try:
@@ -239,7 +244,7 @@ def audited_locally(wb, tool: str, groups: list[str], run: Callable[[], Any]) ->
 
 IMPORT_CHUNK = 1000
 # bytes of lines per request: half the smallest body limit of any service (1 MiB, see
-# service.app.MIN_BODY_BYTES), leaving room for the JSON escapes of the arguments; 1,000
+# service.api.app.MIN_BODY_BYTES), leaving room for the JSON escapes of the arguments; 1,000
 # lines with 384-dimension vectors are ~4 MB
 IMPORT_CHUNK_BYTES = 512 * 1024
 
@@ -322,12 +327,12 @@ def cmd_export(args: argparse.Namespace) -> int:
 def moved_snapshot(live, target: Path) -> dict[str, str]:
     """A snapshot the live service writes for this request, moved into ``target`` (created
     when missing; a table's file there is replaced, as a local export does). Only files
-    :func:`service.live.snapshot_files` vouches for are moved; their emptied folder is
+    :func:`service.client.live.snapshot_files` vouches for are moved; their emptied folder is
     removed, nothing else."""
     import os
     import shutil
 
-    from service.live import snapshot_files
+    from service.client.live import snapshot_files
 
     folder, files = snapshot_files(live, live.call("export_snapshot"))
     target.mkdir(parents=True, exist_ok=True)
@@ -343,8 +348,8 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_reembed(args: argparse.Namespace) -> int:
-    from service.live import find_live
-    from service.logs import setup_logging
+    from service.client.live import find_live
+    from serving.logs import setup_logging
     from workbench.errors import InvalidInput
     from workbench.ingest.switch_model import copy_database
     from workbench.store import Store
@@ -396,7 +401,7 @@ def cmd_reembed(args: argparse.Namespace) -> int:
     return _reembed(Store.open(path, dim=None), embedder, args.quiet)
 
 
-def embedder_for(settings: Settings):
+def embedder_for(settings: Settings) -> Embedder:
     """The configured embedder, loaded (before the database is touched)."""
     from workbench.embedding import build_embedder
 
@@ -423,7 +428,7 @@ def _reembed(store, embedder, quiet: bool) -> int:
 
 def _tool_on_database(args: argparse.Namespace, tool: str, arguments: dict[str, Any]) -> Any:
     """A tool on the database (audited as "local") or through the service holding it."""
-    from service.tools import get_tool
+    from service.api.tools import get_tool
 
     return on_database(
         args,
@@ -497,7 +502,7 @@ def _add_tokens(sub) -> None:
 def cmd_reextract(args: argparse.Namespace) -> int:
     """Beside a running service, through its ``reextract`` tool (no progress bar, the
     service's shadow folder); else on the database itself."""
-    from service.logs import setup_logging
+    from serving.logs import setup_logging
     from workbench.errors import InvalidInput
 
     settings = settings_from(args)
@@ -525,7 +530,9 @@ def cmd_reextract(args: argparse.Namespace) -> int:
     return 0 if not report["pending"] else EXIT_FAILURE
 
 
-def _reextract(workbench, args: argparse.Namespace, arguments: dict[str, Any]) -> dict:
+def _reextract(
+    workbench: Workbench, args: argparse.Namespace, arguments: dict[str, Any]
+) -> dict[str, Any]:
     from tqdm.auto import tqdm
 
     runs = workbench.reextraction(shadow_dir=args.shadow_dir)

@@ -28,7 +28,7 @@ from litestar import Litestar, MediaType, Request, Response, get, post
 from litestar.exceptions import HTTPException
 from litestar.params import FromPath, RawBody
 
-from service.logs import RequestContextMiddleware
+from serving.logs import RequestContextMiddleware
 from workbench.embedding import Embedder, check_texts
 from workbench.embedding.base import embed_queries
 from workbench.embedding.models import has_tokenizer, load_tokenizer, resolve_local_model
@@ -228,7 +228,7 @@ def create_embed_app(
         middleware=[RequestContextMiddleware],
         request_max_body_size=max_body_bytes,
         openapi_config=None,
-        logging_config=None,  # service.logs owns the log format
+        logging_config=None,  # serving.logs owns the log format
     )
 
 

@@ -13,7 +13,11 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from workbench.embedding import Embedder
+    from workbench.facade import Workbench
 
 LLM_HOWTO = "not configured: set SVC_KNOWLEDGE_COMPAT_BASE_URL and SVC_KNOWLEDGE_MODEL_NAME"
 
@@ -23,7 +27,7 @@ class EmbedderProbe:
 
     def __init__(
         self,
-        embedder: Any,
+        embedder: Embedder,
         ttl: float = 30.0,
         clock: Callable[[], float] = time.monotonic,
         loaded: threading.Event | None = None,
@@ -65,7 +69,7 @@ class EmbedderProbe:
         return {"ok": True, **info}
 
 
-def store_check(workbench: Any) -> dict[str, Any]:
+def store_check(workbench: Workbench) -> dict[str, Any]:
     """The store answers, and takes writes again if the last one failed (a full disk); a
     database server known to be down is reported from that state, without waiting for it."""
     outage = workbench.store.outage()
@@ -89,7 +93,7 @@ def store_check(workbench: Any) -> dict[str, Any]:
     return {"ok": True, "path": workbench.store.path}
 
 
-def search_check(workbench: Any) -> dict[str, Any]:
+def search_check(workbench: Workbench) -> dict[str, Any]:
     """The search indexes: memories per kind and whether the HNSW graph serves yet (search is
     exact, and slower on a large store, while it is built after a start). Informational:
     search works either way."""
@@ -98,7 +102,7 @@ def search_check(workbench: Any) -> dict[str, Any]:
     return {"ok": True, **(status() if status is not None else {})}
 
 
-def llm_check(workbench: Any) -> dict[str, Any]:
+def llm_check(workbench: Workbench) -> dict[str, Any]:
     chat = getattr(workbench, "chat", None)
     if chat is None:
         return {"ok": False, "configured": False, "detail": LLM_HOWTO}
@@ -118,7 +122,7 @@ def llm_check(workbench: Any) -> dict[str, Any]:
     return check
 
 
-def health(workbench: Any, probe: EmbedderProbe) -> tuple[dict[str, Any], bool]:
+def health(workbench: Workbench, probe: EmbedderProbe) -> tuple[dict[str, Any], bool]:
     """``(body, ready)``: ``status`` is ok, degraded (no LLM, or it fails or is down) or
     unavailable (not ready)."""
     checks = {

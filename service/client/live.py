@@ -340,15 +340,15 @@ def _check_owned(path: Path, kind: Callable[[int], bool], private: bool) -> Path
 
 
 class RemoteWorkbench:
-    """The facade's tool methods, forwarded to a live service (see ``service.tools``)."""
+    """The facade's tool methods, forwarded to a live service (see ``service.api.tools``)."""
 
     def __init__(self, live: LiveService):
-        from service.tools import TOOLS
+        from service.api.tools import TOOLS
 
         self.live = live
         self._tools = {tool.method: tool.name for tool in TOOLS}
 
-    def __getattr__(self, method: str):
+    def __getattr__(self, method: str) -> Callable[..., dict[str, Any]]:
         tools = self.__dict__.get("_tools", {})
         if method not in tools:
             raise AttributeError(method)
@@ -363,7 +363,7 @@ class UnavailableWorkbench:
     def __init__(self, reason: str):
         self.reason = reason
 
-    def __getattr__(self, method: str):
+    def __getattr__(self, method: str) -> Callable[..., dict[str, Any]]:
         if method.startswith("__"):
             raise AttributeError(method)
 

@@ -1,7 +1,7 @@
 """The tools over MCP (official ``mcp`` SDK, low-level ``Server``): streamable HTTP mounted at
 ``/mcp`` on the service app, and stdio for ``workbench mcp``.
 
-Tools, names, descriptions and input schemas all come from :data:`service.tools.TOOLS`, the
+Tools, names, descriptions and input schemas all come from :data:`service.api.tools.TOOLS`, the
 same table REST uses. A tool result is the facade's dict as ``structuredContent`` plus the same
 JSON as text; a failure is ``isError`` with ``{"error": {"type", "message"}}``.
 """
@@ -19,13 +19,14 @@ from mcp.server import Server
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
 
-from service.access import caller_of
-from service.errors import describe, error_payload
-from service.logs import REQUEST_ID, new_request_id
-from service.middleware import Exposure, is_loopback
-from service.tools import TOOLS, TOOLS_BY_NAME, Tool
+from service.api.access import caller_of
+from service.api.tools import TOOLS, TOOLS_BY_NAME, Tool
+from serving.errors import describe, error_payload
+from serving.logs import REQUEST_ID, new_request_id
+from serving.middleware import Exposure, is_loopback
 
 if TYPE_CHECKING:
+    from service.api.seam import ToolTarget
     from workbench.store.tenancy import Caller
 
 log = logging.getLogger("service.mcp")
@@ -61,7 +62,10 @@ def _result(payload: dict[str, Any], is_error: bool = False) -> types.CallToolRe
 
 
 async def call_tool(
-    workbench: Any, name: str, arguments: dict[str, Any] | None, caller: Caller | None = None
+    workbench: ToolTarget,
+    name: str,
+    arguments: dict[str, Any] | None,
+    caller: Caller | None = None,
 ) -> types.CallToolResult:
     """Run one tool in a worker thread; every failure becomes an ``isError`` result."""
     token = REQUEST_ID.set(f"mcp-{new_request_id()}")
@@ -92,7 +96,7 @@ async def call_tool(
         REQUEST_ID.reset(token)
 
 
-def build_mcp_server(workbench: Any, version: str = "0.1.0") -> Server:
+def build_mcp_server(workbench: ToolTarget, version: str = "0.1.0") -> Server:
     tools = [mcp_tool(t) for t in TOOLS]
     schemas = {t.name: t.input_schema() for t in TOOLS}
 
@@ -118,7 +122,7 @@ def build_mcp_server(workbench: Any, version: str = "0.1.0") -> Server:
 
 def transport_security(exposure: Exposure) -> TransportSecuritySettings:
     """The SDK's own DNS-rebinding protection, with the same names and origins as the tools
-    (:class:`~service.middleware.Exposure`, which also guards ``/mcp`` first): on when the
+    (:class:`~serving.middleware.Exposure`, which also guards ``/mcp`` first): on when the
     service is bound to loopback or names its hosts; off otherwise (the token protects it)."""
     if not is_loopback(exposure.bind_host) and not exposure.allowed_hosts:
         return TransportSecuritySettings(enable_dns_rebinding_protection=False)
@@ -150,7 +154,7 @@ def build_session_manager(
     )
 
 
-async def run_stdio(workbench: Any) -> None:
+async def run_stdio(workbench: ToolTarget) -> None:
     """Serve MCP over this process's stdin/stdout until the client closes it."""
     from mcp.server.stdio import stdio_server
 

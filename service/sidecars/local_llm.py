@@ -116,7 +116,7 @@ class LocalLLM:
         command = [
             sys.executable,
             "-m",
-            "service.local_llm",
+            "service.sidecars.local_llm",
             str(os.getpid()),
             "--model",
             str(self._gguf),
@@ -241,8 +241,8 @@ def _exit_when_parent_dies(parent: int) -> None:
 
 
 def main(argv: list[str]) -> None:
-    """``python -m service.local_llm PARENT_PID ARGS...``: llama.cpp's server with ARGS, for
-    as long as the process PARENT_PID lives."""
+    """``python -m service.sidecars.local_llm PARENT_PID ARGS...``: llama.cpp's server with
+    ARGS, for as long as the process PARENT_PID lives."""
     _exit_when_parent_dies(int(argv[0]))
     sys.argv = ["llama_cpp.server", *argv[1:]]
     runpy.run_module("llama_cpp.server", run_name="__main__", alter_sys=True)

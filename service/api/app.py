@@ -1,6 +1,6 @@
 """The service app: ``create_app(workbench, settings) -> Litestar``.
 
-Routes: ``POST /tools/<name>`` for every tool of :data:`service.tools.TOOLS` (JSON body = the
+Routes: ``POST /tools/<name>`` for every tool of :data:`service.api.tools.TOOLS` (JSON body = the
 arguments, response = the facade's dict), ``GET /tools`` (the table), ``GET /health``, the MCP
 streamable-HTTP endpoint at ``/mcp`` and the OpenAPI schema at ``/schema`` (JSON at
 ``/schema/openapi.json``). Handlers are thin: validate, call the facade in a worker thread,
@@ -19,7 +19,7 @@ import uuid as uuidlib
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 from litestar import HttpMethod, Litestar, Request, Response, get, post, route
 from litestar.handlers import asgi
@@ -30,14 +30,15 @@ from litestar.plugins.pydantic import PydanticPlugin
 from litestar.response import Redirect
 from litestar.types import Receive, Scope, Send
 
-from service import apidocs
-from service.access import ScopedAuthMiddleware, TokenResolver, caller_of, tenancy_of
-from service.bootstrap import package_version
-from service.errors import exception_handler
-from service.health import EmbedderProbe, health
-from service.logs import RequestContextMiddleware
-from service.mcp_server import build_mcp_server, build_session_manager
-from service.middleware import (
+from service.api.access import ScopedAuthMiddleware, TokenResolver, caller_of, tenancy_of
+from service.api.health import EmbedderProbe, health
+from service.api.mcp_server import build_mcp_server, build_session_manager
+from service.api.responses import ERRORS, RESULTS, ErrorBody, ToolTable
+from service.api.tools import TOOLS, Tool, get_tool
+from serving import apidocs
+from serving.errors import exception_handler
+from serving.logs import RequestContextMiddleware
+from serving.middleware import (
     BodyLimitMiddleware,
     Exposure,
     ExposureMiddleware,
@@ -45,9 +46,11 @@ from service.middleware import (
     RateLimitMiddleware,
     TokenBuckets,
 )
-from service.responses import ERRORS, RESULTS, ErrorBody, ToolTable
-from service.tools import TOOLS, Tool, get_tool
+from serving.version import package_version
 from workbench.config import Settings
+
+if TYPE_CHECKING:
+    from workbench.facade import Workbench
 
 MIN_BODY_BYTES = 1024 * 1024
 HEALTH_THREADS = 1
@@ -83,7 +86,7 @@ ERROR_RESPONSES = {
 }
 
 
-def tool_route(workbench: Any, tool: Tool):
+def tool_route(workbench: Workbench, tool: Tool):
     """``POST /tools/<name>``: the body is validated against the tool's argument model (a tool
     without arguments takes no body or ``{}``); the OpenAPI schema names its result model and
     the error body for every error status."""
@@ -158,7 +161,7 @@ async def list_tools() -> ToolTable:
 
 
 def health_route(
-    workbench: Any, settings: Settings, embedder_loaded: threading.Event | None = None
+    workbench: Workbench, settings: Settings, embedder_loaded: threading.Event | None = None
 ):
     """``GET /health`` needs no token (probes); with a token configured, only a caller that
     sends it sees the details (paths, models, URLs)."""
@@ -218,7 +221,7 @@ def middleware_stack(
 
 
 def create_app(
-    workbench: Any,
+    workbench: Workbench,
     settings: Settings,
     *,
     rate_clock: Callable[[], float] = time.monotonic,
@@ -266,7 +269,7 @@ def create_app(
         request_max_body_size=max_body_bytes(settings),
         lifespan=[mcp_lifespan],
         plugins=[PydanticPlugin(validate_strict=True)],  # "10" is not a number
-        logging_config=None,  # service.logs owns the log format
+        logging_config=None,  # serving.logs owns the log format
         openapi_config=OpenAPIConfig(
             title="Knowledge Workbench",
             version=package_version(),

@@ -1,5 +1,5 @@
 """Who may call what: the caller of a request, resolved once, and its scope checked in one
-place for every tool of :data:`service.tools.TOOLS`, REST and MCP alike.
+place for every tool of :data:`service.api.tools.TOOLS`, REST and MCP alike.
 
 * :class:`TokenResolver` — a bearer token → a :class:`~workbench.store.tenancy.Caller`:
   ``SVC_KNOWLEDGE_API_TOKEN`` is the admin; any other token is looked up by its hash in the
@@ -24,13 +24,17 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from service.errors import send_error
+from serving.errors import send_error
 from workbench.errors import Forbidden, NotFound, WorkbenchError
 from workbench.store.tenancy import ADMIN, Caller, token_hash
+
+if TYPE_CHECKING:
+    from service.api.seam import ToolTarget
+    from workbench.store.tenancy import Tenancy
 
 CALLER_KEY = "workbench.caller"
 NIL_UUID = "00000000-0000-0000-0000-000000000000"  # names nothing the service hands out
@@ -192,7 +196,7 @@ class ScopedAuthMiddleware:
         return required, caller
 
 
-def tenancy_of(workbench: Any) -> Any:
+def tenancy_of(workbench: ToolTarget) -> Tenancy | None:
     """The workbench's :class:`~workbench.store.tenancy.Tenancy`; None for a stand-in (a
     remote service's tools, a database that could not be opened), whose ``__getattr__``
     answers every name."""
@@ -204,7 +208,9 @@ def caller_of(scope: Any) -> Caller | None:
 
 
 # --- what the caller may do ----------------------------------------------------------------
-def guarded_call(tool: Any, workbench: Any, args: Any, caller: Caller | None) -> dict:
+def guarded_call(
+    tool: Any, workbench: ToolTarget, args: Any, caller: Caller | None
+) -> dict[str, Any]:
     """Call ``tool`` with validated ``args`` within ``caller``'s scope (None: every group)."""
     try:
         args = scoped(tool, workbench, args, caller)
@@ -228,7 +234,7 @@ def _limited(caller: Caller | None) -> bool:
     return caller is not None and not caller.admin
 
 
-def scoped(tool: Any, workbench: Any, args: Any, caller: Caller | None) -> Any:
+def scoped(tool: Any, workbench: ToolTarget, args: Any, caller: Caller | None) -> Any:
     """``args`` as ``caller`` may send them (an omitted group list narrowed to its groups),
     or :class:`Forbidden` / :class:`NotFound`."""
     if not _limited(caller):
@@ -267,7 +273,7 @@ def scoped(tool: Any, workbench: Any, args: Any, caller: Caller | None) -> Any:
     return args.model_copy(update=update) if update else args
 
 
-def _ours(workbench: Any, caller: Caller, uuid: str) -> bool:
+def _ours(workbench: ToolTarget, caller: Caller, uuid: str) -> bool:
     """Whether ``uuid`` names nothing, or an item of a group ``caller`` may use."""
     group = workbench.tenancy.group_of(uuid)
     return group is None or caller.may_use(group)
@@ -331,7 +337,7 @@ def _visible(value: Any, caller: Caller) -> Any:
     return value
 
 
-def _covered(tool: Any, workbench: Any, args: Any, result: Any) -> Any:
+def _covered(tool: Any, workbench: ToolTarget, args: Any, result: Any) -> Any:
     """A read over ``group_ids`` says which groups it covered."""
     if not (tool.read_only and "group_ids" in type(args).model_fields):
         return result
@@ -350,7 +356,9 @@ def _covered(tool: Any, workbench: Any, args: Any, result: Any) -> Any:
 
 
 # --- the audit trail -----------------------------------------------------------------------
-def _audit(tool: Any, workbench: Any, args: Any, caller: Caller | None, outcome: str) -> None:
+def _audit(
+    tool: Any, workbench: ToolTarget, args: Any, caller: Caller | None, outcome: str
+) -> None:
     tenancy = tenancy_of(workbench)
     if not (tool.audited or tool.destructive) or tenancy is None:
         return

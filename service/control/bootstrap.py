@@ -1,12 +1,18 @@
 """What the command and the servers share to start: open the workbench, name the secrets to
-redact, settle the loaded memory. Both ``service.cli`` and ``service.runner`` import it, so
-neither imports the other back."""
+redact, settle the loaded memory. Both ``service.control.cli`` and ``service.control.runner``
+import it, so neither imports the other back."""
 
 from __future__ import annotations
 
 import gc
+from typing import TYPE_CHECKING
 
 from workbench.config import Settings
+
+if TYPE_CHECKING:
+    from workbench.embedding import Embedder
+    from workbench.facade import Workbench
+    from workbench.llm.health import LLMHealth
 
 
 def secrets_of(settings: Settings) -> list[str | None]:
@@ -15,7 +21,12 @@ def secrets_of(settings: Settings) -> list[str | None]:
     ]
 
 
-def open_workbench(settings: Settings, embedder=None, start: bool = False, llm_health=None):
+def open_workbench(
+    settings: Settings,
+    embedder: Embedder | None = None,
+    start: bool = False,
+    llm_health: LLMHealth | None = None,
+) -> Workbench:
     from workbench.facade import Workbench  # loads the core only for commands that need it
 
     workbench = Workbench.open(settings, embedder=embedder, llm_health=llm_health)
@@ -39,13 +50,3 @@ def freeze_loaded_memory() -> int:
     gc.collect()
     gc.freeze()
     return gc.get_freeze_count()
-
-
-def package_version() -> str:
-    """The installed distribution's version (``0.0.0`` in a bare checkout)."""
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("knowledge-workbench")
-    except PackageNotFoundError:  # pragma: no cover - running from a bare checkout
-        return "0.0.0"

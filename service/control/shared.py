@@ -2,7 +2,7 @@
 
 DuckDB admits one process on a file, and an MCP client (a desktop assistant, an editor) spawns
 its own ``workbench mcp``. So ``workbench mcp`` never opens a database file itself: it serves
-the tools of the service that holds the file (:func:`service.live.find_live`), starting one
+the tools of the service that holds the file (:func:`service.client.live.find_live`), starting one
 when nobody does, and forwards every call to it. Any number of stdio clients thereby share one
 memory, whether a person runs ``workbench serve`` or not.
 
@@ -32,7 +32,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from service.live import LiveService, find_live
+from service.client.live import LiveService, find_live
 from workbench import errors
 from workbench.config import Settings
 from workbench.store.snapshots import pid_alive
@@ -165,7 +165,7 @@ def background_command(settings: Settings) -> list[str]:
     return [
         sys.executable,
         "-m",
-        "service.cli",
+        "service.control.cli",
         "serve",
         "--db",
         db,
@@ -235,7 +235,7 @@ def _last_error(settings: Settings) -> str:
 
 
 class SharedService:
-    """What :class:`~service.live.RemoteWorkbench` calls: the live service of the database,
+    """What :class:`~service.client.live.RemoteWorkbench` calls: the live service of the database,
     joined again (or started again) when the one it used has gone."""
 
     def __init__(self, settings: Settings, live: LiveService | None = None):

@@ -36,7 +36,7 @@ from litestar import MediaType, Request, Response
 from litestar.exceptions import HTTPException, ValidationException
 from pydantic import ValidationError
 
-from service.logs import REQUEST_ID
+from serving.logs import REQUEST_ID
 from workbench.errors import WorkbenchError
 from workbench.safety import scrub
 

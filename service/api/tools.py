@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, WithJsonSchema, model_validator
 
-from service.access import guarded_call
+from service.api.access import guarded_call
 from workbench.errors import NotFound
 from workbench.names import (
     GROUP_ID_PATTERN,
@@ -27,6 +27,7 @@ from workbench.names import (
 )
 
 if TYPE_CHECKING:
+    from service.api.seam import ToolTarget
     from workbench.store.tenancy import Caller
 
 
@@ -351,16 +352,16 @@ class Tool:
 
     def invoke(
         self,
-        workbench: Any,
+        workbench: ToolTarget,
         arguments: Mapping[str, Any] | Args | None,
         caller: Caller | None = None,
-    ) -> dict:
+    ) -> dict[str, Any]:
         """Validate ``arguments`` and call the facade method within ``caller``'s scope
-        (None: no token is configured, every group; see :mod:`service.access`). Blocking:
+        (None: no token is configured, every group; see :mod:`service.api.access`). Blocking:
         run it in a thread."""
         return guarded_call(self, workbench, self.parse(arguments), caller)
 
-    def call(self, workbench: Any, args: Args) -> dict:
+    def call(self, workbench: ToolTarget, args: Args) -> dict[str, Any]:
         """The facade method on validated arguments (no scope: use :meth:`invoke`)."""
         return getattr(workbench, self.method)(**args.model_dump(exclude_none=True))
 

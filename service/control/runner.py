@@ -23,18 +23,22 @@ import socket
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import uvicorn
 
-from service.bootstrap import freeze_loaded_memory, open_workbench, secrets_of
-from service.live import held_by, remove_record, write_record
-from service.logs import setup_logging
-from service.middleware import is_loopback
-from service.timeouts import TimedH11Protocol, timed_protocol
+from service.client.live import held_by, remove_record, write_record
+from service.control.bootstrap import freeze_loaded_memory, open_workbench, secrets_of
+from service.control.timeouts import TimedH11Protocol, timed_protocol
+from serving.logs import setup_logging
+from serving.middleware import is_loopback
 from workbench.config import Settings
 from workbench.errors import ConfigError, EmbedderError, StoreLocked, StoreUnavailable
 from workbench.llm.health import LLMHealth
+
+if TYPE_CHECKING:
+    from workbench.facade import Workbench
+    from workbench.llm.client import ChatModel
 
 log = logging.getLogger("service")
 
@@ -136,7 +140,7 @@ def warm_in_background(
     return thread
 
 
-def probe_llm_in_background(chat: Any) -> threading.Thread | None:
+def probe_llm_in_background(chat: ChatModel | None) -> threading.Thread | None:
     """Send the LLM its start-up probe in a thread (``GET /health`` shows the outcome within
     the probe's timeout, before any episode); a failure is logged as one warning."""
     if chat is None or not hasattr(chat, "probe"):
@@ -283,8 +287,8 @@ def serve(
     ``idle_exit``: stop once no ``workbench mcp`` client has been registered for that long)."""
     started = time.monotonic()
     check_exposure(settings)
-    from service.app import create_app
-    from service.metrics_server import METRICS_PATH, create_metrics_app
+    from service.api.app import create_app
+    from service.sidecars.metrics_server import METRICS_PATH, create_metrics_app
 
     setup_logging(settings.log_level, secrets_of(settings), fmt=log_format)
     metrics_port = settings.resolved_metrics_port(dev)
@@ -412,7 +416,7 @@ def idle_watch(settings: Settings, grace: float | None, servers: list[Any]):
     """With ``--idle-exit``: stop the servers once the database's stdio clients have gone."""
     if grace is None:
         return None
-    from service.shared import IdleWatch
+    from service.control.shared import IdleWatch
 
     def stop() -> None:
         for server in servers:
@@ -429,7 +433,7 @@ def shared_store(settings: Settings) -> bool:
 def serve_worker(settings: Settings, log_format: str = "json") -> int:
     """``workbench worker``: extraction (the queue) and the maintenance schedule on the store,
     with metrics and decay health on the metrics port and no tools; until SIGTERM/SIGINT."""
-    from service.metrics_server import METRICS_PATH, create_metrics_app
+    from service.sidecars.metrics_server import METRICS_PATH, create_metrics_app
 
     setup_logging(settings.log_level, secrets_of(settings), fmt=log_format)
     metrics_port = settings.resolved_metrics_port(False)
@@ -471,7 +475,7 @@ def serve_worker(settings: Settings, log_format: str = "json") -> int:
     return 0
 
 
-def stop_workbench(workbench: Any, what: str, done: str) -> None:
+def stop_workbench(workbench: Workbench, what: str, done: str) -> None:
     """Graceful stop: running episodes finish or go back to the queue, then close."""
     log.info("stopping %s: finishing or releasing claimed episodes", what)
     try:
@@ -487,7 +491,7 @@ def stop_workbench(workbench: Any, what: str, done: str) -> None:
 
 def serve_embeddings(settings: Settings, host: str, port: int, model: str) -> int:
     """``workbench embed-server``."""
-    from service.embed_server import create_embed_app
+    from service.sidecars.embed_server import create_embed_app
     from workbench.embedding import local_embedder
 
     started = time.monotonic()

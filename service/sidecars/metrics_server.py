@@ -9,26 +9,29 @@ paths need ``Authorization: Bearer <token>`` (Prometheus: ``authorization.creden
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from litestar import Litestar, Response, get
 from litestar.middleware import DefineMiddleware
 
-from service.errors import exception_handler
-from service.middleware import BearerAuthMiddleware
+from serving.errors import exception_handler
+from serving.middleware import BearerAuthMiddleware
 from workbench.metrics import CONTENT_TYPE
+
+if TYPE_CHECKING:
+    from workbench.facade import Workbench
 
 log = logging.getLogger("service.metrics")
 
 METRICS_PATH = "/metrics"
 
 
-def refresh_gauges(workbench: Any) -> None:
+def refresh_gauges(workbench: Workbench) -> None:
     """Bring the gauges (memories by state, averages, queue depth) up to the database."""
     workbench.refresh_gauges()
 
 
-def scrape(workbench: Any) -> bytes:
+def scrape(workbench: Workbench) -> bytes:
     """The text exposition of the workbench registry, gauges refreshed first."""
     try:
         refresh_gauges(workbench)
@@ -37,7 +40,7 @@ def scrape(workbench: Any) -> bytes:
     return workbench.metrics.exposition()
 
 
-def create_metrics_app(workbench: Any, token: str | None = None) -> Litestar:
+def create_metrics_app(workbench: Workbench, token: str | None = None) -> Litestar:
     @get(METRICS_PATH, sync_to_thread=True)
     def metrics() -> Response[bytes]:
         # Litestar appends the charset to a text media type itself: name the type without it
@@ -59,5 +62,5 @@ def create_metrics_app(workbench: Any, token: str | None = None) -> Litestar:
         else [],
         exception_handlers={Exception: exception_handler},
         openapi_config=None,
-        logging_config=None,  # service.logs owns the log format
+        logging_config=None,  # serving.logs owns the log format
     )

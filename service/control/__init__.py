@@ -1,0 +1,1 @@
+"""Process control: the command line, starting and stopping the service, the shared service."""

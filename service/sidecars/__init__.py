@@ -1,0 +1,1 @@
+"""The side servers the service starts: embeddings, metrics, the local LLM."""
