@@ -20,12 +20,13 @@ from __future__ import annotations
 import json
 import sys
 import uuid as uuidlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 from pydantic import BaseModel, Field, ValidationError, field_validator
 
 from workbench.clock import Clock, TimeOutOfRange, as_utc
@@ -34,13 +35,14 @@ from workbench.errors import InvalidInput
 from workbench.ingest.records import entity_text
 from workbench.names import GROUP_ID_RULE, is_group_id, name_key, relation_name
 from workbench.search.publish import Publisher
-from workbench.store import Store
+from workbench.store import Store, bulk
 from workbench.store import graph as g
 
 # lines per chunk, one transaction each: a DuckDB commit costs about as much as writing a
 # few hundred rows, so larger chunks halved a 200k-row import (docs/performance.md)
 BATCH = 2048
 PARQUET_BATCH = 4096  # rows DuckDB hands over at a time
+ENTITIES_FILE = "entities.parquet"  # beside an imported file: its entities, imported first
 
 
 class _Base(BaseModel):
@@ -68,14 +70,7 @@ class _Base(BaseModel):
     @field_validator("embedding")
     @classmethod
     def _finite(cls, value: list[float] | None) -> np.ndarray | None:
-        """Kept as float32 (a record is held until its chunk is written: a list of Python
-        floats would take eight times the memory)."""
-        if value is None:
-            return None
-        vector = np.asarray(value, dtype=np.float32)
-        if not vector.size or not np.isfinite(vector).all():
-            raise ValueError("must be a non-empty list of finite numbers")
-        return vector
+        return None if value is None else _checked_vector(value)
 
 
 class EntityLine(_Base):
@@ -98,6 +93,15 @@ class FactLine(_Base):
     @classmethod
     def _times(cls, value: str | None) -> str | None:
         return _checked_time(value)
+
+
+def _checked_vector(value: list[float] | np.ndarray) -> np.ndarray:
+    """``value`` as float32 (a record is held until its chunk is written: a list of Python
+    floats would take eight times the memory), when it holds finite numbers."""
+    vector = np.asarray(value, dtype=np.float32)
+    if not vector.size or not np.isfinite(vector).all():
+        raise ValueError("must be a non-empty list of finite numbers")
+    return vector
 
 
 def _checked_time(value: str | None) -> str | None:
@@ -125,17 +129,18 @@ class ImportReport:
 
 
 def read_lines(
-    source: str | Path | Iterable[str] | Iterable[dict], first_line: int = 1
+    source: str | Path | Iterable[str] | Iterable[dict], first_line: int = 1, arrays: bool = False
 ) -> Iterable[tuple[int, Any]]:
     """Yield (line number, raw item) from a path (JSON lines, or Parquet: a row is a line), an
     iterable of JSON strings, or dicts (numbered from ``first_line``: a chunk of a file keeps
-    the file's line numbers)."""
+    the file's line numbers). With ``arrays``, a Parquet ``embedding`` comes as a float32
+    array (for :func:`parse`), otherwise as a list (JSON, to send to a service)."""
     if isinstance(source, (str, Path)):
         path = Path(source)
         if not path.is_file():
             raise InvalidInput(f"import file not found: {path}")
         if is_parquet(path):
-            yield from _parquet_rows(path, first_line)
+            yield from _parquet_rows(path, first_line, arrays)
             return
         with path.open("rb") as handle:
             for number, raw in enumerate(handle, start=first_line):
@@ -150,26 +155,35 @@ def is_parquet(path: Path) -> bool:
         return handle.read(4) == b"PAR1"
 
 
-def _parquet_rows(path: Path, first_line: int) -> Iterable[tuple[int, dict]]:
-    """The rows of a Parquet file as import records, read by DuckDB's Parquet reader in
-    batches (a list column ``embedding`` becomes a list of floats, a timestamp an ISO text)."""
-    import duckdb
+def _parquet_rows(path: Path, first_line: int, arrays: bool) -> Iterable[tuple[int, dict]]:
+    """The rows of a Parquet file as import records, in batches (a timestamp becomes an ISO
+    text; with ``arrays``, an ``embedding`` column comes as float32 arrays, not as lists of
+    Python floats: those cost more than the rest of a row)."""
+    number = first_line
+    for batch in bulk.parquet_batches(path, PARQUET_BATCH):
+        vectors = _vector_column(batch) if arrays else None
+        columns = [c for c in batch.schema.names if c != "embedding" or vectors is None]
+        for i, row in enumerate(batch.select(columns).to_pylist()):
+            record = {k: _plain(v) for k, v in row.items() if v is not None}
+            if vectors is not None and vectors[i] is not None:
+                record["embedding"] = vectors[i]
+            yield number, record
+            number += 1
 
-    con = duckdb.connect(config={"autoinstall_known_extensions": "false"})
-    try:
-        try:
-            reader = con.execute("SELECT * FROM read_parquet(?)", [str(path)]).to_arrow_reader(
-                PARQUET_BATCH
-            )
-        except duckdb.Error as exc:
-            raise InvalidInput(f"{path} is not a readable Parquet file: {exc}") from None
-        number = first_line
-        for batch in reader:
-            for row in batch.to_pylist():
-                yield number, {k: _plain(v) for k, v in row.items() if v is not None}
-                number += 1
-    finally:
-        con.close()
+
+def _vector_column(batch: pa.RecordBatch) -> list[np.ndarray | None] | None:
+    """The batch's ``embedding`` column as one float32 array a row (None where null), or None
+    when it has no such column of numbers (then its values are validated as they are)."""
+    if "embedding" not in batch.schema.names:
+        return None
+    column = batch.column("embedding")
+    kind = column.type
+    if not (pa.types.is_list(kind) or pa.types.is_fixed_size_list(kind)):
+        return None
+    if not pa.types.is_floating(kind.value_type) and not pa.types.is_integer(kind.value_type):
+        return None
+    values = column.to_numpy(zero_copy_only=False)
+    return [None if v is None else np.asarray(v, np.float32) for v in values]
 
 
 def _plain(value: Any) -> Any:
@@ -216,7 +230,10 @@ def parse(
             report.errors.append(f"line {number}: 'type' must be 'entity' or 'fact'")
             continue
         try:
+            raw, vector = _split_vector(raw)
             line = model.model_validate(raw)
+            if vector is not None:
+                line.embedding = _checked_vector(vector)
             if dim is not None and line.embedding is not None and len(line.embedding) != dim:
                 report.errors.append(
                     f"line {number}: embedding has {len(line.embedding)} dimensions; the "
@@ -229,7 +246,51 @@ def parse(
             where = ".".join(str(p) for p in first["loc"])
             message = str(first["msg"]).removeprefix("Value error, ")
             report.errors.append(f"line {number}: {where}: {message}")
+        except ValueError as exc:  # a vector Parquet handed over as an array
+            report.errors.append(f"line {number}: embedding: {exc}")
     return parsed
+
+
+def _split_vector(raw: dict) -> tuple[dict, np.ndarray | None]:
+    """The record without its ``embedding`` when that is an array already (a Parquet
+    column), and that array: validated apart, not as a list of Python floats."""
+    vector = raw.get("embedding")
+    if not isinstance(vector, np.ndarray):
+        return raw, None
+    return {k: v for k, v in raw.items() if k != "embedding"}, vector
+
+
+def entities_beside(
+    source: str | Path | Iterable[Any], report: ImportReport, dim: int | None = None
+) -> list[EntityLine | FactLine]:
+    """The records of an ``entities.parquet`` in the folder of a file imported (a row is an
+    entity record, ``type`` optional; its errors name that file), imported before the file's
+    own lines: a migration brings its entities' vectors there, and needs no model."""
+    beside = entities_file(source)
+    if beside is None:
+        return []
+    own = ImportReport()
+    lines = parse(beside_records(beside, arrays=True), own, dim)
+    report.errors += [f"{ENTITIES_FILE} {error}" for error in own.errors]
+    return lines
+
+
+def entities_file(source: str | Path | Iterable[Any]) -> Path | None:
+    """The ``entities.parquet`` beside an imported file, if there is one."""
+    if not isinstance(source, (str, Path)):
+        return None
+    beside = Path(source).with_name(ENTITIES_FILE)
+    if beside.name == Path(source).name or not beside.is_file():
+        return None
+    if not is_parquet(beside):
+        raise InvalidInput(f"{beside} is not a Parquet file (an {ENTITIES_FILE} must be one)")
+    return beside
+
+
+def beside_records(beside: Path, arrays: bool = False) -> Iterable[tuple[int, dict]]:
+    """The rows of an ``entities.parquet`` as entity records (``type`` optional there)."""
+    for number, raw in _parquet_rows(beside, 1, arrays):
+        yield number, {"type": "entity", **raw}
 
 
 class Importer:
@@ -244,7 +305,9 @@ class Importer:
 
     def run(self, source, progress: bool = False, first_line: int = 1) -> ImportReport:
         report = ImportReport()
-        lines = parse(read_lines(source, first_line), report, self.embedder.dimensions)
+        lines = entities_beside(source, report, self.embedder.dimensions)
+        records = read_lines(source, first_line, arrays=True)
+        lines += parse(records, report, self.embedder.dimensions)
         bar = _progress(len(lines), progress)
         with self.index.bulk():
             for start in range(0, len(lines), BATCH):
@@ -284,30 +347,31 @@ class Importer:
             )
         plan.count(report)
 
-    def _plan(self, chunk) -> _ChunkPlan:
-        """The chunk's new entities and facts against the graph as it is stored now."""
+    def _plan(self, chunk: list[EntityLine | FactLine]) -> _ChunkPlan:
+        """The chunk's new entities and facts against the graph as it is stored now: its
+        names resolved by one statement, its facts checked by another (only those between
+        two stored entities: a fact naming an entity this chunk creates cannot be stored)."""
         now = self.clock()
         plan = _ChunkPlan()
-        entities: dict[tuple[str, str], dict] = {}  # (group, norm) -> row (new or existing)
-        seen_facts: set[tuple[str, str, str, str]] = set()
-        stored_entities = self._stored_entities(chunk)
+        stored = bulk.entity_uuids(self.store, list(self._keys(chunk)))
+        entities: dict[tuple[str, str], str] = {}  # (group, norm) -> uuid (new or stored)
 
-        def entity(group: str, name: str, line: EntityLine | None = None) -> dict:
+        def entity(group: str, name: str, line: EntityLine | None = None) -> str:
             key = (group, name_key(name))
             if key in entities:
                 return entities[key]
-            found = stored_entities.get(key)
-            if found:
+            if key in stored:
                 plan.entities_existing += 1
-                entities[key] = found
-                return found
+                entities[key] = stored[key]
+                return stored[key]
             row = _entity_row(group, name, line, key[1], now)
             if line is not None and line.embedding is not None:
                 plan.given[row["uuid"]] = line.embedding
-            entities[key] = row
+            entities[key] = row["uuid"]
             plan.new_entities.append(row)
-            return row
+            return str(row["uuid"])
 
+        seen_facts: set[tuple[str, str, str, str]] = set()
         candidates: list[tuple[tuple[str, str, str, str], dict]] = []
         for line in chunk:
             group = line.group_id or self.default_group
@@ -315,37 +379,31 @@ class Importer:
                 entity(group, line.name, line)
                 continue
             src, dst = entity(group, line.source), entity(group, line.target)
-            key = (group, src["uuid"], dst["uuid"], line.fact.strip().lower())
+            key = (group, src, dst, line.fact.strip().lower())
             if key in seen_facts:
                 plan.facts_existing += 1
                 continue
             seen_facts.add(key)
-            row = _fact_row(group, src["uuid"], dst["uuid"], line, now)
+            row = _fact_row(group, src, dst, line, now)
             if line.embedding is not None:
                 plan.given[row["uuid"]] = line.embedding
             candidates.append((key, row))
-        # one query for the chunk's facts, whatever their groups (a scan of the facts each)
-        stored = g.existing_facts(self.store, [key for key, _ in candidates])
+        known = set(stored.values())
+        found = g.existing_facts(self.store, [k for k, _ in candidates if {k[1], k[2]} <= known])
         for key, row in candidates:
-            if key in stored:
+            if key in found:
                 plan.facts_existing += 1
             else:
                 plan.facts.append(row)
         return plan
 
-    def _stored_entities(self, chunk) -> dict[tuple[str, str], dict]:
-        """The stored entities the chunk names, by (group, normalised name): one query per
-        group, not one per name."""
-        wanted: dict[str, set[str]] = {}
+    def _keys(self, chunk: list[EntityLine | FactLine]) -> Iterator[tuple[str, str]]:
+        """(group, normalised name) of every entity the chunk names."""
         for line in chunk:
             group = line.group_id or self.default_group
             names = [line.name] if isinstance(line, EntityLine) else [line.source, line.target]
-            wanted.setdefault(group, set()).update(name_key(n) for n in names)
-        return {
-            (group, norm): row
-            for group, norms in wanted.items()
-            for norm, row in g.entities_by_norm(self.store, group, sorted(norms)).items()
-        }
+            for name in names:
+                yield group, name_key(name)
 
     def _vectors(self, plan: _ChunkPlan) -> dict[str, np.ndarray]:
         """uuid -> vector of every row the plan adds: embedded here, or the one its record
