@@ -22,12 +22,13 @@ import sys
 import uuid as uuidlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Protocol
 
 import numpy as np
 import pyarrow as pa
-from pydantic import BaseModel, Field, ValidationError, field_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator
 
 from workbench.clock import Clock, TimeOutOfRange, as_utc
 from workbench.embedding import Embedder
@@ -42,16 +43,36 @@ from workbench.store import graph as g
 # few hundred rows, so larger chunks halved a 200k-row import (docs/performance.md)
 BATCH = 2048
 PARQUET_BATCH = 4096  # rows DuckDB hands over at a time
+Row = dict[str, Any]  # a row of ``entities`` or ``facts`` as ``store.graph`` writes it
 ENTITIES_FILE = "entities.parquet"  # beside an imported file: its entities, imported first
 
 
+def _vector(value: object) -> np.ndarray | None:
+    """An ``embedding`` (a list of numbers, or the array a Parquet column gives) as float32:
+    a record is held until its chunk is written, and a list of Python floats would take
+    eight times the memory."""
+    if value is None:
+        return None
+    if not isinstance(value, (list, tuple, np.ndarray)):
+        raise ValueError("must be a non-empty list of finite numbers")
+    try:
+        vector = np.asarray(value, dtype=np.float32)
+    except (TypeError, ValueError):
+        raise ValueError("must be a non-empty list of finite numbers") from None
+    if vector.ndim != 1 or not vector.size or not np.isfinite(vector).all():
+        raise ValueError("must be a non-empty list of finite numbers")
+    return vector
+
+
 class _Base(BaseModel):
+    model_config = ConfigDict(arbitrary_types_allowed=True)  # the float32 ``embedding``
+
     group_id: str | None = None
     importance: int | None = Field(default=None, ge=1, le=5)
     stability: int | None = Field(default=None, ge=1, le=5)
     created_at: str | None = None
     # its vector, of the database's size (then it is not embedded again)
-    embedding: list[float] | None = None
+    embedding: Annotated[np.ndarray | None, BeforeValidator(_vector)] = None
 
     @field_validator("group_id")
     @classmethod
@@ -66,11 +87,6 @@ class _Base(BaseModel):
     @classmethod
     def _time(cls, value: str | None) -> str | None:
         return _checked_time(value)
-
-    @field_validator("embedding")
-    @classmethod
-    def _finite(cls, value: list[float] | None) -> np.ndarray | None:
-        return None if value is None else _checked_vector(value)
 
 
 class EntityLine(_Base):
@@ -95,13 +111,7 @@ class FactLine(_Base):
         return _checked_time(value)
 
 
-def _checked_vector(value: list[float] | np.ndarray) -> np.ndarray:
-    """``value`` as float32 (a record is held until its chunk is written: a list of Python
-    floats would take eight times the memory), when it holds finite numbers."""
-    vector = np.asarray(value, dtype=np.float32)
-    if not vector.size or not np.isfinite(vector).all():
-        raise ValueError("must be a non-empty list of finite numbers")
-    return vector
+_MODELS: dict[str, type[EntityLine] | type[FactLine]] = {"entity": EntityLine, "fact": FactLine}
 
 
 def _checked_time(value: str | None) -> str | None:
@@ -129,7 +139,7 @@ class ImportReport:
 
 
 def read_lines(
-    source: str | Path | Iterable[str] | Iterable[dict], first_line: int = 1, arrays: bool = False
+    source: str | Path | Iterable[str] | Iterable[Row], first_line: int = 1, arrays: bool = False
 ) -> Iterable[tuple[int, Any]]:
     """Yield (line number, raw item) from a path (JSON lines, or Parquet: a row is a line), an
     iterable of JSON strings, or dicts (numbered from ``first_line``: a chunk of a file keeps
@@ -155,7 +165,7 @@ def is_parquet(path: Path) -> bool:
         return handle.read(4) == b"PAR1"
 
 
-def _parquet_rows(path: Path, first_line: int, arrays: bool) -> Iterable[tuple[int, dict]]:
+def _parquet_rows(path: Path, first_line: int, arrays: bool) -> Iterable[tuple[int, Row]]:
     """The rows of a Parquet file as import records, in batches (a timestamp becomes an ISO
     text; with ``arrays``, an ``embedding`` column comes as float32 arrays, not as lists of
     Python floats: those cost more than the rest of a row)."""
@@ -225,15 +235,12 @@ def parse(
             report.errors.append(f"line {number}: expected a JSON object")
             continue
         kind = raw.get("type")
-        model = {"entity": EntityLine, "fact": FactLine}.get(kind)
+        model: type[EntityLine] | type[FactLine] | None = _MODELS.get(str(kind))
         if model is None:
             report.errors.append(f"line {number}: 'type' must be 'entity' or 'fact'")
             continue
         try:
-            raw, vector = _split_vector(raw)
             line = model.model_validate(raw)
-            if vector is not None:
-                line.embedding = _checked_vector(vector)
             if dim is not None and line.embedding is not None and len(line.embedding) != dim:
                 report.errors.append(
                     f"line {number}: embedding has {len(line.embedding)} dimensions; the "
@@ -246,18 +253,7 @@ def parse(
             where = ".".join(str(p) for p in first["loc"])
             message = str(first["msg"]).removeprefix("Value error, ")
             report.errors.append(f"line {number}: {where}: {message}")
-        except ValueError as exc:  # a vector Parquet handed over as an array
-            report.errors.append(f"line {number}: embedding: {exc}")
     return parsed
-
-
-def _split_vector(raw: dict) -> tuple[dict, np.ndarray | None]:
-    """The record without its ``embedding`` when that is an array already (a Parquet
-    column), and that array: validated apart, not as a list of Python floats."""
-    vector = raw.get("embedding")
-    if not isinstance(vector, np.ndarray):
-        return raw, None
-    return {k: v for k, v in raw.items() if k != "embedding"}, vector
 
 
 def entities_beside(
@@ -287,7 +283,7 @@ def entities_file(source: str | Path | Iterable[Any]) -> Path | None:
     return beside
 
 
-def beside_records(beside: Path, arrays: bool = False) -> Iterable[tuple[int, dict]]:
+def beside_records(beside: Path, arrays: bool = False) -> Iterable[tuple[int, Row]]:
     """The rows of an ``entities.parquet`` as entity records (``type`` optional there)."""
     for number, raw in _parquet_rows(beside, 1, arrays):
         yield number, {"type": "entity", **raw}
@@ -303,7 +299,9 @@ class Importer:
         self.default_group = default_group
         self.index = index  # told of each chunk after its commit, under its gate
 
-    def run(self, source, progress: bool = False, first_line: int = 1) -> ImportReport:
+    def run(
+        self, source: str | Path | Iterable[Any], progress: bool = False, first_line: int = 1
+    ) -> ImportReport:
         report = ImportReport()
         lines = entities_beside(source, report, self.embedder.dimensions)
         records = read_lines(source, first_line, arrays=True)
@@ -317,7 +315,7 @@ class Importer:
         bar.close()
         return report
 
-    def _import_chunk(self, chunk, report: ImportReport) -> None:
+    def _import_chunk(self, chunk: list[EntityLine | FactLine], report: ImportReport) -> None:
         """Plan the chunk against the stored graph and embed what it adds (outside any lock:
         model time), then settle the plan inside the write's transaction, with the chunk's
         groups locked: what another import or an episode wrote meanwhile is reused, not
@@ -372,7 +370,7 @@ class Importer:
             return str(row["uuid"])
 
         seen_facts: set[tuple[str, str, str, str]] = set()
-        candidates: list[tuple[tuple[str, str, str, str], dict]] = []
+        candidates: list[tuple[tuple[str, str, str, str], Row]] = []
         for line in chunk:
             group = line.group_id or self.default_group
             if isinstance(line, EntityLine):
@@ -437,8 +435,8 @@ class _ChunkPlan:
     """What one chunk adds: new entity and fact rows, the vectors records brought (uuid ->
     vector), and how many of its entities and facts exist already."""
 
-    new_entities: list[dict] = field(default_factory=list)
-    facts: list[dict] = field(default_factory=list)
+    new_entities: list[Row] = field(default_factory=list)
+    facts: list[Row] = field(default_factory=list)
     given: dict[str, np.ndarray] = field(default_factory=dict)
     entities_existing: int = 0
     facts_existing: int = 0
@@ -475,11 +473,11 @@ class _ChunkPlan:
         report.facts_existing += self.facts_existing
 
 
-def _fact_key(fact: dict) -> tuple[str, str, str, str]:
+def _fact_key(fact: Row) -> tuple[str, str, str, str]:
     return (fact["group_id"], fact["source_uuid"], fact["target_uuid"], fact["fact"])
 
 
-def _text(entity: dict) -> str:
+def _text(entity: Row) -> str:
     return entity_text(entity["name"], entity["entity_type"], entity["summary"])
 
 
@@ -489,7 +487,7 @@ def _rows_of(vectors: dict[str, np.ndarray], uuids: list[str], dim: int) -> np.n
     return np.vstack([vectors[u] for u in uuids]).astype(np.float32)
 
 
-def _entity_row(group, name, line, norm, now) -> dict:
+def _entity_row(group: str, name: str, line: EntityLine | None, norm: str, now: datetime) -> Row:
     given = line is not None and line.importance is not None and line.stability is not None
     return {
         "uuid": str(uuidlib.uuid4()),
@@ -506,7 +504,7 @@ def _entity_row(group, name, line, norm, now) -> dict:
     }
 
 
-def _fact_row(group, src, dst, line: FactLine, now) -> dict:
+def _fact_row(group: str, src: str, dst: str, line: FactLine, now: datetime) -> Row:
     given = line.importance is not None and line.stability is not None
     return {
         "uuid": str(uuidlib.uuid4()),
@@ -526,14 +524,20 @@ def _fact_row(group, src, dst, line: FactLine, now) -> dict:
     }
 
 
+class _Bar(Protocol):
+    def update(self, n: int) -> None: ...
+    def close(self) -> None: ...
+
+
 class _NoBar:
     def update(self, n: int) -> None: ...
     def close(self) -> None: ...
 
 
-def _progress(total: int, enabled: bool):
+def _progress(total: int, enabled: bool) -> _Bar:
     if not enabled:
         return _NoBar()
     from tqdm.auto import tqdm
 
-    return tqdm(total=total, desc="import", unit="record")
+    bar: _Bar = tqdm(total=total, desc="import", unit="record")
+    return bar
