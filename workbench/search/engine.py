@@ -53,6 +53,7 @@ from workbench.clock import Clock, utcnow
 from workbench.embedding.base import embed_queries
 from workbench.errors import InvalidInput, NotFound, StoreUnavailable
 from workbench.metrics import Metrics
+from workbench.search import shared_saves
 from workbench.search.access import AccessTracker
 from workbench.search.bm25 import KeywordIndex, tokenize
 from workbench.search.filters import (
@@ -179,6 +180,8 @@ class SearchEngine:
         # a store shared with other processes: the change log position before loading
         shared = store.shared
         start = changes_sql.position(store) if shared else None
+        if shared and self.graph_dir is not None:  # the indexes another replica saved
+            shared_saves.fetch_saved(store, self.graph_dir, KINDS)
         self._open()
         # what writers of entities and facts tell this engine through, under its gate
         self.publisher = Publisher(self)
@@ -473,6 +476,8 @@ class SearchEngine:
             self.vectors[kind].on_built = None
             self.vectors[kind].close()  # a graph still being built is called off
             self._save_indexes(kind)
+        if self.store.shared and self.graph_dir is not None:
+            shared_saves.remove(self.graph_dir)  # saved in the database
 
     def _save_built(self, kind: str, index: VectorIndex) -> None:
         """``VectorIndex.on_built``: the index of ``kind`` finished a background build."""
@@ -500,9 +505,12 @@ class SearchEngine:
                     log.exception("saving the %s keyword index failed (rebuilt at open)", kind)
             if vectors.uses_ann:
                 try:
-                    vectors.save_graph(self.graph_dir, kind, seq)
+                    saved = vectors.save_graph(self.graph_dir, kind, seq)
                 except OSError:
                     log.exception("saving the %s graph failed (rebuilt at open)", kind)
+                else:
+                    if saved and self.store.shared:  # for every replica to start from
+                        shared_saves.store_save(self.store, self.graph_dir, kind)
 
     def _vector_seq(self) -> int | None:
         """The newest vector write, every earlier one told to the indexes (what a save
@@ -872,8 +880,10 @@ class SearchEngine:
 
 
 def _graph_dir(store: Store, graph_dir) -> Path | None:
-    """``True``: ``<database file>.search/`` (none for in-memory or read-only stores, nor
-    for a database server: each process builds its own graphs)."""
+    """``True``: ``<database file>.search/`` (none for in-memory or read-only stores); for a
+    database server, a private folder the saves stored in the database are fetched into."""
+    if graph_dir is True and store.shared and not store.read_only:
+        return shared_saves.local_folder()
     if graph_dir is True:
         beside = store.beside_file(".search")
         if beside is None or store.read_only or ":" in beside.name:
