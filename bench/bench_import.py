@@ -18,7 +18,8 @@ random unit vectors (384 dims): a migration from another store, no model time.
 ``--entities N`` (default 37: the 17 people and 20 things of the conversations) makes the
 facts name N distinct entities across ``--groups`` groups (default 20), each fact linking two
 entities of its group: a store moved from another system. ``--entity-vectors`` writes their
-vectors too, as an ``entities.parquet`` beside the facts (a migration that needs no model).
+vectors too, as an ``entities.parquet`` beside the facts (a migration that needs no model);
+``--entity-lines`` puts those entity records, with their vectors, first in the facts file.
 """
 
 from __future__ import annotations
@@ -134,12 +135,16 @@ def main() -> None:
     parser.add_argument(
         "--entity-vectors", action="store_true", help="an entities.parquet with their vectors"
     )
+    parser.add_argument(
+        "--entity-lines", action="store_true", help="entity records with vectors first in the file"
+    )
     parser.add_argument("--no-inproc", action="store_true", help="skip the in-process run")
     args = parser.parse_args()
     scratch = Path(tempfile.mkdtemp(prefix="bench_import_"))
     if args.parquet_vectors:
         source = scratch / "facts.parquet"
-        write_records(source, list(fact_rows(args)))
+        entities = entity_records(args) if args.entity_lines else []
+        write_records(source, entities + list(fact_rows(args)))
     else:
         source = scratch / "facts.jsonl"
         write_file(source, fact_rows(args))
