@@ -107,7 +107,8 @@ def write_records(path: Path, records: list[dict], dim: int = 384, seed: int = 1
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    table = pa.Table.from_pylist(records)
+    columns = dict.fromkeys(key for record in records for key in record)  # nulls where absent
+    table = pa.Table.from_pylist([{k: r.get(k) for k in columns} for r in records])
     vectors = np.random.default_rng(seed).standard_normal((len(records), dim), dtype=np.float32)
     vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
     column = pa.FixedSizeListArray.from_arrays(pa.array(vectors.reshape(-1)), dim)
