@@ -9,9 +9,17 @@ peak RSS.
 
     .venv/bin/python bench/bench_import.py [--facts 2541] [--repeat 2]
     .venv/bin/python bench/bench_import.py --facts 200000 --parquet-vectors --repeat 1
+    .venv/bin/python bench/bench_import.py --facts 200000 --entities 50000 --parquet-vectors \
+        --repeat 1 [--entity-vectors] [--no-inproc]
 
 With ``--parquet-vectors`` the same facts come as Parquet with an ``embedding`` column of
 random unit vectors (384 dims): a migration from another store, no model time.
+
+``--entities N`` (default 37: the 17 people and 20 things of the conversations) makes the
+facts name N distinct entities across ``--groups`` groups (default 20), each fact linking two
+entities of its group: a store moved from another system. ``--entity-vectors`` writes their
+vectors too, as an ``entities.parquet`` beside the facts (a migration that needs no model);
+``--entity-lines`` puts those entity records, with their vectors, first in the facts file.
 """
 
 from __future__ import annotations
@@ -26,6 +34,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterable
 from pathlib import Path
 
 PEOPLE = ["Caroline", "Melanie", "Jon", "Gina", "Audrey", "Andrew", "Tim", "John", "Maria",
@@ -53,22 +62,65 @@ def rows(facts: int, seed: int = 1):
                "fact": text, "group_id": f"conv-{conv}"}  # fmt: skip
 
 
-def write_file(path: Path, facts: int, seed: int = 1) -> None:
+def entity_name(k: int) -> str:
+    """A short, distinct name for entity ``k`` (a person or a thing)."""
+    return f"{PEOPLE[k % len(PEOPLE)]} {THINGS[(k // len(PEOPLE)) % len(THINGS)]} {k}"
+
+
+def many_rows(facts: int, entities: int, groups: int, seed: int = 1):
+    """Facts naming ``entities`` distinct entities, entity k in group k % groups: every entity
+    is named (as a source) once the facts outnumber the entities."""
+    rng = random.Random(seed)
+    per_group = max(1, entities // groups)
+    for i in range(facts):
+        src = i % entities
+        dst = (src + groups * rng.randrange(1, per_group + 1)) % entities
+        if dst % groups != src % groups or dst == src:
+            dst = src
+        text = (f"{entity_name(src)} {rng.choice(VERBS)} {entity_name(dst)} "
+                f"{rng.choice(WHEN)}, and said it {rng.choice(HOW)} (note {i}).")  # fmt: skip
+        yield {"type": "fact", "source": entity_name(src), "target": entity_name(dst),
+               "relation": "MENTIONED", "fact": text,
+               "group_id": f"conv-{src % groups}"}  # fmt: skip
+
+
+def fact_rows(args: argparse.Namespace):
+    if args.entities == 37:
+        return rows(args.facts)
+    return many_rows(args.facts, args.entities, args.groups)
+
+
+def write_file(path: Path, facts: Iterable[dict]) -> None:
     with path.open("w") as out:
-        for row in rows(facts, seed):
+        for row in facts:
             out.write(json.dumps(row) + "\n")
 
 
 def write_parquet(path: Path, facts: int, dim: int = 384, seed: int = 1) -> None:
+    """The conversation facts as Parquet with their vectors (``bench_service_restart``)."""
+    write_records(path, list(rows(facts, seed)), dim, seed)
+
+
+def write_records(path: Path, records: list[dict], dim: int = 384, seed: int = 1) -> None:
+    """``records`` as Parquet with an ``embedding`` column of random unit vectors."""
     import numpy as np
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    table = pa.Table.from_pylist(list(rows(facts, seed)))
-    vectors = np.random.default_rng(seed).standard_normal((facts, dim), dtype=np.float32)
+    columns = dict.fromkeys(key for record in records for key in record)  # nulls where absent
+    table = pa.Table.from_pylist([{k: r.get(k) for k in columns} for r in records])
+    vectors = np.random.default_rng(seed).standard_normal((len(records), dim), dtype=np.float32)
     vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
     column = pa.FixedSizeListArray.from_arrays(pa.array(vectors.reshape(-1)), dim)
     pq.write_table(table.append_column("embedding", column), path)
+
+
+def entity_records(args: argparse.Namespace) -> list[dict]:
+    if args.entities == 37:
+        names = [(p, f"conv-{c}") for c in range(10) for p in PEOPLE + THINGS]
+    else:
+        names = [(entity_name(k), f"conv-{k % args.groups}") for k in range(args.entities)]
+    return [{"type": "entity", "name": n, "group_id": g} for n, g in names]
 
 
 def main() -> None:
@@ -79,18 +131,31 @@ def main() -> None:
     parser.add_argument(
         "--parquet-vectors", action="store_true", help="Parquet with an embedding column"
     )
+    parser.add_argument("--entities", type=int, default=37, help="distinct entities named")
+    parser.add_argument("--groups", type=int, default=20, help="groups (with --entities)")
+    parser.add_argument(
+        "--entity-vectors", action="store_true", help="an entities.parquet with their vectors"
+    )
+    parser.add_argument(
+        "--entity-lines", action="store_true", help="entity records with vectors first in the file"
+    )
+    parser.add_argument("--no-inproc", action="store_true", help="skip the in-process run")
     args = parser.parse_args()
     scratch = Path(tempfile.mkdtemp(prefix="bench_import_"))
     if args.parquet_vectors:
         source = scratch / "facts.parquet"
-        write_parquet(source, args.facts)
+        entities = entity_records(args) if args.entity_lines else []
+        write_records(source, entities + list(fact_rows(args)))
     else:
         source = scratch / "facts.jsonl"
-        write_file(source, args.facts)
+        write_file(source, fact_rows(args))
+    if args.entity_vectors:
+        write_records(scratch / "entities.parquet", entity_records(args), seed=2)
     cli = Path(sys.executable).with_name("workbench")
     model = {"SVC_KNOWLEDGE_LOCAL_EMBEDDER_MODEL": args.model} if args.model else {}
     env = {**os.environ, **model}
-    print(f"{args.facts} facts, load average {os.getloadavg()[0]:.2f}, {os.cpu_count()} CPUs")
+    print(f"{args.facts} facts naming {args.entities} entities, load average "
+          f"{os.getloadavg()[0]:.2f}, {os.cpu_count()} CPUs")  # fmt: skip
     try:
         for attempt in range(args.repeat):
             db = scratch / f"kb{attempt}.duckdb"
@@ -106,6 +171,8 @@ def main() -> None:
             print(f"run {attempt + 1}: workbench import {wall:.2f} s wall; "
                   f"{report['facts_created']} facts, {report['entities_created']} entities; "
                   f"peak RSS {int(rss.group(1)) // 1024 if rss else '?'} MB")  # fmt: skip
+        if args.no_inproc:
+            return
         from workbench.config import load_settings
         from workbench.facade import Workbench
 

@@ -254,7 +254,7 @@ def import_through(live, path: str, group_id: str | None, progress: bool) -> dic
     its transactions); the report is the sum of the chunks' reports, with file line numbers."""
     from tqdm.auto import tqdm
 
-    from workbench.ingest.importer import read_lines
+    from workbench.ingest.importer import beside_records, entities_file, read_lines
 
     total = {
         "entities_created": 0,
@@ -284,21 +284,24 @@ def import_through(live, path: str, group_id: str | None, progress: bool) -> dic
         total["errors"] = (total["errors"] + report.get("errors", []))[:100]
         bar.update(len(chunk))
 
-    size = 0
-    for number, line in read_lines(path):
-        encoded = len(json.dumps(line, default=str)) + 2
-        if chunk and (len(chunk) >= IMPORT_CHUNK or size + encoded > IMPORT_CHUNK_BYTES):
+    beside = entities_file(path)  # its entities first, numbered in their own file
+    for records in ([beside_records(beside)] if beside else []) + [read_lines(path)]:
+        size = 0
+        for number, line in records:
+            encoded = len(json.dumps(line, default=str)) + 2
+            if chunk and (len(chunk) >= IMPORT_CHUNK or size + encoded > IMPORT_CHUNK_BYTES):
+                send()
+                chunk, size = [], 0
+            if encoded > IMPORT_CHUNK_BYTES:  # alone it would still be over a service's limit
+                refuse_oversized(total, number, encoded)
+                continue
+            if not chunk:
+                first = number
+            chunk.append(line)
+            size += encoded
+        if chunk:
             send()
-            chunk, size = [], 0
-        if encoded > IMPORT_CHUNK_BYTES:  # alone it would still be over a service's limit
-            refuse_oversized(total, number, encoded)
-            continue
-        if not chunk:
-            first = number
-        chunk.append(line)
-        size += encoded
-    if chunk:
-        send()
+            chunk = []
     bar.close()
     return total
 

@@ -53,3 +53,21 @@ def test_lines_with_vectors_go_through_the_body_limit(live, tmp_path):
 
 def test_a_chunk_always_fits_the_smallest_body_limit():
     assert 2 * IMPORT_CHUNK_BYTES <= MIN_BODY_BYTES
+
+
+def test_the_entities_file_beside_goes_first_through_a_running_service(live, tmp_path):
+    """Its entities (their type and vectors) are sent before the facts that name them."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rng = random.Random(3)
+    rows = [{"name": f"Person {i}", "entity_type": "Person", "embedding": vector(rng)}
+            for i in range(3)]  # fmt: skip
+    pq.write_table(pa.Table.from_pylist(rows), tmp_path / "entities.parquet")
+    facts = [{"type": "fact", "source": "Person 0", "target": f"Person {i}",
+              "fact": f"Person 0 knows Person {i}"} for i in (1, 2)]  # fmt: skip
+    path = tmp_path / "facts.jsonl"
+    path.write_text("".join(json.dumps(line) + "\n" for line in facts))
+    report = import_through(live, str(path), None, progress=False)
+    assert report["entities_created"] == 3 and report["facts_created"] == 2
+    assert report["entities_existing"] == 3 and report["error_count"] == 0

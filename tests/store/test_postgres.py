@@ -418,10 +418,14 @@ def test_reembed_sees_the_other_processes_on_the_database(stores):
     assert a.origin not in a.other_processes()
 
 
-def test_no_graph_files_are_written_for_a_database_server(stores):
+def test_a_database_server_s_graphs_are_saved_in_a_private_folder_only(stores):
+    """Not beside the database (there is no file): in a folder of this process, gone at its
+    close (the saves themselves are kept in the database: tests/store/test_saved_indexes)."""
     a = stores()
     engine = SearchEngine(a, HashEmbedder(dimensions=8), Metrics(), access_background=False)
+    folder = engine.graph_dir
     try:
-        assert engine.graph_dir is None
+        assert folder is not None and folder.is_dir() and not any(folder.iterdir())
     finally:
         engine.close()
+    assert not folder.exists()

@@ -120,6 +120,7 @@ class LiveIndexes:
         # a store shared with other processes: the change log position before loading
         shared = store.shared
         start = changes_sql.position(store) if shared else None
+        self.saves.fetch(KINDS)  # the indexes another replica saved (a shared store)
         self._open()
         # and what other processes write, through the store's change log
         self.replica_sync: ChangeSync | None = None
@@ -414,6 +415,7 @@ class LiveIndexes:
             self.vectors[kind].on_built = None
             self.vectors[kind].close()  # a graph still being built is called off
             self.save(kind)
+        self.saves.closed()
 
     def _save_built(self, kind: str, index: VectorIndex) -> None:
         """``VectorIndex.on_built``: the index of ``kind`` finished a background build."""

@@ -4,8 +4,9 @@ large one, its keyword index (:meth:`KeywordIndex.save`).
 
 Where they go (:attr:`IndexSaves.folder`) is decided in one place,
 ``workbench.search.engine._graph_dir``: ``<database file>.search/`` by default; none for an
-in-memory or read-only store, nor for a database server (each process builds its own
-graphs). A save runs at a clean stop and when a background graph build is done;
+in-memory or read-only store; for a database server, a private folder filled from the saves
+the database holds and stored back there (:mod:`workbench.index.shared_saves`). A save runs
+at a clean stop and when a background graph build is done;
 it records the newest vector write every index already holds (read between two writes, under
 the publish gate), so the next open reads only the vectors written after it.
 """
@@ -15,9 +16,10 @@ from __future__ import annotations
 import functools
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from workbench.index import shared_saves
 from workbench.index.bm25 import KeywordIndex
 from workbench.index.vectors import VectorIndex
 from workbench.store import Store
@@ -81,9 +83,24 @@ class IndexSaves:
                     log.exception("saving the %s keyword index failed (rebuilt at open)", kind)
             if vectors.uses_ann:
                 try:
-                    vectors.save_graph(self.folder, kind, seq)
+                    saved = vectors.save_graph(self.folder, kind, seq)
                 except OSError:
                     log.exception("saving the %s graph failed (rebuilt at open)", kind)
+                else:
+                    if saved and self.store.shared:  # for every replica to start from
+                        shared_saves.store_save(self.store, self.folder, kind)
+
+    def fetch(self, kinds: Sequence[str]) -> None:
+        """On a shared store, before the first load: the newest saves the database holds,
+        written into :attr:`folder` (opened and caught up as a local file's saves are)."""
+        if self.store.shared and self.folder is not None:
+            shared_saves.fetch_saved(self.store, self.folder, kinds)
+
+    def closed(self) -> None:
+        """The indexes are closed: a shared store's private folder goes (its saves are in
+        the database)."""
+        if self.store.shared and self.folder is not None:
+            shared_saves.remove(self.folder)
 
     def _vector_seq(self, between_writes: BetweenWrites) -> int | None:
         """The newest vector write, every earlier one told to the indexes (what a save

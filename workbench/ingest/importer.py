@@ -20,13 +20,15 @@ from __future__ import annotations
 import json
 import sys
 import uuid as uuidlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Protocol
 
 import numpy as np
-from pydantic import BaseModel, Field, ValidationError, field_validator
+import pyarrow as pa
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator
 
 from workbench.clock import Clock, TimeOutOfRange, as_utc
 from workbench.embedding import Embedder
@@ -34,22 +36,43 @@ from workbench.errors import InvalidInput
 from workbench.index.publish import Publisher
 from workbench.ingest.records import entity_text
 from workbench.names import GROUP_ID_RULE, is_group_id, name_key, relation_name
-from workbench.store import Store
+from workbench.store import Store, bulk
 from workbench.store import graph as g
 
 # lines per chunk, one transaction each: a DuckDB commit costs about as much as writing a
 # few hundred rows, so larger chunks halved a 200k-row import (docs/performance.md)
 BATCH = 2048
 PARQUET_BATCH = 4096  # rows DuckDB hands over at a time
+Row = dict[str, Any]  # a row of ``entities`` or ``facts`` as ``store.graph`` writes it
+ENTITIES_FILE = "entities.parquet"  # beside an imported file: its entities, imported first
+
+
+def _vector(value: object) -> np.ndarray | None:
+    """An ``embedding`` (a list of numbers, or the array a Parquet column gives) as float32:
+    a record is held until its chunk is written, and a list of Python floats would take
+    eight times the memory."""
+    if value is None:
+        return None
+    if not isinstance(value, (list, tuple, np.ndarray)):
+        raise ValueError("must be a non-empty list of finite numbers")
+    try:
+        vector = np.asarray(value, dtype=np.float32)
+    except (TypeError, ValueError):
+        raise ValueError("must be a non-empty list of finite numbers") from None
+    if vector.ndim != 1 or not vector.size or not np.isfinite(vector).all():
+        raise ValueError("must be a non-empty list of finite numbers")
+    return vector
 
 
 class _Base(BaseModel):
+    model_config = ConfigDict(arbitrary_types_allowed=True)  # the float32 ``embedding``
+
     group_id: str | None = None
     importance: int | None = Field(default=None, ge=1, le=5)
     stability: int | None = Field(default=None, ge=1, le=5)
     created_at: str | None = None
     # its vector, of the database's size (then it is not embedded again)
-    embedding: list[float] | None = None
+    embedding: Annotated[np.ndarray | None, BeforeValidator(_vector)] = None
 
     @field_validator("group_id")
     @classmethod
@@ -64,18 +87,6 @@ class _Base(BaseModel):
     @classmethod
     def _time(cls, value: str | None) -> str | None:
         return _checked_time(value)
-
-    @field_validator("embedding")
-    @classmethod
-    def _finite(cls, value: list[float] | None) -> np.ndarray | None:
-        """Kept as float32 (a record is held until its chunk is written: a list of Python
-        floats would take eight times the memory)."""
-        if value is None:
-            return None
-        vector = np.asarray(value, dtype=np.float32)
-        if not vector.size or not np.isfinite(vector).all():
-            raise ValueError("must be a non-empty list of finite numbers")
-        return vector
 
 
 class EntityLine(_Base):
@@ -98,6 +109,9 @@ class FactLine(_Base):
     @classmethod
     def _times(cls, value: str | None) -> str | None:
         return _checked_time(value)
+
+
+_MODELS: dict[str, type[EntityLine] | type[FactLine]] = {"entity": EntityLine, "fact": FactLine}
 
 
 def _checked_time(value: str | None) -> str | None:
@@ -125,17 +139,18 @@ class ImportReport:
 
 
 def read_lines(
-    source: str | Path | Iterable[str] | Iterable[dict], first_line: int = 1
+    source: str | Path | Iterable[str] | Iterable[Row], first_line: int = 1, arrays: bool = False
 ) -> Iterable[tuple[int, Any]]:
     """Yield (line number, raw item) from a path (JSON lines, or Parquet: a row is a line), an
     iterable of JSON strings, or dicts (numbered from ``first_line``: a chunk of a file keeps
-    the file's line numbers)."""
+    the file's line numbers). With ``arrays``, a Parquet ``embedding`` comes as a float32
+    array (for :func:`parse`), otherwise as a list (JSON, to send to a service)."""
     if isinstance(source, (str, Path)):
         path = Path(source)
         if not path.is_file():
             raise InvalidInput(f"import file not found: {path}")
         if is_parquet(path):
-            yield from _parquet_rows(path, first_line)
+            yield from _parquet_rows(path, first_line, arrays)
             return
         with path.open("rb") as handle:
             for number, raw in enumerate(handle, start=first_line):
@@ -150,26 +165,35 @@ def is_parquet(path: Path) -> bool:
         return handle.read(4) == b"PAR1"
 
 
-def _parquet_rows(path: Path, first_line: int) -> Iterable[tuple[int, dict]]:
-    """The rows of a Parquet file as import records, read by DuckDB's Parquet reader in
-    batches (a list column ``embedding`` becomes a list of floats, a timestamp an ISO text)."""
-    import duckdb
+def _parquet_rows(path: Path, first_line: int, arrays: bool) -> Iterable[tuple[int, Row]]:
+    """The rows of a Parquet file as import records, in batches (a timestamp becomes an ISO
+    text; with ``arrays``, an ``embedding`` column comes as float32 arrays, not as lists of
+    Python floats: those cost more than the rest of a row)."""
+    number = first_line
+    for batch in bulk.parquet_batches(path, PARQUET_BATCH):
+        vectors = _vector_column(batch) if arrays else None
+        columns = [c for c in batch.schema.names if c != "embedding" or vectors is None]
+        for i, row in enumerate(batch.select(columns).to_pylist()):
+            record = {k: _plain(v) for k, v in row.items() if v is not None}
+            if vectors is not None and vectors[i] is not None:
+                record["embedding"] = vectors[i]
+            yield number, record
+            number += 1
 
-    con = duckdb.connect(config={"autoinstall_known_extensions": "false"})
-    try:
-        try:
-            reader = con.execute("SELECT * FROM read_parquet(?)", [str(path)]).to_arrow_reader(
-                PARQUET_BATCH
-            )
-        except duckdb.Error as exc:
-            raise InvalidInput(f"{path} is not a readable Parquet file: {exc}") from None
-        number = first_line
-        for batch in reader:
-            for row in batch.to_pylist():
-                yield number, {k: _plain(v) for k, v in row.items() if v is not None}
-                number += 1
-    finally:
-        con.close()
+
+def _vector_column(batch: pa.RecordBatch) -> list[np.ndarray | None] | None:
+    """The batch's ``embedding`` column as one float32 array a row (None where null), or None
+    when it has no such column of numbers (then its values are validated as they are)."""
+    if "embedding" not in batch.schema.names:
+        return None
+    column = batch.column("embedding")
+    kind = column.type
+    if not (pa.types.is_list(kind) or pa.types.is_fixed_size_list(kind)):
+        return None
+    if not pa.types.is_floating(kind.value_type) and not pa.types.is_integer(kind.value_type):
+        return None
+    values = column.to_numpy(zero_copy_only=False)
+    return [None if v is None else np.asarray(v, np.float32) for v in values]
 
 
 def _plain(value: Any) -> Any:
@@ -211,7 +235,7 @@ def parse(
             report.errors.append(f"line {number}: expected a JSON object")
             continue
         kind = raw.get("type")
-        model = {"entity": EntityLine, "fact": FactLine}.get(kind)
+        model: type[EntityLine] | type[FactLine] | None = _MODELS.get(str(kind))
         if model is None:
             report.errors.append(f"line {number}: 'type' must be 'entity' or 'fact'")
             continue
@@ -232,6 +256,39 @@ def parse(
     return parsed
 
 
+def entities_beside(
+    source: str | Path | Iterable[Any], report: ImportReport, dim: int | None = None
+) -> list[EntityLine | FactLine]:
+    """The records of an ``entities.parquet`` in the folder of a file imported (a row is an
+    entity record, ``type`` optional; its errors name that file), imported before the file's
+    own lines: a migration brings its entities' vectors there, and needs no model."""
+    beside = entities_file(source)
+    if beside is None:
+        return []
+    own = ImportReport()
+    lines = parse(beside_records(beside, arrays=True), own, dim)
+    report.errors += [f"{ENTITIES_FILE} {error}" for error in own.errors]
+    return lines
+
+
+def entities_file(source: str | Path | Iterable[Any]) -> Path | None:
+    """The ``entities.parquet`` beside an imported file, if there is one."""
+    if not isinstance(source, (str, Path)):
+        return None
+    beside = Path(source).with_name(ENTITIES_FILE)
+    if beside.name == Path(source).name or not beside.is_file():
+        return None
+    if not is_parquet(beside):
+        raise InvalidInput(f"{beside} is not a Parquet file (an {ENTITIES_FILE} must be one)")
+    return beside
+
+
+def beside_records(beside: Path, arrays: bool = False) -> Iterable[tuple[int, Row]]:
+    """The rows of an ``entities.parquet`` as entity records (``type`` optional there)."""
+    for number, raw in _parquet_rows(beside, 1, arrays):
+        yield number, {"type": "entity", **raw}
+
+
 class Importer:
     def __init__(
         self, store: Store, embedder: Embedder, clock: Clock, default_group: str, index: Publisher
@@ -242,9 +299,13 @@ class Importer:
         self.default_group = default_group
         self.index = index  # told of each chunk after its commit, under its gate
 
-    def run(self, source, progress: bool = False, first_line: int = 1) -> ImportReport:
+    def run(
+        self, source: str | Path | Iterable[Any], progress: bool = False, first_line: int = 1
+    ) -> ImportReport:
         report = ImportReport()
-        lines = parse(read_lines(source, first_line), report, self.embedder.dimensions)
+        lines = entities_beside(source, report, self.embedder.dimensions)
+        records = read_lines(source, first_line, arrays=True)
+        lines += parse(records, report, self.embedder.dimensions)
         bar = _progress(len(lines), progress)
         with self.index.bulk():
             for start in range(0, len(lines), BATCH):
@@ -254,7 +315,7 @@ class Importer:
         bar.close()
         return report
 
-    def _import_chunk(self, chunk, report: ImportReport) -> None:
+    def _import_chunk(self, chunk: list[EntityLine | FactLine], report: ImportReport) -> None:
         """Plan the chunk against the stored graph and embed what it adds (outside any lock:
         model time), then settle the plan inside the write's transaction, with the chunk's
         groups locked: what another import or an episode wrote meanwhile is reused, not
@@ -284,68 +345,63 @@ class Importer:
             )
         plan.count(report)
 
-    def _plan(self, chunk) -> _ChunkPlan:
-        """The chunk's new entities and facts against the graph as it is stored now."""
+    def _plan(self, chunk: list[EntityLine | FactLine]) -> _ChunkPlan:
+        """The chunk's new entities and facts against the graph as it is stored now: its
+        names resolved by one statement, its facts checked by another (only those between
+        two stored entities: a fact naming an entity this chunk creates cannot be stored)."""
         now = self.clock()
         plan = _ChunkPlan()
-        entities: dict[tuple[str, str], dict] = {}  # (group, norm) -> row (new or existing)
-        seen_facts: set[tuple[str, str, str, str]] = set()
-        stored_entities = self._stored_entities(chunk)
+        stored = bulk.entity_uuids(self.store, list(self._keys(chunk)))
+        entities: dict[tuple[str, str], str] = {}  # (group, norm) -> uuid (new or stored)
 
-        def entity(group: str, name: str, line: EntityLine | None = None) -> dict:
+        def entity(group: str, name: str, line: EntityLine | None = None) -> str:
             key = (group, name_key(name))
             if key in entities:
                 return entities[key]
-            found = stored_entities.get(key)
-            if found:
+            if key in stored:
                 plan.entities_existing += 1
-                entities[key] = found
-                return found
+                entities[key] = stored[key]
+                return stored[key]
             row = _entity_row(group, name, line, key[1], now)
             if line is not None and line.embedding is not None:
                 plan.given[row["uuid"]] = line.embedding
-            entities[key] = row
+            entities[key] = row["uuid"]
             plan.new_entities.append(row)
-            return row
+            return str(row["uuid"])
 
-        candidates: list[tuple[tuple[str, str, str, str], dict]] = []
+        seen_facts: set[tuple[str, str, str, str]] = set()
+        candidates: list[tuple[tuple[str, str, str, str], Row]] = []
         for line in chunk:
             group = line.group_id or self.default_group
             if isinstance(line, EntityLine):
                 entity(group, line.name, line)
                 continue
             src, dst = entity(group, line.source), entity(group, line.target)
-            key = (group, src["uuid"], dst["uuid"], line.fact.strip().lower())
+            key = (group, src, dst, line.fact.strip().lower())
             if key in seen_facts:
                 plan.facts_existing += 1
                 continue
             seen_facts.add(key)
-            row = _fact_row(group, src["uuid"], dst["uuid"], line, now)
+            row = _fact_row(group, src, dst, line, now)
             if line.embedding is not None:
                 plan.given[row["uuid"]] = line.embedding
             candidates.append((key, row))
-        # one query for the chunk's facts, whatever their groups (a scan of the facts each)
-        stored = g.existing_facts(self.store, [key for key, _ in candidates])
+        known = set(stored.values())
+        found = g.existing_facts(self.store, [k for k, _ in candidates if {k[1], k[2]} <= known])
         for key, row in candidates:
-            if key in stored:
+            if key in found:
                 plan.facts_existing += 1
             else:
                 plan.facts.append(row)
         return plan
 
-    def _stored_entities(self, chunk) -> dict[tuple[str, str], dict]:
-        """The stored entities the chunk names, by (group, normalised name): one query per
-        group, not one per name."""
-        wanted: dict[str, set[str]] = {}
+    def _keys(self, chunk: list[EntityLine | FactLine]) -> Iterator[tuple[str, str]]:
+        """(group, normalised name) of every entity the chunk names."""
         for line in chunk:
             group = line.group_id or self.default_group
             names = [line.name] if isinstance(line, EntityLine) else [line.source, line.target]
-            wanted.setdefault(group, set()).update(name_key(n) for n in names)
-        return {
-            (group, norm): row
-            for group, norms in wanted.items()
-            for norm, row in g.entities_by_norm(self.store, group, sorted(norms)).items()
-        }
+            for name in names:
+                yield group, name_key(name)
 
     def _vectors(self, plan: _ChunkPlan) -> dict[str, np.ndarray]:
         """uuid -> vector of every row the plan adds: embedded here, or the one its record
@@ -379,8 +435,8 @@ class _ChunkPlan:
     """What one chunk adds: new entity and fact rows, the vectors records brought (uuid ->
     vector), and how many of its entities and facts exist already."""
 
-    new_entities: list[dict] = field(default_factory=list)
-    facts: list[dict] = field(default_factory=list)
+    new_entities: list[Row] = field(default_factory=list)
+    facts: list[Row] = field(default_factory=list)
     given: dict[str, np.ndarray] = field(default_factory=dict)
     entities_existing: int = 0
     facts_existing: int = 0
@@ -417,11 +473,11 @@ class _ChunkPlan:
         report.facts_existing += self.facts_existing
 
 
-def _fact_key(fact: dict) -> tuple[str, str, str, str]:
+def _fact_key(fact: Row) -> tuple[str, str, str, str]:
     return (fact["group_id"], fact["source_uuid"], fact["target_uuid"], fact["fact"])
 
 
-def _text(entity: dict) -> str:
+def _text(entity: Row) -> str:
     return entity_text(entity["name"], entity["entity_type"], entity["summary"])
 
 
@@ -431,7 +487,7 @@ def _rows_of(vectors: dict[str, np.ndarray], uuids: list[str], dim: int) -> np.n
     return np.vstack([vectors[u] for u in uuids]).astype(np.float32)
 
 
-def _entity_row(group, name, line, norm, now) -> dict:
+def _entity_row(group: str, name: str, line: EntityLine | None, norm: str, now: datetime) -> Row:
     given = line is not None and line.importance is not None and line.stability is not None
     return {
         "uuid": str(uuidlib.uuid4()),
@@ -448,7 +504,7 @@ def _entity_row(group, name, line, norm, now) -> dict:
     }
 
 
-def _fact_row(group, src, dst, line: FactLine, now) -> dict:
+def _fact_row(group: str, src: str, dst: str, line: FactLine, now: datetime) -> Row:
     given = line.importance is not None and line.stability is not None
     return {
         "uuid": str(uuidlib.uuid4()),
@@ -468,14 +524,20 @@ def _fact_row(group, src, dst, line: FactLine, now) -> dict:
     }
 
 
+class _Bar(Protocol):
+    def update(self, n: int) -> None: ...
+    def close(self) -> None: ...
+
+
 class _NoBar:
     def update(self, n: int) -> None: ...
     def close(self) -> None: ...
 
 
-def _progress(total: int, enabled: bool):
+def _progress(total: int, enabled: bool) -> _Bar:
     if not enabled:
         return _NoBar()
     from tqdm.auto import tqdm
 
-    return tqdm(total=total, desc="import", unit="record")
+    bar: _Bar = tqdm(total=total, desc="import", unit="record")
+    return bar

@@ -31,6 +31,7 @@ import numpy as np
 
 from workbench.clock import Clock, utcnow
 from workbench.embedding.base import Embedder
+from workbench.index import shared_saves
 from workbench.index.access import AccessTracker
 from workbench.index.bm25 import KeywordIndex
 from workbench.index.live import LiveIndexes
@@ -318,7 +319,10 @@ class SearchEngine:
 def _graph_dir(store: Store, graph_dir: str | Path | None | bool) -> Path | None:
     """Where the HNSW graphs and keyword indexes are saved and opened from (the one place
     that decides it): ``True``: ``<database file>.search/`` (none for in-memory or read-only
-    stores, nor for a database server: each process builds its own graphs)."""
+    stores); for a database server, a private folder the saves stored in the database are
+    fetched into, and each save is stored back from (:mod:`workbench.index.shared_saves`)."""
+    if graph_dir is True and store.shared and not store.read_only:
+        return shared_saves.local_folder()
     if graph_dir is True:
         beside = store.beside_file(".search")
         if beside is None or store.read_only or ":" in beside.name:

@@ -7,6 +7,7 @@ same way, with these differences bridged here:
   (``$1`` may be used twice: it becomes a named parameter), and a literal ``%`` is doubled;
 - types in DDL and casts: ``DOUBLE`` is ``DOUBLE PRECISION``, a fixed-size vector
   ``FLOAT[384]`` is ``REAL[]`` (the size is checked on write by the store, not by a type);
+  ``BLOB`` is ``BYTEA``;
 - the few DuckDB functions we use on lists and timestamps (``list_contains``, ``epoch_us``)
   exist on PostgreSQL as small SQL functions (:data:`COMPAT_FUNCTIONS`, created by the store);
   PostgreSQL inlines them, so ``list_contains(?, uuid)`` still uses the primary key.
@@ -35,6 +36,7 @@ COMPAT_FUNCTIONS = (
 _TYPE_RULES = (
     (re.compile(r"\bDOUBLE\b(?!\s+PRECISION)", re.IGNORECASE), "DOUBLE PRECISION"),
     (re.compile(r"\bFLOAT\s*\[\s*\d+\s*\]", re.IGNORECASE), "REAL[]"),
+    (re.compile(r"\bBLOB\b", re.IGNORECASE), "BYTEA"),
 )
 _PARAM = re.compile(r"\?|\$(\d+)|\$([A-Za-z_]\w*)|%")
 

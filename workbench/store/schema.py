@@ -230,6 +230,23 @@ def _v7(dim: int) -> list[str]:
     ]
 
 
+def _v8(dim: int) -> list[str]:
+    """Search indexes saved in the database itself, for the processes sharing a database
+    server (``store.saved_indexes``): each save of a kind is its files, cut in parts."""
+    return [
+        """CREATE TABLE IF NOT EXISTS saved_index_files (
+            save_id VARCHAR NOT NULL,
+            kind VARCHAR NOT NULL,
+            name VARCHAR NOT NULL,
+            part INTEGER NOT NULL,
+            seq BIGINT,
+            saved_at TIMESTAMPTZ NOT NULL,
+            data BLOB NOT NULL,
+            PRIMARY KEY (save_id, name, part)
+        )""",
+    ]
+
+
 def embeddings_table(name: str, dim: int) -> str:
     """The statement creating an embeddings table as the migrations leave it (for a table
     that replaces one: ``workbench reembed``)."""
@@ -267,7 +284,7 @@ def _v6(dim: int) -> list[str]:
 
 
 VECTOR_SEQ = "vector_seq"
-MIGRATIONS: list[Callable[[int], list[str]]] = [_v1, _v2, _v3, _v4, _v5, _v6, _v7]
+MIGRATIONS: list[Callable[[int], list[str]]] = [_v1, _v2, _v3, _v4, _v5, _v6, _v7, _v8]
 SCHEMA_VERSION = len(MIGRATIONS)
 
 LIFECYCLE_STATES = ("ACTIVE", "DORMANT", "ARCHIVED", "EXPIRED", "SOFT_DELETED", "PERMANENT")

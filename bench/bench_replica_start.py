@@ -1,0 +1,115 @@
+"""A new replica of a PostgreSQL store: seconds until it serves with both HNSW graphs, with
+and without the indexes another replica saved in the database.
+
+On a throw-away PostgreSQL (tests/pg.py): ``--facts`` generated facts naming ``--entities``
+entities (``bench_import.py``'s shapes) are imported from Parquet with their vectors (the
+import's time is reported: the PostgreSQL import figure), a first replica builds its graphs
+(saved into the database as each build ends) and stops; then a new replica, with no local
+files, starts: its start-up until both vector indexes use their graphs is timed, then the
+p50/p95 of ``search_memory_facts`` in process (each query a new text: the model embeds it).
+
+    .venv/bin/python bench/bench_replica_start.py [--facts 100000] [--entities 25000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+import bench_import  # noqa: E402
+
+from tests.pg import ThrowawayPostgres, schema_url  # noqa: E402
+
+
+def open_replica(location: str, scratch: Path):
+    from workbench.config import load_settings
+    from workbench.facade import Workbench
+
+    settings = load_settings({"SVC_KNOWLEDGE_DATABASE_URL": location,
+                              "SVC_KNOWLEDGE_DECAY_ENABLED": "false"}, env_file=None)  # fmt: skip
+    return Workbench.open(settings)
+
+
+def graphs_ready(wb) -> bool:
+    return all(wb.search.vectors[k].uses_ann and wb.search.vectors[k]._builder is None
+               for k in ("entity", "fact"))  # fmt: skip
+
+
+def timed_start(location: str, scratch: Path) -> tuple[object, float, float]:
+    """A replica opened: (it, seconds to open, seconds until both graphs serve)."""
+    started = time.perf_counter()
+    wb = open_replica(location, scratch)
+    opened = time.perf_counter() - started
+    while not graphs_ready(wb):
+        time.sleep(0.05)
+    return wb, opened, time.perf_counter() - started
+
+
+def search_latency(wb, n: int = 200) -> tuple[float, float]:
+    took = []
+    for i in range(n):
+        started = time.perf_counter()
+        wb.search_memory_facts(f"what did person {i} talk about after work {i}")
+        took.append((time.perf_counter() - started) * 1000)
+    took.sort()
+    return statistics.median(took), took[int(0.95 * len(took)) - 1]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--facts", type=int, default=100_000)
+    parser.add_argument("--entities", type=int, default=25_000)
+    parser.add_argument("--groups", type=int, default=20)
+    args = parser.parse_args()
+    scratch = Path(tempfile.mkdtemp(prefix="bench_replica_"))
+    pg = ThrowawayPostgres().start()
+    try:
+        import psycopg
+
+        with psycopg.connect(pg.url, autocommit=True) as con:
+            con.execute('CREATE SCHEMA "bench"')
+        location = schema_url(pg.url, "bench")
+        shape = argparse.Namespace(facts=args.facts, entities=args.entities, groups=args.groups)
+        bench_import.write_records(scratch / "facts.parquet", list(bench_import.fact_rows(shape)))
+        bench_import.write_records(scratch / "entities.parquet",
+                                   bench_import.entity_records(shape), seed=2)  # fmt: skip
+        print(f"{args.facts} facts naming {args.entities} entities on PostgreSQL, load "
+              f"{os.getloadavg()[0]:.1f}, {os.cpu_count()} CPUs")  # fmt: skip
+        with open_replica(location, scratch) as wb:
+            started = time.perf_counter()
+            report = wb.import_jsonl(scratch / "facts.parquet")
+            took = time.perf_counter() - started
+            print(
+                f"import (entity and fact vectors given): {took:.1f} s, "
+                f"{report['facts_created']} facts, {report['entities_created']} entities"
+            )
+        with psycopg.connect(location, autocommit=True) as con:  # the import's own saves
+            con.execute("DELETE FROM saved_index_files")
+        # the first replica: no save, it builds (and saves as each build ends)
+        wb, opened, ready = timed_start(location, scratch)
+        print(f"first replica, no saved index: open {opened:.1f} s, graphs serving {ready:.1f} s")
+        wb.close()
+        # a new replica, no local files: the saves in the database
+        wb, opened, ready = timed_start(location, scratch)
+        p50, p95 = search_latency(wb)
+        print(f"new replica, saved index in the database: open {opened:.1f} s, graphs serving "
+              f"{ready:.1f} s; search_memory_facts p50 {p50:.1f} ms, p95 {p95:.1f} ms "
+              f"(load {os.getloadavg()[0]:.1f})")  # fmt: skip
+        wb.close()
+    finally:
+        pg.stop()
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,107 @@
+"""Search indexes saved in the database itself: a replica of a shared store with no local
+files starts from the newest save and catches up with what was written after it."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.pg import wait_for
+from tests.search.helpers import T0, add, entity
+from workbench.clock import ManualClock
+from workbench.fakes.embedder import HashEmbedder
+from workbench.metrics import Metrics
+from workbench.search.engine import SearchEngine
+from workbench.store import Store, saved_indexes
+
+
+def test_a_save_goes_in_and_comes_out_whole_the_newest_replacing_the_older(tmp_path,
+                                                                          monkeypatch):  # fmt: skip
+    monkeypatch.setattr(saved_indexes, "PART_BYTES", 5)  # files of several parts
+    store = Store.open(":memory:", dim=8)
+    try:
+        source = tmp_path / "source"
+        source.mkdir()
+        for seq, content in [(7, b"first graph"), (9, b"second, longer graph")]:
+            (source / "entity.x.usearch").write_bytes(content)
+            (source / "entity.x.prints.npy").write_bytes(b"")
+            (source / "entity.keywords.npz").write_bytes(b"words")
+            manifest = {"files": {"graph": "entity.x.usearch", "prints": "entity.x.prints.npy"},
+                        "seq": seq}  # fmt: skip
+            (source / "entity.json").write_text(json.dumps(manifest))
+            assert saved_indexes.publish(store, source, "entity")
+        assert saved_indexes.newest(store, ["entity", "fact"]) == {"entity": 9}
+        target = tmp_path / "target"
+        assert saved_indexes.fetch(store, target, "entity")
+        assert not saved_indexes.fetch(store, target, "fact")  # none saved
+        assert (target / "entity.x.usearch").read_bytes() == b"second, longer graph"
+        assert (target / "entity.x.prints.npy").read_bytes() == b""
+        assert (target / "entity.keywords.npz").read_bytes() == b"words"
+        assert saved_indexes.save_seq(target, "entity") == 9
+        # a folder without a complete save stores nothing
+        (source / "entity.x.usearch").unlink()
+        assert not saved_indexes.publish(store, source, "entity")
+    finally:
+        store.close()
+
+
+def _engine(store: Store) -> SearchEngine:
+    return SearchEngine(store, HashEmbedder(dimensions=8), Metrics(), ManualClock(T0),
+                        access_background=False, ann_threshold=50)  # fmt: skip
+
+
+def found(index, source: SearchEngine, uuid: str) -> bool:
+    """Whether ``index`` finds the memory ``uuid`` by its own vector (8 dimensions: other
+    memories may be as close)."""
+    hits = dict(index.search(source.vectors["entity"].vector(uuid), 10))
+    return hits.get(uuid, 0.0) == pytest.approx(1.0, abs=1e-3)
+
+
+def test_a_new_replica_starts_from_the_saved_graph_and_catches_up(pg_location):
+    """Replica A builds its graph (saved into the database at once), then writes more; B,
+    with no local files, loads A's save instead of building, catches up with what A wrote
+    after the save, then follows the change log for what A writes next."""
+    a, b = Store.open(pg_location, dim=8), Store.open(pg_location, dim=8)
+    engine_a = engine_b = None
+    try:
+        engine_a = _engine(a)
+        notes = add(engine_a, "entity", [entity(f"Note {i}", f"tea note {i}") for i in range(120)])
+        engine_a.rebuild()
+        assert engine_a.vectors["entity"].wait_ready(60)
+        assert wait_for(lambda: "entity" in saved_indexes.newest(a, ["entity"]), 30)
+        later = add(engine_a, "entity", [entity(f"Pond {i}", f"koi pond {i}") for i in range(3)])
+
+        engine_b = _engine(b)
+        index = engine_b.vectors["entity"]
+        assert index.uses_ann and index._builder is None  # loaded, not rebuilt
+        assert len(index) == 123
+        for row in [notes[0], *later]:
+            assert found(index, engine_a, row["uuid"])
+
+        last = add(engine_a, "entity", [entity("Lava field", "basalt")])[0]
+        engine_a.replica_sync.catch_up()
+        engine_b.replica_sync.catch_up()
+        assert found(engine_b.vectors["entity"], engine_a, last["uuid"])
+        folder = engine_b.graph_dir
+        assert folder is not None and folder.is_dir()
+    finally:
+        for engine in (engine_b, engine_a):
+            if engine is not None:
+                engine.close()
+        a.close()
+        b.close()
+    assert not folder.exists()  # a private folder: the saves live in the database
+
+
+@pytest.mark.parametrize("kinds", [["entity", "fact"]])
+def test_a_replica_without_any_save_builds_as_before(pg_location, kinds):
+    store = Store.open(pg_location, dim=8)
+    try:
+        assert saved_indexes.newest(store, kinds) == {}
+        engine = _engine(store)
+        add(engine, "entity", [entity(f"Note {i}") for i in range(5)])
+        assert len(engine.vectors["entity"]) == 5 and not engine.vectors["entity"].uses_ann
+        engine.close()
+    finally:
+        store.close()
