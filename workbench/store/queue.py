@@ -8,7 +8,7 @@ parallel. Across groups the order is priority (0 high, 1 normal, 2 low), then ag
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any, NotRequired, TypedDict
 
@@ -29,7 +29,7 @@ class QueueMessage(TypedDict):
     validation_failures: int
     lease_owner: NotRequired[str]  # who claimed this delivery
     # the episode row, when the claim's batch was prefetched (None: deleted meanwhile)
-    episode: NotRequired[dict[str, Any] | None]
+    episode: NotRequired[Mapping[str, Any] | None]
 
 
 GROUP_LOCKS = 0x776B  # the advisory lock namespace of enqueues, one lock per group
