@@ -112,7 +112,9 @@ class _Asked:
     def covers(self, later: list[dict[str, Any]]) -> bool:
         return all(_key(f) in self.keys for f in later)
 
-    def learn(self, reply: ExtractedEdges, shown: list[dict[str, Any]], later: list[dict[str, Any]]) -> None:
+    def learn(
+        self, reply: ExtractedEdges, shown: list[dict[str, Any]], later: list[dict[str, Any]]
+    ) -> None:
         self.keys.update(_key(f) for f in later)
         for edge in reply.edges:
             refs = [r - len(shown) for r in edge.invalidates if r > len(shown)]
