@@ -13,7 +13,7 @@ import logging
 from collections.abc import Sequence
 from datetime import date, datetime
 from pathlib import Path
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
@@ -46,6 +46,9 @@ from workbench.store import graph as g
 from workbench.store import queue as q
 from workbench.store.snapshots import Snapshots, remove_stale
 from workbench.store.tenancy import Tenancy
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 log = logging.getLogger("workbench")
 
@@ -417,7 +420,9 @@ class Workbench:
         }
 
     # --- re-extraction ------------------------------------------------------------------
-    def reextraction(self, settings: Settings | None = None, shadow_dir=None) -> Reextraction:
+    def reextraction(
+        self, settings: Settings | None = None, shadow_dir: str | Path | None = None
+    ) -> Reextraction:
         """Re-extraction runs on this store (``settings``: the new extraction's LLM)."""
         live = (self.store, self.publisher, self.embedder, settings or self.settings)
         return Reextraction(
@@ -425,7 +430,12 @@ class Workbench:
         )
 
     def reextract(
-        self, group_id=None, dry_run=False, promote=None, discard=None, compare=None
+        self,
+        group_id: str | None = None,
+        dry_run: bool = False,
+        promote: str | None = None,
+        discard: str | None = None,
+        compare: str | None = None,
     ) -> r.ReextractResult:
         """The ``reextract`` tool: a run of ``group_id`` (its estimate with ``dry_run``), or
         a run to ``compare``, ``promote`` or ``discard``."""
@@ -538,7 +548,7 @@ class Workbench:
         return cast(r.RevokeResult, self.tenancy.revoke_token(name))
 
     # --- notebooks ----------------------------------------------------------------------
-    def frame(self, table: str):
+    def frame(self, table: str) -> pd.DataFrame:
         """A table as a pandas DataFrame (episodes, entities, facts, llm_calls, queue, ...)."""
         return views.frame(self.store, table)
 
@@ -562,11 +572,13 @@ def _as_dict(value: Any) -> dict[str, Any]:
     if isinstance(value, dict):
         return value
     if hasattr(value, "as_dict"):
-        return value.as_dict()
+        as_dict: dict[str, Any] = value.as_dict()
+        return as_dict
     if hasattr(value, "__dataclass_fields__"):
         from dataclasses import asdict
 
         return asdict(value)
     if hasattr(value, "model_dump"):
-        return value.model_dump()
+        dumped: dict[str, Any] = value.model_dump()
+        return dumped
     return dict(value)

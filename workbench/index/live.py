@@ -58,7 +58,7 @@ def keyword_text(kind: str, row: Mapping[str, Any]) -> str:
     return str(row[_TEXT_COLUMN[kind]])
 
 
-def _entity_text(name: str, summary: str | None) -> str:
+def _entity_text(name: str | None, summary: str | None) -> str:
     summary = (summary or "").strip()
     return f"{name}: {summary}" if summary else str(name)
 

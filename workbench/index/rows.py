@@ -27,15 +27,19 @@ from __future__ import annotations
 import sys
 from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 import numpy as np
+from numpy.typing import NDArray
 
 from workbench.clock import as_utc
 from workbench.index.vector_math import grouped
 from workbench.store import Store
 from workbench.store import search as sql
 from workbench.store.access import REACTIVATED_FROM
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 __all__ = ["RowCache", "name_key", "to_micros"]
 
@@ -63,6 +67,28 @@ _NUMBERS = {"importance": np.int16, "stability": np.int16, "decay_score": np.flo
             "access_count": np.int64}  # fmt: skip
 # numbers only one kind has
 _OWN_NUMBERS: dict[str, dict[str, type]] = {"passage": {"position": np.int32}}
+
+
+class Filters(Protocol):
+    """What :meth:`RowCache.accepting` reads of the search filters
+    (:class:`~workbench.search.filters.SearchFilters`, a layer above)."""
+
+    @property
+    def group_ids(self) -> Collection[str] | None: ...
+    @property
+    def states(self) -> Collection[str] | None: ...
+    @property
+    def created_after(self) -> datetime | None: ...
+    @property
+    def created_before(self) -> datetime | None: ...
+    @property
+    def entity_types(self) -> Collection[str] | None: ...
+    @property
+    def relation_types(self) -> Collection[str] | None: ...
+    @property
+    def include_invalidated(self) -> bool: ...
+    @property
+    def now(self) -> datetime | None: ...
 
 
 def to_micros(value: datetime | None) -> int:
@@ -96,16 +122,17 @@ class Codes:
     def name(self, code: int) -> str | None:
         return None if code < 0 else self.names[code]
 
-    def encode(self, column) -> np.ndarray:
+    def encode(self, column: pa.ChunkedArray) -> NDArray[np.int32]:
         """The codes of an Arrow string column (dictionary-encoded in Arrow, then each
         distinct value coded once)."""
         encoded = column.combine_chunks().dictionary_encode()
         mapping = np.array([self.of(v) for v in encoded.dictionary.to_pylist()] + [-1],
                            dtype=np.int32)  # fmt: skip
         indices = encoded.indices.fill_null(len(mapping) - 1).to_numpy(zero_copy_only=False)
-        return mapping[indices]
+        codes: NDArray[np.int32] = mapping[indices]
+        return codes
 
-    def known(self, values: Iterable[str]) -> np.ndarray:
+    def known(self, values: Iterable[str]) -> NDArray[np.int32]:
         """The codes of those of ``values`` ever seen (a value never seen matches nothing)."""
         return np.array([self._code[v] for v in values if v in self._code], dtype=np.int32)
 
@@ -127,7 +154,7 @@ class RowCache:
         self._uuid: list[str | None] = []
         self._free: list[int] = []
         self._codes = {c: Codes() for c in _CODED[kind]}
-        self._texts: dict[str, list] = {c: [] for c in _TEXT[kind] + _SHARED[kind]}
+        self._texts: dict[str, list[str | None]] = {c: [] for c in _TEXT[kind] + _SHARED[kind]}
         self._arrays: dict[str, np.ndarray] = {
             **{c: np.zeros(0, np.int32) for c in _CODED[kind]},
             **{c: np.zeros(0, np.int64) for c in _TIMES[kind]},
@@ -166,16 +193,17 @@ class RowCache:
             return _time(self._arrays[column][slot])
         return self._arrays[column][slot].item()
 
-    def slots(self, uuids: Sequence[str]) -> np.ndarray:
+    def slots(self, uuids: Sequence[str]) -> NDArray[np.int64]:
         """The slots of these uuids, -1 for one not here."""
         get = self._slot.get
         return np.fromiter((get(u, -1) for u in uuids), dtype=np.int64, count=len(uuids))
 
-    def column(self, name: str, slots: np.ndarray) -> np.ndarray:
+    def column(self, name: str, slots: NDArray[np.int64]) -> NDArray[Any]:
         """A numeric, time (microseconds) or code column at these slots."""
-        return self._arrays[name][slots]
+        values: NDArray[Any] = self._arrays[name][slots]
+        return values
 
-    def texts(self, column: str) -> list:
+    def texts(self, column: str) -> list[str | None]:
         """A text column over every row, in the order of :meth:`uuids`."""
         values = self._texts[column]
         return [values[s] for s in self._slot.values()]
@@ -198,7 +226,7 @@ class RowCache:
         return row
 
     # --- the vectorised filters -----------------------------------------------------------
-    def accepting(self, slots: np.ndarray, filters) -> np.ndarray:
+    def accepting(self, slots: NDArray[np.int64], filters: Filters) -> NDArray[np.bool_]:
         """Which of these slots pass the search filters (a
         :class:`~workbench.search.filters.SearchFilters`): one boolean mask, computed over the
         columns for all of them at once."""
@@ -237,11 +265,11 @@ class RowCache:
                 keep &= (invalid == NO_TIME) | (invalid > to_micros(filters.now))
         return keep
 
-    def uuids_at(self, slots: np.ndarray) -> list[str]:
+    def uuids_at(self, slots: NDArray[np.int64]) -> list[str]:
         uuid = self._uuid
         return [uuid[s] for s in slots.tolist()]
 
-    def all_slots(self) -> np.ndarray:
+    def all_slots(self) -> NDArray[np.int64]:
         return np.fromiter(self._slot.values(), dtype=np.int64, count=len(self._slot))
 
     # --- writing --------------------------------------------------------------------------
@@ -255,7 +283,7 @@ class RowCache:
         # interned, as the vector and keyword indexes' and the facts' endpoints: one string
         # object per uuid in the process
         uuids = list(map(sys.intern, table.column("uuid").to_pylist()))
-        self._uuid = uuids
+        self._uuid = list(uuids)
         self._slot = dict(zip(uuids, range(n)))
         for column in _TEXT[self.kind]:
             self._texts[column] = table.column(column).to_pylist()
@@ -285,7 +313,7 @@ class RowCache:
         keys = [name_key(g, n or "") for g, n in zip(groups, self._texts["name_norm"])]
         self.named = grouped(keys, uuids)
 
-    def refresh(self, store: Store, uuids: Sequence[str]) -> tuple[list[dict], list[str]]:
+    def refresh(self, store: Store, uuids: Sequence[str]) -> tuple[list[dict[str, Any]], list[str]]:
         """Re-read these rows; return (rows now present, uuids no longer in the store)."""
         rows = sql.load_rows(store, self.kind, list(uuids))
         found = {r["uuid"] for r in rows}
@@ -358,31 +386,32 @@ class RowCache:
                 values.append(None)
             if slot >= len(self._arrays["created_at"]):
                 size = max(16, 2 * slot)
-                for column, values in self._arrays.items():
-                    grown = np.zeros(size, dtype=values.dtype)
-                    grown[: len(values)] = values
+                for column, array in self._arrays.items():
+                    grown = np.zeros(size, dtype=array.dtype)
+                    grown[: len(array)] = array
                     self._arrays[column] = grown
         self._slot[uuid] = slot
         return slot
 
     def _link(self, slot: int) -> None:
-        uuid = self._uuid[slot]
+        uuid = cast(str, self._uuid[slot])  # a slot in use holds its row's uuid
         if self.kind == "passage":
             return
         if self.kind == "fact":
-            _add(self.touching, self._texts["source_uuid"][slot], uuid)
-            _add(self.touching, self._texts["target_uuid"][slot], uuid)
+            source, target = self._ends_at(slot)
+            _add(self.touching, source, uuid)
+            _add(self.touching, target, uuid)
             return
         _add(self.named, self._name_key(slot), uuid)
 
     def _unlink(self, slot: int, uuid: str | None = None) -> None:
-        uuid = uuid or self._uuid[slot]
+        uuid = uuid or cast(str, self._uuid[slot])  # a slot in use holds its row's uuid
         if self.kind == "passage":
             return
         if self.kind == "entity":
             _discard(self.named, self._name_key(slot), uuid)
             return
-        for end in (self._texts["source_uuid"][slot], self._texts["target_uuid"][slot]):
+        for end in self._ends_at(slot):
             _discard(self.touching, end, uuid)
 
     def _name_key(self, slot: int) -> str:
@@ -403,7 +432,12 @@ class RowCache:
         slot = self._slot.get(uuid)
         if slot is None:
             return None
-        return self._texts["source_uuid"][slot], self._texts["target_uuid"][slot]
+        return self._ends_at(slot)
+
+    def _ends_at(self, slot: int) -> tuple[str, str]:
+        """The (source, target) entity uuids of the fact at ``slot`` (NOT NULL columns)."""
+        texts = self._texts
+        return cast(str, texts["source_uuid"][slot]), cast(str, texts["target_uuid"][slot])
 
     def neighbourhood(self, entity_uuid: str, limit: int = 1000) -> tuple[list[str], set[str]]:
         """Facts touching the entity (newest first, at most ``limit``) and its neighbours."""
@@ -411,12 +445,12 @@ class RowCache:
         created = self._arrays["created_at"][self.slots(uuids)]
         order = np.argsort(-created, kind="stable")[:limit]
         facts = [uuids[i] for i in order]
-        ends = {e for u in facts for e in self.ends(u)}
+        ends = {e for u in facts for e in self._ends_at(self._slot[u])}
         ends.discard(entity_uuid)
         return facts, ends
 
 
-class _RowsView(Mapping):
+class _RowsView(Mapping[str, dict[str, Any]]):
     """``cache.rows``: the rows as a read-only mapping uuid -> row dict (built on access)."""
 
     def __init__(self, cache: RowCache):
@@ -440,7 +474,7 @@ class _RowsView(Mapping):
 
 # key -> a bare uuid, the set of them when several share it, or a tuple of them as a bulk load
 # left it (:func:`~workbench.index.vector_math.grouped`; a set once it changes)
-_Members = dict[str, str | set[str] | tuple]
+_Members = dict[str, str | set[str] | tuple[str, ...]]
 
 
 def _add(index: _Members, key: str, uuid: str) -> None:

@@ -161,11 +161,15 @@ def positions_in(values: Sequence[str], within: Sequence[str | None]) -> np.ndar
     return np.asarray(pc.fill_null(found, -1).to_numpy(), dtype=np.int64)
 
 
-def grouped(keys: Sequence[str | None], members: Sequence[str]) -> dict[str, str | tuple[str, ...]]:
+def grouped(
+    keys: Sequence[str | None], members: Sequence[str]
+) -> dict[str, str | set[str] | tuple[str, ...]]:
     """``key -> member``, or the tuple of members when a key has several, built in bulk: the
     keys are encoded and sorted in Arrow and numpy, and Python touches each key once. Each
     dict key is the first of the equal ``keys`` objects (interned ones stay shared). A None
-    key is left out; a (key, member) pair given twice counts once."""
+    key is left out; a (key, member) pair given twice counts once. (It makes no sets: the
+    type is that of the caller's index, which makes a set of a key's members once they
+    change.)"""
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -180,7 +184,7 @@ def grouped(keys: Sequence[str | None], members: Sequence[str]) -> dict[str, str
     starts = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
     ordered = [members[i] for i in order.tolist()]
     firsts = [keys[i] for i in order[starts].tolist()]
-    out: dict[str, str | tuple[str, ...]] = {}
+    out: dict[str, str | set[str] | tuple[str, ...]] = {}
     for key, at, count in zip(firsts, starts.tolist(), counts.tolist()):
         if count == 1:
             out[key] = ordered[at]

@@ -111,7 +111,8 @@ def check_uuid(value: Any) -> str:
 
 def time_arg(name: str, value: Any) -> datetime | None:
     try:
-        return as_utc(value)
+        parsed: datetime | None = as_utc(value)
+        return parsed
     except TimeOutOfRange as exc:
         raise errors.InvalidInput(f"'{name}' is out of range: {exc}") from None
     except (TypeError, ValueError):

@@ -20,15 +20,17 @@ from __future__ import annotations
 import logging
 import time
 import uuid as uuidlib
+from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
+from numpy.typing import NDArray
 
 from workbench.clock import as_utc
 from workbench.ingest.context import IngestContext
-from workbench.ingest.reads import CachedReads
+from workbench.ingest.reads import CachedReads, FactKey
 from workbench.ingest.recent import RecentEpisodes
 from workbench.ingest.records import (
     EpisodeChanges,
@@ -44,6 +46,8 @@ from workbench.prompts import extract_edges, extract_entities, resolve_nodes
 from workbench.store import graph as g
 
 log = logging.getLogger("workbench.ingest.extract")
+
+_Reply = TypeVar("_Reply")  # the structured reply a prompt's call parses
 
 
 @dataclass
@@ -121,7 +125,14 @@ class Extractor:
         vectors = self._embed(changes)
         return PreparedEpisode.of(episode, changes, vectors)
 
-    def _call(self, prompt_name: str, messages, model, episode_uuid: str, changes):
+    def _call(
+        self,
+        prompt_name: str,
+        messages: list[dict[str, Any]],
+        model: type[_Reply],
+        episode_uuid: str,
+        changes: EpisodeChanges,
+    ) -> tuple[_Reply, float]:
         started = time.perf_counter()
         changes.llm_calls += 1
         result = self.chat.complete(prompt_name, messages, model, episode_uuid=episode_uuid)
@@ -188,6 +199,7 @@ class Extractor:
 
     def _grow_summary(self, group: str, ent: ResolvedEntity, changes: EpisodeChanges) -> None:
         existing = ent.existing
+        assert existing is not None  # _apply grows only the entities placed on a row
         uuid = ent.uuid = existing["uuid"]
         ent.name = existing["name"]
         ent.entity_type = existing["entity_type"]
@@ -230,6 +242,7 @@ class Extractor:
                 "lifecycle_state": "ACTIVE",
             }
         )
+        assert ent.vector is not None  # embedded by _resolve_by_similarity while left new
         changes.new_entity_vectors.append(ent.vector)
 
     def _resolve_by_similarity(
@@ -242,7 +255,7 @@ class Extractor:
         neighbours = self.index.similar("entity", vectors, episode["group_id"], 3)
         candidates = {u for row in neighbours for u, _ in row}
         rows = self.reads.entities_by_uuid(sorted(candidates))
-        questions = []
+        questions: list[tuple[ResolvedEntity, list[dict[str, Any]]]] = []
         for ent, row in zip(pending, neighbours):
             close = [(u, s) for u, s in row if u in rows and s >= self.thresholds.ambiguous]
             best = close[0] if close else None
@@ -257,8 +270,14 @@ class Extractor:
         if questions:
             self._ask_resolutions(episode, questions, changes)
 
-    def _ask_resolutions(self, episode: EpisodeRow, questions, changes) -> None:
-        payload, index = [], {}
+    def _ask_resolutions(
+        self,
+        episode: EpisodeRow,
+        questions: list[tuple[ResolvedEntity, list[dict[str, Any]]]],
+        changes: EpisodeChanges,
+    ) -> None:
+        payload: list[dict[str, Any]] = []
+        index: dict[int, dict[str, Any]] = {}
         for qid, (ent, cands) in enumerate(questions):
             cand_ids = []
             for c in cands:
@@ -305,9 +324,9 @@ class Extractor:
         self,
         episode: EpisodeRow,
         entities: list[ResolvedEntity],
-        existing: list[dict],
+        existing: list[dict[str, Any]],
         changes: EpisodeChanges,
-    ) -> Any:
+    ) -> extract_edges.ExtractedEdges:
         """The ``extract_edges`` call: the facts between these entities, and which of the
         ``existing`` facts (numbered from 1) each invalidates."""
         shown = [{"name": e.name, "entity_type": e.entity_type} for e in entities]
@@ -325,11 +344,11 @@ class Extractor:
         self,
         episode: EpisodeRow,
         entities: list[ResolvedEntity],
-        edges: list[Any],
-        existing: list[dict],
+        edges: list[extract_edges.ExtractedEdge],
+        existing: list[dict[str, Any]],
         changes: EpisodeChanges,
-        seen: set | None = None,
-        forget: set | frozenset = frozenset(),
+        seen: set[FactKey] | None = None,
+        forget: Collection[FactKey] = frozenset(),
     ) -> None:
         """The replied edges between known entities that are not facts yet (current facts of
         the group, except the keys in ``forget``, or keys in ``seen``) become new facts."""
@@ -358,7 +377,12 @@ class Extractor:
 
     @staticmethod
     def _new_fact(
-        episode: EpisodeRow, key, edge, existing: list[dict], now: datetime, changes: EpisodeChanges
+        episode: EpisodeRow,
+        key: FactKey,
+        edge: extract_edges.ExtractedEdge,
+        existing: list[dict[str, Any]],
+        now: datetime,
+        changes: EpisodeChanges,
     ) -> None:
         valid_at = _parse_time(edge.valid_at)
         changes.new_facts.append(
@@ -387,12 +411,12 @@ class Extractor:
             if changes.invalid_from is None or since < changes.invalid_from:
                 changes.invalid_from = since
 
-    def _embed(self, changes: EpisodeChanges) -> np.ndarray:
+    def _embed(self, changes: EpisodeChanges) -> NDArray[np.float32]:
         """Vectors in write order: new entities (already embedded while resolving them), grown
         summaries due a new vector, then new facts."""
         return self._embed_many([changes])[0]
 
-    def _embed_many(self, all_changes: list[EpisodeChanges]) -> list[np.ndarray]:
+    def _embed_many(self, all_changes: list[EpisodeChanges]) -> list[NDArray[np.float32]]:
         """:meth:`_embed` of consecutive episodes written together, in one embedding call. An
         entity whose summary several of them grow is embedded once, with its last summary
         (the write keeps only the last vector of a row)."""
@@ -410,7 +434,7 @@ class Extractor:
         fresh = self.embedder.embed(texts) if texts else np.zeros((0, self.embedder.dimensions))
         by_entity = dict(zip(entities, fresh[: len(entities)]))
         next_fact = iter(fresh[len(entities) :])
-        out = []
+        out: list[NDArray[np.float32]] = []
         for changes, mine in zip(all_changes, slots):
             rows = [by_entity[s[0]] if isinstance(s, tuple) else next(next_fact) for s in mine]
             out.append(np.vstack([*changes.new_entity_vectors, *rows]).astype(np.float32)

@@ -8,14 +8,14 @@ with the queue's acknowledgement (:class:`~workbench.ingest.write.EpisodeWriter`
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, cast
 
 from workbench.errors import LLMNotConfigured
 from workbench.ingest.context import IngestContext
 from workbench.ingest.extract import Extractor
 from workbench.ingest.recent import RecentEpisodes
-from workbench.ingest.records import PreparedEpisode
+from workbench.ingest.records import EpisodeRow, PreparedEpisode
 from workbench.ingest.reembed import ReembedPolicy
 from workbench.ingest.run import RunPreparer
 from workbench.ingest.write import EpisodeWriter
@@ -46,7 +46,9 @@ class EpisodePipeline:
 
     def prefetch(self, messages: list[QueueMessage]) -> list[QueueMessage]:
         found = g.episodes_by_uuid(self.store, [m["episode_uuid"] for m in messages])
-        todo = self.extractor.with_context([e for e in found.values() if e["status"] != "done"])
+        todo = self.extractor.with_context(
+            [_episode(e) for e in found.values() if e["status"] != "done"]
+        )
         episodes = {**found, **{e["uuid"]: e for e in todo}}
         return [{**m, "episode": episodes.get(m["episode_uuid"])} for m in messages]
 
@@ -60,7 +62,7 @@ class EpisodePipeline:
         if episode is None or episode["status"] == "done":
             # deleted while queued, or a redelivered, already-written episode: only ack
             return PreparedEpisode(message["episode_uuid"])
-        return self.extractor.prepare(episode)
+        return self.extractor.prepare(_episode(episode))
 
     def prepare_run(self, messages: list[QueueMessage]) -> list[tuple[bool | None, Any]]:
         """Consecutive messages of one group (:mod:`workbench.ingest.run`): per message, in
@@ -73,7 +75,7 @@ class EpisodePipeline:
         )
         episodes = [m["episode"] if "episode" in m else found.get(m["episode_uuid"])
                     for m in messages]  # fmt: skip
-        live = [e for e in episodes if e is not None and e["status"] != "done"]
+        live = [_episode(e) for e in episodes if e is not None and e["status"] != "done"]
         outcome = self.runs.prepare(live)
         prepared = {p.episode_uuid: p for p in outcome.prepared}
         failed = None if outcome.error is None else live[len(outcome.prepared)]["uuid"]
@@ -108,3 +110,9 @@ class EpisodePipeline:
         """Episodes of these groups were deleted: their context is read again when needed."""
         if self.recent is not None:
             self.recent.forget(group_ids)
+
+
+def _episode(row: Mapping[str, Any]) -> EpisodeRow:
+    """An episodes row as the store reads it (``graph.EPISODE_COLUMNS``, the columns
+    :class:`EpisodeRow` declares), perhaps with its ``context``."""
+    return cast(EpisodeRow, row)

@@ -67,19 +67,21 @@ class CachedReads:
     def __init__(self, caches: CachesFn):
         self._caches = caches
 
-    def entities_by_norm(self, group_id, names_norm):
+    def entities_by_norm(
+        self, group_id: str, names_norm: Sequence[str]
+    ) -> dict[str, dict[str, Any]]:
         with self._caches() as (entities, _):
             return entities_by_norm(entities, group_id, names_norm)
 
-    def entities_by_uuid(self, uuids):
+    def entities_by_uuid(self, uuids: Sequence[str]) -> dict[str, dict[str, Any]]:
         with self._caches() as (entities, _):
             return {u: dict(row) for u in uuids if (row := entities.get(u)) is not None}
 
-    def facts_between(self, entity_uuids, limit):
+    def facts_between(self, entity_uuids: Sequence[str], limit: int) -> list[dict[str, Any]]:
         with self._caches() as (entities, facts):
             return facts_between(entities, facts, entity_uuids, limit)
 
-    def existing_fact_keys(self, group_id, keys):
+    def existing_fact_keys(self, group_id: str, keys: Sequence[FactKey]) -> set[FactKey]:
         with self._caches() as (_, facts):
             return existing_fact_keys(facts, group_id, keys)
 

@@ -21,14 +21,14 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 # load(group_ids, keep) -> per group its first ``keep`` processed episodes, in SQL order
 LoadFn = Callable[[list[str], int], dict[str, list[dict[str, Any]]]]
 # fallback(episode) -> that episode's context, read exactly
-FallbackFn = Callable[[dict[str, Any]], list[dict[str, Any]]]
+FallbackFn = Callable[[Mapping[str, Any]], list[dict[str, Any]]]
 
 
 def _in_order(entries: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -59,7 +59,7 @@ class RecentEpisodes:
         self.fallbacks = 0  # episodes answered by the exact fallback
 
     def contexts(
-        self, episodes: Sequence[dict[str, Any]], k: int, load: LoadFn, fallback: FallbackFn
+        self, episodes: Sequence[Mapping[str, Any]], k: int, load: LoadFn, fallback: FallbackFn
     ) -> dict[str, list[dict[str, Any]]]:
         """Per episode uuid its context: up to ``k`` (at most ``keep``) of its group's processed
         episodes at or before its reference time, itself excluded, newest first."""
@@ -84,7 +84,7 @@ class RecentEpisodes:
             out[episode["uuid"]] = found
         return out
 
-    def _lookup(self, episode: dict[str, Any], k: int) -> list[dict[str, Any]] | None:
+    def _lookup(self, episode: Mapping[str, Any], k: int) -> list[dict[str, Any]] | None:
         with self._lock:
             group = self._groups.get(episode["group_id"])
             if group is None:  # evicted or forgotten since the load: read exactly

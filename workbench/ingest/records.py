@@ -9,6 +9,7 @@ from datetime import datetime
 from typing import Any, NotRequired, TypedDict
 
 import numpy as np
+from numpy.typing import NDArray
 
 
 class EpisodeRow(TypedDict):
@@ -41,27 +42,27 @@ class ResolvedEntity:
     stability: int
     uuid: str = ""
     existing: dict[str, Any] | None = None
-    vector: np.ndarray | None = None
+    vector: NDArray[np.float32] | None = None
 
 
 @dataclass
 class EpisodeChanges:
     """What one episode changes in the graph."""
 
-    new_entities: list[dict] = field(default_factory=list)
-    new_entity_vectors: list[np.ndarray] = field(default_factory=list)  # from resolution
-    summary_updates: dict[str, dict] = field(default_factory=dict)
+    new_entities: list[dict[str, Any]] = field(default_factory=list)
+    new_entity_vectors: list[NDArray[np.float32]] = field(default_factory=list)  # from resolution
+    summary_updates: dict[str, dict[str, Any]] = field(default_factory=dict)
     # summary updates that keep their vector (ReembedPolicy): uuid -> characters added
     kept_vectors: dict[str, int] = field(default_factory=dict)
     mentioned: list[str] = field(default_factory=list)
-    new_facts: list[dict] = field(default_factory=list)
+    new_facts: list[dict[str, Any]] = field(default_factory=list)
     invalidated: list[str] = field(default_factory=list)
     # when the invalidated facts stopped being true: the earliest valid_at of the facts that
     # invalidate them (else the episode's reference time)
     invalid_from: datetime | None = None
     llm_calls: int = 0
 
-    def reembedded(self) -> list[dict]:
+    def reembedded(self) -> list[dict[str, Any]]:
         """The grown summaries that get a new vector, in write order."""
         return [u for uuid, u in self.summary_updates.items() if uuid not in self.kept_vectors]
 
@@ -75,7 +76,7 @@ class PreparedEpisode:
     episode_uuid: str
     group_id: str = ""
     changes: EpisodeChanges | None = None
-    vectors: np.ndarray | None = None
+    vectors: NDArray[np.float32] | None = None
     reference_time: datetime | None = None
     name: str = ""
     body: str = ""
@@ -83,7 +84,7 @@ class PreparedEpisode:
 
     @classmethod
     def of(
-        cls, episode: EpisodeRow, changes: EpisodeChanges, vectors: np.ndarray
+        cls, episode: EpisodeRow, changes: EpisodeChanges, vectors: NDArray[np.float32]
     ) -> PreparedEpisode:
         """What extraction prepared for ``episode``."""
         return cls(

@@ -44,14 +44,18 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, TypeVar
 
 import numpy as np
+from numpy.typing import NDArray
 
 from workbench.ingest.extract import Extractor, _parse_time, fact_key
+from workbench.ingest.reads import FactKey
 from workbench.ingest.recent import _in_order
 from workbench.ingest.records import EpisodeChanges, EpisodeRow, PreparedEpisode, ResolvedEntity
 from workbench.names import name_key
+from workbench.prompts.extract_edges import ExtractedEdges
 
 log = logging.getLogger("workbench.ingest.run")
 
@@ -77,7 +81,7 @@ class _RunGraph:
     by_norm: dict[str, dict[str, Any]] = field(default_factory=dict)  # created, by name
     rows: dict[str, dict[str, Any]] = field(default_factory=dict)  # created or grown, by uuid
     unseen: dict[str, int] = field(default_factory=dict)  # grown, vector kept: characters added
-    created: list[tuple[dict[str, Any], np.ndarray]] = field(default_factory=list)
+    created: list[tuple[dict[str, Any], NDArray[np.float32]]] = field(default_factory=list)
 
     def add(self, entities: list[ResolvedEntity], changes: EpisodeChanges) -> None:
         for entity in changes.new_entities:
@@ -101,13 +105,16 @@ class _Asked:
     since when. A fact asked about once is not asked about again (when an earlier episode
     ends some of the facts shown, the verdicts on the others stand)."""
 
-    keys: set = field(default_factory=set)
-    verdicts: list[tuple[str, set, Any]] = field(default_factory=list)
+    keys: set[FactKey] = field(default_factory=set)
+    # (replied fact's text, the keys it invalidates, its valid_at)
+    verdicts: list[tuple[str, set[FactKey], str | None]] = field(default_factory=list)
 
     def covers(self, later: list[dict[str, Any]]) -> bool:
         return all(_key(f) in self.keys for f in later)
 
-    def learn(self, reply: Any, shown: list[dict[str, Any]], later: list[dict[str, Any]]) -> None:
+    def learn(
+        self, reply: ExtractedEdges, shown: list[dict[str, Any]], later: list[dict[str, Any]]
+    ) -> None:
         self.keys.update(_key(f) for f in later)
         for edge in reply.edges:
             refs = [r - len(shown) for r in edge.invalidates if r > len(shown)]
@@ -115,7 +122,9 @@ class _Asked:
             if hits:
                 self.verdicts.append((edge.fact.strip().lower(), hits, edge.valid_at))
 
-    def apply(self, episode: EpisodeRow, later: list[dict[str, Any]], changes: EpisodeChanges):
+    def apply(
+        self, episode: EpisodeRow, later: list[dict[str, Any]], changes: EpisodeChanges
+    ) -> None:
         """Invalidate the shown run facts the episode's kept facts invalidate (an edge it did
         not keep invalidates nothing, as one at a time)."""
         kept = {f["fact"].strip().lower() for f in changes.new_facts}
@@ -145,7 +154,7 @@ class _Stopwatch:
         return ", ".join(self.laps)
 
 
-def _key(fact: dict[str, Any]) -> Any:
+def _key(fact: dict[str, Any]) -> FactKey:
     return fact_key(fact["source_uuid"], fact["target_uuid"], fact["fact"])
 
 
@@ -200,7 +209,7 @@ class RunPreparer:
             for i in range(n)
         ]
 
-        def ask(i: int) -> Any:
+        def ask(i: int) -> ExtractedEdges | None:
             if len(extracted[i]) < 2:
                 return None
             return x._ask_edges(episodes[i], extracted[i], shown[i], changes[i])
@@ -219,7 +228,7 @@ class RunPreparer:
                 break
             order = sorted(stale)
             jobs = [(episodes[i], extracted[i], shown[i] + stale[i], changes[i]) for i in order]
-            answers, failed = self._each(lambda k, j=jobs: x._ask_edges(*j[k]), range(len(jobs)))
+            answers, failed = self._each(partial(_ask_job, x, jobs), range(len(jobs)))
             for i, answer in zip(order, answers):
                 asked.setdefault(i, _Asked()).learn(answer, shown[i], stale[i])
             clock.lap(f"round of {len(jobs)}")
@@ -250,14 +259,16 @@ class RunPreparer:
         if not keep or self.x.recent is None:
             return [{**e, "context": []} for e in episodes]
         graph = self.x.with_context(episodes)
-        out = []
+        out: list[EpisodeRow] = []
         for i, episode in enumerate(graph):
-            earlier = [
+            earlier: list[dict[str, Any]] = [
                 {k: e[k] for k in ("uuid", "name", "body", "reference_time")}
                 for e in episodes[:i]
                 if e["reference_time"] <= episode["reference_time"]
             ]
-            out.append({**episode, "context": _in_order(earlier + episode["context"])[:keep]})
+            row = episode.copy()
+            row["context"] = _in_order(earlier + episode["context"])[:keep]
+            out.append(row)
         return out
 
     def _place_in_run(
@@ -316,7 +327,7 @@ class RunPreparer:
         episodes: list[EpisodeRow],
         extracted: list[list[ResolvedEntity]],
         shown: list[list[dict[str, Any]]],
-        replies: list[Any],
+        replies: list[ExtractedEdges | None],
         asked: dict[int, _Asked],
         changes: list[EpisodeChanges],
     ) -> dict[int, list[dict[str, Any]]]:
@@ -326,7 +337,7 @@ class RunPreparer:
         invalidated as its second reply (``asked``) says. Returns the episodes whose second
         reply is missing or was given a different list of those facts: uuid lists to ask."""
         x = self.x
-        keys: dict[str, Any] = {}  # fact uuid -> key, graph facts shown and run facts
+        keys: dict[str, FactKey] = {}  # fact uuid -> key, graph facts shown and run facts
         for views in shown:
             for view in views:
                 keys[view["uuid"]] = _key(view)
@@ -336,13 +347,14 @@ class RunPreparer:
         for i, episode in enumerate(episodes):
             mine = changes[i]
             mine.new_facts, mine.invalidated, mine.invalid_from = [], [], None
-            if replies[i] is None:
+            reply = replies[i]
+            if reply is None:
                 continue
             entities = {e.uuid for e in extracted[i]}
             later = self._current_touching(run, ended, entities, extracted, episodes)
             current = {keys[f["uuid"]] for f in run if f["uuid"] not in ended}
             revived = {keys[u] for u in ended}  # invalidated graph facts no longer count
-            x._keep_facts(episode, extracted[i], replies[i].edges, shown[i], mine,
+            x._keep_facts(episode, extracted[i], reply.edges, shown[i], mine,
                           seen=set(current), forget=revived)  # fmt: skip
             for fact in mine.new_facts:
                 keys[fact["uuid"]] = _key(fact)
@@ -357,7 +369,13 @@ class RunPreparer:
         return stale
 
     @staticmethod
-    def _current_touching(run, ended, entities, extracted, episodes) -> list[dict[str, Any]]:
+    def _current_touching(
+        run: list[dict[str, Any]],
+        ended: set[str],
+        entities: set[str],
+        extracted: list[list[ResolvedEntity]],
+        episodes: Sequence[EpisodeRow],
+    ) -> list[dict[str, Any]]:
         """The run's current facts touching these entities, newest first, shown as the
         facts step shows existing facts (at most ``FACTS_SHOWN``)."""
         names = {e.uuid: e.name for ents in extracted for e in ents}
@@ -406,6 +424,15 @@ class RunPreparer:
         return results, error
 
 
-def _cosines(matrix: np.ndarray, vector: np.ndarray) -> np.ndarray:
+# an extract_edges call: (episode, its entities, the facts shown, its changes)
+_EdgesJob = tuple[EpisodeRow, list[ResolvedEntity], list[dict[str, Any]], EpisodeChanges]
+
+
+def _ask_job(x: Extractor, jobs: list[_EdgesJob], k: int) -> ExtractedEdges:
+    return x._ask_edges(*jobs[k])
+
+
+def _cosines(matrix: NDArray[np.float32], vector: NDArray[np.float32]) -> NDArray[np.float64]:
     norms = np.linalg.norm(matrix, axis=1) * (np.linalg.norm(vector) or 1.0)
-    return (matrix @ vector) / np.where(norms == 0, 1.0, norms)
+    cosines: NDArray[np.float64] = (matrix @ vector) / np.where(norms == 0, 1.0, norms)
+    return cosines

@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from workbench.embedding import Embedder
 from workbench.errors import InvalidInput
@@ -42,7 +43,7 @@ class ReembedReport:
     seconds: float
     database: str
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
 
 

@@ -13,8 +13,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
 import numpy as np
+from numpy.typing import NDArray
 
 from workbench.ingest import reads
 from workbench.ingest.context import IngestContext
@@ -107,7 +109,7 @@ class EpisodeWriter:
         """The committed episodes are their groups' latest processed ones now."""
         if self.recent is None:
             return
-        by_group: dict[str, list[dict]] = {}
+        by_group: dict[str, list[dict[str, Any]]] = {}
         for item in items:
             by_group.setdefault(item.group_id, []).append(
                 {
@@ -177,27 +179,32 @@ def _check_runs(items: list[PreparedEpisode], kept: list[PreparedEpisode]) -> No
 class _Rows:
     """What prepared episodes write: the rows of each table, and the vectors."""
 
-    new_entities: list[dict] = field(default_factory=list)
+    new_entities: list[dict[str, Any]] = field(default_factory=list)
     summaries: list[tuple[str, str]] = field(default_factory=list)
     mentions: list[tuple[str, str]] = field(default_factory=list)
-    facts: list[dict] = field(default_factory=list)
+    facts: list[dict[str, Any]] = field(default_factory=list)
     invalid: list[tuple[str, datetime]] = field(default_factory=list)
     done: list[tuple[str, int, int]] = field(default_factory=list)
-    entities: list[dict] = field(default_factory=list)  # new and updated: (re-)embedded
+    entities: list[dict[str, Any]] = field(default_factory=list)  # new and updated: (re-)embedded
     kept: dict[str, int] = field(default_factory=dict)  # grown summaries that keep their vector
-    kept_rows: list[dict] = field(default_factory=list)  # (their rows, to be re-read)
-    reread: list[dict] = field(default_factory=list)  # invalidated facts
-    entity_vectors: np.ndarray | None = None
-    fact_vectors: np.ndarray | None = None
+    kept_rows: list[dict[str, Any]] = field(default_factory=list)  # (their rows, to be re-read)
+    reread: list[dict[str, Any]] = field(default_factory=list)  # invalidated facts
+    # set by of(): new and updated entities' vectors, new facts' vectors
+    entity_vectors: NDArray[np.float32] = field(default_factory=lambda: _stack([], 0))
+    fact_vectors: NDArray[np.float32] = field(default_factory=lambda: _stack([], 0))
 
     @classmethod
     def of(cls, items: list[PreparedEpisode], dim: int) -> _Rows:
         rows = cls()
-        ent_vecs, fact_vecs = [], []
+        ent_vecs: list[NDArray[np.float32]] = []
+        fact_vecs: list[NDArray[np.float32]] = []
         for item in items:
-            changes = item.changes
+            changes, vectors, when = item.changes, item.vectors, item.reference_time
+            # write() passes only items with changes: made by PreparedEpisode.of, with vectors
+            # and the episode's (NOT NULL) reference time
+            assert changes is not None and vectors is not None and when is not None
             entities = [*changes.new_entities, *changes.reembedded()]
-            invalid_from = changes.invalid_from or item.reference_time
+            invalid_from = changes.invalid_from or when
             invalidated = sorted(set(changes.invalidated))
             rows.new_entities += changes.new_entities
             rows.summaries += [(u, upd["summary"]) for u, upd in changes.summary_updates.items()]
@@ -210,14 +217,14 @@ class _Rows:
             rows.entities += entities
             rows.kept.update(changes.kept_vectors)
             rows.kept_rows += [{"uuid": u, "group_id": item.group_id} for u in changes.kept_vectors]
-            if len(item.vectors) != len(entities) + len(changes.new_facts):
+            if len(vectors) != len(entities) + len(changes.new_facts):
                 # a vector on another row's uuid would corrupt search silently: refuse
                 raise ValueError(
-                    f"episode {item.episode_uuid}: {len(item.vectors)} vectors for "
+                    f"episode {item.episode_uuid}: {len(vectors)} vectors for "
                     f"{len(entities)} entities and {len(changes.new_facts)} facts"
                 )
-            ent_vecs.append(item.vectors[: len(entities)])
-            fact_vecs.append(item.vectors[len(entities) :])
+            ent_vecs.append(vectors[: len(entities)])
+            fact_vecs.append(vectors[len(entities) :])
             rows.reread += [{"uuid": u, "group_id": item.group_id} for u in invalidated]
         rows.entity_vectors, rows.fact_vectors = _stack(ent_vecs, dim), _stack(fact_vecs, dim)
         rows._one_row_each()
@@ -254,6 +261,6 @@ class _Rows:
         self.reread = list({r["uuid"]: r for r in self.reread}.values())
 
 
-def _stack(parts: list[np.ndarray], dim: int) -> np.ndarray:
+def _stack(parts: list[NDArray[np.float32]], dim: int) -> NDArray[np.float32]:
     parts = [p for p in parts if len(p)]
     return np.vstack(parts).astype(np.float32) if parts else np.zeros((0, dim), np.float32)

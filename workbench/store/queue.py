@@ -8,9 +8,9 @@ parallel. Across groups the order is priority (0 high, 1 normal, 2 low), then ag
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
-from typing import Any, NotRequired, TypedDict
+from typing import Any, NotRequired, TypedDict, cast
 
 from workbench.safety import scrub
 from workbench.store import Store
@@ -29,7 +29,7 @@ class QueueMessage(TypedDict):
     validation_failures: int
     lease_owner: NotRequired[str]  # who claimed this delivery
     # the episode row, when the claim's batch was prefetched (None: deleted meanwhile)
-    episode: NotRequired[dict[str, Any] | None]
+    episode: NotRequired[Mapping[str, Any] | None]
 
 
 GROUP_LOCKS = 0x776B  # the advisory lock namespace of enqueues, one lock per group
@@ -208,7 +208,8 @@ def claim_heads(
         set_episode_status(store, [m["episode_uuid"] for m in leased], "processing", None)
         order = {group: rank for rank, (_, group, _) in enumerate(chosen)}
         leased.sort(key=lambda m: (order[m["group_id"]], m["seq"]))
-        return leased, len(heads) > limit
+        # the RETURNING columns are those QueueMessage declares
+        return cast(list[QueueMessage], leased), len(heads) > limit
 
 
 _HEADS_SQL = {
@@ -447,7 +448,7 @@ def status(store: Store, now: datetime) -> dict[str, Any]:
     counts = {"queued": 0, "processing": 0, "done": 0, "failed": 0}
     for state, count in store.fetchall("SELECT state, count(*) FROM queue GROUP BY state"):
         counts[state] = count
-    oldest = store.fetchone(
+    oldest = store.one(
         "SELECT min(enqueued_at) FROM queue WHERE state IN ('queued', 'processing')"
     )[0]
     failed = store.fetch_dicts(
@@ -466,4 +467,5 @@ def status(store: Store, now: datetime) -> dict[str, Any]:
 
 def waiting(store: Store) -> int:
     """Episodes waiting in the queue (not yet claimed)."""
-    return store.fetchone("SELECT count(*) FROM queue WHERE state = 'queued'")[0]
+    count: int = store.one("SELECT count(*) FROM queue WHERE state = 'queued'")[0]
+    return count

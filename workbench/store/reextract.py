@@ -126,7 +126,7 @@ def copy_calls(store: Store, run_id: str, rows: list[dict[str, Any]], last_id: i
 
 
 def run_calls(store: Store, run_id: str) -> dict[str, Any]:
-    row = store.fetchone(
+    row = store.one(
         """SELECT count(*), coalesce(sum(prompt_tokens), 0), coalesce(sum(completion_tokens), 0),
                coalesce(sum(total_cost), 0) FROM llm_calls WHERE run_id = ?""",
         [run_id],
@@ -239,7 +239,7 @@ def episode_uuids(store: Store, status: str | None = None) -> set[str]:
 
 def pending(store: Store) -> int:
     """Queue messages not done yet (a shadow's: episodes left to extract)."""
-    return int(store.fetchone("SELECT count(*) FROM queue WHERE state <> 'done'")[0])
+    return int(store.one("SELECT count(*) FROM queue WHERE state <> 'done'")[0])
 
 
 def calls_after(store: Store, last_id: int) -> list[dict[str, Any]]:

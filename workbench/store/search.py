@@ -9,11 +9,15 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+from numpy.typing import NDArray
 
 from workbench.store import Store
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 __all__ = [
     "load_vectors",
@@ -90,7 +94,7 @@ _SOURCES = {
 }
 
 
-def load_vectors(store: Store, kind: str) -> tuple[list[str], list[str], np.ndarray]:
+def load_vectors(store: Store, kind: str) -> tuple[list[str], list[str], NDArray[np.float32]]:
     """Every stored vector of ``kind`` whose memory row exists: (uuids, group_ids, matrix)."""
     table, emb = _TABLES[kind]
     with store.parallel():  # a full scan: every core
@@ -105,7 +109,7 @@ def load_vectors(store: Store, kind: str) -> tuple[list[str], list[str], np.ndar
     return uuids, data.column("group_id").to_pylist(), matrix
 
 
-def load_vector_seqs(store: Store, kind: str) -> tuple[list[str], list[str], np.ndarray]:
+def load_vector_seqs(store: Store, kind: str) -> tuple[list[str], list[str], NDArray[np.int64]]:
     """What :func:`load_vectors` reads but the vectors: (uuids, group_ids, the number of
     each vector's last write), for a restart that reads only the vectors written since its
     saved index."""
@@ -126,7 +130,9 @@ def latest_vector_seq(store: Store) -> int:
     return int(row[0]) if row else 0
 
 
-def vectors_of(store: Store, kind: str, uuids: Sequence[str]) -> tuple[list[str], np.ndarray]:
+def vectors_of(
+    store: Store, kind: str, uuids: Sequence[str]
+) -> tuple[list[str], NDArray[np.float32]]:
     """The stored vectors of these memories of ``kind`` (those that have one): (uuids,
     matrix), in one statement."""
     if not uuids:
@@ -140,7 +146,7 @@ def vectors_of(store: Store, kind: str, uuids: Sequence[str]) -> tuple[list[str]
     return data.column("uuid").to_pylist(), vector_matrix(data.column("vector"), store.dim)
 
 
-def vector_matrix(column, dim: int) -> np.ndarray:
+def vector_matrix(column: pa.ChunkedArray, dim: int) -> NDArray[np.float32]:
     """A column of vectors (Arrow lists of numbers) as one float32 matrix, read straight from
     the Arrow buffers (no Python object per number; ``to_numpy`` of a 38M-float child takes
     about a second, the buffer view nothing)."""
@@ -176,13 +182,13 @@ def load_rows(store: Store, kind: str, uuids: Sequence[str] | None = None) -> li
     )
 
 
-def load_table(store: Store, kind: str):
+def load_table(store: Store, kind: str) -> pa.Table:
     """The searchable columns of every memory of ``kind`` as one Arrow table."""
     with store.parallel():  # a full scan: every core
         return store.fetch_arrow(f"SELECT {', '.join(COLUMNS[kind])} FROM {_SOURCES[kind]}")
 
 
-def micros(column, null: int) -> np.ndarray:
+def micros(column: pa.ChunkedArray, null: int) -> NDArray[np.int64]:
     """An Arrow timestamp column as int64 microseconds since the epoch, ``null`` for NULL."""
     import pyarrow as pa
     import pyarrow.compute as pc

@@ -14,7 +14,7 @@ from __future__ import annotations
 import hashlib
 import secrets
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -237,7 +237,12 @@ class Tenancy:
     # how long the list of every group is reused (a search of every group names them)
     GROUP_NAMES_SECONDS = 5.0
 
-    def __init__(self, store: Store, clock, monotonic=time.monotonic):
+    def __init__(
+        self,
+        store: Store,
+        clock: Callable[[], datetime],
+        monotonic: Callable[[], float] = time.monotonic,
+    ):
         self.store = store
         self.clock = clock
         self._monotonic = monotonic
