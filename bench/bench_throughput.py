@@ -35,7 +35,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_http import start_service  # noqa: E402
-from bench_import import PEOPLE, THINGS, write_file  # noqa: E402
+from bench_import import PEOPLE, THINGS, rows, write_file  # noqa: E402
 
 TICKS = os.sysconf("SC_CLK_TCK")
 ASKS = ["What did {p} say about {t}?", "When did {p} go to {t}?", "How did {p} feel about {t}?",
@@ -231,7 +231,7 @@ def sweep(sizes=(1, 2, 4, 8, 12, 16), texts: int = 192) -> list[dict]:
 
 def import_facts(db: Path, facts: int) -> float:
     source = db.with_suffix(".jsonl")
-    write_file(source, facts)
+    write_file(source, rows(facts))
     started = time.perf_counter()
     command = [sys.executable, "-m", "service.control.cli", "import", str(source), "--db", str(db)]
     subprocess.run([*command, "--quiet"], check=True, capture_output=True, cwd=db.parent)
