@@ -7,8 +7,12 @@ import's time is reported: the PostgreSQL import figure), a first replica builds
 (saved into the database as each build ends) and stops; then a new replica, with no local
 files, starts: its start-up until both vector indexes use their graphs is timed, then the
 p50/p95 of ``search_memory_facts`` in process (each query a new text: the model embeds it).
+With ``--http``, then a ``workbench serve`` replica in a process of its own (its own temporary
+folder, no files of the others): seconds from its start until ``/health`` reports both vector
+indexes searching through their graphs, and the p50/p95 of 200 new ``search_memory_facts``
+requests over HTTP right after.
 
-    .venv/bin/python bench/bench_replica_start.py [--facts 100000] [--entities 25000]
+    .venv/bin/python bench/bench_replica_start.py [--facts 100000] [--entities 25000] [--http]
 """
 
 from __future__ import annotations
@@ -65,11 +69,66 @@ def search_latency(wb, n: int = 200) -> tuple[float, float]:
     return statistics.median(took), took[int(0.95 * len(took)) - 1]
 
 
+def http_replica(location: str, scratch: Path, n: int = 200) -> tuple[float, float, float]:
+    """``workbench serve`` on ``location``: (seconds until both graphs serve, p50 ms, p95 ms)."""
+    import subprocess
+
+    import httpx
+    from bench_http import free_port
+
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SVC_KNOWLEDGE_")}
+    env.update({"SVC_KNOWLEDGE_DATABASE_URL": location, "SVC_KNOWLEDGE_DECAY_ENABLED": "false",
+                "SVC_KNOWLEDGE_RATE_LIMIT_PER_MINUTE": "0", "LOG_LEVEL": "WARNING",
+                "TMPDIR": str(scratch / "serve-tmp")})  # fmt: skip
+    (scratch / "serve-tmp").mkdir(exist_ok=True)
+    log = scratch / "serve.log"
+    command = [sys.executable, "-m", "service.control.cli", "serve", "--port", str(port),
+               "--metrics-port", str(free_port())]  # fmt: skip
+    started = time.perf_counter()
+    proc = subprocess.Popen(command, env=env, cwd=ROOT, stdout=log.open("wb"),
+                            stderr=subprocess.STDOUT)  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    try:
+        with httpx.Client(base_url=url, timeout=30) as client:
+            while True:
+                if proc.poll() is not None:
+                    raise SystemExit(f"serve exited:\n{log.read_text()[-3000:]}")
+                if time.perf_counter() - started > 600:
+                    raise SystemExit("the replica did not serve both graphs within 600 s")
+                try:
+                    answer = client.get("/health")
+                    search = answer.json().get("checks", {}).get("search", {})
+                    if all(search.get(k, {}).get("vector_index") == "graph"
+                           for k in ("entity", "fact")):  # fmt: skip
+                        break
+                except (httpx.TransportError, ValueError):
+                    pass
+                time.sleep(0.1)
+            ready = time.perf_counter() - started
+            took = []
+            for i in range(n):
+                asked = time.perf_counter()
+                reply = client.post("/tools/search_memory_facts", json={
+                    "query": f"what did person {i} say about the trip on day {i}",
+                    "max_facts": 10})  # fmt: skip
+                reply.raise_for_status()
+                took.append((time.perf_counter() - asked) * 1000)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)
+    took.sort()
+    return ready, statistics.median(took), took[int(0.95 * len(took)) - 1]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--facts", type=int, default=100_000)
     parser.add_argument("--entities", type=int, default=25_000)
     parser.add_argument("--groups", type=int, default=20)
+    parser.add_argument(
+        "--http", action="store_true", help="also time a `workbench serve` replica over HTTP"
+    )
     args = parser.parse_args()
     scratch = Path(tempfile.mkdtemp(prefix="bench_replica_"))
     pg = ThrowawayPostgres().start()
@@ -106,6 +165,11 @@ def main() -> None:
               f"{ready:.1f} s; search_memory_facts p50 {p50:.1f} ms, p95 {p95:.1f} ms "
               f"(load {os.getloadavg()[0]:.1f})")  # fmt: skip
         wb.close()
+        if args.http:
+            ready, p50, p95 = http_replica(location, scratch)
+            print(f"new replica, `workbench serve`: both graphs serving {ready:.1f} s after its "
+                  f"start; HTTP search_memory_facts p50 {p50:.1f} ms, p95 {p95:.1f} ms "
+                  f"(load {os.getloadavg()[0]:.1f})")  # fmt: skip
     finally:
         pg.stop()
         shutil.rmtree(scratch, ignore_errors=True)
