@@ -15,7 +15,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from workbench.errors import InvalidInput
-from workbench.store import Store
+from workbench.store import Store, graph
 
 
 def parquet_batches(path: Path, rows: int) -> Iterator[pa.RecordBatch]:
@@ -38,18 +38,5 @@ def parquet_batches(path: Path, rows: int) -> Iterator[pa.RecordBatch]:
 def entity_uuids(store: Store, keys: Sequence[tuple[str, str]]) -> dict[tuple[str, str], str]:
     """The stored entity of each (group_id, normalised name) key, the oldest when a key has
     several (as ingestion picks): one statement for every key of a chunk, whatever its
-    groups."""
-    wanted = sorted(set(keys))
-    if not wanted:
-        return {}
-    rows = store.fetchall(
-        """SELECT e.group_id, e.name_norm, e.uuid FROM entities e
-           JOIN (SELECT unnest($1::VARCHAR[]) AS g, unnest($2::VARCHAR[]) AS n) AS k
-             ON e.group_id = k.g AND e.name_norm = k.n
-           ORDER BY e.created_at, e.uuid""",
-        [[k[0] for k in wanted], [k[1] for k in wanted]],
-    )
-    found: dict[tuple[str, str], str] = {}
-    for group, norm, uuid in rows:
-        found.setdefault((group, norm), uuid)
-    return found
+    groups (:func:`~workbench.store.graph.entities_by_key`, the writers' check)."""
+    return {key: row["uuid"] for key, row in graph.entities_by_key(store, keys).items()}
