@@ -20,6 +20,15 @@ facts name N distinct entities across ``--groups`` groups (default 20), each fac
 entities of its group: a store moved from another system. ``--entity-vectors`` writes their
 vectors too, as an ``entities.parquet`` beside the facts (a migration that needs no model);
 ``--entity-lines`` puts those entity records, with their vectors, first in the facts file.
+
+``--postgres`` imports into a throw-away PostgreSQL cluster (``tests/pg.py``) instead, in
+process (the store opened first, the model not used when vectors are given): the import's own
+time, the figure ``bench_replica_start.py`` reports, without the replica part. ``--profile
+FILE`` runs that in-process import (either backend) under cProfile and writes its statistics
+to FILE (read with ``python -m pstats FILE``), printing the 25 costliest functions.
+
+    .venv/bin/python bench/bench_import.py --postgres --facts 100000 --entities 25000 \
+        --parquet-vectors --entity-vectors [--profile pg.prof]
 """
 
 from __future__ import annotations
@@ -36,6 +45,8 @@ import tempfile
 import time
 from collections.abc import Iterable
 from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
 
 PEOPLE = ["Caroline", "Melanie", "Jon", "Gina", "Audrey", "Andrew", "Tim", "John", "Maria",
           "Joanna", "Nate", "Deborah", "Evan", "Sam", "Priya", "Kenji", "Lucia"]  # fmt: skip
@@ -140,6 +151,14 @@ def main() -> None:
         "--entity-lines", action="store_true", help="entity records with vectors first in the file"
     )
     parser.add_argument("--no-inproc", action="store_true", help="skip the in-process run")
+    parser.add_argument(
+        "--postgres",
+        action="store_true",
+        help="import in process into a throw-away PostgreSQL cluster (tests/pg.py) instead",
+    )
+    parser.add_argument(
+        "--profile", metavar="FILE", help="cProfile the in-process import, statistics to FILE"
+    )
     args = parser.parse_args()
     scratch = Path(tempfile.mkdtemp(prefix="bench_import_"))
     if args.parquet_vectors:
@@ -156,6 +175,12 @@ def main() -> None:
     env = {**os.environ, **model}
     print(f"{args.facts} facts naming {args.entities} entities, load average "
           f"{os.getloadavg()[0]:.2f}, {os.cpu_count()} CPUs")  # fmt: skip
+    if args.postgres:
+        try:
+            postgres_import(source, model, args.profile)
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+        return
     try:
         for attempt in range(args.repeat):
             db = scratch / f"kb{attempt}.duckdb"
@@ -180,14 +205,57 @@ def main() -> None:
                                   **model}, env_file=None)  # fmt: skip
         with Workbench.open(settings) as wb:
             wb.embedder.embed(["warm up"])
-            started = time.perf_counter()
-            report = wb.import_jsonl(source)
-            took = time.perf_counter() - started
+            report, took = timed_import(wb, source, args.profile)
             texts = report["facts_created"] + report["entities_created"]
         print(f"in process (model loaded): import {took:.2f} s, {texts / took:.0f} texts/s "
               "embedded and written")  # fmt: skip
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+def timed_import(wb, source: Path, profile: str | None) -> tuple[dict, float]:
+    """``wb.import_jsonl(source)``: (its report, seconds), under cProfile with ``profile``."""
+    profiler = None
+    if profile:
+        import cProfile
+
+        profiler = cProfile.Profile()
+        profiler.enable()
+    started = time.perf_counter()
+    report = wb.import_jsonl(source)
+    took = time.perf_counter() - started
+    if profiler is not None:
+        import pstats
+
+        profiler.disable()
+        profiler.dump_stats(profile)
+        pstats.Stats(profile).sort_stats("cumulative").print_stats(25)
+    return report, took
+
+
+def postgres_import(source: Path, model: dict[str, str], profile: str | None) -> None:
+    """Import ``source`` in process into a fresh schema of a throw-away PostgreSQL cluster."""
+    sys.path.insert(0, str(ROOT))
+    import psycopg
+
+    from tests.pg import ThrowawayPostgres, schema_url
+    from workbench.config import load_settings
+    from workbench.facade import Workbench
+
+    pg = ThrowawayPostgres().start()
+    try:
+        with psycopg.connect(pg.url, autocommit=True) as con:
+            con.execute('CREATE SCHEMA "bench"')
+        settings = load_settings({"SVC_KNOWLEDGE_DATABASE_URL": schema_url(pg.url, "bench"),
+                                  "SVC_KNOWLEDGE_DECAY_ENABLED": "false", **model},
+                                 env_file=None)  # fmt: skip
+        with Workbench.open(settings) as wb:
+            report, took = timed_import(wb, source, profile)
+        print(f"PostgreSQL, in process: import {took:.2f} s; {report['facts_created']} facts, "
+              f"{report['entities_created']} entities, {len(report['errors'])} errors "
+              f"(load {os.getloadavg()[0]:.2f})")  # fmt: skip
+    finally:
+        pg.stop()
 
 
 if __name__ == "__main__":

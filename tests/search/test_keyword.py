@@ -391,3 +391,59 @@ def test_chinese_and_japanese_are_indexed_as_character_pairs():
     )
     assert [u for u, *_ in index.search("有什么东西是王芳不能吃的？花生？", 3)][0] == "a"
     assert [u for u, *_ in index.search("佐藤さんが習っている楽器はピアノですか", 3)][0] == "c"
+
+
+def test_adding_many_documents_at_once_equals_adding_them_one_at_a_time():
+    """``add`` of distinct documents counts them in one pass (a bulk import's chunk): the
+    index it leaves (slots, term ids, postings, lengths, groups, fingerprints) and what it
+    finds are those of adding each document alone, replacements, empty texts and character
+    pairs included, across compactions."""
+    rng = random.Random(5)
+    words = [f"w{i}" for i in range(400)] + ["maria", "acme", "the", "studies", "東京タワー"]
+    one, many = KeywordIndex(), KeywordIndex()
+    live: dict[str, tuple[str, str]] = {}
+    for batch in range(12):
+        uuids = rng.sample([f"u{i}" for i in range(5000)], rng.randrange(2, 3000))
+        texts = [" ".join(rng.choices(words, k=rng.randrange(0, 15))) for _ in uuids]
+        groups = [f"g{rng.randrange(4)}" for _ in uuids]
+        for uuid, text, group in zip(uuids, texts, groups):
+            one.add([uuid], [text], [group])
+            live[uuid] = (text, group)
+        many.add(uuids, texts, groups)
+        if batch % 3 == 2:
+            gone = rng.sample(sorted(live), 200)
+            one.remove(gone)
+            many.remove(gone)
+            for uuid in gone:
+                live.pop(uuid)
+        one._compact()  # compactions at different moments must not matter: both frozen
+        many._compact()
+        assert one._terms == many._terms and one._df == many._df
+        assert one._uuids == many._uuids
+        n = len(one._uuids)
+        for name in ("_doc_len", "_group", "_print", "_alive"):
+            assert np.array_equal(getattr(one, name)[:n], getattr(many, name)[:n]), name
+        for name in ("_doc_off", "_doc_tids", "_doc_tfs", "_base_off", "_base_slots"):
+            assert np.array_equal(getattr(one, name), getattr(many, name)), name
+        for query in ("maria acme", "w1 w2 w3", "studies", "東京", "w399"):
+            assert one.search(query, 10) == many.search(query, 10)
+    _same_as_fresh(many, live, rng, words)
+
+
+def test_many_documents_added_at_once_before_a_compaction_search_as_one_at_a_time():
+    """Documents added in one pass and not yet frozen (Python postings) search as those added
+    one at a time."""
+    rng = random.Random(9)
+    words = [f"w{i}" for i in range(50)]
+    one, many = KeywordIndex(), KeywordIndex()
+    uuids = [f"u{i}" for i in range(300)]
+    texts = [" ".join(rng.choices(words, k=rng.randrange(1, 10))) for _ in uuids]
+    groups = [f"g{i % 2}" for i in range(300)]
+    for uuid, text, group in zip(uuids, texts, groups):
+        one.add([uuid], [text], [group])
+    many.add(uuids, texts, groups)
+    assert many._n_base == 0 and many._post_slots == one._post_slots
+    assert many._post_tfs == one._post_tfs
+    for query in ("w1", "w2 w7", "w49 w3 w0"):
+        assert one.search(query, 20) == many.search(query, 20)
+        assert one.search(query, 20, group_ids=["g1"]) == many.search(query, 20, group_ids=["g1"])

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import itertools
 import sys
 import threading
 from collections import Counter
@@ -94,10 +95,17 @@ class KeywordDocuments:
             raise ValueError("add() needs one text and one group_id per uuid")
         prints = document_prints(texts, group_ids).tolist()
         with self._lock:
-            for uuid, text, group, fp in zip(uuids, texts, group_ids, prints):
-                if uuid in self._slot:
-                    self._delete(uuid)
-                self._insert(uuid, text, group, fp)
+            if len(uuids) > 1 and len(set(uuids)) == len(uuids):
+                # distinct documents: the same as one at a time, in one pass
+                for uuid in uuids:
+                    if uuid in self._slot:
+                        self._delete(uuid)
+                self._insert_many(uuids, texts, group_ids, prints)
+            else:
+                for uuid, text, group, fp in zip(uuids, texts, group_ids, prints):
+                    if uuid in self._slot:
+                        self._delete(uuid)
+                    self._insert(uuid, text, group, fp)
             self._maybe_compact()
 
     def remove(self, uuids: Sequence[str]) -> None:
@@ -134,6 +142,58 @@ class KeywordDocuments:
         self._total_len += length
         self._total_postings += len(counts)
         self._new_postings += len(counts)
+
+    def _insert_many(
+        self, uuids: Sequence[str], texts: Sequence[str], groups: Sequence[str], prints: list[int]
+    ) -> None:
+        """:meth:`_insert` of each of these new documents, in order (the same slots, term ids
+        and postings), counted with numpy: the terms of every document at once, then the
+        postings appended a term at a time (a bulk import's chunk: thousands of documents)."""
+        tokens = [tokenize(text) for text in texts]
+        n, first = len(tokens), len(self._uuids)
+        lengths = np.fromiter(map(len, tokens), dtype=np.int64, count=n)
+        flat = list(itertools.chain.from_iterable(tokens))
+        terms = self._terms
+        new = [word for word in dict.fromkeys(flat) if word not in terms]
+        terms.update(zip(new, range(len(self._df), len(self._df) + len(new))))
+        self._df.extend([0] * len(new))
+        width = max(len(self._df), 1)
+        tids = np.fromiter(map(terms.__getitem__, flat), dtype=np.int64, count=len(flat))
+        docs = np.repeat(np.arange(n, dtype=np.int64), lengths)
+        # one (document, term) pair each with its count, in the order the words first occur
+        # (a document's terms as Counter lists them: its scores sum in the same order)
+        pairs, first_at, tfs = np.unique(docs * width + tids, return_index=True, return_counts=True)
+        in_text = np.argsort(first_at, kind="stable")
+        pairs, tfs = pairs[in_text], tfs[in_text]
+        pair_doc, pair_tid = pairs // width, pairs % width
+        bounds = np.cumsum(np.bincount(pair_doc, minlength=n))[:-1]
+        doc_tids = np.split(pair_tid.astype(np.int32), bounds)
+        doc_tfs = np.split(tfs.astype(np.int32), bounds)
+        # postings by term, slots ascending within a term (as one at a time appends them)
+        order = np.lexsort((pair_doc, pair_tid))
+        by_term, slots = pair_tid[order], (pair_doc[order] + first).tolist()
+        counts = tfs[order].tolist()
+        starts = np.flatnonzero(np.r_[True, by_term[1:] != by_term[:-1]]).tolist()
+        starts = starts if len(by_term) else []
+        ends = [*starts[1:], len(by_term)]
+        df, post_slots, post_tfs = self._df, self._post_slots, self._post_tfs
+        for tid, lo, hi in zip(by_term[starts].tolist(), starts, ends):
+            df[tid] += hi - lo
+            post_slots.setdefault(tid, []).extend(slots[lo:hi])
+            post_tfs.setdefault(tid, []).extend(counts[lo:hi])
+            self._post_np.pop(tid, None)
+        self._ensure_capacity(first + n)
+        self._doc_len[first : first + n] = lengths
+        self._alive[first : first + n] = True
+        codes = self._group_codes
+        self._group[first : first + n] = [codes.setdefault(g, len(codes)) for g in groups]
+        self._print[first : first + n] = np.asarray(prints, dtype=np.uint64)
+        self._uuids.extend(uuids)
+        self._slot.update(zip(uuids, range(first, first + n)))
+        self._doc_new.update(zip(range(first, first + n), zip(doc_tids, doc_tfs)))
+        self._total_len += float(lengths.sum())
+        self._total_postings += len(pairs)
+        self._new_postings += len(pairs)
 
     def _doc_terms(self, slot: int) -> tuple[np.ndarray, np.ndarray]:
         """A live document's (term ids, term frequencies)."""

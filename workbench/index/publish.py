@@ -109,6 +109,20 @@ class Publisher:
         re-read from the store), without vectors yet."""
         self._tell(lambda: self._engine.on_insert(kind, rows), what)
 
+    def inserted_with_vectors(self, changes: Iterable[Upsert], what: str) -> None:
+        """The engine indexes memories just inserted, with their vectors (one a row, or None):
+        rows complete as stored (every column the row cache holds), so nothing is re-read
+        from the store (a bulk import: its chunks' rows, as it wrote them)."""
+        changes = [c for c in changes if c[1]]
+
+        def tell() -> None:
+            for kind, rows, vectors in changes:
+                self._engine.on_insert(kind, rows)
+                if vectors is not None and len(vectors):
+                    self._engine.on_vectors(kind, [r["uuid"] for r in rows], vectors)
+
+        self._tell(tell, what)
+
     def vectors_added(
         self, kind: str, uuids: Sequence[str], vectors: np.ndarray, what: str
     ) -> None:

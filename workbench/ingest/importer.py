@@ -335,12 +335,10 @@ class Importer:
                 fact_vecs = _rows_of(vectors, [f["uuid"] for f in plan.facts], dim)
                 self._insert(plan, ent_vecs, fact_vecs)
             # committed already: extraction reads the graph from the search rows, which must
-            # not miss these (the next episode would create them again)
-            self.index.upserted(
-                [
-                    ("entity", [{**e, "text": _text(e)} for e in plan.new_entities], ent_vecs),
-                    ("fact", [{**f, "text": f["fact"]} for f in plan.facts], fact_vecs),
-                ],
+            # not miss these (the next episode would create them again); the rows are
+            # complete, as stored: nothing is read back
+            self.index.inserted_with_vectors(
+                [("entity", plan.new_entities, ent_vecs), ("fact", plan.facts, fact_vecs)],
                 "an import",
             )
         plan.count(report)
@@ -421,13 +419,15 @@ class Importer:
         return vectors
 
     def _insert(self, plan: _ChunkPlan, ent_vecs: np.ndarray, fact_vecs: np.ndarray) -> None:
-        g.insert_entities(self.store, plan.new_entities)
-        g.insert_facts(self.store, plan.facts)
+        """The chunk's new rows and their vectors, each table in one bulk write (new uuids:
+        nothing to update)."""
+        bulk.insert_entities(self.store, plan.new_entities)
+        bulk.insert_facts(self.store, plan.facts)
         model = self.embedder.model
-        g.insert_embeddings(
-            self.store, "entity", [e["uuid"] for e in plan.new_entities], ent_vecs, model
-        )
-        g.insert_embeddings(self.store, "fact", [f["uuid"] for f in plan.facts], fact_vecs, model)
+        uuids = [e["uuid"] for e in plan.new_entities]
+        bulk.insert_new_vectors(self.store, "entity", uuids, ent_vecs, model)
+        uuids = [f["uuid"] for f in plan.facts]
+        bulk.insert_new_vectors(self.store, "fact", uuids, fact_vecs, model)
 
 
 @dataclass
@@ -487,8 +487,19 @@ def _rows_of(vectors: dict[str, np.ndarray], uuids: list[str], dim: int) -> np.n
     return np.vstack([vectors[u] for u in uuids]).astype(np.float32)
 
 
+# what the store holds of a new memory's other columns (their defaults): a row the importer
+# writes is complete, so the search indexes take it as it is (``Publisher.inserted_with_vectors``)
+_NEW_MEMORY: Row = {
+    "lifecycle_state": "ACTIVE",
+    "decay_score": 0.0,
+    "last_accessed_at": None,
+    "access_count": 0,
+}
+
+
 def _entity_row(group: str, name: str, line: EntityLine | None, norm: str, now: datetime) -> Row:
     given = line is not None and line.importance is not None and line.stability is not None
+    created = as_utc(line.created_at) if line and line.created_at else now
     return {
         "uuid": str(uuidlib.uuid4()),
         "group_id": group,
@@ -496,11 +507,12 @@ def _entity_row(group: str, name: str, line: EntityLine | None, norm: str, now: 
         "name_norm": norm,
         "entity_type": line.entity_type if line else "Entity",
         "summary": line.summary if line else "",
-        "created_at": as_utc(line.created_at) if line and line.created_at else now,
+        "created_at": created,
+        "updated_at": created,
         "importance": (line.importance if line and line.importance else 3),
         "stability": (line.stability if line and line.stability else 3),
         "classification_status": "provided" if given else None,
-        "lifecycle_state": "ACTIVE",
+        **_NEW_MEMORY,
     }
 
 
@@ -517,10 +529,11 @@ def _fact_row(group: str, src: str, dst: str, line: FactLine, now: datetime) -> 
         "created_at": as_utc(line.created_at) if line.created_at else now,
         "valid_at": as_utc(line.valid_at),
         "invalid_at": as_utc(line.invalid_at),
+        "expired_at": None,
         "importance": line.importance or 3,
         "stability": line.stability or 3,
         "classification_status": "provided" if given else None,
-        "lifecycle_state": "ACTIVE",
+        **_NEW_MEMORY,
     }
 
 

@@ -389,6 +389,21 @@ class Store(ABC):
         return Path(f"{self.path}{suffix}")
 
     # --- writes --------------------------------------------------------------------------
+    def insert_arrow(self, table: str, frame: pa.Table) -> None:
+        """Insert ``frame``'s rows into ``table`` (its columns named as ``table``'s; the others
+        take their defaults) in bulk: what an import writes. Here one ``INSERT … SELECT``
+        from the registered frame; PostgreSQL overrides it with a binary ``COPY``."""
+        if not frame.num_rows:
+            return
+        name = f"_bulk_{table}"
+        columns = ", ".join(frame.column_names)
+        with self.transaction():
+            self.register(name, frame)
+            try:
+                self.execute(f"INSERT INTO {table} ({columns}) SELECT {columns} FROM {name}")
+            finally:
+                self.unregister(name)
+
     def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
         """Run ``sql`` once per row. An ``INSERT … VALUES (?, …)`` becomes one multi-row
         statement per chunk where the backend gains by it."""

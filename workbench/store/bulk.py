@@ -1,4 +1,5 @@
-"""SQL of a bulk import: its Parquet reader and the set-based look-ups of a whole chunk.
+"""SQL of a bulk import: its Parquet reader, the set-based look-ups of a whole chunk, and its
+bulk writes (Arrow tables: a binary ``COPY`` on PostgreSQL, ``INSERT … SELECT`` on DuckDB).
 
 A chunk of an import names thousands of entities across many groups; each look-up here is one
 statement for the whole chunk (a join against the keys passed as arrays), never one per name
@@ -9,9 +10,11 @@ keys and scans the name columns once).
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
+import numpy as np
 import pyarrow as pa
 
 from workbench.errors import InvalidInput
@@ -40,3 +43,62 @@ def entity_uuids(store: Store, keys: Sequence[tuple[str, str]]) -> dict[tuple[st
     several (as ingestion picks): one statement for every key of a chunk, whatever its
     groups (:func:`~workbench.store.graph.entities_by_key`, the writers' check)."""
     return {key: row["uuid"] for key, row in graph.entities_by_key(store, keys).items()}
+
+
+# the columns an import writes of a new entity or fact (the others take their defaults)
+ENTITY_COLUMNS = {
+    "uuid": pa.string(), "group_id": pa.string(), "name": pa.string(),
+    "name_norm": pa.string(), "entity_type": pa.string(), "summary": pa.string(),
+    "created_at": pa.timestamp("us", "UTC"), "updated_at": pa.timestamp("us", "UTC"),
+    "importance": pa.int16(), "stability": pa.int16(), "classification_status": pa.string(),
+    "lifecycle_state": pa.string(),
+}  # fmt: skip
+FACT_COLUMNS = {
+    "uuid": pa.string(), "group_id": pa.string(), "source_uuid": pa.string(),
+    "target_uuid": pa.string(), "relation": pa.string(), "fact": pa.string(),
+    "episode_uuid": pa.string(), "created_at": pa.timestamp("us", "UTC"),
+    "valid_at": pa.timestamp("us", "UTC"), "invalid_at": pa.timestamp("us", "UTC"),
+    "importance": pa.int16(), "stability": pa.int16(), "classification_status": pa.string(),
+    "lifecycle_state": pa.string(),
+}  # fmt: skip
+
+
+def insert_entities(store: Store, rows: Sequence[Mapping[str, Any]]) -> None:
+    """New entity rows (every key of :data:`ENTITY_COLUMNS`), in one bulk write
+    (:meth:`Store.insert_arrow`: a binary ``COPY`` on PostgreSQL)."""
+    store.insert_arrow("entities", _frame(rows, ENTITY_COLUMNS))
+
+
+def insert_facts(store: Store, rows: Sequence[Mapping[str, Any]]) -> None:
+    """New fact rows (every key of :data:`FACT_COLUMNS`; ``episode_uuid``, ``valid_at`` and
+    ``invalid_at`` may be missing), in one bulk write."""
+    store.insert_arrow("facts", _frame(rows, FACT_COLUMNS))
+
+
+def insert_new_vectors(
+    store: Store, kind: str, uuids: Sequence[str], vectors: np.ndarray, model: str
+) -> None:
+    """The vectors of memories of ``kind`` ('entity' or 'fact') that have none yet (rows
+    this write created), in one bulk write: no upsert (a uuid with a vector already is a
+    :class:`~workbench.errors.Conflict`)."""
+    if not len(uuids):
+        return
+    matrix = np.ascontiguousarray(vectors, dtype=np.float32)
+    if matrix.ndim != 2 or matrix.shape != (len(uuids), store.dim):
+        raise ValueError(f"{matrix.shape} vectors for {len(uuids)} rows of {store.dim} dimensions")
+    frame = pa.table(
+        {
+            "uuid": pa.array(list(uuids), pa.string()),
+            "model": pa.array([model] * len(uuids), pa.string()),
+            "vector": pa.FixedSizeListArray.from_arrays(
+                pa.array(matrix.reshape(-1), pa.float32()), matrix.shape[1]
+            ),
+        }
+    )
+    store.insert_arrow(f"{kind}_embeddings", frame)
+
+
+def _frame(rows: Sequence[Mapping[str, Any]], columns: Mapping[str, pa.DataType]) -> pa.Table:
+    return pa.table(
+        {name: pa.array([r.get(name) for r in rows], kind) for name, kind in columns.items()}
+    )

@@ -162,6 +162,7 @@ class PostgresStore(Store):
         self.closed = False
         self._tx_conn: Connection | None = None  # the open transaction's (the lock owner's)
         self._tx_thread: int | None = None
+        self._types_of: dict[str, dict[str, str]] = {}  # table -> column -> type (COPY)
         self.availability = Availability(self.path, self._probe, self._pool_check)
 
     # --- opening -----------------------------------------------------------------------
@@ -383,6 +384,41 @@ class PostgresStore(Store):
                 copy.set_types([t for _, t in columns])
                 for row in zip(*(table.column(i).to_pylist() for i in range(len(columns)))):
                     copy.write_row(row)
+
+    def insert_arrow(self, table: str, frame: pa.Table) -> None:
+        """Insert ``frame``'s rows into ``table`` by one binary ``COPY`` (encoded column by
+        column: :mod:`workbench.store.pg_copy`); a column of a type it cannot encode falls
+        back to the base class's ``INSERT … SELECT``. The change-log triggers fire once for
+        the whole ``COPY`` (they are statement-level)."""
+        from workbench.store import pg_copy
+
+        if not frame.num_rows:
+            return
+        types = self._column_types(table)
+        wanted = [types.get(name, "") for name in frame.column_names]
+        if not all(pg_copy.supported(t) for t in wanted):
+            super().insert_arrow(table, frame)
+            return
+        data = pg_copy.payload(frame, wanted)
+        names = ", ".join(f'"{n}"' for n in frame.column_names)
+        with self._write(), self._connection() as con, self._translated_errors():
+            with (
+                con.cursor() as cur,
+                cur.copy(f"COPY {table} ({names}) FROM STDIN (FORMAT BINARY)") as copy,
+            ):
+                copy.write(data)
+
+    def _column_types(self, table: str) -> dict[str, str]:
+        """``table``'s columns and their types (``format_type``'s names), read once."""
+        known = self._types_of
+        if table not in known:
+            rows = self.fetchall(
+                """SELECT attname, format_type(atttypid, atttypmod) FROM pg_attribute
+                   WHERE attrelid = to_regclass(?) AND attnum > 0 AND NOT attisdropped""",
+                [table],
+            )
+            known[table] = {str(name): str(kind) for name, kind in rows}
+        return known[table]
 
     def unregister(self, name: str) -> None:
         from psycopg.pq import TransactionStatus
