@@ -172,3 +172,56 @@ def test_set_based_resolution_equals_the_per_entity_one(batch, hash_embedder, mo
         assert graph_of(wb) == (sorted(entities), sorted(facts))
         # one entity a key, whatever the chunks
         assert len(set(graph_of(wb)[0])) == len(graph_of(wb)[0])
+
+
+@pytest.mark.parametrize("batch", [5, 2048])
+def test_after_an_import_the_search_rows_equal_a_fresh_read_of_the_store(
+    batch, tmp_path, hash_embedder, monkeypatch
+):
+    """The importer tells the search indexes the rows it wrote, not re-read: every column the
+    row cache holds must be what the store holds (defaults of the columns it does not write,
+    times as stored), and every keyword document and vector must be there."""
+    from workbench.index.live import keyword_texts
+    from workbench.index.rows import RowCache
+
+    monkeypatch.setattr(importer, "BATCH", batch)
+    dim = hash_embedder.dimensions
+    write(tmp_path / "entities.parquet",
+          [{"name": "Ada", "group_id": "team-1", "summary": "a mathematician",
+            "importance": 5, "stability": 4, "created_at": "2021-05-01T10:00:00.123456+02:00"},
+           {"name": "Bob", "group_id": "team-1", "entity_type": "Person"}], dim)  # fmt: skip
+    lines = [
+        {"type": "fact", "source": "Ada", "target": "Bob", "fact": "Ada taught Bob",
+         "group_id": "team-1", "valid_at": "2020-01-01T00:00:00Z", "importance": 2,
+         "stability": 5, "created_at": "2022-02-02T02:02:02.5Z"},
+        {"type": "fact", "source": "Ada", "target": "Cy", "fact": "Ada met Cy",
+         "relation": "knows", "invalid_at": "2024-03-01T12:00:00Z", "group_id": "team-1"},
+        {"type": "entity", "name": "Dee", "summary": "new here", "importance": 1},
+        {"type": "fact", "source": "Dee", "target": "Eve", "fact": "Dee writes to Eve"},
+        {"type": "fact", "source": "Ada", "target": "Bob", "fact": "ada taught bob "},
+    ] + [{"type": "fact", "source": f"P{i}", "target": f"P{i + 1}", "fact": f"note {i}",
+          "group_id": f"g-{i % 3}"} for i in range(30)]  # fmt: skip
+    write(tmp_path / "facts.parquet", lines, dim)
+    settings = load_settings({"SVC_KNOWLEDGE_DB_PATH": ":memory:"}, env_file=None)
+    with Workbench.open(settings, embedder=hash_embedder) as wb:
+        indexes = wb.search.indexes
+
+        def no_rebuild():  # a failed telling re-reads everything: it would hide a bad row
+            raise AssertionError("the indexes were re-read")
+
+        monkeypatch.setattr(indexes, "rebuild", no_rebuild)
+        wb.import_jsonl(tmp_path / "facts.parquet")
+        wb.import_jsonl(tmp_path / "facts.parquet")  # again: every line a duplicate
+        for kind in ("entity", "fact"):
+            fresh = RowCache(kind)
+            fresh.load(wb.store)
+            cached = indexes.rows[kind]
+            assert sorted(cached.uuids()) == sorted(fresh.uuids()) and len(fresh) > 3
+            for uuid in fresh.uuids():
+                assert cached.get(uuid) == fresh.get(uuid), uuid
+            words = indexes.keywords[kind]
+            assert sorted(words.uuids()) == sorted(fresh.uuids())
+            texts = dict(zip(fresh.uuids(), keyword_texts(kind, fresh)))
+            for uuid, text in texts.items():
+                assert words.scores(text, [uuid])[0] > 0 or not text.strip()
+            assert sorted(indexes.vectors[kind].uuids()) == sorted(fresh.uuids())

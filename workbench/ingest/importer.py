@@ -385,7 +385,14 @@ class Importer:
                 plan.given[row["uuid"]] = line.embedding
             candidates.append((key, row))
         known = set(stored.values())
-        found = g.existing_facts(self.store, [k for k, _ in candidates if {k[1], k[2]} <= known])
+        # a shared store is checked again inside the write (``settle``): here only the facts
+        # the model would embed (a duplicate found now costs no model time later)
+        again = self.store.shared
+        found = g.existing_facts(
+            self.store,
+            [k for k, row in candidates
+             if {k[1], k[2]} <= known and not (again and row["uuid"] in plan.given)],
+        )  # fmt: skip
         for key, row in candidates:
             if key in found:
                 plan.facts_existing += 1

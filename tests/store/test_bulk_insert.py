@@ -1,0 +1,108 @@
+"""The bulk writes of an import (``store/bulk.py``, ``Store.insert_arrow``: a binary COPY on
+PostgreSQL, built by ``store/pg_copy.py``): every value comes back as written, both backends;
+on PostgreSQL the change log names every row (other replicas are told)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta, timezone
+
+import numpy as np
+import pytest
+
+from tests.conftest import BACKEND
+from workbench.store import Store, bulk
+from workbench.store import changes as log_sql
+
+DIM = 8
+
+ENTITIES = [
+    {"uuid": "e1", "group_id": "g", "name": "Zoë \t tab\nnew line \\ back", "name_norm": "zoë",
+     "entity_type": "Person", "summary": "", "importance": 5, "stability": 1,
+     "created_at": datetime(1999, 12, 31, 23, 59, 59, 999_999, tzinfo=UTC),
+     "classification_status": None, "lifecycle_state": "ACTIVE"},
+    {"uuid": "e2", "group_id": "g", "name": "東京", "name_norm": "東京", "entity_type": "Place",
+     "summary": "a city, \"quoted\" and 'single'", "importance": 3, "stability": 3,
+     "created_at": datetime(2026, 3, 1, 12, 0, 0, 123_456, tzinfo=timezone(timedelta(hours=2))),
+     "classification_status": "provided", "lifecycle_state": "DORMANT"},
+]  # fmt: skip
+for row in ENTITIES:
+    row["updated_at"] = row["created_at"]
+FACTS = [
+    {"uuid": "f1", "group_id": "g", "source_uuid": "e1", "target_uuid": "e2",
+     "relation": "LIVES_IN", "fact": "Zoë lives in 東京", "episode_uuid": None,
+     "created_at": datetime(2026, 1, 1, tzinfo=UTC), "valid_at": None,
+     "invalid_at": datetime(1970, 1, 1, tzinfo=UTC), "importance": 2, "stability": 4,
+     "classification_status": None, "lifecycle_state": "ACTIVE"},
+    {"uuid": "f2", "group_id": "g", "source_uuid": "e2", "target_uuid": "e1",
+     "relation": "RELATES_TO", "fact": "x" * 2000, "episode_uuid": "ep-1",
+     "created_at": datetime(2026, 1, 2, 3, 4, 5, 6, tzinfo=UTC),
+     "valid_at": datetime(1901, 1, 1, tzinfo=UTC), "invalid_at": None, "importance": 1,
+     "stability": 5, "classification_status": "provided", "lifecycle_state": "ARCHIVED"},
+]  # fmt: skip
+
+
+@pytest.fixture
+def store():
+    opened = Store.open(":memory:", dim=DIM)
+    try:
+        yield opened
+    finally:
+        opened.close()
+
+
+def _stored(store: Store, table: str, columns: list[str]) -> dict[str, dict]:
+    rows = store.fetch_dicts(f"SELECT {', '.join(columns)} FROM {table} ORDER BY uuid")
+    return {r["uuid"]: r for r in rows}
+
+
+def test_every_value_comes_back_as_written(store):
+    vectors = np.random.default_rng(3).standard_normal((2, DIM)).astype(np.float32)
+    vectors[0, 0] = np.float32(1e-38)  # a subnormal-ish and an exact bit pattern
+    with store.transaction():
+        bulk.insert_entities(store, ENTITIES)
+        bulk.insert_facts(store, FACTS)
+        bulk.insert_new_vectors(store, "entity", ["e1", "e2"], vectors, "m")
+        bulk.insert_new_vectors(store, "fact", ["f1", "f2"], vectors[::-1], "m")
+    entities = _stored(store, "entities", list(bulk.ENTITY_COLUMNS) + ["decay_score",
+                                                                      "access_count"])  # fmt: skip
+    for row in ENTITIES:
+        got = entities[row["uuid"]]
+        assert {k: got[k] for k in row} == row
+        assert got["decay_score"] == 0.0 and got["access_count"] == 0  # the defaults
+    facts = _stored(store, "facts", list(bulk.FACT_COLUMNS) + ["expired_at"])
+    for row in FACTS:
+        got = facts[row["uuid"]]
+        assert {k: got[k] for k in row} == row and got["expired_at"] is None
+    for table, uuids, expected in (("entity_embeddings", ["e1", "e2"], vectors),
+                                   ("fact_embeddings", ["f1", "f2"], vectors[::-1])):  # fmt: skip
+        stored = _stored(store, table, ["uuid", "model", "vector", "seq"])
+        for uuid, vector in zip(uuids, expected):
+            got = np.asarray(stored[uuid]["vector"], dtype=np.float32)
+            assert got.tobytes() == vector.tobytes()  # bit for bit
+            assert stored[uuid]["model"] == "m" and stored[uuid]["seq"] is not None
+
+
+def test_a_vector_of_another_size_or_count_is_refused(store):
+    with pytest.raises(ValueError):
+        bulk.insert_new_vectors(store, "entity", ["e1"], np.zeros((1, DIM + 1), np.float32), "m")
+    with pytest.raises(ValueError):
+        bulk.insert_new_vectors(store, "entity", ["e1", "e2"], np.zeros((1, DIM), np.float32), "m")
+
+
+def test_nothing_to_write_writes_nothing(store):
+    bulk.insert_entities(store, [])
+    bulk.insert_new_vectors(store, "fact", [], np.zeros((0, DIM), np.float32), "m")
+    assert store.fetchone("SELECT count(*) FROM entities")[0] == 0
+
+
+@pytest.mark.skipif(BACKEND != "postgres", reason="the change log of a PostgreSQL store")
+def test_the_change_log_names_every_row_a_copy_wrote(store):
+    """COPY fires the statement-level change-log triggers once, with every row: other
+    replicas re-read all of them."""
+    with store.transaction():
+        bulk.insert_entities(store, ENTITIES)
+        bulk.insert_facts(store, FACTS)
+        bulk.insert_new_vectors(store, "entity", ["e1", "e2"], np.ones((2, DIM), np.float32), "m")
+    logged = {(kind, uuid) for _, kind, uuid, _ in log_sql.changes_since(store, 0)}
+    assert logged == {("entity", "e1"), ("entity", "e2"), ("fact", "f1"), ("fact", "f2"),
+                      ("entity_vector", "e1"), ("entity_vector", "e2")}  # fmt: skip
