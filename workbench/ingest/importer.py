@@ -307,7 +307,7 @@ class Importer:
         records = read_lines(source, first_line, arrays=True)
         lines += parse(records, report, self.embedder.dimensions)
         bar = _progress(len(lines), progress)
-        with self.index.bulk():
+        with self.store.bulk_writes(), self.index.bulk():
             for start in range(0, len(lines), BATCH):
                 chunk = lines[start : start + BATCH]
                 self._import_chunk(chunk, report)
@@ -467,8 +467,13 @@ class _ChunkPlan:
             for fact in self.facts:
                 fact["source_uuid"] = same.get(fact["source_uuid"], fact["source_uuid"])
                 fact["target_uuid"] = same.get(fact["target_uuid"], fact["target_uuid"])
+        # a fact naming an entity this write creates (a uuid no one else knows) cannot be
+        # stored already: only those between two stored entities are looked for
+        creating = {e["uuid"] for e in self.new_entities}
         keys = [_fact_key(f) for f in self.facts]
-        stored = g.existing_facts(store, keys)
+        stored = g.existing_facts(
+            store, [k for k in keys if k[1] not in creating and k[2] not in creating]
+        )
         if stored:
             self.facts = [f for f, key in zip(self.facts, keys) if key not in stored]
             self.facts_existing += len(keys) - len(self.facts)

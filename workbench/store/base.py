@@ -389,6 +389,12 @@ class Store(ABC):
         return Path(f"{self.path}{suffix}")
 
     # --- writes --------------------------------------------------------------------------
+    @contextmanager
+    def bulk_writes(self) -> Iterator[None]:
+        """Around many large transactions in a row (an import's chunks): the backend may
+        leave work of each commit to the end. Here nothing (DuckDB overrides it)."""
+        yield
+
     def insert_arrow(self, table: str, frame: pa.Table) -> None:
         """Insert ``frame``'s rows into ``table`` (its columns named as ``table``'s; the others
         take their defaults) in bulk: what an import writes. Here one ``INSERT … SELECT``
