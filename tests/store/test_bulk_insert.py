@@ -106,3 +106,28 @@ def test_the_change_log_names_every_row_a_copy_wrote(store):
     logged = {(kind, uuid) for _, kind, uuid, _ in log_sql.changes_since(store, 0)}
     assert logged == {("entity", "e1"), ("entity", "e2"), ("fact", "f1"), ("fact", "f2"),
                       ("entity_vector", "e1"), ("entity_vector", "e2")}  # fmt: skip
+
+
+def test_a_duckdb_import_commits_without_checkpoints_and_checkpoints_once_at_its_end(tmp_path):
+    """Inside ``bulk_writes`` a commit does not checkpoint (the log grows past DuckDB's 16 MB);
+    the threshold is put back when the last of two side-by-side imports ends, and the log is
+    written into the file then."""
+    store = Store.open(tmp_path / "kb.duckdb", dim=384)
+    wal = tmp_path / "kb.duckdb.wal"
+    setting = "SELECT current_setting('checkpoint_threshold')"
+    try:
+        before = store.fetchone(setting)[0]
+        vectors = np.ones((2048, 384), np.float32)
+        with store.bulk_writes():
+            with store.bulk_writes():  # a second import side by side
+                for chunk in range(7):  # ~22 MB of vectors: past the threshold
+                    uuids = [f"e{chunk}-{i}" for i in range(2048)]
+                    with store.transaction():
+                        bulk.insert_new_vectors(store, "entity", uuids, vectors, "m")
+                assert wal.stat().st_size > 17 * 2**20  # no checkpoint at the commits
+            assert store.fetchone(setting)[0] != before  # the other import still runs
+        assert store.fetchone(setting)[0] == before
+        assert not wal.exists() or wal.stat().st_size < 2**20  # checkpointed at the end
+        assert store.fetchone("SELECT count(*) FROM entity_embeddings")[0] == 7 * 2048
+    finally:
+        store.close()

@@ -57,6 +57,8 @@ class DuckDBStore(Store):
         super().__init__(path, dim, read_only)
         self._con = con
         self._memory_limit: str | None = None  # as set back after a lean read (see below)
+        self._bulk_writers = 0  # imports under way (bulk_writes) and the threshold they
+        self._threshold = "16 MiB"  # put back when the last ends
 
     # --- opening -----------------------------------------------------------------------
     @classmethod
@@ -310,27 +312,37 @@ class DuckDBStore(Store):
         """An import's chunks commit without checkpointing, then one checkpoint at the end.
         DuckDB checkpoints at a commit once its write-ahead log passes 16 MB (two chunks of
         vectors), rewriting the primary-key indexes whole each time: at 100k memories a
-        chunk's commit took ~0.2 s, a third of the import (docs/performance.md)."""
+        chunk's commit took ~0.2 s, a third of the import (docs/performance.md). Imports
+        side by side (a service): the first sets the threshold, the last puts it back."""
         if self.path == ":memory:" or self.read_only:
             yield
             return
         with self._lock:
-            row = self._con.execute("SELECT current_setting('checkpoint_threshold')").fetchone()
-            self._con.execute(f"SET checkpoint_threshold = '{BULK_CHECKPOINT_THRESHOLD}'")
-        before = str(row[0]).replace("'", "") if row else "16 MiB"  # DuckDB's, as '16.0 MiB'
+            if not self._bulk_writers:
+                row = self._con.execute(
+                    "SELECT current_setting('checkpoint_threshold')"
+                ).fetchone()  # DuckDB's own text, as '16.0 MiB'
+                self._threshold = str(row[0]).replace("'", "") if row else "16 MiB"
+                self._con.execute(f"SET checkpoint_threshold = '{BULK_CHECKPOINT_THRESHOLD}'")
+            self._bulk_writers += 1
         try:
             yield
         finally:
             with self._lock:
-                self._con.execute(f"SET checkpoint_threshold = '{before}'")
-                wal = Path(f"{self.path}.wal")
-                try:
-                    # what the commits left in the log, unless it is small (a few lines
-                    # through a running service): their next commit checkpoints it then
-                    if wal.exists() and wal.stat().st_size > _size_bytes(before):
-                        self._con.execute("CHECKPOINT")
-                except duckdb.Error:  # another transaction open: a later commit does it
-                    log.debug("no checkpoint after the bulk writes", exc_info=True)
+                self._bulk_writers -= 1
+                if not self._bulk_writers:
+                    self._end_bulk_writes()
+
+    def _end_bulk_writes(self) -> None:
+        """The checkpoint threshold put back, and what the commits left in the log written
+        unless it is small (a few lines through a running service: a later commit does)."""
+        self._con.execute(f"SET checkpoint_threshold = '{self._threshold}'")
+        wal = Path(f"{self.path}.wal")
+        try:
+            if wal.exists() and wal.stat().st_size > _size_bytes(self._threshold):
+                self._con.execute("CHECKPOINT")
+        except duckdb.Error:  # another transaction open: a later commit checkpoints
+            log.debug("no checkpoint after the bulk writes", exc_info=True)
 
     # --- lifecycle and export ----------------------------------------------------------
     def checkpoint(self) -> None:
