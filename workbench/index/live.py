@@ -31,11 +31,13 @@ from typing import Any
 import numpy as np
 
 from workbench.errors import InvalidInput, StoreUnavailable
+from workbench.index import row_snapshot
 from workbench.index.access import AccessTracker
 from workbench.index.bm25 import KeywordIndex
 from workbench.index.publish import Publisher, Upsert
+from workbench.index.row_snapshot import Stamp
 from workbench.index.rows import RowCache
-from workbench.index.saves import IndexSaves
+from workbench.index.saves import Current, IndexSaves
 from workbench.index.sync import ChangeSync
 from workbench.index.vectors import KINDS, VectorIndex, load_index
 from workbench.metrics import Metrics
@@ -48,6 +50,8 @@ __all__ = ["LiveIndexes", "check_kind", "keyword_text", "keyword_texts"]
 log = logging.getLogger("workbench.index.live")
 
 _TEXT_COLUMN = {"fact": "fact", "passage": "text"}
+# rounds of the change log read at an open from row snapshots (each a bounded number of rows)
+CATCH_UP_ROUNDS = 100
 
 
 def keyword_text(kind: str, row: Mapping[str, Any]) -> str:
@@ -106,7 +110,9 @@ class LiveIndexes:
         self.lock = threading.RLock()
         self._sync_thread: threading.Thread | None = None
         self._closed = False
-        self._marker: object = None
+        self._marker = -1  # the maintenance run the rows reflect (-1: not loaded yet)
+        # the maintenance run the rows reflect while they are re-read after an older snapshot
+        self._rows_marker: int | None = None
         self._checked = 0.0
         self.tracker = AccessTracker(
             store, metrics, background=access_background, flush_interval=flush_interval
@@ -121,36 +127,72 @@ class LiveIndexes:
         shared = store.shared
         start = changes_sql.position(store) if shared else None
         self.saves.fetch(KINDS)  # the indexes another replica saved (a shared store)
-        self._open()
-        # and what other processes write, through the store's change log
+        stamps = self._open()
+        # and what other processes write, through the store's change log: from where the
+        # oldest row snapshot loaded stands, else from before the load
+        positions = [s.changes for s in stamps if s.changes is not None]
+        if positions:
+            start = row_snapshot.earliest(positions)
         self.replica_sync: ChangeSync | None = None
         if shared:
             self.replica_sync = ChangeSync(store, self, self.publisher, start=start)
-            if sync:
-                self.replica_sync.start()
+        if stamps:
+            self._caught_up_from(stamps)
+        if self.replica_sync is not None and sync:
+            self.replica_sync.start()
 
-    def _open(self) -> None:
-        """The first load: it reads every row and vector once, so DuckDB need not keep those
-        blocks cached meanwhile (the start-up's peak memory) nor after."""
+    def _open(self) -> list[Stamp]:
+        """The first load: from the row snapshots saved with the graphs when they are
+        current, else every row and vector read once, so DuckDB need not keep those blocks
+        cached meanwhile (the start-up's peak memory) nor after; the stamps of the snapshots
+        loaded."""
         try:
             with self.store.lean_cache():
-                self.rebuild()
+                return self._load(snapshots=True)
         except MemoryError:
             log.warning("the search indexes' load ran out of memory: loading them again, "
                         "DuckDB's cache unbounded", exc_info=True)  # fmt: skip
-            self.rebuild()
+            return self._load(snapshots=False)
+
+    def _caught_up_from(self, stamps: list[Stamp]) -> None:
+        """After rows were loaded from snapshots: what was written since, applied before the
+        open returns (as a full read would hold it), and a maintenance run since re-read in
+        the background (the rows serve meanwhile, as after a run of another process)."""
+        marker = sql.maintenance_marker(self.store)
+        behind = [stamp.marker for stamp in stamps if stamp.marker != marker]
+        with self.lock:
+            self._marker = marker  # the catch-up's own look must not re-read them now
+            # what a save stamps meanwhile: the states of the older run
+            self._rows_marker = min(behind) if behind else None
+        if self.replica_sync is not None:
+            for _ in range(CATCH_UP_ROUNDS):  # the log is read a bounded number of rows a time
+                before = self.replica_sync.position[0]
+                self.replica_sync.catch_up()
+                if self.replica_sync.position[0] == before:
+                    break
+        if behind:
+            self._sync_thread = threading.Thread(
+                target=self.refresh_states, name="workbench-search-sync", daemon=True
+            )
+            self._sync_thread.start()
 
     # --- loading ----------------------------------------------------------------------------
     def rebuild(self) -> None:
         """(Re)load the indexes and rows of every kind from the store. Upserts and deletes
         told meanwhile wait for it (they would otherwise be lost in the swap)."""
+        self._load(snapshots=False)
+
+    def _load(self, snapshots: bool) -> list[Stamp]:
+        """:meth:`rebuild`; with ``snapshots``, the rows of a kind come from the snapshot
+        saved with its graph when that is current (the stamps of those loaded so)."""
         with self.tracker.consistent_read():
             marker = sql.maintenance_marker(self.store)
             # the kinds in threads: most of a load is in DuckDB, Arrow, numpy and usearch,
             # which release the GIL (1M + 1M memories: 27 s instead of 34, for ~90 MB more
             # resident: the allocators keep what two threads freed interleaved)
+            load = functools.partial(self._load_kind, snapshots=snapshots)
             with ThreadPoolExecutor(len(KINDS), thread_name_prefix="workbench-open") as pool:
-                loaded = dict(zip(KINDS, pool.map(self._load_kind, KINDS)))
+                loaded = dict(zip(KINDS, pool.map(load, KINDS)))
             with self.lock:  # accesses recorded meanwhile are still queued: apply them all
                 for kind in KINDS:
                     self._overlay(kind, loaded[kind][1])
@@ -158,10 +200,14 @@ class LiveIndexes:
                 self.rows = {kind: loaded[kind][1] for kind in KINDS}
                 self.keywords = {kind: loaded[kind][2] for kind in KINDS}
                 self._marker, self._checked = marker, time.monotonic()
+                self._rows_marker = None
+        return [stamp for kind in KINDS if (stamp := loaded[kind][3]) is not None]
 
-    def _load_kind(self, kind: str) -> tuple[VectorIndex, RowCache, KeywordIndex]:
+    def _load_kind(
+        self, kind: str, snapshots: bool = False
+    ) -> tuple[VectorIndex, RowCache, KeywordIndex, Stamp | None]:
         """The vector index, rows and keyword index of ``kind``, from the store (and the
-        indexes saved beside it)."""
+        indexes saved beside it), and the stamp of the row snapshot they came from."""
         vectors = load_index(
             self.store,
             kind,
@@ -172,9 +218,13 @@ class LiveIndexes:
             on_built=functools.partial(self._save_built, kind),
             **self._index_options,
         )
-        cache = RowCache(kind)
-        cache.load(self.store)
-        return vectors, cache, self._keyword_index(kind, cache)
+        saved = self.saves.open_rows(kind) if snapshots else None
+        if saved is not None:
+            cache, stamp = saved
+        else:
+            cache, stamp = RowCache(kind), None
+            cache.load(self.store)
+        return vectors, cache, self._keyword_index(kind, cache), stamp
 
     def _keyword_index(self, kind: str, cache: RowCache) -> KeywordIndex:
         """The keyword index of these rows: the one saved beside the database caught up with
@@ -326,7 +376,7 @@ class LiveIndexes:
             if gone:
                 self.on_delete(kind, sorted(set(gone)))
         with self.lock:
-            self._marker = marker
+            self._marker, self._rows_marker = marker, None
 
     def maybe_sync(self) -> None:
         """Notice a maintenance run done by someone else (looked for at most every
@@ -427,8 +477,27 @@ class LiveIndexes:
         at a clean stop, and when a background graph build is done (``built``: that index,
         which may not be in :attr:`vectors` yet while the indexes open)."""
 
-        def current() -> tuple[VectorIndex | None, KeywordIndex | None]:
+        def current() -> Current:
             with self.lock:
-                return built or self.vectors.get(kind), self.keywords.get(kind)
+                rows = self.rows.get(kind)
+                return (
+                    built or self.vectors.get(kind),
+                    self.keywords.get(kind),
+                    (None if rows is None else functools.partial(self._rows_table, rows)),
+                )
 
-        self.saves.save(kind, current, self.publisher.between_writes)
+        self.saves.save(kind, current, self.publisher.between_writes, self._stamp)
+
+    def _rows_table(self, rows: RowCache) -> Any:
+        """A snapshot of these rows (an Arrow table), taken holding them still."""
+        with self.lock:
+            return rows.to_table()
+
+    def _stamp(self) -> Stamp:
+        """What the indexes hold now (read between two writes, see :meth:`save`): every
+        vector write up to the newest, every change of the log up to this process's
+        position, the maintenance run its rows reflect."""
+        position = self.replica_sync.position if self.replica_sync is not None else None
+        with self.lock:
+            marker = self._marker if self._rows_marker is None else self._rows_marker
+        return Stamp(marker, sql.latest_vector_seq(self.store), position)

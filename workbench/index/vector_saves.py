@@ -69,7 +69,13 @@ class GraphSaves(VectorSlots):
     def _start_build(self) -> None:
         raise NotImplementedError  # the index's own (a graph built anew)
 
-    def save_graph(self, graph_dir: str | Path, kind: str, seq: int | None = None) -> bool:
+    def save_graph(
+        self,
+        graph_dir: str | Path,
+        kind: str,
+        seq: int | None = None,
+        extra_files: dict[str, str] | None = None,
+    ) -> bool:
         """Save the HNSW graph, a fingerprint of each slot's vector and, while the vectors are
         held as float16, the vectors themselves (with spare rows for new memories), then the
         manifest (the slot layout and the names of those files): the manifest, replaced last,
@@ -78,7 +84,9 @@ class GraphSaves(VectorSlots):
         ``seq``: the number of the newest vector write this index holds, every earlier one
         included (:func:`~workbench.store.search.latest_vector_seq`, read while no write was
         between its commit and the index being told); the next open then reads only the
-        vectors written after it. False when there is no finished graph to save."""
+        vectors written after it. ``extra_files``: more files of this save, already written
+        in ``graph_dir`` (the row snapshot), named in the manifest with the others. False when
+        there is no finished graph to save."""
         with self._lock:
             if self._ann is None or self._builder is not None:
                 return False
@@ -86,6 +94,7 @@ class GraphSaves(VectorSlots):
             folder.mkdir(parents=True, exist_ok=True)
             save = f"{kind}.{uuidlib.uuid4().hex[:12]}"
             files = {"graph": f"{save}.usearch", "prints": f"{save}.prints.npy"}
+            files.update(extra_files or {})
             self._ann.save(str(folder / files["graph"]))
             write_synced(folder / files["prints"], self._prints.__getitem__, self._size)
             if self._mat.dtype == np.float16:
