@@ -226,3 +226,89 @@ def test_a_stamp_round_trips_and_the_earliest_position_keeps_the_gaps():
     assert row_snapshot.Stamp.from_json("not json") is None
     start = row_snapshot.earliest([(120, {110: 9, 95: 6}), (100, {97: 7, 99: 8})])
     assert start == (100, {97: 7, 99: 8, 95: 6})
+
+
+def _closed_file_store(path) -> tuple[list[dict], list[dict]]:
+    """A database file whose graphs and rows were saved at a clean stop."""
+    store = Store.open(path, dim=8)
+    engine = _engine(store)
+    people = add(engine, "entity", [entity(f"Person {i}", f"likes tea {i}") for i in range(80)])
+    facts = add(engine, "fact", [fact(f"Person {i} knows Person {i + 1}", people[i], people[i + 1])
+                                 for i in range(60)])  # fmt: skip
+    for kind in GRAPHED:
+        assert engine.vectors[kind].wait_ready(60)
+    engine.close()
+    store.close()
+    return people, facts
+
+
+@pytest.mark.parametrize("written", [False, True])
+def test_a_database_file_reopens_from_its_saved_rows(tmp_path, full_reads, written):
+    """A clean stop saves the rows; the next open reads none of them whole, and what a
+    second process (the CLI) wrote while the service was down (insert, summary,
+    invalidation, delete, a maintenance run changing decay scores) is there: every column
+    equals a full read."""
+    path = tmp_path / "kb.duckdb"
+    people, facts = _closed_file_store(path)
+    assert list((tmp_path / "kb.duckdb.search").glob("*.rows.arrow"))
+    if written:
+        store = Store.open(path, dim=8)
+        cli = _engine(store)
+        _writes_after_the_save(cli, people, facts)
+        cli.indexes.saves.folder = None  # the CLI saves no indexes: the snapshot is older
+        cli.close()
+        with store.transaction():
+            store.execute("UPDATE entities SET last_accessed_at = ?", [T0])
+        apply_maintenance(store, DecayPolicy(), NOW)
+        store.close()
+    store = Store.open(path, dim=8)
+    try:
+        full_reads.clear()
+        engine = _engine(store)
+        assert not set(full_reads) & set(GRAPHED)
+        assert_current(engine, store)
+        assert engine.indexes._sync_thread is None  # nothing re-read in the background
+        engine.close()
+    finally:
+        store.close()
+
+
+@pytest.mark.parametrize("damage", ["corrupt", "missing", "other format", "many changes"])
+def test_a_database_file_with_a_damaged_snapshot_reads_every_row(tmp_path, full_reads, caplog,
+                                                                 damage, monkeypatch):  # fmt: skip
+    path = tmp_path / "kb.duckdb"
+    _closed_file_store(path)
+    (snapshot,) = (tmp_path / "kb.duckdb.search").glob("entity.*.rows.arrow")
+    if damage == "corrupt":
+        snapshot.write_bytes(b"ARROW1 but not really")
+    elif damage == "missing":
+        snapshot.unlink()
+    elif damage == "other format":
+        import pyarrow as pa
+
+        table = pa.ipc.open_file(pa.py_buffer(snapshot.read_bytes())).read_all()
+        meta = dict(table.schema.metadata)
+        meta[b"workbench.rows"] = json.dumps({"format": 999}).encode()
+        with pa.OSFile(str(snapshot), "wb") as sink:
+            with pa.ipc.new_file(sink, table.schema.with_metadata(meta)) as writer:
+                writer.write_table(table)
+    else:
+        from workbench.index import saves
+
+        monkeypatch.setattr(saves, "DIFF_LIMIT", 0)
+        store = Store.open(path, dim=8)
+        with store.transaction():
+            store.execute("UPDATE entities SET summary = summary || ' and coffee'")
+        store.close()
+    store = Store.open(path, dim=8)
+    try:
+        full_reads.clear()
+        with caplog.at_level(logging.INFO, logger="workbench.index"):
+            engine = _engine(store)
+        assert "entity" in full_reads and "fact" not in full_reads
+        if damage != "missing":
+            assert "entity rows" in caplog.text
+        assert_current(engine, store)
+        engine.close()
+    finally:
+        store.close()
