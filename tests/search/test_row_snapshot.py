@@ -15,7 +15,8 @@ from tests.search.helpers import T0, add, entity, fact
 from workbench.clock import ManualClock
 from workbench.decay.rules import DecayPolicy
 from workbench.fakes.embedder import HashEmbedder
-from workbench.index import row_snapshot
+from workbench.index import row_snapshot, saves
+from workbench.index.bm25 import KeywordIndex
 from workbench.index.rows import RowCache
 from workbench.metrics import Metrics
 from workbench.search.engine import SearchEngine
@@ -94,18 +95,35 @@ def _writes_after_the_save(engine: SearchEngine, people: list[dict], facts: list
     return gone
 
 
-def test_a_replica_starts_from_the_saved_rows_and_catches_up(pg_location, full_reads):
+@pytest.mark.parametrize("keywords_saved", [False, True])
+def test_a_replica_starts_from_the_saved_rows_and_catches_up(
+    pg_location, full_reads, monkeypatch, keywords_saved
+):
     """B, a new replica, loads A's row snapshots (no full read of entities or facts), and
     what A wrote after the save (insert, summary, invalidation, delete) is there, every
-    column equal to a full read; then B follows A's next writes."""
+    column equal to a full read, in the keyword index too (saved with the rows: taken as
+    saved, then caught up from the change log, no document compared); then B follows A's
+    next writes."""
+    if keywords_saved:
+        monkeypatch.setattr(saves, "KEYWORDS_SAVED_FROM", 10)
     a, engine_a, people, facts = _saved_replica(pg_location)
     b = Store.open(pg_location, dim=8)
     engine_b = None
+    compared: list[int] = []
+    open_saved = KeywordIndex.open_saved.__func__
+    monkeypatch.setattr(KeywordIndex, "open_saved", classmethod(
+        lambda cls, path, uuids, *rest, **options: compared.append(len(uuids))
+        or open_saved(cls, path, uuids, *rest, **options)))  # fmt: skip
     try:
         gone = _writes_after_the_save(engine_a, people, facts)
         full_reads.clear()
         engine_b = _engine(b)
         assert not set(full_reads) & set(GRAPHED)  # the snapshots served
+        # the keyword indexes saved with them are not compared document by document
+        assert any(compared) != keywords_saved  # (passages: none, and no save)
+        kept = {u for u, *_ in engine_b.keywords["entity"].search("tea", 100)}
+        assert gone not in kept and people[3]["uuid"] not in kept and len(kept) == 78
+        assert [u for u, *_ in engine_b.keywords["entity"].search("basalt", 5)]
         assert gone not in engine_b.rows["entity"]
         assert engine_b.rows["entity"].value(people[3]["uuid"], "summary") == "drinks coffee now"
         assert engine_b.rows["fact"].value(facts[5]["uuid"], "invalid_at") is not None

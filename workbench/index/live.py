@@ -158,10 +158,11 @@ class LiveIndexes:
         """After rows were loaded from snapshots: what was written since, applied before the
         open returns (as a full read would hold it), and a maintenance run since re-read in
         the background (the rows serve meanwhile, as after a run of another process)."""
-        marker = sql.maintenance_marker(self.store)
-        behind = [stamp.marker for stamp in stamps if stamp.marker != marker]
         with self.lock:
-            self._marker = marker  # the catch-up's own look must not re-read them now
+            # the run read before the load (the catch-up's own look at it must not re-read
+            # every row now; a run during the open is re-read by that look, as always)
+            marker = self._marker
+            behind = [stamp.marker for stamp in stamps if stamp.marker != marker]
             # what a save stamps meanwhile: the states of the older run
             self._rows_marker = min(behind) if behind else None
         if self.replica_sync is not None:
@@ -221,6 +222,11 @@ class LiveIndexes:
         saved = self.saves.open_rows(kind) if snapshots else None
         if saved is not None:
             cache, stamp = saved
+            # a shared store: the keywords saved with those rows, caught up with them from
+            # the change log (no fingerprint of every document)
+            keywords = self.saves.keywords_as_saved(kind, stamp)
+            if keywords is not None:
+                return vectors, cache, keywords, stamp
         else:
             cache, stamp = RowCache(kind), None
             cache.load(self.store)

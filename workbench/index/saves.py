@@ -13,6 +13,7 @@ the publish gate), so the next open reads only the vectors written after it.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 from collections.abc import Callable, Sequence
@@ -64,6 +65,14 @@ class IndexSaves:
 
     def keyword_path(self, kind: str) -> Path | None:
         return None if self.folder is None else self.folder / f"{kind}.keywords.npz"
+
+    def keywords_as_saved(self, kind: str, stamp: Stamp) -> KeywordIndex | None:
+        """The keyword index of ``kind`` saved with the rows of ``stamp``, as saved (the
+        caller catches both up from the stamp); None when it is not that save."""
+        path = self.keyword_path(kind)
+        if path is None or stamp.keywords is None or stamp.changes is None:
+            return None
+        return KeywordIndex.read_saved(path, stamp.keywords)
 
     def open_keywords(self, uuids: list[str], texts: list[str], groups: list[str],
                       kind: str) -> KeywordIndex | None:  # fmt: skip
@@ -148,13 +157,16 @@ class IndexSaves:
             if vectors is None:
                 return
             path = self.keyword_path(kind)
+            digest = None
             if keywords is not None and path is not None and len(keywords) >= KEYWORDS_SAVED_FROM:
                 try:
-                    keywords.save(path)
+                    digest = keywords.save(path)
                 except OSError:
                     log.exception("saving the %s keyword index failed (rebuilt at open)", kind)
             if vectors.uses_ann:
                 seq = None if taken is None else taken.vector_seq
+                if taken is not None:  # the keywords saved now: caught up from the stamp too
+                    taken = dataclasses.replace(taken, keywords=digest)
                 extra = self._write_rows(kind, rows, taken)
                 try:
                     saved = vectors.save_graph(self.folder, kind, seq, extra)
