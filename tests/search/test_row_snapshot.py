@@ -8,10 +8,11 @@ import json
 import logging
 from datetime import UTC, datetime
 
+import numpy as np
 import pytest
 
 from tests.pg import wait_for
-from tests.search.helpers import T0, add, entity, fact
+from tests.search.helpers import T0, add, entity, fact, write_embeddings
 from workbench.clock import ManualClock
 from workbench.decay.rules import DecayPolicy
 from workbench.fakes.embedder import HashEmbedder
@@ -22,6 +23,7 @@ from workbench.metrics import Metrics
 from workbench.search.engine import SearchEngine
 from workbench.store import Store, saved_indexes
 from workbench.store import changes as log_sql
+from workbench.store import search as sql
 from workbench.store.maintenance import apply_maintenance
 
 GRAPHED = ("entity", "fact")
@@ -114,11 +116,24 @@ def test_a_replica_starts_from_the_saved_rows_and_catches_up(
     monkeypatch.setattr(KeywordIndex, "open_saved", classmethod(
         lambda cls, path, uuids, *rest, **options: compared.append(len(uuids))
         or open_saved(cls, path, uuids, *rest, **options)))  # fmt: skip
+    numbered: list[str] = []
+    seqs_of = sql.load_vector_seqs
+    monkeypatch.setattr(
+        sql, "load_vector_seqs", lambda store, kind: numbered.append(kind) or seqs_of(store, kind)
+    )
     try:
         gone = _writes_after_the_save(engine_a, people, facts)
+        moved = people[4]["uuid"]  # re-embedded after the save
+        vector = np.ones((1, 8), dtype=np.float32)
+        write_embeddings(a, "entity", [moved], vector)
+        engine_a.on_upsert("entity", [{"uuid": moved}], vector)
         full_reads.clear()
         engine_b = _engine(b)
         assert not set(full_reads) & set(GRAPHED)  # the snapshots served
+        assert not set(numbered) & set(GRAPHED)  # and the graphs, no vector number read
+        index = engine_b.vectors["entity"]
+        assert index.uses_ann and sorted(index.uuids()) == sorted(engine_b.rows["entity"].uuids())
+        assert index.search(vector[0], 1)[0][0] == moved
         # the keyword indexes saved with them are not compared document by document
         assert any(compared) != keywords_saved  # (passages: none, and no save)
         kept = {u for u, *_ in engine_b.keywords["entity"].search("tea", 100)}

@@ -23,7 +23,7 @@ import functools
 import logging
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack, contextmanager
 from typing import Any
@@ -209,6 +209,7 @@ class LiveIndexes:
     ) -> tuple[VectorIndex, RowCache, KeywordIndex, Stamp | None]:
         """The vector index, rows and keyword index of ``kind``, from the store (and the
         indexes saved beside it), and the stamp of the row snapshot they came from."""
+        saved = self.saves.open_rows(kind) if snapshots else None
         vectors = load_index(
             self.store,
             kind,
@@ -217,9 +218,11 @@ class LiveIndexes:
             # a graph built in the background is saved at once (with the keywords): a
             # process killed later restarts from it
             on_built=functools.partial(self._save_built, kind),
+            # rows saved with the graph on a shared store: its vectors, caught up from the
+            # change log as the rows are (not each memory's vector number read)
+            held=self._held(saved),
             **self._index_options,
         )
-        saved = self.saves.open_rows(kind) if snapshots else None
         if saved is not None:
             cache, stamp = saved
             # a shared store: the keywords saved with those rows, caught up with them from
@@ -231,6 +234,15 @@ class LiveIndexes:
             cache, stamp = RowCache(kind), None
             cache.load(self.store)
         return vectors, cache, self._keyword_index(kind, cache), stamp
+
+    @staticmethod
+    def _held(saved: tuple[RowCache, Stamp] | None) -> Callable[[str], str | None] | None:
+        """What the store held at a row snapshot's stamp, when the change log catches the
+        vectors up from it as well (each memory's group; None: not held)."""
+        if saved is None or saved[1].changes is None:
+            return None
+        rows = saved[0]
+        return functools.partial(rows.value, column="group_id")
 
     def _keyword_index(self, kind: str, cache: RowCache) -> KeywordIndex:
         """The keyword index of these rows: the one saved beside the database caught up with
