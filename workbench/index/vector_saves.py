@@ -160,15 +160,16 @@ class GraphSaves(VectorSlots):
 
     def _restore_changed(
         self, saved: SavedGraph, store: Store, kind: str, uuids: list[str], groups: list[str],
-        seqs: np.ndarray, spot_checks: int = SPOT_CHECKS,
+        seqs: np.ndarray, spot_checks: int | None = None,
     ) -> bool:  # fmt: skip
         """:meth:`_restore` for a save that records the vector write it reflects
         (``saved.seq``) and holds the vectors: only the vectors written after it, and those
         of memories it did not hold, are read from the store; every other slot's vector and
         fingerprint are the saved ones (memory-mapped). False, with nothing to keep, when the
         save cannot serve this way (then restore from every vector). ``spot_checks``: saved
-        vectors compared with the store's beyond those (none when the save is the store's own,
-        caught up by the caller from where it was stamped)."""
+        vectors compared with the store's beyond those (:data:`SPOT_CHECKS` by default; none
+        when the save is the store's own, caught up by the caller from where it was
+        stamped)."""
         from workbench.store.search import latest_vector_seq, vectors_of
 
         known = len(saved.layout)
@@ -188,7 +189,8 @@ class GraphSaves(VectorSlots):
         # and a few of the others, whose saved fingerprints must match the store's vectors
         # (a save beside another database than its own does not)
         others = np.setdiff1d(np.arange(len(uuids)), changed)
-        checked = np.random.default_rng(len(uuids)).permutation(others)[:spot_checks]
+        checks = SPOT_CHECKS if spot_checks is None else spot_checks
+        checked = np.random.default_rng(len(uuids)).permutation(others)[:checks]
         wanted = [uuids[i] for i in np.concatenate([changed, checked]).tolist()]
         got, matrix = vectors_of(store, kind, wanted)
         if len(got) != len(wanted):
