@@ -136,7 +136,7 @@ class LiveIndexes:
         self.replica_sync: ChangeSync | None = None
         if shared:
             self.replica_sync = ChangeSync(store, self, self.publisher, start=start)
-        if positions:  # (a database file's snapshot was compared with its rows whole)
+        if positions:
             self._caught_up_from(stamps)
         if self.replica_sync is not None and sync:
             self.replica_sync.start()

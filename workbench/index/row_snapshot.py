@@ -1,20 +1,26 @@
-"""A snapshot of one memory kind's rows, saved with its HNSW graph, so that a start whose
-saved indexes are current need not read every row of the store.
+"""A snapshot of one memory kind's rows, saved with its HNSW graph on a store shared by several
+processes (PostgreSQL), so that a new replica whose saved indexes are current need not read
+every row of the store.
 
 What is saved: the :class:`~workbench.index.rows.RowCache` of the kind as one Arrow IPC file
-(``<kind>.<save>.rows.arrow``, the store's columns, as
+(``<kind>.<save>.rows.arrow``, zstd-compressed, the store's columns, as
 :func:`~workbench.store.search.load_table` reads them; no pickle: another replica fetches it),
 named in the graph's manifest (``<kind>.json``, ``files["rows"]``) so that it is written,
 fetched and removed with the graph, and a :class:`Stamp` in the file's schema metadata: what
 store state the rows reflect.
 
-When it is trusted (see :mod:`workbench.index.live`): on a shared store (PostgreSQL), when its
-change-log position is still held by the log (not pruned) and not ahead of it, and the newest
-vector write is not older than the stamp's (a database restored from a copy); the change log is
-then followed from the stamp, which names every memory written or deleted since, by anyone. A
-maintenance run writes no change rows: a stamp with an older maintenance marker is served and
-the states are re-read in the background. Anything else (no file, another format, a corrupt
-file, a stamp without a position) is a full read of the rows, as without a snapshot.
+When it is trusted (see :mod:`workbench.index.live`): when its change-log position is still
+held by the log (not pruned) and not ahead of it, and the newest vector write is not older than
+the stamp's (a database restored from a copy); the change log is then followed from the stamp,
+which names every memory written or deleted since, by anyone. A maintenance run writes no
+change rows: a stamp with an older maintenance marker is served and the states are re-read in
+the background. Anything else (no file, another format, a corrupt file, a stamp without a
+position) is a full read of the rows, as without a snapshot.
+
+Why not on a database file: there the full read is one columnar DuckDB scan, a small part of
+it; the rest (Python strings for texts and uuids) a snapshot costs as well. Comparing a
+snapshot with the stored rows inside DuckDB (a hash of every column) was cheap, but opens from
+it were no quicker and held more memory (figures in ``docs/performance.md``).
 """
 
 from __future__ import annotations

@@ -43,9 +43,6 @@ SAVE_GATE_SECONDS = 5.0  # how long a save waits for a moment between writes
 # changes since a row snapshot (or a quarter of its rows, if more) beyond which every row is
 # read instead of catching the snapshot up
 CATCH_UP_LIMIT = 50_000
-# rows of a database file changed since its snapshot (or a tenth of them, if more) beyond which
-# every row is read instead of only those
-DIFF_LIMIT = 10_000
 
 # ``read()`` at a moment no write is between its commit and the indexes being told
 # (:meth:`~workbench.index.publish.Publisher.between_writes`), None after ``timeout`` seconds
@@ -85,26 +82,21 @@ class IndexSaves:
         return None if saved is None else saved[0]
 
     def open_rows(self, kind: str) -> tuple[RowCache, Stamp] | None:
-        """The rows of ``kind`` from the snapshot saved with its graph and its stamp, when it
-        can be caught up with the store (see :mod:`workbench.index.row_snapshot`): on a shared
-        store from its change log (by the caller, from the stamp), on a database file by
-        comparing it with the stored rows inside the database (the rows that differ are read
-        again here); None when every row must be read (why is logged)."""
+        """The rows of ``kind`` from the snapshot saved with its graph and its stamp, when the
+        store's change log can catch it up (the caller follows it from the stamp; see
+        :mod:`workbench.index.row_snapshot`); None when every row must be read (why is
+        logged)."""
+        if not self.store.shared:
+            return None  # a database file: its rows are read whole (see row_snapshot)
         found = row_snapshot.read(self.folder, kind, sql.COLUMNS[kind])
         if found is None:
             return None
         table, stamp = found
         try:
-            if self.store.shared:
-                why = self._not_current(stamp, table.num_rows)
-                differing: list[str] = []
-            else:
-                why, differing = self._differing(kind, table)
+            why = self._not_current(stamp, table.num_rows)
             if why is None:
                 cache = RowCache(kind)
                 cache.load_table(table)
-                if differing:
-                    cache.refresh(self.store, differing)
                 return cache, stamp
         except StoreUnavailable:
             raise
@@ -113,15 +105,6 @@ class IndexSaves:
             why = "unreadable"
         log.info("the saved %s rows are not used (%s): reading them from the store", kind, why)
         return None
-
-    def _differing(self, kind: str, table: pa.Table) -> tuple[str | None, list[str]]:
-        """A database file (one writing process, no change log; the CLI may have written
-        while the service was down): why the snapshot is not used (None: it is), and the
-        uuids whose stored row is not the snapshot's (changed, new or gone)."""
-        changed, gone = sql.rows_differing(self.store, kind, table)
-        if len(changed) + len(gone) > max(DIFF_LIMIT, table.num_rows // 10):
-            return f"{len(changed) + len(gone)} rows changed since: reading all is as quick", []
-        return None, changed + gone
 
     def _not_current(self, stamp: Stamp, rows: int) -> str | None:
         """Why a snapshot with this stamp cannot be caught up from a shared store's change
@@ -189,8 +172,8 @@ class IndexSaves:
         keywords = self.keyword_path(kind)
         if keywords is not None and keywords.with_name(keywords.name + ".json").is_file():
             files["keywords_manifest"] = keywords.name + ".json"  # fetched with the graph
-        if rows is None or stamp is None or (self.store.shared and stamp.changes is None):
-            return files
+        if rows is None or stamp is None or stamp.changes is None:
+            return files  # (a database file has no change log: no snapshot, see open_rows)
         try:
             files["rows"] = row_snapshot.write(self.folder, kind, rows(), stamp)
         except OSError:

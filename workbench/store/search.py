@@ -31,7 +31,6 @@ __all__ = [
     "known_groups",
     "maintenance_marker",
     "group_uuids",
-    "rows_differing",
 ]
 
 _MEMORY = (
@@ -225,54 +224,3 @@ def group_uuids(store: Store, kind: str, group_id: str) -> list[str]:
         f"SELECT uuid FROM {_SOURCES[kind]} WHERE group_id = ? ORDER BY uuid", [group_id]
     )
     return [r[0] for r in rows]
-
-
-def _row_hash(kind: str) -> str:
-    """A 64-bit hash of a row of ``kind`` over every column the row cache holds, in a form
-    equal for the stored table and a snapshot of the cache read back as Arrow (times as
-    microseconds, numbers as the cache holds them: NULL as 0)."""
-    times = {"created_at", "updated_at", "last_accessed_at", "valid_at", "invalid_at",
-             "expired_at", "reference_time"}  # fmt: skip
-    numbers = {"importance", "stability", "access_count", "position"}
-    parts = []
-    for column in COLUMNS[kind]:
-        if column in times:
-            parts.append(f"epoch_us({column})")
-        elif column in numbers:
-            parts.append(f"CAST(coalesce({column}, 0) AS BIGINT)")
-        elif column == "decay_score":
-            parts.append(f"CAST(coalesce({column}, 0) AS DOUBLE)")
-        else:
-            parts.append(f"CAST({column} AS VARCHAR)")
-    return f"hash({', '.join(parts)})"
-
-
-def rows_differing(store: Store, kind: str, snapshot: pa.Table) -> tuple[list[str], list[str]]:
-    """How a snapshot of the rows of ``kind`` (an Arrow table of :data:`COLUMNS`, as
-    ``RowCache.to_table`` writes it) differs from the store, computed inside DuckDB (no
-    Python object per row): the uuids whose stored row is not the snapshot's (changed or
-    new), and those of the snapshot no longer stored. A file store only (``hash``)."""
-    name = f"_rows_snapshot_{kind}"
-    row_hash = _row_hash(kind)
-    store.register(name, snapshot.select(list(COLUMNS[kind])))
-    try:
-        with store.parallel():
-            # the usual case first: the same rows (one aggregate over each side)
-            same = store.one(
-                f"SELECT (SELECT count(*) FROM {_SOURCES[kind]}) = (SELECT count(*) FROM {name})"
-                f" AND (SELECT bit_xor({row_hash}) FROM {_SOURCES[kind]})"
-                f" IS NOT DISTINCT FROM (SELECT bit_xor({row_hash}) FROM {name})"
-            )[0]
-            if same:
-                return [], []
-            changed = store.fetchall(
-                f"""SELECT s.uuid FROM (SELECT uuid, {row_hash} AS h FROM {_SOURCES[kind]}) s
-                    LEFT JOIN (SELECT uuid, {row_hash} AS h FROM {name}) r ON r.uuid = s.uuid
-                    WHERE r.h IS DISTINCT FROM s.h"""
-            )
-            gone = store.fetchall(
-                f"SELECT uuid FROM {name} WHERE uuid NOT IN (SELECT uuid FROM {_SOURCES[kind]})"
-            )
-    finally:
-        store.unregister(name)
-    return [str(r[0]) for r in changed], [str(r[0]) for r in gone]
