@@ -487,8 +487,16 @@ class LiveIndexes:
 
     def _save_built(self, kind: str, index: VectorIndex) -> None:
         """``VectorIndex.on_built``: the index of ``kind`` finished a background build."""
-        if not self._closed:
-            self.save(kind, index)
+        if self._closed:
+            return
+        if self.store.shared:
+            # the accesses the rows hold are written first: the rows another replica starts
+            # from then hold none the store lacks, but those of the last moment
+            try:
+                self.flush()
+            except Exception:  # noqa: BLE001 - written at the next flush, as always
+                log.warning("writing accesses before saving the %s rows failed", kind)
+        self.save(kind, index)
 
     def save(self, kind: str, built: VectorIndex | None = None) -> None:
         """Save the finished HNSW graph and the keyword index of ``kind`` beside the database:
