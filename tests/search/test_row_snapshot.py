@@ -300,3 +300,44 @@ def test_a_database_file_reopens_with_what_the_cli_wrote_while_it_was_down(tmp_p
         engine.close()
     finally:
         store.close()
+
+
+def test_writes_of_another_replica_during_the_open_are_all_there(pg_location, full_reads):
+    """A keeps writing (inserts, summaries) while B opens from the snapshot: once A stops and
+    B has followed the log, B's rows equal a full read."""
+    import threading
+
+    a, engine_a, people, _ = _saved_replica(pg_location)
+    b = Store.open(pg_location, dim=8)
+    engine_b = None
+    stop = threading.Event()
+
+    def write() -> None:
+        i = 0
+        while not stop.is_set():
+            add(engine_a, "entity", [entity(f"Visitor {i}", f"came on day {i}")])
+            with a.transaction():
+                a.execute("UPDATE entities SET summary = ? WHERE uuid = ?",
+                          [f"changed {i}", people[i % 80]["uuid"]])  # fmt: skip
+            engine_a.on_upsert("entity", [{"uuid": people[i % 80]["uuid"]}])
+            i += 1
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    try:
+        full_reads.clear()
+        engine_b = _engine(b)
+        assert not set(full_reads) & set(GRAPHED)
+    finally:
+        stop.set()
+        writer.join(30)
+    try:
+        engine_b.replica_sync.catch_up()
+        assert_current(engine_b, b)
+        assert len(engine_b.rows["entity"]) > 80
+    finally:
+        for engine in (engine_b, engine_a):
+            if engine is not None:
+                engine.close()
+        a.close()
+        b.close()
