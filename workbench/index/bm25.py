@@ -52,8 +52,9 @@ class KeywordIndex(KeywordDocuments):
     here their search, save and reopening."""
 
     # --- saving and reopening -----------------------------------------------------------
-    def save(self, path: str | Path) -> None:
-        """Write the index to ``path`` (a ``.npz`` and its ``.json`` manifest), atomically."""
+    def save(self, path: str | Path) -> str:
+        """Write the index to ``path`` (a ``.npz`` and its ``.json`` manifest), atomically; the
+        save's checksum (what :meth:`read_saved` may be asked for)."""
         path = Path(path)
         with self._lock:
             self._compact()  # only live documents, slots 0..n-1, all frozen
@@ -84,6 +85,7 @@ class KeywordIndex(KeywordDocuments):
         tmp_manifest.write_text(json.dumps(manifest))
         tmp.replace(path)
         tmp_manifest.replace(path.with_name(path.name + ".json"))
+        return str(manifest["sha256"])
 
     @classmethod
     def open_saved(
@@ -96,10 +98,36 @@ class KeywordIndex(KeywordDocuments):
     ) -> tuple[KeywordIndex, int] | None:
         """The index saved at ``path`` caught up with these documents (what the store holds
         now), and how many it re-indexed; None when there is no usable save."""
+        index = cls.read_saved(path, **options)
+        if index is None:
+            return None
+        current = document_prints(texts, group_ids)
+        with index._lock:
+            saved_uuids = index._uuids
+            held = [u for u in saved_uuids if u is not None]
+            gone = [held[i] for i in np.flatnonzero(positions_in(held, uuids) < 0)]
+            at = positions_in(uuids, saved_uuids)
+            saved = index._print[np.maximum(at, 0)]
+            stale = np.flatnonzero((at < 0) | (saved != current)).tolist()
+        index.remove(gone)
+        index.add([uuids[i] for i in stale], [texts[i] for i in stale],
+                  [group_ids[i] for i in stale])  # fmt: skip
+        return index, len(gone) + len(stale)
+
+    @classmethod
+    def read_saved(
+        cls, path: str | Path, digest: str | None = None, **options: Any
+    ) -> KeywordIndex | None:
+        """The index saved at ``path`` as it was saved (not caught up with anything); None
+        when there is no usable save, or, with ``digest``, when the save's checksum is not
+        that one (a save known to hold the documents up to a point the caller catches up
+        from)."""
         path = Path(path)
         try:
             manifest = json.loads(path.with_name(path.name + ".json").read_text())
             if manifest.get("version") != SAVE_VERSION:
+                return None
+            if digest is not None and manifest.get("sha256") != digest:
                 return None
             index = cls(**options)
             if (index.k1, index.b) != (manifest["k1"], manifest["b"]):
@@ -114,18 +142,7 @@ class KeywordIndex(KeywordDocuments):
                     index._restore(manifest, {k: data[k] for k in data.files})
         except (OSError, ValueError, KeyError, TypeError):
             return None
-        current = document_prints(texts, group_ids)
-        with index._lock:
-            saved_uuids = index._uuids
-            held = [u for u in saved_uuids if u is not None]
-            gone = [held[i] for i in np.flatnonzero(positions_in(held, uuids) < 0)]
-            at = positions_in(uuids, saved_uuids)
-            saved = index._print[np.maximum(at, 0)]
-            stale = np.flatnonzero((at < 0) | (saved != current)).tolist()
-        index.remove(gone)
-        index.add([uuids[i] for i in stale], [texts[i] for i in stale],
-                  [group_ids[i] for i in stale])  # fmt: skip
-        return index, len(gone) + len(stale)
+        return index
 
     def _restore(self, manifest: dict[str, Any], data: dict[str, np.ndarray]) -> None:
         """The state of a save: its arrays are the frozen part as they are."""

@@ -23,7 +23,7 @@ import functools
 import logging
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack, contextmanager
 from typing import Any
@@ -31,11 +31,13 @@ from typing import Any
 import numpy as np
 
 from workbench.errors import InvalidInput, StoreUnavailable
+from workbench.index import row_snapshot
 from workbench.index.access import AccessTracker
 from workbench.index.bm25 import KeywordIndex
 from workbench.index.publish import Publisher, Upsert
+from workbench.index.row_snapshot import Stamp
 from workbench.index.rows import RowCache
-from workbench.index.saves import IndexSaves
+from workbench.index.saves import Current, IndexSaves
 from workbench.index.sync import ChangeSync
 from workbench.index.vectors import KINDS, VectorIndex, load_index
 from workbench.metrics import Metrics
@@ -48,6 +50,8 @@ __all__ = ["LiveIndexes", "check_kind", "keyword_text", "keyword_texts"]
 log = logging.getLogger("workbench.index.live")
 
 _TEXT_COLUMN = {"fact": "fact", "passage": "text"}
+# rounds of the change log read at an open from row snapshots (each a bounded number of rows)
+CATCH_UP_ROUNDS = 100
 
 
 def keyword_text(kind: str, row: Mapping[str, Any]) -> str:
@@ -106,7 +110,9 @@ class LiveIndexes:
         self.lock = threading.RLock()
         self._sync_thread: threading.Thread | None = None
         self._closed = False
-        self._marker: object = None
+        self._marker = -1  # the maintenance run the rows reflect (-1: not loaded yet)
+        # the maintenance run the rows reflect while they are re-read after an older snapshot
+        self._rows_marker: int | None = None
         self._checked = 0.0
         self.tracker = AccessTracker(
             store, metrics, background=access_background, flush_interval=flush_interval
@@ -121,36 +127,73 @@ class LiveIndexes:
         shared = store.shared
         start = changes_sql.position(store) if shared else None
         self.saves.fetch(KINDS)  # the indexes another replica saved (a shared store)
-        self._open()
-        # and what other processes write, through the store's change log
+        stamps = self._open()
+        # and what other processes write, through the store's change log: from where the
+        # oldest row snapshot loaded stands, else from before the load
+        positions = [s.changes for s in stamps if s.changes is not None]
+        if positions:
+            start = row_snapshot.earliest(positions)
         self.replica_sync: ChangeSync | None = None
         if shared:
             self.replica_sync = ChangeSync(store, self, self.publisher, start=start)
-            if sync:
-                self.replica_sync.start()
+        if positions:
+            self._caught_up_from(stamps)
+        if self.replica_sync is not None and sync:
+            self.replica_sync.start()
 
-    def _open(self) -> None:
-        """The first load: it reads every row and vector once, so DuckDB need not keep those
-        blocks cached meanwhile (the start-up's peak memory) nor after."""
+    def _open(self) -> list[Stamp]:
+        """The first load: from the row snapshots saved with the graphs when they are
+        current, else every row and vector read once, so DuckDB need not keep those blocks
+        cached meanwhile (the start-up's peak memory) nor after; the stamps of the snapshots
+        loaded."""
         try:
             with self.store.lean_cache():
-                self.rebuild()
+                return self._load(snapshots=True)
         except MemoryError:
             log.warning("the search indexes' load ran out of memory: loading them again, "
                         "DuckDB's cache unbounded", exc_info=True)  # fmt: skip
-            self.rebuild()
+            return self._load(snapshots=False)
+
+    def _caught_up_from(self, stamps: list[Stamp]) -> None:
+        """After rows were loaded from snapshots: what was written since, applied before the
+        open returns (as a full read would hold it), and a maintenance run since re-read in
+        the background (the rows serve meanwhile, as after a run of another process)."""
+        with self.lock:
+            # the run read before the load (the catch-up's own look at it must not re-read
+            # every row now; a run during the open is re-read by that look, as always)
+            marker = self._marker
+            behind = [stamp.marker for stamp in stamps if stamp.marker != marker]
+            # what a save stamps meanwhile: the states of the older run
+            self._rows_marker = min(behind) if behind else None
+        if self.replica_sync is not None:
+            for _ in range(CATCH_UP_ROUNDS):  # the log is read a bounded number of rows a time
+                before = self.replica_sync.position[0]
+                self.replica_sync.catch_up()
+                if self.replica_sync.position[0] == before:
+                    break
+        if behind:
+            self._sync_thread = threading.Thread(
+                target=self.refresh_states, name="workbench-search-sync", daemon=True
+            )
+            self._sync_thread.start()
 
     # --- loading ----------------------------------------------------------------------------
     def rebuild(self) -> None:
         """(Re)load the indexes and rows of every kind from the store. Upserts and deletes
         told meanwhile wait for it (they would otherwise be lost in the swap)."""
+        self._load(snapshots=False)
+
+    def _load(self, snapshots: bool) -> list[Stamp]:
+        """:meth:`rebuild`; with ``snapshots``, the rows of a kind come from the snapshot
+        saved with its graph when that is current (the stamps of those loaded so)."""
         with self.tracker.consistent_read():
             marker = sql.maintenance_marker(self.store)
             # the kinds in threads: most of a load is in DuckDB, Arrow, numpy and usearch,
             # which release the GIL (1M + 1M memories: 27 s instead of 34, for ~90 MB more
             # resident: the allocators keep what two threads freed interleaved)
+            load = functools.partial(self._load_kind, snapshots=snapshots)
             with ThreadPoolExecutor(len(KINDS), thread_name_prefix="workbench-open") as pool:
-                loaded = dict(zip(KINDS, pool.map(self._load_kind, KINDS)))
+                loaded = dict(zip(KINDS, pool.map(load, KINDS)))
             with self.lock:  # accesses recorded meanwhile are still queued: apply them all
                 for kind in KINDS:
                     self._overlay(kind, loaded[kind][1])
@@ -158,10 +201,15 @@ class LiveIndexes:
                 self.rows = {kind: loaded[kind][1] for kind in KINDS}
                 self.keywords = {kind: loaded[kind][2] for kind in KINDS}
                 self._marker, self._checked = marker, time.monotonic()
+                self._rows_marker = None
+        return [stamp for kind in KINDS if (stamp := loaded[kind][3]) is not None]
 
-    def _load_kind(self, kind: str) -> tuple[VectorIndex, RowCache, KeywordIndex]:
+    def _load_kind(
+        self, kind: str, snapshots: bool = False
+    ) -> tuple[VectorIndex, RowCache, KeywordIndex, Stamp | None]:
         """The vector index, rows and keyword index of ``kind``, from the store (and the
-        indexes saved beside it)."""
+        indexes saved beside it), and the stamp of the row snapshot they came from."""
+        saved = self.saves.open_rows(kind) if snapshots else None
         vectors = load_index(
             self.store,
             kind,
@@ -170,11 +218,31 @@ class LiveIndexes:
             # a graph built in the background is saved at once (with the keywords): a
             # process killed later restarts from it
             on_built=functools.partial(self._save_built, kind),
+            # rows saved with the graph on a shared store: its vectors, caught up from the
+            # change log as the rows are (not each memory's vector number read)
+            held=self._held(saved),
             **self._index_options,
         )
-        cache = RowCache(kind)
-        cache.load(self.store)
-        return vectors, cache, self._keyword_index(kind, cache)
+        if saved is not None:
+            cache, stamp = saved
+            # a shared store: the keywords saved with those rows, caught up with them from
+            # the change log (no fingerprint of every document)
+            keywords = self.saves.keywords_as_saved(kind, stamp)
+            if keywords is not None:
+                return vectors, cache, keywords, stamp
+        else:
+            cache, stamp = RowCache(kind), None
+            cache.load(self.store)
+        return vectors, cache, self._keyword_index(kind, cache), stamp
+
+    @staticmethod
+    def _held(saved: tuple[RowCache, Stamp] | None) -> Callable[[str], str | None] | None:
+        """What the store held at a row snapshot's stamp, when the change log catches the
+        vectors up from it as well (each memory's group; None: not held)."""
+        if saved is None or saved[1].changes is None:
+            return None
+        rows = saved[0]
+        return functools.partial(rows.value, column="group_id")
 
     def _keyword_index(self, kind: str, cache: RowCache) -> KeywordIndex:
         """The keyword index of these rows: the one saved beside the database caught up with
@@ -326,7 +394,7 @@ class LiveIndexes:
             if gone:
                 self.on_delete(kind, sorted(set(gone)))
         with self.lock:
-            self._marker = marker
+            self._marker, self._rows_marker = marker, None
 
     def maybe_sync(self) -> None:
         """Notice a maintenance run done by someone else (looked for at most every
@@ -419,16 +487,43 @@ class LiveIndexes:
 
     def _save_built(self, kind: str, index: VectorIndex) -> None:
         """``VectorIndex.on_built``: the index of ``kind`` finished a background build."""
-        if not self._closed:
-            self.save(kind, index)
+        if self._closed:
+            return
+        if self.store.shared:
+            # the accesses the rows hold are written first: the rows another replica starts
+            # from then hold none the store lacks, but those of the last moment
+            try:
+                self.flush()
+            except Exception:  # noqa: BLE001 - written at the next flush, as always
+                log.warning("writing accesses before saving the %s rows failed", kind)
+        self.save(kind, index)
 
     def save(self, kind: str, built: VectorIndex | None = None) -> None:
         """Save the finished HNSW graph and the keyword index of ``kind`` beside the database:
         at a clean stop, and when a background graph build is done (``built``: that index,
         which may not be in :attr:`vectors` yet while the indexes open)."""
 
-        def current() -> tuple[VectorIndex | None, KeywordIndex | None]:
+        def current() -> Current:
             with self.lock:
-                return built or self.vectors.get(kind), self.keywords.get(kind)
+                rows = self.rows.get(kind)
+                return (
+                    built or self.vectors.get(kind),
+                    self.keywords.get(kind),
+                    (None if rows is None else functools.partial(self._rows_table, rows)),
+                )
 
-        self.saves.save(kind, current, self.publisher.between_writes)
+        self.saves.save(kind, current, self.publisher.between_writes, self._stamp)
+
+    def _rows_table(self, rows: RowCache) -> Any:
+        """A snapshot of these rows (an Arrow table), taken holding them still."""
+        with self.lock:
+            return rows.to_table()
+
+    def _stamp(self) -> Stamp:
+        """What the indexes hold now (read between two writes, see :meth:`save`): every
+        vector write up to the newest, every change of the log up to this process's
+        position, the maintenance run its rows reflect."""
+        position = self.replica_sync.position if self.replica_sync is not None else None
+        with self.lock:
+            marker = self._marker if self._rows_marker is None else self._rows_marker
+        return Stamp(marker, sql.latest_vector_seq(self.store), position)

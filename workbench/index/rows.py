@@ -275,8 +275,12 @@ class RowCache:
     # --- writing --------------------------------------------------------------------------
     def load(self, store: Store) -> None:
         """Every row of this kind from the store, in one columnar read."""
+        self.load_table(sql.load_table(store, self.kind))
+
+    def load_table(self, table: pa.Table) -> None:
+        """Every row of this kind from an Arrow table of the store's columns (as
+        :func:`~workbench.store.search.load_table` reads them, or :meth:`to_table` wrote)."""
         self._reset()
-        table = sql.load_table(store, self.kind)
         n = table.num_rows
         if not n:
             return
@@ -298,6 +302,31 @@ class RowCache:
         for column, dtype in self._numbers.items():
             self._arrays[column] = table.column(column).to_numpy().astype(dtype)
         self._link_all(uuids)
+
+    def to_table(self) -> pa.Table:
+        """Every row as an Arrow table of the store's columns (what :meth:`load_table` reads
+        back: a snapshot of this cache). The caller holds the rows still meanwhile."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        slots = self.all_slots()
+        columns: dict[str, pa.Array] = {"uuid": pa.array(self.uuids_at(slots), pa.string())}
+        for column, values in self._texts.items():
+            columns[column] = pa.array([values[s] for s in slots.tolist()], pa.string())
+        for column, codes in self._codes.items():
+            indices = pa.array(self._arrays[column][slots], pa.int32())
+            indices = pc.if_else(pc.less(indices, 0), None, indices)
+            columns[column] = pa.DictionaryArray.from_arrays(
+                indices, pa.array(codes.names, pa.string())
+            ).cast(pa.string())
+        for column in _TIMES[self.kind]:
+            micros = self._arrays[column][slots]
+            columns[column] = pa.array(micros, pa.int64(), mask=micros == NO_TIME).cast(
+                pa.timestamp("us", "UTC")
+            )
+        for column in self._numbers:
+            columns[column] = pa.array(self._arrays[column][slots])
+        return pa.table(columns)
 
     def _link_all(self, uuids: list[str]) -> None:
         """:meth:`_link` of every row just loaded (slot = position), in bulk."""

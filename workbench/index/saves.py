@@ -13,17 +13,25 @@ the publish gate), so the next open reads only the vectors written after it.
 
 from __future__ import annotations
 
-import functools
+import dataclasses
 import logging
 import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from workbench.index import shared_saves
+from workbench.errors import StoreUnavailable
+from workbench.index import row_snapshot, shared_saves
 from workbench.index.bm25 import KeywordIndex
+from workbench.index.row_snapshot import Stamp
+from workbench.index.rows import RowCache
 from workbench.index.vectors import VectorIndex
 from workbench.store import Store
+from workbench.store import changes as changes_sql
 from workbench.store import search as sql
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 __all__ = ["IndexSaves", "KEYWORDS_SAVED_FROM", "SAVE_GATE_SECONDS"]
 
@@ -32,10 +40,16 @@ log = logging.getLogger("workbench.index.saves")
 # a keyword index this large is saved beside the database at close (reopened, not rebuilt)
 KEYWORDS_SAVED_FROM = 1_000
 SAVE_GATE_SECONDS = 5.0  # how long a save waits for a moment between writes
+# changes since a row snapshot (or a quarter of its rows, if more) beyond which every row is
+# read instead of catching the snapshot up
+CATCH_UP_LIMIT = 50_000
 
 # ``read()`` at a moment no write is between its commit and the indexes being told
 # (:meth:`~workbench.index.publish.Publisher.between_writes`), None after ``timeout`` seconds
-BetweenWrites = Callable[[Callable[[], int], float], "int | None"]
+BetweenWrites = Callable[[Callable[[], Stamp], float], "Stamp | None"]
+# the indexes of a kind to save: vectors, keywords, and a snapshot of the rows (read when
+# called, holding the rows still)
+Current = tuple["VectorIndex | None", "KeywordIndex | None", "Callable[[], pa.Table] | None"]
 
 
 class IndexSaves:
@@ -49,6 +63,14 @@ class IndexSaves:
     def keyword_path(self, kind: str) -> Path | None:
         return None if self.folder is None else self.folder / f"{kind}.keywords.npz"
 
+    def keywords_as_saved(self, kind: str, stamp: Stamp) -> KeywordIndex | None:
+        """The keyword index of ``kind`` saved with the rows of ``stamp``, as saved (the
+        caller catches both up from the stamp); None when it is not that save."""
+        path = self.keyword_path(kind)
+        if path is None or stamp.keywords is None or stamp.changes is None:
+            return None
+        return KeywordIndex.read_saved(path, stamp.keywords)
+
     def open_keywords(self, uuids: list[str], texts: list[str], groups: list[str],
                       kind: str) -> KeywordIndex | None:  # fmt: skip
         """The keyword index saved for ``kind``, caught up with these documents; None when
@@ -59,36 +81,104 @@ class IndexSaves:
         saved = KeywordIndex.open_saved(path, uuids, texts, groups)
         return None if saved is None else saved[0]
 
+    def open_rows(self, kind: str) -> tuple[RowCache, Stamp] | None:
+        """The rows of ``kind`` from the snapshot saved with its graph and its stamp, when the
+        store's change log can catch it up (the caller follows it from the stamp; see
+        :mod:`workbench.index.row_snapshot`); None when every row must be read (why is
+        logged)."""
+        if not self.store.shared:
+            return None  # a database file: its rows are read whole (see row_snapshot)
+        found = row_snapshot.read(self.folder, kind, sql.COLUMNS[kind])
+        if found is None:
+            return None
+        table, stamp = found
+        try:
+            why = self._not_current(stamp, table.num_rows)
+            if why is None:
+                cache = RowCache(kind)
+                cache.load_table(table)
+                return cache, stamp
+        except StoreUnavailable:
+            raise
+        except Exception:  # noqa: BLE001 - a damaged snapshot: every row is read instead
+            log.warning("the saved %s rows could not be loaded", kind, exc_info=True)
+            why = "unreadable"
+        log.info("the saved %s rows are not used (%s): reading them from the store", kind, why)
+        return None
+
+    def _not_current(self, stamp: Stamp, rows: int) -> str | None:
+        """Why a snapshot with this stamp cannot be caught up from a shared store's change
+        log (None: it can)."""
+        if stamp.changes is None:
+            return "no change-log position"
+        last = stamp.changes[0]
+        pruned, top = changes_sql.horizon(self.store)[2], changes_sql.latest_seq(self.store)
+        if pruned > last:
+            return "the change log no longer holds what was written since"
+        if top < last or sql.latest_vector_seq(self.store) < (stamp.vector_seq or 0):
+            return "the database is older than the save (restored from a copy?)"
+        if top - last > max(CATCH_UP_LIMIT, rows // 4):
+            return f"{top - last} changes since: reading every row is as quick"
+        return None
+
     def save(
         self,
         kind: str,
-        current: Callable[[], tuple[VectorIndex | None, KeywordIndex | None]],
+        current: Callable[[], Current],
         between_writes: BetweenWrites,
+        stamp: Callable[[], Stamp],
     ) -> None:
-        """Save the finished HNSW graph and the keyword index of ``kind`` (opened and caught up
-        with the store at the next open); ``current()``: the indexes of ``kind`` to save,
-        read once this save has its turn."""
+        """Save the finished HNSW graph, the keyword index and the rows of ``kind`` (opened
+        and caught up with the store at the next open); ``current()``: the indexes of
+        ``kind`` to save, read once this save has its turn; ``stamp()``: what the indexes
+        hold, read between two writes (every write up to it is in what is saved)."""
         if self.folder is None:
             return
-        seq = self._vector_seq(between_writes)
+        taken = self._stamp(between_writes, stamp)
         with self._lock:
-            vectors, keywords = current()
+            vectors, keywords, rows = current()
             if vectors is None:
                 return
             path = self.keyword_path(kind)
+            digest = None
             if keywords is not None and path is not None and len(keywords) >= KEYWORDS_SAVED_FROM:
                 try:
-                    keywords.save(path)
+                    digest = keywords.save(path)
                 except OSError:
                     log.exception("saving the %s keyword index failed (rebuilt at open)", kind)
             if vectors.uses_ann:
+                seq = None if taken is None else taken.vector_seq
+                if taken is not None:  # the keywords saved now: caught up from the stamp too
+                    taken = dataclasses.replace(taken, keywords=digest)
+                extra = self._write_rows(kind, rows, taken)
                 try:
-                    saved = vectors.save_graph(self.folder, kind, seq)
+                    saved = vectors.save_graph(self.folder, kind, seq, extra)
                 except OSError:
                     log.exception("saving the %s graph failed (rebuilt at open)", kind)
                 else:
+                    kept = extra.get("rows") if saved else None
+                    row_snapshot.remove_others(self.folder, kind, kept)
                     if saved and self.store.shared:  # for every replica to start from
                         shared_saves.store_save(self.store, self.folder, kind)
+
+    def _write_rows(self, kind: str, rows: Callable[[], pa.Table] | None,
+                    stamp: Stamp | None) -> dict[str, str]:  # fmt: skip
+        """The row snapshot of ``kind`` written beside the graph (and the keyword index's
+        manifest, when there is one): the files to name in the graph's manifest. None is
+        written when the moment between writes was not found, or on a shared store without a
+        change-log position (it could not be caught up)."""
+        assert self.folder is not None
+        files: dict[str, str] = {}
+        keywords = self.keyword_path(kind)
+        if keywords is not None and keywords.with_name(keywords.name + ".json").is_file():
+            files["keywords_manifest"] = keywords.name + ".json"  # fetched with the graph
+        if rows is None or stamp is None or stamp.changes is None:
+            return files  # (a database file has no change log: no snapshot, see open_rows)
+        try:
+            files["rows"] = row_snapshot.write(self.folder, kind, rows(), stamp)
+        except OSError:
+            log.exception("saving the %s rows failed (read from the store at open)", kind)
+        return files
 
     def fetch(self, kinds: Sequence[str]) -> None:
         """On a shared store, before the first load: the newest saves the database holds,
@@ -102,14 +192,14 @@ class IndexSaves:
         if self.store.shared and self.folder is not None:
             shared_saves.remove(self.folder)
 
-    def _vector_seq(self, between_writes: BetweenWrites) -> int | None:
-        """The newest vector write, every earlier one told to the indexes (what a save
-        records so that the next open reads only the vectors written after it); None when it
-        cannot be known now (a save without it is caught up from every vector)."""
+    def _stamp(self, between_writes: BetweenWrites, stamp: Callable[[], Stamp]) -> Stamp | None:
+        """What the indexes hold, read at a moment no write is between its commit and the
+        indexes being told (so that the next open reads only what was written after it);
+        None when it cannot be known now (a save without it is caught up from every vector
+        and its rows are read whole)."""
         try:
-            return between_writes(
-                functools.partial(sql.latest_vector_seq, self.store), SAVE_GATE_SECONDS
-            )
+            taken: Stamp | None = between_writes(stamp, SAVE_GATE_SECONDS)
         except Exception:  # a closed or failing store: the save still serves, less quickly
-            log.warning("could not read the newest vector write", exc_info=True)
+            log.warning("could not read what the saved indexes hold", exc_info=True)
             return None
+        return taken

@@ -88,6 +88,13 @@ class ChangeSync:
         self._pruned = 0.0
         self.applied = 0  # memories re-read or forgotten since the start
 
+    @property
+    def position(self) -> tuple[int, dict[int, int]]:
+        """The newest change applied and the numbers missing below it (see ``start``): taken
+        under the publish gate, every change up to it is in the indexes."""
+        with self._lock:
+            return self._last, dict(self._gaps)
+
     def start(self) -> None:
         if self._thread is None:
             self._thread = threading.Thread(

@@ -69,7 +69,13 @@ class GraphSaves(VectorSlots):
     def _start_build(self) -> None:
         raise NotImplementedError  # the index's own (a graph built anew)
 
-    def save_graph(self, graph_dir: str | Path, kind: str, seq: int | None = None) -> bool:
+    def save_graph(
+        self,
+        graph_dir: str | Path,
+        kind: str,
+        seq: int | None = None,
+        extra_files: dict[str, str] | None = None,
+    ) -> bool:
         """Save the HNSW graph, a fingerprint of each slot's vector and, while the vectors are
         held as float16, the vectors themselves (with spare rows for new memories), then the
         manifest (the slot layout and the names of those files): the manifest, replaced last,
@@ -78,7 +84,9 @@ class GraphSaves(VectorSlots):
         ``seq``: the number of the newest vector write this index holds, every earlier one
         included (:func:`~workbench.store.search.latest_vector_seq`, read while no write was
         between its commit and the index being told); the next open then reads only the
-        vectors written after it. False when there is no finished graph to save."""
+        vectors written after it. ``extra_files``: more files of this save, already written
+        in ``graph_dir`` (the row snapshot), named in the manifest with the others. False when
+        there is no finished graph to save."""
         with self._lock:
             if self._ann is None or self._builder is not None:
                 return False
@@ -86,6 +94,7 @@ class GraphSaves(VectorSlots):
             folder.mkdir(parents=True, exist_ok=True)
             save = f"{kind}.{uuidlib.uuid4().hex[:12]}"
             files = {"graph": f"{save}.usearch", "prints": f"{save}.prints.npy"}
+            files.update(extra_files or {})
             self._ann.save(str(folder / files["graph"]))
             write_synced(folder / files["prints"], self._prints.__getitem__, self._size)
             if self._mat.dtype == np.float16:
@@ -151,13 +160,16 @@ class GraphSaves(VectorSlots):
 
     def _restore_changed(
         self, saved: SavedGraph, store: Store, kind: str, uuids: list[str], groups: list[str],
-        seqs: np.ndarray,
+        seqs: np.ndarray, spot_checks: int | None = None,
     ) -> bool:  # fmt: skip
         """:meth:`_restore` for a save that records the vector write it reflects
         (``saved.seq``) and holds the vectors: only the vectors written after it, and those
         of memories it did not hold, are read from the store; every other slot's vector and
         fingerprint are the saved ones (memory-mapped). False, with nothing to keep, when the
-        save cannot serve this way (then restore from every vector)."""
+        save cannot serve this way (then restore from every vector). ``spot_checks``: saved
+        vectors compared with the store's beyond those (:data:`SPOT_CHECKS` by default; none
+        when the save is the store's own, caught up by the caller from where it was
+        stamped)."""
         from workbench.store.search import latest_vector_seq, vectors_of
 
         known = len(saved.layout)
@@ -177,7 +189,8 @@ class GraphSaves(VectorSlots):
         # and a few of the others, whose saved fingerprints must match the store's vectors
         # (a save beside another database than its own does not)
         others = np.setdiff1d(np.arange(len(uuids)), changed)
-        checked = np.random.default_rng(len(uuids)).permutation(others)[:SPOT_CHECKS]
+        checks = SPOT_CHECKS if spot_checks is None else spot_checks
+        checked = np.random.default_rng(len(uuids)).permutation(others)[:checks]
         wanted = [uuids[i] for i in np.concatenate([changed, checked]).tolist()]
         got, matrix = vectors_of(store, kind, wanted)
         if len(got) != len(wanted):

@@ -58,7 +58,7 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
@@ -310,6 +310,7 @@ def load_index(
     ann_threshold: int = 50_000,
     graph_dir: str | Path | None = None,
     on_built: Callable[..., None] | None = None,
+    held: Callable[[str], str | None] | None = None,
     **options: Any,
 ) -> VectorIndex:
     """A :class:`VectorIndex` holding every stored vector of ``kind`` ("entity" or "fact")
@@ -318,7 +319,12 @@ def load_index(
     With ``graph_dir``, an HNSW graph saved there by :meth:`VectorIndex.save_graph` is opened
     and caught up with the stored vectors (those changed, deleted or added since it was saved:
     a crash after a commit loses nothing and brings nothing back); a graph too far behind, or
-    built with other parameters, is rebuilt in the background."""
+    built with other parameters, is rebuilt in the background.
+
+    ``held``: the group of each memory the store held when the save was made (None for one
+    it did not), when the caller catches the index up with every vector written since itself
+    (a replica from its change log, started where the save was stamped): the saved slots are
+    then taken as the store's vectors, without reading each memory's number."""
     from workbench.store.search import load_vector_seqs, load_vectors
 
     if kind not in KINDS:
@@ -332,6 +338,12 @@ def load_index(
 
     index = new_index()
     saved = saved_graph(graph_dir, kind) if graph_dir else None
+    if saved is not None and saved.seq is not None and held is not None:
+        uuids, groups = _held(saved.layout, held)
+        seqs = np.zeros(len(uuids), dtype=np.int64)  # none after the save: the caller's log
+        if uuids and index._restore_changed(saved, store, kind, uuids, groups, seqs, 0):
+            return index
+        index = new_index()
     if saved is not None and saved.seq is not None:
         uuids, groups, seqs = load_vector_seqs(store, kind)
         if uuids and index._restore_changed(saved, store, kind, uuids, groups, seqs):
@@ -343,3 +355,16 @@ def load_index(
     elif uuids:
         index.add(uuids, vectors, groups)
     return index
+
+
+def _held(
+    layout: list[str | None], held: Callable[[str], str | None]
+) -> tuple[list[str], list[str]]:
+    """The uuids of a saved layout whose memory the store held, and their groups."""
+    uuids, groups = [], []
+    for uuid in layout:
+        group = None if uuid is None else held(uuid)
+        if group is not None:
+            uuids.append(cast(str, uuid))
+            groups.append(group)
+    return uuids, groups
