@@ -11,7 +11,7 @@ What other processes write to a shared store arrives through its change log
 (:class:`~workbench.index.sync.ChangeSync`). A maintenance run recorded in
 ``maintenance_runs`` is also noticed by itself (polled at most every ``sync_seconds``) and
 reloads the rows in the background. The indexes are saved beside the database
-(:mod:`workbench.index.saves`) at close and after a background graph build.
+(:mod:`workbench.index.saves`) at close, after a background graph build and periodically.
 
 Every read or swap of the indexes holds :attr:`LiveIndexes.lock`; a search holds it only for
 its reads (see :class:`workbench.search.searcher.Searcher`).
@@ -122,6 +122,7 @@ class LiveIndexes:
         start = changes_sql.position(store) if shared else None
         self.saves.fetch(KINDS)  # the indexes another replica saved (a shared store)
         self._open()
+        self.saves.start(self.save, KINDS)  # periodic saves of what changed (if set)
         # and what other processes write, through the store's change log
         self.replica_sync: ChangeSync | None = None
         if shared:
@@ -217,6 +218,7 @@ class LiveIndexes:
         self, kind: str, rows: list[dict[str, Any]], vectors: np.ndarray | None
     ) -> list[str]:
         """:meth:`on_upsert` under the caller's locks; the uuids no longer in the store."""
+        self.saves.changed(kind)
         uuids = [r["uuid"] for r in rows]
         fresh = sql.load_rows(self.store, kind, uuids)
         present = {r["uuid"] for r in fresh}
@@ -246,6 +248,7 @@ class LiveIndexes:
         if not rows:
             return
         with self.tracker.consistent_read(), self.lock:
+            self.saves.changed(kind)
             self.rows[kind].put(rows)
             self._index_words(kind, rows)
 
@@ -255,6 +258,7 @@ class LiveIndexes:
         check_kind(kind)
         # consistent_read: a rebuild loading meanwhile swaps its indexes in first
         with self.tracker.consistent_read(), self.lock:
+            self.saves.changed(kind)
             cache = self.rows[kind]
             keep = [i for i, u in enumerate(uuids) if u in cache]
             if keep:
@@ -276,6 +280,7 @@ class LiveIndexes:
             self._delete_locked(kind, uuids)
 
     def _delete_locked(self, kind: str, uuids: list[str]) -> None:
+        self.saves.changed(kind)
         self.rows[kind].remove(uuids)
         self.vectors[kind].remove(uuids)
         self.keywords[kind].remove(uuids)
@@ -317,6 +322,7 @@ class LiveIndexes:
                 loaded = RowCache(kind)
                 loaded.load(self.store)  # the slow part, without blocking searches
                 with self.lock:  # accesses recorded meanwhile are still queued: re-apply
+                    self.saves.changed(kind)
                     self._overlay(kind, loaded)
                     old, self.rows[kind] = self.rows[kind], loaded
                 # still under consistent_read: once it is released, an upsert may put a row
@@ -405,6 +411,7 @@ class LiveIndexes:
         store at the next open) and call off graph builds under way. The store stays open."""
         if self.replica_sync is not None:
             self.replica_sync.stop()
+        self.saves.stop()
         thread = self._sync_thread
         if thread is not None:
             thread.join(timeout=30)
@@ -431,4 +438,4 @@ class LiveIndexes:
             with self.lock:
                 return built or self.vectors.get(kind), self.keywords.get(kind)
 
-        self.saves.save(kind, current, self.publisher.between_writes)
+        self.saves.save(kind, current, self.publisher.between_writes, force=built is not None)
