@@ -55,10 +55,10 @@ def test_a_replica_started_from_a_save_made_before_a_promote_serves_the_promoted
         for kind in ("entity", "fact"):
             index = b.search.vectors[kind]
             assert index.uses_ann  # opened from the save (or rebuilt: both must serve right)
-            stored, vectors = search_sql.vectors_of(b.store, kind,
-                                                    search_sql.group_uuids(b.store, kind, "tom"))  # fmt: skip
-            held = {u for u, g in zip(b.search.rows[kind].uuids(), b.search.rows[kind].group_ids())
-                    if g == "tom"}  # fmt: skip
+            group = search_sql.group_uuids(b.store, kind, "tom")
+            stored, vectors = search_sql.vectors_of(b.store, kind, group)
+            rows = b.search.rows[kind]
+            held = {u for u, g in zip(rows.uuids(), rows.group_ids()) if g == "tom"}
             assert held == set(search_sql.group_uuids(b.store, kind, "tom"))
             in_index = {
                 u for u in index.uuids() if b.search.rows[kind].value(u, "group_id") == "tom"
