@@ -198,3 +198,45 @@ def test_a_replica_stopping_with_nothing_new_stores_nothing(pg_location, monkeyp
     finally:
         for store in stores:
             store.close()
+
+
+def test_a_periodic_save_of_vectors_another_replica_stored_stores_nothing(pg_location,
+                                                                          monkeypatch):  # fmt: skip
+    """B learns of A's writes through the change log; the database already holds A's save of
+    those vectors: B's periodic save stores nothing, and stores once B's own write moved on."""
+    published: list[str] = []
+    real = saved_indexes.publish
+
+    def publish(store, folder, kind):
+        published.append(kind)
+        return real(store, folder, kind)
+
+    monkeypatch.setattr(saved_indexes, "publish", publish)
+    a, b = Store.open(pg_location, dim=8), Store.open(pg_location, dim=8)
+    engine_a = engine_b = None
+    try:
+        engine_a = _engine(a)
+        add(engine_a, "entity", [entity(f"Note {i}", f"tea note {i}") for i in range(120)])
+        engine_a.rebuild()
+        assert engine_a.vectors["entity"].wait_ready(60)
+        engine_b = _engine(b)
+        assert engine_b.vectors["entity"].wait_ready(60)
+        with engine_a.publisher:
+            add(engine_a, "entity", [entity("Pond", "koi")])
+        engine_a.indexes.save("entity", periodic=True)
+        stored = len(published)
+        assert published[-1] == "entity"
+        engine_b.replica_sync.catch_up()
+        assert len(engine_b.vectors["entity"]) == 121
+        engine_b.indexes.save("entity", periodic=True)
+        assert len(published) == stored  # A's save holds these vectors
+        with engine_b.publisher:
+            add(engine_b, "entity", [entity("Lava", "basalt")])
+        engine_b.indexes.save("entity", periodic=True)
+        assert len(published) == stored + 1
+    finally:
+        for engine in (engine_b, engine_a):
+            if engine is not None:
+                engine.close()
+        a.close()
+        b.close()

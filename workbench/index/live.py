@@ -429,13 +429,14 @@ class LiveIndexes:
         if not self._closed:
             self.save(kind, index)
 
-    def save(self, kind: str, built: VectorIndex | None = None) -> None:
+    def save(self, kind: str, built: VectorIndex | None = None, periodic: bool = False) -> None:
         """Save the finished HNSW graph and the keyword index of ``kind`` beside the database:
-        at a clean stop, and when a background graph build is done (``built``: that index,
-        which may not be in :attr:`vectors` yet while the indexes open)."""
+        at a clean stop, when a background graph build is done (``built``: that index, which
+        may not be in :attr:`vectors` yet while the indexes open) and ``periodic``-ally."""
 
         def current() -> tuple[VectorIndex | None, KeywordIndex | None]:
             with self.lock:
                 return built or self.vectors.get(kind), self.keywords.get(kind)
 
-        self.saves.save(kind, current, self.publisher.between_writes, force=built is not None)
+        self.saves.save(kind, current, self.publisher.between_writes,
+                        force=built is not None, periodic=periodic)  # fmt: skip

@@ -75,17 +75,22 @@ class IndexSaves:
         current: Callable[[], tuple[VectorIndex | None, KeywordIndex | None]],
         between_writes: BetweenWrites,
         force: bool = False,
+        periodic: bool = False,
     ) -> None:
         """Save the finished HNSW graph and the keyword index of ``kind`` (opened and caught up
         with the store at the next open); ``current()``: the indexes of ``kind`` to save,
         read once this save has its turn. Skipped when the last save holds the same (see the
-        module doc), unless ``force`` (a graph just built)."""
+        module doc), unless ``force`` (a graph just built); a ``periodic`` one on a shared
+        store also when the database holds a save of the same vectors (another replica's:
+        the rows changed since are caught up from the change log)."""
         if self.folder is None:
             return
         seq, changes = self._state(kind, between_writes)
         with self._lock:
             if not force and seq is not None and self._held.get(kind) == (seq, changes):
                 return  # the save in the folder (and the database) holds all this already
+            if periodic and seq is not None and self._stored_since(kind, seq):
+                return
             vectors, keywords = current()
             if vectors is None:
                 return
@@ -107,13 +112,24 @@ class IndexSaves:
             if saved:
                 self._held[kind] = (seq, changes)
 
+    def _stored_since(self, kind: str, seq: int) -> bool:
+        """On a shared store: whether the database holds a save of ``kind`` with every vector
+        write up to ``seq`` (stored by another replica)."""
+        if not self.store.shared:
+            return False
+        try:
+            stored = saved_indexes.newest(self.store, [kind]).get(kind)
+        except Exception:  # the save then fails the same way, and says so
+            return False
+        return stored is not None and stored >= seq
+
     def changed(self, kind: str) -> None:
         """The indexes of ``kind`` were told a change (saved again at the next save)."""
         self._changes[kind] = self._changes.get(kind, 0) + 1
 
-    def start(self, save: Callable[[str], None], kinds: Sequence[str]) -> None:
-        """Save each kind every :attr:`every` seconds (``save(kind)``, skipped when
-        unchanged), in a thread of its own, until :meth:`stop`."""
+    def start(self, save: Callable[..., None], kinds: Sequence[str]) -> None:
+        """Save each kind every :attr:`every` seconds (``save(kind, periodic=True)``, skipped
+        when unchanged), in a thread of its own, until :meth:`stop`."""
         if self.every <= 0 or self.folder is None or self._thread is not None:
             return
         self._thread = threading.Thread(
@@ -129,13 +145,13 @@ class IndexSaves:
         if thread is not None:
             thread.join()
 
-    def _periodic(self, save: Callable[[str], None], kinds: tuple[str, ...]) -> None:
+    def _periodic(self, save: Callable[..., None], kinds: tuple[str, ...]) -> None:
         while not self._stop.wait(self.every):
             for kind in kinds:
                 if self._stop.is_set():
                     return
                 try:
-                    save(kind)
+                    save(kind, periodic=True)
                 except Exception:  # the next one, or the one at the stop, saves it
                     log.exception("the periodic save of the %s indexes failed", kind)
 
