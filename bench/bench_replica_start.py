@@ -10,7 +10,8 @@ p50/p95 of ``search_memory_facts`` in process (each query a new text: the model 
 With ``--http``, then a ``workbench serve`` replica in a process of its own (its own temporary
 folder, no files of the others): seconds from its start until ``/health`` reports both vector
 indexes searching through their graphs, and the p50/p95 of 200 new ``search_memory_facts``
-requests over HTTP right after.
+requests over HTTP right after. Each replica's stop is timed too, with the saves it stored
+in the database (a stop with nothing changed since the save it started from stores none).
 
     .venv/bin/python bench/bench_replica_start.py [--facts 100000] [--entities 25000] [--http]
 """
@@ -57,6 +58,35 @@ def timed_start(location: str, scratch: Path) -> tuple[object, float, float]:
     while not graphs_ready(wb):
         time.sleep(0.05)
     return wb, opened, time.perf_counter() - started
+
+
+STORED: list[int] = []  # bytes of each save stored in the database
+
+
+def count_stores() -> None:
+    """Count the saves stored in the database (and their bytes) in :data:`STORED`."""
+    from workbench.store import saved_indexes
+
+    real = saved_indexes.publish
+
+    def publish(store, folder, kind):
+        stored = real(store, folder, kind)
+        if stored:
+            names = saved_indexes.files_of_save(folder, kind) or []
+            STORED.append(sum((folder / name).stat().st_size for name in names))
+        return stored
+
+    saved_indexes.publish = publish
+
+
+def timed_stop(wb, what: str) -> None:
+    before = len(STORED)
+    started = time.perf_counter()
+    wb.close()
+    took = time.perf_counter() - started
+    stored = STORED[before:]
+    print(f"{what} stop: {took:.1f} s, {len(stored)} saves stored "
+          f"({sum(stored) / 1e6:.0f} MB) (load {os.getloadavg()[0]:.1f})")  # fmt: skip
 
 
 def search_latency(wb, n: int = 200) -> tuple[float, float]:
@@ -130,6 +160,7 @@ def main() -> None:
         "--http", action="store_true", help="also time a `workbench serve` replica over HTTP"
     )
     args = parser.parse_args()
+    count_stores()
     scratch = Path(tempfile.mkdtemp(prefix="bench_replica_"))
     pg = ThrowawayPostgres().start()
     try:
@@ -157,14 +188,16 @@ def main() -> None:
         # the first replica: no save, it builds (and saves as each build ends)
         wb, opened, ready = timed_start(location, scratch)
         print(f"first replica, no saved index: open {opened:.1f} s, graphs serving {ready:.1f} s")
-        wb.close()
+        timed_stop(wb, "first replica (its builds stored as they ended)")
         # a new replica, no local files: the saves in the database
         wb, opened, ready = timed_start(location, scratch)
         p50, p95 = search_latency(wb)
         print(f"new replica, saved index in the database: open {opened:.1f} s, graphs serving "
               f"{ready:.1f} s; search_memory_facts p50 {p50:.1f} ms, p95 {p95:.1f} ms "
               f"(load {os.getloadavg()[0]:.1f})")  # fmt: skip
-        wb.close()
+        timed_stop(wb, "new replica (searched, nothing written)")
+        wb, opened, ready = timed_start(location, scratch)
+        timed_stop(wb, "another new replica (nothing written)")
         if args.http:
             ready, p50, p95 = http_replica(location, scratch)
             print(f"new replica, `workbench serve`: both graphs serving {ready:.1f} s after its "

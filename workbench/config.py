@@ -147,6 +147,8 @@ class Settings(BaseSettings):
     search_max_results: int = Field(default=100, ge=1, le=10_000)
     search_min_similarity: float = Field(default=0.0, ge=-1.0, le=1.0)
     search_follow_links: bool = True
+    # a running process saves the search indexes it changed this often (0: at a stop only)
+    search_save_seconds: float = Field(default=900.0, ge=0)
 
     @field_validator("default_group_id")
     @classmethod

@@ -219,6 +219,14 @@ SETTING_MEANINGS: dict[str, str] = {
         "recall@10 0.50 to 0.75, all questions recall@5 0.895 to 0.925 and recall@10 0.931 to "
         "0.961, MRR unchanged; the first retrieval set unchanged."
     ),
+    "search_save_seconds": (
+        "How often a running process saves the search indexes (HNSW graphs and keyword "
+        "indexes) that changed since their last save: beside a DuckDB file, or in the "
+        "database for the replicas of a PostgreSQL store (`saved_index_files`). A process "
+        "killed after hours of writes then restarts from a recent save. A save never holds "
+        "writes or searches up; an unchanged index is not saved again. 0: saved only when a "
+        "graph build ends and at a clean stop."
+    ),
     "search_min_similarity": (
         "A memory whose cosine similarity to the query is below this and that shares no "
         "keyword with it is never returned (0: no memory pointing away from the query fills "

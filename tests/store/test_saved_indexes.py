@@ -4,6 +4,7 @@ files starts from the newest save and catches up with what was written after it.
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 
@@ -105,3 +106,137 @@ def test_a_replica_without_any_save_builds_as_before(pg_location, kinds):
         engine.close()
     finally:
         store.close()
+
+
+def _write_save(folder, seq: int, content: bytes, save: str = "x") -> None:
+    """A save of the entity graph in ``folder``: its files and manifest."""
+    folder.mkdir(exist_ok=True)
+    for path in folder.glob("entity.*"):
+        path.unlink()
+    (folder / f"entity.{save}.usearch").write_bytes(content)
+    (folder / f"entity.{save}.prints.npy").write_bytes(content[::-1])
+    files = {"graph": f"entity.{save}.usearch", "prints": f"entity.{save}.prints.npy"}
+    (folder / "entity.json").write_text(json.dumps({"files": files, "seq": seq}))
+
+
+def test_a_save_replaced_during_a_fetch_still_comes_out_whole(tmp_path, monkeypatch):
+    """The parts are read one at a time; a newer save stored meanwhile (the older one's parts
+    deleted) makes the fetch start again from it: the folder holds one whole save, the newer,
+    and nothing of the older."""
+    monkeypatch.setattr(saved_indexes, "PART_BYTES", 4)
+    store = Store.open(":memory:", dim=8)
+    try:
+        old, new = b"old graph, several parts long", b"new graph, longer than the old one"
+        _write_save(tmp_path / "a", 7, old, "a")
+        _write_save(tmp_path / "b", 9, new, "b")
+        assert saved_indexes.publish(store, tmp_path / "a", "entity")
+        real, reads = saved_indexes._part, []
+
+        def part(store_, save_id, name, number):
+            reads.append(name)
+            if len(reads) == 2:  # the older save is replaced after its first part was read
+                assert saved_indexes.publish(store, tmp_path / "b", "entity")
+            return real(store_, save_id, name, number)
+
+        monkeypatch.setattr(saved_indexes, "_part", part)
+        target = tmp_path / "target"
+        assert saved_indexes.fetch(store, target, "entity")
+        assert sorted(p.name for p in target.iterdir()) == [
+            "entity.b.prints.npy", "entity.b.usearch", "entity.json"]  # fmt: skip
+        assert (target / "entity.b.usearch").read_bytes() == new
+        assert (target / "entity.b.prints.npy").read_bytes() == new[::-1]
+        assert saved_indexes.save_seq(target, "entity") == 9
+        assert len(reads) > 2 * len(new) // 4  # part by part, started again
+    finally:
+        store.close()
+
+
+def test_a_save_holding_older_vectors_does_not_replace_a_newer_one(tmp_path):
+    store = Store.open(":memory:", dim=8)
+    try:
+        _write_save(tmp_path / "new", 9, b"newer")
+        _write_save(tmp_path / "old", 7, b"older")
+        assert saved_indexes.publish(store, tmp_path / "new", "entity")
+        assert not saved_indexes.publish(store, tmp_path / "old", "entity")
+        assert saved_indexes.newest(store, ["entity"]) == {"entity": 9}
+        assert saved_indexes.publish(store, tmp_path / "new", "entity")  # the same: stored
+    finally:
+        store.close()
+
+
+def test_a_replica_stopping_with_nothing_new_stores_nothing(pg_location, monkeypatch):
+    """A's graph build is stored; A's stop, and the stop of B started from that save, store
+    nothing more (nothing changed since); C, which wrote, stores its save at its stop."""
+    published: list[int | None] = []
+    real = saved_indexes.publish
+
+    def publish(store, folder, kind):
+        published.append(saved_indexes.save_seq(folder, kind))
+        return real(store, folder, kind)
+
+    monkeypatch.setattr(saved_indexes, "publish", publish)
+    stores = [Store.open(pg_location, dim=8) for _ in range(3)]
+    try:
+        engine = _engine(stores[0])
+        add(engine, "entity", [entity(f"Note {i}", f"tea note {i}") for i in range(120)])
+        engine.rebuild()
+        assert engine.vectors["entity"].wait_ready(60)
+        assert wait_for(lambda: bool(published), 30)
+        time.sleep(0.5)
+        built = len(published)  # (a build at the threshold, then the rebuild's)
+        engine.close()
+        assert len(published) == built
+        engine = _engine(stores[1])
+        assert engine.vectors["entity"].uses_ann  # from the save
+        engine.close()
+        assert len(published) == built
+        engine = _engine(stores[2])
+        add(engine, "entity", [entity("Pond", "koi")])
+        engine.close()
+        assert len(published) == built + 1 and published[-1] > published[-2]
+        assert saved_indexes.newest(stores[0], ["entity"]) == {"entity": published[-1]}
+    finally:
+        for store in stores:
+            store.close()
+
+
+def test_a_periodic_save_of_vectors_another_replica_stored_stores_nothing(pg_location,
+                                                                          monkeypatch):  # fmt: skip
+    """B learns of A's writes through the change log; the database already holds A's save of
+    those vectors: B's periodic save stores nothing, and stores once B's own write moved on."""
+    published: list[str] = []
+    real = saved_indexes.publish
+
+    def publish(store, folder, kind):
+        published.append(kind)
+        return real(store, folder, kind)
+
+    monkeypatch.setattr(saved_indexes, "publish", publish)
+    a, b = Store.open(pg_location, dim=8), Store.open(pg_location, dim=8)
+    engine_a = engine_b = None
+    try:
+        engine_a = _engine(a)
+        add(engine_a, "entity", [entity(f"Note {i}", f"tea note {i}") for i in range(120)])
+        engine_a.rebuild()
+        assert engine_a.vectors["entity"].wait_ready(60)
+        engine_b = _engine(b)
+        assert engine_b.vectors["entity"].wait_ready(60)
+        with engine_a.publisher:
+            add(engine_a, "entity", [entity("Pond", "koi")])
+        engine_a.indexes.save("entity", periodic=True)
+        stored = len(published)
+        assert published[-1] == "entity"
+        engine_b.replica_sync.catch_up()
+        assert len(engine_b.vectors["entity"]) == 121
+        engine_b.indexes.save("entity", periodic=True)
+        assert len(published) == stored  # A's save holds these vectors
+        with engine_b.publisher:
+            add(engine_b, "entity", [entity("Lava", "basalt")])
+        engine_b.indexes.save("entity", periodic=True)
+        assert len(published) == stored + 1
+    finally:
+        for engine in (engine_b, engine_a):
+            if engine is not None:
+                engine.close()
+        a.close()
+        b.close()

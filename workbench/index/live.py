@@ -11,7 +11,7 @@ What other processes write to a shared store arrives through its change log
 (:class:`~workbench.index.sync.ChangeSync`). A maintenance run recorded in
 ``maintenance_runs`` is also noticed by itself (polled at most every ``sync_seconds``) and
 reloads the rows in the background. The indexes are saved beside the database
-(:mod:`workbench.index.saves`) at close and after a background graph build.
+(:mod:`workbench.index.saves`) at close, after a background graph build and periodically.
 
 Every read or swap of the indexes holds :attr:`LiveIndexes.lock`; a search holds it only for
 its reads (see :class:`workbench.search.searcher.Searcher`).
@@ -140,6 +140,7 @@ class LiveIndexes:
             self._caught_up_from(stamps)
         if self.replica_sync is not None and sync:
             self.replica_sync.start()
+        self.saves.start(self.save, KINDS)  # periodic saves of what changed (if set)
 
     def _open(self) -> list[Stamp]:
         """The first load: from the row snapshots saved with the graphs when they are
@@ -285,6 +286,7 @@ class LiveIndexes:
         self, kind: str, rows: list[dict[str, Any]], vectors: np.ndarray | None
     ) -> list[str]:
         """:meth:`on_upsert` under the caller's locks; the uuids no longer in the store."""
+        self.saves.changed(kind)
         uuids = [r["uuid"] for r in rows]
         fresh = sql.load_rows(self.store, kind, uuids)
         present = {r["uuid"] for r in fresh}
@@ -314,6 +316,7 @@ class LiveIndexes:
         if not rows:
             return
         with self.tracker.consistent_read(), self.lock:
+            self.saves.changed(kind)
             self.rows[kind].put(rows)
             self._index_words(kind, rows)
 
@@ -323,6 +326,7 @@ class LiveIndexes:
         check_kind(kind)
         # consistent_read: a rebuild loading meanwhile swaps its indexes in first
         with self.tracker.consistent_read(), self.lock:
+            self.saves.changed(kind)
             cache = self.rows[kind]
             keep = [i for i, u in enumerate(uuids) if u in cache]
             if keep:
@@ -344,6 +348,7 @@ class LiveIndexes:
             self._delete_locked(kind, uuids)
 
     def _delete_locked(self, kind: str, uuids: list[str]) -> None:
+        self.saves.changed(kind)
         self.rows[kind].remove(uuids)
         self.vectors[kind].remove(uuids)
         self.keywords[kind].remove(uuids)
@@ -385,6 +390,7 @@ class LiveIndexes:
                 loaded = RowCache(kind)
                 loaded.load(self.store)  # the slow part, without blocking searches
                 with self.lock:  # accesses recorded meanwhile are still queued: re-apply
+                    self.saves.changed(kind)
                     self._overlay(kind, loaded)
                     old, self.rows[kind] = self.rows[kind], loaded
                 # still under consistent_read: once it is released, an upsert may put a row
@@ -473,6 +479,7 @@ class LiveIndexes:
         store at the next open) and call off graph builds under way. The store stays open."""
         if self.replica_sync is not None:
             self.replica_sync.stop()
+        self.saves.stop()
         thread = self._sync_thread
         if thread is not None:
             thread.join(timeout=30)
@@ -498,10 +505,10 @@ class LiveIndexes:
                 log.warning("writing accesses before saving the %s rows failed", kind)
         self.save(kind, index)
 
-    def save(self, kind: str, built: VectorIndex | None = None) -> None:
+    def save(self, kind: str, built: VectorIndex | None = None, periodic: bool = False) -> None:
         """Save the finished HNSW graph and the keyword index of ``kind`` beside the database:
-        at a clean stop, and when a background graph build is done (``built``: that index,
-        which may not be in :attr:`vectors` yet while the indexes open)."""
+        at a clean stop, when a background graph build is done (``built``: that index, which
+        may not be in :attr:`vectors` yet while the indexes open) and ``periodic``-ally."""
 
         def current() -> Current:
             with self.lock:
@@ -512,7 +519,8 @@ class LiveIndexes:
                     (None if rows is None else functools.partial(self._rows_table, rows)),
                 )
 
-        self.saves.save(kind, current, self.publisher.between_writes, self._stamp)
+        self.saves.save(kind, current, self.publisher.between_writes, self._stamp,
+                        force=built is not None, periodic=periodic)  # fmt: skip
 
     def _rows_table(self, rows: RowCache) -> Any:
         """A snapshot of these rows (an Arrow table), taken holding them still."""

@@ -43,6 +43,9 @@ SPOT_CHECKS = 256
 
 _NO_SLOTS = np.zeros(0, dtype=np.int64)
 
+# rows a save reads at a time (under the index's lock: a few MB, about a millisecond)
+WRITE_ROWS = 8192
+
 
 @dataclass(frozen=True)
 class SavedGraph:
@@ -65,6 +68,8 @@ class GraphSaves(VectorSlots):
     _ann_tombstones: int
     _build_threads: int
     _builder: threading.Thread | None
+    _save_lock: threading.Lock  # one save of the index at a time
+    _written: set[int] | None = None  # the slots written while a save runs
 
     def _start_build(self) -> None:
         raise NotImplementedError  # the index's own (a graph built anew)
@@ -86,37 +91,86 @@ class GraphSaves(VectorSlots):
         between its commit and the index being told); the next open then reads only the
         vectors written after it. ``extra_files``: more files of this save, already written
         in ``graph_dir`` (the row snapshot), named in the manifest with the others. False when
-        there is no finished graph to save."""
+        there is no finished graph to save.
+
+        Writes and searches are not held up while the files are written: under the lock it
+        copies only the graph (in memory), the fingerprints and the layout; the vectors are
+        read a few thousand rows at a time (a row written meanwhile may be saved newer than
+        its fingerprint, which the next open catches up as any vector written after ``seq``),
+        and the slots written during the save are put again once the file is mapped."""
+        folder = Path(graph_dir)
+        with self._save_lock:  # one save of this index at a time
+            with self._lock:
+                if self._ann is None or self._builder is not None:
+                    return False
+                size, half = self._size, self._mat.dtype == np.float16
+                graph = self._ann.copy()
+                prints = self._prints[:size].copy()
+                layout = self._uuids[:size]
+                capacity = max(self._mat.shape[0], size + max(1024, size // 8))
+                params = self._params_key()
+                self._written = set()
+            try:
+                return self._write_save(folder, kind, seq, graph, prints, layout, capacity,
+                                        params, half, extra_files or {})  # fmt: skip
+            finally:
+                with self._lock:
+                    self._written = None
+
+    def _write_save(
+        self, folder: Path, kind: str, seq: int | None, graph: Any, prints: np.ndarray,
+        layout: list[str | None], capacity: int, params: dict[str, str], half: bool,
+        extra_files: dict[str, str],
+    ) -> bool:  # fmt: skip
+        """:meth:`save_graph`'s files, written outside the lock."""
+        folder.mkdir(parents=True, exist_ok=True)
+        save = f"{kind}.{uuidlib.uuid4().hex[:12]}"
+        files = {"graph": f"{save}.usearch", "prints": f"{save}.prints.npy"}
+        files.update(extra_files)
+        graph.save(str(folder / files["graph"]))
+        del graph
+        fsync_file(folder / files["graph"])
+        write_synced(folder / files["prints"], prints.__getitem__, len(layout))
+        if half:
+            files["vectors"] = f"{save}.vectors.npy"
+            write_synced(folder / files["vectors"], self._stored_now, len(layout), capacity)
+        manifest: dict[str, object] = {"slots": layout, "params": params, "files": files}
+        if seq is not None and "vectors" in files:
+            manifest["seq"] = int(seq)
+        tmp = folder / f"{kind}.json.tmp"
+        tmp.write_text(json.dumps(manifest))
+        tmp.replace(folder / f"{kind}.json")
+        remove_other_saves(folder, kind, set(files.values()))
+        if "vectors" in files:
+            mapped = open_rows(folder / files["vectors"], len(layout), self.dim)
+            with self._lock:
+                self._serve_saved(mapped)
+        return True
+
+    def _stored_now(self, slots: slice) -> np.ndarray:
+        """The vectors at ``slots`` as held now (a copy, read under the lock)."""
         with self._lock:
-            if self._ann is None or self._builder is not None:
-                return False
-            folder = Path(graph_dir)
-            folder.mkdir(parents=True, exist_ok=True)
-            save = f"{kind}.{uuidlib.uuid4().hex[:12]}"
-            files = {"graph": f"{save}.usearch", "prints": f"{save}.prints.npy"}
-            files.update(extra_files or {})
-            self._ann.save(str(folder / files["graph"]))
-            write_synced(folder / files["prints"], self._prints.__getitem__, self._size)
-            if self._mat.dtype == np.float16:
-                files["vectors"] = f"{save}.vectors.npy"
-                rows = max(self._mat.shape[0], self._size + max(1024, self._size // 8))
-                write_synced(folder / files["vectors"], self._stored, self._size, rows)
-            manifest: dict[str, object] = {
-                "slots": self._uuids[: self._size],
-                "params": self._params_key(),
-                "files": files,
-            }
-            if seq is not None and "vectors" in files:
-                manifest["seq"] = int(seq)
-            tmp = folder / f"{kind}.json.tmp"
-            tmp.write_text(json.dumps(manifest))
-            tmp.replace(folder / f"{kind}.json")
-            remove_other_saves(folder, kind, set(files.values()))
-            if "vectors" in files:
-                mapped = open_rows(folder / files["vectors"], self._size, self.dim)
-                if mapped is not None:
-                    self._map_rows(mapped)
-            return True
+            return np.array(self._stored(slots), dtype=np.float16)
+
+    def _serve_saved(self, mapped: np.ndarray | None) -> None:
+        """Serve the vectors from the file just saved (hold the lock): the slots written since
+        the save began (:attr:`_written`) are put again from the vectors held now. Not when
+        they are no longer float16 (the graph was dropped) or outgrew the file."""
+        if mapped is None or self._mat.dtype != np.float16 or self._written is None:
+            return
+        if mapped.shape[0] < max(self._mat.shape[0], self._size):
+            return  # grown past the file's spare rows meanwhile: the next save maps
+        written = np.fromiter(self._written, dtype=np.int64, count=len(self._written))
+        written = np.sort(written[written < self._size])
+        rows = self._stored(written)
+        self._map_rows(mapped)
+        if written.size:
+            self._put(written, rows)
+
+    def _put(self, slots: np.ndarray, rows: np.ndarray | float) -> None:
+        super()._put(slots, rows)
+        if self._written is not None:  # a save is under way: put again once it is mapped
+            self._written.update(np.asarray(slots, dtype=np.int64).ravel().tolist())
 
     def _params_key(self) -> dict[str, str]:
         return {k: str(v) for k, v in self._ann_params.items()}
@@ -305,11 +359,16 @@ def write_synced(
     first = read(slice(0, 0))
     shape = ((capacity or count),) + first.shape[1:]
     out = np.lib.format.open_memmap(path, mode="w+", dtype=first.dtype, shape=shape)
-    for start in range(0, count, 65536):
-        end = min(start + 65536, count)
+    for start in range(0, count, WRITE_ROWS):
+        end = min(start + WRITE_ROWS, count)
         out[start:end] = read(slice(start, end))
     out.flush()
     del out
+    fsync_file(path)
+
+
+def fsync_file(path: Path) -> None:
+    """Flush the file to disk (a manifest that names it is written after)."""
     with open(path, "rb+") as handle:
         os.fsync(handle.fileno())
 

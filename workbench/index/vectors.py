@@ -122,6 +122,7 @@ class VectorIndex(VectorSearch, GraphSaves):
         self._deferring = 0  # bulk loads under way (see defer_graph)
         self._build_gen = 0
         self._dirty: set[int] = set()  # slots changed while a graph was being built
+        self._save_lock = threading.Lock()
         # called (in the builder's thread, without the lock) when a background build is done
         self.on_built: Callable[[], None] | None = None
 

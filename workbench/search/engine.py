@@ -90,7 +90,11 @@ class SearchEngine:
         self.indexes = LiveIndexes(
             store,
             self.metrics,
-            IndexSaves(store, _graph_dir(store, graph_dir)),
+            IndexSaves(
+                store,
+                _graph_dir(store, graph_dir),
+                float(getattr(settings, "search_save_seconds", 0.0)),  # off without settings
+            ),
             ann_threshold=ann_threshold,
             index_options=index_options,
             sync_seconds=sync_seconds,

@@ -10,8 +10,10 @@ again, and the change log is followed from the position taken before the load.
 
 - One process saves at a time: a save takes a transaction-level advisory lock and is skipped
   when another process holds it (that one's save serves as well).
-- A save replaces the earlier ones of its kind in the same transaction; a reader takes the
-  newest save in one statement (one snapshot), so it never sees half of one.
+- A save replaces the earlier ones of its kind in the same transaction (unless the stored one
+  holds newer vectors); a reader reads the newest save a part at a time by its id, and starts
+  again from the newer one if it was replaced meanwhile, so it never sees half of one and
+  never holds more than a part in memory.
 - A save writes only this table: writes of memories are never held up by it.
 """
 
@@ -56,7 +58,8 @@ def save_seq(folder: Path, kind: str) -> int | None:
 
 def publish(store: Store, folder: Path, kind: str) -> bool:
     """Store the save of ``kind`` found in ``folder`` as the newest one, replacing the earlier
-    ones; False when there is none to store or another process is saving."""
+    ones; False when there is none to store, another process is saving, or the stored save
+    holds newer vectors (a higher ``seq``). The file is read and sent a part at a time."""
     names = files_of_save(folder, kind)
     if names is None:
         return False
@@ -64,6 +67,9 @@ def publish(store: Store, folder: Path, kind: str) -> bool:
     with store.transaction():
         if not store.advisory_lock(SAVE_LOCK):
             return False
+        stored = newest(store, [kind]).get(kind)
+        if seq is not None and stored is not None and stored > seq:
+            return False  # another process stored a save holding newer vectors meanwhile
         store.execute("DELETE FROM saved_index_files WHERE kind = ?", [kind])
         for name in names:
             for part, data in enumerate(_parts(folder / name)):
@@ -97,25 +103,79 @@ def newest(store: Store, kinds: Sequence[str]) -> dict[str, int | None]:
 
 def fetch(store: Store, folder: Path, kind: str) -> bool:
     """Write the newest stored save of ``kind`` into ``folder`` (its manifest last, so that
-    a save counts only once whole); False when there is none."""
+    a save counts only once whole); False when there is none.
+
+    The parts are read one statement each, so that no more than one is held in memory; they
+    are found by the save's id, never changed once committed: a save that replaces this one
+    meanwhile deletes its parts, and the fetch starts again from the newer save (the files
+    written so far go; the manifest, written last, was not)."""
+    for _ in range(FETCH_ATTEMPTS):
+        listed = _newest_parts(store, kind)
+        if listed is None:
+            return False
+        save_id, parts = listed
+        if _write_parts(store, folder, kind, save_id, parts):
+            return True
+    return False
+
+
+FETCH_ATTEMPTS = 5  # fetches started again when the save being read was replaced meanwhile
+
+
+def _newest_parts(store: Store, kind: str) -> tuple[str, dict[str, int]] | None:
+    """The id of the newest save of ``kind`` and the number of parts of each of its files
+    (its manifest last); None when there is none, or it has no manifest."""
     rows = store.fetchall(
-        """SELECT name, part, data FROM saved_index_files
+        """SELECT save_id, name, count(*) FROM saved_index_files
            WHERE save_id = (SELECT save_id FROM saved_index_files WHERE kind = ?
                             ORDER BY saved_at DESC LIMIT 1)
-           ORDER BY name, part""",
+           GROUP BY save_id, name""",
         [kind],
     )
-    if not rows:
-        return False
-    folder.mkdir(parents=True, exist_ok=True)
-    parts: dict[str, list[bytes]] = {}
-    for name, _, data in rows:
-        parts.setdefault(str(name), []).append(bytes(data))
     manifest = f"{kind}.json"
-    if manifest not in parts:
+    names = {str(name): int(count) for _, name, count in rows}
+    if manifest not in names:
+        return None
+    ordered = {name: names[name] for name in sorted(names, key=lambda n: (n == manifest, n))}
+    return str(rows[0][0]), ordered
+
+
+def _write_parts(
+    store: Store, folder: Path, kind: str, save_id: str, parts: dict[str, int]
+) -> bool:
+    """Write the files of the save ``save_id`` into ``folder``, a part at a time; False (and
+    nothing of it left there) when a part is gone: the save was replaced meanwhile."""
+    folder.mkdir(parents=True, exist_ok=True)
+    written: list[Path] = []
+    try:
+        for name, count in parts.items():
+            path = folder / name
+            if name == f"{kind}.json":  # the manifest, last: whole in memory (small)
+                data = b"".join(_part(store, save_id, name, part) for part in range(count))
+                tmp = folder / f"{name}.tmp"
+                tmp.write_bytes(data)
+                tmp.replace(path)
+                return True
+            written.append(path)
+            with path.open("wb") as out:
+                for part in range(count):
+                    out.write(_part(store, save_id, name, part))
+    except _PartGone:
+        for path in written:
+            path.unlink(missing_ok=True)
         return False
-    for name in sorted(parts, key=lambda n: n == manifest):
-        with (folder / name).open("wb") as out:
-            for data in parts[name]:
-                out.write(data)
-    return True
+    return False  # no manifest listed (not reached: _newest_parts checks)
+
+
+class _PartGone(Exception):
+    """A part of the save being fetched is no longer stored (replaced by a newer save)."""
+
+
+def _part(store: Store, save_id: str, name: str, part: int) -> bytes:
+    row = store.fetchone(
+        "SELECT data FROM saved_index_files WHERE save_id = ? AND name = ? AND part = ?",
+        [save_id, name, part],
+    )
+    if row is None:
+        raise _PartGone(name)
+    return bytes(row[0])
