@@ -86,9 +86,9 @@ def _saves(monkeypatch) -> list[str]:
     saved: list[str] = []
     real = VectorIndex.save_graph
 
-    def save_graph(self, graph_dir, kind, seq=None):
+    def save_graph(self, graph_dir, kind, seq=None, extra_files=None):
         saved.append(kind)
-        return real(self, graph_dir, kind, seq)
+        return real(self, graph_dir, kind, seq, extra_files)
 
     monkeypatch.setattr(VectorIndex, "save_graph", save_graph)
     return saved
