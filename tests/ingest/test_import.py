@@ -202,3 +202,35 @@ def test_a_broken_parquet_file_or_a_binary_file_is_a_clear_error(tmp_path, hash_
             wb.import_jsonl(broken)
         with pytest.raises(InvalidInput, match="not a JSON-lines text file: line 1"):
             wb.import_jsonl(binary)
+
+
+def test_a_nul_character_is_refused_on_every_backend(tmp_path, hash_embedder):
+    """PostgreSQL cannot store a NUL: an import line or an episode holding one is refused
+    with a clear error (the same on DuckDB); the good lines are imported as always."""
+    import pytest
+
+    from workbench.errors import InvalidInput
+
+    source = tmp_path / "nul.jsonl"
+    lines = [
+        {"type": "fact", "source": "Ann", "target": "Bo", "fact": "Ann met Bo"},
+        {"type": "fact", "source": "Ann\u0000", "target": "Bo", "fact": "Ann saw Bo"},
+        {"type": "entity", "name": "Cy", "summary": "likes\u0000tea"},
+    ]
+    source.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    settings = load_settings({"SVC_KNOWLEDGE_DB_PATH": ":memory:"}, env_file=None)
+    with Workbench.open(settings, embedder=hash_embedder) as wb:
+        report = wb.import_jsonl(source)
+        assert report["facts_created"] == 1 and report["entities_created"] == 2
+        assert [e.split(":")[:2] for e in report["errors"]] == [
+            ["line 2", " source"],
+            ["line 3", " summary"],
+        ]
+        assert all("NUL character" in e for e in report["errors"])
+        for arguments in ({"name": "n\x00"}, {"episode_body": "hi\x00"},
+                          {"source_description": "chat\x00"}):  # fmt: skip
+            call = {"name": "n", "episode_body": "hi", "group_id": "g", **arguments}
+            argument = next(iter(arguments))
+            with pytest.raises(InvalidInput, match=f"'{argument}' contains a NUL character"):
+                wb.add_memory(**call)
+        assert wb.add_memory(name="n", episode_body="hi", group_id="g")["status"]

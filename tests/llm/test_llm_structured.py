@@ -236,3 +236,10 @@ def test_validation_detail_lists_at_most_three_errors():
     with pytest.raises(StructuredOutputError) as info:
         parse_reply(bad, NodeResolutions)
     assert "(+3 more)" in info.value.detail
+
+
+def test_a_nul_character_in_a_reply_is_dropped_from_its_strings():
+    # "\u0000" in the JSON decodes to a NUL, which PostgreSQL cannot store
+    reply = '{"entities": [{"name": "Ali\\u0000ce", "kind": "Person"}]}'
+    result = parse_reply(reply, ExtractedEntities)
+    assert result.entities[0].name == "Alice"

@@ -46,6 +46,9 @@ def episode_row(
             f"'episode_body' has {len(body)} characters; at most {max_chars} "
             "(split it into several episodes)"
         )
+    for argument, value in (("name", name), ("episode_body", body),
+                            ("source_description", source_description)):  # fmt: skip
+        check_no_nul(argument, value)
     if source not in SOURCES:
         raise errors.InvalidInput(f"'source' must be one of {', '.join(SOURCES)}")
     if source == "json":
@@ -65,6 +68,16 @@ def episode_row(
         "status": "queued",
         "status_detail": None if llm_configured else NO_LLM,
     }
+
+
+def check_no_nul(argument: str, value: Any) -> None:
+    """:class:`~workbench.errors.InvalidInput` when the text ``value`` holds a NUL character:
+    PostgreSQL cannot store one, so neither backend accepts it (the same input is refused
+    the same way on both)."""
+    if isinstance(value, str) and "\x00" in value:
+        raise errors.InvalidInput(
+            f"'{argument}' contains a NUL character (U+0000), which cannot be stored"
+        )
 
 
 def added_before(existing: dict[str, Any], episode: dict[str, Any]) -> dict[str, Any]:

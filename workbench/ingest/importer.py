@@ -28,7 +28,14 @@ from typing import Annotated, Any, Protocol
 
 import numpy as np
 import pyarrow as pa
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+)
 
 from workbench.clock import Clock, TimeOutOfRange, as_utc
 from workbench.embedding import Embedder
@@ -81,6 +88,15 @@ class _Base(BaseModel):
         an import line cannot create."""
         if value is not None and not is_group_id(value):
             raise ValueError(f"not a valid group name: {GROUP_ID_RULE}")
+        return value
+
+    @field_validator("*")
+    @classmethod
+    def _no_nul(cls, value: Any) -> Any:
+        """No text of a line holds a NUL character (PostgreSQL cannot store one: refused on
+        both backends alike)."""
+        if isinstance(value, str) and "\x00" in value:
+            raise ValueError("contains a NUL character (U+0000), which cannot be stored")
         return value
 
     @field_validator("created_at")

@@ -291,6 +291,18 @@ def schema_echo_detail(data: Any, model: type[BaseModel]) -> str | None:
     return None
 
 
+def _without_nul(data: Any) -> Any:
+    """``data`` with every NUL character (``\\u0000`` in the JSON) dropped from its strings:
+    a database server cannot store one, and no name or fact means one."""
+    if isinstance(data, str):
+        return data.replace("\x00", "")
+    if isinstance(data, list):
+        return [_without_nul(item) for item in data]
+    if isinstance(data, dict):
+        return {_without_nul(k): _without_nul(v) for k, v in data.items()}
+    return data
+
+
 def _alias(name: str, info: FieldInfo) -> str:
     return info.alias or name
 
@@ -308,7 +320,7 @@ def parse_reply(text: str | None, response_model: type[StructureT]) -> Structure
             structure,
             f"the reply is not valid JSON ({exc.msg} at char {exc.pos}): {_excerpt(cleaned)}",
         ) from None
-    data = _unwrap(data, structure)
+    data = _unwrap(_without_nul(data), structure)
     echo = schema_echo_detail(data, response_model)
     if echo:
         raise SchemaEchoError(structure, echo)
