@@ -429,3 +429,30 @@ def test_a_database_server_s_graphs_are_saved_in_a_private_folder_only(stores):
     finally:
         engine.close()
     assert not folder.exists()
+
+
+def test_facts_are_looked_up_by_their_entities_through_an_index_also_after_an_upgrade(stores):
+    """The duplicate check of every write joins facts on their two entities: without an
+    index PostgreSQL scans the group's facts, a cost growing with the store. A database made
+    before the index (its PostgreSQL-only schema one step older) gets it at the next open."""
+    from workbench.store import graph as g
+
+    def indexed(store: Store) -> bool:
+        rows = store.fetchall(
+            "SELECT indexdef FROM pg_indexes WHERE tablename = 'facts' "
+            "AND schemaname = current_schema()"
+        )
+        return any("(source_uuid, target_uuid)" in str(r[0]) for r in rows)
+
+    store = stores()
+    assert indexed(store)
+    assert store.meta("postgres_schema_version") == str(len(log_sql.POSTGRES_DDL))
+    store.execute("DROP INDEX facts_ends")
+    store.execute(
+        "UPDATE meta SET value = ? WHERE key = 'postgres_schema_version'",
+        [str(len(log_sql.POSTGRES_DDL) - 1)],
+    )
+    assert not indexed(store)
+    again = stores()
+    assert indexed(again)
+    assert g.existing_facts(again, [("g", "a", "b", "x")]) == set()

@@ -31,6 +31,7 @@ __all__ = [
     "CHANNEL",
     "GENERATION",
     "POSTGRES_DDL",
+    "TRIGGERS",
     "latest_seq",
     "changes_since",
     "prune",
@@ -65,6 +66,10 @@ def _triggers(tables: tuple[tuple[str, str], ...] = _TABLES) -> list[str]:
     return out
 
 
+# every change-log trigger: ``tables_replaced`` creates them again after ``workbench reembed``
+# swapped the embedding tables
+TRIGGERS = _triggers()
+
 # PostgreSQL only, in psycopg's own syntax (not translated); versioned by the meta key
 # ``postgres_schema_version`` (see PostgresStore._after_migrations)
 POSTGRES_DDL: list[list[str]] = [
@@ -93,9 +98,11 @@ POSTGRES_DDL: list[list[str]] = [
            $body$""",
         *_triggers(_GRAPH_TABLES),
     ],
-    # passages (schema version 5); the last entry creates every trigger: ``tables_replaced``
-    # runs it again after ``workbench reembed`` swapped the embedding tables
-    _triggers(),
+    # passages (schema version 5): every trigger (:data:`TRIGGERS`)
+    TRIGGERS,
+    # a fact looked up by its two entities (the duplicate check of every write and import:
+    # without it PostgreSQL scans the group's facts, a cost that grows with the store)
+    ["CREATE INDEX IF NOT EXISTS facts_ends ON facts(source_uuid, target_uuid)"],
 ]
 
 

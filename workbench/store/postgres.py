@@ -33,7 +33,7 @@ import numpy as np
 from workbench.errors import Conflict, DimensionMismatch, StoreError
 from workbench.store.availability import Availability
 from workbench.store.base import DEFAULT_DIM, TABLES, Params, Row, Store
-from workbench.store.changes import POSTGRES_DDL
+from workbench.store.changes import POSTGRES_DDL, TRIGGERS
 from workbench.store.dialect import COMPAT_FUNCTIONS, postgres_params, to_postgres
 
 if TYPE_CHECKING:
@@ -466,7 +466,7 @@ class PostgresStore(Store):
     def tables_replaced(self, dim: int) -> None:
         """The change-log triggers and size checks of the replaced embedding tables (they
         went with the old ones); ``dim``: the new vectors' size."""
-        for statement in POSTGRES_DDL[-1]:
+        for statement in TRIGGERS:
             self._raw(statement)
         self._check_vector_sizes(dim, replace=True)
 
