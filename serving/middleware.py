@@ -17,7 +17,6 @@
 from __future__ import annotations
 
 import hmac
-import ipaddress
 import math
 import threading
 import time
@@ -26,6 +25,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
+from serving.addresses import is_loopback
 from serving.errors import send_error
 from workbench.safety import MAX_JSON_DEPTH, json_depth
 
@@ -209,15 +209,6 @@ class RateLimitMiddleware:
 
 LOOPBACK_NAMES = ("127.0.0.1", "localhost", "::1")
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
-
-
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
 
 
 def host_name(value: str) -> str:
