@@ -28,8 +28,8 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from serving.errors import send_error
-from workbench.errors import Forbidden, NotFound, WorkbenchError
+from serving.errors import retry_headers, send_error
+from workbench.errors import Forbidden, NotFound, StoreError, WorkbenchError
 from workbench.store.tenancy import ADMIN, Caller, token_hash
 
 if TYPE_CHECKING:
@@ -160,9 +160,11 @@ class ScopedAuthMiddleware:
                 required, caller = await self._check(given)
             except Exception as exc:  # noqa: BLE001 - the store failed: refuse, never let in
                 log.warning("cannot check the bearer token: %s", exc)
-                await send_error(
-                    send, 503, "store_error", "cannot check the bearer token: the store failed"
-                )
+                # the kind (store_unavailable while the server is down) and when to retry;
+                # the store's own message (its address) is for the log, not an unknown caller
+                kind = exc.kind if isinstance(exc, StoreError) else "store_error"
+                message = "cannot check the bearer token: the store failed"
+                await send_error(send, 503, kind, message, retry_headers(exc))
                 return
             if required:
                 if caller is None:
