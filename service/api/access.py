@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from serving.errors import retry_headers, send_error
+from serving.middleware import UNAUTHORIZED_HEADERS, bearer_refusal
 from workbench.errors import Forbidden, NotFound, StoreError, WorkbenchError
 from workbench.store.tenancy import ADMIN, Caller, token_hash
 
@@ -39,6 +40,7 @@ if TYPE_CHECKING:
 CALLER_KEY = "workbench.caller"
 NIL_UUID = "00000000-0000-0000-0000-000000000000"  # names nothing the service hands out
 EXEMPT_PATHS = frozenset({"/health"})
+TOKEN_SOURCES = "SVC_KNOWLEDGE_API_TOKEN or a token of `workbench tokens add`"
 log = logging.getLogger("service.access")
 
 
@@ -168,19 +170,8 @@ class ScopedAuthMiddleware:
                 return
             if required:
                 if caller is None:
-                    message = (
-                        "missing bearer token: send 'Authorization: Bearer <token>' "
-                        "(SVC_KNOWLEDGE_API_TOKEN or a token of `workbench tokens add`)"
-                        if given is None
-                        else "invalid bearer token"
-                    )
-                    await send_error(
-                        send,
-                        401,
-                        "unauthorized",
-                        message,
-                        {"WWW-Authenticate": 'Bearer realm="workbench"'},
-                    )
+                    message = bearer_refusal(given is not None, TOKEN_SOURCES)
+                    await send_error(send, 401, "unauthorized", message, UNAUTHORIZED_HEADERS)
                     return
                 scope[CALLER_KEY] = caller
         await self.app(scope, receive, send)
