@@ -15,15 +15,17 @@ body over the limit                413     ``payload_too_large``
 body not JSON                      415     ``unsupported_media_type``
 foreign ``Host`` (DNS rebinding)   421     ``misdirected_request``
 over the rate limit                429     ``rate_limited`` (+ ``Retry-After``)
-``QueueFull`` (queue at its cap)   429     ``queue_full``
+``QueueFull`` (queue at its cap)   429     ``queue_full`` (+ ``Retry-After``)
 ``LLMError``                       502     its kind (``llm_error`` ...)
-``StoreError``/``EmbedderError``   503     its kind
+``StoreError``/``EmbedderError``   503     its kind (+ ``Retry-After`` when temporary)
 ``LLMNotConfigured``               503     ``llm_not_configured``
 anything else                      500     ``internal_error`` (logged with traceback)
 =================================  ======  =====================================
 
 A 4xx says what was wrong; a 5xx never carries a stack trace, only the request id under
-which the fault was logged.
+which the fault was logged. An error of a condition that passes by itself (the database server
+unreachable, the embedder failing, the queue full, the rate limit) carries ``Retry-After`` in
+whole seconds: the error's ``retry_after`` (:func:`retry_headers`).
 """
 
 from __future__ import annotations
@@ -113,6 +115,13 @@ def _describe(exc: BaseException) -> tuple[int, str, str]:
     return 500, "internal_error", "internal error"
 
 
+def retry_headers(exc: BaseException) -> dict[str, str]:
+    """``{"Retry-After": seconds}`` for an error that passes by itself (its ``retry_after``),
+    else nothing."""
+    seconds = exc.retry_after if isinstance(exc, WorkbenchError) else None
+    return {"Retry-After": str(max(1, seconds))} if seconds is not None else {}
+
+
 def to_response(exc: BaseException, headers: dict[str, str] | None = None) -> Response:
     status, kind, message = describe(exc)
     rid = REQUEST_ID.get()
@@ -122,7 +131,7 @@ def to_response(exc: BaseException, headers: dict[str, str] | None = None) -> Re
             message = f"internal error; see the server log for request id {rid}"
         else:
             log.warning("%s: %s", kind, message)
-    headers = dict(headers or {})
+    headers = {**retry_headers(exc), **(headers or {})}
     if isinstance(exc, HTTPException) and exc.headers:
         headers.update(exc.headers)
     return Response(

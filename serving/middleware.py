@@ -17,7 +17,6 @@
 from __future__ import annotations
 
 import hmac
-import ipaddress
 import math
 import threading
 import time
@@ -26,6 +25,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
+from serving.addresses import is_loopback
 from serving.errors import send_error
 from workbench.safety import MAX_JSON_DEPTH, json_depth
 
@@ -62,6 +62,17 @@ class BodyLimitMiddleware:
         await self.app(scope, receive, send)
 
 
+# the answer to a request without a valid bearer token: 401, this header, bearer_refusal()
+UNAUTHORIZED_HEADERS = {"WWW-Authenticate": 'Bearer realm="workbench"'}
+
+
+def bearer_refusal(given: bool, setting: str) -> str:
+    """What a 401 says: a token is missing (and ``setting``, where one is set) or wrong."""
+    if not given:
+        return f"missing bearer token: send 'Authorization: Bearer <token>' ({setting})"
+    return "invalid bearer token"
+
+
 class BearerAuthMiddleware:
     def __init__(
         self,
@@ -81,18 +92,8 @@ class BearerAuthMiddleware:
         if scope["type"] == "http" and scope.get("path") not in self._exempt:
             given = _header(scope, b"authorization") or b""
             if not hmac.compare_digest(given, self._expected):
-                message = (
-                    f"missing bearer token: send 'Authorization: Bearer <token>' ({self._setting})"
-                    if not given
-                    else "invalid bearer token"
-                )
-                await self._error(
-                    send,
-                    401,
-                    "unauthorized",
-                    message,
-                    {"WWW-Authenticate": 'Bearer realm="workbench"'},
-                )
+                message = bearer_refusal(bool(given), self._setting)
+                await self._error(send, 401, "unauthorized", message, UNAUTHORIZED_HEADERS)
                 return
         await self.app(scope, receive, send)
 
@@ -209,15 +210,6 @@ class RateLimitMiddleware:
 
 LOOPBACK_NAMES = ("127.0.0.1", "localhost", "::1")
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
-
-
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
 
 
 def host_name(value: str) -> str:

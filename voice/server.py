@@ -22,12 +22,8 @@ from litestar.openapi import OpenAPIConfig
 from litestar.response import Stream
 
 from serving import apidocs
-from serving.middleware import (
-    BearerAuthMiddleware,
-    Exposure,
-    ExposureMiddleware,
-    is_loopback,
-)
+from serving.addresses import is_loopback
+from serving.middleware import BearerAuthMiddleware, Exposure, ExposureMiddleware
 from serving.version import package_version
 from voice.assets import VOICES_FILE
 from voice.audio import AudioSink, DropSink, SoundDeviceSink

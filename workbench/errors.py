@@ -23,7 +23,10 @@
             ├── SchemaEchoError    the reply is a JSON schema instead of data
             └── TruncatedOutput    the reply was cut off (finish_reason == "length")
 
-Every message says what was wrong and, where it helps, what to do.
+Every message says what was wrong and, where it helps, what to do. An error of a condition
+that passes by itself carries ``retry_after``: the whole seconds after which a retry may
+succeed (the service sends it as HTTP ``Retry-After``): ``QueueFull`` 60, ``StoreUnavailable``
+1, ``EmbedderError`` 5 (not its mismatches); None where waiting will not help.
 """
 
 from __future__ import annotations
@@ -32,10 +35,13 @@ from __future__ import annotations
 class WorkbenchError(Exception):
     kind = "error"
     http_status = 500
+    retry_after: int | None = None  # seconds until a retry may succeed; None: waiting won't help
 
-    def __init__(self, message: str):
+    def __init__(self, message: str, retry_after: int | None = None):
         super().__init__(message)
         self.message = message
+        if retry_after is not None:
+            self.retry_after = retry_after
 
 
 class ConfigError(WorkbenchError):
@@ -66,6 +72,7 @@ class Conflict(WorkbenchError):
 class QueueFull(WorkbenchError):
     kind = "queue_full"
     http_status = 429
+    retry_after: int | None = 60  # the queue drains at extraction's pace (seconds an episode)
 
 
 class StoreError(WorkbenchError):
@@ -86,15 +93,18 @@ class StoreUnavailable(StoreError):
     a probe finds it back."""
 
     kind = "store_unavailable"
+    retry_after: int | None = 1  # probed every 0.5 s while down (store.availability)
 
 
 class EmbedderError(WorkbenchError):
     kind = "embedder_error"
     http_status = 503
+    retry_after: int | None = 5  # an embedder server restarting, or a timeout under load
 
 
 class DimensionMismatch(EmbedderError):
     kind = "dimension_mismatch"
+    retry_after = None  # a setting to change
 
 
 class ModelMismatch(EmbedderError):
@@ -103,6 +113,7 @@ class ModelMismatch(EmbedderError):
     cannot tell them apart)."""
 
     kind = "model_mismatch"
+    retry_after = None
 
 
 class LLMError(WorkbenchError):

@@ -28,8 +28,9 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from serving.errors import send_error
-from workbench.errors import Forbidden, NotFound, WorkbenchError
+from serving.errors import retry_headers, send_error
+from serving.middleware import UNAUTHORIZED_HEADERS, bearer_refusal
+from workbench.errors import Forbidden, NotFound, StoreError, WorkbenchError
 from workbench.store.tenancy import ADMIN, Caller, token_hash
 
 if TYPE_CHECKING:
@@ -39,6 +40,7 @@ if TYPE_CHECKING:
 CALLER_KEY = "workbench.caller"
 NIL_UUID = "00000000-0000-0000-0000-000000000000"  # names nothing the service hands out
 EXEMPT_PATHS = frozenset({"/health"})
+TOKEN_SOURCES = "SVC_KNOWLEDGE_API_TOKEN or a token of `workbench tokens add`"
 log = logging.getLogger("service.access")
 
 
@@ -160,25 +162,16 @@ class ScopedAuthMiddleware:
                 required, caller = await self._check(given)
             except Exception as exc:  # noqa: BLE001 - the store failed: refuse, never let in
                 log.warning("cannot check the bearer token: %s", exc)
-                await send_error(
-                    send, 503, "store_error", "cannot check the bearer token: the store failed"
-                )
+                # the kind (store_unavailable while the server is down) and when to retry;
+                # the store's own message (its address) is for the log, not an unknown caller
+                kind = exc.kind if isinstance(exc, StoreError) else "store_error"
+                message = "cannot check the bearer token: the store failed"
+                await send_error(send, 503, kind, message, retry_headers(exc))
                 return
             if required:
                 if caller is None:
-                    message = (
-                        "missing bearer token: send 'Authorization: Bearer <token>' "
-                        "(SVC_KNOWLEDGE_API_TOKEN or a token of `workbench tokens add`)"
-                        if given is None
-                        else "invalid bearer token"
-                    )
-                    await send_error(
-                        send,
-                        401,
-                        "unauthorized",
-                        message,
-                        {"WWW-Authenticate": 'Bearer realm="workbench"'},
-                    )
+                    message = bearer_refusal(given is not None, TOKEN_SOURCES)
+                    await send_error(send, 401, "unauthorized", message, UNAUTHORIZED_HEADERS)
                     return
                 scope[CALLER_KEY] = caller
         await self.app(scope, receive, send)

@@ -21,9 +21,10 @@ from mcp.server.transport_security import TransportSecuritySettings
 
 from service.api.access import caller_of
 from service.api.tools import TOOLS, TOOLS_BY_NAME, Tool
+from serving.addresses import is_loopback
 from serving.errors import describe, error_payload
 from serving.logs import REQUEST_ID, new_request_id
-from serving.middleware import Exposure, is_loopback
+from serving.middleware import Exposure
 
 if TYPE_CHECKING:
     from service.api.seam import ToolTarget

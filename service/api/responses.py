@@ -143,9 +143,11 @@ ERRORS: dict[int, str] = {
     413: "The body is over the size limit.",
     415: "The body is not JSON.",
     421: "A Host name this service does not answer (DNS-rebinding protection).",
-    429: "Over the rate limit (retry after the Retry-After header's seconds), or add_memory "
-    "while the extraction queue holds its cap of episodes (queue_full).",
+    429: "Over the rate limit, or add_memory while the extraction queue holds its cap of "
+    "episodes (queue_full); retry after the Retry-After header's seconds.",
     500: "Internal error; the message names the request id of the server log line.",
     502: "The LLM failed (extraction or classification).",
-    503: "The store, the embedder or the LLM is unavailable.",
+    503: "The store, the embedder or the LLM is unavailable; when it passes by itself "
+    "(store_unavailable, embedder_error) the Retry-After header says after how many seconds "
+    "to retry.",
 }

@@ -25,7 +25,6 @@ DuckDB admits one process on a file. While ``workbench serve`` holds the databas
 from __future__ import annotations
 
 import contextlib
-import ipaddress
 import json
 import logging
 import os
@@ -40,6 +39,7 @@ from urllib.parse import urlsplit
 import duckdb
 import httpx
 
+from serving.addresses import is_loopback
 from workbench import errors
 from workbench.config import Settings
 from workbench.store import TABLES as STORE_TABLES
@@ -178,15 +178,6 @@ def process_started(pid: int) -> str | None:
     return out[1].strip()
 
 
-def _loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
-
-
 def read_record(settings: Settings) -> ServiceRecord | None:
     """The record of the live service holding the settings' database, if it can be trusted:
     a private regular file of this user (see :func:`_read_private`), naming this database,
@@ -210,7 +201,7 @@ def read_record(settings: Settings) -> ServiceRecord | None:
     parts = urlsplit(url)
     host = parts.hostname or ""
     if parts.scheme not in ("http", "https") or not (
-        _loopback(host) or host == settings.host.strip("[]")
+        is_loopback(host) or host == settings.host.strip("[]")
     ):
         return _untrusted(
             path, f"points to {url!r}, neither loopback nor the configured host", False

@@ -30,8 +30,8 @@ import uvicorn
 from service.client.live import held_by, remove_record, write_record
 from service.control.bootstrap import freeze_loaded_memory, open_workbench, secrets_of
 from service.control.timeouts import TimedH11Protocol, timed_protocol
+from serving.addresses import is_loopback
 from serving.logs import setup_logging
-from serving.middleware import is_loopback
 from workbench.config import Settings
 from workbench.errors import ConfigError, EmbedderError, StoreLocked, StoreUnavailable
 from workbench.llm.health import LLMHealth

@@ -28,6 +28,7 @@ from litestar import Litestar, MediaType, Request, Response, get, post
 from litestar.exceptions import HTTPException
 from litestar.params import FromPath, RawBody
 
+from serving.errors import retry_headers
 from serving.logs import RequestContextMiddleware
 from workbench.embedding import Embedder, check_texts
 from workbench.embedding.base import embed_queries
@@ -167,10 +168,12 @@ def embeddings_response(
 
 
 def _handle_error(_request: Request, exc: Exception) -> Response:
+    headers: dict[str, str] = {}
     if isinstance(exc, OpenAIError):
         status, body = exc.status, openai_error_body(exc.message, exc.type, exc.param, exc.code)
     elif isinstance(exc, EmbedderError):
         status, body = 503, openai_error_body(exc.message, "server_error", None, exc.kind)
+        headers = retry_headers(exc)
     elif isinstance(exc, HTTPException) and exc.status_code < 500:
         detail = str(exc.detail)
         if exc.status_code == 413:
@@ -180,7 +183,7 @@ def _handle_error(_request: Request, exc: Exception) -> Response:
     else:
         log.error("embedding request failed", exc_info=exc)
         status, body = 500, openai_error_body("internal error", "server_error", None, None)
-    return Response(content=body, status_code=status, media_type=MediaType.JSON)
+    return Response(content=body, status_code=status, media_type=MediaType.JSON, headers=headers)
 
 
 def create_embed_app(

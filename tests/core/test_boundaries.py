@@ -238,6 +238,26 @@ def test_importing_the_core_loads_no_adapter_and_no_model_library():
     assert out.stdout.strip() == "[]"
 
 
+# The live client (the CLI, notebooks) starts without the servers' web stack: what it shares
+# with them comes from serving's leaf modules (``serving.addresses``), never the middleware.
+SERVER_STACK = ("litestar", "uvicorn", "mcp")
+
+
+def loaded_server_stack(module: str) -> list[str]:
+    """The modules of ``SERVER_STACK`` that importing ``module`` loads (in a fresh process)."""
+    code = f"import sys, {module}\nprint([m for m in {SERVER_STACK!r} if m in sys.modules])"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    return ast.literal_eval(out.stdout.strip())
+
+
+def test_importing_the_live_client_loads_no_web_stack():
+    assert loaded_server_stack("service.client.live") == []
+
+
+def test_the_web_stack_rule_would_catch_the_middleware():
+    assert "litestar" in loaded_server_stack("serving.middleware")
+
+
 def test_the_public_api_is_sorted_and_importable():
     assert workbench.__all__ == sorted(workbench.__all__)
     for name in workbench.__all__:

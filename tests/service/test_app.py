@@ -10,7 +10,9 @@ import pytest
 from litestar.testing import TestClient
 from pydantic import SecretStr
 
+from service.api.access import TOKEN_SOURCES
 from service.api.app import create_app, max_body_bytes
+from serving.middleware import bearer_refusal
 from tests.service.svc_helpers import BASE, Tick, assert_error, call, make_settings
 from workbench.facade import Workbench
 from workbench.fakes import rule_llm
@@ -284,8 +286,11 @@ def test_bearer_token_is_required_when_configured(plain_wb):
         assert missing.status_code == 401
         assert missing.headers["www-authenticate"].startswith("Bearer")
         assert_error(missing.json(), "unauthorized", "SVC_KNOWLEDGE_API_TOKEN")
+        # worded once, for the service and the voice server alike
+        assert missing.json()["error"]["message"] == bearer_refusal(False, TOKEN_SOURCES)
         wrong = client.post("/tools/get_status", headers={"Authorization": "Bearer nope"})
         assert_error(wrong.json(), "unauthorized", "invalid")
+        assert wrong.json()["error"]["message"] == bearer_refusal(True, TOKEN_SOURCES)
         assert client.post("/mcp", json={}).status_code == 401
         assert client.get("/schema/openapi.json").status_code == 401
         ok = client.post(

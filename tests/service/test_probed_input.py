@@ -395,6 +395,7 @@ def test_add_memory_at_the_queue_cap_is_a_429_with_the_reason(hash_embedder):
             full = client.post("/tools/add_memory", json={"name": "e3", "episode_body": "three"})
             assert full.status_code == 429
             assert_error(full.json(), "queue_full", "SVC_KNOWLEDGE_MAX_QUEUED_EPISODES=2")
+            assert full.headers["Retry-After"] == "60"  # the queue drains at extraction's pace
             assert call(client, "add_memory", first)["status"] == "queued"  # a retry: no new one
         assert len(wb.get_episodes()["episodes"]) == 2
     finally:

@@ -64,6 +64,7 @@ def _during_outage(service: Service) -> None:
     for response, seconds in adds:
         assert response.status_code == 503, response.text
         assert response.json()["error"]["type"] == "store_unavailable"
+        assert response.headers["Retry-After"] == "1"  # one probe later
         assert "unreachable" in response.json()["error"]["message"]
         assert seconds < FAST, seconds
     health, seconds = timed(lambda: service.http.get("/health"))

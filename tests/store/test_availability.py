@@ -80,3 +80,19 @@ def test_only_errors_of_a_lost_connection_make_the_store_probe():
     assert connection_lost(psycopg.errors.CannotConnectNow())  # 57P03: it is starting
     assert not connection_lost(psycopg.errors.QueryCanceled())  # 57014: a statement timeout
     assert not connection_lost(psycopg.errors.LockNotAvailable())  # 55P03: a lock timeout
+
+
+@pytest.mark.parametrize("interval, seconds", [(0.5, 1), (1.0, 1), (2.5, 3)])
+def test_the_errors_say_to_retry_after_one_probe(interval, seconds):
+    server = Server()
+    state = Availability("db", server.probe, interval=interval)
+    try:
+        assert state.lost("reset").retry_after == seconds  # the server answers: try again
+        server.answers = False
+        down = state.lost("gone")
+        assert isinstance(down, StoreUnavailable) and down.retry_after == seconds
+        with pytest.raises(StoreUnavailable) as raised:
+            state.check()
+        assert raised.value.retry_after == seconds
+    finally:
+        state.close()

@@ -31,7 +31,7 @@ from datetime import timedelta
 from typing import Any, Final, cast
 
 from workbench.clock import Clock
-from workbench.errors import StoreUnavailable
+from workbench.errors import StoreError, StoreUnavailable
 from workbench.ingest.budget import DailyBudget
 from workbench.ingest.group_commit import GroupCommit
 from workbench.ingest.outcomes import Outcomes, QueueGauges
@@ -110,6 +110,7 @@ class Dispatcher:
         self._claim_events = 0
         self._last_claim = 0.0  # monotonic time of the last claim attempt
         self._renewed = time.monotonic()
+        self._store_failing: str | None = None  # what the store last failed with (said once)
 
     # --- the two ways to run the loop ---------------------------------------------------
     def run(self) -> None:
@@ -127,6 +128,11 @@ class Dispatcher:
             claimed, failed = 0, False
             try:
                 claimed = self.turn(stopping)
+                self._store_failing = None
+            except StoreError as exc:  # a full disk: one line when it starts, not each turn
+                if str(exc) != self._store_failing:
+                    log.warning("queue dispatcher: %s", exc)
+                self._store_failing, failed = str(exc), True
             except Exception:  # never let the dispatcher die: log and keep going
                 log.exception("queue dispatcher error")
                 failed = True

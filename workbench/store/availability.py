@@ -11,6 +11,9 @@ for the last in line), and a stop would wait behind them. Instead, one state for
   why; a background thread probes every ``interval`` seconds and, once the server answers,
   lets the pool drop its broken connections (``on_back``) and sets the state *up* again.
 
+Both errors carry ``retry_after`` (HTTP ``Retry-After``): the probe interval rounded up to a
+whole second (1 s at the default 0.5 s), when a retry may find the server back.
+
 ``/health`` reads the state (:meth:`Availability.outage`) and never waits for the server. The
 probe and the clock are injected, so the rules are tested without a server.
 """
@@ -18,6 +21,7 @@ probe and the clock are injected, so the rules are tested without a server.
 from __future__ import annotations
 
 import logging
+import math
 import threading
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -77,7 +81,10 @@ class Availability:
             return self._unavailable(*self._down)
         why = self._probe()
         if why is None:
-            return StoreError(f"the connection to {self.what} failed ({reason}); try again")
+            return StoreError(
+                f"the connection to {self.what} failed ({reason}); try again",
+                retry_after=self.retry_after,
+            )
         with self._lock:
             if self._down is None and not self._closed.is_set():
                 self._down = (self._now(), why)
@@ -92,10 +99,16 @@ class Availability:
             down = self._down or (self._now(), why)
         return self._unavailable(*down)
 
+    @property
+    def retry_after(self) -> int:
+        """Whole seconds after which a retry may find the server back (one probe later)."""
+        return max(1, math.ceil(self.interval))
+
     def _unavailable(self, since: datetime, why: str) -> StoreUnavailable:
         return StoreUnavailable(
             f"{self.what} is unreachable since {since.isoformat(timespec='seconds')} ({why}); "
-            "requests that need it fail until it is back: try again shortly"
+            "requests that need it fail until it is back: try again shortly",
+            retry_after=self.retry_after,
         )
 
     def _start_prober(self) -> None:

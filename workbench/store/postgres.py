@@ -32,7 +32,7 @@ import numpy as np
 
 from workbench.errors import Conflict, DimensionMismatch, StoreError
 from workbench.store.availability import Availability
-from workbench.store.base import DEFAULT_DIM, TABLES, Params, Row, Store
+from workbench.store.base import DEFAULT_DIM, TABLES, Params, Row, Store, disk_full
 from workbench.store.changes import POSTGRES_DDL, TRIGGERS
 from workbench.store.dialect import COMPAT_FUNCTIONS, postgres_params, to_postgres
 
@@ -78,6 +78,9 @@ CONNECTION_OPTIONS = {
 # SQLSTATEs of a connection that is gone: connection exceptions (class 08), the server shutting
 # down or starting (57P01-57P03); an OperationalError without one never reached the server
 _CONNECTION_LOST = ("08", "57P01", "57P02", "57P03")
+# insufficient resources (class 53): disk_full (53100) is a full disk (see ``disk_full``); the
+# others (out of memory, too many connections, a configured limit) pass by themselves
+_RESOURCES = "53"
 
 
 def connection_lost(exc: BaseException) -> bool:
@@ -288,8 +291,16 @@ class PostgresStore(Store):
         try:
             yield
         except errors.OperationalError as exc:
+            if disk_full(exc):  # not stored; not ready until a write goes through again
+                raise self._unwritable() from exc
             if connection_lost(exc):  # the server may be gone: fail fast from now on
                 raise self.availability.lost(_first_line(exc)) from exc
+            if (exc.sqlstate or "").startswith(_RESOURCES):
+                raise StoreError(
+                    f"the database server {self.path} lacks resources ({_first_line(exc)}): "
+                    "the operation was not done; try again shortly",
+                    retry_after=self.availability.retry_after,
+                ) from exc
             raise StoreError(f"database error: {str(exc).strip()}") from exc
         except errors.errors.DeadlockDetected as exc:
             raise StoreError(f"database error: {str(exc).strip()}") from exc
@@ -449,6 +460,7 @@ class PostgresStore(Store):
                     finally:
                         self._depth = 0
                         self._tx_conn, self._tx_thread = None, None
+                self.write_failure = None  # committed: the server takes writes (again)
             except BaseException as exc:
                 self._restore_deferred(self._written)
                 cm.__exit__(type(exc), exc, exc.__traceback__)
