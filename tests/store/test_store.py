@@ -287,15 +287,15 @@ def test_a_read_out_of_memory_under_lean_cache_is_a_memory_error_and_the_engine_
     assert store.fetchone("SELECT current_setting('memory_limit')")[0] == limit
 
     loads = []
-    real = LiveIndexes.rebuild
+    real = LiveIndexes._load
 
-    def rebuild(self):
+    def load(self, snapshots):
         loads.append(store.fetchone("SELECT current_setting('memory_limit')")[0])
         if len(loads) == 1:
             raise MemoryError("as DuckDB's Out of Memory Error under the lean limit")
-        real(self)
+        return real(self, snapshots)
 
-    monkeypatch.setattr(LiveIndexes, "rebuild", rebuild)
+    monkeypatch.setattr(LiveIndexes, "_load", load)
     engine = SearchEngine(store, HashEmbedder(dimensions=8), access_background=False)
     assert loads == ["244.1 MiB", limit]  # loaded again, unbounded
     engine.close()
