@@ -7,8 +7,12 @@
 2. One query in process (p50 / p95) and its round trip through ``workbench embed-server``
    with the ``compat`` client over loopback (``--no-server`` skips it), embedded as a query.
 
+3. With ``--entity-names N``: N entity texts as an import embeds them (``Name (Entity):`` of
+   ``bench_import.py``'s generated names) in one call, lengths batched on every core: the floor
+   of an import whose entities bring no vectors.
+
     .venv/bin/python bench/bench_embed.py [--model NAME] [--backend onnx|torch] [--texts 512]
-        [--queries 200] [--threads 1] [--cache-dir DIR] [--no-server]
+        [--queries 200] [--threads 1] [--cache-dir DIR] [--no-server] [--entity-names 6000]
 """
 
 from __future__ import annotations
@@ -126,6 +130,10 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--cache-dir", default=os.environ.get("WORKBENCH_MODEL_CACHE"))
     parser.add_argument("--no-server", action="store_true", help="skip the embed-server part")
+    parser.add_argument(
+        "--entity-names", type=int, default=0, metavar="N",
+        help="also time N entity texts embedded in one call, as an import does",
+    )  # fmt: skip
     args = parser.parse_args()
     print(
         f"load average: {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} "
@@ -167,6 +175,21 @@ def main() -> None:
     if len(results) == 2:
         overhead = statistics.median(results[1][1]) - statistics.median(local)
         print(f"HTTP overhead p50: {overhead:.1f} ms")
+    if args.entity_names:
+        print(f"entity names, one call: {entity_names(embedder, args.entity_names):.0f} texts/s")
+
+
+def entity_names(embedder: LocalEmbedder, n: int) -> float:
+    """Entity texts a second, embedded as ``workbench import`` embeds new entities."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    from bench_import import entity_name
+
+    from workbench.ingest.records import entity_text
+
+    texts = [entity_text(entity_name(k), "Entity", "") for k in range(20_000, 20_000 + n)]
+    started = time.perf_counter()
+    embedder.embed(texts)
+    return n / (time.perf_counter() - started)
 
 
 if __name__ == "__main__":
