@@ -86,16 +86,7 @@ def insert_new_vectors(
     matrix = np.ascontiguousarray(vectors, dtype=np.float32)
     if matrix.ndim != 2 or matrix.shape != (len(uuids), store.dim):
         raise ValueError(f"{matrix.shape} vectors for {len(uuids)} rows of {store.dim} dimensions")
-    frame = pa.table(
-        {
-            "uuid": pa.array(list(uuids), pa.string()),
-            "model": pa.array([model] * len(uuids), pa.string()),
-            "vector": pa.FixedSizeListArray.from_arrays(
-                pa.array(matrix.reshape(-1), pa.float32()), matrix.shape[1]
-            ),
-        }
-    )
-    store.insert_arrow(f"{kind}_embeddings", frame)
+    store.insert_arrow(f"{kind}_embeddings", graph.vector_frame(uuids, matrix, model))
 
 
 def _frame(rows: Sequence[Mapping[str, Any]], columns: Mapping[str, pa.DataType]) -> pa.Table:

@@ -462,6 +462,21 @@ def insert_embeddings(
     insert_vectors(store, f"{kind}_embeddings", uuids, vectors, model, store.dim)
 
 
+def vector_frame(uuids: Sequence[str], vectors: np.ndarray, model: str) -> pa.Table:
+    """The (uuid, model, vector) rows of an embeddings table as an Arrow table: the vectors
+    (one a row) as a fixed-size list of float32."""
+    matrix = np.asarray(vectors, dtype=np.float32)
+    return pa.table(
+        {
+            "uuid": pa.array(list(uuids), pa.string()),
+            "model": pa.array([model] * len(uuids), pa.string()),
+            "vector": pa.FixedSizeListArray.from_arrays(
+                pa.array(matrix.reshape(-1), pa.float32()), matrix.shape[1]
+            ),
+        }
+    )
+
+
 def insert_vectors(
     store: Store,
     table: str,
@@ -476,15 +491,7 @@ def insert_vectors(
         return
     vectors = np.asarray(vectors, dtype=np.float32)
     dim = dim or vectors.shape[1]
-    frame = pa.table(
-        {
-            "uuid": pa.array(list(uuids), pa.string()),
-            "model": pa.array([model] * len(uuids), pa.string()),
-            "vector": pa.FixedSizeListArray.from_arrays(
-                pa.array(vectors.reshape(-1), pa.float32()), vectors.shape[1]
-            ),
-        }
-    )
+    frame = vector_frame(uuids, vectors, model)
     name = f"_incoming_{table}"
     with store.transaction():
         store.register(name, frame)
