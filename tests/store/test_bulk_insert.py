@@ -131,3 +131,46 @@ def test_a_duckdb_import_commits_without_checkpoints_and_checkpoints_once_at_its
         assert store.fetchone("SELECT count(*) FROM entity_embeddings")[0] == 7 * 2048
     finally:
         store.close()
+
+
+def test_a_registered_frame_reads_back_as_written(store):
+    """``Store.register`` (the live writes' vectors, restores, access updates): on PostgreSQL a
+    binary COPY of the same encoding where every column has one, else a row at a time (a
+    list of varying size); either way every value reads back as it was."""
+    import pyarrow as pa
+
+    vectors = np.random.default_rng(3).normal(size=(3, DIM)).astype(np.float32)
+    frame = pa.table(
+        {
+            "name": pa.array(["Zoë \t\\", None, "東京"], pa.string()),
+            "at": pa.array(
+                [
+                    datetime(1901, 1, 1, tzinfo=UTC),
+                    None,
+                    datetime(2026, 3, 1, 12, 0, 0, 123_456, tzinfo=UTC),
+                ],
+                pa.timestamp("us", "UTC"),
+            ),  # fmt: skip
+            "n": pa.array([1, None, 2**40], pa.int64()),
+            "x": pa.array([0.1, -2.5, None], pa.float64()),
+            "ok": pa.array([True, None, False], pa.bool_()),
+            "vector": pa.FixedSizeListArray.from_arrays(pa.array(vectors.reshape(-1)), DIM),
+        }
+    )
+    ragged = pa.table({"name": ["a", "b"], "parts": pa.array([[1.5], [2.5, 3.5]],
+                                                          pa.list_(pa.float64()))})  # fmt: skip
+    for name, table in (("_t_frame", frame), ("_t_ragged", ragged)):
+        with store.transaction():
+            store.register(name, table)
+            try:
+                back = store.fetch_arrow(f"SELECT * FROM {name}")
+            finally:
+                store.unregister(name)
+        for column in table.column_names:
+            got, want = back.column(column).to_pylist(), table.column(column).to_pylist()
+            if column == "vector":
+                assert np.array_equal(np.asarray(got, np.float32), vectors)
+            elif column == "at":
+                assert [g and g.astimezone(UTC) for g in got] == want
+            else:
+                assert got == want, column

@@ -387,10 +387,16 @@ class PostgresStore(Store):
         table = frame if isinstance(frame, pa.Table) else pa.Table.from_pandas(frame)
         columns = [(field.name, _pg_type(field.type)) for field in table.schema]
         ddl = ", ".join(f'"{n}" {t}' for n, t in columns)
+        data = _binary_copy(table, [t for _, t in columns])
         with self._connection() as con, self._translated_errors():
             con.execute(f'DROP TABLE IF EXISTS "{name}"')
             con.execute(f'CREATE TEMP TABLE "{name}" ({ddl})')
             names = ", ".join(f'"{n}"' for n, _ in columns)
+            if data is not None:  # encoded column by column, as insert_arrow writes
+                binary = f'COPY "{name}" ({names}) FROM STDIN (FORMAT BINARY)'
+                with con.cursor().copy(binary) as copy:
+                    copy.write(data)
+                return
             with con.cursor().copy(f'COPY "{name}" ({names}) FROM STDIN') as copy:
                 copy.set_types([t for _, t in columns])
                 for row in zip(*(table.column(i).to_pylist() for i in range(len(columns)))):
@@ -615,6 +621,29 @@ class Listener:
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip()
     return text.splitlines()[0] if text else type(exc).__name__
+
+
+# the names ``_pg_type`` gives, as ``format_type`` (and so :mod:`~workbench.store.pg_copy`)
+# names them
+_FORMAT_NAMES = {"timestamptz": "timestamp with time zone",
+                 "timestamp": "timestamp without time zone"}  # fmt: skip
+
+
+def _binary_copy(table: pa.Table, pg_types: Sequence[str]) -> bytes | None:
+    """``table`` as the input of a binary ``COPY`` into columns of these types
+    (:mod:`~workbench.store.pg_copy`: vectors as their float32 bits, not a text a float);
+    None when a column has no binary encoding there (written a row at a time instead)."""
+    import pyarrow as pa
+
+    from workbench.store import pg_copy
+
+    names = [_FORMAT_NAMES.get(t, t) for t in pg_types]
+    if not table.num_rows or not all(pg_copy.supported(t) for t in names):
+        return None
+    try:
+        return pg_copy.payload(table, names)
+    except (ValueError, pa.ArrowInvalid, pa.ArrowTypeError):  # e.g. a list of varying size
+        return None
 
 
 def _pg_type(arrow_type: pa.DataType) -> str:
