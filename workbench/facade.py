@@ -94,7 +94,7 @@ class Workbench:
         self.search = SearchEngine(store, BatchingEmbedder(embedder), metrics, clock, settings)
         # every writer of entities and facts publishes through it, and the queue claims
         # under its gate: extraction reads the graph from the engine's rows
-        self.publisher = self.search.publisher
+        self.publisher = self.search.indexes.publisher
         ctx = IngestContext(store, metrics, clock, chat, embedder, self.publisher, settings)
         self.pipeline = EpisodePipeline(ctx)
         budget = settings.group_daily_budget_usd
@@ -165,7 +165,7 @@ class Workbench:
         """Graceful stop: finish or release in-flight episodes, flush access updates."""
         self.queue.stop(timeout)
         self.scheduler.stop()
-        self.search.flush()
+        self.search.indexes.flush()
         self.store.checkpoint()
 
     def close(self) -> None:

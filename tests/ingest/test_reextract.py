@@ -94,7 +94,7 @@ def test_promote_swaps_the_graph_and_carries_accesses_over(built, fake_llm, tmp_
     wb = built
     tom = wb.store.fetchone("SELECT uuid FROM entities WHERE name = 'Tom'")[0]
     wb.store.execute("UPDATE entities SET access_count = 7, importance = 5 WHERE uuid = ?", [tom])
-    wb.search.refresh_states()
+    wb.search.indexes.refresh_states()
     runs = wb.reextraction(other_settings(fake_llm), tmp_path)
     run_id = runs.run("tom")["run_id"]
     out = wb.reextraction(shadow_dir=tmp_path).promote(run_id)

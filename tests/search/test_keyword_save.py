@@ -147,10 +147,10 @@ def test_the_engine_reopens_its_saved_keywords_caught_up_with_the_store(tmp_path
             ("fact.keywords.npz", True),
             ("passage.keywords.npz", False),
         ]
-        found = [u for u, *_ in second.keywords["fact"].search("greyhound", 5)]
+        found = [u for u, *_ in second.indexes.keywords["fact"].search("greyhound", 5)]
         assert found == [late["uuid"]]
-        assert facts[0]["uuid"] not in second.keywords["fact"]
-        assert len(second.keywords["fact"]) == 30
+        assert facts[0]["uuid"] not in second.indexes.keywords["fact"]
+        assert len(second.indexes.keywords["fact"]) == 30
     finally:
         second.close()
         store.close()

@@ -125,7 +125,7 @@ def test_an_index_unchanged_since_its_save_is_not_saved_again(tmp_path, monkeypa
     store.close()
     assert saved == ["entity", "entity"]
     store, engine = _open(location)  # a change without a new vector saves too
-    engine.on_upsert("entity", [{"uuid": engine.rows["entity"].uuids()[0]}])
+    engine.indexes.on_upsert("entity", [{"uuid": engine.indexes.rows["entity"].uuids()[0]}])
     engine.close()
     store.close()
     assert saved == ["entity"] * 3
@@ -134,7 +134,7 @@ def test_an_index_unchanged_since_its_save_is_not_saved_again(tmp_path, monkeypa
 def _write(engine, rows: list[dict]) -> None:
     """Write and tell the engine under the publish gate, as ingestion does (a save reads the
     newest vector write between two such writes)."""
-    with engine.publisher:
+    with engine.indexes.publisher:
         add(engine, "entity", rows)
 
 
@@ -145,7 +145,7 @@ def test_periodic_saves_save_what_changed_and_only_that(tmp_path, monkeypatch):
     store, engine = _open(location, settings=settings)
     try:
         _write(engine, [entity(f"Note {i}", f"tea note {i}") for i in range(80)])
-        manifest = engine.graph_dir / "entity.json"
+        manifest = engine.indexes.saves.folder / "entity.json"
         deadline = time.monotonic() + 10
         while not manifest.is_file() and time.monotonic() < deadline:
             time.sleep(0.05)

@@ -123,7 +123,7 @@ class Shadow:
             self.store, embedder, metrics, clock, settings, graph_dir=False, access_background=False
         )
         ctx = IngestContext(
-            self.store, metrics, clock, self.chat, embedder, self.search.publisher, settings
+            self.store, metrics, clock, self.chat, embedder, self.search.indexes.publisher, settings
         )
         self.pipeline = EpisodePipeline(ctx)
         self.queue = EpisodeQueue(
