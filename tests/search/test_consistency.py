@@ -15,7 +15,7 @@ from workbench.clock import ManualClock
 from workbench.index import live as live_module
 from workbench.index import rows as search_cache
 from workbench.index import saves as saves_module
-from workbench.index import vector_saves
+from workbench.index import vector_graph
 from workbench.ingest.reads import CachedReads
 from workbench.metrics import Metrics
 from workbench.search.engine import SearchEngine
@@ -176,7 +176,7 @@ def test_hnsw_graph_is_saved_and_reused_only_when_the_vectors_match(db, hash_emb
     )
     try:
         index = engine.indexes.vectors["fact"]
-        assert index.uses_ann and index._builder is None  # reused: no rebuild
+        assert index.uses_ann and index.graph._builder is None  # reused: no rebuild
         assert ranking(engine.search_facts("note 7 tea"))[:3] == before[:3]
         store.execute("DELETE FROM facts WHERE uuid = ?", [rows[0]["uuid"]])
     finally:
@@ -190,7 +190,7 @@ def test_hnsw_graph_is_saved_and_reused_only_when_the_vectors_match(db, hash_emb
     try:  # the store changed behind the saved graph: it is not trusted
         assert rows[0]["uuid"] not in engine.indexes.vectors["fact"]
         assert engine.indexes.vectors["fact"].wait_ready(60)
-        assert len(engine.indexes.vectors["fact"]._ann) == 119
+        assert len(engine.indexes.vectors["fact"].slots._ann) == 119
     finally:
         engine.close()
         store.close()
@@ -215,13 +215,13 @@ def test_a_graph_built_in_the_background_is_saved_at_once_for_a_process_killed_l
     later = add(engine, "fact", [fact("Sam note written after the save", sam, sam)])
     before = ranking(engine.search_facts("note 7 tea"))
     engine.indexes.tracker.close()  # what a killed process wrote is in the store; no clean stop
-    engine.indexes.vectors["fact"].on_built = None
+    engine.indexes.vectors["fact"].graph.on_built = None
     engine2 = SearchEngine(  # a new start on the same file
         store, hash_embedder, Metrics(), ManualClock(T0), access_background=False, ann_threshold=50
     )
     try:
         index = engine2.indexes.vectors["fact"]
-        assert index.uses_ann and index._builder is None  # opened and caught up, not rebuilt
+        assert index.uses_ann and index.graph._builder is None  # opened and caught up, not rebuilt
         assert later[0]["uuid"] in index and later[0]["uuid"] in engine2.indexes.keywords["fact"]
         assert ranking(engine2.search_facts("note 7 tea"))[:3] == before[:3]
     finally:
@@ -237,7 +237,7 @@ def test_a_saved_graph_built_with_other_hnsw_parameters_is_rebuilt(db, hash_embe
     add(engine, "fact", [fact(f"Sam note number {i} about tea", sam, sam) for i in range(120)])
     engine.indexes.rebuild()
     assert engine.indexes.vectors["fact"].wait_ready(60)
-    assert engine.indexes.vectors["fact"]._ann.connectivity != 8
+    assert engine.indexes.vectors["fact"].slots._ann.connectivity != 8
     engine.close()
     store.close()
 
@@ -254,7 +254,7 @@ def test_a_saved_graph_built_with_other_hnsw_parameters_is_rebuilt(db, hash_embe
     try:  # same vectors, other parameters: not reused
         index = engine.indexes.vectors["fact"]
         assert index.wait_ready(60) and index.uses_ann
-        assert index._ann.connectivity == 8 and len(index._ann) == 120
+        assert index.slots._ann.connectivity == 8 and len(index.slots._ann) == 120
     finally:
         engine.close()
         store.close()
@@ -465,8 +465,8 @@ def test_a_saved_graph_catches_up_with_what_the_store_changed_after_it(db, hash_
     store, engine = reopen_with_graphs(db, hash_embedder)
     try:
         index = engine.indexes.vectors["entity"]
-        assert index.uses_ann and index._builder is None  # caught up, not rebuilt
-        assert len(index._ann) == len(index) == 121 and index._ann_tombstones == 3
+        assert index.uses_ann and index.graph._builder is None  # caught up, not rebuilt
+        assert len(index.slots._ann) == len(index) == 121 and index.graph._ann_tombstones == 3
         for row in new:
             assert index.search(index.vector(row["uuid"]), 1)[0][0] == row["uuid"]
         assert index.search(moved, 1)[0] == (changed, pytest.approx(1.0, abs=1e-3))
@@ -514,7 +514,7 @@ def test_a_save_records_the_newest_vector_write_only_between_writes(db, hash_emb
 
 
 def test_a_saved_graph_far_behind_the_store_is_rebuilt(db, hash_embedder, monkeypatch):
-    monkeypatch.setattr(vector_saves, "TOMBSTONE_LIMIT", 10)
+    monkeypatch.setattr(vector_graph, "TOMBSTONE_LIMIT", 10)
     store, _ = saved_graph_of_notes(db, hash_embedder)
     store.execute("DELETE FROM entity_embeddings WHERE uuid IN "
                   "(SELECT uuid FROM entities ORDER BY name LIMIT 60)")  # fmt: skip
@@ -523,8 +523,8 @@ def test_a_saved_graph_far_behind_the_store_is_rebuilt(db, hash_embedder, monkey
     try:
         index = engine.indexes.vectors["entity"]
         assert len(index) == 60
-        assert index.wait_ready(60) and index.uses_ann and index._ann_tombstones == 0
-        assert len(index._ann) == 60
+        assert index.wait_ready(60) and index.uses_ann and index.graph._ann_tombstones == 0
+        assert len(index.slots._ann) == 60
     finally:
         engine.close()
         store.close()

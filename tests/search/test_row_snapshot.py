@@ -132,7 +132,9 @@ def test_a_replica_starts_from_the_saved_rows_and_catches_up(
         assert not set(full_reads) & set(GRAPHED)  # the snapshots served
         assert not set(numbered) & set(GRAPHED)  # and the graphs, no vector number read
         index = engine_b.indexes.vectors["entity"]
-        assert index.uses_ann and sorted(index.uuids()) == sorted(engine_b.indexes.rows["entity"].uuids())
+        assert index.uses_ann and sorted(index.uuids()) == sorted(
+            engine_b.indexes.rows["entity"].uuids()
+        )
         assert index.search(vector[0], 1)[0][0] == moved
         # the keyword indexes saved with them are not compared document by document
         assert any(compared) != keywords_saved  # (passages: none, and no save)
@@ -140,7 +142,10 @@ def test_a_replica_starts_from_the_saved_rows_and_catches_up(
         assert gone not in kept and people[3]["uuid"] not in kept and len(kept) == 78
         assert [u for u, *_ in engine_b.indexes.keywords["entity"].search("basalt", 5)]
         assert gone not in engine_b.indexes.rows["entity"]
-        assert engine_b.indexes.rows["entity"].value(people[3]["uuid"], "summary") == "drinks coffee now"
+        assert (
+            engine_b.indexes.rows["entity"].value(people[3]["uuid"], "summary")
+            == "drinks coffee now"
+        )
         assert engine_b.indexes.rows["fact"].value(facts[5]["uuid"], "invalid_at") is not None
         assert_current(engine_b, b)
         assert [u for u, *_ in engine_b.indexes.keywords["entity"].search("coffee", 5)] == [
@@ -196,7 +201,9 @@ def test_a_promote_after_the_save_is_swapped_in_from_the_snapshot(pg_location):
             a.execute("UPDATE entities SET summary = 'new generation' WHERE group_id = 'main'")
             log_sql.log_generation(a, "main")
         engine_b = _engine(b)
-        assert engine_b.indexes.rows["entity"].value(people[9]["uuid"], "summary") == "new generation"
+        assert (
+            engine_b.indexes.rows["entity"].value(people[9]["uuid"], "summary") == "new generation"
+        )
         assert_current(engine_b, b)
     finally:
         for engine in (engine_b, engine_a):

@@ -75,7 +75,7 @@ def test_a_new_replica_starts_from_the_saved_graph_and_catches_up(pg_location):
 
         engine_b = _engine(b)
         index = engine_b.indexes.vectors["entity"]
-        assert index.uses_ann and index._builder is None  # loaded, not rebuilt
+        assert index.uses_ann and index.graph._builder is None  # loaded, not rebuilt
         assert len(index) == 123
         for row in [notes[0], *later]:
             assert found(index, engine_a, row["uuid"])
@@ -84,7 +84,7 @@ def test_a_new_replica_starts_from_the_saved_graph_and_catches_up(pg_location):
         engine_a.indexes.replica_sync.catch_up()
         engine_b.indexes.replica_sync.catch_up()
         assert found(engine_b.indexes.vectors["entity"], engine_a, last["uuid"])
-        folder = engine_b.graph_dir
+        folder = engine_b.indexes.saves.folder
         assert folder is not None and folder.is_dir()
     finally:
         for engine in (engine_b, engine_a):

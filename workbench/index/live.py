@@ -487,7 +487,7 @@ class LiveIndexes:
             self._closed = True
         self.tracker.close()
         for kind in KINDS:
-            self.vectors[kind].on_built = None
+            self.vectors[kind].graph.on_built = None
             self.vectors[kind].close()  # a graph still being built is called off
             self.save(kind)
         self.saves.closed()

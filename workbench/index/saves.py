@@ -175,7 +175,7 @@ class IndexSaves:
                     taken = dataclasses.replace(taken, keywords=digest)
                 extra = self._write_rows(kind, rows, taken)
                 try:
-                    saved = vectors.save_graph(self.folder, kind, seq, extra)
+                    saved = vectors.saves.save_graph(self.folder, kind, seq, extra)
                 except OSError:
                     log.exception("saving the %s graph failed (rebuilt at open)", kind)
                 else:
