@@ -53,7 +53,9 @@ import numpy as np
 from workbench.clock import Clock
 from workbench.config import Settings
 from workbench.errors import InvalidInput, LLMNotConfigured, NotFound
+from workbench.index.live import LiveIndexes
 from workbench.index.publish import Publisher, Upsert
+from workbench.index.saves import IndexSaves
 from workbench.ingest.context import IngestContext
 from workbench.ingest.episode_queue import EpisodeQueue, QueueConfig
 from workbench.ingest.generations import (
@@ -69,7 +71,6 @@ from workbench.ingest.pipeline import NO_LLM, EpisodePipeline
 from workbench.llm.client import build_chat_model
 from workbench.llm.pricing import PriceTable
 from workbench.metrics import Metrics
-from workbench.search import SearchEngine
 from workbench.store import Store
 from workbench.store import changes as log_sql
 from workbench.store import graph as g
@@ -110,7 +111,7 @@ class Shadow:
         self.clock = clock
         self.settings = settings
         self.chat = None
-        self.search: SearchEngine | None = None
+        self.indexes: LiveIndexes | None = None
         if not with_llm:
             return
         self.chat = build_chat_model(settings, metrics=metrics, store=self.store, clock=clock)
@@ -119,11 +120,12 @@ class Shadow:
             raise LLMNotConfigured(NO_LLM)
         if live_chat is not None:
             self.chat.share_limits(live_chat)
-        self.search = SearchEngine(
-            self.store, embedder, metrics, clock, settings, graph_dir=False, access_background=False
+        # the shadow's own indexes (extraction reads its graph from them), never saved
+        self.indexes = LiveIndexes(
+            self.store, metrics, IndexSaves(self.store, None), access_background=False
         )
         ctx = IngestContext(
-            self.store, metrics, clock, self.chat, embedder, self.search.indexes.publisher, settings
+            self.store, metrics, clock, self.chat, embedder, self.indexes.publisher, settings
         )
         self.pipeline = EpisodePipeline(ctx)
         self.queue = EpisodeQueue(
@@ -163,9 +165,9 @@ class Shadow:
         return rx.table_rows(self.store, "entities"), rx.table_rows(self.store, "facts")
 
     def close(self) -> None:
-        if self.search is not None:
+        if self.indexes is not None:
             self.pipeline.close()
-            self.search.close()
+            self.indexes.close()
         self.store.close()
 
     def __enter__(self) -> Shadow:
