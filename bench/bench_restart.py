@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 from bench_search import build_store, clustered
 
-from workbench.index.vectors import load_index
+from workbench.index.vector.index import load_index
 
 
 def recall(index, exact, queries: np.ndarray, k: int = 10) -> float:

@@ -15,7 +15,7 @@ from workbench.clock import ManualClock
 from workbench.index import live as live_module
 from workbench.index import rows as search_cache
 from workbench.index import saves as saves_module
-from workbench.index import vector_graph
+from workbench.index.vector import graph as vector_graph
 from workbench.ingest.reads import CachedReads
 from workbench.metrics import Metrics
 from workbench.search.engine import SearchEngine

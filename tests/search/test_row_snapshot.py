@@ -17,7 +17,7 @@ from workbench.clock import ManualClock
 from workbench.decay.rules import DecayPolicy
 from workbench.fakes.embedder import HashEmbedder
 from workbench.index import row_snapshot, saves
-from workbench.index.bm25 import KeywordIndex
+from workbench.index.keyword.bm25 import KeywordIndex
 from workbench.index.rows import RowCache
 from workbench.metrics import Metrics
 from workbench.search.engine import SearchEngine

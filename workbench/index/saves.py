@@ -27,10 +27,10 @@ from typing import TYPE_CHECKING
 
 from workbench.errors import StoreUnavailable
 from workbench.index import row_snapshot, shared_saves
-from workbench.index.bm25 import KeywordIndex
+from workbench.index.keyword.bm25 import KeywordIndex
 from workbench.index.row_snapshot import Stamp
 from workbench.index.rows import RowCache
-from workbench.index.vectors import VectorIndex
+from workbench.index.vector.index import VectorIndex
 from workbench.store import Store, saved_indexes
 from workbench.store import changes as changes_sql
 from workbench.store import search as sql

@@ -30,7 +30,7 @@ from datetime import datetime
 from typing import Any
 
 from workbench.errors import InvalidInput
-from workbench.index.bm25 import tokenize
+from workbench.index.keyword.bm25 import tokenize
 from workbench.index.rows import RowCache
 from workbench.search.engine import SearchEngine
 from workbench.search.filters import (

@@ -8,7 +8,7 @@ import random
 import numpy as np
 import pytest
 
-from workbench.index.bm25 import KeywordIndex, stem, tokenize
+from workbench.index.keyword.bm25 import KeywordIndex, stem, tokenize
 
 
 @pytest.mark.parametrize(
@@ -272,7 +272,7 @@ def test_likely_top_always_holds_the_k_best(seed):
     """The threshold taken from a sample must never drop one of the ``k`` best: on random
     scores with many zeros, ties and a few outliers, every score above the k-th best is
     among the returned positions and at least ``k`` positive ones come back."""
-    from workbench.index.bm25 import _likely_top
+    from workbench.index.keyword.bm25 import _likely_top
 
     rng = np.random.default_rng(seed)
     n = int(rng.integers(20_000, 120_000))
@@ -323,7 +323,7 @@ def test_dense_queries_on_a_large_index_rank_exactly():
 def test_likely_top_falls_back_when_the_sample_overestimates():
     """High scores sitting exactly on the sampled positions make the threshold keep fewer
     than ``k``: then every positive position must come back."""
-    from workbench.index.bm25 import _likely_top
+    from workbench.index.keyword.bm25 import _likely_top
 
     n, k = 40_960, 50
     scores = np.ones(n, dtype=np.float32)
@@ -374,7 +374,7 @@ def test_common_words_are_added_only_where_they_can_change_the_top_exactly(query
 
 
 def test_chinese_and_japanese_are_indexed_as_character_pairs():
-    from workbench.index.bm25 import KeywordIndex, tokenize
+    from workbench.index.keyword.bm25 import KeywordIndex, tokenize
 
     assert tokenize("王芳对花生过敏。") == ["王芳", "芳对", "对花", "花生", "生过", "过敏"]
     assert tokenize("抹茶ラテ and Kyoto") == ["抹茶", "茶ラ", "ラテ", "kyoto"]

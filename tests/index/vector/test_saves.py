@@ -10,8 +10,9 @@ import numpy as np
 import pytest
 
 from tests.search.helpers import entity, insert, write_embeddings
-from workbench.index import vector_graph, vector_saves
-from workbench.index.vectors import load_index
+from workbench.index.vector import graph as vector_graph
+from workbench.index.vector import saves as vector_saves
+from workbench.index.vector.index import load_index
 from workbench.store import search as search_sql
 from workbench.store.search import latest_vector_seq
 

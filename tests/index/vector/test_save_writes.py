@@ -12,11 +12,11 @@ import numpy as np
 import pytest
 
 from tests.search.helpers import add, entity, write_embeddings
-from tests.search.test_saved_vectors import clustered, open_index
+from tests.index.vector.test_saves import clustered, open_index
 from workbench.config import Settings
 from workbench.fakes.embedder import HashEmbedder
-from workbench.index import vector_saves
-from workbench.index.vector_saves import GraphSaves
+from workbench.index.vector import saves as vector_saves
+from workbench.index.vector.saves import GraphSaves
 from workbench.store import Store
 
 N = 300

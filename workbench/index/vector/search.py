@@ -1,5 +1,5 @@
 """Searching a vector index: exact over the matrix while small or for a small group, else
-through the HNSW graph with an exact re-rank (the rules in :mod:`workbench.index.vectors`)."""
+through the HNSW graph with an exact re-rank (the rules in :mod:`workbench.index.vector.index`)."""
 
 from __future__ import annotations
 
@@ -8,12 +8,12 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from workbench.index.vector_math import (
+from workbench.index.arrays import (
     one_blas_thread,
     top_positions,
     unit_rows,
 )
-from workbench.index.vector_slots import SUBSET_CACHE_BYTES, VectorSlots
+from workbench.index.vector.slots import SUBSET_CACHE_BYTES, VectorSlots
 
 __all__ = ["Allowed", "VectorSearch"]
 
@@ -23,7 +23,7 @@ Predicate = Callable[[str], bool] | None
 
 
 class VectorSearch:
-    """The searches of a :class:`~workbench.index.vectors.VectorIndex`, over its slots."""
+    """The searches of a :class:`~workbench.index.vector.index.VectorIndex`, over its slots."""
 
     def __init__(
         self,

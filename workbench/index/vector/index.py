@@ -3,8 +3,7 @@
 DuckDB (``entity_embeddings`` / ``fact_embeddings``) is the source of truth; this index is a
 cache loaded at open (:func:`load_index`) and kept in step by the search engine's
 ``on_upsert`` / ``on_delete``. Its parts, each held by the index: the slots
-(``vector_slots``), the graph's build (``vector_graph``), searches (``vector_search``) and
-saves (``vector_saves``).
+(``slots``), the graph's build (``graph``), searches (``search``) and saves (``saves``).
 
 How it searches (figures in ``docs/performance.md``, "The vector index"):
 
@@ -64,32 +63,32 @@ from typing import TYPE_CHECKING, Any, cast
 import numpy as np
 
 from workbench.errors import InvalidInput
-from workbench.index.vector_graph import GraphBuild
-from workbench.index.vector_math import (
+from workbench.index.arrays import (
     row_prints,
     unit_rows,
 )
-from workbench.index.vector_saves import GraphSaves, saved_graph
-from workbench.index.vector_search import Allowed, VectorSearch
-from workbench.index.vector_slots import VectorSlots
+from workbench.index.vector.graph import GraphBuild
+from workbench.index.vector.saves import GraphSaves, saved_graph
+from workbench.index.vector.search import Allowed, VectorSearch
+from workbench.index.vector.slots import VectorSlots
 
 if TYPE_CHECKING:
     from workbench.store import Store
 
 __all__ = ["Allowed", "KINDS", "VectorIndex", "load_index"]
 
-log = logging.getLogger("workbench.index.vectors")
+log = logging.getLogger("workbench.index.vector.index")
 
 KINDS = ("entity", "fact", "passage")
 
 
 class VectorIndex:
     """Exact-then-approximate cosine index over unit vectors, keyed by uuid. It holds its
-    parts: the slots (:attr:`slots`, a :class:`~workbench.index.vector_slots.VectorSlots`),
+    parts: the slots (:attr:`slots`, a :class:`~workbench.index.vector.slots.VectorSlots`),
     the HNSW graph's build (:attr:`graph`, a
-    :class:`~workbench.index.vector_graph.GraphBuild`), the searches (:attr:`searches`, a
-    :class:`~workbench.index.vector_search.VectorSearch`) and the saves (:attr:`saves`, a
-    :class:`~workbench.index.vector_saves.GraphSaves`); here the writes, which touch the
+    :class:`~workbench.index.vector.graph.GraphBuild`), the searches (:attr:`searches`, a
+    :class:`~workbench.index.vector.search.VectorSearch`) and the saves (:attr:`saves`, a
+    :class:`~workbench.index.vector.saves.GraphSaves`); here the writes, which touch the
     slots and the graph together."""
 
     def __init__(

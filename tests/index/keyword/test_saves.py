@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from workbench.index.bm25 import KeywordIndex
+from workbench.index.keyword.bm25 import KeywordIndex
 
 WORDS = "maria tom acme globex berlin munich python neovim atlas project lives works uses".split()
 
@@ -157,7 +157,7 @@ def test_the_engine_reopens_its_saved_keywords_caught_up_with_the_store(tmp_path
 
 
 def test_text_prints_are_stable_and_see_every_changed_byte():
-    from workbench.index.vector_math import text_prints
+    from workbench.index.arrays import text_prints
 
     rng = random.Random(4)
     texts = ["", "a", "Maria lives in Berlin", "Maria lives in Berlín", "中文 text", ""]

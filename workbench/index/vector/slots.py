@@ -10,10 +10,10 @@ from typing import Any
 
 import numpy as np
 
-from workbench.index.file_rows import FileRows
-from workbench.index.vector_math import (
+from workbench.index.arrays import (
     grow,
 )
+from workbench.index.vector.file_rows import FileRows
 
 __all__ = ["SUBSET_CACHE_BYTES", "Slots", "VectorSlots"]
 
@@ -27,7 +27,7 @@ class VectorSlots:
     """The vectors of one index, one slot each: a matrix (float32, or float16 while a graph
     serves; memory-mapped from a saved file once saved), each slot's uuid, group code and
     fingerprint, the free slots, a cache of group subsets, and the HNSW graph over the slots
-    while one serves. The state the parts of a :class:`~workbench.index.vectors.VectorIndex`
+    while one serves. The state the parts of a :class:`~workbench.index.vector.index.VectorIndex`
     share (its graph build, searches and saves each hold these slots); every method expects
     the caller to hold :attr:`_lock`."""
 

@@ -2,7 +2,7 @@
 the store (a cache: the store keeps the vectors). :meth:`GraphSaves.save_graph` writes the graph,
 a fingerprint of each slot's vector and the float16 vectors, then the manifest that makes the
 save count; :meth:`GraphSaves.restore` / :meth:`GraphSaves.restore_changed` open it and catch
-it up (see :func:`workbench.index.vectors.load_index`)."""
+it up (see :func:`workbench.index.vector.index.load_index`)."""
 
 from __future__ import annotations
 
@@ -18,14 +18,14 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from workbench.index.file_rows import open_rows
-from workbench.index.vector_graph import TOMBSTONE_LIMIT, GraphBuild, tombstone_limit
-from workbench.index.vector_math import (
+from workbench.index.arrays import (
     positions_in,
     row_prints,
     unit_rows,
 )
-from workbench.index.vector_slots import VectorSlots
+from workbench.index.vector.file_rows import open_rows
+from workbench.index.vector.graph import TOMBSTONE_LIMIT, GraphBuild, tombstone_limit
+from workbench.index.vector.slots import VectorSlots
 
 if TYPE_CHECKING:
     from workbench.store import Store
@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 __all__ = ["SPOT_CHECKS", "TOMBSTONE_LIMIT", "GraphSaves", "SavedGraph", "saved_graph",
            "tombstone_limit"]  # fmt: skip
 
-log = logging.getLogger("workbench.index.vector_saves")
+log = logging.getLogger("workbench.index.vector.saves")
 
 # saved vectors a numbered restore compares with the store's, beyond those written since
 SPOT_CHECKS = 256
@@ -58,7 +58,7 @@ class SavedGraph:
 
 
 class GraphSaves:
-    """The saving and restoring of a :class:`~workbench.index.vectors.VectorIndex`'s graph:
+    """The saving and restoring of a :class:`~workbench.index.vector.index.VectorIndex`'s graph:
     of its slots and the graph its build serves."""
 
     def __init__(self, slots: VectorSlots, graph: GraphBuild):

@@ -33,9 +33,9 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from workbench.index.keyword_documents import K1, B, KeywordDocuments
-from workbench.index.tokens import STOP_WORDS, document_prints, stem, tokenize
-from workbench.index.vector_math import positions_in, top_positions
+from workbench.index.arrays import positions_in, top_positions
+from workbench.index.keyword.documents import K1, B, KeywordDocuments
+from workbench.index.keyword.tokens import STOP_WORDS, document_prints, stem, tokenize
 
 __all__ = ["B", "K1", "STOP_WORDS", "KeywordIndex", "stem", "tokenize"]
 
@@ -49,7 +49,7 @@ SAVE_VERSION = 2  # 2: documents' fingerprints by text_prints (1: blake2b, one c
 class KeywordIndex:
     """Incremental BM25 over documents keyed by uuid, with a group per document. It holds its
     documents and their postings (:attr:`docs`, a
-    :class:`~workbench.index.keyword_documents.KeywordDocuments`); here their scoring, search,
+    :class:`~workbench.index.keyword.documents.KeywordDocuments`); here their scoring, search,
     save and reopening."""
 
     def __init__(

@@ -1,7 +1,7 @@
 """The HNSW graph of a vector index: when one is built (past ``ann_threshold`` vectors, after
 a bulk load, when tombstones pile up), building it in the background from the slots while exact
 search serves, replaying what was written meanwhile, and keeping it in step with each write
-(the rules in :mod:`workbench.index.vectors`)."""
+(the rules in :mod:`workbench.index.vector.index`)."""
 
 from __future__ import annotations
 
@@ -13,11 +13,11 @@ from typing import Any
 
 import numpy as np
 
-from workbench.index.vector_slots import VectorSlots
+from workbench.index.vector.slots import VectorSlots
 
 __all__ = ["BUILD_CHUNK", "TOMBSTONE_LIMIT", "GraphBuild", "tombstone_limit"]
 
-log = logging.getLogger("workbench.index.vectors")
+log = logging.getLogger("workbench.index.vector.index")
 
 # vectors added to a graph being built between two looks at whether it was called off
 BUILD_CHUNK = 2048
@@ -34,7 +34,7 @@ def tombstone_limit(count: int) -> int:
 
 
 class GraphBuild:
-    """The graph over a :class:`~workbench.index.vector_slots.VectorSlots` (held as its
+    """The graph over a :class:`~workbench.index.vector.slots.VectorSlots` (held as its
     ``_ann``): its parameters, the build under way (at most one), and its upkeep on every
     write. Methods named "hold the lock" expect the caller to hold the slots' lock."""
 

@@ -1,6 +1,6 @@
 """The documents of a keyword index and their postings, kept incrementally (see
 :class:`KeywordDocuments`); the index that holds them
-(:class:`~workbench.index.bm25.KeywordIndex`) scores and searches them."""
+(:class:`~workbench.index.keyword.bm25.KeywordIndex`) scores and searches them."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from workbench.index.tokens import document_prints, tokenize
+from workbench.index.keyword.tokens import document_prints, tokenize
 
 __all__ = ["B", "K1", "KeywordDocuments"]
 

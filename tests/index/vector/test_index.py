@@ -9,8 +9,9 @@ import pytest
 
 from tests.search.helpers import write_embeddings
 from workbench.errors import DimensionMismatch
-from workbench.index import vector_graph, vector_slots
-from workbench.index.vectors import VectorIndex, load_index
+from workbench.index.vector import graph as vector_graph
+from workbench.index.vector import slots as vector_slots
+from workbench.index.vector.index import VectorIndex, load_index
 
 DIM = 32
 
