@@ -36,6 +36,14 @@ DESIGN_TOOLS = {
     "list_tokens",
     "revoke_token",
     "reextract",
+    # browsing a group page by page (the memory browser at /ui)
+    "get_group_stats",
+    "list_episodes",
+    "get_episode",
+    "list_facts",
+    "list_entities",
+    "get_entity",
+    "delete_entity",
 }
 
 
