@@ -24,7 +24,7 @@ function decayPart(d) {
   const last = d.last_maintenance || {};
   const figures = Object.entries(d).filter(([, v]) => typeof v === 'number' || typeof v === 'string' || typeof v === 'boolean');
   return [
-    h('dl', { class: 'figures' }, figures.map(([k, v]) => [h('dt', null, k.replaceAll('_', ' ')), h('dd', null, typeof v === 'number' ? num(v, 3) : String(v))])),
+    h('dl', { class: 'figures' }, figures.map(([k, v]) => [h('dt', null, k.replaceAll('_', ' ')), h('dd', null, typeof v === 'number' && !Number.isInteger(v) ? num(v, 3) : String(v))])),
     h('h3', null, 'Memories by lifecycle state'),
     table(['state', 'memories'], Object.entries(states).map(([k, v]) => h('tr', null, h('td', null, k), h('td', { class: 'n' }, typeof v === 'object' ? JSON.stringify(v) : v))), { class: 'states' }),
     h('h3', null, 'Last maintenance run'),
