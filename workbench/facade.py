@@ -19,7 +19,6 @@ import numpy as np
 
 from workbench import errors, names
 from workbench import results as r
-from workbench.results import browse as rb
 from workbench.clock import Clock, utcnow
 from workbench.config import Settings, load_settings
 from workbench.decay import maintenance
@@ -40,6 +39,7 @@ from workbench.ingest.verbatim import PassageWriter
 from workbench.llm.client import build_chat_model
 from workbench.llm.health import LLMHealth
 from workbench.metrics import Metrics
+from workbench.results import browse as rb
 from workbench.safety import register_secret, scrub
 from workbench.search import SearchEngine, recall
 from workbench.store import Store, browse, views

@@ -610,8 +610,7 @@ TOOLS += (
     ),
     Tool(
         "get_episode",
-        "One episode whole (its body and status) with its passages and the entities it "
-        "mentions.",
+        "One episode whole (its body and status) with its passages and the entities it mentions.",
         UuidArgs,
         "get_episode",
         read_only=True,

@@ -53,9 +53,7 @@ def _file(name: str) -> Response[bytes]:
     path = static_files().get(name)
     if path is None:
         raise NotFound(f"no file {PREFIX}/{name} in the memory browser")
-    return Response(
-        content=path.read_bytes(), media_type=MEDIA_TYPES[path.suffix], headers=HEADERS
-    )
+    return Response(content=path.read_bytes(), media_type=MEDIA_TYPES[path.suffix], headers=HEADERS)
 
 
 @route(

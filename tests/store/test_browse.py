@@ -39,7 +39,12 @@ def wb(settings, hash_embedder):
 def test_group_stats_count_each_group_and_its_queue(wb):
     stats = {g["group_id"]: g for g in wb.get_group_stats()["groups"]}
     home = stats["home"]
-    assert (home["episodes"], home["entities"], home["facts"], home["facts_current"]) == (3, 4, 3, 2)
+    assert (home["episodes"], home["entities"], home["facts"], home["facts_current"]) == (
+        3,
+        4,
+        3,
+        2,
+    )
     assert home["passages"] >= 3 and home["queue"]["queued"] == 3  # no LLM: they wait
     assert home["last_activity"] is not None and home["llm_cost_today_usd"] == 0.0
     assert (stats["work"]["facts"], stats["work"]["episodes"], stats["work"]["last_activity"]) == (

@@ -32,7 +32,9 @@ CHROMIUM_FLAGS = [
 
 def chromium_path() -> str | None:
     for name in ("chromium", "chromium-headless-shell", "chromium-browser"):
-        found = shutil.which(name) or (f"/usr/bin/{name}" if Path(f"/usr/bin/{name}").exists() else None)
+        found = shutil.which(name) or (
+            f"/usr/bin/{name}" if Path(f"/usr/bin/{name}").exists() else None
+        )
         if found:
             return found
     return None

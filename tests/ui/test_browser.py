@@ -104,7 +104,9 @@ def test_sign_in_and_every_page_shows_script_as_text(browser, service, shots):
     assert "Alice lives in Porto" in facts and "superseded" in facts.lower()
     assert f"Alice likes {XSS}" in facts
     w.page.select_option("select", "current")
-    w.page.wait_for_function("() => !document.querySelector('table.facts').innerText.includes('Porto')")
+    w.page.wait_for_function(
+        "() => !document.querySelector('table.facts').innerText.includes('Porto')"
+    )
     w.page.select_option("select", "all")
     w.page.wait_for_selector("text=Alice lives in Porto")
     w.shot(shots, "04-facts")
@@ -158,7 +160,9 @@ def test_delete_a_fact_an_entity_and_an_episode_with_confirmation(browser, servi
     row.locator("button.danger").click()
     w.page.click("#confirm-ok")
     w.page.wait_for_selector("#toast:not([hidden])")
-    w.page.wait_for_function("() => !document.querySelector('table.facts').innerText.includes('Porto')")
+    w.page.wait_for_function(
+        "() => !document.querySelector('table.facts').innerText.includes('Porto')"
+    )
     assert wb.list_facts("alice", state="superseded")["total"] == 0
 
     w.page.goto(service.url + "/ui#/group/alice/entities")
@@ -191,7 +195,11 @@ def test_a_read_only_token_sees_no_edit_controls_and_cannot_delete(browser, serv
     w.sign_in(service.tokens["reader"])
     assert "read-only" in w.page.inner_text("#who")
     assert "bob" not in w.page.inner_text("table.groups")
-    for tab, ready in (("timeline", "li.entry"), ("facts", "table.facts"), ("entities", "table.entities")):
+    for tab, ready in (
+        ("timeline", "li.entry"),
+        ("facts", "table.facts"),
+        ("entities", "table.entities"),
+    ):
         w.page.goto(service.url + f"/ui#/group/alice/{tab}")
         w.page.wait_for_selector(ready)
         if tab == "timeline":
@@ -230,7 +238,8 @@ class _Evil(BaseHTTPRequestHandler):
             const url = {json.dumps(self.target)} + '/tools/delete_episode';
             const tries = [
               fetch(url, {{method: 'POST', headers: {{'Content-Type': 'application/json'}}, body}}),
-              fetch(url, {{method: 'POST', mode: 'no-cors', headers: {{'Content-Type': 'text/plain'}}, body}}),
+              fetch(url, {{method: 'POST', mode: 'no-cors',
+                           headers: {{'Content-Type': 'text/plain'}}, body}}),
             ];
             Promise.allSettled(tries).then((r) => {{
               document.title = 'done:' + r.map((x) => x.status).join(',');

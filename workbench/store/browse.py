@@ -39,7 +39,9 @@ def group_stats(store: Store, groups: Sequence[str] | None, now: datetime) -> li
         return stats.get(group)
 
     for table in ("entities", "passages"):
-        for group, n in store.fetchall(f"SELECT group_id, count(*) FROM {table} {where} GROUP BY 1", params):
+        for group, n in store.fetchall(
+            f"SELECT group_id, count(*) FROM {table} {where} GROUP BY 1", params
+        ):
             if (r := row(group)) is not None:
                 r[table] = int(n)
     for group, n, last_stored, last_done in store.fetchall(
@@ -136,8 +138,13 @@ def fact_page(
             ORDER BY coalesce(f.valid_at, f.created_at) DESC, f.uuid LIMIT ? OFFSET ?""",
         [group, limit, offset],
     )
-    return {"group_id": group, "state": state, "total": int(total), "offset": offset,
-            "facts": [_fact(r) for r in rows]}
+    return {
+        "group_id": group,
+        "state": state,
+        "total": int(total),
+        "offset": offset,
+        "facts": [_fact(r) for r in rows],
+    }
 
 
 def _fact(row: dict[str, Any]) -> dict[str, Any]:
