@@ -66,9 +66,9 @@ def build(wb, args) -> None:
 def page_calls(wb) -> dict[str, list[tuple[str, dict]]]:
     """Every request of every page (the arguments the page sends)."""
     group = GROUPS[0]
-    episode = wb.list_episodes(group, limit=1)["episodes"][0]["uuid"]
-    user = wb.list_entities(group, name_contains=group)["entities"][0]["uuid"]
-    total = wb.list_episodes(group, limit=1)["total"]
+    episode = wb.pages.list_episodes(group, limit=1)["episodes"][0]["uuid"]
+    user = wb.pages.list_entities(group, name_contains=group)["entities"][0]["uuid"]
+    total = wb.pages.list_episodes(group, limit=1)["total"]
     page = {"group_id": group, "limit": 25}
     return {
         "groups": [("get_group_stats", {})],

@@ -42,9 +42,10 @@ from workbench.metrics import Metrics
 from workbench.results import browse as rb
 from workbench.safety import register_secret, scrub
 from workbench.search import SearchEngine, recall
-from workbench.store import Store, browse, views
+from workbench.store import Store, views
 from workbench.store import graph as g
 from workbench.store import queue as q
+from workbench.store.browse import GroupPages
 from workbench.store.snapshots import Snapshots, remove_stale
 from workbench.store.tenancy import Tenancy
 
@@ -106,6 +107,7 @@ class Workbench:
             budget=DailyBudget(store, budget, metrics) if budget else None,
         )
         self.tenancy = Tenancy(store, clock)
+        self.pages = GroupPages(store, clock)
         self.passages = PassageWriter(store, embedder, self.publisher)
         self.scheduler = MaintenanceScheduler.from_settings(
             store, settings, metrics, clock, chat=chat, index=self.publisher
@@ -548,66 +550,13 @@ class Workbench:
     def revoke_token(self, name: str) -> r.RevokeResult:
         return cast(r.RevokeResult, self.tenancy.revoke_token(name))
 
-    # --- browsing one group page by page (store.browse; the memory browser at /ui) -------
-    def get_group_stats(self, group_ids: Sequence[str] | None = None) -> rb.GroupStatsResult:
-        groups = self._groups(group_ids)
-        stats = browse.group_stats(self.store, groups, self.clock())
-        return cast(rb.GroupStatsResult, jsonable({"groups": stats}))
-
-    def list_episodes(self, group_id: str, limit: int = 50, offset: int = 0) -> rb.EpisodePage:
-        page = browse.episode_page(self.store, self._group(group_id), *_page(limit, offset))
-        return cast(rb.EpisodePage, jsonable(page))
-
-    def get_episode(self, uuid: str) -> rb.EpisodeWhole:
-        episode = g.get_episode(self.store, accept.check_uuid(uuid))
-        if episode is None:
-            raise errors.NotFound(f"no episode with uuid {uuid}")
-        whole = {
-            "episode": _scrubbed([episode], "status_detail")[0],
-            "passages": browse.episode_passages(self.store, uuid),
-            "entities": browse.episode_entities(self.store, uuid),
-        }
-        return cast(rb.EpisodeWhole, jsonable(whole))
-
-    def list_facts(
-        self, group_id: str, state: str = "all", limit: int = 50, offset: int = 0
-    ) -> rb.FactPage:
-        if state not in ("current", "superseded", "all"):
-            raise errors.InvalidInput("'state' must be current, superseded or all")
-        page = browse.fact_page(
-            self.store, self._group(group_id), cast(browse.FactState, state), *_page(limit, offset)
-        )
-        return cast(rb.FactPage, jsonable(page))
-
-    def list_entities(
-        self, group_id: str, name_contains: str | None = None, limit: int = 50, offset: int = 0
-    ) -> rb.EntityPage:
-        page = browse.entity_page(
-            self.store, self._group(group_id), name_contains, *_page(limit, offset)
-        )
-        return cast(rb.EntityPage, jsonable(page))
-
-    def get_entity(self, uuid: str, max_facts: int = 50) -> rb.EntityNeighbourhood:
-        found = browse.entity_neighbourhood(self.store, accept.check_uuid(uuid), max_facts)
-        if found is None:
-            raise errors.NotFound(f"no entity with uuid {uuid}")
-        return cast(rb.EntityNeighbourhood, jsonable(found))
-
     def delete_entity(self, uuid: str) -> rb.DeleteEntityResult:
-        accept.check_uuid(uuid)
-        with self.publisher:
-            with self.store.transaction():
-                found = g.entities_by_uuid(self.store, [uuid]).get(uuid)
-                if found is None:
-                    raise errors.NotFound(f"no entity with uuid {uuid}")
-                removed = browse.delete_entity(self.store, uuid)
-            self.pipeline.forget_groups([found["group_id"]])
+        with self.publisher:  # the browsing tools are self.pages' (store.browse)
+            removed, group, answer = self.pages.delete_entity(accept.check_uuid(uuid))
+            self.pipeline.forget_groups([group])
             self.publisher.deleted(removed, "deleting an entity")
         self.snapshots.discard()  # no copy outlives deleted data
-        return {
-            "message": f"Entity {found['name']!r} ({uuid}) deleted",
-            "facts_removed": len(removed["fact"]),
-        }
+        return answer
 
     # --- notebooks ----------------------------------------------------------------------
     def frame(self, table: str) -> pd.DataFrame:
@@ -623,15 +572,6 @@ class Workbench:
         reads the files; a caller never chooses where the service writes). At most
         ``snapshots.KEEP`` exist at once: older ones are removed (see ``store.snapshots``)."""
         return cast(r.SnapshotResult, self.snapshots.write(self.export_parquet))
-
-
-def _page(limit: int, offset: int) -> tuple[int, int]:
-    """A listing's (limit, offset), checked."""
-    if not isinstance(limit, int) or not 1 <= limit <= MAX_LIST:
-        raise errors.InvalidInput(f"'limit' must be an integer from 1 to {MAX_LIST}")
-    if not isinstance(offset, int) or offset < 0:
-        raise errors.InvalidInput("'offset' must be an integer of 0 or more")
-    return limit, offset
 
 
 def _scrubbed(rows: list[dict[str, Any]], field: str) -> list[dict[str, Any]]:

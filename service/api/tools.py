@@ -390,7 +390,16 @@ class Tool:
 
     def call(self, workbench: ToolTarget, args: Args) -> dict[str, Any]:
         """The facade method on validated arguments (no scope: use :meth:`invoke`)."""
-        return getattr(workbench, self.method)(**args.model_dump(exclude_none=True))
+        return method_of(workbench, self.method)(**args.model_dump(exclude_none=True))
+
+
+def method_of(workbench: ToolTarget, method: str) -> Any:
+    """The facade's ``method``, or its collaborator's: ``"pages.list_facts"`` is the
+    ``list_facts`` of the facade's ``pages``. A stand-in (no such attribute of its own)
+    answers the whole name."""
+    owner, _, name = method.rpartition(".")
+    held = vars(workbench).get(owner) if owner and hasattr(workbench, "__dict__") else None
+    return getattr(held, name) if held is not None else getattr(workbench, method)
 
 
 TOOLS: tuple[Tool, ...] = (
@@ -597,7 +606,7 @@ TOOLS += (
         "Per group: episodes, entities, facts (and how many are current), passages, the "
         "extraction queue by state, the last activity and today's LLM cost in USD.",
         ListGroupsArgs,
-        "get_group_stats",
+        "pages.get_group_stats",
         read_only=True,
     ),
     Tool(
@@ -605,14 +614,14 @@ TOOLS += (
         "A group's episodes by when they happened (reference_time), latest first, paged: "
         "name, source, status and a preview of each. Read one whole with get_episode.",
         GroupPageArgs,
-        "list_episodes",
+        "pages.list_episodes",
         read_only=True,
     ),
     Tool(
         "get_episode",
         "One episode whole (its body and status) with its passages and the entities it mentions.",
         UuidArgs,
-        "get_episode",
+        "pages.get_episode",
         read_only=True,
     ),
     Tool(
@@ -620,7 +629,7 @@ TOOLS += (
         "A group's facts, current and superseded (state), paged, latest valid first: each "
         "with its validity, its endpoints and the episode it came from.",
         ListFactsArgs,
-        "list_facts",
+        "pages.list_facts",
         read_only=True,
     ),
     Tool(
@@ -628,7 +637,7 @@ TOOLS += (
         "A group's entities by name, paged (optionally those whose name contains a text), "
         "with their summaries and how many facts touch each.",
         ListEntitiesArgs,
-        "list_entities",
+        "pages.list_entities",
         read_only=True,
     ),
     Tool(
@@ -636,7 +645,7 @@ TOOLS += (
         "One entity with its neighbourhood: the facts that touch it (current first), the "
         "entities at their other ends and the episodes that mention it.",
         GetEntityArgs,
-        "get_entity",
+        "pages.get_entity",
         read_only=True,
     ),
     Tool(

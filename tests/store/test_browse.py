@@ -37,7 +37,7 @@ def wb(settings, hash_embedder):
 
 
 def test_group_stats_count_each_group_and_its_queue(wb):
-    stats = {g["group_id"]: g for g in wb.get_group_stats()["groups"]}
+    stats = {g["group_id"]: g for g in wb.pages.get_group_stats()["groups"]}
     home = stats["home"]
     assert (home["episodes"], home["entities"], home["facts"], home["facts_current"]) == (
         3,
@@ -50,57 +50,61 @@ def test_group_stats_count_each_group_and_its_queue(wb):
     assert (stats["work"]["facts"], stats["work"]["episodes"], stats["work"]["last_activity"]) == (
         1, 0, None,
     )  # fmt: skip
-    only = wb.get_group_stats(["work", "empty"])["groups"]
+    only = wb.pages.get_group_stats(["work", "empty"])["groups"]
     assert [g["group_id"] for g in only] == ["empty", "work"] and only[0]["facts"] == 0
 
 
 def test_the_timeline_is_by_reference_time_and_paged(wb):
-    page = wb.list_episodes("home", limit=2)
+    page = wb.pages.list_episodes("home", limit=2)
     assert page["total"] == 3 and [e["name"] for e in page["episodes"]] == ["day 3", "day 2"]
     first = page["episodes"][0]
     assert len(first["preview"]) == 240 and first["body_chars"] > 240
-    assert [e["name"] for e in wb.list_episodes("home", limit=2, offset=2)["episodes"]] == ["day 1"]
-    whole = wb.get_episode(first["uuid"])
+    assert [e["name"] for e in wb.pages.list_episodes("home", limit=2, offset=2)["episodes"]] == [
+        "day 1"
+    ]
+    whole = wb.pages.get_episode(first["uuid"])
     assert whole["episode"]["body"].startswith("On day 3") and len(whole["episode"]["body"]) > 240
     assert whole["passages"] and [p["position"] for p in whole["passages"]] == sorted(
         p["position"] for p in whole["passages"]
     )
     with pytest.raises(InvalidInput, match="limit"):
-        wb.list_episodes("home", limit=0)
+        wb.pages.list_episodes("home", limit=0)
     with pytest.raises(NotFound):
-        wb.get_episode("3a460868-7411-4c0e-99cf-570bf7f9a77d")
+        wb.pages.get_episode("3a460868-7411-4c0e-99cf-570bf7f9a77d")
 
 
 def test_facts_current_superseded_and_all(wb):
-    assert wb.list_facts("home")["total"] == 3
-    current = wb.list_facts("home", state="current")["facts"]
+    assert wb.pages.list_facts("home")["total"] == 3
+    current = wb.pages.list_facts("home", state="current")["facts"]
     assert {f["fact"] for f in current} == {"Maria works at Acme", "Tom works at Acme"}
-    (old,) = wb.list_facts("home", state="superseded")["facts"]
+    (old,) = wb.pages.list_facts("home", state="superseded")["facts"]
     assert old["superseded"] and old["invalid_at"].startswith("2025-03-01")
     assert (old["source_name"], old["target_name"]) == ("Maria", "Porto")
     with pytest.raises(InvalidInput, match="state"):
-        wb.list_facts("home", state="old")
+        wb.pages.list_facts("home", state="old")
 
 
 def test_entities_and_a_neighbourhood(wb):
-    page = wb.list_entities("home")
+    page = wb.pages.list_entities("home")
     assert [e["name"] for e in page["entities"]] == ["Acme", "Maria", "Porto", "Tom"]
     assert {e["name"]: e["fact_count"] for e in page["entities"]}["Acme"] == 2
-    (maria,) = wb.list_entities("home", name_contains="MAR")["entities"]
-    around = wb.get_entity(maria["uuid"])
+    (maria,) = wb.pages.list_entities("home", name_contains="MAR")["entities"]
+    around = wb.pages.get_entity(maria["uuid"])
     assert around["entity"]["summary"] == "a user"
     assert [f["superseded"] for f in around["facts"]] == [False, True]  # current first
     assert {n["name"] for n in around["neighbours"]} == {"Acme", "Porto"}
 
 
 def test_deleting_an_entity_takes_its_facts_and_search_forgets_them(wb):
-    acme = wb.list_entities("home", name_contains="acme")["entities"][0]
+    acme = wb.pages.list_entities("home", name_contains="acme")["entities"][0]
     assert wb.search_memory_facts("works at Acme", ["home"])["facts"]
     answer = wb.delete_entity(acme["uuid"])
     assert answer["facts_removed"] == 2 and "Acme" in answer["message"]
-    assert wb.list_facts("home")["total"] == 1
+    assert wb.pages.list_facts("home")["total"] == 1
     found = wb.search_memory_facts("works at Acme", ["home"])["facts"]
     assert all("Acme" not in f["fact"] for f in found)
-    assert wb.list_entities("work", name_contains="acme")["total"] == 1  # another group's Acme
+    assert (
+        wb.pages.list_entities("work", name_contains="acme")["total"] == 1
+    )  # another group's Acme
     with pytest.raises(NotFound):
         wb.delete_entity(acme["uuid"])

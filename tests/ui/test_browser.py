@@ -156,14 +156,14 @@ def test_delete_a_fact_an_entity_and_an_episode_with_confirmation(browser, servi
     assert "Alice lives in Porto" in w.page.inner_text("#confirm-text")
     w.shot(shots, "08-confirm-delete")
     w.page.click("#confirm-cancel")
-    assert wb.list_facts("alice", state="superseded")["total"] == 1  # cancelled: still there
+    assert wb.pages.list_facts("alice", state="superseded")["total"] == 1  # cancelled: still there
     row.locator("button.danger").click()
     w.page.click("#confirm-ok")
     w.page.wait_for_selector("#toast:not([hidden])")
     w.page.wait_for_function(
         "() => !document.querySelector('table.facts').innerText.includes('Porto')"
     )
-    assert wb.list_facts("alice", state="superseded")["total"] == 0
+    assert wb.pages.list_facts("alice", state="superseded")["total"] == 0
 
     w.page.goto(service.url + "/ui#/group/alice/entities")
     w.page.click("table.entities >> text=Lisbon")
@@ -172,7 +172,7 @@ def test_delete_a_fact_an_entity_and_an_episode_with_confirmation(browser, servi
     assert "Lisbon" in w.page.inner_text("#confirm-text")
     w.page.click("#confirm-ok")
     w.page.wait_for_selector("#toast:has-text('Lisbon')")
-    assert wb.list_entities("alice", name_contains="lisbon")["total"] == 0
+    assert wb.pages.list_entities("alice", name_contains="lisbon")["total"] == 0
 
     w.page.goto(service.url + "/ui#/group/alice/timeline")
     entry = w.page.locator("li.entry", has_text="Alice note 1")
@@ -181,7 +181,7 @@ def test_delete_a_fact_an_entity_and_an_episode_with_confirmation(browser, servi
     assert "Alice note 1" in w.page.inner_text("#confirm-text")
     w.page.click("#confirm-ok")
     w.page.wait_for_function("() => document.querySelectorAll('li.entry').length === 2")
-    assert wb.list_episodes("alice")["total"] == 2
+    assert wb.pages.list_episodes("alice")["total"] == 2
 
     audit = wb.store.fetch_dicts("SELECT token_name, tool, outcome FROM audit_log ORDER BY id")
     done = [(a["token_name"], a["tool"], a["outcome"]) for a in audit]
@@ -210,7 +210,7 @@ def test_a_read_only_token_sees_no_edit_controls_and_cannot_delete(browser, serv
             w.page.wait_for_selector("svg.graph")
         assert w.page.locator("main button").filter(has_text="Delete").count() == 0, tab
     w.shot(shots, "09-read-only")
-    fact = service.wb.list_facts("alice")["facts"][0]["uuid"]
+    fact = service.wb.pages.list_facts("alice")["facts"][0]["uuid"]
     status = w.page.evaluate(
         """async (uuid) => (await fetch('/tools/delete_entity_edge', {method: 'POST',
              headers: {'Content-Type': 'application/json',
@@ -269,7 +269,7 @@ def test_a_write_from_another_origin_is_refused(browser, hash_embedder):
             w = Watch(browser, server.url)
             w.page.goto(f"http://127.0.0.1:{evil.server_address[1]}/")
             w.page.wait_for_function("() => document.title.startsWith('done:')")
-            assert wb.get_episode(episode)["episode"]["uuid"] == episode  # still there
+            assert wb.pages.get_episode(episode)["episode"]["uuid"] == episode  # still there
             w.clean("CORS", "Failed to load", "403", "415")
     finally:
         evil.shutdown()

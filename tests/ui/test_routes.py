@@ -73,10 +73,10 @@ def test_the_browsing_tools_keep_to_the_tokens_groups(client, wb):
     assert_error(body, "forbidden", "may not use group bob")
     bob_episode = wb.ids["bob-episode-0"]
     call(client, "get_episode", {"uuid": bob_episode}, status=404, headers=rw)
-    bob = wb.list_entities("bob", name_contains="bob")["entities"][0]["uuid"]
+    bob = wb.pages.list_entities("bob", name_contains="bob")["entities"][0]["uuid"]
     call(client, "get_entity", {"uuid": bob}, status=404, headers=rw)
     call(client, "delete_entity", {"uuid": bob}, status=404, headers=rw)
-    alice = wb.list_entities("alice", name_contains="alice")["entities"][0]["uuid"]
+    alice = wb.pages.list_entities("alice", name_contains="alice")["entities"][0]["uuid"]
     assert_error(
         call(client, "delete_entity", {"uuid": alice}, status=403, headers=ro), "forbidden"
     )
@@ -100,6 +100,6 @@ def test_a_write_from_another_origin_is_refused_even_with_a_valid_token(client, 
         headers={**bearer(ADMIN), "Content-Type": "text/plain"},
     )
     assert form.status_code == 415  # what a plain HTML form can send is not JSON
-    assert wb.get_episode(episode)["episode"]["uuid"] == episode
+    assert wb.pages.get_episode(episode)["episode"]["uuid"] == episode
     same = {**bearer(ADMIN), "Origin": BASE}
     assert call(client, "delete_episode", {"uuid": episode}, headers=same)["message"]

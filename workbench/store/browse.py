@@ -9,12 +9,16 @@ pages through; nothing here reads a whole table into Python.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
+from workbench import names
+from workbench.errors import InvalidInput, NotFound
+from workbench.results import browse as rb
+from workbench.safety import scrub
 from workbench.store import Store
-from workbench.store.graph import FACT_SELECT, delete_entities, delete_facts
+from workbench.store.graph import EPISODE_COLUMNS, FACT_SELECT, delete_entities, delete_facts
 from workbench.store.tenancy import day_start, group_costs_since
 
 PREVIEW_CHARS = 240
@@ -228,3 +232,96 @@ def delete_entity(store: Store, uuid: str) -> dict[str, list[str]]:
     delete_facts(store, facts)
     delete_entities(store, [uuid])
     return {"entity": [uuid], "fact": facts}
+
+
+# --- the tools ----------------------------------------------------------------------------
+MAX_PAGE = 1000
+
+
+class GroupPages:
+    """The browsing tools over one store (the facade holds one as ``pages``; the tool table
+    names its methods ``pages.<name>``): arguments checked, answers JSON-ready."""
+
+    def __init__(self, store: Store, clock: Callable[[], datetime]):
+        self.store = store
+        self.clock = clock
+
+    def get_group_stats(self, group_ids: Sequence[str] | None = None) -> rb.GroupStatsResult:
+        groups = names.group_ids(group_ids) or None
+        return cast(
+            rb.GroupStatsResult, _plain({"groups": group_stats(self.store, groups, self.clock())})
+        )
+
+    def list_episodes(self, group_id: str, limit: int = 50, offset: int = 0) -> rb.EpisodePage:
+        page = episode_page(self.store, names.group_id(group_id), *_page(limit, offset))
+        return cast(rb.EpisodePage, _plain(page))
+
+    def get_episode(self, uuid: str) -> rb.EpisodeWhole:
+        rows = self.store.fetch_dicts(
+            f"SELECT {EPISODE_COLUMNS} FROM episodes WHERE uuid = ?", [uuid]
+        )
+        if not rows:
+            raise NotFound(f"no episode with uuid {uuid}")
+        episode = {**rows[0], "status_detail": scrub(rows[0]["status_detail"])}
+        whole = {
+            "episode": episode,
+            "passages": episode_passages(self.store, uuid),
+            "entities": episode_entities(self.store, uuid),
+        }
+        return cast(rb.EpisodeWhole, _plain(whole))
+
+    def list_facts(
+        self, group_id: str, state: str = "all", limit: int = 50, offset: int = 0
+    ) -> rb.FactPage:
+        if state not in _FACT_STATES:
+            raise InvalidInput("'state' must be current, superseded or all")
+        group = names.group_id(group_id)
+        page = fact_page(self.store, group, cast(FactState, state), *_page(limit, offset))
+        return cast(rb.FactPage, _plain(page))
+
+    def list_entities(
+        self, group_id: str, name_contains: str | None = None, limit: int = 50, offset: int = 0
+    ) -> rb.EntityPage:
+        group = names.group_id(group_id)
+        page = entity_page(self.store, group, name_contains, *_page(limit, offset))
+        return cast(rb.EntityPage, _plain(page))
+
+    def get_entity(self, uuid: str, max_facts: int = 50) -> rb.EntityNeighbourhood:
+        found = entity_neighbourhood(self.store, uuid, _page(max_facts, 0)[0])
+        if found is None:
+            raise NotFound(f"no entity with uuid {uuid}")
+        return cast(rb.EntityNeighbourhood, _plain(found))
+
+    def delete_entity(self, uuid: str) -> tuple[dict[str, list[str]], str, rb.DeleteEntityResult]:
+        """Delete an entity and its facts in one transaction: the uuids removed per kind (for
+        the search indexes), its group and the tool's answer."""
+        with self.store.transaction():
+            found = self.store.fetch_dicts(
+                "SELECT name, group_id FROM entities WHERE uuid = ?", [uuid]
+            )
+            if not found:
+                raise NotFound(f"no entity with uuid {uuid}")
+            removed = delete_entity(self.store, uuid)
+        answer: rb.DeleteEntityResult = {
+            "message": f"Entity {found[0]['name']!r} ({uuid}) deleted",
+            "facts_removed": len(removed["fact"]),
+        }
+        return removed, found[0]["group_id"], answer
+
+
+def _page(limit: int, offset: int) -> tuple[int, int]:
+    """A listing's (limit, offset), checked."""
+    if not isinstance(limit, int) or not 1 <= limit <= MAX_PAGE:
+        raise InvalidInput(f"'limit' must be an integer from 1 to {MAX_PAGE}")
+    if not isinstance(offset, int) or offset < 0:
+        raise InvalidInput("'offset' must be an integer of 0 or more")
+    return limit, offset
+
+
+def _plain(value: Any) -> Any:
+    """Datetimes as ISO 8601 strings, recursively (the answers travel as JSON)."""
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    return value.isoformat() if isinstance(value, datetime) else value
