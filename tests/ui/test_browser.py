@@ -17,7 +17,11 @@ from tests.ui.conftest import XSS, seed
 from workbench.facade import Workbench
 from workbench.metrics import Metrics
 
-pytestmark = pytest.mark.timeout(180)
+pytestmark = [
+    pytest.mark.timeout(180),
+    # the page's SQL runs on both backends in tests/store/test_browse.py and tests/ui/test_routes.py
+    pytest.mark.duckdb_only("the browser is the same over either store; once is enough"),
+]
 
 
 class Watch:

@@ -103,3 +103,14 @@ def test_a_write_from_another_origin_is_refused_even_with_a_valid_token(client, 
     assert wb.pages.get_episode(episode)["episode"]["uuid"] == episode
     same = {**bearer(ADMIN), "Origin": BASE}
     assert call(client, "delete_episode", {"uuid": episode}, headers=same)["message"]
+
+
+def test_in_ci_a_missing_browser_fails_the_tests_instead_of_skipping_them(monkeypatch):
+    from tests.ui.conftest import _unavailable
+
+    monkeypatch.setenv("CI", "true")
+    with pytest.raises(pytest.fail.Exception, match="must run in CI"):
+        _unavailable("no Chromium")
+    monkeypatch.setenv("CI", "false")
+    with pytest.raises(pytest.skip.Exception):
+        _unavailable("no Chromium")
