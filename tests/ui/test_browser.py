@@ -278,3 +278,31 @@ def test_a_write_from_another_origin_is_refused(browser, hash_embedder):
     finally:
         evil.shutdown()
         wb.close()
+
+
+def test_an_extracted_fact_quotes_the_passage_it_came_from(browser, fake_llm, hash_embedder):
+    from workbench.fakes import rule_llm
+
+    fake_llm.set_responder(rule_llm.respond)
+    settings = make_settings(fake_llm, SVC_KNOWLEDGE_RATE_LIMIT_PER_MINUTE="0")
+    wb = Workbench.open(settings, embedder=hash_embedder, metrics=Metrics())
+    body = "Maria Keller works at Acme. Maria Keller lives in Munich."
+    wb.add_memory("intro", body, group_id="maria", reference_time="2025-05-01T08:00:00Z")
+    assert wb.process_pending() == 1
+    try:
+        with ServerThread(create_app(wb, settings)) as server:
+            w = Watch(browser, server.url)
+            w.page.goto(server.url + "/ui#/group/maria/facts")
+            w.page.wait_for_selector("table.facts")
+            row = w.page.locator("table.facts tr", has_text="Acme").first
+            assert "intro" in row.inner_text()  # the episode it came from
+            row.locator("button.link").click()
+            quote = row.locator(".sources blockquote").first
+            quote.wait_for()
+            assert "Maria Keller works at Acme" in quote.inner_text()
+            w.page.click(".tabs >> text=Timeline")
+            w.page.wait_for_selector("li.entry")
+            assert "done" in w.page.inner_text("li.entry .meta")
+            w.clean()
+    finally:
+        wb.close()

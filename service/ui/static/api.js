@@ -66,6 +66,13 @@ export function has(name) {
   return session.tools.has(name);
 }
 
+// whether the service offers a tool that takes every one of these arguments
+export function takes(name, args) {
+  const tool = session.tools.get(name);
+  const props = (tool && tool.input_schema && tool.input_schema.properties) || {};
+  return Boolean(tool) && args.every((arg) => arg in props);
+}
+
 // whether this token may call a tool that writes (the server checks again on every call)
 export function mayWrite(name) {
   const tool = session.tools.get(name);

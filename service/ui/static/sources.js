@@ -1,15 +1,16 @@
 // Where the page reads a group's timeline and a fact's sources. The service may offer
-// get_timeline and get_sources; when it lists them (GET /tools) they are used, otherwise the
-// page falls back to list_episodes and to the one episode each fact names.
+// get_timeline and get_sources; when it lists them (GET /tools) with the arguments sent here
+// they are used, otherwise the page falls back to list_episodes and to the one episode each
+// fact names (so a service with other versions of them still shows both).
 
-import { call, has } from './api.js';
+import { call, takes } from './api.js';
 
 export const PAGE = 25;
 
 // A page of the timeline: { total, offset, items: [{ kind, time, title, text, status,
 // source, uuid }] }, latest first. kind "episode" items can be opened whole (get_episode).
 export async function timeline(group, offset) {
-  if (has('get_timeline')) {
+  if (takes('get_timeline', ['group_ids', 'limit', 'offset'])) {
     const answer = await call('get_timeline', { group_ids: [group], limit: PAGE, offset });
     const items = (answer.items || answer.events || answer.timeline || []).map(timelineItem);
     return { total: answer.total ?? null, offset, items };
@@ -40,7 +41,7 @@ function timelineItem(item) {
 
 // The sources of a fact: [{ episode_uuid, episode_name, reference_time, passages: [text] }].
 export async function factSources(fact) {
-  if (has('get_sources')) {
+  if (takes('get_sources', ['uuid'])) {
     const answer = await call('get_sources', { uuid: fact.uuid });
     return (answer.sources || []).map((src) => ({
       episode_uuid: src.episode_uuid, episode_name: src.episode_name || src.name,
