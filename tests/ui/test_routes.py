@@ -114,3 +114,22 @@ def test_in_ci_a_missing_browser_fails_the_tests_instead_of_skipping_them(monkey
     monkeypatch.setenv("CI", "false")
     with pytest.raises(pytest.skip.Exception):
         _unavailable("no Chromium")
+
+
+def test_the_scripts_never_build_markup_from_strings():
+    """Values go in as text: no script of the page parses a string as HTML or code (the
+    browser tests check the result; this catches the first such line)."""
+    import re
+
+    from service.ui.routes import STATIC
+
+    sink = re.compile(
+        r"innerHTML|outerHTML|insertAdjacentHTML|document\.write|\beval\(|new Function"
+    )
+    found = {
+        path.name: sink.findall(path.read_text())
+        for path in STATIC.rglob("*.js")
+        if sink.search(path.read_text())
+    }
+    assert found == {}
+    assert sink.search("el.innerHTML = value")  # the pattern bites
