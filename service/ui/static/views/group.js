@@ -177,7 +177,7 @@ async function entityPanel(panel, uuid, base, again) {
     h('ul', { class: 'entity-facts' }, found.facts.map((f) =>
       h('li', { class: f.superseded ? 'superseded' : null }, f.fact, f.superseded ? [' ', badge('superseded')] : null))),
     h('h3', null, 'Mentioned in'),
-    h('ul', null, found.episodes.map((ep) => h('li', null, when(ep.reference_time), ' ',
-      link(base + '/timeline/' + ep.uuid, ep.name)))),
+    found.episodes.length ? h('ul', null, found.episodes.map((ep) => h('li', null, when(ep.reference_time), ' ',
+      link(base + '/timeline/' + ep.uuid, ep.name)))) : h('p', { class: 'muted' }, 'No episode mentions it (imported).'),
     remove);
 }
