@@ -274,6 +274,10 @@ def test_a_write_from_another_origin_is_refused(browser, hash_embedder):
             w.page.goto(f"http://127.0.0.1:{evil.server_address[1]}/")
             w.page.wait_for_function("() => document.title.startsWith('done:')")
             assert wb.pages.get_episode(episode)["episode"]["uuid"] == episode  # still there
+            w.page.goto(server.url + "/ui")  # no token in use: no sign-in, the local user
+            w.page.wait_for_selector("table.groups")
+            assert "no token in use" in w.page.inner_text("#who")
+            assert w.page.evaluate("() => sessionStorage.length") == 0
             w.clean("CORS", "Failed to load", "403", "415")
     finally:
         evil.shutdown()
