@@ -153,19 +153,23 @@ def root() -> Redirect:
     responses={401: ERROR_RESPONSES[401]},  # once any token exists
 )
 async def list_tools() -> ToolTable:
-    return ToolTable(
-        tools=[
-            {
-                "name": t.name,
-                "description": t.description,
-                "input_schema": t.input_schema(),
-                "read_only": t.read_only,
-                "destructive": t.destructive,
-                "admin": t.admin,
-            }
-            for t in TOOLS
-        ]
-    )
+    return ToolTable(tools=_tool_table())
+
+
+@functools.cache
+def _tool_table() -> list[dict[str, Any]]:
+    """The table as ``GET /tools`` sends it, built once (every schema: ~10 ms of CPU)."""
+    return [
+        {
+            "name": t.name,
+            "description": t.description,
+            "input_schema": t.input_schema(),
+            "read_only": t.read_only,
+            "destructive": t.destructive,
+            "admin": t.admin,
+        }
+        for t in TOOLS
+    ]
 
 
 def health_route(
