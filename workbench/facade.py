@@ -39,11 +39,13 @@ from workbench.ingest.verbatim import PassageWriter
 from workbench.llm.client import build_chat_model
 from workbench.llm.health import LLMHealth
 from workbench.metrics import Metrics
+from workbench.results import browse as rb
 from workbench.safety import register_secret, scrub
 from workbench.search import SearchEngine, recall
 from workbench.store import Store, views
 from workbench.store import graph as g
 from workbench.store import queue as q
+from workbench.store.browse import GroupPages
 from workbench.store.snapshots import Snapshots, remove_stale
 from workbench.store.tenancy import Tenancy
 
@@ -105,6 +107,7 @@ class Workbench:
             budget=DailyBudget(store, budget, metrics) if budget else None,
         )
         self.tenancy = Tenancy(store, clock)
+        self.pages = GroupPages(store, clock)
         self.passages = PassageWriter(store, embedder, self.publisher)
         self.scheduler = MaintenanceScheduler.from_settings(
             store, settings, metrics, clock, chat=chat, index=self.publisher
@@ -546,6 +549,14 @@ class Workbench:
 
     def revoke_token(self, name: str) -> r.RevokeResult:
         return cast(r.RevokeResult, self.tenancy.revoke_token(name))
+
+    def delete_entity(self, uuid: str) -> rb.DeleteEntityResult:
+        with self.publisher:  # the browsing tools are self.pages' (store.browse)
+            removed, group, answer = self.pages.delete_entity(accept.check_uuid(uuid))
+            self.pipeline.forget_groups([group])
+            self.publisher.deleted(removed, "deleting an entity")
+        self.snapshots.discard()  # no copy outlives deleted data
+        return answer
 
     # --- notebooks ----------------------------------------------------------------------
     def frame(self, table: str) -> pd.DataFrame:
