@@ -409,9 +409,12 @@ def test_the_mcp_client_configurations_have_the_shape_clients_read():
     http = [s for s in servers if "url" in s]
     assert stdio and http
     for entry in stdio:
+        assert entry.get("env", {}).get("SVC_KNOWLEDGE_DB_PATH", "/").startswith("/")
+        if entry["command"] == "uvx":  # not installed: from uv's cache, never the index
+            assert starts_offline(["uvx", *entry["args"]]), entry
+            continue
         assert entry["command"].startswith("/") and entry["command"].endswith("/workbench")
         assert entry["args"] == ["mcp"]
-        assert entry.get("env", {}).get("SVC_KNOWLEDGE_DB_PATH", "/").startswith("/")
     assert all(s["url"].endswith("/mcp") for s in http)
     adds = [shlex.split(line) for line in text.splitlines() if line.startswith("claude mcp add")]
     stdio_add = next(a for a in adds if "--" in a)
@@ -421,3 +424,37 @@ def test_the_mcp_client_configurations_have_the_shape_clients_read():
         a[a.index("--env") + 1].startswith("SVC_KNOWLEDGE_DB_PATH=/") for a in adds if "--env" in a
     )
     assert any("--transport" in a and a[-1].endswith("/mcp") for a in adds)
+    assert all(starts_offline(a[a.index("--") + 1 :]) for a in adds if "--" in a)
+
+
+def starts_offline(command: list[str]) -> bool:
+    """A command a client spawns at every session starts with no package index: an installed
+    ``workbench`` (an absolute path), or ``uvx --offline --from <absolute clone>``."""
+    if command[0] != "uvx":
+        return command[0].startswith("/") and command[-1] == "mcp"
+    options = command[1 : command.index("workbench")]
+    source = options[options.index("--from") + 1] if "--from" in options else ""
+    return "--offline" in options and source.startswith("/") and command[-1] == "mcp"
+
+
+def test_starts_offline_would_catch_a_uvx_that_asks_the_index():
+    assert starts_offline(["/home/me/.local/bin/workbench", "mcp"])
+    assert starts_offline(["uvx", "--offline", "--from", "/home/me/kw", "workbench", "mcp"])
+    assert not starts_offline(["uvx", "--from", "/home/me/kw", "workbench", "mcp"])
+    assert not starts_offline(["workbench", "mcp"])
+
+
+def test_every_uvx_the_docs_give_a_client_is_offline():
+    """Wherever the README and the docs show ``uvx … workbench mcp`` as a command to run, it
+    has ``--offline``, and both recommend an install that starts offline first."""
+    for path in (ROOT / "README.md", DOCS / "quickstart.md", DOCS / "deployment.md"):
+        text = path.read_text()
+        blocks = "\n".join(re.findall(r"```(?:bash|json)\n(.*?)```", text, re.S))
+        for line in blocks.splitlines():
+            if "uvx" in line and "workbench" in line:
+                assert "--offline" in line, f"{path.name}: {line.strip()}"
+            if '"uvx"' in line:
+                assert '"--offline"' in blocks, path.name
+    for path in (ROOT / "README.md", DOCS / "quickstart.md"):
+        text = path.read_text()
+        assert "pipx install ." in text and "uv tool install ." in text, path.name

@@ -42,7 +42,13 @@ def test_no_doc_installs_a_package_name_that_is_not_on_pypi():
 
 def test_the_install_docs_name_the_ways_that_work():
     deployment = (ROOT / "docs" / "deployment.md").read_text()
-    for command in ("pip install .", "pipx install .", "uvx --from . workbench mcp", "-m build"):
+    for command in (
+        "pip install .",
+        "pipx install .",
+        "uv tool install .",
+        "uvx --offline --from . workbench mcp",
+        "-m build",
+    ):
         assert command in deployment, command
 
 
