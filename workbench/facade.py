@@ -122,9 +122,12 @@ class Workbench:
         clock: Clock = utcnow,
         metrics: Metrics | None = None,
         llm_health: LLMHealth | None = None,
+        read_only: bool = False,
     ) -> Workbench:
         """Open a workbench. ``chat`` defaults to the LLM the settings configure (or None);
-        ``llm_health`` is the record a supervisor of that LLM marks down and up."""
+        ``llm_health`` is the record a supervisor of that LLM marks down and up. ``read_only``:
+        the database file opened read-only, unmigrated (for searching a file no service holds;
+        its searches count no access, and writing tools fail)."""
         settings = settings or load_settings()
         register_secret(*settings.secrets())  # scrubbed from whatever is stored or returned
         if db_path is not None:
@@ -139,6 +142,7 @@ class Workbench:
             settings.db_location(),
             embedder.dimensions,
             embedder.model,
+            read_only=read_only,
             pool_size=settings.database_pool_size,
         )
         log.info("database %s", store.path)
