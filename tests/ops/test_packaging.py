@@ -63,6 +63,17 @@ def test_the_mcp_pin_admits_only_the_sdk_the_code_imports():
     assert mcp.specifier.contains(version("mcp"))
 
 
+def test_the_licence_is_an_spdx_expression_with_its_file():
+    """setuptools' licence table and licence classifiers are deprecated (builds fail after
+    2027-02-18): an SPDX string, the file named, no classifier."""
+    project = PYPROJECT["project"]
+    assert project["license"] == "Apache-2.0"
+    assert project["license-files"] == ["LICENSE"] and (ROOT / "LICENSE").is_file()
+    assert not [c for c in project["classifiers"] if c.startswith("License ::")]
+    (setuptools,) = [Requirement(r) for r in PYPROJECT["build-system"]["requires"]]
+    assert not setuptools.specifier.contains("76.9")  # SPDX strings need setuptools 77
+
+
 def test_the_build_backend_needs_nothing_but_setuptools():
     assert all(r.startswith("setuptools") for r in PYPROJECT["build-system"]["requires"])
     assert "multilingual" not in PYPROJECT["tool"]["setuptools"]["package-data"]
