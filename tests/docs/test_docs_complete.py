@@ -211,13 +211,51 @@ def test_every_cli_subcommand_is_documented():
         assert f"workbench {name}" in text, name
 
 
-def test_every_cli_flag_is_documented():
-    text = page("cli.md")
-    for name, parser in cli_parsers().items():
+def command_sections(text: str) -> dict[str, str]:
+    """The ``### `command``` sections of a page: title -> its text up to the next heading."""
+    parts = re.split(r"^### `([^`]+)`\n", text, flags=re.M)
+    return {title: body.split("\n## ", 1)[0] for title, body in zip(parts[1::2], parts[2::2])}
+
+
+def test_every_cli_flag_is_documented_in_its_own_command_section():
+    """Each command (``tokens add`` as well as ``tokens``, and ``voice-server``) has its
+    section, naming every flag its parser takes: a flag on one command does not document the
+    same flag missing from another's section."""
+    sections = command_sections(page("cli.md"))
+    parsers = {f"workbench {name}": parser for name, parser in cli_parsers().items()}
+    parsers["voice-server"] = generator().voice_parser()
+    assert {"workbench tokens add", "workbench tokens revoke"} <= set(parsers)
+    for title, parser in parsers.items():
+        assert title in sections, f"no section `{title}` in cli.md"
         for action in parser._actions:  # noqa: SLF001
             for option in action.option_strings:
                 if option not in ("-h", "--help"):
-                    assert mentioned(option, text), f"workbench {name} {option}"
+                    assert mentioned(option, sections[title]), f"{title} {option}"
+
+
+def test_command_sections_would_catch_a_flag_documented_elsewhere_only():
+    text = "### `a`\n| `--db` |\n### `b`\n| `--model` |\n## Notes\n`--db` again\n"
+    sections = command_sections(text)
+    assert mentioned("--db", sections["a"]) and not mentioned("--db", sections["b"])
+
+
+def test_the_top_level_flags_are_documented():
+    from service.control.cli import build_parser
+
+    text = page("cli.md")
+    for action in build_parser()._actions:  # noqa: SLF001
+        for option in action.option_strings:
+            if option not in ("-h", "--help"):
+                assert f"workbench {option}" in text, option
+
+
+def test_reembed_is_documented_as_covering_passages():
+    """``workbench reembed`` embeds passages too (what search_memory finds): the prose says
+    so, not only the generated reference."""
+    text = page("cli.md").split("## Reference", 1)[0]
+    (row,) = [line for line in text.splitlines() if line.startswith("| `workbench reembed`")]
+    note = text.split("- **`workbench reembed`**", 1)[1].split("\n- ", 1)[0]
+    assert "passage" in row and "passage" in note
 
 
 def test_voice_server_command_is_documented():
