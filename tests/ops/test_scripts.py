@@ -27,16 +27,18 @@ NAMES = (
 
 
 def stand_in_tree(tmp_path: Path, script: str) -> tuple[Path, Path]:
-    """A copy of ``scripts/<script>`` beside recording stand-ins; (the tree, the call log)."""
+    """A copy of ``scripts/<script>`` (and pyproject.toml) beside recording stand-ins of the
+    other scripts and of ``.venv/bin/*``; (the tree, the call log)."""
     tree, log = tmp_path / "clone", tmp_path / "calls.log"
     (tree / "scripts").mkdir(parents=True)
     (tree / ".venv" / "bin").mkdir(parents=True)
-    shutil.copy(ROOT / "scripts" / script, tree / "scripts" / script)
+    shutil.copy(ROOT / "pyproject.toml", tree / "pyproject.toml")
     recorder = RECORDER.format(names=NAMES, log=log)
     for path in (tree / "scripts" / "setup.sh", *(tree / ".venv" / "bin" / n for n in
                                                   ("python", "workbench"))):  # fmt: skip
         path.write_text(recorder)
         path.chmod(0o755)
+    shutil.copy(ROOT / "scripts" / script, tree / "scripts" / script)
     return tree, log
 
 
@@ -104,3 +106,38 @@ def test_the_readme_says_how_long_the_tests_take_and_offers_the_quick_run():
     # exactly two set-up commands to copy: run and test
     blocks = re.findall(r"```bash\n(.*?)```", readme.split("## Install it for yourself")[0], re.S)
     assert [b.strip() for b in blocks] == ["scripts/run.sh", "scripts/test.sh"]
+
+
+def test_run_sh_installs_only_what_serving_needs(tmp_path):
+    tree, log = stand_in_tree(tmp_path, "run.sh")
+    setup, serve = calls(tree, log, "run.sh", "--port", "8010")
+    assert setup["program"] == "setup.sh" and setup["WITH_DEV"] == "0"
+    assert serve["program"] == "workbench" and serve["args"] == ["serve", "--port", "8010"]
+    assert serve["SVC_KNOWLEDGE_DB_PATH"] == str(tree / "data" / "knowledge.duckdb")
+
+
+def installs(log: Path) -> list[list[str]]:
+    """The ``uv pip install`` calls in the log: their arguments after ``install``."""
+    found = []
+    for line in log.read_text().splitlines() if log.exists() else ():
+        words = line.split(" |")[0].split()
+        if words[:5] == ["python", "-m", "uv", "pip", "install"]:
+            found.append(words[5:])
+    return found
+
+
+def test_setup_sh_installs_the_base_for_serving_and_dev_for_the_tests(tmp_path):
+    """The stamps ``.venv/.installed-<hash>-<part>``: serving's set-up installs the project
+    alone; the tests' adds the dev extra; either after the other installs only what lacks."""
+    tree, log = stand_in_tree(tmp_path, "setup.sh")
+    calls(tree, log, "setup.sh", WITH_DEV="0")
+    assert installs(log)[-1][-2:] == ["-e", "."]
+    stamps = sorted(p.name.rsplit("-", 1)[1] for p in (tree / ".venv").glob(".installed-*"))
+    assert stamps == ["base"]
+    calls(tree, log, "setup.sh", WITH_DEV="0")
+    assert len(installs(log)) == 1  # current: nothing to install
+    calls(tree, log, "setup.sh")  # the tests' set-up: dev too
+    assert installs(log)[-1][-2:] == ["-e", ".[dev]"]
+    calls(tree, log, "setup.sh", WITH_DEV="0")  # serving after the tests: nothing again
+    calls(tree, log, "setup.sh", WITH_POSTGRES="1")
+    assert [i[-1] for i in installs(log)] == [".", ".[dev]", ".[dev,postgres]"]
