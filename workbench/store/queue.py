@@ -491,14 +491,15 @@ def unextracted_note(
     count = unextracted(store, group_ids)
     if not count:
         return None
-    episodes = "1 episode" if count == 1 else f"{count} episodes"
+    episodes, are, they = ("1 episode", "is", "it waits") if count == 1 else (
+        f"{count} episodes", "are", "they wait")  # fmt: skip
     why = (
-        "they wait for an LLM: none is configured (set SVC_KNOWLEDGE_COMPAT_BASE_URL and "
+        f"{they} for an LLM, and none is configured (set SVC_KNOWLEDGE_COMPAT_BASE_URL and "
         "SVC_KNOWLEDGE_MODEL_NAME, then restart)"
         if not llm_configured
         else "extraction is under way or waiting for the LLM (see get_queue_status)"
     )
     return (
-        f"{episodes} of the searched groups are not extracted into entities and facts yet: "
+        f"{episodes} of the searched groups {are} not extracted into entities and facts yet: "
         f"{why}; search_memory finds their words already"
     )
