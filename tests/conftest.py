@@ -10,6 +10,7 @@ import pytest
 
 # the fake LLM server and its fixture (a real HTTP server on loopback)
 from tests.fakes.fixtures import *  # noqa: E402,F401,F403
+from tests.quick import quick_skip_reason
 from workbench.config import load_settings
 from workbench.fakes.embedder import HashEmbedder
 
@@ -105,7 +106,16 @@ if BACKEND == "postgres":
         monkeypatch.setattr(Store, "open", classmethod(open_store))
 
 
+# ``scripts/test.sh --quick`` (WORKBENCH_TEST_QUICK=1): see tests/quick.py
+QUICK = os.environ.get("WORKBENCH_TEST_QUICK") == "1"
+
+
 def pytest_collection_modifyitems(config, items):
+    if QUICK:
+        for item in items:
+            reason = quick_skip_reason(getattr(item, "fixturenames", ()))
+            if reason:
+                item.add_marker(pytest.mark.skip(reason=reason))
     if BACKEND != "postgres":
         return
     for item in items:

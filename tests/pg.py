@@ -42,6 +42,10 @@ class ThrowawayPostgres:
     """A PostgreSQL cluster of its own, for one test session or one benchmark."""
 
     def __init__(self, port: int | None = None):
+        if os.environ.get("WORKBENCH_TEST_QUICK") == "1":  # scripts/test.sh --quick
+            import pytest
+
+            pytest.skip("quick run (scripts/test.sh --quick): no PostgreSQL; the full run has it")
         self.bin = postgres_binaries()
         if self.bin is None:
             raise RuntimeError(

@@ -8,8 +8,11 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import shlex
 from dataclasses import dataclass
 from pathlib import Path
+
+from serving.install import Copy, extra_hint, where
 
 MODEL_FILE = "kokoro-v1.0.int8.onnx"
 MODEL_SIZE = 92_361_271
@@ -18,11 +21,25 @@ VOICES_FILE = "voices-v1.0.npz"
 VOICES_SIZE = 28_214_398
 VOICES_SHA256 = "bca610b8308e8d99f32e6fe4197e7ec01679264efed0cac9140fe9c29f1fbf7d"
 
-INSTALL_HINT = (
-    "install it with `WITH_VOICE=1 scripts/setup.sh` (or `pip install -e '.[voice]'` then "
-    "`scripts/fetch_voice_assets.sh`), or point VOICE_ASSETS_DIR at a directory holding "
-    f"{MODEL_FILE} and {VOICES_FILE}"
-)
+
+def install_hint(copy: Copy | None = None) -> str:
+    """How to install the engine and its files, for the running copy (a clone: its scripts;
+    an installed one: the voice extra, and the files fetched once from a clone)."""
+    copy = copy or where()
+    elsewhere = f"or point VOICE_ASSETS_DIR at a directory holding {MODEL_FILE} and {VOICES_FILE}"
+    if copy.clone is not None:
+        fetch = shlex.quote(str(copy.clone / "scripts" / "fetch_voice_assets.sh"))
+        return (
+            f"install it with {extra_hint(copy, 'voice', 'WITH_VOICE=1')} (which also runs "
+            f"`{fetch}`, the model files' fetch), {elsewhere}"
+        )
+    return (
+        f"add the engine with {extra_hint(copy, 'voice', 'WITH_VOICE=1')}, then fetch the model "
+        "files once with `scripts/fetch_voice_assets.sh` of a clone of the project (it writes "
+        f"~/.cache/knowledge-workbench/voice, where this server looks), {elsewhere}"
+    )
+
+
 _ENGINE_MODULES = ("onnxruntime", "kokoro_onnx")
 
 
@@ -40,7 +57,7 @@ class AssetStatus:
         """What is missing and how to install it ('' when nothing is)."""
         if self.ok:
             return ""
-        return "voice backend missing: " + "; ".join(self.problems) + ". To fix, " + INSTALL_HINT
+        return "voice backend missing: " + "; ".join(self.problems) + ". To fix, " + install_hint()
 
 
 def _file_problem(path: Path, size: int) -> str | None:

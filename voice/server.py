@@ -246,7 +246,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--engine", choices=ENGINES, help="synthesis engine (env VOICE_ENGINE)")
     parser.add_argument("--no-audio", action="store_true", help="never open an audio device")
     parser.add_argument(
-        "--log-level", default="info", choices=["debug", "info", "warning", "error"]
+        "--log-level",
+        default="info",
+        choices=["debug", "info", "warning", "error"],
+        help="log level (default info)",
     )
     return parser
 

@@ -13,7 +13,7 @@ import logging
 from collections.abc import Sequence
 from datetime import date, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import numpy as np
 
@@ -72,6 +72,20 @@ def jsonable(value: Any) -> Any:
     return value
 
 
+_Found = TypeVar("_Found", r.NodesFound, r.FactsFound)
+
+
+def _noted(
+    found: _Found, hits: Sequence[Any], store: Store, groups: list[str] | None, llm: bool
+) -> _Found:
+    """An empty search of entities or facts says when its groups have episodes not extracted
+    yet (its ``note``)."""
+    note = None if hits else q.unextracted_note(store, groups, llm)
+    if note:
+        found["note"] = note
+    return found
+
+
 class Workbench:
     """The memory service's core. Build it with :meth:`open`."""
 
@@ -125,9 +139,11 @@ class Workbench:
         clock: Clock = utcnow,
         metrics: Metrics | None = None,
         llm_health: LLMHealth | None = None,
+        read_only: bool = False,
     ) -> Workbench:
         """Open a workbench. ``chat`` defaults to the LLM the settings configure (or None);
-        ``llm_health`` is the record a supervisor of that LLM marks down and up."""
+        ``llm_health`` is the record a supervisor of that LLM marks down and up; ``read_only``:
+        the database opened read-only, unmigrated (searches count no access; writes fail)."""
         settings = settings or load_settings()
         register_secret(*settings.secrets())  # scrubbed from whatever is stored or returned
         if db_path is not None:
@@ -142,6 +158,7 @@ class Workbench:
             settings.db_location(),
             embedder.dimensions,
             embedder.model,
+            read_only=read_only,
             pool_size=settings.database_pool_size,
         )
         log.info("database %s", store.path)
@@ -324,7 +341,8 @@ class Workbench:
         nodes = self.search.search_nodes(
             query, self._groups(group_ids), max_nodes, entity_types, **filters
         )
-        return {"message": f"{len(nodes)} nodes found", "nodes": jsonable(nodes)}
+        found: r.NodesFound = {"message": f"{len(nodes)} nodes found", "nodes": jsonable(nodes)}
+        return _noted(found, nodes, self.store, self._groups(group_ids), self.chat is not None)
 
     def search_memory_facts(
         self,
@@ -337,7 +355,8 @@ class Workbench:
         facts = self.search.search_facts(
             query, self._groups(group_ids), max_facts, center_node_uuid, **filters
         )
-        return {"message": f"{len(facts)} facts found", "facts": jsonable(facts)}
+        found: r.FactsFound = {"message": f"{len(facts)} facts found", "facts": jsonable(facts)}
+        return _noted(found, facts, self.store, self._groups(group_ids), self.chat is not None)
 
     def search_memory(
         self,

@@ -4,7 +4,10 @@
 ``Authorization`` header), and that text flows into the database (``queue.error_message``,
 ``llm_calls.error_message``, ``episodes.status_detail``), into tool results and exports, and
 into logs. :func:`scrub` replaces every registered secret value and anything shaped like a
-bearer token, an ``api_key=…`` pair or an ``sk-…`` key by ``[REDACTED]``. Secrets are
+bearer token, an ``api_key=…`` pair or an ``sk-…`` key by ``[REDACTED]``. A pattern takes only
+a value shaped like a credential (:func:`looks_secret`: a digit among 8 characters or more, or
+20 or more with both cases), never an ordinary word: "needs its token: set
+SVC_KNOWLEDGE_API_TOKEN" or "send Authorization: Bearer <token>" stay readable. Secrets are
 registered once by whoever holds them (the settings' keys and token, a client given a key):
 :func:`register_secret` keeps them in one process-wide set, as logging's handlers are
 process-wide, so a store function or a log formatter needs no handle to pass them along.
@@ -25,14 +28,18 @@ REDACTED = "[REDACTED]"
 MIN_SECRET = 4  # shorter values would redact ordinary words
 MAX_JSON_DEPTH = 64
 
+# (prefix kept, value) pairs: the value is replaced when it looks like a credential
 _PATTERNS = (
-    re.compile(r"(?i)(bearer\s+)[A-Za-z0-9._~+/=-]+"),
+    re.compile(r"(?i)(bearer\s+)([A-Za-z0-9._~+/=-]+)"),
     re.compile(
         r"(?i)((?:api[_-]?key|token|password|secret|authorization)[\"']?\s*[:=]\s*[\"']?)"
-        r"[^\s\"',;]+"
+        r"([^\s\"',;]+)"
     ),
-    re.compile(r"\bsk-[A-Za-z0-9_-]{8,}"),
 )
+# an OpenAI-style key, whatever its letters
+_KEY = re.compile(r"\bsk-[A-Za-z0-9_-]{8,}")
+MIN_PATTERN_SECRET = 8
+MIN_LETTERS_SECRET = 20
 
 _lock = threading.Lock()
 _registered: set[str] = set()
@@ -64,11 +71,24 @@ class Redactor:
             text = text.replace(secret, REDACTED)
         for pattern in _PATTERNS:
             text = pattern.sub(_keep_prefix, text)
-        return text
+        return _KEY.sub(REDACTED, text)
+
+
+def looks_secret(value: str) -> bool:
+    """Whether a value after ``Bearer`` or ``token:``/``api_key=``… is shaped like a
+    credential rather than a word, a placeholder or a setting's name: 8 characters or more
+    with a digit, or 20 or more mixing lower and upper case (random tokens are)."""
+    if len(value) < MIN_PATTERN_SECRET:
+        return False
+    if any(c.isdigit() for c in value):
+        return True
+    has_both = any(c.islower() for c in value) and any(c.isupper() for c in value)
+    return len(value) >= MIN_LETTERS_SECRET and has_both
 
 
 def _keep_prefix(match: re.Match[str]) -> str:
-    return (match.group(1) if match.groups() else "") + REDACTED
+    prefix, value = match.group(1), match.group(2)
+    return prefix + (REDACTED if looks_secret(value) else value)
 
 
 _default = Redactor()

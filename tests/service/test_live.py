@@ -14,9 +14,10 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from service.client.live import find_live, record_path
+from service.client.live import find_live, record_path, search, snapshot
 from service.sidecars.embed_server import create_embed_app
 from tests.service.test_serve_subprocess import Service
+from workbench import errors
 from workbench.config import load_settings
 from workbench.fakes.embedder import HashEmbedder
 
@@ -134,6 +135,9 @@ async def test_every_client_works_while_the_service_holds_the_database(env, tmp_
         tools, found = await mcp_session(env, db)
         assert "search_memory_facts" in tools and "import_memories" in tools
         assert "Acme" in found["facts"][0]["fact"]
+        # a notebook's search goes through the service: counted as an access there
+        asked = search(settings_for(env, db), "search_memory_facts", {"query": "Maria work"})
+        assert "Acme" in asked["facts"][0]["fact"] and asked["facts"][0]["access_count"] >= 1
 
         sys.path.insert(0, str(ROOT / "notebooks"))
         try:
@@ -159,6 +163,31 @@ async def test_the_same_commands_work_with_no_service_running(env, tmp_path):
         assert done.returncode == 0, (args, done.stderr)
     _, found = await mcp_session(env, db)
     assert "Acme" in found["facts"][0]["fact"]
+
+
+def test_a_notebook_searches_a_file_no_service_holds_read_only(env, tmp_path):
+    """No service (a stdio-only user between sessions): the search runs in this process on
+    the file opened read-only, beside a notebook's open connection, and writes nothing."""
+    db = tmp_path / "kb.duckdb"
+    imported = workbench_cli(env, db, "import", str(import_file(tmp_path)), "--quiet")
+    assert imported.returncode == 0, imported.stderr
+    settings = settings_for(env, db)
+    tables = snapshot(settings)  # the notebook's live tables: the file itself, read-only
+    before = db.stat().st_mtime_ns
+    found = search(settings, "search_memory_facts", {"query": "where does Maria work"})
+    assert "Acme" in found["facts"][0]["fact"]
+    nodes = search(settings, "search_memory_nodes", {"query": "Atlas", "max_nodes": 3})
+    assert nodes["nodes"][0]["name"] == "Atlas"
+    assert search(settings, "search_memory", {"query": "Neovim"})["results"]
+    assert tables.sql("SELECT max(access_count) FROM facts").fetchone()[0] == 0  # no access
+    tables.close()
+    assert db.stat().st_mtime_ns == before and not record_path(db).exists()
+    with pytest.raises(errors.InvalidInput, match="not a search tool"):
+        search(settings, "clear_graph", {})
+    with pytest.raises(errors.StoreError, match="no database at"):
+        search(settings_for(env, tmp_path / "none.duckdb"), "search_memory", {"query": "x"})
+    done = workbench_cli(env, db, "status")  # nothing holds the file afterwards
+    assert done.returncode == 0, done.stderr
 
 
 def test_a_record_left_by_a_killed_service_is_stale(env, tmp_path):

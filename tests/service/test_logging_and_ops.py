@@ -142,3 +142,40 @@ def test_uvicorn_lines_name_their_server_and_port(caplog):
         for name, port in zip(["tools", "metrics"], ports)
     )
     assert all(line.startswith(("tools on", "metrics on")) for line in lines), lines
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "the service at http://127.0.0.1:8000 needs its token: set SVC_KNOWLEDGE_API_TOKEN",
+        "send 'Authorization: Bearer <token>' with every call",
+        "a Bearer token is required",
+        "invalid token: expired, ask for another",
+        "password: missing; api_key=required",
+        "Authorization: Bearer",
+    ],
+)
+def test_ordinary_error_text_keeps_its_words(text):
+    assert Redactor()(text) == text
+
+
+@pytest.mark.parametrize(
+    ("text", "secret"),
+    [
+        ("Authorization: Bearer abcdef123456", "abcdef123456"),
+        ("gateway said Bearer eyJhbGciOi.eyJzdWIiOiIx.c2ln", "eyJhbGciOi.eyJzdWIiOiIx.c2ln"),
+        ("Bearer QwErTyUiOpAsDfGhJkLzXc", "QwErTyUiOpAsDfGhJkLzXc"),  # letters only, both cases
+        ("api_key=s3cr3tvalue99 rejected", "s3cr3tvalue99"),
+        ("token: 'Zx81kLmQ0pWvT5'", "Zx81kLmQ0pWvT5"),
+        ("key sk-abcdefghijklmnop leaked", "sk-abcdefghijklmnop"),
+    ],
+)
+def test_secret_values_are_redacted(text, secret):
+    redacted = Redactor()(text)
+    assert secret not in redacted and "[REDACTED]" in redacted
+
+
+def test_a_registered_secret_is_redacted_whatever_its_shape():
+    assert Redactor(["plainword"])("the key plainword was refused") == (
+        "the key [REDACTED] was refused"
+    )

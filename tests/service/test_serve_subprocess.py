@@ -271,3 +271,47 @@ def test_a_killed_local_model_server_is_restarted_and_the_episode_finishes(env, 
         assert "restarting it" in service.log.read_text()
     finally:
         assert service.stop() == 0
+
+
+def test_the_ready_line_names_the_ports_bound_when_asked_for_port_0(env, tmp_path):
+    """The background service of ``workbench mcp`` asks for port 0: its log names the ports
+    the system chose, the ones its record gives clients."""
+    import json
+    import re
+
+    db, log = tmp_path / "kb.duckdb", tmp_path / "serve.log"
+    with log.open("ab") as sink:
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "service.control.cli",
+                "serve",
+                "--db",
+                str(db),
+                "--port",
+                "0",
+                "--metrics-port",
+                "0",
+                "--log-format",
+                "text",
+            ],  # fmt: skip
+            env=environ_without_settings(**env),
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        deadline = time.monotonic() + 120
+        while "ready in" not in log.read_text() and time.monotonic() < deadline:
+            assert proc.poll() is None, log.read_text()[-2000:]
+            time.sleep(0.2)
+        record = json.loads((tmp_path / "kb.duckdb.service.json").read_text())
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(60) == 0
+    line = next(x for x in log.read_text().splitlines() if "ready in" in x)
+    tools, metrics = re.search(
+        r"tools http://127\.0\.0\.1:(\d+) .*metrics \S+:(\d+)/", line
+    ).groups()
+    assert record["url"] == f"http://127.0.0.1:{tools}"
+    assert int(tools) > 0 and int(metrics) > 0 and tools != metrics

@@ -7,7 +7,8 @@ Every memory a search returns is an access (``docs/decay.md``): ``last_accessed_
 returned rows) and queues the change; the queue is written with one UPDATE per memory kind
 (:func:`workbench.store.access.apply_accesses`) by a background flusher every
 ``flush_interval`` seconds, synchronously when ``max_pending`` memories wait, and on
-:meth:`flush` / :meth:`close` — so no access is lost on an orderly shutdown. The search engine
+:meth:`flush` / :meth:`close` — so no access is lost on an orderly shutdown. A read-only store
+records none (it cannot be written). The search engine
 applies the new values to its row cache at once; when it re-reads rows from the store it holds
 :meth:`consistent_read` and re-applies what is not written yet (:meth:`pending_of`; no double
 reactivation, no lost count). ``background=False`` writes at the end of every search.
@@ -103,7 +104,11 @@ class AccessTracker:
 
     def record(self, kind: str, rows: list[dict[str, Any]], now: datetime) -> list[dict[str, Any]]:
         """Account one access of each row at ``now``; return the rows as they are after it.
-        The write is queued: call :meth:`settle` afterwards (outside the caller's locks)."""
+        The write is queued: call :meth:`settle` afterwards (outside the caller's locks).
+        On a read-only store (a reader of a file no service holds) a search is no access:
+        nothing is counted or queued, and the rows come back as they are."""
+        if self._store.read_only:
+            return rows
         out = []
         for row in rows:
             updated, reactivated = access_update(row, now)

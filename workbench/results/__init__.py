@@ -65,9 +65,17 @@ class Node(Scored, MemoryState):
     summary: str
 
 
+# the ``note`` of an empty search of entities or facts
+_UNEXTRACTED = (
+    "Present when nothing was found and the searched groups have episodes not extracted yet "
+    "(waiting for an LLM, or being extracted): how many, and why."
+)
+
+
 class NodesFound(TypedDict):
     message: str
     nodes: list[Node]
+    note: NotRequired[Annotated[str, Field(description=_UNEXTRACTED)]]
 
 
 class Fact(Scored, MemoryState):
@@ -87,6 +95,7 @@ class Fact(Scored, MemoryState):
 class FactsFound(TypedDict):
     message: str
     facts: list[Fact]
+    note: NotRequired[Annotated[str, Field(description=_UNEXTRACTED)]]
 
 
 class RecalledFact(Fact):

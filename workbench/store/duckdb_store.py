@@ -47,6 +47,13 @@ LEAN_CACHE_MB = 256
 BULK_CHECKPOINT_THRESHOLD = "64 GiB"
 
 
+def open_config() -> dict[str, str | bool | int | float | list[str]]:
+    """How every connection of this package opens a database file: DuckDB lets one process
+    open a file again only with the same configuration (a notebook's read-only view of the
+    file beside a read-only store)."""
+    return {"autoinstall_known_extensions": "false", "autoload_known_extensions": "false"}
+
+
 class DuckDBStore(Store):
     """A DuckDB database file (or ``:memory:``) with the workbench schema."""
 
@@ -68,10 +75,7 @@ class DuckDBStore(Store):
         """Open the file ``location`` (``pool_size``: unused, one connection serves all)."""
         if location != ":memory:":
             _make_folder(Path(location).expanduser().parent)
-        config: dict[str, str | bool | int | float | list[str]] = {
-            "autoinstall_known_extensions": "false",
-            "autoload_known_extensions": "false",
-        }
+        config = open_config()
         try:
             con = duckdb.connect(location, read_only=read_only, config=config)
         except duckdb.Error as exc:

@@ -469,3 +469,37 @@ def waiting(store: Store) -> int:
     """Episodes waiting in the queue (not yet claimed)."""
     count: int = store.one("SELECT count(*) FROM queue WHERE state = 'queued'")[0]
     return count
+
+
+def unextracted(store: Store, group_ids: Sequence[str] | None) -> int:
+    """Episodes of these groups (None or empty: every group) still waiting in the queue or
+    being extracted: what a search of entities and facts cannot find yet."""
+    where, params = "", list[Any]()
+    if group_ids:
+        where, params = " AND list_contains(?, group_id)", [list(group_ids)]
+    count: int = store.one(
+        f"SELECT count(*) FROM queue WHERE state IN ('queued', 'processing'){where}", params
+    )[0]
+    return count
+
+
+def unextracted_note(
+    store: Store, group_ids: Sequence[str] | None, llm_configured: bool
+) -> str | None:
+    """For a search of entities or facts that found nothing: why, when these groups have
+    episodes not extracted yet (None when they have none)."""
+    count = unextracted(store, group_ids)
+    if not count:
+        return None
+    episodes, are, they = ("1 episode", "is", "it waits") if count == 1 else (
+        f"{count} episodes", "are", "they wait")  # fmt: skip
+    why = (
+        f"{they} for an LLM, and none is configured (set SVC_KNOWLEDGE_COMPAT_BASE_URL and "
+        "SVC_KNOWLEDGE_MODEL_NAME, then restart)"
+        if not llm_configured
+        else "extraction is under way or waiting for the LLM (see get_queue_status)"
+    )
+    return (
+        f"{episodes} of the searched groups {are} not extracted into entities and facts yet: "
+        f"{why}; search_memory finds their words already"
+    )

@@ -12,12 +12,12 @@ import duckdb
 
 from workbench.errors import InvalidInput
 from workbench.store.base import TABLES, Store
-from workbench.store.duckdb_store import sql_path
+from workbench.store.duckdb_store import open_config, sql_path
 
 if TYPE_CHECKING:
     import pandas as pd
 
-__all__ = ["frame", "over_parquet", "over_postgres"]
+__all__ = ["frame", "over_file", "over_parquet", "over_postgres"]
 
 
 def frame(store: Store, table: str) -> pd.DataFrame:
@@ -33,6 +33,12 @@ def over_parquet(files: Mapping[str, str | Path]) -> duckdb.DuckDBPyConnection:
     for table, path in files.items():
         con.execute(f"CREATE VIEW {table} AS SELECT * FROM read_parquet('{sql_path(Path(path))}')")
     return con
+
+
+def over_file(path: str | Path) -> duckdb.DuckDBPyConnection:
+    """The DuckDB database file itself, read-only, opened as a store opens it (so a read-only
+    store of the same process can open it beside this connection)."""
+    return duckdb.connect(str(path), read_only=True, config=open_config())
 
 
 def over_postgres(url: str) -> duckdb.DuckDBPyConnection:
