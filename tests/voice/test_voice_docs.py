@@ -27,7 +27,7 @@ def test_every_flag_is_documented():
 def test_every_route_is_documented():
     app = create_app(engine=voice.ToneEngine(), sink=voice.RecordingSink())
     paths = {route.path for route in app.routes if not route.path.startswith("/schema")}
-    assert paths == {"/notify", "/health", "/v1/audio/speech"}
+    assert paths == {"/notify", "/health", "/metrics", "/v1/audio/speech"}
     assert "`/schema/openapi.json`" in DOC
     assert [p for p in paths if f"`{p}`" not in DOC and f" {p}`" not in DOC] == []
 
