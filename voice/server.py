@@ -89,7 +89,8 @@ async def notify(request: Request, service: NamedDependency[VoiceService]) -> Re
     if accepted.duplicate:
         message = (f"Duplicate of notification {accepted.id}, accepted "
                    f"{accepted.seconds_after:.1f}s before; spoken once")  # fmt: skip
-        return Response({"status": "duplicate", "message": message, "id": accepted.id})
+        return Response({"status": "duplicate", "message": message, "id": accepted.id},
+                        status_code=200)  # fmt: skip
     body = {
         "status": "success",
         "message": f"Notification queued (voice {payload.voice.name})",
