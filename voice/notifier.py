@@ -25,7 +25,7 @@ import numpy as np
 from voice.audio import AudioSink
 from voice.cache import AudioCache, cache_key
 from voice.engine import Engine
-from voice.errors import AudioUnavailable, BackendMissing, VoiceError
+from voice.errors import AudioUnavailable, VoiceError
 from voice.metrics import VoiceMetrics
 from voice.pacing import HostSpeed
 from voice.playback import PacedChunks
@@ -296,9 +296,7 @@ class Notifier:
         if self.metrics is not None:
             self.metrics.outcome(outcome.result)
             if outcome.first_audio_seconds is not None:
-                self.metrics.first_audio.labels(outcome.source).observe(
-                    outcome.first_audio_seconds
-                )
+                self.metrics.first_audio.labels(outcome.source).observe(outcome.first_audio_seconds)
         if outcome.result == "expired":
             return
         log.info(

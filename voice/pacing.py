@@ -173,4 +173,3 @@ class HostSpeed:
 
 def _spoken_chars(text: str) -> int:
     return sum(1 for char in text if char.isalnum())
-

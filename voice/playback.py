@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from voice.pacing import DEFAULT_MARGIN, start_delay, stall_after
+from voice.pacing import DEFAULT_MARGIN, stall_after, start_delay
 from voice.speech import SpeechStream
 
 

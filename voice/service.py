@@ -15,9 +15,9 @@ from voice.engine import Engine
 from voice.errors import BackendMissing, QueueFull, RateLimited, RequestInvalid
 from voice.metrics import VoiceMetrics
 from voice.notifier import Notification, Notifier, Outcome
-from voice.queueing import Duplicates
 from voice.payloads import NotifyRequest, SpeechRequest
 from voice.pronunciation import RulesFile
+from voice.queueing import Duplicates
 from voice.ratelimit import RateLimiter
 from voice.settings import Settings
 from voice.speech import Speech, chunks_for, stream_speech
@@ -53,8 +53,11 @@ class VoiceService:
             cache=self.cache, metrics=self.metrics, max_wait=settings.max_wait_seconds,
         )  # fmt: skip
         self.duplicates = Duplicates(settings.dedupe_seconds)
-        self.metrics.watch(lambda: self.notifier.depth, lambda: self.notifier.speed.snapshot().rtf,
-                           lambda: self.cache.stats().bytes if self.cache.enabled else 0)  # fmt: skip
+        self.metrics.watch(
+            lambda: self.notifier.depth,
+            lambda: self.notifier.speed.snapshot().rtf,
+            lambda: self.cache.stats().bytes if self.cache.enabled else 0,
+        )
         self.started_at = time.time()
         self._ids = itertools.count(1)
 
@@ -139,7 +142,6 @@ class VoiceService:
             "pronunciations": self.rules.status(),
             "uptime_seconds": round(time.time() - self.started_at, 1),
         }
-
 
     def _speed(self) -> dict[str, object]:
         speed = self.notifier.speed.snapshot()

@@ -140,7 +140,9 @@ def test_a_repeat_plays_from_the_cache_within_50_ms_and_survives_a_restart(tmp_p
     slow = ToneEngine(seconds_per_char=0.01, rtf=0.5)
     sink, metrics = RecordingSink(), VoiceMetrics()
     notifier = Notifier(slow, sink, cache=AudioCache(tmp_path, 2**24), metrics=metrics)
-    speak(notifier, "The build failed. Three tests are red.", "The build failed. Three tests are red.")
+    speak(
+        notifier, "The build failed. Three tests are red.", "The build failed. Three tests are red."
+    )
     first, repeat = notifier.outcomes
     assert (first.source, repeat.source) == ("engine", "cache")
     assert repeat.request_to_first_audio_seconds < 0.05

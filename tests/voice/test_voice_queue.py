@@ -25,8 +25,8 @@ VOICE = resolve_voice("1")
 
 def test_priority_first_then_arrival_order():
     queue: PlaybackQueue[str] = PlaybackQueue(10)
-    places = [queue.put(n, p) for n, p in
-              [("a", "normal"), ("b", "low"), ("c", "normal"), ("d", "high"), ("e", "high")]]  # fmt: skip
+    pairs = [("a", "normal"), ("b", "low"), ("c", "normal"), ("d", "high"), ("e", "high")]
+    places = [queue.put(n, p) for n, p in pairs]
     assert places == [1, 2, 2, 1, 2]
     assert [queue.get(0) for _ in range(5)] == ["d", "e", "a", "c", "b"]
     assert queue.get(0) is None  # empty: timeout
@@ -188,9 +188,7 @@ def test_metrics_follow_the_conventions(app_with):
         assert service.notifier.wait_idle(5)
         client.post("/notify", json={"message": "One. Two."})  # a duplicate
         response = client.get("/metrics")
-    assert response.status_code == 200 and response.headers["content-type"].startswith(
-        "text/plain"
-    )
+    assert response.status_code == 200 and response.headers["content-type"].startswith("text/plain")
     text = response.text
     for name in ("voice_first_audio_seconds_bucket", "voice_synthesis_seconds_count",
                  "voice_queue_wait_seconds_sum", "voice_cache_requests_total", "voice_rtf",
