@@ -26,11 +26,11 @@ that takes as long as the audio lasts, and reports its stall count, the time the
 was held, first audio, and a repeat of the first message (from the cache). ``--load N`` starts N
 busy processes (pure Python loops, ended after ``--load-seconds`` at most) before measuring.
 ``--idle S`` sleeps S seconds before each request, as a notification server mostly sees them
-(back-to-back by default). ``--heads`` also times G2P and synthesis alone for the first 1..6 words of
-the message (wall and CPU seconds, median), with the audio the engine returned and what is left
-of it once its quiet edges are trimmed. Besides, every call synthesizes ~0.35 s of silence before
-the speech (the model's duration for the start token), which kokoro-onnx trims off: a fixed cost
-of each call that a shorter head cannot avoid.
+(back-to-back by default). ``--heads`` also times G2P and synthesis alone for the first 1..6
+words of the message (wall and CPU seconds, median), with the audio the engine returned and what
+is left of it once its quiet edges are trimmed. Besides, every call synthesizes ~0.35 s of
+silence before the speech (the model's duration for the start token), which kokoro-onnx trims
+off: a fixed cost of each call that a shorter head cannot avoid.
 """
 
 from __future__ import annotations
