@@ -36,7 +36,14 @@ from voice.text import plan_chunks
 from voice.voices import Voice
 
 log = logging.getLogger(__name__)
-WARM_TEXT = "Ready."  # one short inference at start: the first one pays one-off allocations
+# Synthesized (not played) at start: the first inference pays one-off allocations, and three
+# calls of different lengths let the speed estimate fit the fixed cost of a call apart from the
+# cost per audio second, so that the first notification is paced on this host's figures.
+WARM_TEXTS = (
+    "Ready.",
+    "The voice server is ready.",
+    "The voice server is ready to speak, and this longer sentence measures how fast it is.",
+)
 
 
 @dataclass(frozen=True)
@@ -117,8 +124,8 @@ class Notifier:
 
     # -- control -----------------------------------------------------------------------------
     def warm_up(self, voice: Voice, phrases: Iterable[str] = ()) -> None:
-        """After start, warm the engine with one short inference in ``voice``, then synthesize
-        ``phrases`` into the cache while no notification waits."""
+        """After start, warm the engine with a few inferences (``WARM_TEXTS``) in ``voice``,
+        then synthesize ``phrases`` into the cache while no notification waits."""
         self._warm_voice = voice
         self._warm = [Speech(phrase, voice) for phrase in phrases if phrase.strip()]
 
@@ -185,8 +192,8 @@ class Notifier:
         try:
             self.engine.load()
             if self._warm_voice is not None:
-                warm = Speech(WARM_TEXT, self._warm_voice)
-                list(stream_speech(self.engine, warm, [WARM_TEXT], meter=self.meter))
+                warm = Speech(" ".join(WARM_TEXTS), self._warm_voice)
+                list(stream_speech(self.engine, warm, WARM_TEXTS, len(WARM_TEXTS), self.meter))
         except VoiceError as exc:
             log.error("%s", exc)
             self._warm = []

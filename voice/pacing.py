@@ -93,7 +93,7 @@ class HostSpeed:
     ) -> None:
         self.keep, self.half_life, self.clock = keep, half_life, clock
         self._sums = [0.0] * 5  # weight, x, y, xx, xy  (x: audio s, y: wall s)
-        self._spread = 0.25
+        self._spread = 0.15
         self._updated: float | None = None
         self._samples = 0
         self._per_char: dict[str, float] = {}

@@ -15,7 +15,7 @@ from voice.audio import RecordingSink
 from voice.cache import AudioCache, cache_key, decode, default_cache_dir, encode
 from voice.fakes import ToneEngine
 from voice.metrics import VoiceMetrics
-from voice.notifier import Notification, Notifier
+from voice.notifier import WARM_TEXTS, Notification, Notifier
 from voice.pronunciation import compile_rules
 from voice.speech import Speech
 from voice.voices import resolve_voice
@@ -209,5 +209,5 @@ def test_warm_up_phrases_are_synthesized_into_the_cache_at_start(tmp_path):
     assert notifier.wait_idle(5)
     notifier.stop()
     assert notifier.last().source == "cache"
-    assert tone.calls[0][0] == "Ready."  # the engine warmed first
+    assert [c[0] for c in tone.calls[:3]] == list(WARM_TEXTS)  # the engine warmed first
     assert len(list(tmp_path.glob("*.audio"))) == 2 and os.listdir(tmp_path)

@@ -9,7 +9,7 @@ import pytest
 from litestar.testing import TestClient
 
 from voice.engine import KokoroEngine
-from voice.notifier import WARM_TEXT
+from voice.notifier import WARM_TEXTS
 from voice.ratelimit import RateLimiter
 from voice.server import create_app
 
@@ -24,7 +24,7 @@ def client(settings, tone, sink):
 
 def spoken(tone) -> list[tuple[str, str, float]]:
     """The engine calls of notifications (not the one warming the engine at start)."""
-    return [call for call in tone.calls if call[0] != WARM_TEXT]
+    return [call for call in tone.calls if call[0] not in WARM_TEXTS]
 
 
 def is_error(response, status: int, fragment: str) -> None:

@@ -140,13 +140,13 @@ def test_a_fast_engine_is_not_held_back(tone):
 
 
 class SuddenlySlow(ToneEngine):
-    """Fast for the first calls, then one call takes far longer than anything predicted."""
+    """Fast, but for one chunk that takes far longer than anything predicted."""
 
     def synthesize(self, text: str, voice, speed: float = 1.0) -> np.ndarray:
         import time
 
-        if len(self.calls) == 3:
-            time.sleep(1.5)
+        if "number 2" in text:
+            time.sleep(2.0)
         return super().synthesize(text, voice, speed)
 
 
@@ -171,7 +171,7 @@ def test_a_stall_is_reported_by_health_and_metrics(settings):
     app = create_app(settings.model_copy(update={"cache_mb": 0}), engine=engine, sink=sink)
     with TestClient(app) as client:
         service = app.state["service"]
-        assert service.notifier.wait_idle(10)  # the warm-up inference is call 0
+        assert service.notifier.wait_idle(10)  # after the warm-up inferences
         assert client.post("/notify", json={"message": SENTENCES}).status_code == 202
         assert service.notifier.wait_idle(30)
         assert service.notifier.last().stalls >= 1
