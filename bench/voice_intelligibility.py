@@ -118,6 +118,7 @@ def play_all(args: argparse.Namespace) -> list[dict[str, object]]:
             results.append({"voice": voice.name, "language": language, "text": text,
                             "audio": audio, "rate": rate,
                             "stalls": None if outcome is None else outcome.stalls,
+                            "stall_s": None if outcome is None else round(outcome.stall_seconds, 2),
                             "held_s": None if outcome is None else round(outcome.held_seconds, 2),
                             "heard_s": round(len(audio) / rate, 2)})  # fmt: skip
     finally:

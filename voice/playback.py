@@ -19,6 +19,11 @@ import numpy as np
 from voice.pacing import DEFAULT_MARGIN, stall_after, start_delay
 from voice.speech import SpeechStream
 
+# How far a chunk's predicted duration may be off, either way. Both ends are checked: a chunk
+# shorter than predicted brings the next one's turn sooner (on a fast host the risk), a longer
+# one costs more synthesis (on a slow host the risk).
+DURATION_UNCERTAINTY = 0.25
+
 
 @dataclass
 class PlaybackReport:
@@ -45,9 +50,11 @@ class PacedChunks(Iterator[np.ndarray]):
         sample_rate: int,
         margin: float = DEFAULT_MARGIN,
         clock: Callable[[], float] = time.perf_counter,
+        uncertainty: float = DURATION_UNCERTAINTY,
     ) -> None:
         self.stream, self.estimates, self.cost = stream, list(estimates), cost
         self.sample_rate, self.margin, self.clock = sample_rate, margin, clock
+        self.uncertainty = uncertainty
         self.report = PlaybackReport()
         self._buffer: list[np.ndarray] = []
         self._received = 0
@@ -75,8 +82,6 @@ class PacedChunks(Iterator[np.ndarray]):
     # -- before the first sound ------------------------------------------------------------------
     def _fill(self) -> None:
         """Take chunks until the first may play: the rest predicted ready before it is needed."""
-        waiting_since = self.clock()
-        last_arrival = waiting_since
         if self._take(None) is None:
             return
         first_ready = last_arrival = self.clock()
@@ -86,7 +91,10 @@ class PacedChunks(Iterator[np.ndarray]):
                 break
             buffered = sum(len(c) for c in self._buffer) / self.sample_rate
             busy = self.clock() - last_arrival
-            delay = start_delay(buffered, pending, self.cost, busy, self.margin)
+            delay = max(
+                start_delay(buffered, [d * scale for d in pending], self.cost, busy, self.margin)
+                for scale in (1.0 - self.uncertainty, 1.0 + self.uncertainty)
+            )
             if delay <= 0:
                 break
             if self._take(delay) is not None:
