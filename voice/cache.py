@@ -20,6 +20,7 @@ import logging
 import os
 import struct
 import threading
+import time
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -34,6 +35,7 @@ MAGIC = b"KWVOICE\x00"
 FORMAT_VERSION = 1
 _HEADER = struct.Struct("<8sHIQ32s")  # magic, version, sample rate, samples, sha256
 SUFFIX = ".audio"
+STALE_TEMPORARY_SECONDS = 3600.0  # a writer takes milliseconds: older temporary files are debris
 Lookup = Literal["hit", "miss", "corrupt"]
 
 
@@ -131,8 +133,10 @@ class AudioCache:
         return True
 
     def trim(self) -> int:
-        """Delete least recently used entries until the folder fits; how many were deleted."""
+        """Delete least recently used entries until the folder fits (and temporary files a
+        crashed writer left over an hour ago); how many entries were deleted."""
         with self._lock:
+            self._forget_abandoned()
             entries = self._entries()
             total = sum(size for _, size, _ in entries)
             deleted = 0
@@ -148,6 +152,14 @@ class AudioCache:
     def stats(self) -> CacheStats:
         entries = self._entries()
         return CacheStats(len(entries), sum(size for _, size, _ in entries), self.max_bytes)
+
+    def _forget_abandoned(self, age: float = STALE_TEMPORARY_SECONDS) -> None:
+        now = time.time()
+        with contextlib.suppress(OSError):
+            for path in self.directory.glob(".*.tmp"):
+                with contextlib.suppress(OSError):
+                    if now - path.stat().st_mtime > age:
+                        path.unlink()
 
     def _entries(self) -> list[tuple[Path, int, float]]:
         """(path, size, last use) of every entry; files vanishing meanwhile are skipped."""

@@ -116,6 +116,16 @@ def test_concurrent_writers_leave_whole_entries_and_no_temporary_files(tmp_path)
     assert [p for p in Path(tmp_path).iterdir() if p.name.endswith(".tmp")] == []
 
 
+def test_temporary_files_a_crashed_writer_left_are_cleaned_up_later(tmp_path):
+    cache = AudioCache(tmp_path, 2**20)
+    old, fresh = tmp_path / ".k.1.aa.tmp", tmp_path / ".k.2.bb.tmp"
+    old.write_bytes(b"half")
+    fresh.write_bytes(b"being written")
+    os.utime(old, (time.time() - 7200, time.time() - 7200))
+    cache.put(cache_key("x", "v", 1.0, "en-us", "m"), samples(10), RATE)
+    assert not old.exists() and fresh.exists()
+
+
 def test_an_unwritable_folder_is_logged_not_raised(tmp_path, caplog):
     blocker = tmp_path / "file"
     blocker.write_text("not a folder")
