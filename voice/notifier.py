@@ -46,6 +46,9 @@ WARM_TEXTS = (
 )
 
 
+HEAD_MAX_RTF = 1.0  # recent real-time factor above which sentences are not cut (see _head_helps)
+
+
 @dataclass(frozen=True)
 class Notification:
     id: str
@@ -213,6 +216,13 @@ class Notifier:
         self.cache.put(key, _joined(chunks), self.engine.sample_rate)
         log.info("warm-up phrase %r synthesized into the cache", speech.text[:40])
 
+    def _head_helps(self) -> bool:
+        """Cut a short head off the first sentence only while this host synthesizes faster than
+        it speaks: slower, the first sound waits for most of the message anyway (pacing), and
+        the extra engine calls of the cut only add work and so delay it further."""
+        rtf = self.speed.snapshot().rtf
+        return rtf is None or rtf < HEAD_MAX_RTF
+
     def _key(self, text: str, speech: Speech) -> str | None:
         if self.cache is None or not self.cache.enabled:
             return None
@@ -228,7 +238,7 @@ class Notifier:
         if expired(note.received_at, started, self.max_wait):
             return self._expire(outcome)
         text = apply_rules(note.speech.text, self.rules())
-        plan = plan_chunks(text)
+        plan = plan_chunks(text, head=self._head_helps())
         outcome.sentences = sum(chunk.ends == "sentence" for chunk in plan)
         key = self._key(text, note.speech)
         speech = dataclasses.replace(note.speech, volume=1.0)  # volume applied on the way out

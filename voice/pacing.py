@@ -26,6 +26,7 @@ PRIOR_LATIN_SECONDS_PER_CHAR = 0.07
 # time), so the first notification after start waits rather than stalls.
 PRIOR_CALL_SECONDS, PRIOR_RTF = 0.2, 1.0
 DEFAULT_MARGIN = 0.1  # seconds of slack kept at every chunk boundary
+SPREAD_FACTOR = 2.0  # planning cost: the fitted cost times (1 + this x the recent spread)
 
 
 def start_delay(
@@ -132,10 +133,11 @@ class HostSpeed:
         return _spoken_chars(text) * rate / speed
 
     def cost(self, audio_seconds: float) -> float:
-        """Predicted wall seconds to synthesize ``audio_seconds``, with the recent spread added
-        (planning must be pessimistic: a late chunk is a gap, an early one costs nothing)."""
+        """Predicted wall seconds to synthesize ``audio_seconds``, with twice the recent spread
+        added (planning must be pessimistic: a late chunk is a gap, an early one costs nothing;
+        twice the mean deviation covers most calls of a host whose load comes and goes)."""
         with self._lock:
-            return self._cost_locked(audio_seconds) * (1.0 + self._spread)
+            return self._cost_locked(audio_seconds) * (1.0 + SPREAD_FACTOR * self._spread)
 
     def snapshot(self) -> SpeedSnapshot:
         with self._lock:

@@ -180,3 +180,19 @@ def test_a_stall_is_reported_by_health_and_metrics(settings):
     assert health["synthesis"]["stalls"] >= 1 and health["synthesis"]["recent_rtf"] > 0
     assert health["last_notification"]["stalls"] >= 1
     assert "voice_stalls_total 1.0" in metrics
+
+
+def test_a_host_slower_than_speech_speaks_whole_sentences():
+    """No short head when the first sound must wait for most of the message anyway."""
+    slow = ToneEngine(seconds_per_char=0.002, rtf=1.5)
+    notifier = Notifier(slow, RecordingSink())
+    notifier.start()
+    text = "The nightly build finished without errors. All good."
+    notifier.submit(Notification("1", Speech(text, VOICE)))  # nothing measured yet: a head
+    assert notifier.wait_idle(10)
+    notifier.submit(Notification("2", Speech(text + " Again.", VOICE)))
+    assert notifier.wait_idle(10)
+    notifier.stop()
+    texts = [t for t, _, _ in slow.calls]
+    assert texts[:3] == ["The nightly build finished", "without errors.", "All good."]
+    assert texts[3:] == ["The nightly build finished without errors.", "All good.", "Again."]
