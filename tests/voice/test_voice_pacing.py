@@ -196,3 +196,31 @@ def test_a_host_slower_than_speech_speaks_whole_sentences():
     texts = [t for t, _, _ in slow.calls]
     assert texts[:3] == ["The nightly build finished", "without errors.", "All good."]
     assert texts[3:] == ["The nightly build finished without errors.", "All good.", "Again."]
+
+
+def test_on_a_quiet_hosts_figures_the_benchmark_message_is_not_held():
+    """Figures of the quiet 2-core EPYC (docs/voice.md: about 0.15 s per call plus 0.35 s per
+    audio second; Kokoro speaks about 0.07 s per character): the head plays at once."""
+    from voice.playback import DURATION_UNCERTAINTY
+    from voice.speech import pauses_after
+    from voice.text import plan_chunks
+
+    speed = HostSpeed(keep=0.8, half_life=0)
+    for audio in (0.5, 1.6, 4.2):  # the warm-up calls
+        speed.record(audio, 0.15 + 0.35 * audio)
+    plan = plan_chunks(
+        "The nightly build finished without errors. Three new tests were added to the suite."
+    )
+    estimates = [
+        speed.duration(c.text, "en-us") + p / 24_000
+        for c, p in zip(plan, pauses_after(plan, 24_000), strict=True)
+    ]
+    head = estimates[0]
+    for scale in (1 - DURATION_UNCERTAINTY, 1 + DURATION_UNCERTAINTY):
+        pending = [d * scale for d in estimates[1:]]
+        assert start_delay(head, pending, speed.cost) == 0.0
+    # while a host twice as slow is held back (about half a second here)
+    slow = HostSpeed(keep=0.8, half_life=0)
+    for audio in (0.5, 1.6, 4.2):
+        slow.record(audio, 0.3 + 0.7 * audio)
+    assert start_delay(head, estimates[1:], slow.cost) > 0.2
