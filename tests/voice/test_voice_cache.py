@@ -221,3 +221,22 @@ def test_warm_up_phrases_are_synthesized_into_the_cache_at_start(tmp_path):
     assert notifier.last().source == "cache"
     assert [c[0] for c in tone.calls[:3]] == list(WARM_TEXTS)  # the engine warmed first
     assert len(list(tmp_path.glob("*.audio"))) == 2 and os.listdir(tmp_path)
+
+
+def test_cache_and_queue_settings_from_the_environment(tmp_path, monkeypatch):
+    from voice.settings import Settings, settings_from_env
+
+    env = {"VOICE_WARM_PHRASES": "Task complete.| Build failed, again. ||", "VOICE_CACHE_MB": "8",
+           "VOICE_CACHE_DIR": str(tmp_path), "VOICE_DEDUPE_SECONDS": "2",
+           "VOICE_MAX_WAIT_SECONDS": "0"}  # fmt: skip
+    settings = settings_from_env(env)
+    assert settings.warm_phrases == ("Task complete.", "Build failed, again.")
+    assert (settings.cache_mb, settings.resolved_cache_dir()) == (8.0, tmp_path)
+    assert (settings.dedupe_seconds, settings.max_wait_seconds) == (2.0, 0.0)
+    monkeypatch.setenv("VOICE_WARM_PHRASES", "One.|Two.")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    from_env = Settings()
+    assert from_env.warm_phrases == ("One.", "Two.")
+    assert from_env.resolved_cache_dir() == tmp_path / "xdg" / "knowledge-workbench" / "voice-audio"
+    with pytest.raises(SystemExit, match="VOICE_CACHE_MB"):
+        settings_from_env({"VOICE_CACHE_MB": "-1"})
