@@ -179,8 +179,8 @@ class Notifier:
         while not self._stopping.is_set():
             item = self._queue.get(timeout=0 if self._warm else None)
             if item is None:
-                if not self._warm:
-                    return  # closed and drained
+                if not self._warm or self._queue.closed:
+                    return  # closed and drained (warm-up phrases left are not worth a wait)
                 self._warm_one(self._warm.pop(0))
                 continue
             with self._changed:

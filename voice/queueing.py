@@ -70,6 +70,10 @@ class PlaybackQueue(Generic[Item]):
             self._closed = True
             self._ready.notify_all()
 
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
     def clear(self) -> list[Item]:
         """Remove and return everything waiting, in the order it would have been spoken."""
         with self._ready:
