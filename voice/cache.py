@@ -120,7 +120,7 @@ class AudioCache:
             return False
         temporary = self.directory / f".{key}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp"
         try:
-            self.directory.mkdir(parents=True, exist_ok=True)
+            self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)  # the user's only
             with temporary.open("wb") as fh:
                 fh.write(data)
             os.replace(temporary, self.path(key))
