@@ -240,3 +240,31 @@ def test_cache_and_queue_settings_from_the_environment(tmp_path, monkeypatch):
     assert from_env.resolved_cache_dir() == tmp_path / "xdg" / "knowledge-workbench" / "voice-audio"
     with pytest.raises(SystemExit, match="VOICE_CACHE_MB"):
         settings_from_env({"VOICE_CACHE_MB": "-1"})
+
+
+def test_over_http_a_repeat_is_handed_to_the_output_within_50_ms_of_the_request(settings):
+    from litestar.testing import TestClient
+
+    from voice.server import create_app
+
+    sink = RecordingSink()
+    app = create_app(
+        settings.model_copy(update={"dedupe_seconds": 0}),
+        engine=ToneEngine(seconds_per_char=0.01, rtf=0.5),
+        sink=sink,
+    )
+    message = {"message": "I need your permission to run a command."}
+    with TestClient(app) as client:
+        notifier = app.state["service"].notifier
+        assert notifier.wait_idle(10)
+        latencies = []
+        for _ in range(3):
+            started = time.perf_counter()
+            assert client.post("/notify", json=message).status_code == 202
+            assert notifier.wait_idle(10)
+            latencies.append(sink.recordings[-1].chunk_times[0] - started)
+        health = client.get("/health").json()
+    assert latencies[0] > 0.08  # synthesized (the head alone sleeps 0.11 s) and paced
+    assert max(latencies[1:]) < 0.05, latencies
+    assert health["last_notification"]["source"] == "cache"
+    assert health["cache"]["entries"] == 1 and health["cache"]["enabled"]
