@@ -6,6 +6,9 @@
     .venv/bin/python bench/bench_voice.py --plan both --repeat 5   # A/B: chunk plan vs sentences
     .venv/bin/python bench/bench_voice.py --idle 2 --skip-server   # each request after 2 s idle
     .venv/bin/python bench/bench_voice.py --heads --skip-server     # cost of a head of 1..6 words
+    nice -n 10 .venv/bin/python bench/bench_voice.py --load 8 --notifier --skip-server
+        # 8 busy processes beside it (for at most --load-seconds), notifications played
+        # through the real notifier (pacing, cache) into a real-time sink: stalls, first audio
 
 Targets (issue 8): RTF <= 0.5 with 2 threads, first audio <= 1.0 s.
 RTF = synthesis seconds / audio seconds over the whole message (chunks in order); the load
@@ -16,13 +19,18 @@ First audio = time from the request to the first chunk, streaming as the server 
 sentence, then G2P and synthesis of that head). ``--plan sentences`` measures the older plan
 (one chunk per whole sentence); ``--plan both`` alternates the two in the same run.
 Stall = the silence a real-time player would insert after the first sound, waiting for later
-chunks (a head too short for the rest to be ready in time shows here). ``--idle S`` sleeps S
-seconds before each request, as a notification server mostly sees them (back-to-back by
-default). ``--heads`` also times G2P and synthesis alone for the first 1..6 words of
-the message (wall and CPU seconds, median), with the audio the engine returned and what is left
-of it once its quiet edges are trimmed. Besides, every call synthesizes ~0.35 s of silence before
-the speech (the model's duration for the start token), which kokoro-onnx trims off: a fixed cost
-of each call that a shorter head cannot avoid.
+chunks (a head too short for the rest to be ready in time shows here); the engine-only figures
+stream without pacing. ``--notifier`` plays distinct notifications through the server's
+``Notifier`` (pacing holds the first sound until the rest keeps up; the audio cache) into a sink
+that takes as long as the audio lasts, and reports its stall count, the time the first sound
+was held, first audio, and a repeat of the first message (from the cache). ``--load N`` starts N
+busy processes (pure Python loops, ended after ``--load-seconds`` at most) before measuring.
+``--idle S`` sleeps S seconds before each request, as a notification server mostly sees them
+(back-to-back by default). ``--heads`` also times G2P and synthesis alone for the first 1..6
+words of the message (wall and CPU seconds, median), with the audio the engine returned and what
+is left of it once its quiet edges are trimmed. Besides, every call synthesizes ~0.35 s of
+silence before the speech (the model's duration for the start token), which kokoro-onnx trims
+off: a fixed cost of each call that a shorter head cannot avoid.
 """
 
 from __future__ import annotations
@@ -150,6 +158,65 @@ def _summary(prefix: str, plan: list, runs: dict[str, list[float]]) -> dict[str,
     }
 
 
+def bench_notifier(args: argparse.Namespace) -> dict[str, object]:
+    """Distinct notifications through the real notifier into a real-time sink, then a repeat."""
+    import tempfile
+
+    from voice.audio import RecordingSink
+    from voice.cache import AudioCache
+    from voice.engine import KokoroEngine
+    from voice.notifier import Notification, Notifier
+    from voice.settings import settings_from_env
+    from voice.speech import Speech
+    from voice.voices import resolve_voice
+
+    assets = args.assets_dir or settings_from_env().resolved_assets_dir()
+    voice = resolve_voice(args.voice)
+    engine = KokoroEngine(assets, threads=args.threads, warm_languages=(voice.language,))
+    with tempfile.TemporaryDirectory() as folder:
+        cache = AudioCache(Path(folder), 64 * 2**20)
+        notifier = Notifier(engine, RecordingSink(realtime=True), cache=cache)
+        notifier.warm_up(voice)
+        notifier.start()
+        try:
+            texts = [f"{args.message} Run {i + 1}." for i in range(args.repeat)]
+            for index, text in enumerate([*texts, texts[0]]):
+                time.sleep(args.idle)
+                notifier.submit(Notification(str(index), Speech(text, voice)))
+                notifier.wait_idle(300)
+        finally:
+            notifier.stop()
+    fresh, repeat = notifier.outcomes[:-1], notifier.outcomes[-1]
+    speed = notifier.speed.snapshot()
+    return {
+        "notifier_voice": voice.name,
+        "notifier_results": [o.result for o in notifier.outcomes],
+        "notifier_stalls": sum(o.stalls for o in fresh),
+        "notifier_stall_s": round(sum(o.stall_seconds for o in fresh), 3),
+        "notifier_first_audio_s": [round(o.first_audio_seconds or -1, 3) for o in fresh],
+        "notifier_held_s": [round(o.held_seconds, 3) for o in fresh],
+        "notifier_audio_s": [round(o.audio_seconds, 2) for o in fresh],
+        "notifier_recent_rtf": None if speed.rtf is None else round(speed.rtf, 3),
+        "repeat_source": repeat.source,
+        "repeat_request_to_first_audio_ms": round(
+            (repeat.request_to_first_audio_seconds or -1) * 1000, 1
+        ),
+    }
+
+
+def start_load(processes: int, seconds: float) -> list[subprocess.Popen]:
+    """``processes`` busy Python loops, each ending by itself after ``seconds``."""
+    code = f"import time\nend = time.time() + {seconds}\nwhile time.time() < end: pass"
+    return [subprocess.Popen([sys.executable, "-c", code]) for _ in range(processes)]
+
+
+def stop_load(busy: list[subprocess.Popen]) -> None:
+    for proc in busy:
+        proc.terminate()
+    for proc in busy:
+        proc.wait(10)
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -210,13 +277,27 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("--assets-dir", type=Path)
     parser.add_argument("--skip-server", action="store_true")
+    parser.add_argument("--skip-engine", action="store_true", help="no engine-only runs")
+    parser.add_argument(
+        "--notifier", action="store_true", help="also play notifications through the notifier"
+    )
+    parser.add_argument("--load", type=int, default=0, help="busy processes beside the bench")
+    parser.add_argument(
+        "--load-seconds", type=float, default=60.0, help="the busy processes end after this"
+    )
     args = parser.parse_args(argv)
-    result = {
-        "cpus": os.cpu_count(),
-        "load_average": [round(x, 2) for x in os.getloadavg()],
-        **bench_engine(args),
-        "load_average_after": [round(x, 2) for x in os.getloadavg()],
-    }
+    result: dict[str, object] = {"cpus": os.cpu_count(), "busy_processes": args.load}
+    busy = start_load(args.load, args.load_seconds)
+    try:
+        time.sleep(1.0 if busy else 0.0)
+        result["load_average"] = [round(x, 2) for x in os.getloadavg()]
+        if not args.skip_engine:
+            result |= bench_engine(args)
+        if args.notifier:
+            result |= bench_notifier(args)
+        result["load_average_after"] = [round(x, 2) for x in os.getloadavg()]
+    finally:
+        stop_load(busy)
     if not args.skip_server:
         result.update(bench_server_startup(args))
     print(json.dumps(result, indent=2))

@@ -5,6 +5,7 @@ when used, so ``import voice`` stays cheap.
 """
 
 from voice.audio import AudioSink, AudioStatus, DropSink, RecordingSink, SoundDeviceSink
+from voice.cache import AudioCache, cache_key
 from voice.engine import Engine, KokoroEngine
 from voice.errors import (
     AudioUnavailable,
@@ -17,6 +18,8 @@ from voice.errors import (
     VoiceError,
 )
 from voice.fakes import ToneEngine
+from voice.pacing import HostSpeed, start_delay
+from voice.playback import PacedChunks
 from voice.pronunciation import apply_rules, compile_rules, parse_rules
 from voice.settings import Settings, settings_from_env
 from voice.speech import Speech, chunks_for, sentences_for, stream_speech
@@ -24,6 +27,7 @@ from voice.text import Chunk, plan_chunks, split_sentences
 from voice.voices import NUMBERED_VOICES, Voice, numbered_voices, resolve_voice
 
 __all__ = [
+    "AudioCache",
     "AudioSink",
     "AudioStatus",
     "AudioUnavailable",
@@ -31,8 +35,10 @@ __all__ = [
     "Chunk",
     "DropSink",
     "Engine",
+    "HostSpeed",
     "KokoroEngine",
     "NUMBERED_VOICES",
+    "PacedChunks",
     "PronunciationFileInvalid",
     "QueueFull",
     "RateLimited",
@@ -46,6 +52,7 @@ __all__ = [
     "Voice",
     "VoiceError",
     "apply_rules",
+    "cache_key",
     "chunks_for",
     "compile_rules",
     "numbered_voices",
@@ -55,5 +62,6 @@ __all__ = [
     "sentences_for",
     "settings_from_env",
     "split_sentences",
+    "start_delay",
     "stream_speech",
 ]

@@ -15,7 +15,7 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
-from voice.assets import AssetStatus, check_assets
+from voice.assets import MODEL_SHA256, AssetStatus, check_assets
 from voice.errors import BackendMissing, SynthesisFailed
 from voice.g2p import Phonemizers
 from voice.voices import Voice
@@ -32,6 +32,8 @@ class Engine(Protocol):
 
     name: str
     sample_rate: int
+    # (optional) ``version``: names the model; part of the audio cache key, so that audio of
+    # another model is never played from the cache (the engine's ``name`` when absent)
 
     @property
     def loaded(self) -> bool: ...
@@ -54,6 +56,7 @@ class KokoroEngine:
 
     name = "kokoro-onnx"
     sample_rate = SAMPLE_RATE
+    version = f"kokoro-onnx/{MODEL_SHA256[:16]}"  # part of every audio cache key
 
     def __init__(
         self,
@@ -70,6 +73,10 @@ class KokoroEngine:
         self.load_error = ""
         self._kokoro = None
         self._lock = threading.Lock()
+        # One inference at a time, with every thread: two at once on a small host (a
+        # notification and a /v1/audio/speech stream) would each run at half speed and both
+        # fall behind playback; one after the other, the first is done sooner.
+        self._inference = threading.Lock()
 
     @property
     def loaded(self) -> bool:
@@ -123,9 +130,10 @@ class KokoroEngine:
         if not phonemes:
             return np.zeros(0, dtype=np.float32)
         try:
-            audio, _ = self._kokoro.create(
-                phonemes, voice=voice.name, speed=speed, is_phonemes=True
-            )
+            with self._inference:
+                audio, _ = self._kokoro.create(
+                    phonemes, voice=voice.name, speed=speed, is_phonemes=True
+                )
         except ValueError as exc:
             raise SynthesisFailed(
                 f"cannot synthesize {text[:40]!r} with {voice.name}: {exc}"

@@ -60,6 +60,15 @@ class TorchKokoroEngine:
         self._lock = threading.Lock()
 
     @property
+    def version(self) -> str:
+        """Names the weights (file name and size): part of every audio cache key."""
+        try:
+            size = self.model_path.stat().st_size
+        except OSError:
+            size = 0
+        return f"kokoro-torch/{self.model_path.name}:{size}"
+
+    @property
     def loaded(self) -> bool:
         return self._model is not None and self._voices is not None
 

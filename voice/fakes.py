@@ -19,6 +19,7 @@ from voice.voices import Voice
 class ToneEngine:
     name = "tone"
     sample_rate = SAMPLE_RATE
+    version = "tone/1"
 
     def __init__(
         self, seconds_per_char: float = 0.01, rtf: float = 0.0, fail_on: str | None = None

@@ -3,7 +3,7 @@
 ``POST /notify`` takes the cloud notification payload shape::
 
     {"message": "Build finished", "voice_id": "1", "voice_settings": {"speed": 1.2},
-     "title": "CI", "volume": 0.8}
+     "title": "CI", "volume": 0.8, "priority": "high"}
 
 Unknown fields (and unknown ``voice_settings`` such as ``stability``) are ignored, so a client
 written for a cloud text-to-speech service works unchanged.
@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from voice.engine import MAX_SPEED, MIN_SPEED
 from voice.errors import RequestInvalid
+from voice.queueing import PRIORITIES
 from voice.voices import Voice, resolve_voice
 from workbench.safety import MAX_JSON_DEPTH, json_depth
 
@@ -30,6 +31,7 @@ class NotifyRequest:
     speed: float = 1.0
     volume: float = 1.0
     title: str | None = None
+    priority: str = "normal"
 
 
 @dataclass(frozen=True)
@@ -106,6 +108,16 @@ def _title(value: object) -> str | None:
     return value
 
 
+def _priority(value: object) -> str:
+    if value is None:
+        return "normal"
+    if not isinstance(value, str) or value not in PRIORITIES:
+        raise RequestInvalid(
+            f"'priority' must be one of {', '.join(repr(p) for p in PRIORITIES)}, got {value!r}"
+        )
+    return str(value)
+
+
 def parse_notify(raw: bytes, max_chars: int, default_voice_id: str = "1") -> NotifyRequest:
     body = parse_json_object(raw)
     return NotifyRequest(
@@ -114,6 +126,7 @@ def parse_notify(raw: bytes, max_chars: int, default_voice_id: str = "1") -> Not
         speed=_speed(body.get("voice_settings")),
         volume=_number(body.get("volume"), "volume", 0.0, 1.0, 1.0),
         title=_title(body.get("title")),
+        priority=_priority(body.get("priority")),
     )
 
 

@@ -29,6 +29,7 @@ from voice.assets import VOICES_FILE
 from voice.audio import AudioSink, DropSink, SoundDeviceSink
 from voice.engine import Engine, KokoroEngine
 from voice.errors import BackendMissing, QueueFull, RateLimited, RequestInvalid, VoiceError
+from voice.metrics import CONTENT_TYPE
 from voice.payloads import parse_notify, parse_speech
 from voice.pronunciation import RulesFile
 from voice.ratelimit import RateLimiter
@@ -80,16 +81,29 @@ def _client(request: Request) -> str:
 
 
 @post("/notify", status_code=202)
-async def notify(request: Request, service: NamedDependency[VoiceService]) -> dict[str, str]:
+async def notify(request: Request, service: NamedDependency[VoiceService]) -> Response:
     service.check_rate(_client(request))
     payload = parse_notify(await request.body(), service.settings.max_message_chars,
                            service.settings.default_voice_id)  # fmt: skip
-    note_id = service.notify(payload)
-    return {
+    accepted = service.notify(payload)
+    if accepted.duplicate:
+        message = (f"Duplicate of notification {accepted.id}, accepted "
+                   f"{accepted.seconds_after:.1f}s before; spoken once")  # fmt: skip
+        return Response({"status": "duplicate", "message": message, "id": accepted.id},
+                        status_code=200)  # fmt: skip
+    body = {
         "status": "success",
         "message": f"Notification queued (voice {payload.voice.name})",
-        "id": note_id,
+        "id": accepted.id,
+        "priority": payload.priority,
+        "place": accepted.place,
     }
+    return Response(body, status_code=202)
+
+
+@get("/metrics", media_type=CONTENT_TYPE)
+async def metrics(service: NamedDependency[VoiceService]) -> bytes:
+    return service.metrics.exposition()
 
 
 @get("/health")
@@ -160,7 +174,7 @@ def create_app(
         limiter or RateLimiter(settings.rate_per_minute, settings.rate_burst),
     )
     return Litestar(
-        route_handlers=[notify, health, speech, apidocs.assets_route()],
+        route_handlers=[notify, health, metrics, speech, apidocs.assets_route()],
         middleware=guards(settings),
         dependencies={"service": Provide(lambda: service, sync_to_thread=False)},
         exception_handlers={
@@ -210,7 +224,7 @@ def guards(settings: Settings) -> list:
             DefineMiddleware(
                 BearerAuthMiddleware,
                 token=settings.token,
-                exempt=("/health",),
+                exempt=("/health", "/metrics"),
                 setting="VOICE_TOKEN",
                 error=_send_error,
             )

@@ -18,6 +18,7 @@ from dotenv import dotenv_values
 from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from voice.cache import default_cache_dir
 from voice.voices import DEFAULT_VOICE_ID
 
 log = logging.getLogger("voice.settings")
@@ -38,6 +39,7 @@ def default_pronunciations_path(home: Path | None = None) -> Path:
 
 
 Names = Annotated[tuple[str, ...], NoDecode]  # comma-separated in the environment, not JSON
+Phrases = Annotated[tuple[str, ...], NoDecode]  # "|"-separated (a phrase may hold commas)
 
 
 class Settings(BaseSettings):
@@ -71,12 +73,24 @@ class Settings(BaseSettings):
     allowed_hosts: Names = ()  # extra Host names answered (DNS-rebinding guard)
     allowed_origins: Names = ()  # browser origins allowed to post
     stop_seconds: float = Field(default=30.0, ge=0)  # on SIGTERM: time to speak what was accepted
+    cache_dir: Path | None = None  # None: default_cache_dir() (XDG_CACHE_HOME)
+    cache_mb: float = Field(default=64.0, ge=0)  # audio cache bound; 0: no cache
+    warm_phrases: Phrases = ()  # synthesized into the cache at start ("|"-separated)
+    dedupe_seconds: float = Field(default=5.0, ge=0)  # identical messages spoken once; 0: off
+    max_wait_seconds: float = Field(default=120.0, ge=0)  # older when dequeued: dropped; 0: never
 
     @field_validator("allowed_hosts", "allowed_origins", mode="before")
     @classmethod
     def _split_names(cls, value: Any) -> Any:
         if isinstance(value, str):
             return tuple(part.strip().rstrip("/") for part in value.split(",") if part.strip())
+        return value
+
+    @field_validator("warm_phrases", mode="before")
+    @classmethod
+    def _split_phrases(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return tuple(part.strip() for part in value.split("|") if part.strip())
         return value
 
     @field_validator("token", mode="before")
@@ -89,6 +103,9 @@ class Settings(BaseSettings):
 
     def resolved_pronunciations(self) -> Path:
         return self.pronunciations or default_pronunciations_path()
+
+    def resolved_cache_dir(self) -> Path:
+        return self.cache_dir or default_cache_dir()
 
     def with_overrides(self, **values: object) -> Settings:
         """A copy with the given (already typed) values; ``None`` leaves a field as it is."""

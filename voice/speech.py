@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import queue
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 
@@ -40,6 +42,14 @@ class Speech:
     voice: Voice
     speed: float = 1.0
     volume: float = 1.0
+
+
+class SynthesisMeter(Protocol):
+    """Told about every engine call of a stream (the host's speed estimate, the metrics)."""
+
+    def synthesized(
+        self, text: str, speech: Speech, audio_seconds: float, wall_seconds: float
+    ) -> None: ...
 
 
 def sentences_for(text: str, rules: Rules = NO_RULES) -> list[str]:
@@ -88,17 +98,26 @@ def shape_chunk(audio: np.ndarray, volume: float, pause_samples: int) -> np.ndar
 
 
 def _produce(
-    engine: Engine, speech: Speech, chunks: list[Chunk], out: queue.Queue, stop: threading.Event
+    engine: Engine,
+    speech: Speech,
+    chunks: list[Chunk],
+    out: queue.Queue,
+    stop: threading.Event,
+    meter: SynthesisMeter | None,
 ) -> None:
     try:
         pauses = pauses_after(chunks, engine.sample_rate)
         for index, (chunk, pause) in enumerate(zip(chunks, pauses, strict=True)):
             if stop.is_set():
                 return
+            started = time.perf_counter()
             audio = engine.synthesize(chunk.text, speech.voice, speech.speed)
+            wall = time.perf_counter() - started
             cut_before = index > 0 and chunks[index - 1].ends != "sentence"
             cut_after = chunk.ends != "sentence" and index < len(chunks) - 1
             audio = trim_quiet_edges(audio, engine.sample_rate, cut_before, cut_after)
+            if meter is not None:
+                meter.synthesized(chunk.text, speech, len(audio) / engine.sample_rate, wall)
             _put(out, shape_chunk(audio, speech.volume, pause), stop)
         _put(out, _DONE, stop)
     except BaseException as exc:  # handed to the consumer, which re-raises it
@@ -122,12 +141,20 @@ class SpeechStream(Iterator[np.ndarray]):
     the first chunk is being synthesized. :meth:`close` stops the worker.
     """
 
-    def __init__(self, engine: Engine, speech: Speech, plan: list[Chunk], lookahead: int) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        speech: Speech,
+        plan: list[Chunk],
+        lookahead: int,
+        meter: SynthesisMeter | None = None,
+    ) -> None:
+        self.plan = plan
         self._out: queue.Queue = queue.Queue(maxsize=max(1, lookahead))
         self._stop = threading.Event()
         self._worker = threading.Thread(
             target=_produce,
-            args=(engine, speech, plan, self._out, self._stop),
+            args=(engine, speech, plan, self._out, self._stop, meter),
             name="voice-synth",
             daemon=True,
         )
@@ -143,10 +170,20 @@ class SpeechStream(Iterator[np.ndarray]):
         return self
 
     def __next__(self) -> np.ndarray:
+        chunk = self.poll(None)
+        assert chunk is not None  # no timeout: a chunk, or StopIteration
+        return chunk
+
+    def poll(self, timeout: float | None) -> np.ndarray | None:
+        """The next chunk, or None when none is ready within ``timeout`` seconds (``None``:
+        wait for it); StopIteration after the last, the engine's error if it failed."""
         if self._done:
             raise StopIteration
         self.start()
-        item = self._out.get()
+        try:
+            item = self._out.get(timeout=timeout)
+        except queue.Empty:
+            return None
         if item is _DONE or isinstance(item, BaseException):
             self._done = True
             self.close()
@@ -165,12 +202,17 @@ class SpeechStream(Iterator[np.ndarray]):
 
 
 def stream_speech(
-    engine: Engine, speech: Speech, chunks: Sequence[Chunk | str], lookahead: int = 1
+    engine: Engine,
+    speech: Speech,
+    chunks: Sequence[Chunk | str],
+    lookahead: int = 1,
+    meter: SynthesisMeter | None = None,
 ) -> SpeechStream:
-    """One float32 array per chunk, in order, synthesizing ahead on a thread (see
-    :class:`SpeechStream`; synthesis starts at ``start()`` or the first ``next``).
+    """One float32 array per chunk, in order, synthesizing up to ``lookahead`` chunks ahead on
+    a thread (see :class:`SpeechStream`; synthesis starts at ``start()`` or the first ``next``).
 
-    ``chunks`` is a plan from ``chunks_for``, or plain sentences (each a whole sentence).
+    ``chunks`` is a plan from ``chunks_for``, or plain sentences (each a whole sentence);
+    ``meter`` is told the audio length and wall time of every engine call.
     """
     plan = [c if isinstance(c, Chunk) else Chunk(c) for c in chunks]
-    return SpeechStream(engine, speech, plan, lookahead)
+    return SpeechStream(engine, speech, plan, lookahead, meter)

@@ -39,6 +39,7 @@ EXPECTED = {
     "QueueDepthWarning": ("warning", ["messaging_queue_depth", "> 10"]),
     "QueueDepthCritical": ("critical", ["messaging_queue_depth", "> 50"]),
     "GroupAtDailyBudget": ("warning", ["knowledge_groups_at_daily_budget", "> 0"]),
+    "VoiceStalls": ("warning", ["increase(voice_stalls_total[15m])", "> 0"]),
 }
 
 
@@ -48,8 +49,11 @@ def _rules():
 
 
 def _catalog() -> set[str]:
+    from voice.metrics import VoiceMetrics
+
     names = set()
-    for family in Metrics().registry.collect():
+    families = [*Metrics().registry.collect(), *VoiceMetrics().registry.collect()]
+    for family in families:
         if family.type == "counter":
             names.add(family.name + "_total")
         elif family.type == "histogram":
@@ -74,7 +78,7 @@ def test_every_expected_alert_with_its_severity_and_condition():
 def test_expressions_use_only_catalog_metrics():
     catalog = _catalog()
     for name, rule in _rules().items():
-        used = set(re.findall(r"\b(?:knowledge|messaging|graph)_[a-z_]+", rule["expr"]))
+        used = set(re.findall(r"\b(?:knowledge|messaging|graph|voice)_[a-z_]+", rule["expr"]))
         assert used, name
         assert used <= catalog, (name, used - catalog)
 

@@ -57,6 +57,7 @@ def settings(tmp_path: Path) -> Settings:
     return Settings(
         assets_dir=tmp_path / "no-assets",
         pronunciations=tmp_path / "pronunciations.json",
+        cache_dir=tmp_path / "audio-cache",
         rate_per_minute=6000,
         rate_burst=1000,
         allowed_hosts=("testserver.local",),  # the name Litestar's TestClient sends

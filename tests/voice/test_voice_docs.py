@@ -27,7 +27,7 @@ def test_every_flag_is_documented():
 def test_every_route_is_documented():
     app = create_app(engine=voice.ToneEngine(), sink=voice.RecordingSink())
     paths = {route.path for route in app.routes if not route.path.startswith("/schema")}
-    assert paths == {"/notify", "/health", "/v1/audio/speech"}
+    assert paths == {"/notify", "/health", "/metrics", "/v1/audio/speech"}
     assert "`/schema/openapi.json`" in DOC
     assert [p for p in paths if f"`{p}`" not in DOC and f" {p}`" not in DOC] == []
 
@@ -62,3 +62,47 @@ def test_core_does_not_import_voice():
         [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT
     ).stdout
     assert out.strip() in ("[]", "")
+
+
+def voice_metric_names() -> set[str]:
+    """Every series name the voice metrics can expose (counters with ``_total``)."""
+    from voice.metrics import VoiceMetrics
+
+    names = set()
+    for family in VoiceMetrics().registry.collect():
+        if family.type == "counter":
+            names.add(family.name + "_total")
+        elif family.type == "histogram":
+            names.update(family.name + s for s in ("", "_bucket", "_count", "_sum"))
+        else:
+            names.add(family.name)
+    return names
+
+
+def test_every_voice_metric_is_documented_and_follows_the_conventions():
+    names = voice_metric_names()
+    assert len([n for n in names if not n.endswith(("_bucket", "_count", "_sum"))]) >= 11
+    documented = {n for n in names if not n.endswith(("_bucket", "_count", "_sum"))}
+    assert [n for n in sorted(documented) if f"`{n}`" not in DOC] == []
+    assert all(n.startswith("voice_") for n in names)
+    histograms = {n.removesuffix("_bucket") for n in names if n.endswith("_bucket")}
+    assert histograms and all(h.endswith("_seconds") for h in histograms)
+
+
+def test_the_dashboard_and_alerts_use_only_existing_voice_metrics():
+    import json
+    import re
+
+    import yaml
+
+    names = voice_metric_names()
+    dashboard = json.loads((ROOT / "ops" / "grafana" / "dashboard.json").read_text())
+    exprs = [t["expr"] for p in dashboard["panels"] for t in p.get("targets", [])]
+    used = {n for e in exprs for n in re.findall(r"(?<![$\w])voice_\w+", e)}
+    assert {"voice_stalls_total", "voice_notifications_total", "voice_queue_depth",
+            "voice_first_audio_seconds_bucket", "voice_cache_requests_total"} <= used  # fmt: skip
+    assert used <= names, used - names
+    rules = yaml.safe_load((ROOT / "ops" / "prometheus" / "alerts.yml").read_text())
+    voice_rules = [r for g in rules["groups"] for r in g["rules"] if "voice_" in r["expr"]]
+    assert [r["alert"] for r in voice_rules] == ["VoiceStalls"]
+    assert set(re.findall(r"\bvoice_\w+", voice_rules[0]["expr"])) <= names
