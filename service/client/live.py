@@ -39,6 +39,7 @@ from urllib.parse import urlsplit
 import duckdb
 import httpx
 
+from service.client.relayed import from_response
 from serving.addresses import is_loopback
 from workbench import errors
 from workbench.config import Settings
@@ -48,15 +49,11 @@ from workbench.store import views
 RECORD_SUFFIX = ".service.json"
 MAX_RECORD_BYTES = 64 * 1024
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
-_ERRORS = {
-    "invalid_input": errors.InvalidInput,
-    "not_found": errors.NotFound,
-    "conflict": errors.Conflict,
-    "llm_not_configured": errors.LLMNotConfigured,
-    "store_error": errors.StoreError,
-    "disk_full": errors.StoreFull,
-}
 log = logging.getLogger("service.live")
+
+
+class Unreachable(errors.StoreError):
+    """The service a record names does not answer at its address (stopping, or killed)."""
 
 
 @dataclass(frozen=True)
@@ -246,24 +243,14 @@ class LiveService:
         try:
             response = self._client.post(f"/tools/{tool}", json=arguments or {})
         except httpx.TransportError as exc:
-            raise errors.StoreError(
+            raise Unreachable(
                 f"the service holding the database at {self.url} does not answer ({exc}); "
                 "is it stopping?"
             ) from None
         body = _json(response)
         if response.status_code == 200:
             return body
-        error = body.get("error") if isinstance(body, dict) else None
-        kind = error.get("type") if isinstance(error, dict) else None
-        message = error.get("message") if isinstance(error, dict) else response.text[:300]
-        if response.status_code == 401:
-            message = (
-                f"the service at {self.url} needs its token: set "
-                f"SVC_KNOWLEDGE_API_TOKEN ({message})"
-            )
-        raise _ERRORS.get(kind, errors.WorkbenchError)(
-            f"{message} (from the service at {self.url})"
-        )
+        raise from_response(response, body)  # the same kind, message and Retry-After
 
     def close(self) -> None:
         self._client.close()
