@@ -159,6 +159,8 @@ def process_started(pid: int) -> str | None:
             fields = (proc / "stat").read_text().rsplit(")", 1)[1].split()
         except (OSError, IndexError):
             return None
+        if not fields or fields[0] in ("Z", "X"):  # a zombie (killed, not yet reaped) is gone
+            return None
         return fields[19] if len(fields) > 19 else None  # field 22: start time in ticks
     try:
         out = subprocess.run(
@@ -267,10 +269,12 @@ def find_live(settings: Settings) -> LiveService | None:
     """The live service holding the settings' database, or None (no record, one that cannot
     be trusted or is stale, an in-memory or shared database). The API token goes only to a
     service whose record :func:`read_record` trusts."""
+    from service.client.owner import client_token
+
     record = read_record(settings)
     if record is None:
         return None
-    token = settings.api_token.get_secret_value() if settings.api_token else None
+    token = client_token(settings)
     if record.token_required and not token:
         raise errors.ConfigError(
             f"the service holding {settings.db_location()} (at {record.url}) needs a token: "

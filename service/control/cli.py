@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import json
 import logging
 import sys
@@ -441,7 +442,13 @@ def _tool_on_database(args: argparse.Namespace, tool: str, arguments: dict[str, 
 
 
 def cmd_tokens_add(args: argparse.Namespace) -> int:
+    from service.control.tokens import ensure_owner
+
     groups = args.groups or []
+    if not args.admin:  # the first scoped token: the owner's admin token first
+        note = ensure_owner(settings_from(args), functools.partial(_tool_on_database, args))
+        if note:
+            print(note, file=sys.stderr)
     made = _tool_on_database(
         args,
         "add_token",
