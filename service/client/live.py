@@ -64,6 +64,7 @@ class ServiceRecord:
     pid: int
     token_required: bool
     snapshots: str | None  # the folder its snapshots are written into, one per request
+    models: dict[str, Any] | None = None  # its LLM and embedder settings (no secret)
 
 
 def record_path(db_path: str | Path) -> Path:
@@ -72,7 +73,11 @@ def record_path(db_path: str | Path) -> Path:
 
 
 def write_record(
-    db_path: str, url: str, token_required: bool, snapshots: str | Path | None = None
+    db_path: str,
+    url: str,
+    token_required: bool,
+    snapshots: str | Path | None = None,
+    models: dict[str, Any] | None = None,
 ) -> Path | None:
     """Say where the service that holds ``db_path`` answers (nothing for ``:memory:``).
 
@@ -89,6 +94,7 @@ def write_record(
         "token_required": token_required,
         "database": str(Path(db_path).expanduser().resolve()),
         "snapshots": str(snapshots) if snapshots else None,
+        "models": models,  # the LLM and embedder it runs (no secret): joining clients compare
     }
     write_private(path, json.dumps(body, indent=2) + "\n")
     return path
@@ -205,12 +211,13 @@ def read_record(settings: Settings) -> ServiceRecord | None:
         return _untrusted(
             path, f"points to {url!r}, neither loopback nor the configured host", False
         )
-    snapshots = body.get("snapshots")
+    snapshots, models = body.get("snapshots"), body.get("models")
     return ServiceRecord(
         url,
         pid,
         bool(body.get("token_required")),
         snapshots if isinstance(snapshots, str) else None,
+        models if isinstance(models, dict) else None,
     )
 
 
@@ -235,9 +242,11 @@ class LiveService:
         token: str | None = None,
         timeout: float = 600.0,
         snapshots: str | None = None,
+        record: ServiceRecord | None = None,
     ):
         self.url = url.rstrip("/")
         self.snapshots = snapshots
+        self.record = record  # what the service said of itself, when found by its record
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         self._client = httpx.Client(base_url=self.url, headers=headers, timeout=timeout)
 
@@ -280,7 +289,7 @@ def find_live(settings: Settings) -> LiveService | None:
             f"the service holding {settings.db_location()} (at {record.url}) needs a token: "
             "set SVC_KNOWLEDGE_API_TOKEN to reach it"
         )
-    return LiveService(record.url, token, snapshots=record.snapshots)
+    return LiveService(record.url, token, snapshots=record.snapshots, record=record)
 
 
 def snapshot_files(live: LiveService, answer: dict[str, Any]) -> tuple[Path, dict[str, Path]]:

@@ -39,7 +39,13 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from service.client.live import LiveService, Unreachable, find_live, process_started
+from service.client.live import (
+    LiveService,
+    ServiceRecord,
+    Unreachable,
+    find_live,
+    process_started,
+)
 from service.control.companions import check, open_private, private_folder, read_private
 from workbench import errors
 from workbench.config import Settings
@@ -321,6 +327,10 @@ class SharedService:
     @property
     def url(self) -> str:
         return self._live.url
+
+    @property
+    def record(self) -> ServiceRecord | None:
+        return self._live.record
 
     def call(self, tool: str, arguments: dict[str, Any] | None = None) -> dict[str, Any]:
         live = self._live
