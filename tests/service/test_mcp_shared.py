@@ -113,3 +113,37 @@ def test_a_folder_that_cannot_be_made_is_a_clear_error_not_a_crash(tmp_path):
     with ClientLease(settings.db_location()):  # only a warning
         with pytest.raises(StoreError, match="cannot start the shared service"):
             join_or_start(settings, timeout=5)
+
+
+@pytest.mark.slow
+@pytest.mark.anyio
+async def test_a_killed_background_service_is_replaced_for_every_client(tmp_path, server_thread):
+    """SIGKILL to the shared service: its starter reaps it (no zombie whose record looks
+    valid), and both the starter and a client that joins afterwards get a new service."""
+    import signal
+
+    embed = server_thread(create_embed_app(HashEmbedder()))
+    data = tmp_path / "xdg"
+    env = environ_without_settings(
+        PYTHONPATH=str(REPO),
+        XDG_DATA_HOME=str(data),
+        SVC_KNOWLEDGE_EMBEDDER_BASE_URL=f"{embed.url}/v1",
+        SVC_KNOWLEDGE_EMBEDDER_MODEL="hash-bow",
+        SVC_KNOWLEDGE_EMBEDDER_DIMENSIONS="384",
+        SVC_KNOWLEDGE_MCP_IDLE_SECONDS="2",
+    )
+    params = StdioServerParameters(
+        command=sys.executable, args=["-m", "service.control.cli", "mcp"], env=env, cwd=str(tmp_path)
+    )
+    database = data / "knowledge-workbench" / "knowledge.duckdb"
+    with anyio.fail_after(180):
+        async with Client(params) as first:
+            one = await first.call_tool("import_memories", {"lines": [fact("A", "B", "A likes B")]})
+            assert not one.is_error, one.content
+            killed = json.loads(record_path(database).read_text())["pid"]
+            os.kill(killed, signal.SIGKILL)
+            async with Client(params) as second:  # joins after the kill: starts a new one
+                assert "A likes B" in await facts_found(second, "A B")
+            assert "A likes B" in await facts_found(first, "A likes")
+            assert json.loads(record_path(database).read_text())["pid"] != killed
+        assert not Path(f"/proc/{killed}").exists(), "the killed service stayed a zombie"
