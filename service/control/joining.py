@@ -66,7 +66,8 @@ def warn_if_different(settings: Settings, theirs: dict[str, Any] | None, pid: in
         return False
     fields = settings.model_fields_set
     embedder_set = bool(
-        fields & {"embedder_provider", "embedder_base_url", "embedder_model", "local_embedder_model"}
+        fields
+        & {"embedder_provider", "embedder_base_url", "embedder_model", "local_embedder_model"}
     )
     said = differences(model_settings(settings), theirs, embedder_set)
     if not said:

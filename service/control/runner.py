@@ -419,7 +419,9 @@ def close_to_others(settings: Settings) -> None:
             info = path.lstat()
             if stat.S_ISREG(info.st_mode) and info.st_uid == os.getuid() and info.st_mode & 0o077:
                 os.chmod(path, 0o600)
-                log.info("%s was open to other users (mode %o): now 0600", path, info.st_mode & 0o777)
+                log.info(
+                    "%s was open to other users (mode %o): now 0600", path, info.st_mode & 0o777
+                )
 
 
 def tool_threads(count: int = TOOL_THREADS) -> None:

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import signal
@@ -112,11 +113,14 @@ def test_a_killed_service_left_as_a_zombie_is_stale(tmp_path):
     db = tmp_path / "kb.duckdb"
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
-        body = (
-            '{"url": "http://127.0.0.1:9", "pid": %d, "started": "%s", "token_required": false, '
-            '"database": "%s"}' % (child.pid, process_started(child.pid), db.resolve())
-        )
-        write_private(record_path(db), body)
+        body = {
+            "url": "http://127.0.0.1:9",
+            "pid": child.pid,
+            "started": process_started(child.pid),
+            "token_required": False,
+            "database": str(db.resolve()),
+        }
+        write_private(record_path(db), json.dumps(body))
         assert read_record(settings_of(db)) is not None
         child.send_signal(signal.SIGKILL)
         deadline = time.monotonic() + 10

@@ -133,7 +133,10 @@ async def test_a_killed_background_service_is_replaced_for_every_client(tmp_path
         SVC_KNOWLEDGE_MCP_IDLE_SECONDS="2",
     )
     params = StdioServerParameters(
-        command=sys.executable, args=["-m", "service.control.cli", "mcp"], env=env, cwd=str(tmp_path)
+        command=sys.executable,
+        args=["-m", "service.control.cli", "mcp"],
+        env=env,
+        cwd=str(tmp_path),
     )
     database = data / "knowledge-workbench" / "knowledge.duckdb"
     with anyio.fail_after(180):
