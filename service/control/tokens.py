@@ -1,9 +1,9 @@
 """``workbench tokens add``: the first scoped token never locks the owner out.
 
 Without any token, every local caller may use every group. The first token that is not an
-admin one makes every call need a token; if no admin token exists then (neither
-``SVC_KNOWLEDGE_API_TOKEN`` nor one in the store), nobody could list or revoke tokens any more
-and the owner's own stdio clients would be refused. So :func:`ensure_owner` first creates an
+admin one makes every call need a token; if the store holds no admin token then, nobody could
+list or revoke tokens through the background service any more and the owner's own stdio
+clients would be refused. So :func:`ensure_owner` first creates an
 admin token for the owner, saves it where the owner's local clients find it
 (:mod:`service.client.owner`) and says what changes.
 """
@@ -21,10 +21,10 @@ ToolCall = Callable[[str, dict[str, Any]], Any]
 
 
 def ensure_owner(settings: Settings, call: ToolCall) -> str | None:
-    """Before a scoped token on a database without an admin token: the owner's admin token,
-    created and saved; returns what to tell the person (None: nothing was needed)."""
-    if settings.api_token and settings.api_token.get_secret_value():
-        return None  # the owner has an admin token of their own
+    """Before a scoped token on a database without a stored admin token: the owner's admin
+    token, created and saved; returns what to tell the person (None: nothing was needed).
+    ``SVC_KNOWLEDGE_API_TOKEN`` does not count: it is the admin secret of a service started
+    with it, and the background service of ``workbench mcp`` never takes one."""
     tokens = call("list_tokens", {}).get("tokens", [])
     if any(token.get("admin") for token in tokens):
         return None

@@ -340,7 +340,8 @@ def test_tokens_commands_through_the_running_service(cli, tmp_path, server_threa
         assert wb.tenancy.caller(made.stdout.split()[-1]).name == "alice"
         assert cli("tokens", "revoke", "alice", "--db", str(db), env=env).returncode == 0
         rows = wb.store.fetchall("SELECT token_name, tool, uuids FROM audit_log ORDER BY id")
-        assert rows == [
+        assert rows == [  # no stored admin token: the owner's is made first
+            ("admin", "add_token", "token:owner"),
             ("admin", "add_token", "token:alice"),
             ("admin", "revoke_token", "token:alice"),
         ]
