@@ -150,7 +150,7 @@ class TokenResolver:
     def known(self, token: bytes) -> bool:
         """Whether ``token`` is a valid one already resolved (no I/O: for the rate limit)."""
         text = token.decode("latin-1")
-        if self._is_admin(text) and self._admin_stored is False:
+        if self._is_admin(text) and self._admin_stored is not True:  # a bucket, not a grant
             return True
         with self._lock:
             hit = self._cache.get(token_hash(text))

@@ -21,6 +21,7 @@ from service.control.cli import main
 from service.control.shared import background_environ
 from service.sidecars.embed_server import create_embed_app
 from tests.service.svc_helpers import BASE, make_settings
+from workbench.config import load_settings
 from workbench.facade import Workbench
 from workbench.fakes.embedder import HashEmbedder
 from workbench.metrics import Metrics
@@ -135,6 +136,8 @@ def test_a_stored_token_is_never_the_admin_token(tmp_path):
 def test_the_background_service_never_gets_the_clients_token():
     env = background_environ({"SVC_KNOWLEDGE_API_TOKEN": "wbt_reader", "PATH": "/bin"})
     assert env["SVC_KNOWLEDGE_API_TOKEN"] == "" and env["PATH"] == "/bin"
+    token = load_settings(env).api_token  # what the service reads: no admin token
+    assert not (token and token.get_secret_value())
 
 
 def test_health_details_need_an_admin_token_once_the_store_holds_tokens(tmp_path):
