@@ -39,6 +39,7 @@ from urllib.parse import urlsplit
 import duckdb
 import httpx
 
+from service.client.private import _read_private, _untrusted, write_private
 from service.client.relayed import from_response
 from serving.addresses import is_loopback
 from workbench import errors
@@ -47,8 +48,6 @@ from workbench.store import TABLES as STORE_TABLES
 from workbench.store import views
 
 RECORD_SUFFIX = ".service.json"
-MAX_RECORD_BYTES = 64 * 1024
-_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 log = logging.getLogger("service.live")
 
 
@@ -100,21 +99,6 @@ def write_record(
     return path
 
 
-def write_private(path: Path, text: str) -> None:
-    """Replace ``path`` with ``text``, mode 0600, never following a symlink."""
-    temporary = path.with_name(path.name + ".tmp")
-    try:
-        with contextlib.suppress(FileNotFoundError):
-            temporary.unlink()  # a leftover, or a planted link: unlink removes the link itself
-        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW, 0o600)
-        with os.fdopen(fd, "w") as sink:
-            os.fchmod(fd, 0o600)
-            sink.write(text)
-        os.replace(temporary, path)
-    except OSError as exc:
-        raise errors.StoreError(f"cannot write {path}: {exc.strerror or exc}") from None
-
-
 def remove_record(db_path: str) -> None:
     if db_path != ":memory:":
         record = record_path(db_path)
@@ -122,36 +106,6 @@ def remove_record(db_path: str) -> None:
         if body is not None and body.get("pid") == os.getpid():
             with contextlib.suppress(OSError):
                 record.unlink()
-
-
-def _read_private(path: Path, quiet: bool = False) -> dict[str, Any] | None:
-    """The JSON object in ``path`` if it is a regular file of this user that no one else may
-    write (or read), else None (said in a warning unless ``quiet`` or simply missing)."""
-    try:
-        fd = os.open(path, os.O_RDONLY | _NOFOLLOW | getattr(os, "O_NONBLOCK", 0))
-    except FileNotFoundError:
-        return None
-    except OSError as exc:
-        return _untrusted(path, f"cannot be opened ({exc.strerror}; a symbolic link?)", quiet)
-    with os.fdopen(fd, "rb") as source:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            return _untrusted(path, "is not a regular file", quiet)
-        if info.st_uid != os.getuid():
-            return _untrusted(path, f"belongs to another user (uid {info.st_uid})", quiet)
-        if info.st_mode & 0o077:
-            return _untrusted(path, f"is open to others (mode {info.st_mode & 0o777:o})", quiet)
-        try:
-            body = json.loads(source.read(MAX_RECORD_BYTES))
-        except (OSError, ValueError):
-            return None
-    return body if isinstance(body, dict) else None
-
-
-def _untrusted(path: Path, why: str, quiet: bool) -> None:
-    if not quiet:
-        log.warning("ignoring the service record %s: it %s", path, why)
-    return None
 
 
 def process_started(pid: int) -> str | None:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from service.client.live import _read_private, write_private
+from service.client.private import _read_private, write_private
 from workbench.config import Settings
 
 OWNER_SUFFIX = ".owner-token"
@@ -34,7 +34,7 @@ def read_owner_token(db: str | Path) -> str | None:
     """The owner's token saved beside ``db``, if the file can be trusted; else None."""
     if str(db) == ":memory:":
         return None
-    body = _read_private(owner_token_path(db))
+    body = _read_private(owner_token_path(db), what="the owner's token file")
     token = body.get("token") if body else None
     return token if isinstance(token, str) and token.startswith("wbt_") else None
 
