@@ -205,3 +205,17 @@ def test_a_client_with_an_llm_joining_a_service_without_one_is_told(caplog, tmp_
     )
     assert warn_if_different(other, service, 1) is True  # another embedder
     assert "secret" not in str(model_settings(client))
+
+
+def test_serve_closes_an_earlier_database_to_others(tmp_path):
+    from service.control.runner import close_to_others
+
+    db = tmp_path / "kb.duckdb"
+    db.write_bytes(b"")
+    wal = tmp_path / "kb.duckdb.wal"
+    wal.write_bytes(b"")
+    os.chmod(db, 0o644)
+    os.chmod(wal, 0o640)
+    close_to_others(settings_of(db))
+    assert stat.S_IMODE(db.stat().st_mode) == 0o600
+    assert stat.S_IMODE(wal.stat().st_mode) == 0o600
