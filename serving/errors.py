@@ -58,8 +58,13 @@ _HTTP_KINDS = {
 }
 
 
-def error_payload(kind: str, message: str) -> dict[str, Any]:
-    return {"error": {"type": kind, "message": message, "request_id": REQUEST_ID.get()}}
+def error_payload(kind: str, message: str, retry_after: int | None = None) -> dict[str, Any]:
+    """The error body; ``retry_after`` (seconds) only where no ``Retry-After`` header can carry
+    it (an MCP tool result)."""
+    error: dict[str, Any] = {"type": kind, "message": message, "request_id": REQUEST_ID.get()}
+    if retry_after is not None:
+        error["retry_after"] = retry_after
+    return {"error": error}
 
 
 def validation_message(errors: list[dict[str, Any]], limit: int = 5) -> str:
@@ -115,18 +120,24 @@ def _describe(exc: BaseException) -> tuple[int, str, str]:
     return 500, "internal_error", "internal error"
 
 
+def retry_after_of(exc: BaseException) -> int | None:
+    """The whole seconds after which a retry may succeed (an error that passes by itself)."""
+    seconds = exc.retry_after if isinstance(exc, WorkbenchError) else None
+    return max(1, seconds) if seconds is not None else None
+
+
 def retry_headers(exc: BaseException) -> dict[str, str]:
     """``{"Retry-After": seconds}`` for an error that passes by itself (its ``retry_after``),
     else nothing."""
-    seconds = exc.retry_after if isinstance(exc, WorkbenchError) else None
-    return {"Retry-After": str(max(1, seconds))} if seconds is not None else {}
+    seconds = retry_after_of(exc)
+    return {"Retry-After": str(seconds)} if seconds is not None else {}
 
 
 def to_response(exc: BaseException, headers: dict[str, str] | None = None) -> Response:
     status, kind, message = describe(exc)
     rid = REQUEST_ID.get()
     if status >= 500:
-        if status == 500:
+        if status == 500 and not getattr(exc, "relayed", False):
             log.error("unhandled %s (request %s)", type(exc).__name__, rid, exc_info=exc)
             message = f"internal error; see the server log for request id {rid}"
         else:

@@ -66,6 +66,7 @@ class TokenResolver:
         self.clock = clock
         self.max_entries = max_entries
         self._admin = admin_token
+        self._admin_stored: bool | None = None  # whether the store knows the admin token
         self._cache: OrderedDict[str, tuple[float, Caller | None]] = OrderedDict()
         self._any: tuple[float, bool] = (_NEVER, False)
         self._lock = threading.Lock()
@@ -93,9 +94,12 @@ class TokenResolver:
         expiry, value = self._any
         return value if self.clock() < expiry else None
 
+    def _is_admin(self, token: str) -> bool:
+        return bool(self._admin) and hmac.compare_digest(token.encode(), self._admin.encode())
+
     def cached(self, token: str) -> tuple[bool, Caller | None]:
         """``(True, caller)`` when :meth:`resolve` can answer without I/O."""
-        if self._admin and hmac.compare_digest(token.encode(), self._admin.encode()):
+        if self._is_admin(token) and self._admin_stored is False:
             return True, ADMIN
         if self.tenancy is None:
             return True, None
@@ -106,7 +110,7 @@ class TokenResolver:
         return False, None
 
     def resolve(self, token: str) -> Caller | None:
-        if self._admin and hmac.compare_digest(token.encode(), self._admin.encode()):
+        if self._is_admin(token) and not self._admin_is_stored(token):
             return ADMIN
         if self.tenancy is None or not token:
             return None
@@ -129,10 +133,24 @@ class TokenResolver:
                 self._cache.popitem(last=False)
         return caller
 
+    def _admin_is_stored(self, token: str) -> bool:
+        """Whether the store knows the admin token as one of its own: then it is never the
+        admin token (a scoped token handed to a process as its admin secret, e.g. a client's
+        environment) but resolves to its own scope. Read once."""
+        if self._admin_stored is None:
+            known = self.tenancy is not None and self.tenancy.caller(token) is not None
+            if known:
+                log.error(
+                    "SVC_KNOWLEDGE_API_TOKEN is a token of the store (`workbench tokens`): it "
+                    "is not taken as the admin token, only in its own scope"
+                )
+            self._admin_stored = known
+        return self._admin_stored
+
     def known(self, token: bytes) -> bool:
         """Whether ``token`` is a valid one already resolved (no I/O: for the rate limit)."""
         text = token.decode("latin-1")
-        if self._admin and hmac.compare_digest(token, self._admin.encode()):
+        if self._is_admin(text) and self._admin_stored is not True:  # a bucket, not a grant
             return True
         with self._lock:
             hit = self._cache.get(token_hash(text))

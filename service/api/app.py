@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import functools
-import hmac
 import threading
 import time
 import uuid as uuidlib
@@ -38,7 +37,7 @@ from service.api.access import (
     caller_of,
     tenancy_of,
 )
-from service.api.health import EmbedderProbe, health
+from service.api.health import EmbedderProbe, details_allowed, health
 from service.api.mcp_server import build_mcp_server, build_session_manager
 from service.api.responses import ERRORS, RESULTS, ErrorBody, ToolTable
 from service.api.tools import TOOLS, Tool, get_tool
@@ -173,12 +172,13 @@ def _tool_table() -> list[dict[str, Any]]:
 
 
 def health_route(
-    workbench: Workbench, settings: Settings, embedder_loaded: threading.Event | None = None
+    workbench: Workbench,
+    resolver: TokenResolver,
+    embedder_loaded: threading.Event | None = None,
 ):
-    """``GET /health`` needs no token (probes); with a token configured, only a caller that
-    sends it sees the details (paths, models, URLs)."""
+    """``GET /health`` needs no token (probes); once a token is needed (the admin token is set,
+    or the store holds any), only an admin caller sees the details (paths, models, URLs)."""
     probe = EmbedderProbe(workbench.embedder, loaded=embedder_loaded)
-    token = settings.api_token.get_secret_value() if settings.api_token else ""
     # its own thread: a probe does not queue behind the searches in the tools' threads
     checks = ThreadPoolExecutor(HEALTH_THREADS, thread_name_prefix="health")
 
@@ -192,10 +192,10 @@ def health_route(
         authorization: FromHeader[str | None] = None,
     ) -> Response[dict[str, Any]]:
         run = functools.partial(contextvars.copy_context().run, health, workbench, probe)
-        body, ready = await asyncio.get_running_loop().run_in_executor(checks, run)
-        if token and not hmac.compare_digest(
-            (authorization or "").encode(), f"Bearer {token}".encode()
-        ):
+        loop = asyncio.get_running_loop()
+        body, ready = await loop.run_in_executor(checks, run)
+        allowed = functools.partial(details_allowed, resolver, authorization)
+        if not await loop.run_in_executor(checks, allowed):
             body = {k: body[k] for k in ("status", "live", "ready")}
         return Response(content=body, status_code=200 if ready else 503)
 
@@ -275,7 +275,7 @@ def create_app(
             unknown_tool,
             list_tools,
             root,
-            health_route(workbench, settings, embedder_loaded),
+            health_route(workbench, resolver, embedder_loaded),
             mcp_endpoint,
             apidocs.assets_route(),
             *ui_routes(),  # the memory browser at /ui

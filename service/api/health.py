@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from service.api.access import TokenResolver
     from workbench.embedding import Embedder
     from workbench.facade import Workbench
 
@@ -120,6 +121,21 @@ def llm_check(workbench: Workbench) -> dict[str, Any]:
         check.update(health.status())
         check["ok"] = check["state"] == "ok"
     return check
+
+
+def details_allowed(resolver: TokenResolver, authorization: str | None) -> bool:
+    """Whether a ``/health`` caller sees the details: no token is needed (neither the admin
+    token nor any in the store), or it sends an admin one. Blocking (the store may be read);
+    a store that cannot tell gives the brief answer."""
+    try:
+        if not resolver.required():
+            return True
+        text = authorization or ""
+        token = text[7:].strip() if text[:7].lower() == "bearer " else ""
+        caller = resolver.resolve(token) if token else None
+    except Exception:  # noqa: BLE001 - the store is away: the brief answer, never the details
+        return False
+    return caller is not None and caller.admin
 
 
 def health(workbench: Workbench, probe: EmbedderProbe) -> tuple[dict[str, Any], bool]:

@@ -3,7 +3,8 @@
 
 Tools, names, descriptions and input schemas all come from :data:`service.api.tools.TOOLS`, the
 same table REST uses. A tool result is the facade's dict as ``structuredContent`` plus the same
-JSON as text; a failure is ``isError`` with ``{"error": {"type", "message"}}``.
+JSON as text; a failure is ``isError`` with ``{"error": {"type", "message"}}`` (and
+``retry_after``, in seconds, for an error that passes by itself: REST's ``Retry-After``).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from mcp.server.transport_security import TransportSecuritySettings
 from service.api.access import caller_of
 from service.api.tools import TOOLS, TOOLS_BY_NAME, Tool
 from serving.addresses import is_loopback
-from serving.errors import describe, error_payload
+from serving.errors import describe, error_payload, retry_after_of
 from serving.logs import REQUEST_ID, new_request_id
 from serving.middleware import Exposure
 
@@ -85,12 +86,12 @@ async def call_tool(
             )
         except Exception as exc:  # noqa: BLE001 - mapped like HTTP errors, logged when a fault
             status, kind, message = describe(exc)
-            if status == 500:
+            if status == 500 and not getattr(exc, "relayed", False):
                 log.error("tool %s failed", name, exc_info=exc)
                 message = f"internal error; see the server log for request id {REQUEST_ID.get()}"
             elif status >= 500:
                 log.warning("tool %s: %s: %s", name, kind, message)
-            return _result(error_payload(kind, message), True)
+            return _result(error_payload(kind, message, retry_after_of(exc)), True)
         log.info("tool %s ok", name, extra={"transport": "mcp"})
         return _result(result)
     finally:

@@ -38,6 +38,11 @@ class ErrorDetail(Out):
     )
     message: str = Field(description="What went wrong, for a person (never a stack trace).")
     request_id: str = Field(description="The request's id, also in the server log.")
+    retry_after: int | None = Field(
+        default=None,
+        description="MCP tool results only: the seconds after which a retry may succeed "
+        "(REST sends them as the Retry-After header).",
+    )
 
 
 class ErrorBody(Out):

@@ -41,6 +41,8 @@ from urllib.parse import urlsplit
 import duckdb
 import httpx
 
+from service.client.private import _read_private, _untrusted, write_private
+from service.client.relayed import from_response
 from serving.addresses import is_loopback
 from workbench import errors
 from workbench.config import Settings
@@ -49,17 +51,11 @@ from workbench.store import TABLES as STORE_TABLES
 from workbench.store import views
 
 RECORD_SUFFIX = ".service.json"
-MAX_RECORD_BYTES = 64 * 1024
-_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
-_ERRORS = {
-    "invalid_input": errors.InvalidInput,
-    "not_found": errors.NotFound,
-    "conflict": errors.Conflict,
-    "llm_not_configured": errors.LLMNotConfigured,
-    "store_error": errors.StoreError,
-    "disk_full": errors.StoreFull,
-}
 log = logging.getLogger("service.live")
+
+
+class Unreachable(errors.StoreError):
+    """The service a record names does not answer at its address (stopping, or killed)."""
 
 
 @dataclass(frozen=True)
@@ -70,6 +66,7 @@ class ServiceRecord:
     pid: int
     token_required: bool
     snapshots: str | None  # the folder its snapshots are written into, one per request
+    models: dict[str, Any] | None = None  # its LLM and embedder settings (no secret)
 
 
 def record_path(db_path: str | Path) -> Path:
@@ -78,7 +75,11 @@ def record_path(db_path: str | Path) -> Path:
 
 
 def write_record(
-    db_path: str, url: str, token_required: bool, snapshots: str | Path | None = None
+    db_path: str,
+    url: str,
+    token_required: bool,
+    snapshots: str | Path | None = None,
+    models: dict[str, Any] | None = None,
 ) -> Path | None:
     """Say where the service that holds ``db_path`` answers (nothing for ``:memory:``).
 
@@ -95,24 +96,10 @@ def write_record(
         "token_required": token_required,
         "database": str(Path(db_path).expanduser().resolve()),
         "snapshots": str(snapshots) if snapshots else None,
+        "models": models,  # the LLM and embedder it runs (no secret): joining clients compare
     }
     write_private(path, json.dumps(body, indent=2) + "\n")
     return path
-
-
-def write_private(path: Path, text: str) -> None:
-    """Replace ``path`` with ``text``, mode 0600, never following a symlink."""
-    temporary = path.with_name(path.name + ".tmp")
-    try:
-        with contextlib.suppress(FileNotFoundError):
-            temporary.unlink()  # a leftover, or a planted link: unlink removes the link itself
-        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW, 0o600)
-        with os.fdopen(fd, "w") as sink:
-            os.fchmod(fd, 0o600)
-            sink.write(text)
-        os.replace(temporary, path)
-    except OSError as exc:
-        raise errors.StoreError(f"cannot write {path}: {exc.strerror or exc}") from None
 
 
 def remove_record(db_path: str) -> None:
@@ -122,36 +109,6 @@ def remove_record(db_path: str) -> None:
         if body is not None and body.get("pid") == os.getpid():
             with contextlib.suppress(OSError):
                 record.unlink()
-
-
-def _read_private(path: Path, quiet: bool = False) -> dict[str, Any] | None:
-    """The JSON object in ``path`` if it is a regular file of this user that no one else may
-    write (or read), else None (said in a warning unless ``quiet`` or simply missing)."""
-    try:
-        fd = os.open(path, os.O_RDONLY | _NOFOLLOW | getattr(os, "O_NONBLOCK", 0))
-    except FileNotFoundError:
-        return None
-    except OSError as exc:
-        return _untrusted(path, f"cannot be opened ({exc.strerror}; a symbolic link?)", quiet)
-    with os.fdopen(fd, "rb") as source:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            return _untrusted(path, "is not a regular file", quiet)
-        if info.st_uid != os.getuid():
-            return _untrusted(path, f"belongs to another user (uid {info.st_uid})", quiet)
-        if info.st_mode & 0o077:
-            return _untrusted(path, f"is open to others (mode {info.st_mode & 0o777:o})", quiet)
-        try:
-            body = json.loads(source.read(MAX_RECORD_BYTES))
-        except (OSError, ValueError):
-            return None
-    return body if isinstance(body, dict) else None
-
-
-def _untrusted(path: Path, why: str, quiet: bool) -> None:
-    if not quiet:
-        log.warning("ignoring the service record %s: it %s", path, why)
-    return None
 
 
 def process_started(pid: int) -> str | None:
@@ -164,6 +121,8 @@ def process_started(pid: int) -> str | None:
                 return None
             fields = (proc / "stat").read_text().rsplit(")", 1)[1].split()
         except (OSError, IndexError):
+            return None
+        if not fields or fields[0] in ("Z", "X"):  # a zombie (killed, not yet reaped) is gone
             return None
         return fields[19] if len(fields) > 19 else None  # field 22: start time in ticks
     try:
@@ -209,12 +168,13 @@ def read_record(settings: Settings) -> ServiceRecord | None:
         return _untrusted(
             path, f"points to {url!r}, neither loopback nor the configured host", False
         )
-    snapshots = body.get("snapshots")
+    snapshots, models = body.get("snapshots"), body.get("models")
     return ServiceRecord(
         url,
         pid,
         bool(body.get("token_required")),
         snapshots if isinstance(snapshots, str) else None,
+        models if isinstance(models, dict) else None,
     )
 
 
@@ -239,9 +199,11 @@ class LiveService:
         token: str | None = None,
         timeout: float = 600.0,
         snapshots: str | None = None,
+        record: ServiceRecord | None = None,
     ):
         self.url = url.rstrip("/")
         self.snapshots = snapshots
+        self.record = record  # what the service said of itself, when found by its record
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         self._client = httpx.Client(base_url=self.url, headers=headers, timeout=timeout)
 
@@ -249,24 +211,14 @@ class LiveService:
         try:
             response = self._client.post(f"/tools/{tool}", json=arguments or {})
         except httpx.TransportError as exc:
-            raise errors.StoreError(
+            raise Unreachable(
                 f"the service holding the database at {self.url} does not answer ({exc}); "
                 "is it stopping?"
             ) from None
         body = _json(response)
         if response.status_code == 200:
             return body
-        error = body.get("error") if isinstance(body, dict) else None
-        kind = error.get("type") if isinstance(error, dict) else None
-        message = error.get("message") if isinstance(error, dict) else response.text[:300]
-        if response.status_code == 401:
-            message = (
-                f"the service at {self.url} needs its token: set "
-                f"SVC_KNOWLEDGE_API_TOKEN ({message})"
-            )
-        raise _ERRORS.get(kind, errors.WorkbenchError)(
-            f"{message} (from the service at {self.url})"
-        )
+        raise from_response(response, body)  # the same kind, message and Retry-After
 
     def close(self) -> None:
         self._client.close()
@@ -283,16 +235,18 @@ def find_live(settings: Settings) -> LiveService | None:
     """The live service holding the settings' database, or None (no record, one that cannot
     be trusted or is stale, an in-memory or shared database). The API token goes only to a
     service whose record :func:`read_record` trusts."""
+    from service.client.owner import client_token
+
     record = read_record(settings)
     if record is None:
         return None
-    token = settings.api_token.get_secret_value() if settings.api_token else None
+    token = client_token(settings)
     if record.token_required and not token:
         raise errors.ConfigError(
             f"the service holding {settings.db_location()} (at {record.url}) needs a token: "
             "set SVC_KNOWLEDGE_API_TOKEN to reach it"
         )
-    return LiveService(record.url, token, snapshots=record.snapshots)
+    return LiveService(record.url, token, snapshots=record.snapshots, record=record)
 
 
 def snapshot_files(live: LiveService, answer: dict[str, Any]) -> tuple[Path, dict[str, Path]]:

@@ -18,8 +18,10 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import json
 import logging
+import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -103,6 +105,7 @@ def cmd_mcp(args: argparse.Namespace) -> int:
 
     from service.api.mcp_server import run_stdio
     from service.client.live import RemoteWorkbench, UnavailableWorkbench
+    from service.control.joining import warn_if_different
     from service.control.shared import ClientLease, SharedService, shares
     from serving.logs import setup_logging
 
@@ -118,6 +121,9 @@ def cmd_mcp(args: argparse.Namespace) -> int:
                 return 0
             log.info("database %s, through the service at %s", settings.db_location(), service.url)
             log.info("memory browser: %s/ui", service.url)
+            record = service.record
+            if record is not None:  # other LLM/embedder settings than the service's: said
+                warn_if_different(settings, record.models, record.pid)
             try:
                 anyio.run(run_stdio, RemoteWorkbench(service))
             finally:
@@ -445,7 +451,13 @@ def _tool_on_database(args: argparse.Namespace, tool: str, arguments: dict[str, 
 
 
 def cmd_tokens_add(args: argparse.Namespace) -> int:
+    from service.control.tokens import ensure_owner
+
     groups = args.groups or []
+    if groups and not args.admin:  # the first scoped token: the owner's admin token first
+        note = ensure_owner(settings_from(args), functools.partial(_tool_on_database, args))
+        if note:
+            print(note, file=sys.stderr)
     made = _tool_on_database(
         args,
         "add_token",
@@ -830,7 +842,14 @@ def run_guarded(func: Callable[[argparse.Namespace], int], args: argparse.Namesp
         return EXIT_FAILURE
 
 
+def private_files() -> None:
+    """What a command creates (the database, its WAL, shadows, search saves, folders) is
+    this user's only: 0600 files in 0700 folders, whatever umask the shell gives."""
+    os.umask(os.umask(0o077) | 0o077)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    private_files()
     args = build_parser().parse_args(argv)
     return run_guarded(args.func, args)
 

@@ -18,17 +18,21 @@ import contextlib
 import contextvars
 import errno
 import logging
+import os
 import signal
 import socket
+import stat
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import uvicorn
 
 from service.client.live import held_by, remove_record, write_record
 from service.control.bootstrap import freeze_loaded_memory, open_workbench, secrets_of
+from service.control.joining import model_settings
 from service.control.timeouts import TimedH11Protocol, timed_protocol
 from serving.addresses import is_loopback
 from serving.logs import setup_logging
@@ -296,6 +300,7 @@ def serve(
     from service.sidecars.metrics_server import METRICS_PATH, create_metrics_app
 
     setup_logging(settings.log_level, secrets_of(settings), fmt=log_format)
+    close_to_others(settings)
     metrics_port = settings.resolved_metrics_port(dev)
     main_sock = bind_socket(settings.host, settings.port, "the tools port", "--port")
     metrics_sock = bind_socket(
@@ -389,6 +394,7 @@ def serve(
                 client_url(settings.host, main_sock),
                 bool(settings.api_token and settings.api_token.get_secret_value()),
                 snapshots=workbench.snapshots.folder(),
+                models=model_settings(settings),
             )
         watch = idle_watch(settings, idle_exit, [server for server, _ in pairs])
         tool_threads()
@@ -406,6 +412,22 @@ def serve(
     if failures:
         raise StartupError(f"the local embedding model failed to load: {failures[0]}")
     return 0
+
+
+def close_to_others(settings: Settings) -> None:
+    """A database file (and its WAL) of this user that others may read, made by an earlier
+    version or another umask, becomes 0600 (new files are: see ``cli.private_files``)."""
+    if shared_store(settings) or settings.db_location() == ":memory:":
+        return
+    db = Path(settings.db_location()).expanduser()
+    for path in (db, db.with_name(db.name + ".wal")):
+        with contextlib.suppress(OSError):
+            info = path.lstat()
+            if stat.S_ISREG(info.st_mode) and info.st_uid == os.getuid() and info.st_mode & 0o077:
+                os.chmod(path, 0o600)
+                log.info(
+                    "%s was open to other users (mode %o): now 0600", path, info.st_mode & 0o777
+                )
 
 
 def tool_threads(count: int = TOOL_THREADS) -> None:

@@ -7,32 +7,46 @@ when nobody does, and forwards every call to it. Any number of stdio clients the
 memory, whether a person runs ``workbench serve`` or not.
 
 * :class:`ClientLease` — a ``workbench mcp`` process registers itself (a file named by its PID
-  in ``<db>.clients/``) for as long as it runs; a PID that is gone (a killed client) no longer
-  counts;
+  in ``<db>.clients/``, holding its start time) for as long as it runs; a PID that is gone (a
+  killed client) or taken by another process no longer counts;
 * :func:`join_or_start` — the live service of the database, or a new background
   ``workbench serve --idle-exit SECONDS`` on free loopback ports (its log in
-  ``<db>.service.log``); a lock file makes concurrent clients start one service, not two;
+  ``<db>.service.log``; its environment the client's without the client's API token, which
+  never becomes the service's admin secret); a lock file makes concurrent clients start one
+  service, not two; a thread of the starting client reaps it when it ends;
 * :class:`IdleWatch` — in a service started with ``--idle-exit``: once no client has been
   registered for that long, the service stops (gracefully, like on SIGTERM);
 * :class:`SharedService` — the calls of one client; when its service has gone (stopped after
   all clients had left, or killed) it joins or starts the next one and calls again.
+
+The folder, the log and the lock are opened never through a symbolic link and only when they
+belong to this user (:mod:`service.control.companions`); the idle watch removes only leases.
 """
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import logging
 import os
+import stat
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from service.client.live import LiveService, find_live
+from service.client.live import (
+    LiveService,
+    ServiceRecord,
+    Unreachable,
+    find_live,
+    process_started,
+)
+from service.control.companions import check, open_private, private_folder, read_private
 from workbench import errors
 from workbench.config import Settings
 from workbench.store.snapshots import pid_alive
@@ -41,6 +55,10 @@ log = logging.getLogger("service.shared")
 
 CLIENTS_SUFFIX = ".clients"
 LOG_SUFFIX = ".service.log"
+LOCK_SUFFIX = ".start.lock"
+MAX_LEASE_BYTES = 64
+REJOIN_SECONDS = 15.0  # how long a service whose address refuses may take to be gone
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 START_TIMEOUT = 180.0  # a first start loads the local embedding model
 POLL_SECONDS = 0.2
 
@@ -56,38 +74,88 @@ def shares(settings: Settings) -> bool:
 
 
 class ClientLease:
-    """This process counts as a client of the database's shared service while it is held."""
+    """This process counts as a client of the database's shared service while it is held: a
+    file named by its PID in ``<db>.clients/`` holding the process's start time (a PID reused
+    by another process later does not count)."""
 
     def __init__(self, db: str | Path, pid: int | None = None):
         self.folder = _beside(db, CLIENTS_SUFFIX)
-        self.path = self.folder / str(pid or os.getpid())
+        self.pid = pid or os.getpid()
+        self.path = self.folder / str(self.pid)
+        self._held = False
 
     def __enter__(self) -> ClientLease:
         try:
-            self.folder.mkdir(parents=True, exist_ok=True)
-            self.path.write_text("")
+            private_folder(self.folder)
+            with os.fdopen(open_private(self.path, os.O_WRONLY | os.O_TRUNC), "w") as sink:
+                sink.write(process_started(self.pid) or "")
+            self._held = True
         except OSError as exc:  # the calls still work; the service may stop meanwhile
-            log.warning("cannot register as a client in %s: %s", self.folder, exc.strerror)
+            log.warning("cannot register as a client in %s: %s", self.folder, exc.strerror or exc)
         return self
 
     def __exit__(self, *exc: object) -> None:
-        try:
-            self.path.unlink(missing_ok=True)
-        except OSError:
-            pass  # never registered (see __enter__)
+        if self._held:
+            _sweep(self.folder, lambda name: name == self.path.name)
 
 
 def live_clients(db: str | Path) -> int:
-    """The clients registered for ``db`` whose process is alive (the others are removed)."""
-    folder = _beside(db, CLIENTS_SUFFIX)
-    count = 0
-    for entry in folder.glob("*") if folder.is_dir() else ():
-        if entry.name.isdigit() and pid_alive(int(entry.name)):
-            count += 1
-        else:
-            entry.unlink(missing_ok=True)
-    return count
-    return True
+    """The clients registered for ``db`` whose process runs (the leases of gone ones are
+    removed; nothing else in the folder is touched)."""
+    alive: list[str] = []
+    _sweep(_beside(db, CLIENTS_SUFFIX), lambda name: False, alive)
+    return len(alive)
+
+
+def _sweep(folder: Path, remove: Callable[[str], bool], alive: list[str] | None = None) -> None:
+    """Remove the leases in ``folder`` that ``remove`` names or whose process is gone; list the
+    live ones in ``alive``. Only leases are touched (regular files of this user named by a
+    PID, holding a start time): a planted link, folder or file is left alone, and a folder
+    that is a link is not entered."""
+    try:
+        fd = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | _NOFOLLOW)
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        log.warning("ignoring the clients folder %s: %s (a symbolic link?)", folder, exc.strerror)
+        return
+    try:
+        check(folder, os.fstat(fd), stat.S_ISDIR, "a folder")
+        with os.scandir(fd) as entries:
+            for entry in entries:
+                state = _lease_state(entry, fd)
+                if state is None:
+                    continue
+                if state and not remove(entry.name):
+                    if alive is not None:
+                        alive.append(entry.name)
+                    continue
+                with contextlib.suppress(OSError):
+                    os.unlink(entry.name, dir_fd=fd)
+    except OSError as exc:
+        log.warning("ignoring the clients folder %s: %s", folder, exc.strerror or exc)
+    finally:
+        os.close(fd)
+
+
+def _lease_state(entry: os.DirEntry, folder_fd: int) -> bool | None:
+    """True: a lease of a running client; False: of a gone one; None: not a lease."""
+    if not entry.name.isdigit() or not entry.is_file(follow_symlinks=False):
+        return None
+    try:
+        if entry.stat(follow_symlinks=False).st_uid != os.getuid():
+            return None
+        fd = os.open(entry.name, os.O_RDONLY | _NOFOLLOW | os.O_NONBLOCK, dir_fd=folder_fd)
+        with os.fdopen(fd, "rb") as source:
+            text = source.read(MAX_LEASE_BYTES + 1)
+    except OSError:
+        return None
+    if not text:  # the client could not tell its start time
+        return pid_alive(int(entry.name))
+    started = text.decode("ascii", errors="replace").strip()
+    if len(text) > MAX_LEASE_BYTES or not started.replace(" ", "").replace(":", "").isalnum():
+        return None  # not what a client writes: not ours to remove
+    return process_started(int(entry.name)) == started
 
 
 class IdleWatch:
@@ -124,7 +192,12 @@ class IdleWatch:
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval):
-            if self.check():
+            try:
+                idle = self.check()
+            except Exception as exc:  # noqa: BLE001 - a look that fails never ends the watch
+                log.warning("the idle watch could not count the clients: %s", exc)
+                continue
+            if idle:
                 log.info("no workbench mcp client for %.0f s: stopping", self.grace)
                 self.on_idle()
                 return
@@ -133,9 +206,7 @@ class IdleWatch:
 @contextmanager
 def _start_lock(db: str):
     """One client at a time looks for the service and starts it (across processes)."""
-    path = _beside(db, ".start.lock")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a") as handle:
+    with os.fdopen(open_private(_beside(db, LOCK_SUFFIX), os.O_RDWR), "rb") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
         try:
             yield
@@ -182,12 +253,20 @@ def background_command(settings: Settings) -> list[str]:
     ]
 
 
+def background_environ(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment of the background service: this client's (its LLM and embedder
+    settings), without its API token. A client's token is its own credential, resolved to its
+    own scope by the service; it never becomes the service's admin secret (the first client
+    could be one given a read-only token). The empty value also hides a ``.env``'s token."""
+    return {**(os.environ if environ is None else environ), "SVC_KNOWLEDGE_API_TOKEN": ""}
+
+
 def start_background(settings: Settings) -> subprocess.Popen:
     """``workbench serve`` for the database, detached from this process (its own session: a
-    client that closes does not take the service down with it)."""
+    client that closes does not take the service down with it). A thread waits for it, so a
+    service that ends (stopped when idle, or killed) never stays a zombie of this client."""
     log_path = _beside(settings.db_location(), LOG_SUFFIX)
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-    with log_path.open("ab") as sink:
+    with os.fdopen(open_private(log_path, os.O_WRONLY | os.O_APPEND), "ab") as sink:
         process = subprocess.Popen(
             background_command(settings),
             stdin=subprocess.DEVNULL,
@@ -195,7 +274,9 @@ def start_background(settings: Settings) -> subprocess.Popen:
             stderr=subprocess.STDOUT,
             start_new_session=True,
             close_fds=True,
+            env=background_environ(),
         )
+    threading.Thread(target=process.wait, name="reap-service", daemon=True).start()
     log.info(
         "started the shared service of %s (PID %d, log %s)",
         settings.db_location(),
@@ -227,7 +308,7 @@ def _last_error(settings: Settings) -> str:
     """The service log's last ``error:`` line (what the command printed), else its path."""
     path = _beside(settings.db_location(), LOG_SUFFIX)
     try:
-        lines = path.read_text(errors="replace").splitlines()[-50:]
+        lines = read_private(path, 64 * 1024).splitlines()[-50:]
     except OSError:
         lines = []
     found = [line for line in lines if line.startswith("error:")]
@@ -247,26 +328,34 @@ class SharedService:
     def url(self) -> str:
         return self._live.url
 
+    @property
+    def record(self) -> ServiceRecord | None:
+        return self._live.record
+
     def call(self, tool: str, arguments: dict[str, Any] | None = None) -> dict[str, Any]:
         live = self._live
         try:
             return live.call(tool, arguments)
-        except errors.StoreError:
+        except Unreachable:
             if not self._rejoin(live):
                 raise
         return self._live.call(tool, arguments)
 
-    def _rejoin(self, failed: LiveService) -> bool:
-        """After a failed call: a new service when the old one has gone (False: it has not)."""
+    def _rejoin(self, failed: LiveService, wait: float = REJOIN_SECONDS) -> bool:
+        """After a call its service did not answer: the next service once the old one has
+        gone (its record stale: the process ended, or is a zombie), waiting up to ``wait``
+        seconds for a service that refuses to finish stopping (False: it did not)."""
         with self._lock:
             if self._live is not failed:  # another thread has joined the next one already
                 return True
-            current = find_live(self.settings)
+            deadline = time.monotonic() + wait
+            while (current := find_live(self.settings)) is not None:
+                current.close()
+                if current.url != failed.url or time.monotonic() >= deadline:
+                    break
+                time.sleep(POLL_SECONDS)
             if current is not None and current.url == failed.url:
-                current.close()
                 return False
-            if current is not None:
-                current.close()
             log.info("the shared service at %s has gone: joining the next one", failed.url)
             self._live = join_or_start(self.settings)
             failed.close()

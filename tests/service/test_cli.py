@@ -296,18 +296,21 @@ def test_tokens_commands_on_the_file(cli, tmp_path, embed_env, monkeypatch):
     assert made.returncode == 0, made.stderr
     token = made.stdout.split()[-1]
     assert token.startswith("wbt_") and "read-only" in made.stdout
+    assert "first scoped token" in made.stderr  # the owner's admin token came first
     listed = cli("tokens", "list", "--db", db)
     assert token not in listed.stdout
     assert json.loads(listed.stdout)["tokens"][0]["groups"] == ["team-a", "team-b"]
     assert cli("tokens", "add", "alice", "--groups", "x", "--db", db).returncode != 0
     assert "error:" in cli("tokens", "add", "bob", "--db", db).stderr  # no groups, no admin
     assert cli("tokens", "revoke", "alice", "--db", db).returncode == 0
-    assert json.loads(cli("tokens", "list", "--db", db).stdout)["tokens"] == []
+    listed = json.loads(cli("tokens", "list", "--db", db).stdout)["tokens"]
+    assert [(t["name"], t["admin"]) for t in listed] == [("owner", True)]
     with duckdb.connect(db, read_only=True) as con:
         audit = con.execute(
             "SELECT token_name, tool, uuids, outcome FROM audit_log ORDER BY id"
         ).fetchall()
     assert audit == [
+        ("local", "add_token", "token:owner", "ok"),
         ("local", "add_token", "token:alice", "ok"),
         ("local", "add_token", "token:alice", "conflict"),
         ("local", "add_token", "token:bob", "invalid_input"),
@@ -337,7 +340,8 @@ def test_tokens_commands_through_the_running_service(cli, tmp_path, server_threa
         assert wb.tenancy.caller(made.stdout.split()[-1]).name == "alice"
         assert cli("tokens", "revoke", "alice", "--db", str(db), env=env).returncode == 0
         rows = wb.store.fetchall("SELECT token_name, tool, uuids FROM audit_log ORDER BY id")
-        assert rows == [
+        assert rows == [  # no stored admin token: the owner's is made first
+            ("admin", "add_token", "token:owner"),
             ("admin", "add_token", "token:alice"),
             ("admin", "revoke_token", "token:alice"),
         ]

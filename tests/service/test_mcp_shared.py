@@ -113,3 +113,84 @@ def test_a_folder_that_cannot_be_made_is_a_clear_error_not_a_crash(tmp_path):
     with ClientLease(settings.db_location()):  # only a warning
         with pytest.raises(StoreError, match="cannot start the shared service"):
             join_or_start(settings, timeout=5)
+
+
+@pytest.mark.slow
+@pytest.mark.anyio
+async def test_a_killed_background_service_is_replaced_for_every_client(tmp_path, server_thread):
+    """SIGKILL to the shared service: its starter reaps it (no zombie whose record looks
+    valid), and both the starter and a client that joins afterwards get a new service."""
+    import signal
+
+    embed = server_thread(create_embed_app(HashEmbedder()))
+    data = tmp_path / "xdg"
+    env = environ_without_settings(
+        PYTHONPATH=str(REPO),
+        XDG_DATA_HOME=str(data),
+        SVC_KNOWLEDGE_EMBEDDER_BASE_URL=f"{embed.url}/v1",
+        SVC_KNOWLEDGE_EMBEDDER_MODEL="hash-bow",
+        SVC_KNOWLEDGE_EMBEDDER_DIMENSIONS="384",
+        SVC_KNOWLEDGE_MCP_IDLE_SECONDS="2",
+    )
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "service.control.cli", "mcp"],
+        env=env,
+        cwd=str(tmp_path),
+    )
+    database = data / "knowledge-workbench" / "knowledge.duckdb"
+    with anyio.fail_after(180):
+        async with Client(params) as first:
+            one = await first.call_tool("import_memories", {"lines": [fact("A", "B", "A likes B")]})
+            assert not one.is_error, one.content
+            killed = json.loads(record_path(database).read_text())["pid"]
+            os.kill(killed, signal.SIGKILL)
+            async with Client(params) as second:  # joins after the kill: starts a new one
+                assert "A likes B" in await facts_found(second, "A B")
+            assert "A likes B" in await facts_found(first, "A likes")
+            assert json.loads(record_path(database).read_text())["pid"] != killed
+        assert not Path(f"/proc/{killed}").exists(), "the killed service stayed a zombie"
+
+
+@pytest.mark.slow
+@pytest.mark.anyio
+async def test_a_scoped_token_stays_scoped_through_the_background_service(tmp_path, server_thread):
+    """The first `workbench mcp` starts the service with its environment: a read-only token
+    there must not become the service's admin token (no write, no token minted)."""
+    from workbench.config import load_settings
+    from workbench.facade import Workbench
+    from workbench.metrics import Metrics
+
+    embed = server_thread(create_embed_app(HashEmbedder()))
+    db = tmp_path / "kb.duckdb"
+    embedder_env = {
+        "SVC_KNOWLEDGE_EMBEDDER_BASE_URL": f"{embed.url}/v1",
+        "SVC_KNOWLEDGE_EMBEDDER_MODEL": "hash-bow",
+        "SVC_KNOWLEDGE_EMBEDDER_DIMENSIONS": "384",
+    }
+    settings = load_settings({"SVC_KNOWLEDGE_DB_PATH": str(db), **embedder_env}, env_file=None)
+    with Workbench.open(settings, embedder=HashEmbedder(), metrics=Metrics()) as wb:
+        reader = wb.add_token("reader", ["alpha"], read_only=True)["token"]
+    env = environ_without_settings(
+        PYTHONPATH=str(REPO),
+        SVC_KNOWLEDGE_DB_PATH=str(db),
+        SVC_KNOWLEDGE_API_TOKEN=reader,
+        SVC_KNOWLEDGE_MCP_IDLE_SECONDS="1",
+        **embedder_env,
+    )
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "service.control.cli", "mcp"],
+        env=env,
+        cwd=str(tmp_path),
+    )
+    with anyio.fail_after(120):
+        async with Client(params) as client:
+            write = await client.call_tool(
+                "add_memory", {"name": "n", "episode_body": "x", "group_id": "beta"}
+            )
+            mint = await client.call_tool("add_token", {"name": "evil", "admin": True})
+            read = await client.call_tool("search_memory", {"query": "x", "group_ids": ["alpha"]})
+    for result in (write, mint):
+        assert result.is_error and result.structured_content["error"]["type"] == "forbidden"
+    assert not read.is_error, read.content
