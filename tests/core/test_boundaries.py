@@ -51,6 +51,7 @@ LAYERS = [
     ("index", ("workbench.index",)),
     ("search", ("workbench.search",)),
     ("ingest, decay", ("workbench.ingest", "workbench.decay")),
+    ("jobs", ("workbench.jobs",)),
     ("facade", ("workbench.facade", "workbench.__init__")),
     # evaluation and the fakes may import anything; nothing in the core imports them
     ("tools", ("workbench.eval", "workbench.fakes")),
