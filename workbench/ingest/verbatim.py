@@ -103,6 +103,7 @@ class PassageWriter:
         self.rate = Rate()
         self._lanes = Lanes()
         self._busy = 0  # passages of the batch being embedded
+        self._busy_live = False  # whether that batch is live passages
         self._closed = False
         self._cond = threading.Condition()
         self._thread: threading.Thread | None = None
@@ -194,12 +195,17 @@ class PassageWriter:
         (or given up); whether it was within ``timeout`` seconds."""
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._cond:
-            while (self._lanes.live_waiting() if live_only else len(self._lanes)) or self._busy:
+            while self._pending(live_only):
                 left = None if deadline is None else deadline - time.monotonic()
                 if left is not None and left <= 0:
                     return False
                 self._cond.wait(left)
         return True
+
+    def _pending(self, live_only: bool) -> bool:
+        if live_only:
+            return bool(self._lanes.live_waiting() or (self._busy and self._busy_live))
+        return bool(len(self._lanes) or self._busy)
 
     def close(self, timeout: float = 5.0) -> None:
         """Embed the live passages that wait (up to ``timeout`` seconds), then stop the thread
@@ -243,7 +249,7 @@ class PassageWriter:
                     self._lanes = Lanes()  # left for catch_up at the next start
                     self._cond.notify_all()
                     return
-                batch, _ = self._lanes.take(BATCH, BULK_BATCH)
+                batch, self._busy_live = self._lanes.take(BATCH, BULK_BATCH)
                 self._busy = len(batch)
             started = time.monotonic()
             try:

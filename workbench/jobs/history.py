@@ -184,14 +184,18 @@ class HistoryImport:
             report.extraction_queued += len(new) + len(stored) if extract else 0
             return report
         new.sort(key=lambda p: p.episode["reference_time"])  # the group's order
+        written: list[dict[str, Any]] = []
         with self.store.bulk_writes(), self.publisher.bulk():
             for start in range(0, len(new), CHUNK):
                 chunk = new[start : start + CHUNK]
-                self._write(chunk, group_id, extract, report)
+                written += self._write(chunk, group_id, extract, report)
                 if progress is not None:
-                    progress(sum(1 for _ in chunk))
+                    progress(len(chunk))
             if extract and stored:
                 self._queue_stored(stored, group_id, report)
+        # embedded once the import is written (its writes do not share the cores with the
+        # model); a command that ends now leaves them to the next start
+        self.passages.backlog(written)
         if self.queued is not None:
             for _ in range(report.extraction_queued):
                 self.queued(PRIORITIES["low"])  # counted, and the queue's loop woken
@@ -252,7 +256,8 @@ class HistoryImport:
     # --- write ----------------------------------------------------------------------------
     def _write(
         self, chunk: list[_Planned], group_id: str, extract: bool, report: HistoryReport
-    ) -> None:
+    ) -> list[dict[str, Any]]:
+        """The chunk in one transaction, then indexed by its words; its passages written."""
         episodes = [p.episode for p in chunk]
         rows = [r for p in chunk for r in p.passages]
         with self.publisher:
@@ -270,10 +275,10 @@ class HistoryImport:
                     h.enqueue_stored(self.store, episodes, PRIORITIES["low"], self.clock())
             # committed: found by their words from now on, embedded in the background
             self.publisher.inserted("passage", [cached_row(r) for r in rows], "an import")
-        self.passages.backlog(rows)
         report.episodes_created += len(episodes)
         report.passages += len(rows)
         report.extraction_queued += len(episodes) if extract else 0
+        return rows
 
     def _queue_stored(
         self, stored: list[dict[str, Any]], group_id: str, report: HistoryReport
