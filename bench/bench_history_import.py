@@ -50,7 +50,8 @@ def convert(data: Path, out: Path) -> tuple[int, int]:
                 sessions += 1
                 for turn in turns:
                     line = {"conversation_id": f"{q['question_id']}/{sid}", "role": turn["role"],
-                            "text": turn["content"], "time": when.isoformat(), "title": sid}  # fmt: skip
+                            "text": turn["content"], "time": when.isoformat(),
+                            "title": sid}  # fmt: skip
                     file.write(json.dumps(line) + "\n")
                     messages += 1
     return sessions, messages
@@ -156,7 +157,8 @@ def main() -> None:
         sessions, messages = convert(args.data, path)
         load = os.getloadavg()
         seconds, report = timed_import(path, db)
-        out = {"sessions": sessions, "messages": messages, "file_mb": round(path.stat().st_size / 2**20, 1),
+        size = round(path.stat().st_size / 2**20, 1)
+        out = {"sessions": sessions, "messages": messages, "file_mb": size,
                "import_seconds": round(seconds, 1), "load_before": [round(x, 2) for x in load],
                "report": {k: v for k, v in report.items() if k not in ("errors",)},
                "found_by_words_after_import": word_search(db)}  # fmt: skip

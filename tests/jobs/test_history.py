@@ -42,7 +42,8 @@ def chatgpt_node(node_id, parent, children, role, text, at):
         message = {"id": node_id, "author": {"role": role, "name": None, "metadata": {}},
                    "create_time": at, "update_time": None,
                    "content": {"content_type": "text", "parts": [text]},
-                   "status": "finished_successfully", "metadata": {}, "recipient": "all"}  # fmt: skip
+                   "status": "finished_successfully", "metadata": {},
+                   "recipient": "all"}  # fmt: skip
     return {"id": node_id, "message": message, "parent": parent, "children": children}
 
 
@@ -50,7 +51,7 @@ def chatgpt_conversation(cid, title, turns, at=JAN, branch=False):
     """A conversation of ChatGPT's export: a root, a system message, then the turns; with
     ``branch`` an edited first question whose abandoned answer is not on the current path."""
     mapping = {"root": chatgpt_node("root", None, ["sys"], None, "", None),
-               "sys": chatgpt_node("sys", "root", ["m0"], "system", "You are ChatGPT.", at)}  # fmt: skip
+               "sys": chatgpt_node("sys", "root", ["m0"], "system", "Be brief.", at)}  # fmt: skip
     parent = "sys"
     for i, (role, text) in enumerate(turns):
         node = f"m{i}"
@@ -91,9 +92,15 @@ def search_words(wb, query, group="main"):
 # --- formats ------------------------------------------------------------------------------------
 def test_a_chatgpt_export_follows_the_current_branch_and_skips_system_messages(wb, tmp_path):
     export = [
-        chatgpt_conversation("c-1", "Boiler", [("user", "When was the boiler serviced?"),
-                                               ("assistant", "Last October, by Heatwise.")],
-                             branch=True),  # fmt: skip
+        chatgpt_conversation(
+            "c-1",
+            "Boiler",
+            [
+                ("user", "When was the boiler serviced?"),
+                ("assistant", "Last October, by Heatwise."),
+            ],
+            branch=True,
+        ),  # fmt: skip
         chatgpt_conversation("c-2", "Trip", [("user", "Book the Lisbon ferry for Friday")]),
     ]
     path = write_json(tmp_path / "conversations.json", export)
@@ -107,8 +114,11 @@ def test_a_chatgpt_export_follows_the_current_branch_and_skips_system_messages(w
 
 
 def test_a_claude_export_reads_text_and_content_blocks(wb, tmp_path):
-    export = [claude_conversation("u-1", "Garden", [("human", "The roses need pruning in March"),
-                                                    ("assistant", "Prune the Gertrude Jekyll")])]  # fmt: skip
+    turns = [
+        ("human", "The roses need pruning in March"),
+        ("assistant", "Prune the Gertrude Jekyll"),
+    ]
+    export = [claude_conversation("u-1", "Garden", turns)]
     path = write_json(tmp_path / "conversations.json", export)
     records, _ = read_records(path)
     assert detect(records) == "claude"
@@ -120,12 +130,15 @@ def test_a_claude_export_reads_text_and_content_blocks(wb, tmp_path):
 
 
 def test_the_generic_form_groups_lines_by_conversation_and_cuts_sessions_at_a_gap(wb, tmp_path):
+    def line(cid, text, time, role="user", **extra):
+        return {"conversation_id": cid, "role": role, "text": text, "time": time, **extra}
+
     lines = [
-        {"conversation_id": "a", "role": "user", "text": "I adopted a cat named Miso", "time": "2025-01-01T10:00:00Z"},
-        {"conversation_id": "b", "speaker": "Ann", "text": "Our standup moves to 9:30", "time": "2025-01-01T11:00:00Z"},
-        {"conversation_id": "a", "role": "assistant", "text": "Congratulations!", "time": "2025-01-01T10:01:00Z"},
-        {"conversation_id": "a", "role": "user", "text": "Miso likes the vet now", "time": "2025-01-03T10:00:00Z"},
-    ]  # fmt: skip
+        line("a", "I adopted a cat named Miso", "2025-01-01T10:00:00Z"),
+        line("b", "Our standup moves to 9:30", "2025-01-01T11:00:00Z", role=None, speaker="Ann"),
+        line("a", "Congratulations!", "2025-01-01T10:01:00Z", role="assistant"),
+        line("a", "Miso likes the vet now", "2025-01-03T10:00:00Z"),
+    ]
     path = tmp_path / "history.jsonl"
     path.write_text("\n".join(json.dumps(x) for x in lines) + "\n")
     assert is_conversations(path)
@@ -230,12 +243,17 @@ def test_the_backlog_is_visible_in_the_queue_status_and_the_metric():
     settings = load_settings({"SVC_KNOWLEDGE_DB_PATH": ":memory:"}, env_file=None)
     embedder = HeldEmbedder()
     with Workbench.open(settings, embedder=embedder, chat=None, clock=ManualClock(T0)) as wb:
-        export = [chatgpt_conversation(f"c-{i}", f"T{i}", [("user", f"note {i}")]) for i in range(3)]
+        export = [
+            chatgpt_conversation(f"c-{i}", f"T{i}", [("user", f"note {i}")]) for i in range(3)
+        ]
         wb.import_memories(export, format="chatgpt")
         wb.import_memories(export[:1], format="chatgpt", group_id="g2")
         status = wb.get_queue_status()["passages_without_vector"]
         assert status["passages"] == 4
-        assert [(g["group_id"], g["passages"]) for g in status["groups"]] == [("main", 3), ("g2", 1)]
+        assert [(g["group_id"], g["passages"]) for g in status["groups"]] == [
+            ("main", 3),
+            ("g2", 1),
+        ]
         assert wb.metrics.passages_without_vector._value.get() == 4
         embedder.release.set()
         assert wb.passages.flush(timeout=10)
