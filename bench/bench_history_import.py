@@ -13,7 +13,8 @@
    on a sample of the same passages (``--sample`` texts in one call, as bench_embed.py
    measures a bulk call).
 
-    nice -n 10 .venv/bin/python bench/bench_history_import.py [--data PATH] [--drain 180]
+    PYTHONPATH=$PWD nice -n 10 .venv/bin/python bench/bench_history_import.py [--data PATH]
+        [--drain 180]
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import argparse
 import gzip
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -32,6 +34,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # this tree's workbench, whatever is installed
 DATA = Path("/work/shared/data/longmemeval/longmemeval_s_sub100.json.gz")
 
 
@@ -63,7 +66,9 @@ def percentile(values: list[float], q: float) -> float:
 
 
 def timed_import(path: Path, db: Path) -> tuple[float, dict]:
+    """Wall seconds of the command (and its CPU seconds in the report), its JSON summary."""
     env = {**os.environ, "PYTHONPATH": str(ROOT), "SVC_KNOWLEDGE_LOG_LEVEL": "WARNING"}
+    cpu = resource.getrusage(resource.RUSAGE_CHILDREN)
     command = [sys.executable, "-m", "service.control.cli", "import", str(path), "--format",
                "jsonl", "--session-gap-hours", "0", "--quiet", "--db", str(db)]  # fmt: skip
     started = time.perf_counter()
@@ -71,7 +76,10 @@ def timed_import(path: Path, db: Path) -> tuple[float, dict]:
     seconds = time.perf_counter() - started
     if done.returncode:
         raise SystemExit(f"import failed: {done.stderr[-2000:]}")
-    return seconds, json.loads(done.stdout)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    report = json.loads(done.stdout)
+    report["cpu_seconds"] = round(after.ru_utime - cpu.ru_utime + after.ru_stime - cpu.ru_stime, 1)
+    return seconds, report
 
 
 def drain(db: Path, seconds: float, search_every: float, sample: int) -> dict:
@@ -162,15 +170,13 @@ def main() -> None:
                "import_seconds": round(seconds, 1), "load_before": [round(x, 2) for x in load],
                "report": {k: v for k, v in report.items() if k not in ("errors",)},
                "found_by_words_after_import": word_search(db)}  # fmt: skip
-        first = report.get("episodes_created")
+        print(json.dumps(out, indent=2), flush=True)
         again, second = timed_import(path, db)
-        out["reimport_seconds"] = round(again, 1)
-        out["reimport_created"] = second.get("episodes_created")
-        out["first_created"] = first
+        created = second.get("episodes_created")
+        print(json.dumps({"reimport_seconds": round(again, 1), "reimport_created": created}))
         if args.drain:
-            out["drain"] = drain(db, args.drain, args.search_every, args.sample)
-        out["load_after"] = [round(x, 2) for x in os.getloadavg()]
-        print(json.dumps(out, indent=2))
+            print(json.dumps(drain(db, args.drain, args.search_every, args.sample), indent=2))
+        print(json.dumps({"load_after": [round(x, 2) for x in os.getloadavg()]}), flush=True)
 
 
 if __name__ == "__main__":

@@ -77,6 +77,15 @@ def test_a_short_episode_is_found_by_meaning_when_add_memory_returns():
         assert hit["episode_uuid"] == out["episode_uuid"] and hit["score_parts"]["similarity"] > 0
 
 
+def test_inline_embedding_is_a_setting():
+    held = settings(SVC_KNOWLEDGE_INLINE_PASSAGES="0")
+    with Workbench.open(held, embedder=SlowEmbedder(0.3), chat=None, clock=ManualClock(T0)) as wb:
+        wb.add_memory("s", "Ann: I adopted a cat named Miso.", source="message")
+        assert wb.store.fetchone("SELECT count(*) FROM passage_embeddings")[0] == 0
+        assert wb.passages.flush(timeout=10)
+        assert wb.store.fetchone("SELECT count(*) FROM passage_embeddings")[0] == 1
+
+
 def test_a_long_episode_is_embedded_by_the_thread_after_add_memory():
     embedder = SlowEmbedder(delay=0.3)
     body = "\n".join(f"P{i}: " + "word " * 100 for i in range(30))

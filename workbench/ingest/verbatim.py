@@ -9,8 +9,8 @@ passages' words, and their vectors when they have them). So an episode is found 
 the moment ``add_memory`` returns, before extraction and with no LLM at all.
 
 Embedding costs tens of milliseconds a passage on a CPU, seconds for a long episode. An
-episode of at most ``inline`` passages (``INLINE_PASSAGES`` with a local embedder, none with a
-remote one: its latency is not ours to add) is embedded in ``prepare``, before the episode is
+episode of at most ``inline`` passages (``SVC_KNOWLEDGE_INLINE_PASSAGES`` with a local
+embedder, none with a remote one: its latency is not ours to add) is embedded in ``prepare``, before the episode is
 written, so a search by meaning finds it when ``add_memory`` returns too. A longer episode's
 passages are embedded just after, by a thread of the writer, in batches; so are a bulk job's
 (:meth:`~PassageWriter.backlog`: an import) in larger ones, behind every live passage, each
@@ -55,7 +55,7 @@ BATCH = 64  # live passages embedded in one call
 # a bulk call: large enough for the embedder's bulk rate (it sorts a call's texts by length
 # and runs batches on every core), short enough that a live passage waits for one call only
 BULK_BATCH = 256
-INLINE_PASSAGES = 4  # an episode of at most this many is embedded before add_memory returns
+INLINE_PASSAGES = 4  # the default of SVC_KNOWLEDGE_INLINE_PASSAGES
 # what a new passage's memory columns hold (the schema's defaults)
 NEW_MEMORY = {"importance": 3, "stability": 3, "decay_score": 0.0, "lifecycle_state": "ACTIVE",
               "last_accessed_at": None, "access_count": 0}  # fmt: skip
@@ -113,7 +113,7 @@ class PassageWriter:
         """The writer of a workbench: short episodes embedded at once with a local embedder."""
         parts = ctx.episode_parts()
         local = parts.settings.embedder_kind == "local"
-        inline = INLINE_PASSAGES if local else 0
+        inline = parts.settings.inline_passages if local else 0
         return cls(ctx.store, parts.embedder, parts.publisher, inline, ctx.clock, ctx.metrics)
 
     # --- add_memory's three steps ---------------------------------------------------------
