@@ -98,7 +98,8 @@ class HistoryReport:
 @dataclass
 class _Planned:
     episode: dict[str, Any]
-    passages: list[dict[str, Any]]
+    conversation: Conversation
+    passages: list[dict[str, Any]] = field(default_factory=list)
 
 
 class Host(Protocol):
@@ -173,9 +174,9 @@ class HistoryImport:
         report.dry_run = dry_run
         planned = self._plan(conversations, group_id, gap_hours, extract, report)
         states = self._states([p.episode["uuid"] for p in planned])
-        new = [p for p in planned if p.episode["uuid"] not in states]
+        new = self._split([p for p in planned if p.episode["uuid"] not in states], report)
         stored = [p.episode for p in planned if states.get(p.episode["uuid"]) == "stored"]
-        report.episodes_existing += len(planned) - len(new)
+        report.episodes_existing += len(states)
         if extract:
             report.estimate = self._estimate(group_id, [p.episode for p in new] + stored)
         if dry_run:
@@ -214,14 +215,31 @@ class HistoryImport:
         planned: dict[str, _Planned] = {}
         for conversation in conversations:
             try:
-                for session in sessions(conversation, gap_hours, self.max_chars):
-                    episode = self._episode(session, conversation, group_id, extract, now)
-                    if episode["uuid"] not in planned:
-                        rows = passage_rows(episode)
-                        planned[episode["uuid"]] = _Planned(episode, rows)
+                episodes = [
+                    self._episode(session, conversation, group_id, extract, now)
+                    for session in sessions(conversation, gap_hours, self.max_chars)
+                ]
             except errors.InvalidInput as exc:
                 report.problem(f"{conversation.position} ({conversation.key}): {exc}; skipped")
+                continue
+            for episode in episodes:
+                planned.setdefault(episode["uuid"], _Planned(episode, conversation))
         return list(planned.values())
+
+    @staticmethod
+    def _split(new: list[_Planned], report: HistoryReport) -> list[_Planned]:
+        """The new episodes' passages (only theirs: a file imported again splits nothing);
+        an episode refused by the passage rules is reported and left out."""
+        kept = []
+        for p in new:
+            try:
+                p.passages = passage_rows(p.episode)
+            except errors.InvalidInput as exc:
+                where = f"{p.conversation.position} ({p.conversation.key})"
+                report.problem(f"{where}, episode {p.episode['name']!r}: {exc}; skipped")
+                continue
+            kept.append(p)
+        return kept
 
     def _episode(
         self, session: Any, conversation: Conversation, group_id: str, extract: bool, now: datetime
