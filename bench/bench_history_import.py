@@ -9,9 +9,9 @@
 3. With ``--drain S``: opens the database as a service does (``Workbench.start``: the
    passages without a vector are queued), and for up to S seconds measures the passages
    embedded a second, ``search_memory`` p50/p95 while the backlog drains (a search every
-   ``--search-every`` seconds) and on the idle store after, and the local model's own bulk rate
-   on a sample of the same passages (``--sample`` texts in one call, as bench_embed.py
-   measures a bulk call).
+   ``--search-every`` seconds), for 60 s before it starts and on the idle store after it, and
+   the local model's own bulk rate on a sample of the same passages (``--sample`` texts in one
+   call, as bench_embed.py measures a bulk call).
 
     PYTHONPATH=$PWD nice -n 10 .venv/bin/python bench/bench_history_import.py [--data PATH]
         [--drain 180]
@@ -97,6 +97,7 @@ def drain(db: Path, seconds: float, search_every: float, sample: int) -> dict:
         wb.embedder.embed(texts)
         bulk_rate = len(texts) / (time.perf_counter() - started)
         wb.search_memory("warm up the query path", max_results=5)
+        baseline = searches(wb, 60, search_every)  # no drain yet: the same store, idle
         before = wb.store.fetchone("SELECT count(*) FROM passage_embeddings")[0]
         wb.start()
         waiting = wb.passages.waiting()
@@ -115,6 +116,8 @@ def drain(db: Path, seconds: float, search_every: float, sample: int) -> dict:
         "search_p50_ms_during_drain": round(percentile(latencies, 0.5) * 1000, 1),
         "search_p95_ms_during_drain": round(percentile(latencies, 0.95) * 1000, 1),
         "searches_during_drain": len(latencies),
+        "search_p50_ms_before_drain": round(percentile(baseline, 0.5) * 1000, 1),
+        "search_p95_ms_before_drain": round(percentile(baseline, 0.95) * 1000, 1),
         "search_p95_ms_idle": round(percentile(idle, 0.95) * 1000, 1) if idle else None,
     }  # fmt: skip
 
