@@ -10,8 +10,9 @@ the moment ``add_memory`` returns, before extraction and with no LLM at all.
 
 Embedding costs tens of milliseconds a passage on a CPU, seconds for a long episode. An
 episode of at most ``inline`` passages (``SVC_KNOWLEDGE_INLINE_PASSAGES`` with a local
-embedder, none with a remote one: its latency is not ours to add) is embedded in ``prepare``, before the episode is
-written, so a search by meaning finds it when ``add_memory`` returns too. A longer episode's
+embedder, none with a remote one: its latency is not ours to add) is embedded in
+``prepare``, before the episode is written, so a search by meaning finds it when
+``add_memory`` returns too. A longer episode's
 passages are embedded just after, by a thread of the writer, in batches; so are a bulk job's
 (:meth:`~PassageWriter.backlog`: an import) in larger ones, behind every live passage, each
 group taking its turn (:mod:`workbench.ingest.backlog`). The thread writes their vectors (those
