@@ -15,6 +15,7 @@
 
     PYTHONPATH=$PWD nice -n 10 .venv/bin/python bench/bench_history_import.py [--data PATH]
         [--drain 180]
+    ... bench_history_import.py --call-sizes 64,256,1024 [--sample 1024]   (the model alone)
 """
 
 from __future__ import annotations
@@ -58,6 +59,35 @@ def convert(data: Path, out: Path) -> tuple[int, int]:
                     file.write(json.dumps(line) + "\n")
                     messages += 1
     return sessions, messages
+
+
+def call_sizes(data: Path, sizes: list[int], sample: int) -> dict:
+    """The local model's passages a CPU-second and a wall-second, embedding ``sample`` passages
+    of the sessions in calls of each size (how large a passage writer's bulk call must be)."""
+    from workbench.config import load_settings
+    from workbench.embedding import build_embedder
+    from workbench.ingest.passages import split_episode
+
+    questions = json.load(gzip.open(data))
+    texts: list[str] = []
+    for turns in (s for q in questions for s in q["haystack_sessions"]):
+        body = "\n".join(f"{t['role']}: {' '.join(t['content'].split())}" for t in turns)
+        texts += [p.text for p in split_episode(body, "message")]
+        if len(texts) >= sample:
+            break
+    texts = texts[:sample]
+    embedder = build_embedder(load_settings(env_file=None))
+    embedder.embed(texts[:32])
+    out = {}
+    for size in sizes:
+        cpu, wall = time.process_time(), time.perf_counter()
+        for i in range(0, len(texts), size):
+            embedder.embed(texts[i : i + size])
+        cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
+        out[size] = {"per_cpu_second": round(len(texts) / cpu, 1),
+                     "per_second": round(len(texts) / wall, 1)}  # fmt: skip
+    return {"texts": len(texts), "mean_chars": round(statistics.mean(map(len, texts))),
+            "calls": out, "load": [round(x, 2) for x in os.getloadavg()]}  # fmt: skip
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -162,7 +192,14 @@ def main() -> None:
     parser.add_argument("--drain", type=float, default=0, help="seconds of drain to measure")
     parser.add_argument("--search-every", type=float, default=0.5)
     parser.add_argument("--sample", type=int, default=1024)
+    parser.add_argument(
+        "--call-sizes", help="only this: the model's rate in calls of these sizes (64,256,1024)"
+    )
     args = parser.parse_args()
+    if args.call_sizes:
+        sizes = [int(x) for x in args.call_sizes.split(",")]
+        print(json.dumps(call_sizes(args.data, sizes, args.sample), indent=2))
+        return
     with tempfile.TemporaryDirectory(prefix="bench-history-") as folder:
         path, db = Path(folder, "history.jsonl"), Path(folder, "history.duckdb")
         sessions, messages = convert(args.data, path)

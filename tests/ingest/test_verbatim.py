@@ -58,10 +58,10 @@ def test_live_passages_go_before_bulk_ones_and_groups_take_turns():
     lanes.add(rows("live", 3), live=True)
     batch, live = lanes.take(64, 256)
     assert live and [r["group_id"] for r in batch] == ["live"] * 3
-    batch, live = lanes.take(64, 256)
-    assert not live and len(batch) == 256
+    batch, live = lanes.take(64, 64)
+    assert not live and len(batch) == 64
     assert sum(r["group_id"] == "small" for r in batch) == 10  # all of the small group's
-    assert lanes.counts() == {"big": 754}
+    assert lanes.counts() == {"big": 946}
 
 
 # --- the writer ---------------------------------------------------------------------------------
@@ -128,7 +128,7 @@ def test_a_stop_does_not_wait_for_a_backlog_and_the_next_start_embeds_it(tmp_pat
     lines = [{"conversation_id": f"c{i}", "role": "user", "text": f"note {i}"} for i in range(2000)]
     wb.import_memories(lines, format="jsonl")
     started = time.monotonic()
-    wb.close()  # 2,000 passages at 1 s a call of 256: the close ends after one call
+    wb.close()  # 2,000 passages at 1 s a call of 64: the close ends after one call
     assert time.monotonic() - started < 4.0
     with Workbench.open(settings(SVC_KNOWLEDGE_DB_PATH=db), embedder=HashEmbedder(),
                         chat=None) as again:  # fmt: skip
