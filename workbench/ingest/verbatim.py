@@ -82,6 +82,9 @@ class Passages:
     def __iter__(self) -> Iterator[dict[str, Any]]:
         return iter(self.rows)
 
+    def __getitem__(self, index: int) -> dict[str, Any]:
+        return self.rows[index]
+
 
 class PassageWriter:
     """Splits, writes and publishes an episode's passages, and embeds them in a thread of its
