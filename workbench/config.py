@@ -80,6 +80,7 @@ class Settings(BaseSettings):
     api_token: SecretStr | None = None
     default_group_id: str = "main"
     max_episode_chars: int = Field(default=50_000, gt=0)
+    inline_passages: int = Field(default=4, ge=0, le=64)  # embedded before add_memory returns
     rate_limit_per_minute: int = Field(default=600, ge=0)
     # a client must send a request's headers, then its body, within these (slow clients)
     header_timeout_seconds: float = Field(default=10.0, gt=0, le=3600)

@@ -36,6 +36,7 @@ from workbench.ingest.importer import Importer
 from workbench.ingest.pipeline import NO_LLM, EpisodePipeline
 from workbench.ingest.reextract import Reextraction
 from workbench.ingest.verbatim import PassageWriter
+from workbench.jobs.history import imported
 from workbench.llm.client import build_chat_model
 from workbench.llm.health import LLMHealth
 from workbench.metrics import Metrics
@@ -122,7 +123,7 @@ class Workbench:
         )
         self.tenancy = Tenancy(store, clock)
         self.pages = GroupPages(store, clock)
-        self.passages = PassageWriter(store, embedder, self.publisher)
+        self.passages = PassageWriter.of(ctx)
         self.scheduler = MaintenanceScheduler.from_settings(
             store, settings, metrics, clock, chat=chat, index=self.publisher
         )
@@ -317,15 +318,20 @@ class Workbench:
         return cast(r.ImportResult, report.as_dict())
 
     def import_memories(
-        self, lines: Sequence[Any], group_id: str | None = None, first_line: int = 1
+        self, lines: Sequence[Any], group_id: str | None = None, first_line: int = 1, **options: Any
     ) -> r.ImportResult:
         """The tool of ``import_jsonl``: lines (JSON strings or objects) of an import file,
-        numbered from ``first_line`` in the report's errors."""
+        numbered from ``first_line`` in the report's errors (a conversation export's with
+        ``options``: ``jobs.history``)."""
         if isinstance(lines, str) or not isinstance(lines, (list, tuple)):
             raise errors.InvalidInput("'lines' must be a list of JSON lines or objects")
         if len(lines) > MAX_IMPORT_LINES:
             raise errors.InvalidInput(
                 f"'lines' has {len(lines)} items; send at most {MAX_IMPORT_LINES} a call"
+            )
+        if options.get("format", "facts") != "facts":
+            return cast(
+                r.ImportResult, imported(self, lines, self._group(group_id), first_line, options)
             )
         return self.import_jsonl(list(lines), group_id=group_id, first_line=first_line)
 
@@ -500,6 +506,7 @@ class Workbench:
         status["failed"] = _scrubbed(status.get("failed", []), "error_message")
         status["workers"] = self.settings.queue_concurrency if self.queue.running else 0
         status["llm_configured"] = self.chat is not None
+        status["passages_without_vector"] = self.passages.status()
         return cast(r.QueueStatusResult, jsonable(status))
 
     def refresh_gauges(self) -> None:

@@ -260,6 +260,11 @@ class Metrics:
         self.memories_total = Gauge(
             "knowledge_memories_total", "Memories, soft-deleted excluded", registry=r
         )
+        self.passages_without_vector = Gauge(
+            "knowledge_passages_without_vector",
+            "Passages this process has yet to embed (found by their words meanwhile)",
+            registry=r,
+        )
         self.classification_requests = Counter(
             "knowledge_classification_requests", "Classification attempts", ["status"], registry=r
         )

@@ -253,6 +253,26 @@ class ImportArgs(Args):
     first_line: int = Field(
         1, ge=1, description="Line number of the first line (errors name file lines)."
     )
+    format: Literal["facts", "chatgpt", "claude", "jsonl"] = Field(
+        "facts",
+        description="'facts': entities and facts (above). A conversation export instead: "
+        "'chatgpt' or 'claude' (each line a conversation of its conversations.json) or "
+        "'jsonl' (each line a message: conversation_id, role or speaker, text, time); each "
+        "conversation (session) becomes a message episode, searchable by its words at once.",
+    )
+    extract: bool = Field(
+        False,
+        description="Conversations: queue the new episodes for extraction at low priority "
+        "(LLM calls; the answer's estimate prices them). Without it they are stored only.",
+    )
+    dry_run: bool = Field(
+        False, description="Conversations: write nothing; the counts and the estimate only."
+    )
+    session_gap_hours: float = Field(
+        6.0,
+        ge=0,
+        description="Conversations: a new episode starts after a silence this long (0: never).",
+    )
 
 
 RUN_ID_PATTERN = "^rx-[0-9a-f]{12}$"  # workbench.ingest.reextract names runs so
@@ -528,7 +548,8 @@ TOOLS: tuple[Tool, ...] = (
         "import_memories",
         "Import pre-extracted entities and facts (the JSON-lines import format), no LLM: "
         "facts name their endpoint entities, created when missing. Returns counts and the "
-        "lines that were refused, with their line numbers.",
+        "lines that were refused, with their line numbers. With 'format' chatgpt, claude or "
+        "jsonl: conversations imported as episodes (again: nothing added twice).",
         ImportArgs,
         "import_memories",
         audited=True,

@@ -185,6 +185,7 @@ def cmd_maintenance(args: argparse.Namespace) -> int:
 
 def cmd_import(args: argparse.Namespace) -> int:
     from serving.logs import setup_logging
+    from workbench.jobs.conversations import is_conversations
     from workbench.store.restore import is_backup
 
     settings = settings_from(args)
@@ -192,6 +193,8 @@ def cmd_import(args: argparse.Namespace) -> int:
     if is_backup(args.file):
         print_json(restore_backup(settings, args.file))
         return 0
+    if args.format != "facts" and (args.format != "auto" or is_conversations(args.file)):
+        return import_conversations(args)
     summary = on_database(
         args,
         lambda wb: audited_locally(
@@ -201,6 +204,25 @@ def cmd_import(args: argparse.Namespace) -> int:
             lambda: wb.import_jsonl(args.file, progress=not args.quiet, group_id=args.group_id),
         ),
         lambda live: import_through(live, args.file, args.group_id, not args.quiet),
+    )
+    print_json(summary)
+    return 0
+
+
+def import_conversations(args: argparse.Namespace) -> int:
+    """``workbench import`` of a conversation export: ``service.control.history``."""
+    from service.control import history
+
+    group = [args.group_id] if args.group_id else []
+    summary = on_database(
+        args,
+        lambda wb: audited_locally(
+            wb,
+            "cli:import",
+            group or [wb.settings.default_group_id],
+            lambda: history.import_locally(wb, args),
+        ),  # fmt: skip
+        lambda live: history.import_through(live, args),
     )
     print_json(summary)
     return 0
@@ -746,6 +768,32 @@ def build_parser() -> argparse.ArgumentParser:
     )
     imp.add_argument("--group-id", type=group_arg, help="group for records that name none")
     imp.add_argument("--quiet", action="store_true", help="no progress bar")
+    imp.add_argument(
+        "--format",
+        choices=["auto", "facts", "chatgpt", "claude", "jsonl"],
+        default="auto",
+        help="facts: entities and facts; chatgpt, claude, jsonl: a conversation export, each "
+        "conversation (session) a message episode (default: told from the file)",
+    )
+    imp.add_argument(
+        "--extract",
+        action="store_true",
+        help="conversations: print the predicted LLM calls and cost, then queue the "
+        "episodes' extraction at low priority (default: stored, searchable, not extracted)",
+    )
+    imp.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="conversations: print what would be imported (and its extraction's cost) only",
+    )
+    imp.add_argument(
+        "--session-gap-hours",
+        type=float,
+        default=6.0,
+        metavar="H",
+        help="conversations: a new episode starts after a silence of more than H hours "
+        "(0: one episode a conversation, cut only at the episode size limit; default 6)",
+    )
     _add_db(imp)
     imp.set_defaults(func=cmd_import)
 

@@ -51,6 +51,7 @@ LAYERS = [
     ("index", ("workbench.index",)),
     ("search", ("workbench.search",)),
     ("ingest, decay", ("workbench.ingest", "workbench.decay")),
+    ("jobs", ("workbench.jobs",)),
     ("facade", ("workbench.facade", "workbench.__init__")),
     # evaluation and the fakes may import anything; nothing in the core imports them
     ("tools", ("workbench.eval", "workbench.fakes")),
@@ -163,8 +164,9 @@ def test_the_core_imports_downwards_only():
 
 
 # Writers reach the live indexes through their publisher, never through the search engine:
-# ingestion and maintenance import nothing of ``workbench.search`` (which only answers queries).
-APART = [(("workbench.ingest", "workbench.decay"), ("workbench.search",))]
+# ingestion, maintenance and the whole-graph jobs import nothing of ``workbench.search`` (which
+# only answers queries).
+APART = [(("workbench.ingest", "workbench.decay", "workbench.jobs"), ("workbench.search",))]
 
 
 def through_search(graph: dict[str, set[str]]) -> list[tuple[str, str]]:

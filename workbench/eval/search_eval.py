@@ -104,7 +104,8 @@ def load_said(
                 writer.write(rows)
             writer.publish(rows)
         keys[chat["key"]] = episode["uuid"]
-    writer.close()  # every passage embedded
+    writer.flush()  # every passage embedded
+    writer.close()
     return keys
 
 

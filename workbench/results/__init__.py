@@ -18,7 +18,7 @@ Uuid = Annotated[str, "uuid"]
 Timestamp = Annotated[str, "date-time"]
 
 State = Literal["ACTIVE", "DORMANT", "ARCHIVED", "EXPIRED", "SOFT_DELETED", "PERMANENT"]
-EpisodeStatus = Literal["queued", "processing", "done", "failed"]
+EpisodeStatus = Literal["queued", "processing", "done", "failed", "stored"]
 
 # --- scoring -----------------------------------------------------------------------------
 
@@ -221,6 +221,23 @@ class FailedEpisode(TypedDict):
     finished_at: Timestamp | None
 
 
+class BacklogGroup(TypedDict):
+    group_id: str
+    passages: int
+    estimated_end: Timestamp | None
+
+
+class PassageBacklog(TypedDict):
+    """Passages stored without a vector yet (found by their words, not yet by meaning)."""
+
+    passages: int
+    rate_per_second: Annotated[
+        float | None, Field(description="Passages embedded a second lately (None: no batch yet).")
+    ]
+    estimated_end: Timestamp | None
+    groups: Annotated[list[BacklogGroup], Field(description="Per group, the largest first.")]
+
+
 class QueueStatusResult(TypedDict):
     counts: QueueCounts
     depth_by_priority: dict[str, int]
@@ -228,6 +245,7 @@ class QueueStatusResult(TypedDict):
     failed: Annotated[list[FailedEpisode], Field(description="The 20 most recent failures.")]
     workers: int
     llm_configured: bool
+    passages_without_vector: NotRequired[PassageBacklog]
 
 
 class RetryResult(TypedDict):
@@ -291,6 +309,20 @@ class ImportResult(TypedDict):
     facts_existing: int
     errors: Annotated[list[str], Field(description="Refused lines, with their line numbers.")]
     error_count: int
+    # a conversation import (format chatgpt, claude or jsonl): workbench.jobs.history
+    format: NotRequired[str]
+    conversations: NotRequired[int]
+    episodes_created: NotRequired[int]
+    episodes_existing: NotRequired[int]
+    passages: NotRequired[int]
+    extraction_queued: NotRequired[int]
+    dry_run: NotRequired[bool]
+    estimate: NotRequired[
+        Annotated[
+            dict[str, Any] | None,
+            Field(description="With extract: the predicted LLM calls, tokens and USD."),
+        ]
+    ]
 
 
 class SnapshotResult(TypedDict):
