@@ -473,8 +473,9 @@ class Workbench:
         )
         return answer
 
-    def get_queue_status(self) -> r.QueueStatusResult:
-        status = q.status(self.store, self.clock())
+    def get_queue_status(self, group_ids: Sequence[str] | None = None) -> r.QueueStatusResult:
+        """The queue's state; its newest failures of ``group_ids`` (None: of every group)."""
+        status = q.status(self.store, self.clock(), self._groups(group_ids))
         status["failed"] = _scrubbed(status.get("failed", []), "error_message")
         status["workers"] = self.settings.queue_concurrency if self.queue.running else 0
         status["llm_configured"] = self.chat is not None

@@ -187,6 +187,15 @@ class SearchMemoryArgs(Args):
     min_score: float | None = Field(None, allow_inf_nan=False, description=_MIN_SCORE)
 
 
+class QueueStatusArgs(Args):
+    group_ids: GroupIds = Field(
+        None,
+        json_schema_extra=AS_GROUPS,
+        description="Groups whose newest failures to list; omit for every group the token "
+        "may use.",
+    )
+
+
 class GetEpisodesArgs(Args):
     group_ids: GroupIds = Field(
         None,
@@ -452,7 +461,7 @@ TOOLS: tuple[Tool, ...] = (
         "get_queue_status",
         "Extraction queue status: episodes queued, processing, done and failed (with the "
         "failure reasons), workers running.",
-        NoArgs,
+        QueueStatusArgs,
         "get_queue_status",
         read_only=True,
     ),

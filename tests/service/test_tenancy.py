@@ -168,6 +168,26 @@ def test_the_queue_status_lists_no_failure_of_another_group(client, tenants):
     assert sorted(f["group_id"] for f in everything) == ["team-a", "team-b"]
 
 
+def test_a_groups_failures_are_listed_however_many_newer_ones_other_groups_have(client, tenants):
+    """Issue 55, item 16: the failures are filtered by group before the 20 newest are taken."""
+    wb, items, tokens = tenants
+    wb.store.execute("UPDATE queue SET state = 'failed', error_message = 'boom'")
+    for i in range(25):  # 25 newer failures of team-b
+        added = wb.add_memory(f"b{i}", f"another note {i}", group_id="team-b")
+        wb.store.execute(
+            "UPDATE queue SET state = 'failed', finished_at = now() + INTERVAL 1 HOUR "
+            "WHERE episode_uuid = ?",
+            [added["episode_uuid"]],
+        )
+    failed = call(client, "get_queue_status", {}, headers=bearer(tokens["a"]))["failed"]
+    assert [f["episode_uuid"] for f in failed] == [items["team-a"]["episode"]]
+    named = call(client, "get_queue_status", {"group_ids": ["team-a"]}, headers=bearer(ADMIN))
+    assert [f["group_id"] for f in named["failed"]] == ["team-a"]
+    everything = call(client, "get_queue_status", {}, headers=bearer(ADMIN))["failed"]
+    assert len(everything) == 20 and {f["group_id"] for f in everything} == {"team-b"}
+    call(client, "get_queue_status", {"group_ids": ["team-b"]}, 403, headers=bearer(tokens["a"]))
+
+
 def test_a_search_near_another_groups_entity_is_a_404(client, tenants):
     wb, _, tokens = tenants
     bruno = wb.search_memory_nodes("Bruno Brown", ["team-b"])["nodes"][0]["uuid"]
