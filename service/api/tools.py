@@ -191,8 +191,8 @@ class QueueStatusArgs(Args):
     group_ids: GroupIds = Field(
         None,
         json_schema_extra=AS_GROUPS,
-        description="Groups whose newest failures to list; omit for every group the token "
-        "may use.",
+        description="Groups whose failures to list (their 20 newest, however many other "
+        "groups failed since); omit for every group the token may use.",
     )
 
 
