@@ -368,6 +368,7 @@ class Workbench:
                 removed = g.delete_episode(self.store, uuid)
             self.pipeline.forget_groups([episode["group_id"]])
             self.publisher.deleted(removed, "deleting an episode")
+        self.reextraction().forget(episode["group_id"])  # no open run keeps or restores it
         self.snapshots.discard()  # no copy outlives deleted data
         self.queue.refresh_gauges()
         return {
@@ -409,6 +410,8 @@ class Workbench:
                 for kind, value in step.items():
                     removed[kind] += value if kind == "episodes" else len(value)
             self.pipeline.forget_groups(groups)
+        for group in groups:  # no open run keeps or restores them
+            self.reextraction().forget(group, cleared=True)
         self.snapshots.discard()
         self.queue.refresh_gauges()
         return {
