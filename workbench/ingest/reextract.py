@@ -389,8 +389,8 @@ class Reextraction:
     def _drop_unused(self, run: Row) -> bool:
         """Delete the run's shadow unless a process is building it (that run deletes it
         when it sees the run discarded); whether it was deleted."""
-        path = self._path(run)
         try:
+            path = self._path(run)
             with _busy(run["group_id"]):
                 if path.exists():
                     Store.open(str(path), dim=None).close()  # refused while another holds it

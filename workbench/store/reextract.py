@@ -97,7 +97,7 @@ def group_episode_uuids(store: Store, group_id: str) -> set[str]:
     return {u for (u,) in rows}
 
 
-def discard_open_runs(store: Store, now: datetime) -> int:
+def discard_open_runs(store: Store) -> int:
     """Mark every open run discarded (a restore: a backup brings no shadow); how many."""
     count = int(
         store.one(
@@ -106,9 +106,9 @@ def discard_open_runs(store: Store, now: datetime) -> int:
         )[0]
     )
     store.execute(
-        "UPDATE reextract_runs SET state = 'discarded', finished_at = ? "
+        "UPDATE reextract_runs SET state = 'discarded', finished_at = now() "
         "WHERE list_contains(?, state)",
-        [now, list(OPEN_STATES)],
+        [list(OPEN_STATES)],
     )
     return count
 
