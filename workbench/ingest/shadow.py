@@ -19,7 +19,6 @@ may keep.
 from __future__ import annotations
 
 import logging
-import re
 import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import replace
@@ -39,14 +38,13 @@ from workbench.store import Store
 from workbench.store import graph as g
 from workbench.store import queue as q
 from workbench.store import reextract as rx
-from workbench.store.reextract import Row
+from workbench.store.reextract import RUN_ID, Row
 
 log = logging.getLogger("workbench.ingest.shadow")
 
 QUEUE_NAME = "reextract"  # the queue_name label of the shadow queue's metrics
 DRAIN_STEP = 16  # episodes between two updates of the progress bar
 SHADOW_RUN = 4  # a shadow's episodes extracted (and written) together at most
-RUN_ID = re.compile(r"rx-[0-9a-f]{12}")
 
 Progress = Callable[[int], None]
 

@@ -12,6 +12,7 @@ so does an entity a kept fact names.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
@@ -22,6 +23,7 @@ from workbench.store import graph as g
 Row = dict[str, Any]  # a row of a graph table, by column
 
 OPEN_STATES = ("running", "built")
+RUN_ID = re.compile(r"rx-[0-9a-f]{12}")  # a run's id: its shadow's file name derives from it
 RUN_COLUMNS = (
     "run_id, group_id, state, model, shadow_path, episodes, predicted_calls, calls_copied, "
     "created_at, finished_at"
