@@ -14,9 +14,10 @@ in :mod:`workbench.ingest.generations`. A run:
   Nothing of it reaches the live graph, its rows or its indexes: searches keep answering from
   the live graph. Killed, it resumes where it stopped (``reextract`` again: the queue returns
   the episodes in flight; an episode is written once; see :mod:`workbench.ingest.shadow`).
-  Its calls are written to ``llm_calls`` under the run's id as they are made. Beside live ingestion in one process (the
-  service's ``reextract`` tool, a notebook), its calls go through live ingestion's throttle
-  and in-flight slots when both call one LLM server, so a run does not add its load to it.
+  Its calls are written to ``llm_calls`` under the run's id as they are made. Beside live
+  ingestion in one process (the service's ``reextract`` tool, a notebook), its calls go
+  through live ingestion's throttle and in-flight slots when both call one LLM server, so a
+  run does not add its load to it.
 * **is compared** with the live graph (``compare_graphs``), and
 * **is promoted** in one transaction that deletes what extraction made of the group (facts
   stated by episodes, entities episodes mention; imported memories stay) and inserts the
