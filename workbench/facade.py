@@ -22,7 +22,7 @@ from workbench import results as r
 from workbench.clock import Clock, utcnow
 from workbench.config import Settings, load_settings
 from workbench.decay import maintenance
-from workbench.decay.classification import classify_texts
+from workbench.decay.classification import MAX_CLASSIFY_CHARS, classify_texts
 from workbench.decay.maintenance import MaintenanceScheduler
 from workbench.decay.rules import DecayPolicy
 from workbench.embedding import Embedder, build_embedder
@@ -521,9 +521,11 @@ class Workbench:
     def classify_memory(self, text: str) -> r.ClassifyResult:
         if not isinstance(text, str) or not text.strip():
             raise errors.InvalidInput("'text' must be a non-empty string")
-        if len(text) > self.settings.max_episode_chars:
+        most = min(self.settings.max_episode_chars, MAX_CLASSIFY_CHARS)
+        if len(text) > most:
             raise errors.InvalidInput(
-                f"'text' has {len(text)} characters; at most {self.settings.max_episode_chars}"
+                f"'text' has {len(text)} characters; at most {most} (a memory to rate, not "
+                "a document)"
             )
         result = classify_texts(self.chat, [text], self.metrics)[0]
         return cast(r.ClassifyResult, jsonable(_as_dict(result)))

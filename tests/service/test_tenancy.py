@@ -217,6 +217,18 @@ def test_read_only_and_admin_only(client, tenants):
     assert made["token"].startswith("wbt_")
 
 
+def test_classify_memory_spends_an_llm_call_so_a_read_only_token_may_not(client, tenants):
+    """Issue 55, item 10: the tool is a write (it spends) and its text is bounded."""
+    _, _, tokens = tenants
+    refused = call(client, "classify_memory", {"text": "Tea."}, 403, headers=bearer(tokens["ro"]))
+    assert_error(refused, "forbidden", "read-only")
+    rated = call(client, "classify_memory", {"text": "Tea."}, headers=bearer(tokens["a"]))
+    assert rated["importance"] in range(1, 6)
+    long = {"text": "x" * 4_001}
+    assert_error(call(client, "classify_memory", long, 400, headers=bearer(tokens["a"])),
+                 "invalid_input", "text")  # fmt: skip
+
+
 def test_every_tool_is_scoped_by_its_arguments():
     """A tool reads or changes groups only through argument names the scope check knows, is
     admin-only, or answers service-wide counts only: a new tool cannot slip past the check."""

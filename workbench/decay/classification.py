@@ -43,6 +43,9 @@ log = logging.getLogger(__name__)
 DEFAULT_IMPORTANCE = 3
 DEFAULT_STABILITY = 3
 BATCH_SIZE = 20
+# the longest text ``classify_memory`` rates: a memory is a sentence or a paragraph, and the
+# tool spends an LLM call no episode's budget counts, so its size is bounded
+MAX_CLASSIFY_CHARS = 4_000
 STATUSES = ("success", "failure", "fallback")
 
 
