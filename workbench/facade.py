@@ -34,6 +34,7 @@ from workbench.ingest.episode_queue import EpisodeQueue, QueueConfig
 from workbench.ingest.generations import one_action
 from workbench.ingest.importer import Importer
 from workbench.ingest.pipeline import NO_LLM, EpisodePipeline
+from workbench.ingest.passages import passage_uuid
 from workbench.ingest.reextract import Reextraction
 from workbench.ingest.verbatim import PassageWriter
 from workbench.llm.client import build_chat_model
@@ -216,7 +217,7 @@ class Workbench:
         passages = self.passages.prepare(episode)
         with self.publisher:
             with self.store.transaction():
-                existing = g.get_episode(self.store, episode["uuid"])
+                existing = self._own_uuid(episode, passages)
                 if existing is None:
                     self._room_in_queue()
                     g.insert_episode(self.store, episode)
@@ -241,6 +242,22 @@ class Workbench:
             "status": "queued",
             "detail": status,
         }
+
+    def _own_uuid(
+        self, episode: dict[str, Any], passages: list[dict[str, Any]]
+    ) -> dict[str, Any] | None:
+        """The episode stored under ``episode``'s uuid in its group (a retry), or None. A uuid
+        another group holds is not refused (that would let one tenant claim another's uuids
+        first, and tell it the uuid was used): the episode takes a uuid derived from it and
+        its group under the database's secret, the same on every retry."""
+        existing = g.get_episode(self.store, episode["uuid"])
+        if existing is None or existing["group_id"] == episode["group_id"]:
+            return existing
+        scoped = self.tenancy.scoped_uuid("uuid", episode["group_id"], episode["uuid"])
+        episode["uuid"] = scoped
+        for row in passages:  # named after their episode
+            row.update(uuid=passage_uuid(scoped, row["position"]), episode_uuid=scoped)
+        return g.get_episode(self.store, scoped)
 
     def _room_in_queue(self) -> None:
         """Refuse a new episode while the queue holds ``max_queued_episodes`` waiting ones:

@@ -229,6 +229,41 @@ def test_classify_memory_spends_an_llm_call_so_a_read_only_token_may_not(client,
                  "invalid_input", "text")  # fmt: skip
 
 
+def test_idempotency_keys_and_episode_uuids_are_scoped_to_the_caller(client, tenants):
+    """Issue 55, item 8: another tenant cannot claim a key or a uuid first (the victim is
+    never refused), and its answer does not say the key was used."""
+    wb, _, tokens = tenants
+    a, b = bearer(tokens["a"]), bearer(tokens["b"])
+    body = {"name": "n", "episode_body": "Bruno likes tea."}
+    key = {"Idempotency-Key": "req-1"}
+    claimed = call(client, "add_memory", {**body, "group_id": "team-b"}, headers=b | key)
+    mine = call(client, "add_memory", {**body, "group_id": "team-a"}, headers=a | key)
+    assert mine["episode_uuid"] != claimed["episode_uuid"] and mine["group_id"] == "team-a"
+    assert "queued" in mine["message"]  # not "added before": nothing tells it was used
+    again = call(client, "add_memory", {**body, "group_id": "team-a"}, headers=a | key)
+    assert again["episode_uuid"] == mine["episode_uuid"] and "added before" in again["message"]
+    # the derived uuid is not computable from the key alone
+    import uuid as uuidlib
+
+    from service.api.app import IDEMPOTENCY_NAMESPACE
+
+    assert mine["episode_uuid"] != str(uuidlib.uuid5(IDEMPOTENCY_NAMESPACE, "req-1"))
+    # an explicit uuid another group holds: stored under a uuid of the caller's group
+    theirs = claimed["episode_uuid"]
+    first = call(client, "add_memory", {**body, "group_id": "team-a", "uuid": theirs}, headers=a)
+    assert first["group_id"] == "team-a" and first["episode_uuid"] != theirs
+    retry = call(client, "add_memory", {**body, "group_id": "team-a", "uuid": theirs}, headers=a)
+    assert retry["episode_uuid"] == first["episode_uuid"] and "added before" in retry["message"]
+    assert wb.store.fetchone("SELECT group_id FROM episodes WHERE uuid = ?", [theirs]) == (
+        "team-b",
+    )
+    passages = wb.store.fetchall(
+        "SELECT DISTINCT episode_uuid FROM passages WHERE group_id = 'team-a' AND text LIKE "
+        "'Bruno%'"
+    )
+    assert sorted(p[0] for p in passages) == sorted({mine["episode_uuid"], first["episode_uuid"]})
+
+
 def test_every_tool_is_scoped_by_its_arguments():
     """A tool reads or changes groups only through argument names the scope check knows, is
     admin-only, or answers service-wide counts only: a new tool cannot slip past the check."""
