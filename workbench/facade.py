@@ -33,8 +33,8 @@ from workbench.ingest.context import IngestContext
 from workbench.ingest.episode_queue import EpisodeQueue, QueueConfig
 from workbench.ingest.generations import one_action
 from workbench.ingest.importer import Importer
-from workbench.ingest.pipeline import NO_LLM, EpisodePipeline
 from workbench.ingest.passages import passage_uuid
+from workbench.ingest.pipeline import NO_LLM, EpisodePipeline
 from workbench.ingest.reextract import Reextraction
 from workbench.ingest.verbatim import PassageWriter
 from workbench.llm.client import build_chat_model
