@@ -355,9 +355,9 @@ def unverified(graph_dir: str | Path, kind: str) -> str | None:
             continue
         try:
             if sums.get(role) != file_sha256(folder / str(name)):
-                return role
+                return str(role)
         except OSError:
-            return role
+            return str(role)
     return None
 
 
