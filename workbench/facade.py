@@ -217,7 +217,7 @@ class Workbench:
         passages = self.passages.prepare(episode)
         with self.publisher:
             with self.store.transaction():
-                existing = self._own_uuid(episode, passages)
+                existing = _own_episode(self.store, self.tenancy, episode, passages)
                 if existing is None:
                     self._room_in_queue()
                     g.insert_episode(self.store, episode)
@@ -242,22 +242,6 @@ class Workbench:
             "status": "queued",
             "detail": status,
         }
-
-    def _own_uuid(
-        self, episode: dict[str, Any], passages: list[dict[str, Any]]
-    ) -> dict[str, Any] | None:
-        """The episode stored under ``episode``'s uuid in its group (a retry), or None. A uuid
-        another group holds is not refused (that would let one tenant claim another's uuids
-        first, and tell it the uuid was used): the episode takes a uuid derived from it and
-        its group under the database's secret, the same on every retry."""
-        existing = g.get_episode(self.store, episode["uuid"])
-        if existing is None or existing["group_id"] == episode["group_id"]:
-            return existing
-        scoped = self.tenancy.scoped_uuid("uuid", episode["group_id"], episode["uuid"])
-        episode["uuid"] = scoped
-        for row in passages:  # named after their episode
-            row.update(uuid=passage_uuid(scoped, row["position"]), episode_uuid=scoped)
-        return g.get_episode(self.store, scoped)
 
     def _room_in_queue(self) -> None:
         """Refuse a new episode while the queue holds ``max_queued_episodes`` waiting ones:
@@ -605,3 +589,20 @@ def _as_dict(value: Any) -> dict[str, Any]:
         dumped: dict[str, Any] = value.model_dump()
         return dumped
     return dict(value)
+
+
+def _own_episode(
+    store: Store, tenancy: Tenancy, episode: dict[str, Any], passages: list[dict[str, Any]]
+) -> dict[str, Any] | None:
+    """The episode stored under ``episode``'s uuid in its group (a retry), or None. A uuid
+    another group holds is not refused (that would let one tenant claim another's uuids
+    first, and tell it the uuid was used): the episode and its passages take a uuid derived
+    from it and its group under the database's secret, the same on every retry."""
+    existing = g.get_episode(store, episode["uuid"])
+    if existing is None or existing["group_id"] == episode["group_id"]:
+        return existing
+    scoped = tenancy.scoped_uuid("uuid", episode["group_id"], episode["uuid"])
+    episode["uuid"] = scoped
+    for row in passages:  # named after their episode
+        row.update(uuid=passage_uuid(scoped, row["position"]), episode_uuid=scoped)
+    return g.get_episode(store, scoped)

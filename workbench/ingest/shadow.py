@@ -54,8 +54,8 @@ def check_run_id(run_id: Any) -> str:
     :class:`InvalidInput`."""
     if not isinstance(run_id, str) or not RUN_ID.fullmatch(run_id):
         raise InvalidInput(
-            f"{str(run_id)[:80]!r} is not a re-extraction run id (rx- and 12 hexadecimal "
-            "digits, as `workbench reextract` prints it)"
+            f"no re-extraction run {str(run_id)[:80]!r}: that is not a re-extraction run id "
+            "(rx- and 12 hexadecimal digits, as `workbench reextract` prints it)"
         )
     return run_id
 
