@@ -22,7 +22,7 @@ from workbench import results as r
 from workbench.clock import Clock, utcnow
 from workbench.config import Settings, load_settings
 from workbench.decay import maintenance
-from workbench.decay.classification import MAX_CLASSIFY_CHARS, classify_texts
+from workbench.decay.classification import check_classify_text, classify_texts
 from workbench.decay.maintenance import MaintenanceScheduler
 from workbench.decay.rules import DecayPolicy
 from workbench.embedding import Embedder, build_embedder
@@ -520,14 +520,7 @@ class Workbench:
         return answer
 
     def classify_memory(self, text: str) -> r.ClassifyResult:
-        if not isinstance(text, str) or not text.strip():
-            raise errors.InvalidInput("'text' must be a non-empty string")
-        most = min(self.settings.max_episode_chars, MAX_CLASSIFY_CHARS)
-        if len(text) > most:
-            raise errors.InvalidInput(
-                f"'text' has {len(text)} characters; at most {most} (a memory to rate, not "
-                "a document)"
-            )
+        check_classify_text(text, self.settings.max_episode_chars)
         result = classify_texts(self.chat, [text], self.metrics)[0]
         return cast(r.ClassifyResult, jsonable(_as_dict(result)))
 
