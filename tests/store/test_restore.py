@@ -230,8 +230,8 @@ def test_an_open_run_is_restored_discarded_and_a_crafted_run_id_refused(backup, 
     folder, _ = backup
     run = {"run_id": "rx-0123456789ab", "group_id": "main", "state": "built", "model": "m",
            "shadow_path": str(tmp_path / "victim"), "episodes": 1, "predicted_calls": 1,
-           "calls_copied": 0, "created_at": pa.scalar(0, pa.timestamp("us", "UTC")).as_py(),
-           "finished_at": None}  # fmt: skip
+           "calls_copied": 0,
+           "created_at": pa.scalar(0, pa.timestamp("us", "UTC")).as_py()}  # fmt: skip
     pq.write_table(pa.Table.from_pylist([run]), folder / "reextract_runs.parquet")
     snapshot = read_backup(folder)
     store = Store.open(":memory:", dim=snapshot.dim, embedding_model=snapshot.model)
