@@ -175,7 +175,7 @@ def test_a_groups_failures_are_listed_however_many_newer_ones_other_groups_have(
     for i in range(25):  # 25 newer failures of team-b
         added = wb.add_memory(f"b{i}", f"another note {i}", group_id="team-b")
         wb.store.execute(
-            "UPDATE queue SET state = 'failed', finished_at = now() + INTERVAL 1 HOUR "
+            "UPDATE queue SET state = 'failed', finished_at = now() + INTERVAL '1 hour' "
             "WHERE episode_uuid = ?",
             [added["episode_uuid"]],
         )

@@ -462,7 +462,7 @@ def status(store: Store, now: datetime, group_ids: Sequence[str] | None = None) 
                   q.error_message, q.finished_at
            FROM queue q LEFT JOIN episodes e ON e.uuid = q.episode_uuid
            WHERE q.state = 'failed' {of_groups}
-           ORDER BY q.finished_at DESC, q.episode_uuid LIMIT {FAILED_LISTED}""",
+           ORDER BY q.finished_at DESC NULLS LAST, q.episode_uuid LIMIT {FAILED_LISTED}""",
         [list(group_ids)] if group_ids else [],
     )
     return {
