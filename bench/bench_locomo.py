@@ -284,7 +284,7 @@ def evaluate(wb, convs, turns_of) -> dict[str, Any]:
     for i, sample in enumerate(convs):
         group = f"conv-{i}"
         turns = turns_of[group]
-        texts = engine.rows["fact"].rows
+        texts = engine.indexes.rows["fact"].rows
         cited = list(turns.values())
         for q in questions(sample):
             evidence = turn_ids(q["evidence"])
@@ -292,8 +292,10 @@ def evaluate(wb, convs, turns_of) -> dict[str, Any]:
             hits = wb.search_memory_facts(q["question"], group_ids=[group], max_facts=K)["facts"]
             latencies.append(time.perf_counter() - started)
             ranked = {"fused": [turns.get(h["fact"], set()) for h in hits]}
-            vec = engine.vectors["fact"].search(engine.searcher._embed(q["question"]), K, [group])
-            kw = engine.keywords["fact"].search(q["question"], K, [group])
+            vec = engine.indexes.vectors["fact"].search(
+                engine.searcher._embed(q["question"]), K, [group]
+            )
+            kw = engine.indexes.keywords["fact"].search(q["question"], K, [group])
             for name, pairs in (("vector", vec), ("bm25", kw)):
                 ranked[name] = [turns.get(texts[p[0]]["fact"], set()) for p in pairs]
             ranked["bound"] = best_ranking(cited, evidence)

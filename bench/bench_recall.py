@@ -130,7 +130,7 @@ def variants(engine, question: str, group: str, turns) -> dict[str, list[set[str
     filters = SearchFilters(group_ids=(group,), states=DEFAULT_STATES,
                             include_invalidated=False, now=engine.clock())  # fmt: skip
     ranked = {
-        kind: engine.ranked(kind, question, K * OVERSAMPLE, filters, engine.weights)
+        kind: engine.ranked(kind, question, K * OVERSAMPLE, filters, engine.searcher.weights)
         for kind in ("fact", "passage")
     }
     rows = {(kind, row["uuid"]): row for kind, hits in ranked.items() for row, *_ in hits}

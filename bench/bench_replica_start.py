@@ -46,8 +46,8 @@ def open_replica(location: str, scratch: Path):
 
 
 def graphs_ready(wb) -> bool:
-    return all(wb.search.vectors[k].uses_ann and wb.search.vectors[k]._builder is None
-               for k in ("entity", "fact"))  # fmt: skip
+    vectors = wb.search.indexes.vectors
+    return all(vectors[k].state == "graph" for k in ("entity", "fact"))
 
 
 def timed_start(location: str, scratch: Path) -> tuple[object, float, float]:

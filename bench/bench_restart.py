@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 from bench_search import build_store, clustered
 
-from workbench.index.vectors import load_index
+from workbench.index.vector.index import load_index
 
 
 def recall(index, exact, queries: np.ndarray, k: int = 10) -> float:
@@ -45,7 +45,7 @@ def main() -> None:
         started = time.perf_counter()
         index = load_index(store, "fact", 20_000, folder, background_build=False)
         print(f"first build: {time.perf_counter() - started:.1f} s")
-        assert index.save_graph(folder, "fact")
+        assert index.saves.save_graph(folder, "fact")
         rng = np.random.default_rng(1)
         uuids = corpus["uuids"]["fact"]
         picked = rng.choice(len(uuids), int(len(uuids) * args.changed), replace=False)
@@ -64,7 +64,7 @@ def main() -> None:
         caught_up = load_index(store, "fact", 20_000, folder, background_build=False)
         took = time.perf_counter() - started
         print(f"reopen from the saved graph: {took:.1f} s "
-              f"(caught up: {caught_up._ann_tombstones} tombstones)")  # fmt: skip
+              f"(caught up: {caught_up.graph._ann_tombstones} tombstones)")  # fmt: skip
         started = time.perf_counter()
         rebuilt = load_index(store, "fact", 20_000, None, background_build=False)
         took = time.perf_counter() - started

@@ -204,7 +204,7 @@ def timed(fn, items) -> list[tuple[float, float]]:
 def ann_recall(engine: SearchEngine, corpus: dict, kind: str, queries, asked: int) -> float:
     """recall@10 against brute force, asking the index for ``asked`` results (10, or the
     engine's candidate pool of 50 of which the best 10 by cosine count)."""
-    index, vecs = engine.vectors[kind], corpus["vectors"][kind]
+    index, vecs = engine.indexes.vectors[kind], corpus["vectors"][kind]
     uuids = corpus["uuids"][kind]
     total = 0.0
     for q in queries:
@@ -236,9 +236,9 @@ def bench_size(n: int, args, model) -> dict:
     )
     result: dict = {"n": n, "startup_seconds": round(time.perf_counter() - started, 2)}
     for kind in ("entity", "fact"):
-        engine.vectors[kind].wait_ready()
+        engine.indexes.vectors[kind].wait_ready()
     result["ann_ready_seconds"] = round(time.perf_counter() - started, 2)
-    result["ann"] = engine.vectors["fact"].uses_ann
+    result["ann"] = engine.indexes.vectors["fact"].uses_ann
     result["rss_mb"] = rss_mb()
     # the most the first start held: the graphs' builds (and this benchmark's own copy of
     # the corpus, ~1.7 KB a memory)
@@ -256,14 +256,14 @@ def bench_size(n: int, args, model) -> dict:
         timed(lambda t: engine.search_facts(t, group_ids=["work"]), queries["fact"])
     )
     qv = list(queries["fact"].values())
-    result["vector_index"] = pct(timed(lambda v: engine.vectors["fact"].search(v, 50), qv))
+    result["vector_index"] = pct(timed(lambda v: engine.indexes.vectors["fact"].search(v, 50), qv))
     result["bm25_index"] = pct(
-        timed(lambda t: engine.keywords["fact"].search(t, 50), queries["fact"])
+        timed(lambda t: engine.indexes.keywords["fact"].search(t, 50), queries["fact"])
     )
     result["recall_at_10_vs_exact"] = ann_recall(engine, corpus, "fact", qv[:100], 10)
     result["recall_at_10_vs_exact_pool50"] = ann_recall(engine, corpus, "fact", qv[:100], 50)
     if model is not None:
-        engine.embedder = model
+        engine.searcher.embedder = model
         texts_ = list(queries["fact"])
         result["search_facts_with_model"] = pct(timed(engine.search_facts, texts_))
         result["search_nodes_with_model"] = pct(timed(engine.search_nodes, list(queries["entity"])))
@@ -318,7 +318,7 @@ def reopen(path: str, saved: str, args) -> dict:
     # searched at once, while anything still missing is built in the background
     out["search_facts_at_once"] = pct(timed(engine.search_facts, list(queries["fact"])[:100]))
     for kind in ("entity", "fact"):
-        engine.vectors[kind].wait_ready()
+        engine.indexes.vectors[kind].wait_ready()
     out["ann_ready_seconds"] = round(time.perf_counter() - started, 2)
     out["search_facts"] = pct(timed(engine.search_facts, queries["fact"]))
     out["rss_mb"] = rss_mb()
@@ -327,8 +327,8 @@ def reopen(path: str, saved: str, args) -> dict:
     if not args.no_model:  # each query embedded by the local model as part of the search
         from workbench.embedding import LocalEmbedder
 
-        engine.embedder = LocalEmbedder()
-        engine.embedder.warm_up()
+        engine.searcher.embedder = LocalEmbedder()
+        engine.searcher.embedder.warm_up()
         out["search_facts_with_model"] = pct(timed(engine.search_facts, list(queries["fact"])))
     engine.close()
     store.close()

@@ -22,5 +22,8 @@ for prog in workbench knowledge-workbench; do
   "$work/venv/bin/$prog" --version
 done
 XDG_DATA_HOME="$work/data" "$work/venv/bin/workbench" status >/dev/null
+# the memory browser's static files ship in the wheel (served at /ui)
+"$work/venv/bin/python" -c "from service.ui.routes import static_files as f; import sys; \
+n = set(f()); sys.exit(0 if {'index.html', 'app.js', 'views/group.js'} <= n else f'/ui: {n}')"
 test -f "$work/data/knowledge-workbench/knowledge.duckdb"
 echo "wheel $(basename "$wheel") installs and starts ($(( $(date +%s) - started )) s)"

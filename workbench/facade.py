@@ -40,11 +40,13 @@ from workbench.ingest.verbatim import PassageWriter
 from workbench.llm.client import build_chat_model
 from workbench.llm.health import LLMHealth
 from workbench.metrics import Metrics
+from workbench.results import browse as rb
 from workbench.safety import register_secret, scrub
 from workbench.search import SearchEngine, recall
 from workbench.store import Store, views
 from workbench.store import graph as g
 from workbench.store import queue as q
+from workbench.store.browse import GroupPages
 from workbench.store.snapshots import Snapshots, remove_stale
 from workbench.store.tenancy import Tenancy
 
@@ -95,7 +97,7 @@ class Workbench:
         self.search = SearchEngine(store, BatchingEmbedder(embedder), metrics, clock, settings)
         # every writer of entities and facts publishes through it, and the queue claims
         # under its gate: extraction reads the graph from the engine's rows
-        self.publisher = self.search.publisher
+        self.publisher = self.search.indexes.publisher
         ctx = IngestContext(store, metrics, clock, chat, embedder, self.publisher, settings)
         self.pipeline = EpisodePipeline(ctx)
         budget = settings.group_daily_budget_usd
@@ -106,6 +108,7 @@ class Workbench:
             budget=DailyBudget(store, budget, metrics) if budget else None,
         )
         self.tenancy = Tenancy(store, clock)
+        self.pages = GroupPages(store, clock)
         self.passages = PassageWriter(store, embedder, self.publisher)
         self.scheduler = MaintenanceScheduler.from_settings(
             store, settings, metrics, clock, chat=chat, index=self.publisher
@@ -166,7 +169,7 @@ class Workbench:
         """Graceful stop: finish or release in-flight episodes, flush access updates."""
         self.queue.stop(timeout)
         self.scheduler.stop()
-        self.search.flush()
+        self.search.indexes.flush()
         self.store.checkpoint()
 
     def close(self) -> None:
@@ -369,7 +372,7 @@ class Workbench:
                 removed = g.delete_episode(self.store, uuid)
             self.pipeline.forget_groups([episode["group_id"]])
             self.publisher.deleted(removed, "deleting an episode")
-        self.reextraction().forget(episode["group_id"])  # no open run keeps or restores it
+        self.reextraction().forget([episode["group_id"]])  # no open run keeps or restores it
         self.snapshots.discard()  # no copy outlives deleted data
         self.queue.refresh_gauges()
         return {
@@ -411,8 +414,7 @@ class Workbench:
                 for kind, value in step.items():
                     removed[kind] += value if kind == "episodes" else len(value)
             self.pipeline.forget_groups(groups)
-        for group in groups:  # no open run keeps or restores them
-            self.reextraction().forget(group, cleared=True)
+        self.reextraction().forget(groups, cleared=True)  # no open run keeps or restores them
         self.snapshots.discard()
         self.queue.refresh_gauges()
         return {
@@ -478,7 +480,6 @@ class Workbench:
         return answer
 
     def get_queue_status(self, group_ids: Sequence[str] | None = None) -> r.QueueStatusResult:
-        """The queue's state; its newest failures of ``group_ids`` (None: of every group)."""
         status = q.status(self.store, self.clock(), self._groups(group_ids))
         status["failed"] = _scrubbed(status.get("failed", []), "error_message")
         status["workers"] = self.settings.queue_concurrency if self.queue.running else 0
@@ -546,6 +547,14 @@ class Workbench:
 
     def revoke_token(self, name: str) -> r.RevokeResult:
         return cast(r.RevokeResult, self.tenancy.revoke_token(name))
+
+    def delete_entity(self, uuid: str) -> rb.DeleteEntityResult:
+        with self.publisher:  # the browsing tools are self.pages' (store.browse)
+            removed, group, answer = self.pages.delete_entity(accept.check_uuid(uuid))
+            self.pipeline.forget_groups([group])
+            self.publisher.deleted(removed, "deleting an entity")
+        self.snapshots.discard()  # no copy outlives deleted data
+        return answer
 
     # --- notebooks ----------------------------------------------------------------------
     def frame(self, table: str) -> pd.DataFrame:

@@ -341,8 +341,8 @@ def _covered(tool: Any, workbench: ToolTarget, args: Any, result: Any) -> Any:
     groups = args.group_ids
     if not groups:  # every group: those the in-memory indexes hold (no store read)
         search = getattr(workbench, "search", None)
-        if search is not None and hasattr(search, "groups"):
-            groups = search.groups()
+        if search is not None and hasattr(search, "indexes"):
+            groups = search.indexes.groups()
         elif (tenancy := tenancy_of(workbench)) is not None:
             groups = tenancy.group_names()
         else:

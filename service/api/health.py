@@ -97,8 +97,8 @@ def search_check(workbench: Workbench) -> dict[str, Any]:
     """The search indexes: memories per kind and whether the HNSW graph serves yet (search is
     exact, and slower on a large store, while it is built after a start). Informational:
     search works either way."""
-    engine = getattr(workbench, "search", None)
-    status = getattr(engine, "status", None)
+    indexes = getattr(getattr(workbench, "search", None), "indexes", None)
+    status = getattr(indexes, "status", None)
     return {"ok": True, **(status() if status is not None else {})}
 
 

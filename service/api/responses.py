@@ -19,6 +19,7 @@ from uuid import UUID
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from workbench import results as r
+from workbench.results import browse as rb
 
 
 class Out(BaseModel):
@@ -127,6 +128,13 @@ ANSWERS: dict[str, type] = {
     "list_tokens": r.TokensResult,
     "revoke_token": r.RevokeResult,
     "reextract": r.ReextractResult,
+    "get_group_stats": rb.GroupStatsResult,
+    "list_episodes": rb.EpisodePage,
+    "get_episode": rb.EpisodeWhole,
+    "list_facts": rb.FactPage,
+    "list_entities": rb.EntityPage,
+    "get_entity": rb.EntityNeighbourhood,
+    "delete_entity": rb.DeleteEntityResult,
 }
 # what each tool's route publishes as its 200 answer
 RESULTS: dict[str, type[Out]] = {name: model_of(answer) for name, answer in ANSWERS.items()}

@@ -330,6 +330,33 @@ class TokenNameArgs(Args):
     name: GroupName = Field(json_schema_extra=AS_GROUP, description=_TOKEN_NAME)
 
 
+# --- browsing one group page by page (the memory browser at /ui) -------------------------
+_LIMIT = "Items a page (1-1000)."
+_OFFSET = "Items to skip (the page's start)."
+
+
+class GroupPageArgs(Args):
+    group_id: GroupName = Field(json_schema_extra=AS_GROUP, description="The group to list.")
+    limit: int = Field(50, ge=1, le=1000, description=_LIMIT)
+    offset: int = Field(0, ge=0, description=_OFFSET)
+
+
+class ListFactsArgs(GroupPageArgs):
+    state: Literal["current", "superseded", "all"] = Field(
+        "all", description="current (still true), superseded (invalidated or expired) or all."
+    )
+
+
+class ListEntitiesArgs(GroupPageArgs):
+    name_contains: str | None = Field(
+        None, max_length=200, description="Only entities whose name contains this (any case)."
+    )
+
+
+class GetEntityArgs(UuidArgs):
+    max_facts: int = Field(50, ge=1, le=1000, description="Most facts touching it to return.")
+
+
 @dataclass(frozen=True)
 class Tool:
     name: str
@@ -377,7 +404,16 @@ class Tool:
 
     def call(self, workbench: ToolTarget, args: Args) -> dict[str, Any]:
         """The facade method on validated arguments (no scope: use :meth:`invoke`)."""
-        return getattr(workbench, self.method)(**args.model_dump(exclude_none=True))
+        return method_of(workbench, self.method)(**args.model_dump(exclude_none=True))
+
+
+def method_of(workbench: ToolTarget, method: str) -> Any:
+    """The facade's ``method``, or its collaborator's: ``"pages.list_facts"`` is the
+    ``list_facts`` of the facade's ``pages``. A stand-in (no such attribute of its own)
+    answers the whole name."""
+    owner, _, name = method.rpartition(".")
+    held = vars(workbench).get(owner) if owner and hasattr(workbench, "__dict__") else None
+    return getattr(held, name) if held is not None else getattr(workbench, method)
 
 
 TOOLS: tuple[Tool, ...] = (
@@ -575,6 +611,64 @@ TOOLS: tuple[Tool, ...] = (
         "revoke_token",
         admin=True,
         audited=True,
+    ),
+)
+
+TOOLS += (
+    Tool(
+        "get_group_stats",
+        "Per group: episodes, entities, facts (and how many are current), passages, the "
+        "extraction queue by state, the last activity and today's LLM cost in USD.",
+        ListGroupsArgs,
+        "pages.get_group_stats",
+        read_only=True,
+    ),
+    Tool(
+        "list_episodes",
+        "A group's episodes by when they happened (reference_time), latest first, paged: "
+        "name, source, status and a preview of each. Read one whole with get_episode.",
+        GroupPageArgs,
+        "pages.list_episodes",
+        read_only=True,
+    ),
+    Tool(
+        "get_episode",
+        "One episode whole (its body and status) with its passages and the entities it mentions.",
+        UuidArgs,
+        "pages.get_episode",
+        read_only=True,
+    ),
+    Tool(
+        "list_facts",
+        "A group's facts, current and superseded (state), paged, latest valid first: each "
+        "with its validity, its endpoints and the episode it came from.",
+        ListFactsArgs,
+        "pages.list_facts",
+        read_only=True,
+    ),
+    Tool(
+        "list_entities",
+        "A group's entities by name, paged (optionally those whose name contains a text), "
+        "with their summaries and how many facts touch each.",
+        ListEntitiesArgs,
+        "pages.list_entities",
+        read_only=True,
+    ),
+    Tool(
+        "get_entity",
+        "One entity with its neighbourhood: the facts that touch it (current first), the "
+        "entities at their other ends and the episodes that mention it.",
+        GetEntityArgs,
+        "pages.get_entity",
+        read_only=True,
+    ),
+    Tool(
+        "delete_entity",
+        "Delete one entity by uuid, with every fact that touches it. Cannot be undone; the "
+        "episodes that mention it stay.",
+        UuidArgs,
+        "delete_entity",
+        destructive=True,
     ),
 )
 

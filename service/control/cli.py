@@ -117,6 +117,7 @@ def cmd_mcp(args: argparse.Namespace) -> int:
                 anyio.run(run_stdio, UnavailableWorkbench(exc.message))
                 return 0
             log.info("database %s, through the service at %s", settings.db_location(), service.url)
+            log.info("memory browser: %s/ui", service.url)
             try:
                 anyio.run(run_stdio, RemoteWorkbench(service))
             finally:
@@ -346,7 +347,10 @@ def moved_snapshot(live, target: Path) -> dict[str, str]:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    print_json(on_database(args, lambda wb: wb.get_status(), lambda live: live.call("get_status")))
+    def remote(live: Any) -> dict[str, Any]:
+        return {**live.call("get_status"), "ui": f"{live.url}/ui"}  # the memory browser
+
+    print_json(on_database(args, lambda wb: wb.get_status(), remote))
     return 0
 
 

@@ -373,6 +373,7 @@ def serve(
                 getattr(workbench.chat, "model", None)
                 or "not configured (episodes wait in the queue)",
             )
+            log.info("memory browser: %s/ui", client_url(settings.host, main_sock))
 
         # the CLI, stdio MCP and notebooks reach this database through the tools from now on:
         # written before serving (the socket is bound, so a client that reads it waits in the

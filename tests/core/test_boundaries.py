@@ -162,6 +162,30 @@ def test_the_core_imports_downwards_only():
     assert upward == []
 
 
+# Writers reach the live indexes through their publisher, never through the search engine:
+# ingestion and maintenance import nothing of ``workbench.search`` (which only answers queries).
+APART = [(("workbench.ingest", "workbench.decay"), ("workbench.search",))]
+
+
+def through_search(graph: dict[str, set[str]]) -> list[tuple[str, str]]:
+    return sorted(
+        (module, target)
+        for module, targets in graph.items()
+        for target in targets
+        for writers, readers in APART
+        if module.startswith(writers) and target.startswith(readers)
+    )
+
+
+def test_ingest_and_decay_reach_the_indexes_without_the_search_engine():
+    assert through_search(GRAPH) == []
+
+
+def test_the_apart_rule_would_catch_ingest_importing_the_search_engine():
+    graph = {"workbench.ingest.reextract": {"workbench.search.engine", "workbench.index.live"}}
+    assert through_search(graph) == [("workbench.ingest.reextract", "workbench.search.engine")]
+
+
 def test_the_core_imports_neither_the_service_nor_the_voice_server():
     crossing = [
         (m, t)

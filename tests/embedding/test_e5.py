@@ -234,7 +234,7 @@ def test_the_keyword_weight_follows_the_model_unless_set(e5):
         store = Store.open(":memory:", dim=embedder.dimensions)
         engine = SearchEngine(store, embedder, settings=settings, access_background=False)
         try:
-            return engine.weights.keyword
+            return engine.searcher.weights.keyword
         finally:
             engine.close()
             store.close()

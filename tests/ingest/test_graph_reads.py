@@ -171,7 +171,7 @@ def test_the_next_episode_of_a_group_waits_for_the_indexes_of_the_previous(fake_
         SVC_KNOWLEDGE_QUEUE_POLL_SECONDS="0.01",
         SVC_KNOWLEDGE_DECAY_ENABLED="false",
     )
-    on_upsert = wb.search.on_upsert
+    on_upsert = wb.search.indexes.on_upsert
     slow = threading.Event()
 
     def slow_upsert(*args, **kwargs):
@@ -179,7 +179,7 @@ def test_the_next_episode_of_a_group_waits_for_the_indexes_of_the_previous(fake_
             time.sleep(0.15)  # a wide window between the commit and the index update
         on_upsert(*args, **kwargs)
 
-    wb.search.on_upsert = slow_upsert
+    wb.search.indexes.on_upsert = slow_upsert
     slow.set()
     try:
         for i in range(5):
@@ -204,7 +204,7 @@ def open_wb_with_broken_index_updates(fake_llm, hash_embedder):
     def broken_upsert(*args, **kwargs):
         raise RuntimeError("index update failed")
 
-    wb.search.on_upsert = broken_upsert
+    wb.search.indexes.on_upsert = broken_upsert
     return wb
 
 
@@ -239,11 +239,11 @@ def test_memories_whose_index_update_failed_are_searchable_after_the_resync(
     try:
         wb.add_memory("e0", "Maria Keller works at Acme.", group_id="g")
         assert wb.process_pending() == 1
-        del wb.search.on_upsert  # the engine's own again
+        del wb.search.indexes.on_upsert  # the engine's own again
         maria = wb.store.fetchone("SELECT uuid FROM entities WHERE name = 'Maria Keller'")[0]
-        assert maria in wb.search.rows["entity"]
-        assert maria in wb.search.vectors["entity"]
-        assert maria in wb.search.keywords["entity"]
+        assert maria in wb.search.indexes.rows["entity"]
+        assert maria in wb.search.indexes.vectors["entity"]
+        assert maria in wb.search.indexes.keywords["entity"]
         nodes = wb.search_memory_nodes("Maria Keller", group_ids=["g"])["nodes"]
         assert maria in [n["uuid"] for n in nodes]
         facts = wb.search_memory_facts("Maria Keller works at Acme", group_ids=["g"])["facts"]
@@ -268,7 +268,7 @@ def test_a_delete_whose_index_update_fails_still_succeeds_and_hides_the_memories
         def broken_delete(*args, **kwargs):
             raise RuntimeError("index update failed")
 
-        wb.search.on_delete = broken_delete
+        wb.search.indexes.on_delete = broken_delete
         if delete == "episode":
             result = wb.delete_episode(added["episode_uuid"])
         elif delete == "fact":
@@ -277,8 +277,8 @@ def test_a_delete_whose_index_update_fails_still_succeeds_and_hides_the_memories
             result = wb.clear_graph(["g"])
         assert "message" in result
         assert "updating the search indexes after" in caplog.text
-        assert fact["uuid"] not in wb.search.rows["fact"]
-        assert fact["uuid"] not in wb.search.vectors["fact"]
+        assert fact["uuid"] not in wb.search.indexes.rows["fact"]
+        assert fact["uuid"] not in wb.search.indexes.vectors["fact"]
         assert wb.search_memory_facts("Maria Keller works at Acme", group_ids=["g"])["facts"] == []
     finally:
         wb.close()

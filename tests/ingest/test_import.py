@@ -96,7 +96,7 @@ def test_an_index_update_failing_after_an_import_commit_leaves_the_caches_curren
         def broken_upsert(*args, **kwargs):
             raise RuntimeError("index update failed")
 
-        wb.search.on_upsert = broken_upsert
+        wb.search.indexes.on_upsert = broken_upsert
         report = wb.import_jsonl(path)
         assert report["entities_created"] == 2 and report["facts_created"] == 1
         assert wb.pipeline.extractor.reads.entities_by_norm(

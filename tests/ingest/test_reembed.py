@@ -68,7 +68,7 @@ def _history(wb, episodes):
             wb.store.fetchone("SELECT vector FROM entity_embeddings WHERE uuid = ?", [uuid])[0],
             dtype=np.float32,
         )
-        indexed = wb.search.vectors["entity"].vector(uuid)
+        indexed = wb.search.indexes.vectors["entity"].vector(uuid)
         out.append(
             {
                 "uuid": uuid,
@@ -94,7 +94,7 @@ def test_a_growing_summary_is_embedded_again_only_when_enough_is_unseen(
     wb = open_wb(fake_llm, hash_embedder, SVC_KNOWLEDGE_ENTITY_REEMBED_FRACTION=str(fraction))
     try:
         steps = _history(wb, WORDS)
-        keywords = wb.search.keywords["entity"]
+        keywords = wb.search.indexes.keywords["entity"]
         embedded_at = 0  # the step whose summary the vector shows
         kept = 0
         for i, step in enumerate(steps):
@@ -203,7 +203,7 @@ def test_two_names_of_one_entity_in_an_episode_grow_one_summary_and_keep_vectors
             dtype=np.float32,
         )
         np.testing.assert_allclose(
-            wb.search.vectors["entity"].vector(before["uuid"]), stored, atol=1e-6
+            wb.search.indexes.vectors["entity"].vector(before["uuid"]), stored, atol=1e-6
         )
         # 0.9: the episode's text stays under the fraction, the vector is kept (and what it
         # has not seen is the sum of both names' text); 0.35: Maria Keller's short text alone
@@ -250,7 +250,7 @@ def test_a_batch_of_many_groups_keeps_every_indexed_vector_equal_to_the_stored_o
         for kind, table in (("entity", "entity_embeddings"), ("fact", "fact_embeddings")):
             stored = wb.store.fetchall(f"SELECT uuid, vector FROM {table}")
             assert len(stored) > len(groups)
-            index = wb.search.vectors[kind]
+            index = wb.search.indexes.vectors[kind]
             for uuid, vector in stored:
                 np.testing.assert_allclose(
                     index.vector(uuid),

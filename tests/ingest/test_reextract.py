@@ -94,7 +94,7 @@ def test_promote_swaps_the_graph_and_carries_accesses_over(built, fake_llm, tmp_
     wb = built
     tom = wb.store.fetchone("SELECT uuid FROM entities WHERE name = 'Tom'")[0]
     wb.store.execute("UPDATE entities SET access_count = 7, importance = 5 WHERE uuid = ?", [tom])
-    wb.search.refresh_states()
+    wb.search.indexes.refresh_states()
     runs = wb.reextraction(other_settings(fake_llm), tmp_path)
     run_id = runs.run("tom")["run_id"]
     out = wb.reextraction(shadow_dir=tmp_path).promote(run_id)
@@ -474,5 +474,5 @@ def test_a_crafted_shadow_path_cannot_make_a_discard_delete_another_file(built, 
     wb.store.execute("UPDATE episodes SET group_id = 'g2', status = 'done'")
     with pytest.raises(InvalidInput, match="not a re-extraction run id"):
         runs.run("g2")  # the open run of g2 has a malformed id: refused, nothing opened
-    assert runs.forget("g2", cleared=True) == "deferred"  # a delete goes on regardless
+    assert runs.forget(["g2"], cleared=True) == ["deferred"]  # a delete goes on regardless
     assert victim.exists()

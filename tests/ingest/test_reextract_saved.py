@@ -39,7 +39,7 @@ def test_a_replica_started_from_a_save_made_before_a_promote_serves_the_promoted
             a.add_memory(**episode)
         assert a.process_pending() == 12
         for kind in ("entity", "fact"):
-            assert a.search.vectors[kind].uses_ann
+            assert a.search.indexes.vectors[kind].uses_ann
             a.search.indexes.save(kind)
         saved = saved_indexes.newest(a.store, ["entity", "fact"])
         assert set(saved) == {"entity", "fact"}
@@ -53,15 +53,17 @@ def test_a_replica_started_from_a_save_made_before_a_promote_serves_the_promoted
 
         b = open_wb(fake_llm, hash_embedder, **shared)  # a new replica, from that save
         for kind in ("entity", "fact"):
-            index = b.search.vectors[kind]
+            index = b.search.indexes.vectors[kind]
             assert index.uses_ann  # opened from the save (or rebuilt: both must serve right)
             group = search_sql.group_uuids(b.store, kind, "tom")
             stored, vectors = search_sql.vectors_of(b.store, kind, group)
-            rows = b.search.rows[kind]
+            rows = b.search.indexes.rows[kind]
             held = {u for u, g in zip(rows.uuids(), rows.group_ids()) if g == "tom"}
             assert held == set(search_sql.group_uuids(b.store, kind, "tom"))
             in_index = {
-                u for u in index.uuids() if b.search.rows[kind].value(u, "group_id") == "tom"
+                u
+                for u in index.uuids()
+                if b.search.indexes.rows[kind].value(u, "group_id") == "tom"
             }
             assert in_index == set(stored)
             for uuid, vector in zip(stored, vectors):

@@ -97,3 +97,19 @@ def test_every_library_the_notebooks_import_is_declared():
             undeclared.append((module, distributions))
     assert undeclared == []
     assert {"networkx", "matplotlib"} <= notebook_imports()
+
+
+def test_the_wheel_ships_every_file_of_the_memory_browser():
+    """Every file the page at /ui serves is matched by a package-data glob (the wheel holds
+    it; scripts/check_wheel.sh checks the installed one)."""
+    from fnmatch import fnmatch
+
+    from service.ui.routes import STATIC, static_files
+
+    globs = PYPROJECT["tool"]["setuptools"]["package-data"]["service"]
+    shipped = {name: any(fnmatch(f"ui/static/{name}", g) for g in globs) for name in static_files()}
+    assert shipped and all(shipped.values()), shipped
+    assert "index.html" in shipped and "views/group.js" in shipped
+    assert {p.relative_to(STATIC).as_posix() for p in STATIC.rglob("*") if p.is_file()} == set(
+        shipped
+    )  # nothing in static/ that the page would not serve

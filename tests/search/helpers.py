@@ -123,7 +123,7 @@ def add(engine, kind: str, rows: list[dict], vectors: np.ndarray | None = None) 
     the engine, as the ingestion code does."""
     if vectors is None:
         texts = [r["fact"] if kind == "fact" else f"{r['name']}: {r['summary']}" for r in rows]
-        vectors = engine.embedder.embed(texts)
+        vectors = engine.searcher.embedder.embed(texts)
     insert(engine.store, kind, rows, vectors)
-    engine.on_upsert(kind, rows, vectors)
+    engine.indexes.on_upsert(kind, rows, vectors)
     return rows

@@ -104,7 +104,7 @@ def test_background_flusher_batches_and_close_writes_everything(
         for _ in range(3):
             hits = engine.search_nodes("tax deadline")
             assert hits[0]["lifecycle_state"] == "ACTIVE"
-        assert engine.tracker.pending == 1  # nothing written yet: one merged update waits
+        assert engine.indexes.tracker.pending == 1  # nothing written yet: one merged update waits
         assert row(store, memo["uuid"])["access_count"] == 0
         assert hits[0]["access_count"] == 3  # the overlay shows the queued accesses
         assert sample(metrics, "knowledge_reactivations_total", from_state="ARCHIVED") == 1
@@ -112,7 +112,7 @@ def test_background_flusher_batches_and_close_writes_everything(
         engine.close()
     stored = row(store, memo["uuid"])
     assert stored["access_count"] == 3 and stored["lifecycle_state"] == "ACTIVE"
-    assert engine.tracker.pending == 0
+    assert engine.indexes.tracker.pending == 0
 
 
 def test_flush_is_explicit_and_idempotent(store, clock, metrics, hash_embedder):
@@ -120,8 +120,8 @@ def test_flush_is_explicit_and_idempotent(store, clock, metrics, hash_embedder):
     try:
         (memo,) = add(engine, "entity", [entity("dentist appointment")])
         engine.search_nodes("dentist")
-        assert engine.flush() == 1
-        assert engine.flush() == 0
+        assert engine.indexes.flush() == 1
+        assert engine.indexes.flush() == 0
         assert row(store, memo["uuid"])["access_count"] == 1
     finally:
         engine.close()

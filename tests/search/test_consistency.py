@@ -15,7 +15,7 @@ from workbench.clock import ManualClock
 from workbench.index import live as live_module
 from workbench.index import rows as search_cache
 from workbench.index import saves as saves_module
-from workbench.index import vector_saves
+from workbench.index.vector import graph as vector_graph
 from workbench.ingest.reads import CachedReads
 from workbench.metrics import Metrics
 from workbench.search.engine import SearchEngine
@@ -57,7 +57,7 @@ def test_results_are_identical_after_a_restart(db, hash_embedder):
     try:
         assert ranking(engine.search_nodes("green tea")) == ranking(nodes)
         assert ranking(engine.search_facts("green tea drinks")) == ranking(facts)
-        assert len(engine.vectors["fact"]) == len(engine.keywords["fact"]) == 30
+        assert len(engine.indexes.vectors["fact"]) == len(engine.indexes.keywords["fact"]) == 30
     finally:
         engine.close()
         store.close()
@@ -73,7 +73,7 @@ def test_deleted_memories_are_gone_now_and_after_restart(db, hash_embedder):
     )
     store.execute("DELETE FROM facts WHERE uuid = ?", [drop["uuid"]])
     store.execute("DELETE FROM fact_embeddings WHERE uuid = ?", [drop["uuid"]])
-    engine.on_delete("fact", [drop["uuid"]])
+    engine.indexes.on_delete("fact", [drop["uuid"]])
     assert [h["uuid"] for h in engine.search_facts("plays guitar")] == [keep["uuid"]]
     engine.close()
     store.close()
@@ -81,7 +81,7 @@ def test_deleted_memories_are_gone_now_and_after_restart(db, hash_embedder):
     store, engine = open_engine(db, hash_embedder)
     try:
         assert [h["uuid"] for h in engine.search_facts("plays guitar")] == [keep["uuid"]]
-        assert drop["uuid"] not in engine.vectors["fact"]
+        assert drop["uuid"] not in engine.indexes.vectors["fact"]
     finally:
         engine.close()
         store.close()
@@ -93,12 +93,12 @@ def test_refresh_states_drops_rows_purged_behind_the_engines_back(
     engine = make_engine(hash_embedder)
     a, b = add(engine, "entity", [entity("old receipt"), entity("new receipt")])
     store.execute("DELETE FROM entities WHERE uuid = ?", [a["uuid"]])  # e.g. a purge
-    engine.refresh_states()
+    engine.indexes.refresh_states()
     assert [h["uuid"] for h in engine.search_nodes("receipt")] == [b["uuid"]]
-    assert a["uuid"] not in engine.vectors["entity"]
-    assert a["uuid"] not in engine.keywords["entity"]
-    engine.rebuild()
-    assert len(engine.vectors["entity"]) == 1
+    assert a["uuid"] not in engine.indexes.vectors["entity"]
+    assert a["uuid"] not in engine.indexes.keywords["entity"]
+    engine.indexes.rebuild()
+    assert len(engine.indexes.vectors["entity"]) == 1
 
 
 def test_a_maintenance_run_is_noticed_without_being_told(store, make_engine, hash_embedder):
@@ -121,7 +121,7 @@ def test_on_upsert_of_a_changed_row_rereads_it(store, make_engine, hash_embedder
     store.execute(
         "UPDATE facts SET invalid_at = now(), expired_at = now() WHERE uuid = ?", [job["uuid"]]
     )
-    engine.on_upsert("fact", [{"uuid": job["uuid"], "group_id": "main"}])
+    engine.indexes.on_upsert("fact", [{"uuid": job["uuid"], "group_id": "main"}])
     assert engine.search_facts("works at Acme") == []
     assert len(engine.search_facts("works at Acme", include_invalidated=True)) == 1
 
@@ -132,10 +132,10 @@ def test_upsert_of_changed_text_replaces_the_old_one(store, make_engine, hash_em
     memo = dict(memo, summary="likes matcha now")
     store.execute("UPDATE entities SET summary = ? WHERE uuid = ?", [memo["summary"], memo["uuid"]])
     vector = hash_embedder.embed(["Sam: likes matcha now"])
-    engine.on_upsert("entity", [memo], vector)
+    engine.indexes.on_upsert("entity", [memo], vector)
     assert engine.search_nodes("matcha")[0]["score_parts"]["keyword"] > 0
-    assert engine.keywords["entity"].search("coffee", 5) == []
-    assert len(engine.vectors["entity"]) == 1
+    assert engine.indexes.keywords["entity"].search("coffee", 5) == []
+    assert len(engine.indexes.vectors["entity"]) == 1
 
 
 def test_more_vectors_than_rows_are_refused_and_the_index_is_unchanged(
@@ -143,10 +143,10 @@ def test_more_vectors_than_rows_are_refused_and_the_index_is_unchanged(
 ):
     engine = make_engine(hash_embedder)
     (sam,) = add(engine, "entity", [entity("Sam", "likes coffee")])
-    before = engine.vectors["entity"].vector(sam["uuid"]).copy()
+    before = engine.indexes.vectors["entity"].vector(sam["uuid"]).copy()
     with pytest.raises(ValueError, match="2 vectors for 1 entity rows"):
-        engine.on_upsert("entity", [sam], hash_embedder.embed(["a matcha", "b tea"]))
-    np.testing.assert_array_equal(engine.vectors["entity"].vector(sam["uuid"]), before)
+        engine.indexes.on_upsert("entity", [sam], hash_embedder.embed(["a matcha", "b tea"]))
+    np.testing.assert_array_equal(engine.indexes.vectors["entity"].vector(sam["uuid"]), before)
 
 
 def test_search_over_an_empty_graph_returns_nothing(make_engine, hash_embedder, metrics):
@@ -158,16 +158,16 @@ def test_search_over_an_empty_graph_returns_nothing(make_engine, hash_embedder, 
 
 def test_hnsw_graph_is_saved_and_reused_only_when_the_vectors_match(db, hash_embedder):
     store, engine = open_engine(db, hash_embedder)
-    engine.ann_threshold = 50
+    engine.indexes.ann_threshold = 50
     (sam,) = add(engine, "entity", [entity("Sam")])
     rows = add(
         engine, "fact", [fact(f"Sam note number {i} about tea", sam, sam) for i in range(120)]
     )
-    engine.rebuild()  # now above the threshold: builds the graph
-    assert engine.vectors["fact"].wait_ready(60) and engine.vectors["fact"].uses_ann
+    engine.indexes.rebuild()  # now above the threshold: builds the graph
+    assert engine.indexes.vectors["fact"].wait_ready(60) and engine.indexes.vectors["fact"].uses_ann
     before = ranking(engine.search_facts("note 7 tea"))
     engine.close()
-    assert saved_file(engine.graph_dir, "fact", "graph").is_file()
+    assert saved_file(engine.indexes.saves.folder, "fact", "graph").is_file()
     store.close()
 
     store = Store.open(db)
@@ -175,8 +175,8 @@ def test_hnsw_graph_is_saved_and_reused_only_when_the_vectors_match(db, hash_emb
         store, hash_embedder, Metrics(), ManualClock(T0), access_background=False, ann_threshold=50
     )
     try:
-        index = engine.vectors["fact"]
-        assert index.uses_ann and index._builder is None  # reused: no rebuild
+        index = engine.indexes.vectors["fact"]
+        assert index.uses_ann and index.graph._builder is None  # reused: no rebuild
         assert ranking(engine.search_facts("note 7 tea"))[:3] == before[:3]
         store.execute("DELETE FROM facts WHERE uuid = ?", [rows[0]["uuid"]])
     finally:
@@ -188,9 +188,9 @@ def test_hnsw_graph_is_saved_and_reused_only_when_the_vectors_match(db, hash_emb
         store, hash_embedder, Metrics(), ManualClock(T0), access_background=False, ann_threshold=50
     )
     try:  # the store changed behind the saved graph: it is not trusted
-        assert rows[0]["uuid"] not in engine.vectors["fact"]
-        assert engine.vectors["fact"].wait_ready(60)
-        assert len(engine.vectors["fact"]._ann) == 119
+        assert rows[0]["uuid"] not in engine.indexes.vectors["fact"]
+        assert engine.indexes.vectors["fact"].wait_ready(60)
+        assert len(engine.indexes.vectors["fact"].slots._ann) == 119
     finally:
         engine.close()
         store.close()
@@ -202,27 +202,27 @@ def test_a_graph_built_in_the_background_is_saved_at_once_for_a_process_killed_l
     """No clean stop: the graph saved when its build finished (with the keyword index) is what
     the next start opens and catches up, instead of building again."""
     store, engine = open_engine(db, hash_embedder)
-    engine.ann_threshold = 50
+    engine.indexes.ann_threshold = 50
     (sam,) = add(engine, "entity", [entity("Sam")])
     add(engine, "fact", [fact(f"Sam note number {i} about tea", sam, sam) for i in range(1200)])
-    engine.rebuild()  # above the threshold: the graph is built in the background
-    assert engine.vectors["fact"].wait_ready(60) and engine.vectors["fact"].uses_ann
+    engine.indexes.rebuild()  # above the threshold: the graph is built in the background
+    assert engine.indexes.vectors["fact"].wait_ready(60) and engine.indexes.vectors["fact"].uses_ann
     deadline = time.monotonic() + 30
-    while not (engine.graph_dir / "fact.json").is_file() and time.monotonic() < deadline:
+    while not (engine.indexes.saves.folder / "fact.json").is_file() and time.monotonic() < deadline:
         time.sleep(0.05)  # the save runs in the builder's thread, right after the swap
-    assert saved_file(engine.graph_dir, "fact", "graph").is_file()
-    assert (engine.graph_dir / "fact.keywords.npz").is_file()
+    assert saved_file(engine.indexes.saves.folder, "fact", "graph").is_file()
+    assert (engine.indexes.saves.folder / "fact.keywords.npz").is_file()
     later = add(engine, "fact", [fact("Sam note written after the save", sam, sam)])
     before = ranking(engine.search_facts("note 7 tea"))
-    engine.tracker.close()  # what a killed process wrote is in the store; no clean stop
-    engine.vectors["fact"].on_built = None
+    engine.indexes.tracker.close()  # what a killed process wrote is in the store; no clean stop
+    engine.indexes.vectors["fact"].graph.on_built = None
     engine2 = SearchEngine(  # a new start on the same file
         store, hash_embedder, Metrics(), ManualClock(T0), access_background=False, ann_threshold=50
     )
     try:
-        index = engine2.vectors["fact"]
-        assert index.uses_ann and index._builder is None  # opened and caught up, not rebuilt
-        assert later[0]["uuid"] in index and later[0]["uuid"] in engine2.keywords["fact"]
+        index = engine2.indexes.vectors["fact"]
+        assert index.uses_ann and index.graph._builder is None  # opened and caught up, not rebuilt
+        assert later[0]["uuid"] in index and later[0]["uuid"] in engine2.indexes.keywords["fact"]
         assert ranking(engine2.search_facts("note 7 tea"))[:3] == before[:3]
     finally:
         engine2.close()
@@ -232,12 +232,12 @@ def test_a_graph_built_in_the_background_is_saved_at_once_for_a_process_killed_l
 
 def test_a_saved_graph_built_with_other_hnsw_parameters_is_rebuilt(db, hash_embedder):
     store, engine = open_engine(db, hash_embedder)
-    engine.ann_threshold = 50
+    engine.indexes.ann_threshold = 50
     (sam,) = add(engine, "entity", [entity("Sam")])
     add(engine, "fact", [fact(f"Sam note number {i} about tea", sam, sam) for i in range(120)])
-    engine.rebuild()
-    assert engine.vectors["fact"].wait_ready(60)
-    assert engine.vectors["fact"]._ann.connectivity != 8
+    engine.indexes.rebuild()
+    assert engine.indexes.vectors["fact"].wait_ready(60)
+    assert engine.indexes.vectors["fact"].slots._ann.connectivity != 8
     engine.close()
     store.close()
 
@@ -252,9 +252,9 @@ def test_a_saved_graph_built_with_other_hnsw_parameters_is_rebuilt(db, hash_embe
         index_options={"connectivity": 8},
     )
     try:  # same vectors, other parameters: not reused
-        index = engine.vectors["fact"]
+        index = engine.indexes.vectors["fact"]
         assert index.wait_ready(60) and index.uses_ann
-        assert index._ann.connectivity == 8 and len(index._ann) == 120
+        assert index.slots._ann.connectivity == 8 and len(index.slots._ann) == 120
     finally:
         engine.close()
         store.close()
@@ -284,17 +284,17 @@ def test_a_search_does_not_resurrect_a_memory_deleted_while_it_ranked(
 
     def delete():
         store.execute("DELETE FROM entities WHERE uuid = ?", [gone["uuid"]])
-        engine.on_delete("entity", [gone["uuid"]])
+        engine.indexes.on_delete("entity", [gone["uuid"]])
 
     _during_rank(engine, monkeypatch, delete)
     hits = engine.search_nodes("harbour crane")
     assert gone["uuid"] in [h["uuid"] for h in hits]  # ranked before the delete
-    assert gone["uuid"] not in engine.rows["entity"]
-    reads = CachedReads(engine.cached_rows)
+    assert gone["uuid"] not in engine.indexes.rows["entity"]
+    reads = CachedReads(engine.indexes.cached_rows)
     assert reads.entities_by_norm("main", ["harbour crane"]) == {}
     assert reads.entities_by_uuid([gone["uuid"]]) == {}
     assert [h["uuid"] for h in engine.search_nodes("harbour")] == [kept["uuid"]]
-    assert engine.rows["entity"].get(kept["uuid"])["access_count"] == 2
+    assert engine.indexes.rows["entity"].get(kept["uuid"])["access_count"] == 2
 
 
 def test_a_search_keeps_a_change_made_while_it_ranked_and_adds_its_access(
@@ -305,14 +305,14 @@ def test_a_search_keeps_a_change_made_while_it_ranked_and_adds_its_access(
 
     def update():
         store.execute("UPDATE entities SET summary = 'new summary' WHERE uuid = ?", [crane["uuid"]])
-        engine.on_upsert("entity", [{"uuid": crane["uuid"], "group_id": "main"}])
+        engine.indexes.on_upsert("entity", [{"uuid": crane["uuid"], "group_id": "main"}])
 
     _during_rank(engine, monkeypatch, update)
     engine.search_nodes("harbour crane")
-    row = engine.rows["entity"].get(crane["uuid"])
+    row = engine.indexes.rows["entity"].get(crane["uuid"])
     assert row["summary"] == "new summary"
     assert row["access_count"] == 1
-    engine.flush()
+    engine.indexes.flush()
     assert store.fetchone(
         "SELECT summary, access_count FROM entities WHERE uuid = ?", [crane["uuid"]]
     ) == ("new summary", 1)
@@ -330,7 +330,7 @@ def test_a_delete_told_while_refresh_states_loads_is_not_undone(
 
     def delete():
         store.execute("DELETE FROM entities WHERE uuid = ?", [gone["uuid"]])
-        engine.on_delete("entity", [gone["uuid"]])
+        engine.indexes.on_delete("entity", [gone["uuid"]])
 
     def load_then_delete(cache, source):
         load(cache, source)
@@ -340,11 +340,11 @@ def test_a_delete_told_while_refresh_states_loads_is_not_undone(
             deleter[0].join(timeout=0.5)  # blocked until the swap (or done, were it not)
 
     monkeypatch.setattr(search_cache.RowCache, "load", load_then_delete)
-    engine.refresh_states()
+    engine.indexes.refresh_states()
     deleter[0].join(timeout=10)
     assert not deleter[0].is_alive()
-    assert gone["uuid"] not in engine.rows["entity"]
-    assert gone["uuid"] not in engine.vectors["entity"]
+    assert gone["uuid"] not in engine.indexes.rows["entity"]
+    assert gone["uuid"] not in engine.indexes.vectors["entity"]
     assert [h["uuid"] for h in engine.search_nodes("harbour crane")] == [kept["uuid"]]
 
 
@@ -356,7 +356,7 @@ def test_a_refresh_does_not_drop_a_memory_told_after_another_refresh_swapped_its
     the second swapped its rows in for one purged (it is in no snapshot of the first)."""
     engine = make_engine(hash_embedder)
     add(engine, "entity", [entity("Harbour master")])
-    index = engine.vectors["entity"]
+    index = engine.indexes.vectors["entity"]
     uuids = index.uuids
     first: list[threading.Thread] = []
     stalled, resume = threading.Event(), threading.Event()
@@ -368,13 +368,13 @@ def test_a_refresh_does_not_drop_a_memory_told_after_another_refresh_swapped_its
         return uuids(*args, **kwargs)
 
     monkeypatch.setattr(index, "uuids", stall_the_first)
-    first.append(threading.Thread(target=engine.refresh_states))
+    first.append(threading.Thread(target=engine.indexes.refresh_states))
     first[0].start()
     assert stalled.wait(10)  # it swapped its entity rows, then looks for purged ones
     crane: list[dict] = []
 
     def refresh_then_write():
-        engine.refresh_states()
+        engine.indexes.refresh_states()
         crane.extend(add(engine, "entity", [entity("Harbour crane")]))
 
     second = threading.Thread(target=refresh_then_write)
@@ -385,8 +385,8 @@ def test_a_refresh_does_not_drop_a_memory_told_after_another_refresh_swapped_its
     second.join(timeout=10)
     assert not first[0].is_alive() and not second.is_alive()
     uuid = crane[0]["uuid"]
-    assert uuid in engine.rows["entity"] and uuid in engine.vectors["entity"]
-    assert CachedReads(engine.cached_rows).entities_by_norm("main", ["harbour crane"])
+    assert uuid in engine.indexes.rows["entity"] and uuid in engine.indexes.vectors["entity"]
+    assert CachedReads(engine.indexes.cached_rows).entities_by_norm("main", ["harbour crane"])
     assert uuid in [h["uuid"] for h in engine.search_nodes("harbour crane")]
 
 
@@ -405,15 +405,15 @@ def test_an_access_recorded_while_rebuild_loads_is_kept_in_its_rows(
             searcher.append(threading.Thread(target=engine.search_nodes, args=("harbour crane",)))
             searcher[0].start()
             deadline = time.monotonic() + 10
-            while engine.tracker.pending == 0 and time.monotonic() < deadline:
+            while engine.indexes.tracker.pending == 0 and time.monotonic() < deadline:
                 time.sleep(0.01)  # recorded (its write waits for rebuild's consistent_read)
         return load(store_, kind, *args, **kwargs)
 
     monkeypatch.setattr(live_module, "load_index", search_while_loading)
-    engine.rebuild()
+    engine.indexes.rebuild()
     searcher[0].join(timeout=10)
     assert not searcher[0].is_alive()
-    assert engine.rows["entity"].get(crane["uuid"])["access_count"] == 1
+    assert engine.indexes.rows["entity"].get(crane["uuid"])["access_count"] == 1
     assert store.fetchone("SELECT access_count FROM entities WHERE uuid = ?", [crane["uuid"]]) == (
         1,
     )
@@ -422,10 +422,10 @@ def test_an_access_recorded_while_rebuild_loads_is_kept_in_its_rows(
 def saved_graph_of_notes(db, embedder):
     """120 entities, their graph built and saved at a clean stop; the store stays open."""
     store, engine = open_engine(db, embedder)
-    engine.ann_threshold = 50
+    engine.indexes.ann_threshold = 50
     notes = add(engine, "entity", [entity(f"Note {i}", f"tea note {i}") for i in range(120)])
-    engine.rebuild()
-    assert engine.vectors["entity"].wait_ready(60)
+    engine.indexes.rebuild()
+    assert engine.indexes.vectors["entity"].wait_ready(60)
     engine.close()
     return store, notes
 
@@ -464,9 +464,9 @@ def test_a_saved_graph_catches_up_with_what_the_store_changed_after_it(db, hash_
 
     store, engine = reopen_with_graphs(db, hash_embedder)
     try:
-        index = engine.vectors["entity"]
-        assert index.uses_ann and index._builder is None  # caught up, not rebuilt
-        assert len(index._ann) == len(index) == 121 and index._ann_tombstones == 3
+        index = engine.indexes.vectors["entity"]
+        assert index.uses_ann and index.graph._builder is None  # caught up, not rebuilt
+        assert len(index.slots._ann) == len(index) == 121 and index.graph._ann_tombstones == 3
         for row in new:
             assert index.search(index.vector(row["uuid"]), 1)[0][0] == row["uuid"]
         assert index.search(moved, 1)[0] == (changed, pytest.approx(1.0, abs=1e-3))
@@ -495,7 +495,7 @@ def test_a_save_records_the_newest_vector_write_only_between_writes(db, hash_emb
     taken, release = threading.Event(), threading.Event()
 
     def writer():
-        with engine.publisher:
+        with engine.indexes.publisher:
             taken.set()
             release.wait(10)
 
@@ -514,17 +514,17 @@ def test_a_save_records_the_newest_vector_write_only_between_writes(db, hash_emb
 
 
 def test_a_saved_graph_far_behind_the_store_is_rebuilt(db, hash_embedder, monkeypatch):
-    monkeypatch.setattr(vector_saves, "TOMBSTONE_LIMIT", 10)
+    monkeypatch.setattr(vector_graph, "TOMBSTONE_LIMIT", 10)
     store, _ = saved_graph_of_notes(db, hash_embedder)
     store.execute("DELETE FROM entity_embeddings WHERE uuid IN "
                   "(SELECT uuid FROM entities ORDER BY name LIMIT 60)")  # fmt: skip
     store.close()
     store, engine = reopen_with_graphs(db, hash_embedder)
     try:
-        index = engine.vectors["entity"]
+        index = engine.indexes.vectors["entity"]
         assert len(index) == 60
-        assert index.wait_ready(60) and index.uses_ann and index._ann_tombstones == 0
-        assert len(index._ann) == 60
+        assert index.wait_ready(60) and index.uses_ann and index.graph._ann_tombstones == 0
+        assert len(index.slots._ann) == 60
     finally:
         engine.close()
         store.close()

@@ -39,7 +39,7 @@ def corpus(engine):
 
 
 def watch_keyword_search(engine, kind, embedder, monkeypatch):
-    index = engine.keywords[kind]
+    index = engine.indexes.keywords[kind]
     search = index.search
 
     def signalling(*args, **kwargs):
@@ -117,7 +117,7 @@ def free_workers(engine, timeout: float = 5.0) -> int:
 def test_keyword_search_runs_inline_when_the_workers_are_busy(make_engine, monkeypatch):
     engine = make_engine(HashEmbedder(), query_cache_size=0)
     corpus(engine)
-    index = engine.keywords["fact"]
+    index = engine.indexes.keywords["fact"]
     search, threads = index.search, []
 
     def recording(*args, **kwargs):
@@ -158,11 +158,11 @@ def test_a_hit_only_the_vectors_found_gets_its_real_keyword_score(make_engine, h
         b,
     )
     add(engine, "fact", [answer], hash_embedder.embed([query]))
-    by_keyword = [u for u, *_ in engine.keywords["fact"].search(query, 5)]
+    by_keyword = [u for u, *_ in engine.indexes.keywords["fact"].search(query, 5)]
     assert answer["uuid"] not in by_keyword  # only the vectors bring it
     hit = engine.search_facts(query, max_facts=1)[0]
     assert hit["uuid"] == answer["uuid"]
-    expected = engine.keywords["fact"].scores(query, [answer["uuid"]])[0]
+    expected = engine.indexes.keywords["fact"].scores(query, [answer["uuid"]])[0]
     assert expected > 0
     assert hit["score_parts"]["keyword"] == pytest.approx(expected)
 

@@ -51,7 +51,7 @@ def test_search_facts_rejects(engine):
     with pytest.raises(InvalidInput, match="unknown lifecycle state"):
         engine.search_facts("x", states=["GONE"])
     with pytest.raises(InvalidInput, match="unknown memory kind"):
-        engine.on_upsert("episode", [{"uuid": "u", "group_id": "g"}], None)
+        engine.indexes.on_upsert("episode", [{"uuid": "u", "group_id": "g"}], None)
 
 
 def test_the_bound_comes_from_settings(make_engine, hash_embedder, settings):

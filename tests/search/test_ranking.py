@@ -54,9 +54,9 @@ def test_relevant_fact_beats_irrelevant_and_similarity_is_real_cosine(engine, pe
     assert hits[0]["fact"] == "Sam uses Neovim as the main code editor"
     assert hits[0]["source_node_name"] == "Sam" and hits[0]["target_node_name"] == "Neovim"
     for hit in hits:
-        real = cosine(engine.embedder, query, hit["fact"])
+        real = cosine(engine.searcher.embedder, query, hit["fact"])
         assert hit["score_parts"]["similarity"] == pytest.approx(real, abs=1e-4)
-    w = engine.weights
+    w = engine.searcher.weights
     for hit in hits:
         p = hit["score_parts"]
         assert hit["score"] == pytest.approx(

@@ -177,7 +177,7 @@ def test_a_returned_passage_is_an_access_counted_in_the_store(wb):
     wb.clock.advance(seconds=3600)
     [hit] = results(wb, "career in counseling", kinds=["passage"], max_results=1)
     assert hit["access_count"] == 1 and hit["last_accessed_at"] == wb.clock().isoformat()
-    wb.search.flush()
+    wb.search.indexes.flush()
     rows = wb.store.fetchall("SELECT uuid, access_count FROM passages ORDER BY position")
     assert {u: n for u, n in rows}[hit["uuid"]] == 1
     assert sum(n for _, n in rows) == 1  # what was not returned was not accessed
@@ -241,8 +241,8 @@ def test_an_embedder_down_does_not_lose_the_episode_its_words_stay_searchable():
 def test_passages_are_found_by_words_at_once_and_by_meaning_once_embedded(wb):
     episode = chat(wb)
     assert wb.passages.flush(timeout=10)
-    assert wb.search.status()["passage"] == {"memories": 2, "vector_index": "exact"}
-    assert len(wb.search.vectors["passage"]) == 2
+    assert wb.search.indexes.status()["passage"] == {"memories": 2, "vector_index": "exact"}
+    assert len(wb.search.indexes.vectors["passage"]) == 2
     hits = results(wb, "career in counseling", kinds=["passage"])
     assert hits[0]["episode_uuid"] == episode and hits[0]["score_parts"]["similarity"] > 0
 
@@ -264,7 +264,7 @@ def test_a_passage_deleted_before_it_is_embedded_gets_no_vector(wb):
         gate.set()
     assert wb.passages.flush(timeout=10)
     assert wb.store.fetchone("SELECT count(*) FROM passage_embeddings")[0] == 0
-    assert len(wb.search.vectors["passage"]) == 0
+    assert len(wb.search.indexes.vectors["passage"]) == 0
 
 
 @pytest.mark.duckdb_only("the database file and the indexes saved beside it")
@@ -275,7 +275,7 @@ def test_passages_are_searchable_after_a_restart(tmp_path):
     with open_wb(db) as wb:
         hits = results(wb, "career in counseling", kinds=["passage"])
         assert hits[0]["episode_uuid"] == episode
-        assert wb.search.status()["passage"]["memories"] == 2
+        assert wb.search.indexes.status()["passage"]["memories"] == 2
 
 
 def test_an_export_carries_the_passages_and_their_vectors(wb, tmp_path):

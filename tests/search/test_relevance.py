@@ -17,7 +17,7 @@ def engine(make_engine, hash_embedder):
 
 def opposite(engine, text: str) -> np.ndarray:
     """A vector pointing away from the query's (cosine -1)."""
-    return -engine.embedder.embed([text])
+    return -engine.searcher.embedder.embed([text])
 
 
 def test_a_memory_pointing_away_from_the_query_is_not_filler(engine):
@@ -26,7 +26,7 @@ def test_a_memory_pointing_away_from_the_query_is_not_filler(engine):
     # shares the keyword: kept whatever its vector says
     add(engine, "entity", [entity("coffee grinder")], opposite(engine, "coffee"))
     assert {h["name"] for h in engine.search_nodes("coffee")} == {"coffee beans", "coffee grinder"}
-    engine.min_similarity = -1.0  # no floor: the unrelated one fills the results
+    engine.searcher.min_similarity = -1.0  # no floor: the unrelated one fills the results
     assert len(engine.search_nodes("coffee")) == 3
 
 
@@ -34,7 +34,7 @@ def test_the_floor_comes_from_the_settings(make_engine, hash_embedder):
     from workbench.config import load_settings
 
     settings = load_settings({"SVC_KNOWLEDGE_SEARCH_MIN_SIMILARITY": "0.25"}, env_file=None)
-    assert make_engine(hash_embedder, settings=settings).min_similarity == 0.25
+    assert make_engine(hash_embedder, settings=settings).searcher.min_similarity == 0.25
     with pytest.raises(Exception, match="SEARCH_MIN_SIMILARITY"):
         load_settings({"SVC_KNOWLEDGE_SEARCH_MIN_SIMILARITY": "2"}, env_file=None)
 
@@ -89,11 +89,11 @@ def test_a_question_about_someone_named_through_another_follows_the_link(engine)
     assert asked[:2] == [facts[0]["fact"], facts[1]["fact"]]
     curly = engine.search_facts("Where does Audrey\u2019s sister work?", max_facts=3)
     assert [h["fact"] for h in curly][:2] == asked[:2]  # a typographic apostrophe too
-    engine.follow_links = False
+    engine.searcher.follow_links = False
     asked = [
         h["fact"] for h in engine.search_facts("Where does Audrey's sister work?", max_facts=3)
     ]
     assert facts[1]["fact"] not in asked[:2]
-    engine.follow_links = True
+    engine.searcher.follow_links = True
     itself = engine.search_facts("What does Audrey do for a living? carpenter", max_facts=2)
     assert facts[1]["fact"] not in [h["fact"] for h in itself]

@@ -17,7 +17,7 @@ from workbench.clock import ManualClock
 from workbench.decay.rules import DecayPolicy
 from workbench.fakes.embedder import HashEmbedder
 from workbench.index import row_snapshot, saves
-from workbench.index.bm25 import KeywordIndex
+from workbench.index.keyword.bm25 import KeywordIndex
 from workbench.index.rows import RowCache
 from workbench.metrics import Metrics
 from workbench.search.engine import SearchEngine
@@ -48,7 +48,7 @@ def fresh(store: Store, kind: str) -> dict[str, dict]:
 def assert_current(engine: SearchEngine, store: Store) -> None:
     """Every column of every row equals a full read of the store."""
     for kind in ("entity", "fact", "passage"):
-        assert every_row(engine.rows[kind]) == fresh(store, kind), kind
+        assert every_row(engine.indexes.rows[kind]) == fresh(store, kind), kind
 
 
 @pytest.fixture
@@ -74,7 +74,7 @@ def _saved_replica(location: str) -> tuple[Store, SearchEngine, list[dict], list
     facts = add(engine, "fact", [fact(f"Person {i} knows Person {i + 1}", people[i], people[i + 1])
                                  for i in range(60)])  # fmt: skip
     for kind in GRAPHED:
-        assert engine.vectors[kind].wait_ready(60)
+        assert engine.indexes.vectors[kind].wait_ready(60)
     assert wait_for(lambda: set(saved_indexes.newest(store, GRAPHED)) == set(GRAPHED), 30)
     return store, engine, people, facts
 
@@ -88,12 +88,12 @@ def _writes_after_the_save(engine: SearchEngine, people: list[dict], facts: list
         store.execute("UPDATE entities SET summary = 'drinks coffee now' WHERE uuid = ?",
                       [people[3]["uuid"]])  # fmt: skip
         store.execute("UPDATE facts SET invalid_at = ? WHERE uuid = ?", [NOW, facts[5]["uuid"]])
-    engine.on_upsert("entity", [{"uuid": people[3]["uuid"]}])
-    engine.on_upsert("fact", [{"uuid": facts[5]["uuid"]}])
+    engine.indexes.on_upsert("entity", [{"uuid": people[3]["uuid"]}])
+    engine.indexes.on_upsert("fact", [{"uuid": facts[5]["uuid"]}])
     gone = people[70]["uuid"]
     with store.transaction():
         store.execute("DELETE FROM entities WHERE uuid = ?", [gone])
-    engine.on_delete("entity", [gone])
+    engine.indexes.on_delete("entity", [gone])
     return gone
 
 
@@ -126,29 +126,34 @@ def test_a_replica_starts_from_the_saved_rows_and_catches_up(
         moved = people[4]["uuid"]  # re-embedded after the save
         vector = np.ones((1, 8), dtype=np.float32)
         write_embeddings(a, "entity", [moved], vector)
-        engine_a.on_upsert("entity", [{"uuid": moved}], vector)
+        engine_a.indexes.on_upsert("entity", [{"uuid": moved}], vector)
         full_reads.clear()
         engine_b = _engine(b)
         assert not set(full_reads) & set(GRAPHED)  # the snapshots served
         assert not set(numbered) & set(GRAPHED)  # and the graphs, no vector number read
-        index = engine_b.vectors["entity"]
-        assert index.uses_ann and sorted(index.uuids()) == sorted(engine_b.rows["entity"].uuids())
+        index = engine_b.indexes.vectors["entity"]
+        assert index.uses_ann and sorted(index.uuids()) == sorted(
+            engine_b.indexes.rows["entity"].uuids()
+        )
         assert index.search(vector[0], 1)[0][0] == moved
         # the keyword indexes saved with them are not compared document by document
         assert any(compared) != keywords_saved  # (passages: none, and no save)
-        kept = {u for u, *_ in engine_b.keywords["entity"].search("tea", 100)}
+        kept = {u for u, *_ in engine_b.indexes.keywords["entity"].search("tea", 100)}
         assert gone not in kept and people[3]["uuid"] not in kept and len(kept) == 78
-        assert [u for u, *_ in engine_b.keywords["entity"].search("basalt", 5)]
-        assert gone not in engine_b.rows["entity"]
-        assert engine_b.rows["entity"].value(people[3]["uuid"], "summary") == "drinks coffee now"
-        assert engine_b.rows["fact"].value(facts[5]["uuid"], "invalid_at") is not None
+        assert [u for u, *_ in engine_b.indexes.keywords["entity"].search("basalt", 5)]
+        assert gone not in engine_b.indexes.rows["entity"]
+        assert (
+            engine_b.indexes.rows["entity"].value(people[3]["uuid"], "summary")
+            == "drinks coffee now"
+        )
+        assert engine_b.indexes.rows["fact"].value(facts[5]["uuid"], "invalid_at") is not None
         assert_current(engine_b, b)
-        assert [u for u, *_ in engine_b.keywords["entity"].search("coffee", 5)] == [
+        assert [u for u, *_ in engine_b.indexes.keywords["entity"].search("coffee", 5)] == [
             people[3]["uuid"]
         ]
         last = add(engine_a, "entity", [entity("Koi pond", "fish")])[0]
-        engine_b.replica_sync.catch_up()
-        assert last["uuid"] in engine_b.rows["entity"]
+        engine_b.indexes.replica_sync.catch_up()
+        assert last["uuid"] in engine_b.indexes.rows["entity"]
         assert_current(engine_b, b)
     finally:
         for engine in (engine_b, engine_a):
@@ -196,7 +201,9 @@ def test_a_promote_after_the_save_is_swapped_in_from_the_snapshot(pg_location):
             a.execute("UPDATE entities SET summary = 'new generation' WHERE group_id = 'main'")
             log_sql.log_generation(a, "main")
         engine_b = _engine(b)
-        assert engine_b.rows["entity"].value(people[9]["uuid"], "summary") == "new generation"
+        assert (
+            engine_b.indexes.rows["entity"].value(people[9]["uuid"], "summary") == "new generation"
+        )
         assert_current(engine_b, b)
     finally:
         for engine in (engine_b, engine_a):
@@ -269,7 +276,7 @@ def _closed_file_store(path) -> tuple[list[dict], list[dict]]:
     facts = add(engine, "fact", [fact(f"Person {i} knows Person {i + 1}", people[i], people[i + 1])
                                  for i in range(60)])  # fmt: skip
     for kind in GRAPHED:
-        assert engine.vectors[kind].wait_ready(60)
+        assert engine.indexes.vectors[kind].wait_ready(60)
     engine.close()
     store.close()
     return people, facts
@@ -319,7 +326,7 @@ def test_writes_of_another_replica_during_the_open_are_all_there(pg_location, fu
             with a.transaction():
                 a.execute("UPDATE entities SET summary = ? WHERE uuid = ?",
                           [f"changed {i}", people[i % 80]["uuid"]])  # fmt: skip
-            engine_a.on_upsert("entity", [{"uuid": people[i % 80]["uuid"]}])
+            engine_a.indexes.on_upsert("entity", [{"uuid": people[i % 80]["uuid"]}])
             i += 1
 
     writer = threading.Thread(target=write)
@@ -332,9 +339,9 @@ def test_writes_of_another_replica_during_the_open_are_all_there(pg_location, fu
         stop.set()
         writer.join(30)
     try:
-        engine_b.replica_sync.catch_up()
+        engine_b.indexes.replica_sync.catch_up()
         assert_current(engine_b, b)
-        assert len(engine_b.rows["entity"]) > 80
+        assert len(engine_b.indexes.rows["entity"]) > 80
     finally:
         for engine in (engine_b, engine_a):
             if engine is not None:

@@ -175,8 +175,8 @@ def test_the_bulk_maps_equal_the_ones_built_a_row_at_a_time(seed):
     """``grouped`` (the facts touching each entity, the entities of each name, at a load) and
     ``positions_in`` (a saved layout's slots) against the one-at-a-time reference: repeated
     keys, a fact whose two ends are one entity, None keys and holes."""
+    from workbench.index.arrays import grouped, positions_in
     from workbench.index.rows import _add, _discard
-    from workbench.index.vector_math import grouped, positions_in
 
     rng = random.Random(seed)
     ents = [f"e{i}" for i in range(rng.randint(1, 40))]

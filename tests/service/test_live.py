@@ -120,6 +120,7 @@ async def test_every_client_works_while_the_service_holds_the_database(env, tmp_
         status = workbench_cli(env, db, "status")
         assert status.returncode == 0, status.stderr
         assert json.loads(status.stdout)["graph"]["facts"] == 2
+        assert json.loads(status.stdout)["ui"] == f"http://127.0.0.1:{service.port}/ui"
         dry = workbench_cli(env, db, "maintenance", "--dry-run")
         assert dry.returncode == 0, dry.stderr
         exported = workbench_cli(env, db, "export", str(tmp_path / "snap"))

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -142,10 +143,13 @@ def test_ingest_over_rest_then_scrape_metrics_and_decay_health(env, tmp_path):
         assert samples["knowledge_weighted_searches_total"] >= 1
         health = service.metrics.get("/health/decay").json()
         assert health["decay_enabled"] is True and health["metrics_endpoint"] == "/metrics"
+        page = service.http.get("/ui")  # the memory browser
+        assert page.status_code == 200 and "/ui/app.js" in page.text
     finally:
         assert service.stop() == 0
     log = (tmp_path / "serve.log").read_text()
     assert "ready in" in log and "stopped" in log and "Traceback" not in log
+    assert re.search(r"memory browser: http://127\.0\.0\.1:\d+/ui", log)
     assert "test-key" not in log  # the LLM credential never reaches the log
 
 

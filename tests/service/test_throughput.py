@@ -56,7 +56,9 @@ def test_health_answers_while_every_tool_thread_waits_and_waiting_queries_share_
         with ThreadPoolExecutor(SEARCHES) as pool:
             futures = [pool.submit(search, i) for i in range(SEARCHES)]
             assert embedder.waiting.acquire(timeout=30)  # one query holds the model
-            queued(wb.search.embedder, TOOL_THREADS - 1)  # the other tool threads wait for it
+            queued(
+                wb.search.searcher.embedder, TOOL_THREADS - 1
+            )  # the other tool threads wait for it
             health = httpx.get(f"{srv.url}/health", timeout=15)
             assert health.status_code == 200
             assert all(not f.done() for f in futures)  # answered while they all wait

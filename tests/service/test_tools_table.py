@@ -11,6 +11,9 @@ from pydantic import ValidationError
 from service.api.tools import TOOLS, TOOLS_BY_NAME, get_tool
 from workbench.errors import NotFound
 from workbench.facade import Workbench
+from workbench.store.browse import GroupPages
+
+HELD = {"pages": GroupPages}  # the facade's collaborators whose methods are tools
 
 DESIGN_TOOLS = {
     "add_memory",
@@ -36,6 +39,14 @@ DESIGN_TOOLS = {
     "list_tokens",
     "revoke_token",
     "reextract",
+    # browsing a group page by page (the memory browser at /ui)
+    "get_group_stats",
+    "list_episodes",
+    "get_episode",
+    "list_facts",
+    "list_entities",
+    "get_entity",
+    "delete_entity",
 }
 
 
@@ -46,7 +57,8 @@ def test_the_table_has_exactly_the_designed_tools():
 
 @pytest.mark.parametrize("tool", TOOLS, ids=lambda t: t.name)
 def test_every_argument_is_a_parameter_of_the_facade_method(tool):
-    method = getattr(Workbench, tool.method)
+    owner, _, name = tool.method.rpartition(".")
+    method = getattr(HELD.get(owner, Workbench), name)  # "pages.x": the facade's pages' x
     params = inspect.signature(method).parameters
     takes_kwargs = any(p.kind is p.VAR_KEYWORD for p in params.values())
     for field in tool.args.model_fields:
@@ -80,6 +92,26 @@ def test_unknown_and_legacy_arguments():
         get_tool("clear_graph").parse({"group_ids": []})
     with pytest.raises(NotFound, match="add_memory"):
         get_tool("nope")
+
+
+def test_a_collaborators_method_is_called_on_the_facade_and_by_name_on_a_stand_in():
+    from service.api.tools import method_of
+
+    class Pages:
+        def list_facts(self, **kwargs):
+            return {"pages": kwargs}
+
+    class Facade:
+        def __init__(self):
+            self.pages = Pages()
+
+    class StandIn:
+        def __getattr__(self, method):
+            return lambda **kwargs: {method: kwargs}
+
+    assert method_of(Facade(), "pages.list_facts")(group_id="g") == {"pages": {"group_id": "g"}}
+    assert method_of(StandIn(), "pages.list_facts")() == {"pages.list_facts": {}}
+    assert all(hasattr(GroupPages, t.method.split(".")[1]) for t in TOOLS if "." in t.method)
 
 
 def test_invoke_passes_only_given_arguments():

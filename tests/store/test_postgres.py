@@ -212,8 +212,8 @@ def test_a_memory_written_through_one_replica_is_searchable_on_the_other(stores)
         add(engine_a, "entity", [maria, acme])
         works = fact("Maria Keller works at Acme", maria, acme)
         add(engine_a, "fact", [works])
-        engine_a.replica_sync.catch_up()  # before b reads: b's searches write accesses
-        assert engine_a.replica_sync.applied == 0  # its own writes are not re-read
+        engine_a.indexes.replica_sync.catch_up()  # before b reads: b's searches write accesses
+        assert engine_a.indexes.replica_sync.applied == 0  # its own writes are not re-read
         started = time.monotonic()
 
         def found() -> bool:
@@ -245,9 +245,9 @@ def test_a_passage_written_through_one_replica_is_searchable_on_the_other(stores
                    "name": "chat", "body": "Ana: my sister Sofia lives in Porto.\nBo: nice",
                    "source": "message", "source_description": "", "reference_time": NOW,
                    "created_at": NOW, "priority": 1}  # fmt: skip
-        writer = PassageWriter(a, engine_a.embedder, engine_a.publisher)
+        writer = PassageWriter(a, engine_a.searcher.embedder, engine_a.indexes.publisher)
         rows = writer.prepare(episode)
-        with engine_a.publisher:
+        with engine_a.indexes.publisher:
             with a.transaction():
                 g.insert_episode(a, episode)
                 writer.write(rows)
@@ -259,7 +259,7 @@ def test_a_passage_written_through_one_replica_is_searchable_on_the_other(stores
             return any(h["episode_uuid"] == episode["uuid"] for h in hits)
 
         assert wait_for(found, timeout=5)
-        assert wait_for(lambda: engine_b.vectors["passage"].uuids() == [rows[0]["uuid"]], 5)
+        assert wait_for(lambda: engine_b.indexes.vectors["passage"].uuids() == [rows[0]["uuid"]], 5)
         with a.transaction():
             g.delete_episode(a, episode["uuid"])
         assert wait_for(lambda: not found(), timeout=5)
@@ -277,11 +277,11 @@ def test_catch_up_sees_every_committed_change_even_when_numbers_commit_out_of_or
         insert(a, "entity", [entity("Slow")], np.ones((1, 8), dtype=np.float32))  # lower seq
         fast = entity("Fast")
         insert(b, "entity", [fast], np.ones((1, 8), dtype=np.float32))  # commits first
-        engine.catch_up()
-        assert fast["uuid"] in engine.rows["entity"]
+        engine.indexes.catch_up()
+        assert fast["uuid"] in engine.indexes.rows["entity"]
         slow.__exit__(None, None, None)  # the lower numbers become visible only now
-        engine.catch_up()
-        assert {r["name"] for r in engine.rows["entity"].rows.values()} == {"Slow", "Fast"}
+        engine.indexes.catch_up()
+        assert {r["name"] for r in engine.indexes.rows["entity"].rows.values()} == {"Slow", "Fast"}
     finally:
         engine.close()
 
@@ -359,10 +359,10 @@ def test_a_write_open_when_a_replica_starts_reaches_it_when_it_commits(stores):
     insert(a, "entity", [late], np.ones((1, 8), dtype=np.float32))
     engine = _engine(c, sync=False)  # reads its rows while the write is still open
     try:
-        assert late["uuid"] not in engine.rows["entity"]
+        assert late["uuid"] not in engine.indexes.rows["entity"]
         pending.__exit__(None, None, None)
-        engine.catch_up()
-        assert late["uuid"] in engine.rows["entity"]
+        engine.indexes.catch_up()
+        assert late["uuid"] in engine.indexes.rows["entity"]
     finally:
         engine.close()
 
@@ -379,11 +379,11 @@ def test_a_purge_by_maintenance_elsewhere_reaches_a_process_that_never_searches(
     )
     engine = _engine(worker, sync=False)
     try:
-        assert gone["uuid"] in engine.rows["entity"]
+        assert gone["uuid"] in engine.indexes.rows["entity"]
         assert apply_maintenance(a, DecayPolicy(), NOW)["purged"] == 1
-        engine.catch_up()  # what a worker does after each claim
-        assert gone["uuid"] not in engine.rows["entity"]
-        assert gone["uuid"] not in engine.vectors["entity"].uuids()
+        engine.indexes.catch_up()  # what a worker does after each claim
+        assert gone["uuid"] not in engine.indexes.rows["entity"]
+        assert gone["uuid"] not in engine.indexes.vectors["entity"].uuids()
     finally:
         engine.close()
 
@@ -396,8 +396,8 @@ def test_a_process_behind_a_pruned_log_re_reads_everything(stores):
         insert(a, "entity", [first], np.ones((1, 8), dtype=np.float32))
         a.execute("UPDATE changes SET at = at - INTERVAL '2 hours'")
         assert log_sql.prune(a, 3600) == 2
-        engine.catch_up()
-        assert first["uuid"] in engine.rows["entity"]
+        engine.indexes.catch_up()
+        assert first["uuid"] in engine.indexes.rows["entity"]
     finally:
         engine.close()
 
@@ -423,7 +423,7 @@ def test_a_database_server_s_graphs_are_saved_in_a_private_folder_only(stores):
     close (the saves themselves are kept in the database: tests/store/test_saved_indexes)."""
     a = stores()
     engine = SearchEngine(a, HashEmbedder(dimensions=8), Metrics(), access_background=False)
-    folder = engine.graph_dir
+    folder = engine.indexes.saves.folder
     try:
         assert folder is not None and folder.is_dir() and not any(folder.iterdir())
     finally:

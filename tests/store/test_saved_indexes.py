@@ -55,7 +55,7 @@ def _engine(store: Store) -> SearchEngine:
 def found(index, source: SearchEngine, uuid: str) -> bool:
     """Whether ``index`` finds the memory ``uuid`` by its own vector (8 dimensions: other
     memories may be as close)."""
-    hits = dict(index.search(source.vectors["entity"].vector(uuid), 10))
+    hits = dict(index.search(source.indexes.vectors["entity"].vector(uuid), 10))
     return hits.get(uuid, 0.0) == pytest.approx(1.0, abs=1e-3)
 
 
@@ -68,23 +68,23 @@ def test_a_new_replica_starts_from_the_saved_graph_and_catches_up(pg_location):
     try:
         engine_a = _engine(a)
         notes = add(engine_a, "entity", [entity(f"Note {i}", f"tea note {i}") for i in range(120)])
-        engine_a.rebuild()
-        assert engine_a.vectors["entity"].wait_ready(60)
+        engine_a.indexes.rebuild()
+        assert engine_a.indexes.vectors["entity"].wait_ready(60)
         assert wait_for(lambda: "entity" in saved_indexes.newest(a, ["entity"]), 30)
         later = add(engine_a, "entity", [entity(f"Pond {i}", f"koi pond {i}") for i in range(3)])
 
         engine_b = _engine(b)
-        index = engine_b.vectors["entity"]
-        assert index.uses_ann and index._builder is None  # loaded, not rebuilt
+        index = engine_b.indexes.vectors["entity"]
+        assert index.uses_ann and index.graph._builder is None  # loaded, not rebuilt
         assert len(index) == 123
         for row in [notes[0], *later]:
             assert found(index, engine_a, row["uuid"])
 
         last = add(engine_a, "entity", [entity("Lava field", "basalt")])[0]
-        engine_a.replica_sync.catch_up()
-        engine_b.replica_sync.catch_up()
-        assert found(engine_b.vectors["entity"], engine_a, last["uuid"])
-        folder = engine_b.graph_dir
+        engine_a.indexes.replica_sync.catch_up()
+        engine_b.indexes.replica_sync.catch_up()
+        assert found(engine_b.indexes.vectors["entity"], engine_a, last["uuid"])
+        folder = engine_b.indexes.saves.folder
         assert folder is not None and folder.is_dir()
     finally:
         for engine in (engine_b, engine_a):
@@ -102,7 +102,10 @@ def test_a_replica_without_any_save_builds_as_before(pg_location, kinds):
         assert saved_indexes.newest(store, kinds) == {}
         engine = _engine(store)
         add(engine, "entity", [entity(f"Note {i}") for i in range(5)])
-        assert len(engine.vectors["entity"]) == 5 and not engine.vectors["entity"].uses_ann
+        assert (
+            len(engine.indexes.vectors["entity"]) == 5
+            and not engine.indexes.vectors["entity"].uses_ann
+        )
         engine.close()
     finally:
         store.close()
@@ -179,15 +182,15 @@ def test_a_replica_stopping_with_nothing_new_stores_nothing(pg_location, monkeyp
     try:
         engine = _engine(stores[0])
         add(engine, "entity", [entity(f"Note {i}", f"tea note {i}") for i in range(120)])
-        engine.rebuild()
-        assert engine.vectors["entity"].wait_ready(60)
+        engine.indexes.rebuild()
+        assert engine.indexes.vectors["entity"].wait_ready(60)
         assert wait_for(lambda: bool(published), 30)
         time.sleep(0.5)
         built = len(published)  # (a build at the threshold, then the rebuild's)
         engine.close()
         assert len(published) == built
         engine = _engine(stores[1])
-        assert engine.vectors["entity"].uses_ann  # from the save
+        assert engine.indexes.vectors["entity"].uses_ann  # from the save
         engine.close()
         assert len(published) == built
         engine = _engine(stores[2])
@@ -217,20 +220,20 @@ def test_a_periodic_save_of_vectors_another_replica_stored_stores_nothing(pg_loc
     try:
         engine_a = _engine(a)
         add(engine_a, "entity", [entity(f"Note {i}", f"tea note {i}") for i in range(120)])
-        engine_a.rebuild()
-        assert engine_a.vectors["entity"].wait_ready(60)
+        engine_a.indexes.rebuild()
+        assert engine_a.indexes.vectors["entity"].wait_ready(60)
         engine_b = _engine(b)
-        assert engine_b.vectors["entity"].wait_ready(60)
-        with engine_a.publisher:
+        assert engine_b.indexes.vectors["entity"].wait_ready(60)
+        with engine_a.indexes.publisher:
             add(engine_a, "entity", [entity("Pond", "koi")])
         engine_a.indexes.save("entity", periodic=True)
         stored = len(published)
         assert published[-1] == "entity"
-        engine_b.replica_sync.catch_up()
-        assert len(engine_b.vectors["entity"]) == 121
+        engine_b.indexes.replica_sync.catch_up()
+        assert len(engine_b.indexes.vectors["entity"]) == 121
         engine_b.indexes.save("entity", periodic=True)
         assert len(published) == stored  # A's save holds these vectors
-        with engine_b.publisher:
+        with engine_b.indexes.publisher:
             add(engine_b, "entity", [entity("Lava", "basalt")])
         engine_b.indexes.save("entity", periodic=True)
         assert len(published) == stored + 1

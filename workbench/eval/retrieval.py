@@ -61,16 +61,16 @@ def load_into(
     entities = [_entity_row(name, group_id, now) for name in names]
     by_name = {e["name"]: e["uuid"] for e in entities}
     facts = [_fact_row(m, by_name, group_id, now) for m in rset.memories]
-    model = engine.embedder.model
-    ent_vecs = engine.embedder.embed([e["name"] for e in entities])
-    fact_vecs = engine.embedder.embed([f["fact"] for f in facts])
+    model = engine.searcher.embedder.model
+    ent_vecs = engine.searcher.embedder.embed([e["name"] for e in entities])
+    fact_vecs = engine.searcher.embedder.embed([f["fact"] for f in facts])
     with engine.store.transaction():
         g.insert_entities(engine.store, entities)
         g.insert_facts(engine.store, facts)
         g.insert_embeddings(engine.store, "entity", [e["uuid"] for e in entities], ent_vecs, model)
         g.insert_embeddings(engine.store, "fact", [f["uuid"] for f in facts], fact_vecs, model)
-    engine.on_upsert("entity", entities, ent_vecs)
-    engine.on_upsert("fact", facts, fact_vecs)
+    engine.indexes.on_upsert("entity", entities, ent_vecs)
+    engine.indexes.on_upsert("fact", facts, fact_vecs)
     return {m["key"]: f["uuid"] for m, f in zip(rset.memories, facts)}
 
 
@@ -116,8 +116,8 @@ def rankings(
 ) -> dict[str, list[str]]:
     """The top-``k`` fact uuids of each method for one question."""
     query_vec = engine.searcher._embed(question)
-    by_vector = [u for u, _ in engine.vectors["fact"].search(query_vec, pool)]
-    by_keyword = [u for u, *_ in engine.keywords["fact"].search(question, pool)]
+    by_vector = [u for u, _ in engine.indexes.vectors["fact"].search(query_vec, pool)]
+    by_keyword = [u for u, *_ in engine.indexes.keywords["fact"].search(question, pool)]
     fused = [h["uuid"] for h in engine.search_facts(question, max_facts=k)]
     return {
         "vector": by_vector[:k],
@@ -155,16 +155,16 @@ def sweep(
     keyword_weights: Sequence[float] = (0.0, 0.1, 0.2, 0.25, 0.3, 0.4, 0.5, 0.7),
 ) -> dict[float, dict[str, float]]:
     """The fused method's metrics for each keyword weight (the tuning we did)."""
-    original = engine.weights
+    original = engine.searcher.weights
     out: dict[float, dict[str, float]] = {}
     try:
         for w in keyword_weights:
-            engine.weights = Weights(
+            engine.searcher.weights = Weights(
                 original.similarity, original.freshness, original.importance, w
             )
             out[w] = evaluate(engine, rset, keys)["fused"]
     finally:
-        engine.weights = original
+        engine.searcher.weights = original
     return out
 
 

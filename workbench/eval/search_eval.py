@@ -89,7 +89,7 @@ def load_said(
     from workbench.ingest.verbatim import PassageWriter
     from workbench.store import graph as g
 
-    writer = PassageWriter(engine.store, engine.embedder, engine.publisher)
+    writer = PassageWriter(engine.store, engine.searcher.embedder, engine.indexes.publisher)
     now = datetime(2026, 1, 1, tzinfo=UTC)
     keys: dict[str, str] = {}
     for chat in chats:
@@ -98,7 +98,7 @@ def load_said(
                    "source": "message", "source_description": "", "reference_time": now,
                    "created_at": now, "priority": 1}  # fmt: skip
         rows = writer.prepare(episode)
-        with engine.publisher:
+        with engine.indexes.publisher:
             with engine.store.transaction():
                 g.insert_episode(engine.store, episode)
                 writer.write(rows)

@@ -1,5 +1,5 @@
-"""The live indexes: per memory kind a :class:`~workbench.index.vectors.VectorIndex`, a
-:class:`~workbench.index.bm25.KeywordIndex` and a :class:`~workbench.index.rows.RowCache`,
+"""The live indexes: per memory kind a :class:`~workbench.index.vector.index.VectorIndex`, a
+:class:`~workbench.index.keyword.bm25.KeywordIndex` and a :class:`~workbench.index.rows.RowCache`,
 loaded from the store at open (the store is the source of truth) and kept in step with it.
 
 Keeping in step: writers in this process tell :class:`LiveIndexes` through its
@@ -33,13 +33,13 @@ import numpy as np
 from workbench.errors import InvalidInput, StoreUnavailable
 from workbench.index import row_snapshot
 from workbench.index.access import AccessTracker
-from workbench.index.bm25 import KeywordIndex
+from workbench.index.keyword.bm25 import KeywordIndex
 from workbench.index.publish import Publisher, Upsert
 from workbench.index.row_snapshot import Stamp
 from workbench.index.rows import RowCache
 from workbench.index.saves import Current, IndexSaves
 from workbench.index.sync import ChangeSync
-from workbench.index.vectors import KINDS, VectorIndex, load_index
+from workbench.index.vector.index import KINDS, VectorIndex, load_index
 from workbench.metrics import Metrics
 from workbench.store import Store
 from workbench.store import changes as changes_sql
@@ -488,7 +488,7 @@ class LiveIndexes:
             self._closed = True
         self.tracker.close()
         for kind in KINDS:
-            self.vectors[kind].on_built = None
+            self.vectors[kind].graph.on_built = None
             self.vectors[kind].close()  # a graph still being built is called off
             self.save(kind)
         self.saves.closed()

@@ -33,7 +33,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from workbench.clock import as_utc
-from workbench.index.vector_math import grouped
+from workbench.index.arrays import grouped
 from workbench.store import Store
 from workbench.store import search as sql
 from workbench.store.access import REACTIVATED_FROM
@@ -502,7 +502,7 @@ class _RowsView(Mapping[str, dict[str, Any]]):
 
 
 # key -> a bare uuid, the set of them when several share it, or a tuple of them as a bulk load
-# left it (:func:`~workbench.index.vector_math.grouped`; a set once it changes)
+# left it (:func:`~workbench.index.arrays.grouped`; a set once it changes)
 _Members = dict[str, str | set[str] | tuple[str, ...]]
 
 

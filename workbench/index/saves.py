@@ -34,11 +34,11 @@ from typing import TYPE_CHECKING
 
 from workbench.errors import StoreUnavailable
 from workbench.index import row_snapshot, shared_saves
-from workbench.index.bm25 import KeywordIndex
+from workbench.index.keyword.bm25 import KeywordIndex
 from workbench.index.row_snapshot import Stamp
 from workbench.index.rows import RowCache
-from workbench.index.vector_saves import remove_other_saves, unverified
-from workbench.index.vectors import VectorIndex
+from workbench.index.vector.index import VectorIndex
+from workbench.index.vector.saves import remove_other_saves, unverified
 from workbench.store import Store, saved_indexes
 from workbench.store import changes as changes_sql
 from workbench.store import search as sql
@@ -223,7 +223,7 @@ class IndexSaves:
                     taken = dataclasses.replace(taken, keywords=digest)
                 extra = self._write_rows(kind, rows, taken)
                 try:
-                    saved = vectors.save_graph(self.folder, kind, seq, extra)
+                    saved = vectors.saves.save_graph(self.folder, kind, seq, extra)
                 except OSError:
                     log.exception("saving the %s graph failed (rebuilt at open)", kind)
                 else:

@@ -47,7 +47,7 @@ from __future__ import annotations
 import logging
 import threading
 import uuid as uuidlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -366,16 +366,19 @@ class Reextraction:
         return {"run_id": run_id, "group_id": run["group_id"], "state": "discarded"}
 
     # --- deletes reach the open runs ------------------------------------------------------
-    def forget(self, group_id: str, cleared: bool = False) -> str | None:
-        """After episodes of ``group_id`` were deleted (``cleared``: the whole group): the
-        group's open run loses them too, so no promote brings them back and its shadow does
-        not keep their text. A cleared group's run is discarded; otherwise the deleted
-        episodes are pruned from its shadow now, or, when the shadow is in use (a run in
-        progress), by that run before it finishes (and by any promote). What was done:
-        "discarded", "pruned", "deferred", or None (no open run)."""
+    def forget(self, groups: Sequence[str], cleared: bool = False) -> list[str]:
+        """After episodes of ``groups`` were deleted (``cleared``: the whole groups): their
+        open runs lose them too, so no promote brings them back and no shadow keeps their
+        text. A cleared group's run is discarded; otherwise the deleted episodes are pruned
+        from its shadow now, or, when the shadow is in use (a run in progress), by that run
+        before it finishes (and by any promote). What was done per group: "discarded",
+        "pruned", "deferred", or "" (no open run)."""
+        return [self._forget(group, cleared) for group in groups]
+
+    def _forget(self, group_id: str, cleared: bool) -> str:
         run = rx.open_run(self.store, group_id)
         if run is None:
-            return None
+            return ""
         if cleared:
             rx.set_state(self.store, run["run_id"], "discarded", self.clock())
             return "discarded" if self._drop_unused(run) else "deferred"

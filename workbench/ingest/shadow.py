@@ -1,5 +1,5 @@
 """A re-extraction's shadow graph (see :mod:`workbench.ingest.reextract`): its own DuckDB
-file, store, search engine, pipeline and queue, and the rules of where it lives and what it
+file, store, live indexes, pipeline and queue, and the rules of where it lives and what it
 may keep.
 
 * **Where.** A shadow's file is ``<shadow folder>/<run id>.duckdb``, derived from the run id
@@ -28,12 +28,13 @@ from typing import Any
 from workbench.clock import Clock
 from workbench.config import Settings
 from workbench.errors import InvalidInput, LLMNotConfigured
+from workbench.index.live import LiveIndexes
+from workbench.index.saves import IndexSaves
 from workbench.ingest.context import IngestContext
 from workbench.ingest.episode_queue import EpisodeQueue, QueueConfig
 from workbench.ingest.pipeline import NO_LLM, EpisodePipeline
 from workbench.llm.client import build_chat_model
 from workbench.metrics import Metrics
-from workbench.search import SearchEngine
 from workbench.store import Store
 from workbench.store import graph as g
 from workbench.store import queue as q
@@ -93,7 +94,7 @@ def prune(shadow: Store, live_uuids: set[str]) -> list[str]:
 
 
 class Shadow:
-    """A shadow graph: its own DuckDB file, store, search engine, pipeline and queue, with the
+    """A shadow graph: its own DuckDB file, store, live indexes, pipeline and queue, with the
     configured LLM (its calls recorded in ``calls_to``'s ``llm_calls`` under ``run_id`` as
     they are made). With ``live_chat`` (live ingestion's model) on the same LLM server, its
     calls share that model's throttle and in-flight slots: a run does not add its load to
@@ -116,7 +117,7 @@ class Shadow:
         self.clock = clock
         self.settings = settings
         self.chat = None
-        self.search: SearchEngine | None = None
+        self.indexes: LiveIndexes | None = None
         if not with_llm:
             return
         self.chat = build_chat_model(settings, metrics=metrics, store=self.store, clock=clock)
@@ -127,11 +128,12 @@ class Shadow:
             self.chat.record_into(*calls_to)
         if live_chat is not None:
             self.chat.share_limits(live_chat)
-        self.search = SearchEngine(
-            self.store, embedder, metrics, clock, settings, graph_dir=False, access_background=False
+        # the shadow's own indexes (extraction reads its graph from them), never saved
+        self.indexes = LiveIndexes(
+            self.store, metrics, IndexSaves(self.store, None), access_background=False
         )
         ctx = IngestContext(
-            self.store, metrics, clock, self.chat, embedder, self.search.publisher, settings
+            self.store, metrics, clock, self.chat, embedder, self.indexes.publisher, settings
         )
         self.pipeline = EpisodePipeline(ctx)
         config = QueueConfig.from_settings(settings, QUEUE_NAME)
@@ -171,9 +173,9 @@ class Shadow:
         return rx.table_rows(self.store, "entities"), rx.table_rows(self.store, "facts")
 
     def close(self) -> None:
-        if self.search is not None:
+        if self.indexes is not None:
             self.pipeline.close()
-            self.search.close()
+            self.indexes.close()
         self.store.close()
 
     def __enter__(self) -> Shadow:

@@ -6,7 +6,8 @@ change:
 * the **live indexes** (:class:`~workbench.index.live.LiveIndexes`, package
   :mod:`workbench.index`): per memory kind the rows, the BM25 keyword index and the vector
   index, loaded at open and kept in step with the store (writers tell them through
-  :attr:`SearchEngine.publisher`; other processes' writes arrive through the change log);
+  their own :attr:`~workbench.index.live.LiveIndexes.publisher`, never through this engine;
+  other processes' writes arrive through the change log);
 * the **searcher** (:class:`~workbench.search.searcher.Searcher`): one
   :class:`~workbench.search.query.Query` per search, its candidates, the link between facts,
   and the ranking (:mod:`workbench.search.ranking`); then the access of what it returns.
@@ -15,31 +16,26 @@ Facts with a ``center_node_uuid`` (as in Graphiti's centre-node search): facts t
 centre entity come first, then facts touching one of its 1-hop neighbours, then the rest, each
 tier ordered by score; the centre's own facts always join the candidates. Each hit then
 reports ``graph_distance`` (0, 1, or 2 for "further").
+
+The engine answers searches and nothing else: what is configured lives on the
+:attr:`SearchEngine.searcher` (weights, embedder, similarity floor), what is indexed on
+:attr:`SearchEngine.indexes` (rows, vectors, keywords, the publisher, saves, status).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
-from contextlib import AbstractContextManager
+from collections.abc import Sequence
 from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from workbench.clock import Clock, utcnow
 from workbench.embedding.base import Embedder
 from workbench.index import shared_saves
-from workbench.index.access import AccessTracker
-from workbench.index.bm25 import KeywordIndex
 from workbench.index.live import LiveIndexes
-from workbench.index.publish import Publisher, Upsert
-from workbench.index.rows import RowCache
 from workbench.index.saves import IndexSaves
-from workbench.index.sync import ChangeSync
-from workbench.index.vectors import VectorIndex
 from workbench.metrics import Metrics
 from workbench.search.filters import SearchFilters
 from workbench.search.hits import fact_out, node_out
@@ -85,8 +81,6 @@ class SearchEngine:
                 else Weights(keyword=keyword)
             )
         self.max_results: int = max_results or (settings.search_max_results if settings else 100)
-        # writers tell the engine (which passes it on to its live indexes) under this gate
-        publisher = Publisher(self)
         self.indexes = LiveIndexes(
             store,
             self.metrics,
@@ -102,7 +96,6 @@ class SearchEngine:
             access_background=access_background,
             flush_interval=flush_interval,
             sync=sync,
-            publisher=publisher,
         )
         self.searcher = Searcher(
             self.indexes,
@@ -132,7 +125,11 @@ class SearchEngine:
         :class:`~workbench.search.searcher.Searcher`); with ``min_score``, only those scoring
         at least that."""
         started = time.perf_counter()
-        weights = self.weights if include_weighted_scores else self.weights.relevance_only()
+        weights = (
+            self.searcher.weights
+            if include_weighted_scores
+            else self.searcher.weights.relevance_only()
+        )
         asked = node_query(
             query, weights, self.max_results, self.clock(), group_ids=group_ids,
             max_nodes=max_nodes, entity_types=entity_types, created_after=created_after,
@@ -159,7 +156,7 @@ class SearchEngine:
         ``min_score``, only those scoring at least that."""
         started = time.perf_counter()
         asked = fact_query(
-            query, self.weights, self.max_results, self.clock(), group_ids=group_ids,
+            query, self.searcher.weights, self.max_results, self.clock(), group_ids=group_ids,
             max_facts=max_facts, created_after=created_after, created_before=created_before,
             relation_types=relation_types, include_invalidated=include_invalidated,
             states=states, min_score=min_score,
@@ -172,7 +169,7 @@ class SearchEngine:
         with self.indexes.lock:  # a name read while a writer reuses the slot could be another's
             names = self.indexes.rows["entity"]
             return [
-                fact_out(row, parts, score, tier if centre else None, self.weights, names)
+                fact_out(row, parts, score, tier if centre else None, self.searcher.weights, names)
                 for row, parts, score, tier in hits
             ]
 
@@ -189,130 +186,6 @@ class SearchEngine:
         """The best ``k`` memories of ``kind`` for the checked query ``text``: (row, score
         parts, score, graph tier), best first; no access is recorded (see :meth:`accessed`)."""
         return self.searcher.ranked(Query(kind, text, k, filters, weights, centre, min_score))
-
-    def accessed(self, kind: str, ranked: list[Ranked]) -> list[Ranked]:
-        """Record the access of these ranked hits of ``kind``; the hits with their rows as
-        they are after it."""
-        return self.searcher.accessed(kind, ranked)
-
-    # --- what the searcher is configured with ---------------------------------------------
-    @property
-    def embedder(self) -> Embedder:
-        return self.searcher.embedder
-
-    @embedder.setter
-    def embedder(self, embedder: Embedder) -> None:
-        self.searcher.embedder = embedder
-
-    @property
-    def weights(self) -> Weights:
-        return self.searcher.weights
-
-    @weights.setter
-    def weights(self, weights: Weights) -> None:
-        self.searcher.weights = weights
-
-    @property
-    def min_similarity(self) -> float:
-        return self.searcher.min_similarity
-
-    @min_similarity.setter
-    def min_similarity(self, floor: float) -> None:
-        self.searcher.min_similarity = floor
-
-    @property
-    def follow_links(self) -> bool:
-        return self.searcher.follow_links
-
-    @follow_links.setter
-    def follow_links(self, follow: bool) -> None:
-        self.searcher.follow_links = follow
-
-    # --- the live indexes (what writers tell, through :attr:`publisher`) ------------------
-    @property
-    def publisher(self) -> Publisher:
-        return self.indexes.publisher
-
-    @property
-    def tracker(self) -> AccessTracker:
-        return self.indexes.tracker
-
-    @property
-    def replica_sync(self) -> ChangeSync | None:
-        return self.indexes.replica_sync
-
-    @property
-    def graph_dir(self) -> Path | None:
-        return self.indexes.saves.folder
-
-    @property
-    def ann_threshold(self) -> int:
-        return self.indexes.ann_threshold
-
-    @ann_threshold.setter
-    def ann_threshold(self, threshold: int) -> None:
-        self.indexes.ann_threshold = threshold
-
-    @property
-    def vectors(self) -> dict[str, VectorIndex]:
-        return self.indexes.vectors
-
-    @property
-    def keywords(self) -> dict[str, KeywordIndex]:
-        return self.indexes.keywords
-
-    @property
-    def rows(self) -> dict[str, RowCache]:
-        return self.indexes.rows
-
-    def on_upsert(
-        self, kind: str, rows: list[dict[str, Any]], vectors: np.ndarray | None = None
-    ) -> None:
-        self.indexes.on_upsert(kind, rows, vectors)
-
-    def on_insert(self, kind: str, rows: list[dict[str, Any]]) -> None:
-        self.indexes.on_insert(kind, rows)
-
-    def on_vectors(self, kind: str, uuids: Sequence[str], vectors: np.ndarray) -> None:
-        self.indexes.on_vectors(kind, uuids, vectors)
-
-    def on_delete(self, kind: str, uuids: Sequence[str]) -> None:
-        self.indexes.on_delete(kind, uuids)
-
-    def replace(self, removed: Mapping[str, Sequence[str]], changes: list[Upsert]) -> None:
-        self.indexes.replace(removed, changes)
-
-    def rebuild(self) -> None:
-        self.indexes.rebuild()
-
-    def catch_up(self) -> int:
-        return self.indexes.catch_up()
-
-    def sync_maintenance(self) -> bool:
-        return self.indexes.sync_maintenance()
-
-    def refresh_states(self) -> None:
-        self.indexes.refresh_states()
-
-    def cached_rows(self) -> AbstractContextManager[tuple[RowCache, RowCache]]:
-        return self.indexes.cached_rows()
-
-    def similar(
-        self, kind: str, vectors: np.ndarray, group_id: str | None, k: int
-    ) -> list[list[tuple[str, float]]]:
-        return self.indexes.similar(kind, vectors, group_id, k)
-
-    def bulk_load(self) -> AbstractContextManager[None]:
-        return self.indexes.bulk_load()
-
-    def groups(self) -> list[str]:
-        return self.indexes.groups()
-
-    def status(self) -> dict[str, dict[str, Any]]:
-        return self.indexes.status()
-
-    def flush(self) -> int:
-        return self.indexes.flush()
 
     def close(self) -> None:
         """Stop the search workers, then close the live indexes (see

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 
-from workbench.index.bm25 import tokenize
+from workbench.index.keyword.bm25 import tokenize
 
 __all__ = ["NAMED_POOL", "LINKED_FACTS", "possessive", "bridge_words", "names_in", "spaced"]
 

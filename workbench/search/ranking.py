@@ -6,7 +6,7 @@
 * ``similarity`` — the real cosine between the query and the memory embedding (never a rank
   proxy); 0 when the memory has no embedding.
 * ``keyword`` — the BM25 score normalised by the idf mass of the query (0..1, see
-  :meth:`workbench.index.bm25.KeywordIndex.search`); 0 when no query word occurs.
+  :meth:`workbench.index.keyword.bm25.KeywordIndex.search`); 0 when no query word occurs.
 * ``freshness`` — ``1 - decay_score``.
 * ``importance`` — ``(importance - 1) / 4`` (1 -> 0, 3 -> 0.5, 5 -> 1).
 

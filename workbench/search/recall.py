@@ -30,7 +30,7 @@ from datetime import datetime
 from typing import Any
 
 from workbench.errors import InvalidInput
-from workbench.index.bm25 import tokenize
+from workbench.index.keyword.bm25 import tokenize
 from workbench.index.rows import RowCache
 from workbench.search.engine import SearchEngine
 from workbench.search.filters import (
@@ -144,7 +144,9 @@ def search_memory(
     )
     floor = check_min_score(min_score)
     ranked = {
-        kind: engine.ranked(kind, text, k * OVERSAMPLE, filters, engine.weights, None, floor)
+        kind: engine.ranked(
+            kind, text, k * OVERSAMPLE, filters, engine.searcher.weights, None, floor
+        )
         for kind in chosen_kinds
     }
     best = fuse(_candidates(ranked), k)
@@ -170,7 +172,7 @@ def _accessed(
     out: dict[tuple[str, str], Ranked] = {}
     for kind, hits in ranked.items():
         mine = [hit for hit in hits if (kind, hit[0]["uuid"]) in wanted]
-        for hit in engine.accessed(kind, mine):
+        for hit in engine.searcher.accessed(kind, mine):
             out[(kind, hit[0]["uuid"])] = hit
     return out
 
@@ -179,13 +181,13 @@ def _shaped(
     engine: SearchEngine, best: list[Candidate], hits: dict[tuple[str, str], Ranked]
 ) -> list[dict[str, Any]]:
     out = []
-    with engine.cached_rows() as (entities, _facts):
+    with engine.indexes.cached_rows() as (entities, _facts):
         for cand in best:
             row, parts, score, _tier = hits[(cand.kind, cand.uuid)]
             if cand.kind == "fact":
-                out.append(fact_hit(row, parts, score, engine.weights, entities))
+                out.append(fact_hit(row, parts, score, engine.searcher.weights, entities))
             else:
-                out.append(passage_out(row, parts, score, engine.weights))
+                out.append(passage_out(row, parts, score, engine.searcher.weights))
     return out
 
 

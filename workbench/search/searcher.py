@@ -28,9 +28,9 @@ import numpy as np
 from workbench.clock import Clock
 from workbench.embedding.base import Embedder, embed_queries
 from workbench.errors import InvalidInput, NotFound
-from workbench.index.bm25 import KeywordIndex, tokenize
+from workbench.index.keyword.bm25 import KeywordIndex, tokenize
 from workbench.index.live import LiveIndexes
-from workbench.index.vectors import VectorIndex
+from workbench.index.vector.index import VectorIndex
 from workbench.search.filters import SearchFilters, check_groups_known
 from workbench.search.links import (
     LINKED_FACTS,

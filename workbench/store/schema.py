@@ -171,7 +171,7 @@ def _v3(dim: int) -> list[str]:
 def _v4(dim: int) -> list[str]:
     """Number every vector write (``seq``, from one sequence for both kinds): a saved vector
     index records the number it reflects, and a restart reads only the vectors written after
-    it instead of every vector (see :mod:`workbench.index.vectors`)."""
+    it instead of every vector (see :mod:`workbench.index.vector.index`)."""
     return [
         f"CREATE SEQUENCE IF NOT EXISTS {VECTOR_SEQ}",
         *(

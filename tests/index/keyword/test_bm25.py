@@ -8,7 +8,7 @@ import random
 import numpy as np
 import pytest
 
-from workbench.index.bm25 import KeywordIndex, stem, tokenize
+from workbench.index.keyword.bm25 import KeywordIndex, stem, tokenize
 
 
 @pytest.mark.parametrize(
@@ -95,7 +95,7 @@ def test_compaction_keeps_results():
     )
     before = idx.search("topic3 number10", 3)
     idx.remove([f"u{i}" for i in range(0, n, 2) if i != 10])  # forces a compaction
-    assert idx._dead_postings == 0
+    assert idx.docs._dead_postings == 0
     after = idx.search("topic3 number10", 3)
     assert after[0][0] == before[0][0] == "u10"
     assert all(int(u[1:]) % 2 == 1 or u == "u10" for u, *_ in idx.search("topic3", 50))
@@ -114,8 +114,8 @@ def _same_as_fresh(idx: KeywordIndex, live: dict, rng: random.Random, words: lis
     fresh = KeywordIndex()
     fresh.add(list(live), [t for t, _ in live.values()], [g for _, g in live.values()])
     assert len(idx) == len(fresh) == len(live)
-    assert {t: idx._df[i] for t, i in idx._terms.items() if idx._df[i]} == {
-        t: fresh._df[i] for t, i in fresh._terms.items()
+    assert {t: idx.docs._df[i] for t, i in idx.docs._terms.items() if idx.docs._df[i]} == {
+        t: fresh.docs._df[i] for t, i in fresh.docs._terms.items()
     }
     for _ in range(10):
         query = " ".join(rng.choice(words) for _ in range(rng.randrange(1, 4)))
@@ -134,8 +134,8 @@ def test_an_index_after_many_rewrites_and_compactions_equals_one_built_from_its_
     rng = random.Random(7)
     idx, live = KeywordIndex(), {}
     compactions = []
-    compact = idx._compact
-    idx._compact = lambda: (compactions.append(1), compact())
+    compact = idx.docs._compact
+    idx.docs._compact = lambda: (compactions.append(1), compact())
     for step in range(3000):
         # the vocabulary drifts: old words die out, so compactions drop and renumber terms
         words = [f"w{i}" for i in range(step // 10, step // 10 + 120)] + ["maria", "acme"]
@@ -151,7 +151,7 @@ def test_an_index_after_many_rewrites_and_compactions_equals_one_built_from_its_
         if step % 150 == 149:  # searches between writes fill the postings cache
             _same_as_fresh(idx, live, rng, words)
     assert len(compactions) >= 3
-    assert len(idx._terms) < 200  # of the 420 words used, the dead ones were dropped
+    assert len(idx.docs._terms) < 200  # of the 420 words used, the dead ones were dropped
 
 
 def test_a_bulk_load_is_frozen_into_arrays_and_later_writes_merge_with_it():
@@ -163,8 +163,8 @@ def test_a_bulk_load_is_frozen_into_arrays_and_later_writes_merge_with_it():
     live = {f"u{i}": (" ".join(rng.choices(words, k=12)), f"g{i % 3}") for i in range(6000)}
     idx = KeywordIndex()
     idx.add(list(live), [t for t, _ in live.values()], [g for _, g in live.values()])
-    assert idx._n_base > 0 and idx._base_slots.size > 50_000  # frozen during the bulk add
-    assert idx._new_postings < idx._total_postings
+    assert idx.docs._n_base > 0 and idx.docs._base_slots.size > 50_000  # frozen during the bulk add
+    assert idx.docs._new_postings < idx.docs._total_postings
     for step in range(400):
         uuid = f"u{rng.randrange(6500)}"
         if rng.random() < 0.3:
@@ -272,7 +272,7 @@ def test_likely_top_always_holds_the_k_best(seed):
     """The threshold taken from a sample must never drop one of the ``k`` best: on random
     scores with many zeros, ties and a few outliers, every score above the k-th best is
     among the returned positions and at least ``k`` positive ones come back."""
-    from workbench.index.bm25 import _likely_top
+    from workbench.index.keyword.bm25 import _likely_top
 
     rng = np.random.default_rng(seed)
     n = int(rng.integers(20_000, 120_000))
@@ -323,7 +323,7 @@ def test_dense_queries_on_a_large_index_rank_exactly():
 def test_likely_top_falls_back_when_the_sample_overestimates():
     """High scores sitting exactly on the sampled positions make the threshold keep fewer
     than ``k``: then every positive position must come back."""
-    from workbench.index.bm25 import _likely_top
+    from workbench.index.keyword.bm25 import _likely_top
 
     n, k = 40_960, 50
     scores = np.ones(n, dtype=np.float32)
@@ -358,7 +358,7 @@ def test_common_words_are_added_only_where_they_can_change_the_top_exactly(query
     index = KeywordIndex(common_min_df=1000)
     index.add(list(docs), list(docs.values()), [groups[u] for u in docs])
     assert {t for t in ("alpha", "beta")} == {
-        t for t in ("alpha", "beta") if index._df[index._terms[t]] > index.common_min_df
+        t for t in ("alpha", "beta") if index.docs._df[index.docs._terms[t]] > index.common_min_df
     }
     selective = {w for w in tokenize(query) if w.startswith("w")}
     pool = [
@@ -374,7 +374,7 @@ def test_common_words_are_added_only_where_they_can_change_the_top_exactly(query
 
 
 def test_chinese_and_japanese_are_indexed_as_character_pairs():
-    from workbench.index.bm25 import KeywordIndex, tokenize
+    from workbench.index.keyword.bm25 import KeywordIndex, tokenize
 
     assert tokenize("王芳对花生过敏。") == ["王芳", "芳对", "对花", "花生", "生过", "过敏"]
     assert tokenize("抹茶ラテ and Kyoto") == ["抹茶", "茶ラ", "ラテ", "kyoto"]
@@ -416,15 +416,15 @@ def test_adding_many_documents_at_once_equals_adding_them_one_at_a_time():
             many.remove(gone)
             for uuid in gone:
                 live.pop(uuid)
-        one._compact()  # compactions at different moments must not matter: both frozen
-        many._compact()
-        assert one._terms == many._terms and one._df == many._df
-        assert one._uuids == many._uuids
-        n = len(one._uuids)
+        one.docs._compact()  # compactions at different moments must not matter: both frozen
+        many.docs._compact()
+        assert one.docs._terms == many.docs._terms and one.docs._df == many.docs._df
+        assert one.docs._uuids == many.docs._uuids
+        n = len(one.docs._uuids)
         for name in ("_doc_len", "_group", "_print", "_alive"):
-            assert np.array_equal(getattr(one, name)[:n], getattr(many, name)[:n]), name
+            assert np.array_equal(getattr(one.docs, name)[:n], getattr(many.docs, name)[:n]), name
         for name in ("_doc_off", "_doc_tids", "_doc_tfs", "_base_off", "_base_slots"):
-            assert np.array_equal(getattr(one, name), getattr(many, name)), name
+            assert np.array_equal(getattr(one.docs, name), getattr(many.docs, name)), name
         for query in ("maria acme", "w1 w2 w3", "studies", "東京", "w399"):
             assert one.search(query, 10) == many.search(query, 10)
     _same_as_fresh(many, live, rng, words)
@@ -442,8 +442,8 @@ def test_many_documents_added_at_once_before_a_compaction_search_as_one_at_a_tim
     for uuid, text, group in zip(uuids, texts, groups):
         one.add([uuid], [text], [group])
     many.add(uuids, texts, groups)
-    assert many._n_base == 0 and many._post_slots == one._post_slots
-    assert many._post_tfs == one._post_tfs
+    assert many.docs._n_base == 0 and many.docs._post_slots == one.docs._post_slots
+    assert many.docs._post_tfs == one.docs._post_tfs
     for query in ("w1", "w2 w7", "w49 w3 w0"):
         assert one.search(query, 20) == many.search(query, 20)
         assert one.search(query, 20, group_ids=["g1"]) == many.search(query, 20, group_ids=["g1"])

@@ -33,9 +33,9 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from workbench.index.keyword_documents import K1, B, KeywordDocuments
-from workbench.index.tokens import STOP_WORDS, document_prints, stem, tokenize
-from workbench.index.vector_math import positions_in, top_positions
+from workbench.index.arrays import positions_in, top_positions
+from workbench.index.keyword.documents import K1, B, KeywordDocuments
+from workbench.index.keyword.tokens import STOP_WORDS, document_prints, stem, tokenize
 
 __all__ = ["B", "K1", "STOP_WORDS", "KeywordIndex", "stem", "tokenize"]
 
@@ -46,34 +46,71 @@ Allowed = Callable[[str], bool] | set[str] | frozenset[str] | None
 SAVE_VERSION = 2  # 2: documents' fingerprints by text_prints (1: blake2b, one call each)
 
 
-class KeywordIndex(KeywordDocuments):
-    """Incremental BM25 over documents keyed by uuid, with a group per document: the
-    documents and postings (:class:`~workbench.index.keyword_documents.KeywordDocuments`),
-    here their search, save and reopening."""
+class KeywordIndex:
+    """Incremental BM25 over documents keyed by uuid, with a group per document. It holds its
+    documents and their postings (:attr:`docs`, a
+    :class:`~workbench.index.keyword.documents.KeywordDocuments`); here their scoring, search,
+    save and reopening."""
+
+    def __init__(
+        self,
+        k1: float = K1,
+        b: float = B,
+        count_unknown_terms: bool = True,
+        common_fraction: float = 0.1,
+        common_min_df: int = 5_000,
+    ):
+        self.k1 = k1
+        self.b = b
+        self.count_unknown_terms = count_unknown_terms
+        self.common_fraction = common_fraction
+        self.common_min_df = common_min_df
+        self.docs = KeywordDocuments()
+
+    # --- the documents ------------------------------------------------------------------
+    def __len__(self) -> int:
+        return len(self.docs)
+
+    def __contains__(self, uuid: object) -> bool:
+        return uuid in self.docs
+
+    def uuids(self) -> list[str]:
+        return self.docs.uuids()
+
+    def groups(self) -> set[str]:
+        """The group ids that hold at least one live document."""
+        return self.docs.groups()
+
+    def add(self, uuids: Sequence[str], texts: Sequence[str], group_ids: Sequence[str]) -> None:
+        """Insert or replace the documents."""
+        self.docs.add(uuids, texts, group_ids)
+
+    def remove(self, uuids: Sequence[str]) -> None:
+        self.docs.remove(uuids)
 
     # --- saving and reopening -----------------------------------------------------------
     def save(self, path: str | Path) -> str:
         """Write the index to ``path`` (a ``.npz`` and its ``.json`` manifest), atomically; the
         save's checksum (what :meth:`read_saved` may be asked for)."""
         path = Path(path)
-        with self._lock:
-            self._compact()  # only live documents, slots 0..n-1, all frozen
-            n = len(self._uuids)
+        with self.docs._lock:
+            self.docs._compact()  # only live documents, slots 0..n-1, all frozen
+            n = len(self.docs._uuids)
             arrays = {
-                "lengths": np.diff(self._doc_off),
-                "term_ids": self._doc_tids,
-                "term_tfs": self._doc_tfs,
-                "doc_len": self._doc_len[:n],
-                "group": self._group[:n],
-                "print": self._print[:n],
+                "lengths": np.diff(self.docs._doc_off),
+                "term_ids": self.docs._doc_tids,
+                "term_tfs": self.docs._doc_tfs,
+                "doc_len": self.docs._doc_len[:n],
+                "group": self.docs._group[:n],
+                "print": self.docs._print[:n],
             }
             manifest = {
                 "version": SAVE_VERSION,
                 "k1": self.k1,
                 "b": self.b,
-                "terms": sorted(self._terms, key=self._terms.__getitem__),
-                "uuids": list(self._uuids),
-                "groups": sorted(self._group_codes, key=self._group_codes.__getitem__),
+                "terms": sorted(self.docs._terms, key=self.docs._terms.__getitem__),
+                "uuids": list(self.docs._uuids),
+                "groups": sorted(self.docs._group_codes, key=self.docs._group_codes.__getitem__),
             }
             path.parent.mkdir(parents=True, exist_ok=True)
             tmp = path.with_name(path.name + ".tmp")
@@ -102,12 +139,12 @@ class KeywordIndex(KeywordDocuments):
         if index is None:
             return None
         current = document_prints(texts, group_ids)
-        with index._lock:
-            saved_uuids = index._uuids
+        with index.docs._lock:
+            saved_uuids = index.docs._uuids
             held = [u for u in saved_uuids if u is not None]
             gone = [held[i] for i in np.flatnonzero(positions_in(held, uuids) < 0)]
             at = positions_in(uuids, saved_uuids)
-            saved = index._print[np.maximum(at, 0)]
+            saved = index.docs._print[np.maximum(at, 0)]
             stale = np.flatnonzero((at < 0) | (saved != current)).tolist()
         index.remove(gone)
         index.add([uuids[i] for i in stale], [texts[i] for i in stale],
@@ -162,7 +199,7 @@ class KeywordIndex(KeywordDocuments):
 
     def _restore(self, manifest: dict[str, Any], data: dict[str, np.ndarray]) -> None:
         """The state of a save: its arrays are the frozen part as they are."""
-        self._freeze(manifest["terms"], manifest["uuids"], manifest["groups"], data)
+        self.docs._freeze(manifest["terms"], manifest["uuids"], manifest["groups"], data)
 
     # --- searching ----------------------------------------------------------------------
     def search(
@@ -180,14 +217,14 @@ class KeywordIndex(KeywordDocuments):
         no document holds counts with the largest idf (``count_unknown_terms``); measured on
         the retrieval set this beats ignoring such words.
         """
-        with self._lock:
+        with self.docs._lock:
             terms, missed = self._query_terms(query)
             if not terms or k <= 0:
                 return []
             codes = None
             if group_ids is not None:
                 codes = np.asarray(
-                    [self._group_codes[g] for g in group_ids if g in self._group_codes],
+                    [self.docs._group_codes[g] for g in group_ids if g in self.docs._group_codes],
                     dtype=np.int32,
                 )
             slots, scores, idf_sum = self._score(terms, codes, None if allowed is not None else k)
@@ -197,9 +234,9 @@ class KeywordIndex(KeywordDocuments):
         """Which of ``slots`` are live documents of the groups (``codes``; None = all). An
         int ``n`` stands for every slot below it (slices instead of gathers)."""
         dense = isinstance(slots, int)
-        keep = self._alive[:slots].copy() if dense else self._alive[slots]
+        keep = self.docs._alive[:slots].copy() if dense else self.docs._alive[slots]
         if codes is not None:
-            groups = self._group[:slots] if dense else self._group[slots]
+            groups = self.docs._group[:slots] if dense else self.docs._group[slots]
             keep &= (groups == codes[0]) if codes.size == 1 else np.isin(groups, codes)
         return keep
 
@@ -207,20 +244,20 @@ class KeywordIndex(KeywordDocuments):
         """The keyword score (as :meth:`search` defines it) of each of these documents, 0.0
         for an unknown uuid. Reads only the documents' own terms, so it costs nothing like a
         search: it scores the candidates that another index (the vectors) found."""
-        with self._lock:
+        with self.docs._lock:
             terms, missed = self._query_terms(query)
             if not terms:
                 return [0.0] * len(uuids)
-            idf = {t: self._idf(self._df[t]) for t in terms}
+            idf = {t: self._idf(self.docs._df[t]) for t in terms}
             idf_sum = sum(idf.values()) + missed
             out = []
             for uuid in uuids:
-                slot = self._slot.get(uuid)
+                slot = self.docs._slot.get(uuid)
                 if slot is None:
                     out.append(0.0)
                     continue
-                tids, tfs = self._doc_terms(slot)
-                norm = self._length_norm(float(self._doc_len[slot]))
+                tids, tfs = self.docs._doc_terms(slot)
+                norm = self._length_norm(float(self.docs._doc_len[slot]))
                 score = sum(
                     self._bm25(idf[t], tf, norm)
                     for t, tf in zip(tids.tolist(), tfs.tolist())
@@ -233,8 +270,8 @@ class KeywordIndex(KeywordDocuments):
         """The query's known term ids (each once) and the idf its unknown words add to the
         normaliser (``count_unknown_terms``: a word no memory holds counts as missed)."""
         words = list(dict.fromkeys(tokenize(query)))
-        terms = [self._terms[t] for t in words if t in self._terms]
-        terms = [t for t in terms if self._df[t] > 0]
+        terms = [self.docs._terms[t] for t in words if t in self.docs._terms]
+        terms = [t for t in terms if self.docs._df[t] > 0]
         missed = (len(words) - len(terms)) * self._idf(0) if self.count_unknown_terms else 0.0
         return terms, missed
 
@@ -251,11 +288,11 @@ class KeywordIndex(KeywordDocuments):
         can still reach the ``k`` best: a candidate below the k-th best selective score by
         more than the common terms can add at most (idf x (k1 + 1) each) is dropped first
         (exact, as in MaxScore). So near-stop-words never cost a pass over the corpus."""
-        n_docs = max(len(self._slot), 1)
+        n_docs = max(len(self.docs._slot), 1)
         limit = max(self.common_min_df, self.common_fraction * n_docs)
-        rare = [t for t in terms if self._df[t] <= limit] or terms
+        rare = [t for t in terms if self.docs._df[t] <= limit] or terms
         common = [t for t in terms if t not in rare]
-        if sum(self._df[t] for t in rare) > len(self._uuids) // 16:
+        if sum(self.docs._df[t] for t in rare) > len(self.docs._uuids) // 16:
             scores, idf_sum = self._score_dense(rare)
             scores *= self._kept(scores.size, codes)
             slots = _likely_top(scores, k) if k and not common else np.flatnonzero(scores)
@@ -271,7 +308,7 @@ class KeywordIndex(KeywordDocuments):
             keep = self._kept(slots, codes)
             slots, scores = slots[keep], scores[keep]
         if common and k and scores.size > k:
-            reach = sum(self._idf(self._df[t]) for t in common) * (self.k1 + 1.0)
+            reach = sum(self._idf(self.docs._df[t]) for t in common) * (self.k1 + 1.0)
             kth = float(np.partition(scores, scores.size - k)[scores.size - k])
             keep = scores >= np.float32(kth - reach - 1e-5 * abs(kth))  # float32 sums
             slots, scores = slots[keep], scores[keep]
@@ -283,13 +320,13 @@ class KeywordIndex(KeywordDocuments):
         """:meth:`_score` of terms whose postings cover much of the corpus: accumulate into
         one float32 array over the slots (no concatenation, sort or float64 pass); returns it
         (0 where no term occurs) and the terms' idf sum."""
-        n_slots = len(self._uuids)
-        norm = self._length_norm(self._doc_len[:n_slots])
+        n_slots = len(self.docs._uuids)
+        norm = self._length_norm(self.docs._doc_len[:n_slots])
         acc = np.zeros(n_slots, dtype=np.float32)
         idf_sum = 0.0
         for tid in terms:
-            slots, tfs = self._postings(tid)
-            idf = self._idf(self._df[tid])
+            slots, tfs = self.docs._postings(tid)
+            idf = self._idf(self.docs._df[tid])
             idf_sum += idf
             acc[slots] += self._bm25(idf, tfs, norm[slots])
         return acc, idf_sum
@@ -298,15 +335,15 @@ class KeywordIndex(KeywordDocuments):
         self, tid: int, slots: np.ndarray | None = None, tfs: np.ndarray | None = None
     ) -> tuple[np.ndarray, np.ndarray, float]:
         if slots is None or tfs is None:
-            slots, tfs = self._postings(tid)
-        idf = self._idf(self._df[tid])
-        norm = self._length_norm(self._doc_len[slots])
+            slots, tfs = self.docs._postings(tid)
+        idf = self._idf(self.docs._df[tid])
+        norm = self._length_norm(self.docs._doc_len[slots])
         return slots, self._bm25(idf, tfs, norm).astype(np.float32), idf
 
     def _length_norm(self, doc_len: Numbers) -> Numbers:
         """BM25's length normalisation ``k1 (1 - b + b len / avgdl)`` of documents of these
         lengths (a number or an array: two array passes)."""
-        avgdl = max(self._total_len / max(len(self._slot), 1), 1e-9)
+        avgdl = max(self.docs._total_len / max(len(self.docs._slot), 1), 1e-9)
         return (self.k1 * (1.0 - self.b)) + (self.k1 * self.b / avgdl) * doc_len
 
     def _bm25(self, idf: float, tfs: Numbers, norm: Numbers) -> Numbers:
@@ -316,7 +353,7 @@ class KeywordIndex(KeywordDocuments):
 
     def _add_common(self, tid: int, slots: np.ndarray, scores: np.ndarray) -> float:
         """Add a common term's score to the candidates holding it (in place); its idf."""
-        post_slots, post_tfs = self._postings(tid)  # sorted by slot: slots only grow
+        post_slots, post_tfs = self.docs._postings(tid)  # sorted by slot: slots only grow
         pos = np.minimum(np.searchsorted(post_slots, slots), post_slots.size - 1)
         hit = post_slots[pos] == slots
         _, extra, idf = self._term_scores(tid, slots[hit], post_tfs[pos[hit]])
@@ -324,7 +361,7 @@ class KeywordIndex(KeywordDocuments):
         return idf
 
     def _idf(self, df: int) -> float:
-        n_docs = max(len(self._slot), 1)
+        n_docs = max(len(self.docs._slot), 1)
         return math.log(1.0 + (n_docs - df + 0.5) / (df + 0.5))
 
     def _top(
@@ -342,7 +379,7 @@ class KeywordIndex(KeywordDocuments):
         out: list[tuple[str, float, float]] = []
         test = allowed.__contains__ if isinstance(allowed, set | frozenset) else allowed
         for pos in order:
-            uuid = self._uuids[int(slots[pos])]
+            uuid = self.docs._uuids[int(slots[pos])]
             if uuid is None or (test is not None and not test(uuid)):
                 continue
             score = float(scores[pos])

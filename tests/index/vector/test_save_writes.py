@@ -12,11 +12,11 @@ import numpy as np
 import pytest
 
 from tests.search.helpers import add, entity, write_embeddings
-from tests.search.test_saved_vectors import clustered, open_index
+from tests.index.vector.test_saves import clustered, open_index
 from workbench.config import Settings
 from workbench.fakes.embedder import HashEmbedder
-from workbench.index import vector_saves
-from workbench.index.vectors import VectorIndex
+from workbench.index.vector import saves as vector_saves
+from workbench.index.vector.saves import GraphSaves
 from workbench.store import Store
 
 N = 300
@@ -48,7 +48,7 @@ def test_a_write_during_a_save_is_not_held_up_and_is_served_after_it(store, tmp_
     index = open_index(store, tmp_path)
     assert index.uses_ann
     written, release = _slow_writes(monkeypatch)
-    saving = threading.Thread(target=index.save_graph, args=(tmp_path, "entity", None))
+    saving = threading.Thread(target=index.saves.save_graph, args=(tmp_path, "entity", None))
     saving.start()
     try:
         assert written.wait(30)
@@ -69,7 +69,7 @@ def test_a_write_during_a_save_is_not_held_up_and_is_served_after_it(store, tmp_
     finally:
         release.set()
         saving.join(30)
-    assert index._file is not None  # served from the saved file now
+    assert index.slots._file is not None  # served from the saved file now
     for uuid, vector in [(rows[5]["uuid"], changed), ("new", new), (rows[6]["uuid"], vectors[6])]:
         assert np.allclose(index.vector(uuid), vector, atol=2e-3)
         assert index.search(vector, 1)[0][0] == uuid
@@ -84,13 +84,13 @@ def test_a_write_during_a_save_is_not_held_up_and_is_served_after_it(store, tmp_
 def _saves(monkeypatch) -> list[str]:
     """The kinds whose graph is saved, one entry a save."""
     saved: list[str] = []
-    real = VectorIndex.save_graph
+    real = GraphSaves.save_graph
 
     def save_graph(self, graph_dir, kind, seq=None, extra_files=None):
         saved.append(kind)
         return real(self, graph_dir, kind, seq, extra_files)
 
-    monkeypatch.setattr(VectorIndex, "save_graph", save_graph)
+    monkeypatch.setattr(GraphSaves, "save_graph", save_graph)
     return saved
 
 
@@ -125,7 +125,7 @@ def test_an_index_unchanged_since_its_save_is_not_saved_again(tmp_path, monkeypa
     store.close()
     assert saved == ["entity", "entity"]
     store, engine = _open(location)  # a change without a new vector saves too
-    engine.on_upsert("entity", [{"uuid": engine.rows["entity"].uuids()[0]}])
+    engine.indexes.on_upsert("entity", [{"uuid": engine.indexes.rows["entity"].uuids()[0]}])
     engine.close()
     store.close()
     assert saved == ["entity"] * 3
@@ -134,7 +134,7 @@ def test_an_index_unchanged_since_its_save_is_not_saved_again(tmp_path, monkeypa
 def _write(engine, rows: list[dict]) -> None:
     """Write and tell the engine under the publish gate, as ingestion does (a save reads the
     newest vector write between two such writes)."""
-    with engine.publisher:
+    with engine.indexes.publisher:
         add(engine, "entity", rows)
 
 
@@ -145,7 +145,7 @@ def test_periodic_saves_save_what_changed_and_only_that(tmp_path, monkeypatch):
     store, engine = _open(location, settings=settings)
     try:
         _write(engine, [entity(f"Note {i}", f"tea note {i}") for i in range(80)])
-        manifest = engine.graph_dir / "entity.json"
+        manifest = engine.indexes.saves.folder / "entity.json"
         deadline = time.monotonic() + 10
         while not manifest.is_file() and time.monotonic() < deadline:
             time.sleep(0.05)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from workbench.index.bm25 import KeywordIndex
+from workbench.index.keyword.bm25 import KeywordIndex
 
 WORDS = "maria tom acme globex berlin munich python neovim atlas project lives works uses".split()
 
@@ -147,17 +147,17 @@ def test_the_engine_reopens_its_saved_keywords_caught_up_with_the_store(tmp_path
             ("fact.keywords.npz", True),
             ("passage.keywords.npz", False),
         ]
-        found = [u for u, *_ in second.keywords["fact"].search("greyhound", 5)]
+        found = [u for u, *_ in second.indexes.keywords["fact"].search("greyhound", 5)]
         assert found == [late["uuid"]]
-        assert facts[0]["uuid"] not in second.keywords["fact"]
-        assert len(second.keywords["fact"]) == 30
+        assert facts[0]["uuid"] not in second.indexes.keywords["fact"]
+        assert len(second.indexes.keywords["fact"]) == 30
     finally:
         second.close()
         store.close()
 
 
 def test_text_prints_are_stable_and_see_every_changed_byte():
-    from workbench.index.vector_math import text_prints
+    from workbench.index.arrays import text_prints
 
     rng = random.Random(4)
     texts = ["", "a", "Maria lives in Berlin", "Maria lives in Berlín", "中文 text", ""]

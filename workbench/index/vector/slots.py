@@ -10,10 +10,10 @@ from typing import Any
 
 import numpy as np
 
-from workbench.index.file_rows import FileRows
-from workbench.index.vector_math import (
+from workbench.index.arrays import (
     grow,
 )
+from workbench.index.vector.file_rows import FileRows
 
 __all__ = ["SUBSET_CACHE_BYTES", "Slots", "VectorSlots"]
 
@@ -26,8 +26,10 @@ SUBSET_CACHE_BYTES = 128 * 2**20  # at most this much for cached group subsets, 
 class VectorSlots:
     """The vectors of one index, one slot each: a matrix (float32, or float16 while a graph
     serves; memory-mapped from a saved file once saved), each slot's uuid, group code and
-    fingerprint, the free slots, and a cache of group subsets. Every method expects the
-    caller to hold :attr:`_lock`."""
+    fingerprint, the free slots, a cache of group subsets, and the HNSW graph over the slots
+    while one serves. The state the parts of a :class:`~workbench.index.vector.index.VectorIndex`
+    share (its graph build, searches and saves each hold these slots); every method expects
+    the caller to hold :attr:`_lock`."""
 
     # the HNSW graph (a ``usearch.index.Index``, untyped) while one serves
     _ann: Any
@@ -57,6 +59,9 @@ class VectorSlots:
         self._subsets: OrderedDict[tuple[int, ...], tuple[np.ndarray, np.ndarray]] = OrderedDict()
         self._subset_bytes = 0
         self._ann = None
+        # the slots written while a save of the index runs (None when none runs): the save
+        # puts them again once it serves the saved file
+        self._written: set[int] | None = None
 
     # --- introspection --------------------------------------------------------------------
     def __len__(self) -> int:
@@ -183,6 +188,8 @@ class VectorSlots:
         self._mat[slots] = rows
         if self._file is not None:
             self._file.clean[slots] = False
+        if self._written is not None:  # a save is under way: put again once it is mapped
+            self._written.update(np.asarray(slots, dtype=np.int64).ravel().tolist())
 
     def _stored(self, slots: Slots) -> np.ndarray:
         """The vectors at ``slots`` as held (float16 under a graph) (hold the lock)."""

@@ -10,8 +10,9 @@ import numpy as np
 import pytest
 
 from tests.search.helpers import entity, insert, write_embeddings
-from workbench.index import vector_saves
-from workbench.index.vectors import load_index
+from workbench.index.vector import graph as vector_graph
+from workbench.index.vector import saves as vector_saves
+from workbench.index.vector.index import load_index
 from workbench.store import search as search_sql
 from workbench.store.search import latest_vector_seq
 
@@ -43,7 +44,7 @@ def saved(store, tmp_path, request):
     insert(store, "entity", rows, vectors)
     index = open_index(store, tmp_path)
     seq = latest_vector_seq(store) if request.param == "numbered" else None
-    assert index.uses_ann and index.save_graph(tmp_path, "entity", seq)
+    assert index.uses_ann and index.saves.save_graph(tmp_path, "entity", seq)
     assert manifest(tmp_path).get("seq") == seq
     return rows, vectors, index, tmp_path
 
@@ -72,13 +73,13 @@ def test_a_numbered_save_reads_only_the_vectors_written_after_it(store, tmp_path
     first = open_index(store, tmp_path)
     queries = clustered(20, store.dim, seed=1)
     before = [first.search(q, 10) for q in queries]
-    assert first.save_graph(tmp_path, "entity", latest_vector_seq(store))
+    assert first.saves.save_graph(tmp_path, "entity", latest_vector_seq(store))
 
     monkeypatch.setattr(vector_saves, "SPOT_CHECKS", 5)
     asked = reads_of(monkeypatch)
     again = open_index(store, tmp_path)
     # nothing written since: only the five saved vectors checked against the store's
-    assert [len(a) for a in asked] == [5] and isinstance(again._mat, np.memmap)
+    assert [len(a) for a in asked] == [5] and isinstance(again.slots._mat, np.memmap)
     assert [again.search(q, 10) for q in queries] == before
 
     moved = clustered(1, store.dim, seed=7)[0]
@@ -90,23 +91,27 @@ def test_a_numbered_save_reads_only_the_vectors_written_after_it(store, tmp_path
     index = open_index(store, tmp_path)
     assert len(asked) == 1 and len(asked[0]) == 2 + 5
     assert asked[0][:2] in ([rows[5]["uuid"], late["uuid"]], [late["uuid"], rows[5]["uuid"]])
-    assert index.uses_ann and index._builder is None and isinstance(index._mat, np.memmap)
+    assert (
+        index.uses_ann and index.graph._builder is None and isinstance(index.slots._mat, np.memmap)
+    )
     assert index.search(moved, 1)[0] == (rows[5]["uuid"], pytest.approx(1.0, abs=2e-3))
     assert index.search(clustered(1, store.dim, seed=8)[0], 1)[0][0] == late["uuid"]
     assert rows[9]["uuid"] not in index and len(index) == N
-    assert index._ann_tombstones == 2  # the moved vector's and the deleted one's entries
+    assert index.graph._ann_tombstones == 2  # the moved vector's and the deleted one's entries
     np.testing.assert_allclose(index.vector(rows[6]["uuid"]), vectors[6], atol=1e-3)
 
 
 def test_a_numbered_save_far_behind_the_store_reads_every_vector(store, tmp_path, monkeypatch):
-    monkeypatch.setattr(vector_saves, "TOMBSTONE_LIMIT", 10)
+    monkeypatch.setattr(vector_graph, "TOMBSTONE_LIMIT", 10)
     rows = [entity(f"e{i}") for i in range(N)]
     insert(store, "entity", rows, clustered(N, store.dim))
-    assert open_index(store, tmp_path).save_graph(tmp_path, "entity", latest_vector_seq(store))
+    assert open_index(store, tmp_path).saves.save_graph(
+        tmp_path, "entity", latest_vector_seq(store)
+    )
     moved = clustered(N, store.dim, seed=3)  # every vector written again
     write_embeddings(store, "entity", [r["uuid"] for r in rows], moved)
     index = open_index(store, tmp_path)
-    assert index.uses_ann and not isinstance(index._mat, np.memmap)  # a new graph
+    assert index.uses_ann and not isinstance(index.slots._mat, np.memmap)  # a new graph
     assert index.search(moved[77], 1)[0][0] == rows[77]["uuid"]
 
 
@@ -114,14 +119,14 @@ def test_the_saved_vectors_are_served_mapped_with_the_same_results(store, saved)
     rows, vectors, first, folder = saved
     queries = clustered(20, store.dim, seed=1)
     before = [first.search(q, 10) for q in queries]
-    assert isinstance(first._mat, np.memmap)  # the save is served at once, too
+    assert isinstance(first.slots._mat, np.memmap)  # the save is served at once, too
     files = manifest(folder)["files"]
     on_disk = np.load(folder / files["vectors"])
     assert on_disk.dtype == np.float16 and on_disk.shape[0] >= N + 1024  # spare rows
 
     index = open_index(store, folder)
-    assert index.uses_ann and index._builder is None
-    assert isinstance(index._mat, np.memmap)
+    assert index.uses_ann and index.graph._builder is None
+    assert isinstance(index.slots._mat, np.memmap)
     assert [index.search(q, 10) for q in queries] == before
     for i in (0, 123, N - 1):
         np.testing.assert_allclose(index.vector(rows[i]["uuid"]), vectors[i], atol=1e-3)
@@ -138,13 +143,13 @@ def test_vectors_changed_after_the_save_come_from_the_store_and_the_file_is_unto
     store.execute("DELETE FROM entities WHERE uuid = ?", [rows[9]["uuid"]])
 
     index = open_index(store, folder)
-    assert isinstance(index._mat, np.memmap)
+    assert isinstance(index.slots._mat, np.memmap)
     assert index.search(moved, 1)[0] == (rows[5]["uuid"], pytest.approx(1.0, abs=2e-3))
     assert new["uuid"] in index and rows[9]["uuid"] not in index
     assert index.search(clustered(1, store.dim, seed=8)[0], 1)[0][0] == new["uuid"]
     more = [entity(f"more{i}") for i in range(50)]
     index.add([r["uuid"] for r in more], clustered(50, store.dim, seed=9), ["g"] * 50)
-    assert isinstance(index._mat, np.memmap)  # the spare rows took them
+    assert isinstance(index.slots._mat, np.memmap)  # the spare rows took them
     assert index.search(clustered(50, store.dim, seed=9)[17], 1)[0][0] == more[17]["uuid"]
     np.testing.assert_array_equal(np.load(folder / files["vectors"]), file_before)
 
@@ -163,13 +168,13 @@ def test_a_save_cut_short_before_its_manifest_leaves_the_previous_one_whole(
 
     monkeypatch.setattr(vector_saves.json, "dumps", crash)
     with pytest.raises(OSError):
-        first.save_graph(folder, "entity")
+        first.saves.save_graph(folder, "entity")
     monkeypatch.undo()
     assert manifest(folder) == before
     assert all((folder / name).is_file() for name in before["files"].values())
 
     index = open_index(store, folder)  # the previous save, caught up with the store
-    assert index.uses_ann and isinstance(index._mat, np.memmap)
+    assert index.uses_ann and isinstance(index.slots._mat, np.memmap)
     assert index.search(moved, 1)[0] == (rows[3]["uuid"], pytest.approx(1.0, abs=2e-3))
     np.testing.assert_allclose(index.vector(rows[4]["uuid"]), vectors[4], atol=1e-3)
 
@@ -179,11 +184,11 @@ def test_a_damaged_vectors_file_is_not_used(store, saved):
     path = folder / manifest(folder)["files"]["vectors"]
     np.save(path, np.zeros((10, store.dim), dtype=np.float16))  # too few rows
     index = open_index(store, folder)
-    assert index.uses_ann and not isinstance(index._mat, np.memmap)
+    assert index.uses_ann and not isinstance(index.slots._mat, np.memmap)
     np.testing.assert_allclose(index.vector(rows[200]["uuid"]), vectors[200], atol=1e-3)
     path.write_bytes(b"not an array")
     index = open_index(store, folder)
-    assert index.uses_ann and not isinstance(index._mat, np.memmap)
+    assert index.uses_ann and not isinstance(index.slots._mat, np.memmap)
     assert index.search(vectors[42], 1)[0][0] == rows[42]["uuid"]
 
 
@@ -195,10 +200,10 @@ def test_a_save_in_the_older_layout_still_opens(store, saved):
     (folder / files["prints"]).rename(folder / "entity.prints.npy")
     (folder / "entity.json").write_text(json.dumps(old))
     index = open_index(store, folder)
-    assert index.uses_ann and index._builder is None  # the graph reused
-    assert not isinstance(index._mat, np.memmap)  # that save had no vectors
+    assert index.uses_ann and index.graph._builder is None  # the graph reused
+    assert not isinstance(index.slots._mat, np.memmap)  # that save had no vectors
     assert index.search(vectors[7], 1)[0][0] == rows[7]["uuid"]
-    assert index.save_graph(folder, "entity")  # the next save takes the new layout
+    assert index.saves.save_graph(folder, "entity")  # the next save takes the new layout
     assert not (folder / "entity.usearch").exists()
     assert sorted(p.name for p in folder.iterdir()) == sorted(
         ["entity.json", *manifest(folder)["files"].values()]
@@ -214,7 +219,7 @@ def test_a_numbered_save_that_does_not_match_its_store_is_not_trusted(store, tmp
     seq = latest_vector_seq(store)
     if how == "went back":
         seq += 1000
-    assert open_index(store, tmp_path).save_graph(tmp_path, "entity", seq)
+    assert open_index(store, tmp_path).saves.save_graph(tmp_path, "entity", seq)
     moved = clustered(N, store.dim, seed=5)
     if how == "unnumbered":
         for row, vector in zip(rows[:40], moved[:40]):
@@ -249,26 +254,30 @@ def test_searches_read_the_saved_vectors_without_mapping_their_pages(store, tmp_
     rows = [entity(f"e{i}") for i in range(n)]
     vectors = clustered(n, store.dim)
     insert(store, "entity", rows, vectors)
-    assert open_index(store, tmp_path).save_graph(tmp_path, "entity", latest_vector_seq(store))
+    assert open_index(store, tmp_path).saves.save_graph(
+        tmp_path, "entity", latest_vector_seq(store)
+    )
     index = open_index(store, tmp_path)
     path = (tmp_path / manifest(tmp_path)["files"]["vectors"]).resolve()
     path.read_bytes()  # a warm page cache, as after the save
-    assert isinstance(index._mat, np.memmap)
+    assert isinstance(index.slots._mat, np.memmap)
     queries = clustered(200, store.dim, seed=4)
     for q in queries:
         index.search(q, 10)
     for i in range(0, n, 97):
         np.testing.assert_allclose(index.vector(rows[i]["uuid"]), vectors[i], atol=1e-3)
     where = {r["uuid"]: i for i, r in enumerate(rows)}
-    order = [where[u] for u in index._uuids[:n]]
-    every = index._rows(np.arange(n))  # as a graph build or a save reads them: in blocks
+    order = [where[u] for u in index.slots._uuids[:n]]
+    every = index.slots._rows(np.arange(n))  # as a graph build or a save reads them: in blocks
     np.testing.assert_allclose(every, vectors[order], atol=1e-3)
     assert mapped_kb(path) == 0
     index.add([rows[1]["uuid"]], queries[:1], ["main"])  # written: a private page, read there
     assert index.search(queries[0], 1)[0] == (rows[1]["uuid"], pytest.approx(1.0, abs=2e-3))
     assert 0 < mapped_kb(path) <= 8
-    np.testing.assert_allclose(index._rows(np.arange(n))[order.index(1)], queries[0], atol=1e-3)
-    assert index.save_graph(tmp_path, "entity", latest_vector_seq(store))  # the new row saved
+    np.testing.assert_allclose(
+        index.slots._rows(np.arange(n))[order.index(1)], queries[0], atol=1e-3
+    )
+    assert index.saves.save_graph(tmp_path, "entity", latest_vector_seq(store))  # the new row saved
     again = load_index(store, "entity", ann_threshold=100, graph_dir=tmp_path)
     np.testing.assert_allclose(again.vector(rows[2]["uuid"]), vectors[2], atol=1e-3)
     np.testing.assert_allclose(index.vector(rows[1]["uuid"]), queries[0], atol=1e-3)
@@ -316,7 +325,7 @@ def test_a_tampered_save_is_counted_removed_and_rebuilt_not_served(store, tmp_pa
 
 
 def test_a_tampered_keyword_save_is_counted_and_removed(store, tmp_path):
-    from workbench.index.bm25 import KeywordIndex
+    from workbench.index.keyword.bm25 import KeywordIndex
     from workbench.index.saves import IndexSaves
     from workbench.metrics import Metrics
 

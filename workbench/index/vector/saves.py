@@ -1,8 +1,8 @@
 """Saving a vector index's HNSW graph beside the database, and opening it again caught up with
 the store (a cache: the store keeps the vectors). :meth:`GraphSaves.save_graph` writes the graph,
 a fingerprint of each slot's vector and the float16 vectors, then the manifest that makes the
-save count; :meth:`GraphSaves._restore` / :meth:`GraphSaves._restore_changed` open it and catch
-it up (see :func:`workbench.index.vectors.load_index`)."""
+save count; :meth:`GraphSaves.restore` / :meth:`GraphSaves.restore_changed` open it and catch
+it up (see :func:`workbench.index.vector.index.load_index`)."""
 
 from __future__ import annotations
 
@@ -19,13 +19,14 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from workbench.index.file_rows import open_rows
-from workbench.index.vector_math import (
+from workbench.index.arrays import (
     positions_in,
     row_prints,
     unit_rows,
 )
-from workbench.index.vector_slots import VectorSlots
+from workbench.index.vector.file_rows import open_rows
+from workbench.index.vector.graph import TOMBSTONE_LIMIT, GraphBuild, tombstone_limit
+from workbench.index.vector.slots import VectorSlots
 
 if TYPE_CHECKING:
     from workbench.store import Store
@@ -33,11 +34,7 @@ if TYPE_CHECKING:
 __all__ = ["SPOT_CHECKS", "TOMBSTONE_LIMIT", "GraphSaves", "SavedGraph", "saved_graph",
            "tombstone_limit"]  # fmt: skip
 
-log = logging.getLogger("workbench.index.vector_saves")
-
-# tombstones a graph may carry (or changes it may be caught up with at open) before a new
-# graph is built instead: at least this many, or a quarter of the index
-TOMBSTONE_LIMIT = 10_000
+log = logging.getLogger("workbench.index.vector.saves")
 
 # saved vectors a numbered restore compares with the store's, beyond those written since
 SPOT_CHECKS = 256
@@ -61,19 +58,14 @@ class SavedGraph:
     seq: int | None = None  # the newest vector write it reflects (older saves: unknown)
 
 
-class GraphSaves(VectorSlots):
-    """The saving and restoring of a :class:`~workbench.index.vectors.VectorIndex`'s graph."""
+class GraphSaves:
+    """The saving and restoring of a :class:`~workbench.index.vector.index.VectorIndex`'s graph:
+    of its slots and the graph its build serves."""
 
-    ann_threshold: int
-    _ann_params: dict[str, Any]
-    _ann_tombstones: int
-    _build_threads: int
-    _builder: threading.Thread | None
-    _save_lock: threading.Lock  # one save of the index at a time
-    _written: set[int] | None = None  # the slots written while a save runs
-
-    def _start_build(self) -> None:
-        raise NotImplementedError  # the index's own (a graph built anew)
+    def __init__(self, slots: VectorSlots, graph: GraphBuild):
+        self.slots = slots
+        self.graph = graph
+        self._save_lock = threading.Lock()  # one save of the index at a time
 
     def save_graph(
         self,
@@ -101,22 +93,22 @@ class GraphSaves(VectorSlots):
         and the slots written during the save are put again once the file is mapped."""
         folder = Path(graph_dir)
         with self._save_lock:  # one save of this index at a time
-            with self._lock:
-                if self._ann is None or self._builder is not None:
+            with self.slots._lock:
+                if self.slots._ann is None or self.graph.building:
                     return False
-                size, half = self._size, self._mat.dtype == np.float16
-                graph = self._ann.copy()
-                prints = self._prints[:size].copy()
-                layout = self._uuids[:size]
-                capacity = max(self._mat.shape[0], size + max(1024, size // 8))
-                params = self._params_key()
-                self._written = set()
+                size, half = self.slots._size, self.slots._mat.dtype == np.float16
+                graph = self.slots._ann.copy()
+                prints = self.slots._prints[:size].copy()
+                layout = self.slots._uuids[:size]
+                capacity = max(self.slots._mat.shape[0], size + max(1024, size // 8))
+                params = self.graph.params_key()
+                self.slots._written = set()
             try:
                 return self._write_save(folder, kind, seq, graph, prints, layout, capacity,
                                         params, half, extra_files or {})  # fmt: skip
             finally:
-                with self._lock:
-                    self._written = None
+                with self.slots._lock:
+                    self.slots._written = None
 
     def _write_save(
         self, folder: Path, kind: str, seq: int | None, graph: Any, prints: np.ndarray,
@@ -146,40 +138,32 @@ class GraphSaves(VectorSlots):
         tmp.replace(folder / f"{kind}.json")
         remove_other_saves(folder, kind, set(files.values()))
         if "vectors" in files:
-            mapped = open_rows(folder / files["vectors"], len(layout), self.dim)
-            with self._lock:
+            mapped = open_rows(folder / files["vectors"], len(layout), self.slots.dim)
+            with self.slots._lock:
                 self._serve_saved(mapped)
         return True
 
     def _stored_now(self, slots: slice) -> np.ndarray:
         """The vectors at ``slots`` as held now (a copy, read under the lock)."""
-        with self._lock:
-            return np.array(self._stored(slots), dtype=np.float16)
+        with self.slots._lock:
+            return np.array(self.slots._stored(slots), dtype=np.float16)
 
     def _serve_saved(self, mapped: np.ndarray | None) -> None:
         """Serve the vectors from the file just saved (hold the lock): the slots written since
         the save began (:attr:`_written`) are put again from the vectors held now. Not when
         they are no longer float16 (the graph was dropped) or outgrew the file."""
-        if mapped is None or self._mat.dtype != np.float16 or self._written is None:
+        if mapped is None or self.slots._mat.dtype != np.float16 or self.slots._written is None:
             return
-        if mapped.shape[0] < max(self._mat.shape[0], self._size):
+        if mapped.shape[0] < max(self.slots._mat.shape[0], self.slots._size):
             return  # grown past the file's spare rows meanwhile: the next save maps
-        written = np.fromiter(self._written, dtype=np.int64, count=len(self._written))
-        written = np.sort(written[written < self._size])
-        rows = self._stored(written)
-        self._map_rows(mapped)
+        written = np.fromiter(self.slots._written, dtype=np.int64, count=len(self.slots._written))
+        written = np.sort(written[written < self.slots._size])
+        rows = self.slots._stored(written)
+        self.slots._map_rows(mapped)
         if written.size:
-            self._put(written, rows)
+            self.slots._put(written, rows)
 
-    def _put(self, slots: np.ndarray, rows: np.ndarray | float) -> None:
-        super()._put(slots, rows)
-        if self._written is not None:  # a save is under way: put again once it is mapped
-            self._written.update(np.asarray(slots, dtype=np.int64).ravel().tolist())
-
-    def _params_key(self) -> dict[str, str]:
-        return {k: str(v) for k, v in self._ann_params.items()}
-
-    def _restore(
+    def restore(
         self, saved: SavedGraph, uuids: list[str], vectors: np.ndarray, groups: list[str]
     ) -> None:
         """Lay the vectors out in the saved slots (a new uuid takes a slot a gone one left)
@@ -190,37 +174,39 @@ class GraphSaves(VectorSlots):
         With the graph, the vectors saved beside it are memory-mapped and only the slots
         whose vector differs from the saved one are written (to private memory)."""
         slots, size, _ = slots_for(saved.layout, uuids)
-        with self._lock:
-            self._lay_out(slots, size, uuids, groups)
-            unit = unit_rows(vectors, self.dim)
-            self._prints[slots] = row_prints(unit)
+        with self.slots._lock:
+            self.slots._lay_out(slots, size, uuids, groups)
+            unit = unit_rows(vectors, self.slots.dim)
+            self.slots._prints[slots] = row_prints(unit)
             at = np.zeros(size, dtype=np.int64)  # slot -> row of ``unit``
             at[slots] = np.arange(slots.size)
             graph, stale, redo = self._caught_up(saved, lambda s: unit[at[s]])
             mapped = None
-            if graph is not None and self.half_under_graph and saved.vectors is not None:
-                mapped = open_rows(saved.vectors, size, self.dim)
+            if graph is not None and self.slots.half_under_graph and saved.vectors is not None:
+                mapped = open_rows(saved.vectors, size, self.slots.dim)
             if mapped is not None:
                 # the slots the graph was caught up on are those whose saved row is not the
                 # current vector; copy-on-write: the file stays as saved
-                self._map_rows(mapped)
-                self._put(redo, unit[at[redo]])
+                self.slots._map_rows(mapped)
+                self.slots._put(redo, unit[at[redo]])
             else:
-                self._set_matrix(np.zeros((self._alive.shape[0], self.dim), dtype=np.float32))
-                self._mat[slots] = unit
+                self.slots._set_matrix(
+                    np.zeros((self.slots._alive.shape[0], self.slots.dim), dtype=np.float32)
+                )
+                self.slots._mat[slots] = unit
             if graph is not None:
-                self._ann, self._ann_tombstones = graph, stale
+                self.graph.serve(graph, stale)
                 # now, not in a thread: a search must not see float32 cosines first and
                 # float16 ones later (results are the same before and after a restart)
-                self._set_half(self.half_under_graph)
-            elif len(self._slot) >= self.ann_threshold:
-                self._start_build()
+                self.slots._set_half(self.slots.half_under_graph)
+            elif len(self.slots._slot) >= self.graph.ann_threshold:
+                self.graph.start()
 
-    def _restore_changed(
+    def restore_changed(
         self, saved: SavedGraph, store: Store, kind: str, uuids: list[str], groups: list[str],
         seqs: np.ndarray, spot_checks: int | None = None,
     ) -> bool:  # fmt: skip
-        """:meth:`_restore` for a save that records the vector write it reflects
+        """:meth:`restore` for a save that records the vector write it reflects
         (``saved.seq``) and holds the vectors: only the vectors written after it, and those
         of memories it did not hold, are read from the store; every other slot's vector and
         fingerprint are the saved ones (memory-mapped). False, with nothing to keep, when the
@@ -233,7 +219,7 @@ class GraphSaves(VectorSlots):
         known = len(saved.layout)
         if saved.seq is None or saved.vectors is None:
             return False
-        if not (self.half_under_graph and self._fits(saved, len(uuids))):
+        if not (self.slots.half_under_graph and self._fits(saved, len(uuids))):
             return False
         if latest_vector_seq(store) < saved.seq:
             return False  # the database went back (restored from a copy): trust no save
@@ -241,7 +227,7 @@ class GraphSaves(VectorSlots):
         changed = np.union1d(new, np.flatnonzero((seqs > saved.seq) | (seqs < 0)))
         if changed.size > tombstone_limit(len(uuids)):
             return False  # a new graph is as quick: it needs every vector
-        mapped = open_rows(saved.vectors, size, self.dim)
+        mapped = open_rows(saved.vectors, size, self.slots.dim)
         if mapped is None:
             return False
         # and a few of the others, whose saved fingerprints must match the store's vectors
@@ -253,15 +239,15 @@ class GraphSaves(VectorSlots):
         got, matrix = vectors_of(store, kind, wanted)
         if len(got) != len(wanted):
             return False  # written meanwhile: read them all
-        unit = unit_rows(matrix[positions_in(wanted, got)], self.dim)
+        unit = unit_rows(matrix[positions_in(wanted, got)], self.slots.dim)
         unit, spot = unit[: changed.size], unit[changed.size :]
         if not np.array_equal(row_prints(spot), saved.prints[slots[checked]]):
             return False
-        with self._lock:
-            self._lay_out(slots, size, uuids, groups)
+        with self.slots._lock:
+            self.slots._lay_out(slots, size, uuids, groups)
             held = slots < known
-            self._prints[slots[held]] = saved.prints[slots[held]]
-            self._prints[slots[changed]] = row_prints(unit)
+            self.slots._prints[slots[held]] = saved.prints[slots[held]]
+            self.slots._prints[slots[changed]] = row_prints(unit)
             at = np.full(size, -1, dtype=np.int64)  # slot -> row of ``unit``
             at[slots[changed]] = np.arange(changed.size)
 
@@ -274,10 +260,10 @@ class GraphSaves(VectorSlots):
             graph, stale, redo = self._caught_up(saved, rows_at)
             if graph is None:
                 return False
-            self._map_rows(mapped)
-            self._put(redo, rows_at(redo))
-            self._ann, self._ann_tombstones = graph, stale
-            self._set_half(True)
+            self.slots._map_rows(mapped)
+            self.slots._put(redo, rows_at(redo))
+            self.graph.serve(graph, stale)
+            self.slots._set_half(True)
         return True
 
     def _fits(self, saved: SavedGraph, count: int) -> bool:
@@ -285,9 +271,9 @@ class GraphSaves(VectorSlots):
         parameters, whole, and for an index large enough to want a graph (a small one is
         searched exactly, cheaper than a graph)."""
         return (
-            saved.params == self._params_key()
+            saved.params == self.graph.params_key()
             and saved.prints.shape == (len(saved.layout),)
-            and count >= max(1, self.ann_threshold // 2)
+            and count >= max(1, self.graph.ann_threshold // 2)
         )
 
     def _caught_up(
@@ -300,17 +286,17 @@ class GraphSaves(VectorSlots):
         from usearch.index import Index
 
         known = len(saved.layout)
-        if not self._fits(saved, len(self._slot)):
+        if not self._fits(saved, len(self.slots._slot)):
             return None, 0, _NO_SLOTS
         in_graph = np.array([u is not None for u in saved.layout], dtype=bool)
-        alive = self._alive[: self._size]
-        current = self._prints[:known]
+        alive = self.slots._alive[: self.slots._size]
+        current = self.slots._prints[:known]
         stale = np.flatnonzero(in_graph & ((current != saved.prints) | ~alive[:known]))
-        graphed = np.zeros(self._size, dtype=bool)
+        graphed = np.zeros(self.slots._size, dtype=bool)
         graphed[:known] = in_graph
         fresh = np.flatnonzero(alive & ~graphed)
         redo = np.union1d(stale[alive[stale]], fresh)
-        if stale.size + fresh.size > tombstone_limit(len(self._slot)):
+        if stale.size + fresh.size > tombstone_limit(len(self.slots._slot)):
             return None, 0, _NO_SLOTS  # a new graph is as quick and leaves no tombstones
         try:
             graph = Index.restore(str(saved.graph))
@@ -321,7 +307,7 @@ class GraphSaves(VectorSlots):
         if stale.size:
             graph.remove(stale)
         if redo.size:
-            graph.add(redo, rows_at(redo), threads=self._build_threads)
+            graph.add(redo, rows_at(redo), threads=self.graph._build_threads)
         return graph, int(stale.size), redo
 
 
@@ -426,12 +412,6 @@ def remove_other_saves(folder: Path, kind: str, keep: set[str]) -> None:
             (folder / name).unlink(missing_ok=True)
         except OSError:
             log.warning("could not remove %s", folder / name)
-
-
-def tombstone_limit(count: int) -> int:
-    """Entries a graph of ``count`` memories may have removed (or be caught up with) before a
-    new graph is built instead."""
-    return max(TOMBSTONE_LIMIT, count // 4)
 
 
 def slots_for(layout: list[str | None], uuids: list[str]) -> tuple[np.ndarray, int, np.ndarray]:

@@ -1,6 +1,6 @@
 """The documents of a keyword index and their postings, kept incrementally (see
-:class:`KeywordDocuments`); the searches over them are
-:class:`~workbench.index.bm25.KeywordIndex`'s."""
+:class:`KeywordDocuments`); the index that holds them
+(:class:`~workbench.index.keyword.bm25.KeywordIndex`) scores and searches them."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from workbench.index.tokens import document_prints, tokenize
+from workbench.index.keyword.tokens import document_prints, tokenize
 
 __all__ = ["B", "K1", "KeywordDocuments"]
 
@@ -25,19 +25,7 @@ class KeywordDocuments:
     arrays and, for documents added since, a list per term, merged by a compaction once dead
     or new postings pile up. Thread-safe (one lock)."""
 
-    def __init__(
-        self,
-        k1: float = K1,
-        b: float = B,
-        count_unknown_terms: bool = True,
-        common_fraction: float = 0.1,
-        common_min_df: int = 5_000,
-    ):
-        self.k1 = k1
-        self.b = b
-        self.count_unknown_terms = count_unknown_terms
-        self.common_fraction = common_fraction
-        self.common_min_df = common_min_df
+    def __init__(self) -> None:
         self._lock = threading.RLock()
         self._reset()
 

@@ -9,9 +9,9 @@ import pytest
 
 from tests.search.helpers import write_embeddings
 from workbench.errors import DimensionMismatch
-from workbench.index import vector_slots
-from workbench.index import vectors as search_vectors
-from workbench.index.vectors import VectorIndex, load_index
+from workbench.index.vector import graph as vector_graph
+from workbench.index.vector import slots as vector_slots
+from workbench.index.vector.index import VectorIndex, load_index
 
 DIM = 32
 
@@ -140,13 +140,13 @@ def test_ann_recall_against_exact_is_at_least_095():
     exact = dict(brute(vectors, uuids, queries[0], n))
     for uuid, score in hits:  # the cosine of the float16 vectors, not the int8 graph's
         assert score == pytest.approx(exact[uuid], abs=1e-3)
-    assert index._mat.dtype == np.float16  # under the graph: half the memory
+    assert index.slots._mat.dtype == np.float16  # under the graph: half the memory
 
 
 def test_the_search_breadth_grows_with_the_square_root_of_the_size():
     """A fixed ef lost recall as the graph grew (0.991 at 100k, 0.908 at 1M with ef 200)."""
     index = VectorIndex(8, ef_search=200, ef_reference_size=100_000)
-    assert [index.ef_for(n) for n in (0, 50_000, 100_000, 400_000, 1_000_000)] == [
+    assert [index.searches.ef_for(n) for n in (0, 50_000, 100_000, 400_000, 1_000_000)] == [
         200,
         200,
         200,
@@ -159,7 +159,7 @@ def test_the_search_breadth_grows_with_the_square_root_of_the_size():
     small.add([f"u{i}" for i in range(n)], vectors, ["g"] * n)
     assert small.wait_ready(60) and small.uses_ann
     small.search(vectors[0], 10)  # asks the graph for 100 candidates
-    assert small._ann.expansion_search == 200  # 50 x sqrt(6000 / 375), not 100
+    assert small.slots._ann.expansion_search == 200  # 50 x sqrt(6000 / 375), not 100
 
 
 def test_ann_stays_consistent_after_deletes_and_upserts():
@@ -172,18 +172,18 @@ def test_ann_stays_consistent_after_deletes_and_upserts():
     index.remove(gone)  # ... these changes land during (or after) it and are replayed
     index.add(["u1"], vectors[2:3], ["g"])
     assert index.wait_ready(60) and index.uses_ann and len(index) == n - len(gone)
-    assert len(index._ann) == len(index)
+    assert len(index.slots._ann) == len(index)
     seen = {u for q in vectors[:50] for u, _ in index.search(q, 10)}
     assert not seen & set(gone)
     assert index.search(vectors[2], 2)[0][1] == pytest.approx(1.0, abs=1e-3)  # float16
     index.remove([u for u in uuids if u not in gone][:1600])  # small again: back to exact
-    assert not index.uses_ann and index._mat.dtype == np.float32  # for BLAS, exact search
+    assert not index.uses_ann and index.slots._mat.dtype == np.float32  # for BLAS, exact search
 
 
 def test_a_build_reads_its_vectors_as_it_goes_and_replays_what_changed_meanwhile(monkeypatch):
     """The build reads each chunk's vectors when it adds them (no copy of them all first):
     memories removed, moved or added after it began are right in the graph it ends with."""
-    monkeypatch.setattr(search_vectors, "BUILD_CHUNK", 256)
+    monkeypatch.setattr(vector_graph, "BUILD_CHUNK", 256)
     n = 3000
     vectors = clustered(n, DIM, seed=12)
     uuids = [f"u{i}" for i in range(n)]
@@ -191,7 +191,7 @@ def test_a_build_reads_its_vectors_as_it_goes_and_replays_what_changed_meanwhile
     gone = uuids[::3]
     moved = clustered(1, DIM, seed=13)
     changed = []
-    real_rows = index._rows
+    real_rows = index.slots._rows
 
     def rows(slots):  # the builder's first read: change the index first (the lock is held)
         if threading.current_thread().name == "workbench-ann-build" and not changed:
@@ -200,10 +200,10 @@ def test_a_build_reads_its_vectors_as_it_goes_and_replays_what_changed_meanwhile
             index.add(["u1", "new"], np.vstack([moved, vectors[:1]]), ["g", "g"])
         return real_rows(slots)
 
-    monkeypatch.setattr(index, "_rows", rows)
+    monkeypatch.setattr(index.slots, "_rows", rows)
     index.add(uuids, vectors, ["g"] * n)
     assert index.wait_ready(60) and index.uses_ann and changed
-    assert len(index._ann) == len(index) == n - len(gone) + 1
+    assert len(index.slots._ann) == len(index) == n - len(gone) + 1
     seen = {u for q in vectors[:60] for u, _ in index.search(q, 10)}
     assert seen and not seen & set(gone)
     assert index.search(moved[0], 1)[0] == ("u1", pytest.approx(1.0, abs=1e-3))
@@ -245,15 +245,15 @@ def test_exact_search_serves_while_the_graph_is_built():
 def test_closing_calls_off_a_graph_build_and_keeps_exact_search(monkeypatch):
     """A build left running in native code when the process exits aborts it ("terminate
     called without an active exception"): close() stops it at its next chunk."""
-    monkeypatch.setattr(search_vectors, "BUILD_CHUNK", 64)
+    monkeypatch.setattr(vector_graph, "BUILD_CHUNK", 64)
     vectors = clustered(6000, DIM, seed=6)
     uuids = [f"u{i}" for i in range(6000)]
     index = VectorIndex(DIM, ann_threshold=1000)
     index.add(uuids, vectors, ["g"] * 6000)
-    builder = index._builder
+    builder = index.graph._builder
     assert builder is not None and builder.is_alive()
     index.close()
-    assert not builder.is_alive() and index._builder is None and not index.uses_ann
+    assert not builder.is_alive() and index.graph._builder is None and not index.uses_ann
     assert index.search(vectors[9], 1)[0][0] == "u9"  # exact search still answers
     index.close()  # nothing to call off: a no-op
 
@@ -266,10 +266,10 @@ def test_a_bulk_load_builds_the_graph_once_after_it():
         for start in range(0, 1500, 100):  # past the threshold: no build while it loads
             end = start + 100
             index.add(uuids[start:end], vectors[start:end], ["g"] * 100)
-            assert index._builder is None and not index.uses_ann
+            assert index.graph._builder is None and not index.uses_ann
         assert index.search(vectors[1200], 1)[0][0] == "u1200"  # exact meanwhile
-    assert index._builder is not None or index.uses_ann  # one build, after the load
-    assert index.wait_ready(60) and index.uses_ann and len(index._ann) == 1500
+    assert index.graph._builder is not None or index.uses_ann  # one build, after the load
+    assert index.wait_ready(60) and index.uses_ann and len(index.slots._ann) == 1500
     assert index.search(vectors[1300], 1)[0][0] == "u1300"
 
 

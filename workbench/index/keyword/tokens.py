@@ -10,7 +10,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from workbench.index.vector_math import text_prints
+from workbench.index.arrays import text_prints
 
 __all__ = ["STOP_WORDS", "document_print", "document_prints", "stem", "tokenize"]
 
@@ -99,7 +99,7 @@ def _split_cjk(word: str) -> list[str]:
 
 def document_prints(texts: Sequence[str], groups: Sequence[str]) -> np.ndarray:
     """A 64-bit fingerprint of each document's text and group (stable across processes;
-    :func:`~workbench.index.vector_math.text_prints`, all at once)."""
+    :func:`~workbench.index.arrays.text_prints`, all at once)."""
     return text_prints([f"{g}\x00{t}" for t, g in zip(texts, groups)])
 
 
