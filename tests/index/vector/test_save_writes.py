@@ -11,8 +11,8 @@ import time
 import numpy as np
 import pytest
 
-from tests.search.helpers import add, entity, write_embeddings
 from tests.index.vector.test_saves import clustered, open_index
+from tests.search.helpers import add, entity, write_embeddings
 from workbench.config import Settings
 from workbench.fakes.embedder import HashEmbedder
 from workbench.index.vector import saves as vector_saves
