@@ -302,7 +302,7 @@ def test_a_tampered_save_is_counted_removed_and_rebuilt_not_served(store, tmp_pa
     vectors = clustered(N, store.dim)
     insert(store, "entity", rows, vectors)
     first = open_index(store, tmp_path)
-    assert first.save_graph(tmp_path, "entity", latest_vector_seq(store))
+    assert first.saves.save_graph(tmp_path, "entity", latest_vector_seq(store))
     metrics = Metrics()
     saves = IndexSaves(store, tmp_path, metrics=metrics)
     assert saves.verify("entity") and rejected(metrics, part) == 0  # as saved: used
