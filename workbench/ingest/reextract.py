@@ -386,7 +386,7 @@ class Reextraction:
             with _busy(group_id), self._shadow_store(run) as shadow:
                 self._prune(shadow.store, group_id)
             return "pruned"
-        except WorkbenchError as exc:  # in use here or by another process: it prunes itself
+        except (WorkbenchError, OSError) as exc:  # in use here or elsewhere: it prunes itself
             log.info("run %s prunes the deleted episodes itself: %s", run["run_id"], exc)
             return "deferred"
 
@@ -400,7 +400,7 @@ class Reextraction:
                     Store.open(str(path), dim=None).close()  # refused while another holds it
                 remove_shadow(path)
             return True
-        except WorkbenchError:
+        except (WorkbenchError, OSError):
             return False
 
     def _open(self, run_id: str, what: str) -> dict[str, Any]:
