@@ -22,7 +22,7 @@ from workbench import results as r
 from workbench.clock import Clock, utcnow
 from workbench.config import Settings, load_settings
 from workbench.decay import maintenance
-from workbench.decay.classification import classify_texts
+from workbench.decay.classification import check_classify_text, classify_texts
 from workbench.decay.maintenance import MaintenanceScheduler
 from workbench.decay.rules import DecayPolicy
 from workbench.embedding import Embedder, build_embedder
@@ -33,6 +33,7 @@ from workbench.ingest.context import IngestContext
 from workbench.ingest.episode_queue import EpisodeQueue, QueueConfig
 from workbench.ingest.generations import one_action
 from workbench.ingest.importer import Importer
+from workbench.ingest.passages import passage_uuid
 from workbench.ingest.pipeline import NO_LLM, EpisodePipeline
 from workbench.ingest.reextract import Reextraction
 from workbench.ingest.verbatim import PassageWriter
@@ -237,7 +238,7 @@ class Workbench:
         passages = self.passages.prepare(episode)
         with self.publisher:
             with self.store.transaction():
-                existing = g.get_episode(self.store, episode["uuid"])
+                existing = _own_episode(self.store, self.tenancy, episode, passages)
                 if existing is None:
                     self._room_in_queue()
                     g.insert_episode(self.store, episode)
@@ -396,6 +397,7 @@ class Workbench:
                 removed = g.delete_episode(self.store, uuid)
             self.pipeline.forget_groups([episode["group_id"]])
             self.publisher.deleted(removed, "deleting an episode")
+        self.reextraction().forget([episode["group_id"]])  # no open run keeps or restores it
         self.snapshots.discard()  # no copy outlives deleted data
         self.queue.refresh_gauges()
         return {
@@ -437,6 +439,7 @@ class Workbench:
                 for kind, value in step.items():
                     removed[kind] += value if kind == "episodes" else len(value)
             self.pipeline.forget_groups(groups)
+        self.reextraction().forget(groups, cleared=True)  # no open run keeps or restores them
         self.snapshots.discard()
         self.queue.refresh_gauges()
         return {
@@ -501,8 +504,8 @@ class Workbench:
         )
         return answer
 
-    def get_queue_status(self) -> r.QueueStatusResult:
-        status = q.status(self.store, self.clock())
+    def get_queue_status(self, group_ids: Sequence[str] | None = None) -> r.QueueStatusResult:
+        status = q.status(self.store, self.clock(), self._groups(group_ids))
         status["failed"] = _scrubbed(status.get("failed", []), "error_message")
         status["workers"] = self.settings.queue_concurrency if self.queue.running else 0
         status["llm_configured"] = self.chat is not None
@@ -544,12 +547,7 @@ class Workbench:
         return answer
 
     def classify_memory(self, text: str) -> r.ClassifyResult:
-        if not isinstance(text, str) or not text.strip():
-            raise errors.InvalidInput("'text' must be a non-empty string")
-        if len(text) > self.settings.max_episode_chars:
-            raise errors.InvalidInput(
-                f"'text' has {len(text)} characters; at most {self.settings.max_episode_chars}"
-            )
+        check_classify_text(text, self.settings.max_episode_chars)
         result = classify_texts(self.chat, [text], self.metrics)[0]
         return cast(r.ClassifyResult, jsonable(_as_dict(result)))
 
@@ -619,3 +617,20 @@ def _as_dict(value: Any) -> dict[str, Any]:
         dumped: dict[str, Any] = value.model_dump()
         return dumped
     return dict(value)
+
+
+def _own_episode(
+    store: Store, tenancy: Tenancy, episode: dict[str, Any], passages: list[dict[str, Any]]
+) -> dict[str, Any] | None:
+    """The episode stored under ``episode``'s uuid in its group (a retry), or None. A uuid
+    another group holds is not refused (that would let one tenant claim another's uuids
+    first, and tell it the uuid was used): the episode and its passages take a uuid derived
+    from it and its group under the database's secret, the same on every retry."""
+    existing = g.get_episode(store, episode["uuid"])
+    if existing is None or existing["group_id"] == episode["group_id"]:
+        return existing
+    scoped = tenancy.scoped_uuid("uuid", episode["group_id"], episode["uuid"])
+    episode["uuid"] = scoped
+    for row in passages:  # named after their episode
+        row.update(uuid=passage_uuid(scoped, row["position"]), episode_uuid=scoped)
+    return g.get_episode(store, scoped)

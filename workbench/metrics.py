@@ -280,6 +280,12 @@ class Metrics:
         self.weighted_searches = Counter(
             "knowledge_weighted_searches", "Weighted searches", registry=r
         )
+        self.search_saves_rejected = Counter(
+            "knowledge_search_saves_rejected",
+            "Saved search indexes not used because a file failed its checksum (rebuilt)",
+            ["kind", "part"],
+            registry=r,
+        )
         self.search_latency = Histogram(
             "knowledge_search_weighted_latency_seconds",
             "Weighted search latency",

@@ -276,6 +276,8 @@ def scoped(tool: Any, workbench: ToolTarget, args: Any, caller: Caller | None) -
             )
     _check_groups(_line_groups(args), caller, tool)
     for name, value in _uuid_fields(args):
+        if tool.name == "add_memory":  # names the new episode: scoped by the core (issue 55)
+            continue
         if isinstance(value, list):  # a list: another group's uuids count as missing ones
             # (a list left empty names the nil uuid: an empty list would mean "all")
             update[name] = [u for u in value if _ours(workbench, caller, u)] or [NIL_UUID]

@@ -81,10 +81,17 @@ IdempotencyKey = Annotated[
 IDEMPOTENCY_NAMESPACE = uuidlib.UUID("5b0c8e6e-3f2a-4d0b-9a57-9f1f4b7c2d11")
 
 
-def idempotent_uuid(key: str) -> str:
+def idempotent_uuid(workbench: Any, caller: Any, group: str | None, key: str) -> str:
     """The episode uuid an ``Idempotency-Key`` stands for: a retry with the same key (and the
-    same episode) gets the first result instead of a second episode."""
-    return str(uuidlib.uuid5(IDEMPOTENCY_NAMESPACE, key))
+    same episode) gets the first result instead of a second episode. Scoped to the caller
+    (its token's name) and the group, and derived under the database's secret: another
+    tenant's key of the same text is another uuid, which nobody else can compute."""
+    who = caller.name if caller is not None else "admin"
+    group = group or workbench.settings.default_group_id
+    tenancy = vars(workbench).get("tenancy") if hasattr(workbench, "__dict__") else None
+    if tenancy is None:  # a stand-in without a store: scoped, not secret
+        return str(uuidlib.uuid5(IDEMPOTENCY_NAMESPACE, f"{who}\x00{group}\x00{key}"))
+    return str(tenancy.scoped_uuid("idempotency", who, group, key))
 
 
 ERROR_RESPONSES = {
@@ -103,9 +110,11 @@ def tool_route(workbench: Workbench, tool: Tool):
             request: Request, data: Any, idempotency_key: IdempotencyKey = None
         ) -> dict[str, Any]:
             args = tool.parse(data)
+            caller = caller_of(request.scope)
             if idempotency_key and args.uuid is None:
-                args = args.model_copy(update={"uuid": idempotent_uuid(idempotency_key)})
-            return tool.invoke(workbench, args, caller_of(request.scope))
+                scoped = idempotent_uuid(workbench, caller, args.group_id, idempotency_key)
+                args = args.model_copy(update={"uuid": scoped})
+            return tool.invoke(workbench, args, caller)
 
         handler.__annotations__["data"] = JSONBody[tool.args]
     elif tool.args_optional:

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, WithJsonSchema, model_validator
 
 from service.api.access import guarded_call
+from workbench.decay.classification import MAX_CLASSIFY_CHARS
 from workbench.errors import NotFound
 from workbench.names import (
     GROUP_ID_PATTERN,
@@ -187,6 +188,15 @@ class SearchMemoryArgs(Args):
     min_score: float | None = Field(None, allow_inf_nan=False, description=_MIN_SCORE)
 
 
+class QueueStatusArgs(Args):
+    group_ids: GroupIds = Field(
+        None,
+        json_schema_extra=AS_GROUPS,
+        description="Groups whose failures to list (their 20 newest, however many other "
+        "groups failed since); omit for every group the token may use.",
+    )
+
+
 class GetEpisodesArgs(Args):
     group_ids: GroupIds = Field(
         None,
@@ -304,7 +314,11 @@ class ReextractArgs(Args):
 
 
 class ClassifyArgs(Args):
-    text: str = Field(min_length=1, description="The memory text to rate.")
+    text: str = Field(
+        min_length=1,
+        max_length=MAX_CLASSIFY_CHARS,
+        description=f"The memory text to rate (at most {MAX_CLASSIFY_CHARS} characters).",
+    )
 
 
 class ListGroupsArgs(Args):
@@ -508,7 +522,7 @@ TOOLS: tuple[Tool, ...] = (
         "get_queue_status",
         "Extraction queue status: episodes queued, processing, done and failed (with the "
         "failure reasons), workers running.",
-        NoArgs,
+        QueueStatusArgs,
         "get_queue_status",
         read_only=True,
     ),
@@ -539,10 +553,10 @@ TOOLS: tuple[Tool, ...] = (
     Tool(
         "classify_memory",
         "Rate a piece of text for importance and stability (1-5 each) as the service would "
-        "for a new memory; reports whether the LLM or the defaults were used.",
+        "for a new memory; reports whether the LLM or the defaults were used. It spends an "
+        "LLM call, so a read-only token may not call it.",
         ClassifyArgs,
         "classify_memory",
-        read_only=True,
     ),
     Tool(
         "import_memories",

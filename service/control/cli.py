@@ -253,7 +253,7 @@ def restore_backup(settings: Settings, folder: str) -> dict[str, Any]:
     )
     try:
         log.info("restoring %s into the database %s", backup.directory, store.path)
-        report = restore(store, backup)
+        report = restore(store, backup, settings.max_episode_chars)
     finally:
         store.close()
     return {"database": store.path, **report}

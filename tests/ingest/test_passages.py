@@ -5,15 +5,19 @@ from __future__ import annotations
 
 import json
 import random
+import time
 import uuid
 from datetime import UTC, datetime
 
 import pytest
 
+from workbench.errors import InvalidInput
 from workbench.ingest.passages import (
+    KEY_CHARS,
     MAX_CHARS,
     TURNS,
     Passage,
+    passage_bounds,
     passage_rows,
     passage_uuid,
     split_episode,
@@ -198,3 +202,76 @@ def test_rows_carry_the_episode_and_have_stable_uuids():
     assert [r["uuid"] for r in passage_rows(episode)] == [r["uuid"] for r in rows]
     assert len({passage_uuid(str(uuid.uuid4()), 0) for _ in range(5)}) == 5
     assert isinstance(split_episode("x y", "text")[0], Passage)
+
+
+# --- bounds (issue 55, item 1) ----------------------------------------------------------------
+def _probe_body(key_chars: int = 20_000, items: int = 14_900) -> str:
+    """The probe's shape: one very long key over a long array of tiny leaves."""
+    return json.dumps({"k" * key_chars: [0] * items}, separators=(",", ":"))
+
+
+def test_a_long_key_over_many_leaves_is_refused_not_multiplied():
+    body = _probe_body()
+    assert len(body) < 50_000  # the probe's 49.8 KB body, which made ~507,000 passages
+    started = time.perf_counter()
+    with pytest.raises(InvalidInput, match=r"'episode_body' \(source 'json'.*8× the body"):
+        split_episode(body, "json")
+    assert time.perf_counter() - started < 2.0  # refused early, not split whole first
+
+
+def test_long_keys_and_deep_paths_are_shortened_on_every_leaf():
+    doc = {"k" * 500: [1, 2], "a": {"b": {"c": {"d": {"e": {"f": {"g": {"h": {"i": 7}}}}}}}}}
+    [passage] = split_episode(json.dumps(doc), "json")
+    key = "k" * (KEY_CHARS - 1) + "…"
+    assert passage.text.splitlines() == [f"{key}[0]: 1", f"{key}[1]: 2", "….b.c.d.e.f.g.h.i: 7"]
+
+
+def test_an_ordinary_document_keeps_its_full_key_paths(seed=7):
+    rng = random.Random(seed)
+    doc = {
+        "orders": [
+            {"id": i, "customer": {"name": rng.choice(WORDS), "tags": [rng.choice(WORDS)]},
+             "lines": [{"sku": f"S{j}", "qty": j} for j in range(3)]}
+            for i in range(60)
+        ]
+    }  # fmt: skip
+    body = json.dumps(doc)
+    lines = [line for p in split_episode(body, "json") for line in p.text.splitlines()]
+    first = doc["orders"][0]["customer"]
+    assert lines[:3] == [
+        "orders[0].id: 0",
+        f"orders[0].customer.name: {first['name']}",
+        f"orders[0].customer.tags[0]: {first['tags'][0]}",
+    ]
+    assert lines[-1] == "orders[59].lines[2].qty: 2" and "…" not in "".join(lines)
+
+
+@pytest.mark.parametrize("source", ["text", "message", "json"])
+def test_every_source_stays_within_the_bounds_on_hostile_shapes(source):
+    bodies = {
+        "text": ["a\n\n" * 16_000, "x" * 49_000, "a " * 24_000],
+        "message": ["a: b\n" * 9_900, ("S" * 59 + ": x\n") * 800, "A: " + "w " * 24_000],
+        "json": [json.dumps([0] * 16_000), json.dumps({"k": [[0]] * 9_000}),
+                 json.dumps({"a" * 40: {"b" * 40: "v"}} | {f"k{i}": i for i in range(3000)})],
+    }  # fmt: skip
+    for body in bodies[source]:
+        passages = split_episode(body, source)
+        chars, count = passage_bounds(len(body))
+        assert sum(len(p.text) for p in passages) <= chars and len(passages) <= count
+
+
+def test_add_memory_refuses_the_probe_with_invalid_input_and_stores_nothing(
+    fake_llm, hash_embedder
+):
+    from tests.ingest.test_pipeline import open_wb
+
+    wb = open_wb(fake_llm, hash_embedder)
+    try:
+        with pytest.raises(InvalidInput, match="passages hold at most"):
+            wb.add_memory("probe", _probe_body(), group_id="g", source="json")
+        assert wb.store.fetchone("SELECT count(*) FROM episodes")[0] == 0
+        assert wb.store.fetchone("SELECT count(*) FROM passages")[0] == 0
+        small = _probe_body(key_chars=500, items=50)  # a long key over a few leaves: shortened
+        assert wb.add_memory("ok", small, group_id="g", source="json")["status"] == "queued"
+    finally:
+        wb.close()

@@ -354,3 +354,125 @@ def test_a_run_whose_shadow_is_on_another_machine_is_not_resumed_here(built, fak
     with pytest.raises(InvalidInput, match="not on this machine"):
         runs.run("tom")
     assert runs.discard(run_id)["state"] == "discarded"
+
+
+# --- deletes reach the open runs (issue 55, item 4) ---------------------------------------
+SECRET = "User lives in Berlin. User leads Atlas."  # "User": in no other episode
+
+
+def with_secret(wb) -> str:
+    """One more episode of the group, with entities no other episode mentions."""
+    uuid = wb.add_memory("secret", SECRET, group_id="tom")["episode_uuid"]
+    assert wb.process_pending() == 1
+    assert "User" in entity_names(wb)
+    return uuid
+
+
+def entity_names(wb) -> set[str]:
+    return {n for (n,) in wb.store.fetchall("SELECT name FROM entities WHERE group_id = 'tom'")}
+
+
+def shadow_text(path) -> str:
+    """The shadow's episodes, passages, entity names and facts (a summary of an entity other
+    episodes mention keeps what the deleted one added, in the live graph as in a shadow)."""
+    from workbench.store import Store
+
+    store = Store.open(str(path), dim=None)
+    try:
+        rows = store.fetchall("SELECT body FROM episodes") + store.fetchall(
+            "SELECT text FROM passages"
+        )
+        rows += store.fetchall("SELECT name FROM entities") + store.fetchall(
+            "SELECT fact FROM facts"
+        )
+        return " ".join(str(r[0]) for r in rows)
+    finally:
+        store.close()
+
+
+@pytest.fixture
+def built_file(fake_llm, hash_embedder, tmp_path):
+    """``built`` on a DuckDB file: its runs' shadows go to the default folder beside it."""
+    responder(fake_llm)
+    wb = open_wb(fake_llm, hash_embedder, db=tmp_path / "kb.duckdb")
+    for episode in history(12):
+        wb.add_memory(**episode)
+    assert wb.process_pending() == 12
+    yield wb
+    wb.close()
+
+
+@pytest.mark.parametrize("in_use", [False, True])
+def test_a_deleted_episode_is_not_brought_back_by_a_promote(built_file, fake_llm, tmp_path, in_use):
+    from workbench.ingest.reextract import _busy
+
+    wb = built_file
+    secret = with_secret(wb)
+    runs = wb.reextraction(other_settings(fake_llm))
+    run_id = runs.run("tom")["run_id"]
+    (shadow,) = (tmp_path / "kb.duckdb.reextract").glob("*.duckdb")
+    assert "User lives" in shadow_text(shadow)
+    if in_use:  # the run's shadow is busy: the run (or the promote) prunes it itself
+        with _busy("tom"):
+            wb.delete_episode(secret)
+        assert "User lives" in shadow_text(shadow)
+    else:
+        wb.delete_episode(secret)
+        assert "User" not in shadow_text(shadow)  # pruned at once: its text is gone
+    assert "User" not in entity_names(wb)
+    wb.reextraction().promote(run_id)
+    assert "User" not in entity_names(wb)
+    assert not wb.store.fetchone("SELECT count(*) FROM facts WHERE fact LIKE '%User%'")[0]
+    assert all(n["name"] != "User" for n in wb.search_memory_nodes("User", ["tom"])["nodes"])
+
+
+def test_clearing_a_group_discards_its_open_run(built_file, fake_llm, tmp_path):
+    wb = built_file
+    runs = wb.reextraction(other_settings(fake_llm))
+    run_id = runs.run("tom")["run_id"]
+    assert list((tmp_path / "kb.duckdb.reextract").glob("*.duckdb*"))
+    wb.clear_graph(["tom"])
+    assert runs.status(run_id)["state"] == "discarded"
+    assert not list((tmp_path / "kb.duckdb.reextract").glob("*.duckdb*"))  # text gone too
+    with pytest.raises(InvalidInput, match="discarded"):
+        wb.reextraction().promote(run_id)
+    assert entity_names(wb) == set()
+
+
+def test_a_run_discarded_by_a_clear_while_it_builds_stays_discarded(built, fake_llm, tmp_path):
+    from workbench.ingest.reextract import _busy
+
+    wb = built
+    runs = wb.reextraction(other_settings(fake_llm), tmp_path)
+    run = runs._new_run("tom", 12)
+    with _busy("tom"):  # building in this process: the clear cannot delete the shadow
+        wb.clear_graph(["tom"])
+    assert runs.status(run["run_id"])["state"] == "discarded"
+    from workbench.store import reextract as rx
+
+    rx.set_state(wb.store, run["run_id"], "built", None)  # what the run would do at its end
+    assert runs.status(run["run_id"])["state"] == "discarded"
+
+
+# --- a shadow's path comes from its run id (issue 55, item 6) --------------------------------
+def test_a_crafted_shadow_path_cannot_make_a_discard_delete_another_file(built, tmp_path):
+    wb = built
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious")
+    runs = wb.reextraction(shadow_dir=tmp_path / "shadows")
+    row = {"run_id": "rx-0123456789ab", "group_id": "tom", "model": "m",
+           "shadow_path": str(victim), "episodes": 1, "predicted_calls": 1,
+           "created_at": wb.clock()}  # fmt: skip
+    from workbench.store import reextract as rx
+
+    rx.insert_run(wb.store, row)
+    assert runs.discard("rx-0123456789ab")["state"] == "discarded"
+    assert victim.read_text() == "precious"
+    rx.insert_run(wb.store, {**row, "run_id": f"../../{victim.stem}", "group_id": "g2"})
+    with pytest.raises(InvalidInput, match="not a re-extraction run id"):
+        runs.discard(f"../../{victim.stem}")
+    wb.store.execute("UPDATE episodes SET group_id = 'g2', status = 'done'")
+    with pytest.raises(InvalidInput, match="not a re-extraction run id"):
+        runs.run("g2")  # the open run of g2 has a malformed id: refused, nothing opened
+    assert runs.forget(["g2"], cleared=True) == ["deferred"]  # a delete goes on regardless
+    assert victim.exists()

@@ -168,6 +168,26 @@ def test_the_queue_status_lists_no_failure_of_another_group(client, tenants):
     assert sorted(f["group_id"] for f in everything) == ["team-a", "team-b"]
 
 
+def test_a_groups_failures_are_listed_however_many_newer_ones_other_groups_have(client, tenants):
+    """Issue 55, item 16: the failures are filtered by group before the 20 newest are taken."""
+    wb, items, tokens = tenants
+    wb.store.execute("UPDATE queue SET state = 'failed', error_message = 'boom'")
+    for i in range(25):  # 25 newer failures of team-b
+        added = wb.add_memory(f"b{i}", f"another note {i}", group_id="team-b")
+        wb.store.execute(
+            "UPDATE queue SET state = 'failed', finished_at = now() + INTERVAL '1 hour' "
+            "WHERE episode_uuid = ?",
+            [added["episode_uuid"]],
+        )
+    failed = call(client, "get_queue_status", {}, headers=bearer(tokens["a"]))["failed"]
+    assert [f["episode_uuid"] for f in failed] == [items["team-a"]["episode"]]
+    named = call(client, "get_queue_status", {"group_ids": ["team-a"]}, headers=bearer(ADMIN))
+    assert [f["group_id"] for f in named["failed"]] == ["team-a"]
+    everything = call(client, "get_queue_status", {}, headers=bearer(ADMIN))["failed"]
+    assert len(everything) == 20 and {f["group_id"] for f in everything} == {"team-b"}
+    call(client, "get_queue_status", {"group_ids": ["team-b"]}, 403, headers=bearer(tokens["a"]))
+
+
 def test_a_search_near_another_groups_entity_is_a_404(client, tenants):
     wb, _, tokens = tenants
     bruno = wb.search_memory_nodes("Bruno Brown", ["team-b"])["nodes"][0]["uuid"]
@@ -195,6 +215,53 @@ def test_read_only_and_admin_only(client, tenants):
         assert_error(call(client, tool, body, status=403, headers=a), "forbidden", "admin")
     made = call(client, "add_token", {"name": "carol", "groups": ["team-c"]}, headers=bearer(ADMIN))
     assert made["token"].startswith("wbt_")
+
+
+def test_classify_memory_spends_an_llm_call_so_a_read_only_token_may_not(client, tenants):
+    """Issue 55, item 10: the tool is a write (it spends) and its text is bounded."""
+    _, _, tokens = tenants
+    refused = call(client, "classify_memory", {"text": "Tea."}, 403, headers=bearer(tokens["ro"]))
+    assert_error(refused, "forbidden", "read-only")
+    rated = call(client, "classify_memory", {"text": "Tea."}, headers=bearer(tokens["a"]))
+    assert rated["importance"] in range(1, 6)
+    long = {"text": "x" * 4_001}
+    assert_error(call(client, "classify_memory", long, 400, headers=bearer(tokens["a"])),
+                 "invalid_input", "text")  # fmt: skip
+
+
+def test_idempotency_keys_and_episode_uuids_are_scoped_to_the_caller(client, tenants):
+    """Issue 55, item 8: another tenant cannot claim a key or a uuid first (the victim is
+    never refused), and its answer does not say the key was used."""
+    wb, _, tokens = tenants
+    a, b = bearer(tokens["a"]), bearer(tokens["b"])
+    body = {"name": "n", "episode_body": "Bruno likes tea."}
+    key = {"Idempotency-Key": "req-1"}
+    claimed = call(client, "add_memory", {**body, "group_id": "team-b"}, headers=b | key)
+    mine = call(client, "add_memory", {**body, "group_id": "team-a"}, headers=a | key)
+    assert mine["episode_uuid"] != claimed["episode_uuid"] and mine["group_id"] == "team-a"
+    assert "queued" in mine["message"]  # not "added before": nothing tells it was used
+    again = call(client, "add_memory", {**body, "group_id": "team-a"}, headers=a | key)
+    assert again["episode_uuid"] == mine["episode_uuid"] and "added before" in again["message"]
+    # the derived uuid is not computable from the key alone
+    import uuid as uuidlib
+
+    from service.api.app import IDEMPOTENCY_NAMESPACE
+
+    assert mine["episode_uuid"] != str(uuidlib.uuid5(IDEMPOTENCY_NAMESPACE, "req-1"))
+    # an explicit uuid another group holds: stored under a uuid of the caller's group
+    theirs = claimed["episode_uuid"]
+    first = call(client, "add_memory", {**body, "group_id": "team-a", "uuid": theirs}, headers=a)
+    assert first["group_id"] == "team-a" and first["episode_uuid"] != theirs
+    retry = call(client, "add_memory", {**body, "group_id": "team-a", "uuid": theirs}, headers=a)
+    assert retry["episode_uuid"] == first["episode_uuid"] and "added before" in retry["message"]
+    assert wb.store.fetchone("SELECT group_id FROM episodes WHERE uuid = ?", [theirs]) == (
+        "team-b",
+    )
+    passages = wb.store.fetchall(
+        "SELECT DISTINCT episode_uuid FROM passages WHERE group_id = 'team-a' AND text LIKE "
+        "'Bruno%'"
+    )
+    assert sorted(p[0] for p in passages) == sorted({mine["episode_uuid"], first["episode_uuid"]})
 
 
 def test_every_tool_is_scoped_by_its_arguments():

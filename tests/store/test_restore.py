@@ -160,3 +160,87 @@ def test_a_backup_restores_into_a_duckdb_file(backup, tmp_path):
             assert table_rows(store, table) == before[table], table
     finally:
         store.close()
+
+
+# --- a backup passes the tools' input rules (issue 55, items 6 and 13) -----------------------
+def edit(folder, table: str, column: str, position: int, value) -> None:
+    """Set one cell of a backup's table file (``position`` from 0)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    frame = pq.read_table(folder / f"{table}.parquet")
+    values = frame.column(column).to_pylist()
+    values[position] = value
+    index = frame.schema.get_field_index(column)
+    column_type = frame.schema.field(column).type
+    frame = frame.set_column(index, column, pa.array(values, type=column_type))
+    pq.write_table(frame, folder / f"{table}.parquet")
+
+
+def restored_into_memory(folder, **options):
+    snapshot = read_backup(folder)
+    store = Store.open(":memory:", dim=snapshot.dim, embedding_model=snapshot.model)
+    try:
+        return restore(store, snapshot, **options), table_rows(store, "entities")
+    finally:
+        store.close()
+
+
+@pytest.mark.parametrize(
+    ("table", "column", "value", "message"),
+    [
+        ("episodes", "group_id", "no such group!", "episodes.parquet row 1: group_id"),
+        ("entities", "name", "Maria\x00Keller", "entities.parquet row 1: 'name' contains a NUL"),
+        ("episodes", "body", "x" * 101, "episodes.parquet row 1: 'body' has more than 100"),
+        ("episodes", "source", "shell", "episodes.parquet row 1: 'source'"),
+        ("facts", "source_uuid", "5b0c8e6e-0000-4000-8000-000000000000", "dangling fact"),
+        ("facts", "group_id", "../etc", "facts.parquet row 1: group_id '../etc'"),
+    ],
+)
+def test_a_row_no_tool_would_accept_refuses_the_backup(backup, table, column, value, message):
+    folder, _ = backup
+    edit(folder, table, column, 0, value)
+    snapshot = read_backup(folder)
+    store = Store.open(":memory:", dim=snapshot.dim, embedding_model=snapshot.model)
+    try:
+        with pytest.raises(InvalidInput, match="nothing was restored") as refused:
+            restore(store, snapshot, max_body_chars=100)
+        assert message in str(refused.value)
+        for name in TABLES:  # nothing half restored
+            assert store.one(f"SELECT count(*) FROM {name}")[0] == 0, name
+    finally:
+        store.close()
+
+
+def test_a_fifo_in_the_backup_folder_is_refused_not_waited_on(backup):
+    import os
+
+    folder, _ = backup
+    os.mkfifo(folder / "stuck.parquet")
+    with pytest.raises(InvalidInput, match="stuck.parquet is a FIFO"):
+        read_backup(folder)
+
+
+def test_an_open_run_is_restored_discarded_and_a_crafted_run_id_refused(backup, tmp_path):
+    """A backup brings no shadow: its open runs come back discarded (their shadow_path is
+    never read: tests/ingest/test_reextract.py)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    folder, _ = backup
+    run = {"run_id": "rx-0123456789ab", "group_id": "main", "state": "built", "model": "m",
+           "shadow_path": str(tmp_path / "victim"), "episodes": 1, "predicted_calls": 1,
+           "calls_copied": 0,
+           "created_at": pa.scalar(0, pa.timestamp("us", "UTC")).as_py()}  # fmt: skip
+    pq.write_table(pa.Table.from_pylist([run]), folder / "reextract_runs.parquet")
+    snapshot = read_backup(folder)
+    store = Store.open(":memory:", dim=snapshot.dim, embedding_model=snapshot.model)
+    try:
+        assert restore(store, snapshot)["runs_discarded"] == 1
+        assert store.fetchall("SELECT state FROM reextract_runs") == [("discarded",)]
+    finally:
+        store.close()
+    pq.write_table(pa.Table.from_pylist([{**run, "run_id": "../../x"}]),
+                   folder / "reextract_runs.parquet")  # fmt: skip
+    with pytest.raises(InvalidInput, match="reextract_runs.parquet row 1: run_id '../../x'"):
+        restored_into_memory(folder)

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
-from workbench.errors import LLMError, LLMNotConfigured
+from workbench.errors import InvalidInput, LLMError, LLMNotConfigured
 from workbench.prompts import classify_memories as prompt
 from workbench.safety import scrub
 from workbench.store import Store
@@ -43,6 +43,9 @@ log = logging.getLogger(__name__)
 DEFAULT_IMPORTANCE = 3
 DEFAULT_STABILITY = 3
 BATCH_SIZE = 20
+# the longest text ``classify_memory`` rates: a memory is a sentence or a paragraph, and the
+# tool spends an LLM call no episode's budget counts, so its size is bounded
+MAX_CLASSIFY_CHARS = 4_000
 STATUSES = ("success", "failure", "fallback")
 
 
@@ -97,6 +100,18 @@ def _classify_batch(
             )
     missing = _default("failure", "the reply left this memory out")
     return [by_index.get(i, missing) for i in range(1, len(texts) + 1)], latency
+
+
+def check_classify_text(text: object, max_chars: int) -> None:
+    """:class:`InvalidInput` unless ``text`` is a text to rate: not blank, at most
+    :data:`MAX_CLASSIFY_CHARS` characters (nor ``max_chars``, an episode's longest)."""
+    if not isinstance(text, str) or not text.strip():
+        raise InvalidInput("'text' must be a non-empty string")
+    most = min(max_chars, MAX_CLASSIFY_CHARS)
+    if len(text) > most:
+        raise InvalidInput(
+            f"'text' has {len(text)} characters; at most {most} (a memory to rate, not a document)"
+        )
 
 
 def classify_texts(

@@ -210,6 +210,7 @@ class LiveIndexes:
     ) -> tuple[VectorIndex, RowCache, KeywordIndex, Stamp | None]:
         """The vector index, rows and keyword index of ``kind``, from the store (and the
         indexes saved beside it), and the stamp of the row snapshot they came from."""
+        self.saves.verify(kind)  # a save not as written is removed: rebuilt, counted
         saved = self.saves.open_rows(kind) if snapshots else None
         vectors = load_index(
             self.store,

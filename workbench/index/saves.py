@@ -11,6 +11,13 @@ process runs (``SVC_KNOWLEDGE_SEARCH_SAVE_SECONDS``), for a kind whose indexes c
 records the newest vector write every index already holds (read between two writes, under
 the publish gate), so the next open reads only the vectors written after it.
 
+**Checked before use.** Each save's manifest holds a SHA-256 of its files (the graph, the
+slot fingerprints, the vectors, the row snapshot; the keyword index's manifest one of its
+own). A save whose file differs from its checksum (edited, or damaged on disk), or whose
+manifest holds none, is not opened: :meth:`IndexSaves.verify` logs which file, counts it on
+``knowledge_search_saves_rejected_total`` and removes the save, and the indexes are built
+from the store (the source of truth) instead.
+
 A kind is not saved again (nor stored in the database again) while its indexes hold what its
 last save holds: the same newest vector write, and no change told since (:meth:`changed`),
 counted from the save opened at the start or the last one written.
@@ -31,12 +38,15 @@ from workbench.index.keyword.bm25 import KeywordIndex
 from workbench.index.row_snapshot import Stamp
 from workbench.index.rows import RowCache
 from workbench.index.vector.index import VectorIndex
+from workbench.index.vector.saves import remove_other_saves, unverified
 from workbench.store import Store, saved_indexes
 from workbench.store import changes as changes_sql
 from workbench.store import search as sql
 
 if TYPE_CHECKING:
     import pyarrow as pa
+
+    from workbench.metrics import Metrics
 
 __all__ = ["IndexSaves", "KEYWORDS_SAVED_FROM", "SAVE_GATE_SECONDS"]
 
@@ -60,9 +70,16 @@ Current = tuple["VectorIndex | None", "KeywordIndex | None", "Callable[[], pa.Ta
 class IndexSaves:
     """The saves of one store's indexes in ``folder`` (None: nothing is saved or opened)."""
 
-    def __init__(self, store: Store, folder: Path | None, every: float = 0.0):
+    def __init__(
+        self,
+        store: Store,
+        folder: Path | None,
+        every: float = 0.0,
+        metrics: Metrics | None = None,
+    ):
         self.store = store
         self.folder = folder
+        self.metrics = metrics
         self.every = every  # seconds between periodic saves (0: none)
         self._lock = threading.Lock()  # one save of the indexes at a time
         self._changes: dict[str, int] = {}  # kind -> changes told to its indexes
@@ -70,6 +87,37 @@ class IndexSaves:
         self._held: dict[str, tuple[int | None, int]] = {}
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+
+    def verify(self, kind: str) -> bool:
+        """Whether the saves of ``kind`` (graph and keywords) are as written, before they
+        are opened; a save that is not is logged, counted and removed (rebuilt from the
+        store)."""
+        if self.folder is None:
+            return True
+        whole = True
+        part = unverified(self.folder, kind)
+        if part is not None:
+            self._rejected(kind, part)
+            (self.folder / f"{kind}.json").unlink(missing_ok=True)
+            remove_other_saves(self.folder, kind, set())
+            whole = False
+        keywords = self.keyword_path(kind)
+        if keywords is not None and not KeywordIndex.verify_saved(keywords):
+            self._rejected(kind, "keywords")
+            for path in (keywords, keywords.with_name(keywords.name + ".json")):
+                path.unlink(missing_ok=True)
+            whole = False
+        return whole
+
+    def _rejected(self, kind: str, part: str) -> None:
+        log.warning(
+            "the saved %s search index failed its check (%s: not as saved, or unchecked): "
+            "not used, rebuilt from the store",
+            kind,
+            part,
+        )
+        if self.metrics is not None:
+            self.metrics.search_saves_rejected.labels(kind, part).inc()
 
     def keyword_path(self, kind: str) -> Path | None:
         return None if self.folder is None else self.folder / f"{kind}.keywords.npz"

@@ -13,7 +13,18 @@ the episode and, for a conversation, who spoke:
   longer than a passage is cut at sentence ends (and a sentence longer than a passage at
   word boundaries).
 * ``json``: the document flattened to one ``key.path[0].leaf: value`` line per leaf, lines
-  packed together; a body that is not valid JSON is split as text.
+  packed together; a body that is not valid JSON is split as text. A key path shows its last
+  ``PATH_PARTS`` parts (keys and indexes; "…" stands for the ones before) and a key at most
+  ``KEY_CHARS`` characters (cut with "…"): a path is repeated on every leaf under it, so a
+  long key over many leaves would otherwise multiply the body.
+
+**Bounds.** Whatever the source, an episode's passages hold at most ``GROWTH`` times its
+body's characters plus ``SLACK``, and number at most one per ``CHARS_PER_PASSAGE``
+characters of the body plus ``SLACK_PASSAGES``: past either, :func:`split_episode` refuses
+the body (:class:`~workbench.errors.InvalidInput`, naming the bound) rather than drop any of
+its text. Text and conversations stay near 1× by construction (a speaker's name of at most
+60 characters prefixes a piece of at least 540); only JSON can repeat itself, through its key
+paths.
 """
 
 from __future__ import annotations
@@ -25,13 +36,29 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["Passage", "split_episode", "passage_rows", "passage_uuid", "MAX_CHARS", "TURNS"]
+from workbench.errors import InvalidInput
+
+__all__ = [
+    "Passage",
+    "split_episode",
+    "passage_rows",
+    "passage_uuid",
+    "passage_bounds",
+    "MAX_CHARS",
+    "TURNS",
+]
 
 MAX_CHARS = 600  # a passage's longest text
 TURNS = 3  # turns a message passage holds at most (chosen on LoCoMo: docs/performance.md)
 _SPEAKER = re.compile(r"^\s*([^\s:][^:\n]{0,59}?)\s*:\s+(\S.*)$")
 _SENTENCE_END = re.compile(r"(?<=[.!?。！？])\s+")
 _PARAGRAPH = re.compile(r"\n\s*\n")
+PATH_PARTS = 8  # the last parts of a JSON key path a line shows
+KEY_CHARS = 40  # a JSON key's characters a line shows
+GROWTH = 8  # an episode's passages hold at most GROWTH × its body's characters ...
+SLACK = 2_000  # ... plus SLACK
+CHARS_PER_PASSAGE = 12  # and at most one passage per 12 characters of the body ...
+SLACK_PASSAGES = 16  # ... plus 16
 
 
 @dataclass(frozen=True)
@@ -58,7 +85,30 @@ def split_episode(
         pieces = _json_pieces(body, max_chars)
     else:
         pieces = [(text, None) for text in _text_pieces(body, max_chars)]
+    _check_bounds(body, source, len(pieces), sum(len(text) for text, _ in pieces))
     return [Passage(i, text, speaker) for i, (text, speaker) in enumerate(pieces)]
+
+
+def passage_bounds(body_chars: int) -> tuple[int, int]:
+    """(characters, passages) the passages of a body of ``body_chars`` characters may hold
+    at most (see the module doc)."""
+    return GROWTH * body_chars + SLACK, body_chars // CHARS_PER_PASSAGE + SLACK_PASSAGES
+
+
+def _check_bounds(body: str, source: str, count: int, chars: int) -> None:
+    most_chars, most_count = passage_bounds(len(body))
+    if chars > most_chars or count > most_count:
+        raise _refused(body, source, f"{count} passages of {chars} characters")
+
+
+def _refused(body: str, source: str, made: str) -> InvalidInput:
+    most_chars, most_count = passage_bounds(len(body))
+    return InvalidInput(
+        f"'episode_body' (source {source!r}, {len(body)} characters) would make {made}; "
+        f"an episode's passages hold at most {most_chars} characters ({GROWTH}× the body + "
+        f"{SLACK}) in at most {most_count} passages. A JSON document whose key paths repeat "
+        "on many small leaves exceeds it: send it restructured, split or as source 'text'"
+    )
 
 
 def passage_uuid(episode_uuid: str, position: int) -> str:
@@ -176,19 +226,37 @@ def _json_pieces(body: str, max_chars: int) -> list[tuple[str, str | None]]:
     except ValueError:
         return [(t, None) for t in _text_pieces(body, max_chars)]
     lines: list[str] = []
-    for path, value in _leaves(document, ""):
-        line = f"{path}: {value}" if path else str(value)
+    most, _ = passage_bounds(len(body))
+    made = 0
+    for path, value in _leaves(document, ()):
+        line = f"{_path_text(path)}: {value}" if path else str(value)
+        made += len(line)
+        if made > most:  # stop early: a refused document is not split whole first
+            raise _refused(body, "json", f"more than {most} characters of passages")
         lines.extend(_cut(line, max_chars))
     return [(t, None) for t in _packed(lines, max_chars, "\n")]
 
 
-def _leaves(value: Any, path: str) -> Iterator[tuple[str, str]]:
-    """(key path, scalar as text) of every leaf, in document order."""
+def _leaves(value: Any, path: tuple[str | int, ...]) -> Iterator[tuple[tuple[str | int, ...], str]]:
+    """(key path: keys and indexes, scalar as text) of every leaf, in document order."""
     if isinstance(value, dict):
         for key, child in value.items():
-            yield from _leaves(child, f"{path}.{key}" if path else str(key))
+            yield from _leaves(child, (*path, str(key)))
     elif isinstance(value, list):
         for i, child in enumerate(value):
-            yield from _leaves(child, f"{path}[{i}]")
+            yield from _leaves(child, (*path, i))
     elif value is not None and str(value).strip():
         yield path, value if isinstance(value, str) else json.dumps(value)
+
+
+def _path_text(path: tuple[str | int, ...]) -> str:
+    """``key.path[0].leaf``: its last :data:`PATH_PARTS` parts ("…" before them when there
+    were more), each key cut to :data:`KEY_CHARS` characters."""
+    text = "…" if len(path) > PATH_PARTS else ""
+    for part in path[-PATH_PARTS:]:
+        if isinstance(part, int):
+            text += f"[{part}]"
+        else:
+            key = part if len(part) <= KEY_CHARS else part[: KEY_CHARS - 1] + "…"
+            text += f".{key}" if text else key
+    return text

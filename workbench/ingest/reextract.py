@@ -13,10 +13,11 @@ in :mod:`workbench.ingest.generations`. A run:
   order, a group's backlog in runs, leases), the pipeline and a search engine of its own.
   Nothing of it reaches the live graph, its rows or its indexes: searches keep answering from
   the live graph. Killed, it resumes where it stopped (``reextract`` again: the queue returns
-  the episodes in flight; an episode is written once). Its calls are recorded in the shadow,
-  then in ``llm_calls`` under the run's id. Beside live ingestion in one process (the
-  service's ``reextract`` tool, a notebook), its calls go through live ingestion's throttle
-  and in-flight slots when both call one LLM server, so a run does not add its load to it.
+  the episodes in flight; an episode is written once; see :mod:`workbench.ingest.shadow`).
+  Its calls are written to ``llm_calls`` under the run's id as they are made. Beside live
+  ingestion in one process (the service's ``reextract`` tool, a notebook), its calls go
+  through live ingestion's throttle and in-flight slots when both call one LLM server, so a
+  run does not add its load to it.
 * **is compared** with the live graph (``compare_graphs``), and
 * **is promoted** in one transaction that deletes what extraction made of the group (facts
   stated by episodes, entities episodes mention; imported memories stay) and inserts the
@@ -26,6 +27,9 @@ in :mod:`workbench.ingest.generations`. A run:
   type, and a fact between the same entities with the same relation, keeps its uuid and
   carries over importance, stability, decay, lifecycle state and accesses (``carry_over``).
   Or it is discarded: the shadow file is deleted.
+* **follows deletes**: ``delete_episode`` prunes the episode from the group's open run
+  (now, or by the run itself when it is in use), ``clear_graph`` discards the run, and a
+  promote writes only what live episodes support (:meth:`Reextraction.forget`).
 
 The shadow is a local DuckDB file on PostgreSQL too, not rows of a new generation in the
 shared tables: those tables are what every process reads whole (search rows and indexes,
@@ -43,7 +47,7 @@ from __future__ import annotations
 import logging
 import threading
 import uuid as uuidlib
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -52,12 +56,8 @@ import numpy as np
 
 from workbench.clock import Clock
 from workbench.config import Settings
-from workbench.errors import InvalidInput, LLMNotConfigured, NotFound
-from workbench.index.live import LiveIndexes
+from workbench.errors import InvalidInput, LLMNotConfigured, NotFound, WorkbenchError
 from workbench.index.publish import Publisher, Upsert
-from workbench.index.saves import IndexSaves
-from workbench.ingest.context import IngestContext
-from workbench.ingest.episode_queue import EpisodeQueue, QueueConfig
 from workbench.ingest.generations import (
     Built,
     Estimate,
@@ -67,114 +67,29 @@ from workbench.ingest.generations import (
     entity_key,
     estimate,
 )
-from workbench.ingest.pipeline import NO_LLM, EpisodePipeline
-from workbench.llm.client import build_chat_model
+from workbench.ingest.pipeline import NO_LLM
+from workbench.ingest.shadow import (
+    Progress,
+    Shadow,
+    check_run_id,
+    default_shadow_dir,
+    prune,
+    remove_shadow,
+    shadow_file,
+)
 from workbench.llm.pricing import PriceTable
 from workbench.metrics import Metrics
 from workbench.store import Store
 from workbench.store import changes as log_sql
 from workbench.store import graph as g
-from workbench.store import queue as q
 from workbench.store import reextract as rx
 from workbench.store.reextract import Row
 from workbench.store.snapshots import Snapshots
 
 log = logging.getLogger("workbench.ingest.reextract")
 
-QUEUE_NAME = "reextract"  # the queue_name label of the shadow queue's metrics
 GRAPH_TABLES = ("episodes", "entities", "facts", "mentions")
-DRAIN_STEP = 16  # episodes between two updates of the progress bar
-
-Progress = Callable[[int], None]
-
-
-# --- the shadow graph ---------------------------------------------------------------------
-class Shadow:
-    """A shadow graph: its own DuckDB file, store, search engine, pipeline and queue, with the
-    configured LLM (its calls recorded in the shadow's ``llm_calls``). With ``live_chat``
-    (live ingestion's model) on the same LLM server, its calls share that model's throttle and
-    in-flight slots: a run does not add its load to live ingestion's."""
-
-    def __init__(
-        self,
-        path: str,
-        embedder: Any,
-        settings: Settings,
-        metrics: Metrics,
-        clock: Clock,
-        *,
-        with_llm: bool = True,
-        live_chat: object = None,
-    ):
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-        self.store = Store.open(path, embedder.dimensions, embedder.model)
-        self.clock = clock
-        self.settings = settings
-        self.chat = None
-        self.indexes: LiveIndexes | None = None
-        if not with_llm:
-            return
-        self.chat = build_chat_model(settings, metrics=metrics, store=self.store, clock=clock)
-        if self.chat is None:
-            self.store.close()
-            raise LLMNotConfigured(NO_LLM)
-        if live_chat is not None:
-            self.chat.share_limits(live_chat)
-        # the shadow's own indexes (extraction reads its graph from them), never saved
-        self.indexes = LiveIndexes(
-            self.store, metrics, IndexSaves(self.store, None), access_background=False
-        )
-        ctx = IngestContext(
-            self.store, metrics, clock, self.chat, embedder, self.indexes.publisher, settings
-        )
-        self.pipeline = EpisodePipeline(ctx)
-        self.queue = EpisodeQueue(
-            ctx, self.pipeline, QueueConfig.from_settings(settings, QUEUE_NAME)
-        )
-
-    def add(self, episodes: Sequence[dict[str, Any]]) -> int:
-        """Queue the episodes the shadow does not have yet, in their order; how many."""
-        have = rx.episode_uuids(self.store)
-        todo = [e for e in episodes if e["uuid"] not in have]
-        now = self.clock()
-        with self.store.transaction():
-            for episode in todo:
-                g.insert_episode(self.store, {**episode, "status": "queued", "status_detail": None})
-                q.enqueue(self.store, episode["uuid"], episode["group_id"], 1, now)
-        return len(todo)
-
-    def resume(self) -> None:
-        """After a kill: the episodes in flight return to the queue; failed ones are retried."""
-        q.recover_crashed(self.store, self.clock(), self.settings.queue_max_crashes)
-        q.requeue_failed(self.store, self.clock(), None, None)
-
-    def drain(self, progress: Progress | None) -> int:
-        done = 0
-        while True:
-            n = self.queue.drain(DRAIN_STEP)
-            if not n:
-                return done
-            done += n
-            if progress is not None:
-                progress(n)
-
-    def pending(self) -> int:
-        return rx.pending(self.store)
-
-    def graph(self) -> tuple[list[Row], list[Row]]:
-        return rx.table_rows(self.store, "entities"), rx.table_rows(self.store, "facts")
-
-    def close(self) -> None:
-        if self.indexes is not None:
-            self.pipeline.close()
-            self.indexes.close()
-        self.store.close()
-
-    def __enter__(self) -> Shadow:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+__all__ = ["Reextraction", "Shadow", "default_shadow_dir"]
 
 
 # --- the runs -----------------------------------------------------------------------------
@@ -220,7 +135,7 @@ class Reextraction:
 
     def _todo(self, group_id: str, run: Row | None) -> list[Row]:
         episodes = rx.done_episodes(self.store, group_id)
-        if run is None or not Path(run["shadow_path"]).exists():
+        if run is None or not self._path(run).exists():
             return episodes
         with self._shadow_store(run) as shadow:
             done = rx.episode_uuids(shadow.store, "done")
@@ -234,31 +149,37 @@ class Reextraction:
         if not self.settings.llm_configured:
             raise LLMNotConfigured(NO_LLM)
         run = rx.open_run(self.store, group_id) or self._new_run(group_id, len(episodes))
-        if run["calls_copied"] and not Path(run["shadow_path"]).exists():
+        path = self._path(run)
+        if rx.run_calls(self.store, run["run_id"])["calls"] and not path.exists():
             raise InvalidInput(
-                f"the shadow graph of run {run['run_id']} is not on this machine "
-                f"({run['shadow_path']}): resume it where it was started, or discard it "
-                f"(`workbench reextract --discard {run['run_id']}`) and start again"
+                f"the shadow graph of run {run['run_id']} is not on this machine (not in "
+                f"{path.parent}; made with another --shadow-dir?): resume it where it was "
+                f"started, or discard it (`workbench reextract --discard {run['run_id']}`) "
+                "and start again"
             )
         with (
             _busy(group_id),
             Shadow(
-                run["shadow_path"],
+                path,
                 self.embedder,
                 self.settings,
                 self.metrics,
                 self.clock,
                 live_chat=self.live_chat,
+                calls_to=(self.store, run["run_id"]),
             ) as shadow,
         ):
             shadow.resume()
+            self._prune(shadow.store, group_id)
             shadow.add(episodes)
             rx.set_state(self.store, run["run_id"], "running", None, len(episodes))
             processed = shadow.drain(progress)
-            self._copy_calls(run, shadow)
+            self._prune(shadow.store, group_id)  # episodes deleted while it ran
             pending = shadow.pending()
             if not pending:
                 rx.set_state(self.store, run["run_id"], "built", self.clock(), len(episodes))
+        if self._run(run["run_id"])["state"] == "discarded":  # by a clear_graph meanwhile
+            remove_shadow(path)
         return {
             **self.status(run["run_id"]),
             "processed": processed,
@@ -271,7 +192,7 @@ class Reextraction:
             "run_id": run_id,
             "group_id": group_id,
             "model": self.settings.model_name,
-            "shadow_path": str(self.shadow_dir / f"{run_id}.duckdb"),
+            "shadow_path": str(shadow_file(self.shadow_dir, run_id)),  # a record, never read
             "episodes": episodes,
             "predicted_calls": self.plan(group_id).calls,
             "created_at": self.clock(),
@@ -279,19 +200,20 @@ class Reextraction:
         rx.insert_run(self.store, run)
         return {**run, "calls_copied": 0, "state": "running"}
 
-    def _copy_calls(self, run: dict[str, Any], shadow: Shadow) -> None:
-        shadow.store.flush()
-        last = self._run(run["run_id"])["calls_copied"]
-        rows = rx.calls_after(shadow.store, last)
-        with self.store.transaction():
-            rx.copy_calls(self.store, run["run_id"], rows, max([last, *(r["id"] for r in rows)]))
+    def _path(self, run: Row) -> Path:
+        """The run's shadow file: derived from its id, never read from the row."""
+        return shadow_file(self.shadow_dir, run["run_id"])
+
+    def _prune(self, shadow: Store, group_id: str) -> list[str]:
+        """Drop from the shadow the episodes deleted from the live store since."""
+        return prune(shadow, rx.group_episode_uuids(self.store, group_id))
 
     def status(self, run_id: str) -> dict[str, Any]:
         run = self._run(run_id)
         return {**run, "calls": rx.run_calls(self.store, run_id)}
 
     def _run(self, run_id: str) -> dict[str, Any]:
-        run = rx.get_run(self.store, run_id)
+        run = rx.get_run(self.store, check_run_id(run_id))
         if run is None:
             raise NotFound(f"no re-extraction run {run_id!r}")
         return run
@@ -350,7 +272,7 @@ class Reextraction:
                     swap, changes = self._swap(run, built)
                     log_sql.log_generation(self.store, run["group_id"])
                 self.publisher.replaced(swap.removed, changes, "promoting a re-extraction")
-        _remove_shadow(run["shadow_path"])
+        remove_shadow(self._path(run))
         if self.snapshots is not None:
             self.snapshots.discard()
         return {
@@ -365,6 +287,7 @@ class Reextraction:
 
     def _built(self, run: dict[str, Any]) -> Built:
         with self._shadow_store(run) as shadow:
+            self._prune(shadow.store, run["group_id"])  # only what live episodes support
             entities, facts = shadow.graph()
             return Built(
                 entities,
@@ -389,13 +312,19 @@ class Reextraction:
             )
         old_entities, old_facts = rx.extracted_graph(self.store, group)
         removed = [e["uuid"] for e in old_entities]
+        facts = [f for f in built.facts if f["episode_uuid"] in live]
+        mentions = [m for m in built.mentions if m["episode_uuid"] in live]
+        # an entity comes in only when a live episode supports it (mentions it, or states a
+        # fact naming it): a deleted episode's entities stay deleted
+        named = {m["entity_uuid"] for m in mentions}
+        named |= {u for f in facts for u in (f["source_uuid"], f["target_uuid"])}
         swap = carry_over(
             old_entities,
             old_facts,
             rx.kept_entities(self.store, group, removed),
-            built.entities,
-            [f for f in built.facts if f["episode_uuid"] in live],
-            [m for m in built.mentions if m["episode_uuid"] in live],
+            [e for e in built.entities if e["uuid"] in named],
+            facts,
+            mentions,
         )
         rx.replace_graph(
             self.store,
@@ -433,23 +362,61 @@ class Reextraction:
         run = self._open(run_id, "discard")
         with _busy(run["group_id"]):
             rx.set_state(self.store, run_id, "discarded", self.clock())
-            _remove_shadow(run["shadow_path"])
+            remove_shadow(self._path(run))
         return {"run_id": run_id, "group_id": run["group_id"], "state": "discarded"}
+
+    # --- deletes reach the open runs ------------------------------------------------------
+    def forget(self, groups: Sequence[str], cleared: bool = False) -> list[str]:
+        """After episodes of ``groups`` were deleted (``cleared``: the whole groups): their
+        open runs lose them too, so no promote brings them back and no shadow keeps their
+        text. A cleared group's run is discarded; otherwise the deleted episodes are pruned
+        from its shadow now, or, when the shadow is in use (a run in progress), by that run
+        before it finishes (and by any promote). What was done per group: "discarded",
+        "pruned", "deferred", or "" (no open run)."""
+        return [self._forget(group, cleared) for group in groups]
+
+    def _forget(self, group_id: str, cleared: bool) -> str:
+        run = rx.open_run(self.store, group_id)
+        if run is None:
+            return ""
+        if cleared:
+            rx.set_state(self.store, run["run_id"], "discarded", self.clock())
+            return "discarded" if self._drop_unused(run) else "deferred"
+        try:
+            with _busy(group_id), self._shadow_store(run) as shadow:
+                self._prune(shadow.store, group_id)
+            return "pruned"
+        except (WorkbenchError, OSError) as exc:  # in use here or elsewhere: it prunes itself
+            log.info("run %s prunes the deleted episodes itself: %s", run["run_id"], exc)
+            return "deferred"
+
+    def _drop_unused(self, run: Row) -> bool:
+        """Delete the run's shadow unless a process is building it (that run deletes it
+        when it sees the run discarded); whether it was deleted."""
+        try:
+            path = self._path(run)
+            with _busy(run["group_id"]):
+                if path.exists():
+                    Store.open(str(path), dim=None).close()  # refused while another holds it
+                remove_shadow(path)
+            return True
+        except (WorkbenchError, OSError):
+            return False
 
     def _open(self, run_id: str, what: str) -> dict[str, Any]:
         run = self._run(run_id)
         if run["state"] not in rx.OPEN_STATES:
             raise InvalidInput(f"run {run_id} is {run['state']}: there is nothing to {what}")
-        if what != "discard" and not Path(run["shadow_path"]).exists():
+        if what != "discard" and not self._path(run).exists():
             raise InvalidInput(
-                f"the shadow graph of run {run_id} is gone ({run['shadow_path']}): discard "
-                f"the run and start again"
+                f"the shadow graph of run {run_id} is not in {self._path(run).parent}: "
+                "discard the run and start again (or give the --shadow-dir it was made in)"
             )
         return run
 
     def _shadow_store(self, run: dict[str, Any]) -> Shadow:
         return Shadow(
-            run["shadow_path"],
+            self._path(run),
             self.embedder,
             self.settings,
             self.metrics,
@@ -476,18 +443,3 @@ def _busy(group_id: str) -> Iterator[None]:
     finally:
         with _BUSY_LOCK:
             _BUSY.discard(group_id)
-
-
-def default_shadow_dir(store: Store) -> Path:
-    """Beside a DuckDB file (``<file>.reextract/``); else the system's temporary folder."""
-    beside = store.beside_file(".reextract")
-    if beside is not None:
-        return beside
-    import tempfile
-
-    return Path(tempfile.gettempdir()) / "knowledge-workbench-reextract"
-
-
-def _remove_shadow(path: str) -> None:
-    for suffix in ("", ".wal"):
-        Path(path + suffix).unlink(missing_ok=True)

@@ -27,7 +27,7 @@ import logging
 import random
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import openai
@@ -50,7 +50,7 @@ from workbench.llm.structured import MODES, StructureT, parse_reply, request_opt
 from workbench.metrics import Metrics
 from workbench.prompts import health_probe as probe_prompt
 from workbench.store import Store
-from workbench.store.llm_calls import LLMCallRow, defer_llm_call
+from workbench.store.llm_calls import LLMCallRow, defer_llm_call, record_llm_call
 
 if TYPE_CHECKING:
     # the options of the client's low-level ``post``: openai exports no public name for them
@@ -132,6 +132,7 @@ class CompatChatModel:
         self.base_url = base_url.rstrip("/")
         self.metrics = metrics
         self.store = store
+        self._run_id: str | None = None
         self.prices = prices if prices is not None else PriceTable.load()
         self.structured_output = structured_output
         self.max_retries = max_retries
@@ -446,8 +447,17 @@ class CompatChatModel:
             )
         )
 
+    def record_into(self, store: Store, run_id: str) -> None:
+        """Record every call in ``store`` under ``run_id``, each written as it is made (a
+        re-extraction: its calls are on record the moment they are billed)."""
+        self.store, self._run_id = store, run_id
+
     def _insert(self, row: LLMCallRow) -> None:
-        if self.store is not None:
+        if self.store is None:
+            return
+        if self._run_id is not None:
+            record_llm_call(self.store, replace(row, run_id=self._run_id))
+        else:
             defer_llm_call(self.store, row)
 
 

@@ -88,6 +88,7 @@ class SearchEngine:
                 store,
                 _graph_dir(store, graph_dir),
                 float(getattr(settings, "search_save_seconds", 0.0)),  # off without settings
+                self.metrics,
             ),
             ann_threshold=ann_threshold,
             index_options=index_options,

@@ -45,6 +45,7 @@ class LLMCallRow:
     cache_cost_saved: float = 0.0
     latency_seconds: float = 0.0
     finish_reason: str | None = None
+    run_id: str | None = None  # the re-extraction run that made the call (None: ingestion)
 
 
 _COLUMNS = tuple(LLMCallRow.__dataclass_fields__)
@@ -56,9 +57,20 @@ _INSERT = (
 def defer_llm_call(store: Store, row: LLMCallRow) -> None:
     """Write the row with the store's next commit (see :meth:`Store.defer`): the LLM client
     logs every call, and an episode's calls then cost no commit of their own."""
+    store.defer("llm_calls", _INSERT, _values(row))
+
+
+def record_llm_call(store: Store, row: LLMCallRow) -> None:
+    """Write the row now, in its own commit: a re-extraction's calls go to a live store that
+    has no other write to carry them, and must be on record even if the run is killed."""
+    with store.transaction():
+        store.execute(_INSERT, _values(row))
+
+
+def _values(row: LLMCallRow) -> list[Any]:
     values = [getattr(row, c) for c in _COLUMNS]
     values[_COLUMNS.index("error_message")] = scrub(row.error_message)
-    store.defer("llm_calls", _INSERT, values)
+    return values
 
 
 def list_llm_calls(

@@ -444,18 +444,26 @@ def depth_by_priority(store: Store) -> dict[str, int]:
     return counts
 
 
-def status(store: Store, now: datetime) -> dict[str, Any]:
+FAILED_LISTED = 20  # the newest failures a status lists
+
+
+def status(store: Store, now: datetime, group_ids: Sequence[str] | None = None) -> dict[str, Any]:
+    """Counts by state, depth by priority, the oldest wait, and the newest failures (of
+    ``group_ids`` when given: filtered in the query, before the limit)."""
     counts = {"queued": 0, "processing": 0, "done": 0, "failed": 0}
     for state, count in store.fetchall("SELECT state, count(*) FROM queue GROUP BY state"):
         counts[state] = count
     oldest = store.one(
         "SELECT min(enqueued_at) FROM queue WHERE state IN ('queued', 'processing')"
     )[0]
+    of_groups = "AND list_contains(?, q.group_id)" if group_ids else ""
     failed = store.fetch_dicts(
-        """SELECT q.episode_uuid, q.group_id, e.name, q.attempts, q.error_type,
+        f"""SELECT q.episode_uuid, q.group_id, e.name, q.attempts, q.error_type,
                   q.error_message, q.finished_at
            FROM queue q LEFT JOIN episodes e ON e.uuid = q.episode_uuid
-           WHERE q.state = 'failed' ORDER BY q.finished_at DESC LIMIT 20"""
+           WHERE q.state = 'failed' {of_groups}
+           ORDER BY q.finished_at DESC NULLS LAST, q.episode_uuid LIMIT {FAILED_LISTED}""",
+        [list(group_ids)] if group_ids else [],
     )
     return {
         "counts": counts,

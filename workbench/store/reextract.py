@@ -12,6 +12,7 @@ so does an entity a kept fact names.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
@@ -22,6 +23,7 @@ from workbench.store import graph as g
 Row = dict[str, Any]  # a row of a graph table, by column
 
 OPEN_STATES = ("running", "built")
+RUN_ID = re.compile(r"rx-[0-9a-f]{12}")  # a run's id: its shadow's file name derives from it
 RUN_COLUMNS = (
     "run_id, group_id, state, model, shadow_path, episodes, predicted_calls, calls_copied, "
     "created_at, finished_at"
@@ -81,11 +83,36 @@ def list_runs(store: Store, group_id: str | None = None) -> list[dict[str, Any]]
 def set_state(
     store: Store, run_id: str, state: str, now: datetime | None, episodes: int | None = None
 ) -> None:
+    """Move an open run to ``state`` (a run promoted or discarded stays so: a run still
+    building when a ``clear_graph`` discarded it does not come back as built)."""
     store.execute(
         """UPDATE reextract_runs SET state = ?, finished_at = ?,
-               episodes = coalesce(?, episodes) WHERE run_id = ?""",
-        [state, now, episodes, run_id],
+               episodes = coalesce(?, episodes)
+           WHERE run_id = ? AND list_contains(?, state)""",
+        [state, now, episodes, run_id, list(OPEN_STATES)],
     )
+
+
+def group_episode_uuids(store: Store, group_id: str) -> set[str]:
+    """The uuids of the group's episodes (whatever their status)."""
+    rows = store.fetchall("SELECT uuid FROM episodes WHERE group_id = ?", [group_id])
+    return {u for (u,) in rows}
+
+
+def discard_open_runs(store: Store) -> int:
+    """Mark every open run discarded (a restore: a backup brings no shadow); how many."""
+    count = int(
+        store.one(
+            "SELECT count(*) FROM reextract_runs WHERE list_contains(?, state)",
+            [list(OPEN_STATES)],
+        )[0]
+    )
+    store.execute(
+        "UPDATE reextract_runs SET state = 'discarded', finished_at = now() "
+        "WHERE list_contains(?, state)",
+        [list(OPEN_STATES)],
+    )
+    return count
 
 
 def done_episodes(store: Store, group_id: str) -> list[dict[str, Any]]:
@@ -110,19 +137,6 @@ def call_history(store: Store, episode_uuids: Sequence[str]) -> list[tuple[str, 
         [list(episode_uuids)],
     )
     return [(str(u), int(c), int(p or 0), int(o or 0)) for u, c, p, o in rows]
-
-
-def copy_calls(store: Store, run_id: str, rows: list[dict[str, Any]], last_id: int) -> None:
-    """Record a run's calls (read from its shadow) under its id; ``last_id``: the shadow's
-    highest call id copied so far (a resumed run copies only the newer ones)."""
-    if rows:
-        columns = [c for c in rows[0] if c not in ("id", "run_id")]
-        store.executemany(
-            f"INSERT INTO llm_calls ({', '.join(columns)}, run_id) "
-            f"VALUES ({', '.join('?' for _ in columns)}, ?)",
-            [[r[c] for c in columns] + [run_id] for r in rows],
-        )
-    store.execute("UPDATE reextract_runs SET calls_copied = ? WHERE run_id = ?", [last_id, run_id])
 
 
 def run_calls(store: Store, run_id: str) -> dict[str, Any]:
@@ -240,8 +254,3 @@ def episode_uuids(store: Store, status: str | None = None) -> set[str]:
 def pending(store: Store) -> int:
     """Queue messages not done yet (a shadow's: episodes left to extract)."""
     return int(store.one("SELECT count(*) FROM queue WHERE state <> 'done'")[0])
-
-
-def calls_after(store: Store, last_id: int) -> list[dict[str, Any]]:
-    """The calls recorded after ``last_id``, in order (a shadow's, copied to the live store)."""
-    return store.fetch_dicts("SELECT * FROM llm_calls WHERE id > ? ORDER BY id", [last_id])

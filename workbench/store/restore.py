@@ -8,6 +8,13 @@ default (a backup written before a migration added it). Afterwards each sequence
 column draws from (``llm_calls.id``, the vectors' ``seq``…) is moved past the largest value
 restored, so that new rows never collide with restored ones.
 
+Every row must pass the input rules the tools apply (:mod:`workbench.store.restore_rules`:
+group names, NUL characters, an episode's size, dangling facts, run ids), else nothing is
+restored and the broken rows are named by table and position. Only regular files are read:
+a FIFO, socket or device named ``*.parquet`` in the folder is refused (reading one would
+block). A re-extraction run left open in the backup is restored discarded: a backup brings
+no shadow graph.
+
 The target must be empty: a restore never merges (merging memories is what the import of
 JSON lines does, with its dedupe). The embedding size and model are taken from the backup's
 vectors, so the database is created for them.
@@ -16,12 +23,15 @@ vectors, so the database is created for them.
 from __future__ import annotations
 
 import re
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from workbench.errors import InvalidInput
 from workbench.store import TABLES, Store
+from workbench.store import reextract as rx
+from workbench.store.restore_rules import RowProblems
 
 BATCH_ROWS = 50_000
 _NEXTVAL = re.compile(r"nextval\('([^']+)'", re.IGNORECASE)
@@ -54,7 +64,7 @@ def read_backup(path: str | Path) -> Backup:
             f"{folder} is no backup: expected the folder `workbench export DIR` writes "
             "(episodes.parquet, entities.parquet, facts.parquet, …)"
         )
-    files = {p.stem: p for p in sorted(folder.glob("*.parquet"))}
+    files = {p.stem: _regular(p) for p in sorted(folder.glob("*.parquet"))}
     dim, model = None, ""
     for table in _VECTOR_TABLES:
         if table in files and pq.ParquetFile(files[table]).metadata.num_rows:
@@ -65,23 +75,47 @@ def read_backup(path: str | Path) -> Backup:
     return Backup(folder, files, dim, model)
 
 
-def restore(store: Store, backup: Backup) -> dict[str, Any]:
+def _regular(path: Path) -> Path:
+    """``path`` when it is a regular file (a link to one too), else :class:`InvalidInput`."""
+    mode = path.stat().st_mode
+    if not stat.S_ISREG(mode):
+        kind = "a FIFO" if stat.S_ISFIFO(mode) else "a folder" if stat.S_ISDIR(mode) else (
+            "a socket" if stat.S_ISSOCK(mode) else "no regular file"
+        )  # fmt: skip
+        raise InvalidInput(
+            f"{path} is {kind}, not a file `workbench export` writes: remove it from the "
+            "backup folder and restore again"
+        )
+    return path
+
+
+def restore(store: Store, backup: Backup, max_body_chars: int | None = None) -> dict[str, Any]:
     """Copy every table of ``backup`` into ``store`` (empty; one transaction); returns the rows
-    restored per table and the backup's files that name no table of this schema."""
+    restored per table, the backup's files that name no table of this schema and the open
+    re-extraction runs discarded. Rows that break an input rule (``max_body_chars``: an
+    episode's longest body) refuse the whole backup."""
     check_empty(store)
     if backup.dim is not None and backup.dim != store.dim:
         raise InvalidInput(
             f"the backup holds {backup.dim}-dimensional vectors ({backup.model or 'unknown'}) "
             f"and the database {store.path} was created for {store.dim}: restore into a new one"
         )
+    problems = RowProblems(max_body_chars)
+    problems.check_facts(backup.files)
     restored: dict[str, int] = {}
     with store.transaction():
         for table in TABLES:
             if table in backup.files:
-                restored[table] = _copy_table(store, table, backup.files[table])
+                restored[table] = _copy_table(store, table, backup.files[table], problems)
+        problems.raise_any(backup.directory)  # rolls the transaction back
         _advance_sequences(store)
+        discarded = rx.discard_open_runs(store)
     skipped = sorted(set(backup.files) - set(TABLES))
-    return {"restored": restored, "skipped_files": [f"{name}.parquet" for name in skipped]}
+    return {
+        "restored": restored,
+        "skipped_files": [f"{name}.parquet" for name in skipped],
+        "runs_discarded": discarded,
+    }
 
 
 def check_empty(store: Store) -> None:
@@ -108,7 +142,7 @@ def table_columns(store: Store, table: str) -> dict[str, str | None]:
     return {name: default for name, default in rows}
 
 
-def _copy_table(store: Store, table: str, path: Path) -> int:
+def _copy_table(store: Store, table: str, path: Path, problems: RowProblems) -> int:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -120,6 +154,10 @@ def _copy_table(store: Store, table: str, path: Path) -> int:
     view = f"restore_{table}"
     for batch in source.iter_batches(batch_size=BATCH_ROWS, columns=shared):
         if not batch.num_rows:
+            continue
+        problems.check_batch(table, batch, count + 1)
+        if problems.total:  # refused: only the rules of the rest are worth reading
+            count += batch.num_rows
             continue
         store.register(view, pa.Table.from_batches([batch]))
         try:

@@ -12,8 +12,10 @@ comma).
 from __future__ import annotations
 
 import hashlib
+import hmac
 import secrets
 import time
+import uuid as uuidlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -199,6 +201,22 @@ def group_costs_since(store: Store, since: datetime) -> dict[str, float]:
     return {group: float(cost or 0.0) for group, cost in rows}
 
 
+SCOPE_SECRET = "scope_secret"  # the meta key of the secret scoped uuids derive from
+
+
+def scope_secret(store: Store) -> bytes:
+    """This database's random secret for :meth:`Tenancy.scoped_uuid` (made on first use; two
+    processes making it at once keep the first one stored)."""
+    value = store.meta(SCOPE_SECRET)
+    if value is None:
+        store.execute(
+            "INSERT INTO meta VALUES (?, ?) ON CONFLICT (key) DO NOTHING",
+            [SCOPE_SECRET, secrets.token_hex(32)],
+        )
+        value = store.meta(SCOPE_SECRET)
+    return bytes.fromhex(str(value))
+
+
 TOKEN_PREFIX = "wbt_"
 
 
@@ -304,6 +322,13 @@ class Tenancy:
 
     def group_of(self, uuid: str) -> str | None:
         return group_of(self.store, uuid)
+
+    def scoped_uuid(self, *parts: str) -> str:
+        """A uuid derived from ``parts`` (a caller, a group, a key) under this database's
+        secret: the same for the same parts, and unguessable to anyone without the secret,
+        so one caller's key or uuid cannot be claimed first by another (issue 55)."""
+        digest = hmac.new(scope_secret(self.store), "\x00".join(parts).encode(), "sha256")
+        return str(uuidlib.UUID(bytes=digest.digest()[:16], version=4))
 
 
 def _token_name(name: str) -> str:

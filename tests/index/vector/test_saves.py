@@ -281,3 +281,63 @@ def test_searches_read_the_saved_vectors_without_mapping_their_pages(store, tmp_
     again = load_index(store, "entity", ann_threshold=100, graph_dir=tmp_path)
     np.testing.assert_allclose(again.vector(rows[2]["uuid"]), vectors[2], atol=1e-3)
     np.testing.assert_allclose(index.vector(rows[1]["uuid"]), queries[0], atol=1e-3)
+
+
+# --- a save is checked before it is opened (issue 55, item 12) ------------------------------
+def rejected(metrics, part: str) -> float:
+    return (
+        metrics.registry.get_sample_value(
+            "knowledge_search_saves_rejected_total", {"kind": "entity", "part": part}
+        )
+        or 0.0
+    )
+
+
+@pytest.mark.parametrize("part", ["graph", "prints", "vectors", "manifest"])
+def test_a_tampered_save_is_counted_removed_and_rebuilt_not_served(store, tmp_path, part):
+    from workbench.index.saves import IndexSaves
+    from workbench.metrics import Metrics
+
+    rows = [entity(f"e{i}") for i in range(N)]
+    vectors = clustered(N, store.dim)
+    insert(store, "entity", rows, vectors)
+    first = open_index(store, tmp_path)
+    assert first.saves.save_graph(tmp_path, "entity", latest_vector_seq(store))
+    metrics = Metrics()
+    saves = IndexSaves(store, tmp_path, metrics=metrics)
+    assert saves.verify("entity") and rejected(metrics, part) == 0  # as saved: used
+    files = manifest(tmp_path)["files"]
+    if part == "manifest":  # a save without checksums (edited, or from before them)
+        edited = {k: v for k, v in manifest(tmp_path).items() if k != "sha256"}
+        (tmp_path / "entity.json").write_text(json.dumps(edited))
+    else:
+        target = tmp_path / files[part]
+        data = bytearray(target.read_bytes())
+        data[-8:] = bytes(8) if data[-8:] != bytes(8) else b"\xff" * 8
+        target.write_bytes(bytes(data))
+    assert not saves.verify("entity")
+    assert rejected(metrics, part) == 1
+    assert not (tmp_path / "entity.json").exists()  # removed: the next open builds anew
+    assert not list(tmp_path.glob("entity.*.usearch"))
+    again = open_index(store, tmp_path)
+    query = clustered(1, store.dim, seed=3)[0]
+    assert again.search(query, 5) == first.search(query, 5)
+
+
+def test_a_tampered_keyword_save_is_counted_and_removed(store, tmp_path):
+    from workbench.index.keyword.bm25 import KeywordIndex
+    from workbench.index.saves import IndexSaves
+    from workbench.metrics import Metrics
+
+    index = KeywordIndex()
+    index.add(["u1", "u2"], ["alpha beta", "gamma delta"], ["g", "g"])
+    path = tmp_path / "entity.keywords.npz"
+    index.save(path)
+    metrics = Metrics()
+    saves = IndexSaves(store, tmp_path, metrics=metrics)
+    assert saves.verify("entity")
+    data = bytearray(path.read_bytes())
+    data[100] ^= 0xFF
+    path.write_bytes(bytes(data))
+    assert not saves.verify("entity") and rejected(metrics, "keywords") == 1
+    assert not path.exists()

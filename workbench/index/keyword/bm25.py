@@ -151,6 +151,22 @@ class KeywordIndex:
                   [group_ids[i] for i in stale])  # fmt: skip
         return index, len(gone) + len(stale)
 
+    @staticmethod
+    def verify_saved(path: str | Path) -> bool:
+        """Whether a save at ``path`` is as written (its file's SHA-256 is its manifest's);
+        True when there is none."""
+        path = Path(path)
+        manifest_path = path.with_name(path.name + ".json")
+        if not manifest_path.exists() and not path.exists():
+            return True
+        try:
+            manifest = json.loads(manifest_path.read_text())
+            with path.open("rb") as handle:
+                digest = hashlib.file_digest(handle, "sha256").hexdigest()
+        except (OSError, ValueError):
+            return False
+        return isinstance(manifest, dict) and manifest.get("sha256") == digest
+
     @classmethod
     def read_saved(
         cls, path: str | Path, digest: str | None = None, **options: Any

@@ -6,6 +6,7 @@ it up (see :func:`workbench.index.vector.index.load_index`)."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -127,6 +128,9 @@ class GraphSaves:
             files["vectors"] = f"{save}.vectors.npy"
             write_synced(folder / files["vectors"], self._stored_now, len(layout), capacity)
         manifest: dict[str, object] = {"slots": layout, "params": params, "files": files}
+        manifest["sha256"] = {
+            role: file_sha256(folder / name) for role, name in files.items() if role in CHECKED
+        }
         if seq is not None and "vectors" in files:
             manifest["seq"] = int(seq)
         tmp = folder / f"{kind}.json.tmp"
@@ -305,6 +309,42 @@ class GraphSaves:
         if redo.size:
             graph.add(redo, rows_at(redo), threads=self.graph._build_threads)
         return graph, int(stale.size), redo
+
+
+# the files of a save its manifest holds a checksum of (the keyword index's manifest holds
+# its own, and may be rewritten by a save of the keywords alone)
+CHECKED = ("graph", "prints", "vectors", "rows")
+
+
+def file_sha256(path: Path) -> str:
+    with path.open("rb") as handle:
+        return hashlib.file_digest(handle, "sha256").hexdigest()
+
+
+def unverified(graph_dir: str | Path, kind: str) -> str | None:
+    """Which file of the save of ``kind`` in ``graph_dir`` is not as saved (its checksum
+    differs, or the manifest holds none: a save from before checksums, or edited); None when
+    every one is, or there is no save."""
+    folder = Path(graph_dir)
+    try:
+        manifest = json.loads((folder / f"{kind}.json").read_text())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError):
+        return "manifest"
+    files = manifest.get("files") if isinstance(manifest, dict) else None
+    sums = manifest.get("sha256") if isinstance(manifest, dict) else None
+    if not isinstance(files, dict) or not isinstance(sums, dict):
+        return "manifest"
+    for role, name in files.items():
+        if role not in CHECKED:
+            continue
+        try:
+            if sums.get(role) != file_sha256(folder / str(name)):
+                return str(role)
+        except OSError:
+            return str(role)
+    return None
 
 
 def saved_graph(graph_dir: str | Path, kind: str) -> SavedGraph | None:
