@@ -40,7 +40,7 @@ from workbench.llm.client import build_chat_model
 from workbench.llm.health import LLMHealth
 from workbench.metrics import Metrics
 from workbench.safety import register_secret, scrub
-from workbench.search import SearchEngine, recall
+from workbench.search import SearchEngine, recall, sources, timeline
 from workbench.store import Store, views
 from workbench.store import graph as g
 from workbench.store import queue as q
@@ -287,17 +287,23 @@ class Workbench:
         progress: bool = False,
         group_id: str | None = None,
         first_line: int = 1,
+        file: str | None = None,
     ) -> r.ImportResult:
         """Import pre-extracted entities and facts (JSON lines), no LLM. ``first_line``
-        numbers the lines of ``source`` when it is a chunk of a larger file."""
+        numbers the lines of ``source`` when it is a chunk of a larger file; ``file`` names
+        it in the imported facts' sources (default: a path's file name)."""
         importer = Importer(
             self.store, self.embedder, self.clock, self._group(group_id), self.publisher
         )
-        report = importer.run(source, progress=progress, first_line=first_line)
+        report = importer.run(source, progress=progress, first_line=first_line, file=file)
         return cast(r.ImportResult, report.as_dict())
 
     def import_memories(
-        self, lines: Sequence[Any], group_id: str | None = None, first_line: int = 1
+        self,
+        lines: Sequence[Any],
+        group_id: str | None = None,
+        first_line: int = 1,
+        file: str | None = None,
     ) -> r.ImportResult:
         """The tool of ``import_jsonl``: lines (JSON strings or objects) of an import file,
         numbered from ``first_line`` in the report's errors."""
@@ -307,7 +313,9 @@ class Workbench:
             raise errors.InvalidInput(
                 f"'lines' has {len(lines)} items; send at most {MAX_IMPORT_LINES} a call"
             )
-        return self.import_jsonl(list(lines), group_id=group_id, first_line=first_line)
+        return self.import_jsonl(
+            list(lines), group_id=group_id, first_line=first_line, file=file or "import_memories"
+        )
 
     # --- search -------------------------------------------------------------------------
     def search_memory_nodes(
@@ -334,6 +342,7 @@ class Workbench:
         facts = self.search.search_facts(
             query, self._groups(group_ids), max_facts, center_node_uuid, **filters
         )
+        sources.attach(self.store, facts)
         return {"message": f"{len(facts)} facts found", "facts": jsonable(facts)}
 
     def search_memory(
@@ -347,6 +356,7 @@ class Workbench:
         results = recall.search_memory(
             self.search, query, self._groups(group_ids), max_results, kinds, **filters
         )
+        sources.attach(self.store, results)
         return {"message": f"{len(results)} results found", "results": jsonable(results)}
 
     # --- episodes and edges -------------------------------------------------------------
@@ -381,7 +391,16 @@ class Workbench:
         fact = g.get_fact(self.store, accept.check_uuid(uuid))
         if fact is None:
             raise errors.NotFound(f"no fact (entity edge) with uuid {uuid}")
-        return cast(r.EntityEdge, jsonable(fact))
+        return cast(r.EntityEdge, jsonable(sources.attach(self.store, [fact])[0]))
+
+    def get_sources(self, uuid: str) -> r.SourcesResult:
+        """Every source of a fact or entity (episodes, passages, or its import)."""
+        return cast(r.SourcesResult, jsonable(sources.of(self.store, accept.check_uuid(uuid))))
+
+    def get_timeline(self, group_ids: Sequence[str] | None = None, **page: Any) -> r.TimelineResult:
+        """What happened, in time order, a page at a time (:mod:`workbench.search.timeline`)."""
+        answer = timeline.get_timeline(self.store, self._groups(group_ids) or None, **page)
+        return cast(r.TimelineResult, jsonable(answer))
 
     def delete_entity_edge(self, uuid: str) -> r.Message:
         accept.check_uuid(uuid)
@@ -452,26 +471,7 @@ class Workbench:
 
     # --- status and queue ---------------------------------------------------------------
     def get_status(self) -> r.StatusResult:
-        answer: r.StatusResult = jsonable(
-            {
-                "status": "ok",
-                "database": self.store.path,
-                "llm": {
-                    "configured": self.chat is not None,
-                    "model": getattr(self.chat, "model", None),
-                    "detail": None if self.chat is not None else NO_LLM,
-                },
-                "embedder": {
-                    "model": self.embedder.model,
-                    "dimensions": self.embedder.dimensions,
-                    "provider": self.settings.embedder_kind,
-                },
-                "graph": g.graph_counts(self.store),
-                "queue": q.status(self.store, self.clock())["counts"],
-                "workers_running": self.queue.running,
-            }
-        )
-        return answer
+        return _status(self)
 
     def get_queue_status(self) -> r.QueueStatusResult:
         status = q.status(self.store, self.clock())
@@ -582,3 +582,27 @@ def _as_dict(value: Any) -> dict[str, Any]:
         dumped: dict[str, Any] = value.model_dump()
         return dumped
     return dict(value)
+
+
+def _status(wb: Workbench) -> r.StatusResult:
+    """``get_status``'s answer."""
+    answer: r.StatusResult = jsonable(
+        {
+            "status": "ok",
+            "database": wb.store.path,
+            "llm": {
+                "configured": wb.chat is not None,
+                "model": getattr(wb.chat, "model", None),
+                "detail": None if wb.chat is not None else NO_LLM,
+            },
+            "embedder": {
+                "model": wb.embedder.model,
+                "dimensions": wb.embedder.dimensions,
+                "provider": wb.settings.embedder_kind,
+            },
+            "graph": g.graph_counts(wb.store),
+            "queue": q.status(wb.store, wb.clock())["counts"],
+            "workers_running": wb.queue.running,
+        }
+    )
+    return answer

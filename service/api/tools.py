@@ -253,6 +253,28 @@ class ImportArgs(Args):
     first_line: int = Field(
         1, ge=1, description="Line number of the first line (errors name file lines)."
     )
+    file: str | None = Field(
+        None,
+        min_length=1,
+        max_length=500,
+        description="The name of the file the lines come from: each imported fact's sources "
+        "name it (default 'import_memories').",
+    )
+
+
+class TimelineArgs(Args):
+    group_ids: GroupIds = Field(None, json_schema_extra=AS_GROUPS, description=_GROUPS)
+    entity_uuid: Uuid | None = Field(
+        None,
+        json_schema_extra=AS_UUID,
+        description="Only this entity: the episodes that mention it and its facts.",
+    )
+    after: str | None = Field(None, description="Only events at or after this time (ISO 8601).")
+    before: str | None = Field(None, description="Only events before this time (ISO 8601).")
+    max_items: int = Field(50, ge=1, le=500, description="Events per page.")
+    cursor: str | None = Field(
+        None, max_length=1000, description="The 'next' of the page before; omit for the first."
+    )
 
 
 RUN_ID_PATTERN = "^rx-[0-9a-f]{12}$"  # workbench.ingest.reextract names runs so
@@ -424,6 +446,25 @@ TOOLS: tuple[Tool, ...] = (
         "Get one fact (entity edge) by uuid, with its endpoints, validity and decay state.",
         UuidArgs,
         "get_entity_edge",
+        read_only=True,
+    ),
+    Tool(
+        "get_sources",
+        "Where a memory came from: for a fact, every episode that stated it (name, time) with "
+        "the passages that say it, first and last time said, or the file it was imported "
+        "from; for an entity, the episodes and passages that mention it. No LLM call.",
+        UuidArgs,
+        "get_sources",
+        read_only=True,
+    ),
+    Tool(
+        "get_timeline",
+        "What happened, in time order: episodes, facts that became true and facts that "
+        "stopped being true (with what superseded them), for some groups or one entity, "
+        "within a window (after/before), a page at a time (pass 'next' as cursor). Use for "
+        "'what changed since March' or 'how long before'. No LLM call.",
+        TimelineArgs,
+        "get_timeline",
         read_only=True,
     ),
     Tool(
