@@ -43,8 +43,7 @@ from workbench.errors import InvalidInput
 from workbench.index.publish import Publisher
 from workbench.ingest.records import entity_text
 from workbench.names import GROUP_ID_RULE, is_group_id, name_key, relation_name
-from workbench.store import provenance
-from workbench.store import Store, bulk
+from workbench.store import Store, bulk, provenance
 from workbench.store import graph as g
 
 # lines per chunk, one transaction each: a DuckDB commit costs about as much as writing a

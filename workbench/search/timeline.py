@@ -88,8 +88,8 @@ def get_timeline(
     max_items: object = DEFAULT_ITEMS,
     cursor: str | None = None,
 ) -> dict[str, Any]:
-    """A page of the timeline of ``group_ids`` (None: every group; see the module docstring): ``events`` and
-    ``next`` (the cursor of the page after, None at the end)."""
+    """A page of the timeline of ``group_ids`` (None: every group; see the module
+    docstring): ``events`` and ``next`` (the cursor of the page after, None at the end)."""
     start, end = check_date("after", after), check_date("before", before)
     if start is not None and end is not None and start >= end:
         raise InvalidInput(

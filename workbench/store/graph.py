@@ -9,8 +9,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from workbench.store import Store
-from workbench.store import provenance
+from workbench.store import Store, provenance
 from workbench.store.passages import delete_passages, passages_of_episodes
 from workbench.store.schema import VECTOR_SEQ
 

@@ -208,7 +208,14 @@ def _insert_rows(store: Store, table: str, rows: list[Row]) -> None:
 
 
 # --- reads of a graph (live or shadow) ------------------------------------------------------
-READABLE = ("episodes", "entities", "facts", "mentions", "llm_calls", "fact_sources")  # see table_rows
+READABLE = (
+    "episodes",
+    "entities",
+    "facts",
+    "mentions",
+    "llm_calls",
+    "fact_sources",
+)  # see table_rows
 
 
 def table_rows(store: Store, table: str) -> list[dict[str, Any]]:

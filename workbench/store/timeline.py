@@ -50,16 +50,16 @@ def _branches(entity: bool, groups: bool) -> str:
                e.source, CAST(NULL AS VARCHAR) AS relation, CAST(NULL AS VARCHAR) AS source_uuid,
                CAST(NULL AS VARCHAR) AS target_uuid, CAST(NULL AS TIMESTAMPTZ) AS valid_at,
                CAST(NULL AS TIMESTAMPTZ) AS invalid_at
-        FROM episodes e WHERE {in_groups('e')}{mentions}
+        FROM episodes e WHERE {in_groups("e")}{mentions}
         UNION ALL
         SELECT 'fact_valid', coalesce(f.valid_at, ep.reference_time, f.created_at),
                {_FACT_COLUMNS}
         FROM facts f LEFT JOIN episodes ep ON ep.uuid = f.episode_uuid
-        WHERE {in_groups('f')} AND {_LIVE_FACT}{touches}
+        WHERE {in_groups("f")} AND {_LIVE_FACT}{touches}
         UNION ALL
         SELECT 'fact_invalid', f.invalid_at, {_FACT_COLUMNS}
         FROM facts f
-        WHERE {in_groups('f')} AND f.invalid_at IS NOT NULL AND {_LIVE_FACT}{touches}
+        WHERE {in_groups("f")} AND f.invalid_at IS NOT NULL AND {_LIVE_FACT}{touches}
     """
 
 
@@ -72,9 +72,9 @@ def events(
     before: datetime | None = None,
     start: tuple[datetime, str, str] | None = None,
 ) -> list[dict[str, Any]]:
-    """At most ``limit`` events of the groups (None: every group; of one entity: the episodes that mention it
-    and its facts) at or after ``after`` and before ``before``, following the event
-    ``start`` (time, kind, uuid), in order."""
+    """At most ``limit`` events of the groups (None: every group; of one entity: the
+    episodes that mention it and its facts) at or after ``after`` and before ``before``,
+    following the event ``start`` (time, kind, uuid), in order."""
     params: dict[str, Any] = {"limit": limit}
     if group_ids is not None:
         params["groups"] = list(group_ids)
