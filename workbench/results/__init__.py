@@ -125,7 +125,7 @@ class Fact(Scored, MemoryState):
     valid_at: Timestamp | None
     invalid_at: Timestamp | None
     expired_at: Timestamp | None
-    sources: NotRequired[Sources]
+    sources: Annotated[Sources, Field(description="Where it came from (bounded in a search).")]
 
 
 class FactsFound(TypedDict):
@@ -136,7 +136,8 @@ class FactsFound(TypedDict):
 class RecalledFact(Fact):
     kind: Literal["fact"]
     episodes: Annotated[
-        list[Uuid], Field(description="The episodes the fact came from (none: imported).")
+        list[Uuid],
+        Field(description="The episodes its sources quote, in time order (none: imported)."),
     ]
 
 
