@@ -109,7 +109,8 @@ class Sources(TypedDict):
         ImportSource | None, Field(description="The file it was imported from, and when.")
     ]
     complete: Annotated[
-        bool, Field(description="False when episodes or passages were left out (bounded).")
+        bool,
+        Field(description="False when episodes, or passages for lack of room, were left out."),
     ]
 
 

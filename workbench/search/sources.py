@@ -2,8 +2,9 @@
 passages of those episodes that say it, first and last time said, or the file it was
 imported from) and of an entity (the episodes that mention it).
 
-:func:`attach` adds ``sources`` to the facts of one search answer with ONE read of the store
-(:func:`workbench.store.provenance.fact_source_rows`), bounded so that an answer stays
+:func:`attach` adds ``sources`` to the facts of one search answer with three look-ups of the
+store whatever their number (:mod:`workbench.store.provenance`: their links, the episodes,
+the quoted episodes' passages; each through an index), bounded so that an answer stays
 small: per fact the first episode and the :data:`LATEST_EPISODES` latest ones (of
 ``episode_count``), :data:`PASSAGES_PER_EPISODE` passage of each, and at most
 :data:`MAX_PASSAGES` passages in the whole answer (``complete`` says whether anything was
@@ -75,87 +76,102 @@ def best_passages(text: str, passages: Sequence[Row], k: int) -> list[Row]:
     return sorted(scored[:k], key=lambda p: p["position"])
 
 
-def _group(rows: Iterable[Row]) -> dict[str, dict[str, list[Row]]]:
-    """owner -> episode uuid -> its passage rows (in order); imports under the key ''."""
-    out: dict[str, dict[str, list[Row]]] = {}
+def _links(rows: Iterable[Row]) -> tuple[dict[str, list[str]], dict[str, Row]]:
+    """owner -> its episode uuids; owner -> its import row."""
+    episodes: dict[str, list[str]] = {}
+    imports: dict[str, Row] = {}
     for row in rows:
-        episodes = out.setdefault(row["owner"], {})
-        episodes.setdefault(row["episode_uuid"] or "", []).append(row)
+        if row["episode_uuid"] is None:
+            imports[row["owner"]] = row
+        else:
+            episodes.setdefault(row["owner"], []).append(row["episode_uuid"])
+    return episodes, imports
+
+
+def _read(store: Store, links: list[Row], limits: Limits) -> dict[str, Row]:
+    """owner -> sources, from its provenance rows: two more look-ups (the episodes, then the
+    passages of those quoted), whatever the number of owners."""
+    by_owner, imports = _links(links)
+    named = sql.episodes_named(store, sorted({u for us in by_owner.values() for u in us}))
+    ordered: dict[str, list[Row]] = {}
+    quoted: dict[str, list[Row]] = {}
+    for owner, uuids in by_owner.items():
+        rows = sorted((named[u] for u in set(uuids) if u in named), key=_when)
+        ordered[owner] = rows
+        keep = len(rows) if limits.latest is None else limits.latest
+        quoted[owner] = rows[:1] + rows[1:][-keep:] if keep else rows[:1]
+    wanted = sorted({e["uuid"] for rows in quoted.values() for e in rows})
+    passages: dict[str, list[Row]] = {}
+    for p in sql.passages_in(store, wanted):
+        passages.setdefault(p["episode_uuid"], []).append(p)
+    out = {}
+    for owner in {*by_owner, *imports}:
+        out[owner] = {
+            "ordered": ordered.get(owner, []),
+            "quoted": [(e, passages.get(e["uuid"], [])) for e in quoted.get(owner, [])],
+            "imported": imports.get(owner),
+        }
     return out
 
 
-def _shape(text: str, episodes: dict[str, list[Row]], limits: Limits, budget: list[int]) -> Row:
-    """The sources of one memory from its rows; ``budget`` holds the passages the answer may
-    still quote (spent here)."""
-    imported = episodes.pop("", [])
-    listed = []
-    complete = True
-    for rows in episodes.values():
-        head = rows[0]
-        passages = [r for r in rows if r["passage_uuid"] is not None]
-        chosen = best_passages(
-            text, [{**p, "text": p["text"]} for p in passages], min(limits.per_episode, budget[0])
-        )
+def _when(episode: Row) -> tuple[Any, str]:
+    return episode["reference_time"], episode["uuid"]
+
+
+def _shape(text: str, found: Row | None, limits: Limits, budget: list[int]) -> Row:
+    """The sources of one memory; ``budget`` holds the passages the answer may still quote
+    (spent here)."""
+    found = found or {"ordered": [], "quoted": [], "imported": None}
+    listed, complete = [], True
+    for episode, passages in found["quoted"]:
+        chosen = best_passages(text, passages, min(limits.per_episode, budget[0]))
         budget[0] -= len(chosen)
-        complete = complete and len(chosen) == len(passages)
+        complete = complete and len(chosen) == min(len(passages), limits.per_episode)
         listed.append(
             {
-                "episode_uuid": head["episode_uuid"],
-                "episode_name": head["episode_name"],
-                "reference_time": head["reference_time"],
+                "episode_uuid": episode["uuid"],
+                "episode_name": episode["name"],
+                "reference_time": episode["reference_time"],
                 "passages": [
-                    {"uuid": p["passage_uuid"], "position": int(p["position"]), "text": p["text"]}
+                    {"uuid": p["uuid"], "position": int(p["position"]), "text": p["text"]}
                     for p in chosen
                 ],
             }
         )
-    listed.sort(key=lambda e: (e["reference_time"], e["episode_uuid"]))
-    count = max([int(rows[0]["episode_count"]) for rows in episodes.values()] or [0])
-    count = max(count, len(listed))
-    times = [e["reference_time"] for e in listed]
-    first_last = _first_last(episodes)
+    ordered, imported = found["ordered"], found["imported"]
     return {
         "episodes": listed,
-        "episode_count": count,
-        "first_said": first_last[0] if first_last else (min(times) if times else None),
-        "last_said": first_last[1] if first_last else (max(times) if times else None),
+        "episode_count": len(ordered),
+        "first_said": ordered[0]["reference_time"] if ordered else None,
+        "last_said": ordered[-1]["reference_time"] if ordered else None,
         "imported": (
-            {"file": imported[0]["file"], "imported_at": imported[0]["imported_at"]}
-            if imported
-            else None
+            {"file": imported["file"], "imported_at": imported["imported_at"]} if imported else None
         ),
-        "complete": complete and count == len(listed),
+        "complete": complete and len(ordered) == len(listed),
     }
-
-
-def _first_last(episodes: dict[str, list[Row]]) -> tuple[Any, Any] | None:
-    """A fact's first and last time said, from the ranks its rows carry (None: no ranks)."""
-    first = [r[0]["reference_time"] for r in episodes.values() if r[0]["first_rank"] == 1]
-    last = [r[0]["reference_time"] for r in episodes.values() if r[0]["last_rank"] == 1]
-    return (first[0], last[0]) if first and last else None
 
 
 def fact_sources(
     store: Store, facts: Sequence[tuple[str, str]], limits: Limits = SEARCH
 ) -> dict[str, Row]:
-    """uuid -> sources of each (uuid, fact text), one read of the store."""
+    """uuid -> sources of each (uuid, fact text): three look-ups of the store in all."""
     uuids = list(dict.fromkeys(u for u, _ in facts))
-    grouped = _group(sql.fact_source_rows(store, uuids, limits.latest))
+    found = _read(store, sql.links_of_facts(store, uuids), limits)
     budget = [limits.total]
-    return {uuid: _shape(text, grouped.get(uuid, {}), limits, budget) for uuid, text in facts}
+    return {uuid: _shape(text, found.get(uuid), limits, budget) for uuid, text in facts}
 
 
 def entity_sources(store: Store, uuid: str, name: str) -> Row:
     """The sources of an entity: every episode that mentions it, with the passages that
     name it best."""
-    grouped = _group(sql.entity_source_rows(store, uuid))
-    return _shape(name, grouped.get(uuid, {}), FULL, [FULL.total])
+    found = _read(store, sql.links_of_entity(store, uuid), FULL)
+    return _shape(name, found.get(uuid), FULL, [FULL.total])
 
 
 def attach(store: Store, hits: list[Row]) -> list[Row]:
     """The fact hits (dicts with ``uuid`` and ``fact``; other kinds pass untouched) with their
     ``sources``, in place; ``episodes`` (a ``search_memory`` fact's) lists every episode
-    quoted. One read of the store for all of them."""
+    quoted. Three look-ups of the store for all of them."""
     facts = [h for h in hits if "fact" in h and h.get("kind", "fact") == "fact"]
     if not facts:
         return hits

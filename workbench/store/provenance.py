@@ -23,10 +23,10 @@ __all__ = [
     "insert_fact_imports",
     "delete_of_facts",
     "delete_of_episode",
-    "fact_source_rows",
-    "entity_source_rows",
-    "fact_links",
-    "insert_links",
+    "links_of_facts",
+    "links_of_entity",
+    "episodes_named",
+    "passages_in",
 ]
 
 Row = dict[str, Any]
@@ -123,74 +123,52 @@ def move_first_episode(store: Store, firsts: dict[str, str]) -> None:
 
 
 # --- reads -----------------------------------------------------------------------------------
-_EPISODE_RANKS = """
-    SELECT s.fact_uuid AS owner, e.uuid AS episode_uuid, e.name AS episode_name,
-           e.reference_time,
-           row_number() OVER (PARTITION BY s.fact_uuid
-                              ORDER BY e.reference_time, e.uuid) AS first_rank,
-           row_number() OVER (PARTITION BY s.fact_uuid
-                              ORDER BY e.reference_time DESC, e.uuid DESC) AS last_rank,
-           count(*) OVER (PARTITION BY s.fact_uuid) AS episode_count
-    FROM fact_sources s JOIN episodes e ON e.uuid = s.episode_uuid
-    WHERE s.fact_uuid IN (SELECT unnest($1::VARCHAR[]))
-"""
+# Each read looks rows up by an indexed column through ``= ANY(list)``: DuckDB answers that
+# from the index (a join or a subquery would scan the table), PostgreSQL too. A search answer
+# costs three such look-ups, whatever its number of facts.
 
 
-def fact_source_rows(store: Store, uuids: Sequence[str], latest: int | None) -> list[Row]:
-    """One statement for the sources of these facts: a row per (fact, episode, passage) of
-    the fact's first episode and its ``latest`` latest ones (None: every episode), each with
-    the fact's ``episode_count`` and the episode's ``first_rank``/``last_rank``; and a row
-    per imported fact (``file``, ``imported_at``; no episode). Ordered by fact, then time."""
+def links_of_facts(store: Store, uuids: Sequence[str]) -> list[Row]:
+    """The provenance of these facts: a row per (fact, episode) (``owner``,
+    ``episode_uuid``) and per imported fact (``owner``, ``file``, ``imported_at``)."""
     if not uuids:
         return []
-    keep = "TRUE" if latest is None else "r.first_rank = 1 OR r.last_rank <= $2"
-    params: list[Any] = [list(uuids)] if latest is None else [list(uuids), latest]
     return store.fetch_dicts(
-        f"""WITH r AS ({_EPISODE_RANKS})
-            SELECT r.owner, r.episode_uuid, r.episode_name, r.reference_time, r.first_rank,
-                   r.last_rank, r.episode_count, p.uuid AS passage_uuid, p.position, p.text,
-                   CAST(NULL AS VARCHAR) AS file, CAST(NULL AS TIMESTAMPTZ) AS imported_at
-            FROM r LEFT JOIN passages p ON p.episode_uuid = r.episode_uuid
-            WHERE {keep}
-            UNION ALL
-            SELECT i.fact_uuid, NULL, NULL, NULL, NULL, NULL, 0, NULL, NULL, NULL, i.file,
-                   i.imported_at
-            FROM fact_imports i WHERE i.fact_uuid IN (SELECT unnest($1::VARCHAR[]))
-            ORDER BY 1, 4, 2, 9""",
-        params,
+        """SELECT fact_uuid AS owner, episode_uuid, CAST(NULL AS VARCHAR) AS file,
+                  CAST(NULL AS TIMESTAMPTZ) AS imported_at
+           FROM fact_sources WHERE fact_uuid = ANY($1)
+           UNION ALL
+           SELECT fact_uuid, NULL, file, imported_at FROM fact_imports
+           WHERE fact_uuid = ANY($1)""",
+        [list(uuids)],
     )
 
 
-def entity_source_rows(store: Store, uuid: str) -> list[Row]:
-    """The episodes that mention an entity, with their passages (the shape of
-    :func:`fact_source_rows`), in time order."""
+def links_of_entity(store: Store, uuid: str) -> list[Row]:
+    """The episodes that mention an entity (rows shaped as :func:`links_of_facts`')."""
     return store.fetch_dicts(
-        """SELECT m.entity_uuid AS owner, e.uuid AS episode_uuid, e.name AS episode_name,
-                  e.reference_time, 0 AS first_rank, 0 AS last_rank, 0 AS episode_count,
-                  p.uuid AS passage_uuid, p.position, p.text,
-                  CAST(NULL AS VARCHAR) AS file, CAST(NULL AS TIMESTAMPTZ) AS imported_at
-           FROM mentions m JOIN episodes e ON e.uuid = m.episode_uuid
-           LEFT JOIN passages p ON p.episode_uuid = e.uuid
-           WHERE m.entity_uuid = ?
-           ORDER BY e.reference_time, e.uuid, p.position""",
+        "SELECT entity_uuid AS owner, episode_uuid, CAST(NULL AS VARCHAR) AS file, "
+        "CAST(NULL AS TIMESTAMPTZ) AS imported_at FROM mentions WHERE entity_uuid = ?",
         [uuid],
     )
 
 
-def fact_links(store: Store, episode_uuids: Sequence[str]) -> list[Row]:
-    """The ``fact_sources`` rows of these episodes (a re-extraction's shadow: its links)."""
+def episodes_named(store: Store, uuids: Sequence[str]) -> dict[str, Row]:
+    """uuid -> (uuid, name, reference_time) of these episodes."""
+    if not uuids:
+        return {}
+    rows = store.fetch_dicts(
+        "SELECT uuid, name, reference_time FROM episodes WHERE uuid = ANY(?)", [list(uuids)]
+    )
+    return {r["uuid"]: r for r in rows}
+
+
+def passages_in(store: Store, episode_uuids: Sequence[str]) -> list[Row]:
+    """The passages (uuid, episode_uuid, position, text) of these episodes, in order."""
+    if not episode_uuids:
+        return []
     return store.fetch_dicts(
-        "SELECT * FROM fact_sources WHERE episode_uuid IN (SELECT unnest(?::VARCHAR[]))",
+        "SELECT uuid, episode_uuid, position, text FROM passages "
+        "WHERE episode_uuid = ANY(?) ORDER BY episode_uuid, position",
         [list(episode_uuids)],
     )
-
-
-def insert_links(store: Store, rows: Sequence[Row]) -> None:
-    """``fact_sources`` rows (dicts of its columns) a promote carries into the live graph."""
-    rows = list({(r["fact_uuid"], r["episode_uuid"]): r for r in rows}.values())
-    if rows:
-        store.executemany(
-            "INSERT INTO fact_sources (fact_uuid, episode_uuid, created_at) VALUES (?, ?, ?) "
-            "ON CONFLICT DO NOTHING",
-            [[r["fact_uuid"], r["episode_uuid"], r["created_at"]] for r in rows],
-        )

@@ -260,6 +260,8 @@ def _v9(dim: int) -> list[str]:
             created_at TIMESTAMPTZ NOT NULL,
             PRIMARY KEY (fact_uuid, episode_uuid)
         )""",
+        # a search reads its facts' sources by fact (DuckDB: through this index only)
+        "CREATE INDEX IF NOT EXISTS fact_sources_fact ON fact_sources(fact_uuid)",
         "CREATE INDEX IF NOT EXISTS fact_sources_episode ON fact_sources(episode_uuid)",
         """CREATE TABLE IF NOT EXISTS fact_imports (
             fact_uuid VARCHAR PRIMARY KEY,
