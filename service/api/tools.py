@@ -410,8 +410,9 @@ TOOLS: tuple[Tool, ...] = (
     Tool(
         "search_memory_facts",
         "Search remembered facts (relationships between entities, e.g. 'Alice works at Acme') "
-        "by meaning. Returns facts with validity dates and a relevance score. Use for questions "
-        "about relationships and events. No LLM call.",
+        "by meaning. Returns facts with validity dates, a relevance score and their sources "
+        "(the episodes and passages that stated them). Use for questions about relationships "
+        "and events. No LLM call.",
         SearchFactsArgs,
         "search_memory_facts",
         read_only=True,
@@ -443,7 +444,8 @@ TOOLS: tuple[Tool, ...] = (
     ),
     Tool(
         "get_entity_edge",
-        "Get one fact (entity edge) by uuid, with its endpoints, validity and decay state.",
+        "Get one fact (entity edge) by uuid, with its endpoints, validity, decay state and "
+        "sources.",
         UuidArgs,
         "get_entity_edge",
         read_only=True,

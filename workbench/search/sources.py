@@ -2,13 +2,13 @@
 passages of those episodes that say it, first and last time said, or the file it was
 imported from) and of an entity (the episodes that mention it).
 
-:func:`attach` adds ``sources`` to the facts of one search answer with three look-ups of the
-store whatever their number (:mod:`workbench.store.provenance`: their links, the episodes,
-the quoted episodes' passages; each through an index), bounded so that an answer stays
-small: per fact the first episode and the :data:`LATEST_EPISODES` latest ones (of
-``episode_count``), :data:`PASSAGES_PER_EPISODE` passage of each, and at most
+:func:`attach` adds ``sources`` to the facts of one search answer with two statements
+whatever their number (:mod:`workbench.store.provenance`: their links with the times they
+were said, then the quoted episodes with their passages; each through an index), bounded
+so that an answer stays small: per fact the first episode and the :data:`LATEST_EPISODES`
+latest ones (of ``episode_count``), :data:`PASSAGES_PER_EPISODE` passage of each, and at most
 :data:`MAX_PASSAGES` passages in the whole answer (``complete`` says whether anything was
-left out). :func:`full` is ``get_sources``: every episode, :data:`FULL_PASSAGES` passages
+left out). :func:`of` is ``get_sources``: every episode, :data:`FULL_PASSAGES` passages
 each.
 
 Which passages: those sharing most of the memory's words (the fact's text, an entity's
@@ -19,7 +19,7 @@ from the whole episode).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -62,69 +62,87 @@ SEARCH = Limits()
 FULL = Limits(None, FULL_PASSAGES, 10_000)
 
 
-def best_passages(text: str, passages: Sequence[Row], k: int) -> list[Row]:
-    """The ``k`` passages (dicts with ``position`` and ``text``) sharing the largest part of
-    the terms of ``text``, in their episode's order; none sharing any: the first ``k``."""
-    terms = set(tokenize(text))
+def best_passages(
+    text: str, passages: Sequence[Row], k: int, terms: Callable[[Row], frozenset[str]] | None = None
+) -> list[Row]:
+    """The ``k`` passages (dicts with ``position`` and ``text``) sharing the most terms with
+    ``text``, in their episode's order; none sharing any: the first ``k``. ``terms`` gives a
+    passage's terms (default: tokenized here; a caller quoting several facts caches them)."""
+    wanted = frozenset(tokenize(text))
+    of = terms or (lambda p: frozenset(tokenize(p["text"] or "")))
+    scored = sorted(((len(wanted & of(p)), p) for p in passages), key=_best)
+    if scored and scored[0][0] > 0:
+        scored = [(n, p) for n, p in scored if n > 0]
+    return sorted((p for _, p in scored[:k]), key=lambda p: p["position"])
 
-    def overlap(p: Row) -> int:
-        return len(terms & set(tokenize(p["text"] or "")))
 
-    scored = sorted(passages, key=lambda p: (-overlap(p), p["position"]))
-    if scored and overlap(scored[0]) > 0:
-        scored = [p for p in scored if overlap(p) > 0]
-    return sorted(scored[:k], key=lambda p: p["position"])
+def _best(scored: tuple[int, Row]) -> tuple[int, int]:
+    return -scored[0], scored[1]["position"]
 
 
-def _links(rows: Iterable[Row]) -> tuple[dict[str, list[str]], dict[str, Row]]:
-    """owner -> its episode uuids; owner -> its import row."""
-    episodes: dict[str, list[str]] = {}
+class _Terms:
+    """Each passage's terms, tokenized once for a whole answer (facts share episodes)."""
+
+    def __init__(self) -> None:
+        self.known: dict[str, frozenset[str]] = {}
+
+    def __call__(self, passage: Row) -> frozenset[str]:
+        found = self.known.get(passage["uuid"])
+        if found is None:
+            found = self.known[passage["uuid"]] = frozenset(tokenize(passage["text"] or ""))
+        return found
+
+
+def _links(rows: Iterable[Row]) -> tuple[dict[str, list[Row]], dict[str, Row]]:
+    """owner -> its (episode, said_at) links in time order; owner -> its import row."""
+    episodes: dict[str, list[Row]] = {}
     imports: dict[str, Row] = {}
     for row in rows:
         if row["episode_uuid"] is None:
             imports[row["owner"]] = row
         else:
-            episodes.setdefault(row["owner"], []).append(row["episode_uuid"])
+            episodes.setdefault(row["owner"], []).append(row)
+    for links in episodes.values():
+        links.sort(key=lambda r: (r["said_at"], r["episode_uuid"]))
     return episodes, imports
 
 
 def _read(store: Store, links: list[Row], limits: Limits) -> dict[str, Row]:
-    """owner -> sources, from its provenance rows: two more look-ups (the episodes, then the
-    passages of those quoted), whatever the number of owners."""
+    """owner -> sources, from its provenance rows and one more statement: the quoted
+    episodes (each owner's first and latest ones) with their passages."""
     by_owner, imports = _links(links)
-    named = sql.episodes_named(store, sorted({u for us in by_owner.values() for u in us}))
-    ordered: dict[str, list[Row]] = {}
-    quoted: dict[str, list[Row]] = {}
-    for owner, uuids in by_owner.items():
-        rows = sorted((named[u] for u in set(uuids) if u in named), key=_when)
-        ordered[owner] = rows
+    quoted: dict[str, list[str]] = {}
+    for owner, rows in by_owner.items():
         keep = len(rows) if limits.latest is None else limits.latest
-        quoted[owner] = rows[:1] + rows[1:][-keep:] if keep else rows[:1]
-    wanted = sorted({e["uuid"] for rows in quoted.values() for e in rows})
+        chosen = rows[:1] + rows[1:][-keep:] if keep else rows[:1]
+        quoted[owner] = [r["episode_uuid"] for r in chosen]
+    episodes: dict[str, Row] = {}
     passages: dict[str, list[Row]] = {}
-    for p in sql.passages_in(store, wanted):
-        passages.setdefault(p["episode_uuid"], []).append(p)
+    for row in sql.quoted_episodes(store, sorted({u for us in quoted.values() for u in us})):
+        episodes.setdefault(row["uuid"], row)
+        if row["passage_uuid"] is not None:
+            passages.setdefault(row["uuid"], []).append(
+                {"uuid": row["passage_uuid"], "position": row["position"], "text": row["text"]}
+            )
     out = {}
     for owner in {*by_owner, *imports}:
         out[owner] = {
-            "ordered": ordered.get(owner, []),
-            "quoted": [(e, passages.get(e["uuid"], [])) for e in quoted.get(owner, [])],
+            "said": [r["said_at"] for r in by_owner.get(owner, [])],
+            "quoted": [
+                (episodes[u], passages.get(u, [])) for u in quoted.get(owner, []) if u in episodes
+            ],
             "imported": imports.get(owner),
         }
     return out
 
 
-def _when(episode: Row) -> tuple[Any, str]:
-    return episode["reference_time"], episode["uuid"]
-
-
-def _shape(text: str, found: Row | None, limits: Limits, budget: list[int]) -> Row:
+def _shape(text: str, found: Row | None, limits: Limits, budget: list[int], terms: _Terms) -> Row:
     """The sources of one memory; ``budget`` holds the passages the answer may still quote
     (spent here)."""
-    found = found or {"ordered": [], "quoted": [], "imported": None}
+    found = found or {"said": [], "quoted": [], "imported": None}
     listed, complete = [], True
     for episode, passages in found["quoted"]:
-        chosen = best_passages(text, passages, min(limits.per_episode, budget[0]))
+        chosen = best_passages(text, passages, min(limits.per_episode, budget[0]), terms)
         budget[0] -= len(chosen)
         complete = complete and len(chosen) == min(len(passages), limits.per_episode)
         listed.append(
@@ -138,40 +156,40 @@ def _shape(text: str, found: Row | None, limits: Limits, budget: list[int]) -> R
                 ],
             }
         )
-    ordered, imported = found["ordered"], found["imported"]
+    said, imported = found["said"], found["imported"]
     return {
         "episodes": listed,
-        "episode_count": len(ordered),
-        "first_said": ordered[0]["reference_time"] if ordered else None,
-        "last_said": ordered[-1]["reference_time"] if ordered else None,
+        "episode_count": len(said),
+        "first_said": said[0] if said else None,
+        "last_said": said[-1] if said else None,
         "imported": (
             {"file": imported["file"], "imported_at": imported["imported_at"]} if imported else None
         ),
-        "complete": complete and len(ordered) == len(listed),
+        "complete": complete and len(said) == len(listed),
     }
 
 
 def fact_sources(
     store: Store, facts: Sequence[tuple[str, str]], limits: Limits = SEARCH
 ) -> dict[str, Row]:
-    """uuid -> sources of each (uuid, fact text): three look-ups of the store in all."""
+    """uuid -> sources of each (uuid, fact text): two statements in all."""
     uuids = list(dict.fromkeys(u for u, _ in facts))
     found = _read(store, sql.links_of_facts(store, uuids), limits)
-    budget = [limits.total]
-    return {uuid: _shape(text, found.get(uuid), limits, budget) for uuid, text in facts}
+    budget, terms = [limits.total], _Terms()
+    return {uuid: _shape(text, found.get(uuid), limits, budget, terms) for uuid, text in facts}
 
 
 def entity_sources(store: Store, uuid: str, name: str) -> Row:
     """The sources of an entity: every episode that mentions it, with the passages that
     name it best."""
     found = _read(store, sql.links_of_entity(store, uuid), FULL)
-    return _shape(name, found.get(uuid), FULL, [FULL.total])
+    return _shape(name, found.get(uuid), FULL, [FULL.total], _Terms())
 
 
 def attach(store: Store, hits: list[Row]) -> list[Row]:
     """The fact hits (dicts with ``uuid`` and ``fact``; other kinds pass untouched) with their
     ``sources``, in place; ``episodes`` (a ``search_memory`` fact's) lists every episode
-    quoted. Three look-ups of the store for all of them."""
+    quoted. Two statements for all of them."""
     facts = [h for h in hits if "fact" in h and h.get("kind", "fact") == "fact"]
     if not facts:
         return hits

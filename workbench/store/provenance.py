@@ -10,7 +10,7 @@ number, never one per fact.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 import pyarrow as pa
@@ -25,44 +25,45 @@ __all__ = [
     "delete_of_episode",
     "links_of_facts",
     "links_of_entity",
-    "episodes_named",
-    "passages_in",
+    "quoted_episodes",
 ]
 
 Row = dict[str, Any]
-RestatedKey = tuple[str, str, str, str, str]  # group, source, target, fact text, episode
+# group, source, target, fact text, episode, the episode's reference time
+RestatedKey = tuple[str, str, str, str, str, datetime]
 
 
 def insert_fact_sources(store: Store, rows: Sequence[tuple[str, str, datetime]]) -> None:
-    """(fact uuid, episode uuid, when) rows of facts just created by their episodes."""
+    """(fact uuid, episode uuid, the episode's reference time) rows of facts just created by
+    their episodes."""
     rows = list(dict.fromkeys(rows))
     if rows:
         store.executemany(
-            "INSERT INTO fact_sources (fact_uuid, episode_uuid, created_at) VALUES (?, ?, ?)",
+            "INSERT INTO fact_sources (fact_uuid, episode_uuid, said_at) VALUES (?, ?, ?)",
             [list(r) for r in rows],
         )
 
 
-def record_restated(store: Store, keys: Sequence[RestatedKey], now: datetime) -> None:
+def record_restated(store: Store, keys: Sequence[RestatedKey]) -> None:
     """The episodes that stated a stored (unexpired) fact again: each (group, source uuid,
-    target uuid, fact text, episode uuid) links the episode to the fact of that key (the text
-    compared trimmed and lower-cased, as the duplicate check does). One statement; a link
-    stored already is kept."""
-    wanted = sorted({(k[0], k[1], k[2], k[3].strip().lower(), k[4]) for k in keys})
+    target uuid, fact text, episode uuid, its reference time) links the episode to the fact
+    of that key (the text compared trimmed and lower-cased, as the duplicate check does).
+    One statement; a link stored already is kept."""
+    wanted = sorted({(k[0], k[1], k[2], k[3].strip().lower(), k[4], k[5]) for k in keys})
     if not wanted:
         return
-    columns = [[w[i] for w in wanted] for i in range(5)]
+    columns = [[w[i] for w in wanted] for i in range(6)]
     store.execute(
-        """INSERT INTO fact_sources (fact_uuid, episode_uuid, created_at)
-           SELECT DISTINCT f.uuid, p.e, $6::TIMESTAMPTZ FROM facts f
+        """INSERT INTO fact_sources (fact_uuid, episode_uuid, said_at)
+           SELECT DISTINCT f.uuid, p.e, p.w FROM facts f
            JOIN (SELECT unnest($1::VARCHAR[]) AS g, unnest($2::VARCHAR[]) AS s,
                         unnest($3::VARCHAR[]) AS t, unnest($4::VARCHAR[]) AS x,
-                        unnest($5::VARCHAR[]) AS e) AS p
+                        unnest($5::VARCHAR[]) AS e, unnest($6::TIMESTAMPTZ[]) AS w) AS p
              ON f.group_id = p.g AND f.source_uuid = p.s AND f.target_uuid = p.t
                 AND lower(trim(f.fact)) = p.x
            WHERE f.expired_at IS NULL
            ON CONFLICT DO NOTHING""",
-        [*columns, now],
+        columns,
     )
 
 
@@ -101,11 +102,10 @@ def restated_elsewhere(store: Store, episode_uuid: str) -> dict[str, str]:
     """The facts ``episode_uuid`` stated first that another episode stated again: fact uuid
     -> the earliest other episode (by reference time), which becomes the fact's first."""
     rows = store.fetchall(
-        """SELECT s.fact_uuid, e.uuid FROM facts f
+        """SELECT s.fact_uuid, s.episode_uuid FROM facts f
            JOIN fact_sources s ON s.fact_uuid = f.uuid AND s.episode_uuid <> $1
-           JOIN episodes e ON e.uuid = s.episode_uuid
            WHERE f.episode_uuid = $1
-           ORDER BY s.fact_uuid, e.reference_time DESC, e.uuid DESC""",
+           ORDER BY s.fact_uuid, s.said_at DESC, s.episode_uuid DESC""",
         [episode_uuid],
     )
     return {fact: episode for fact, episode in rows}  # the last row of a fact: its earliest
@@ -125,7 +125,7 @@ def move_first_episode(store: Store, firsts: dict[str, str]) -> None:
 # --- reads -----------------------------------------------------------------------------------
 # Each read looks rows up by an indexed column through ``= ANY(list)``: DuckDB answers that
 # from the index (a join or a subquery would scan the table), PostgreSQL too. A search answer
-# costs three such look-ups, whatever its number of facts.
+# costs two statements, whatever its number of facts. Times are read as numbers.
 
 
 def links_of_facts(store: Store, uuids: Sequence[str]) -> list[Row]:
@@ -133,34 +133,55 @@ def links_of_facts(store: Store, uuids: Sequence[str]) -> list[Row]:
     ``episode_uuid``) and per imported fact (``owner``, ``file``, ``imported_at``)."""
     if not uuids:
         return []
-    return store.fetch_dicts(
-        """SELECT fact_uuid AS owner, episode_uuid, CAST(NULL AS VARCHAR) AS file,
-                  CAST(NULL AS TIMESTAMPTZ) AS imported_at
+    rows = store.fetch_dicts(
+        """SELECT fact_uuid AS owner, episode_uuid, epoch_us(said_at) AS said_us,
+                  CAST(NULL AS VARCHAR) AS file, CAST(NULL AS DOUBLE) AS imported_us
            FROM fact_sources WHERE fact_uuid = ANY($1)
            UNION ALL
-           SELECT fact_uuid, NULL, file, imported_at FROM fact_imports
+           SELECT fact_uuid, NULL, NULL, file, epoch_us(imported_at) FROM fact_imports
            WHERE fact_uuid = ANY($1)""",
         [list(uuids)],
     )
+    for row in rows:
+        row["said_at"] = _from_us(row.pop("said_us"))
+        row["imported_at"] = _from_us(row.pop("imported_us"))
+    return rows
 
 
 def links_of_entity(store: Store, uuid: str) -> list[Row]:
     """The episodes that mention an entity (rows shaped as :func:`links_of_facts`')."""
-    return store.fetch_dicts(
-        "SELECT entity_uuid AS owner, episode_uuid, CAST(NULL AS VARCHAR) AS file, "
-        "CAST(NULL AS TIMESTAMPTZ) AS imported_at FROM mentions WHERE entity_uuid = ?",
+    rows = store.fetch_dicts(
+        "SELECT m.entity_uuid AS owner, m.episode_uuid, e.reference_time AS said_at, "
+        "CAST(NULL AS VARCHAR) AS file, CAST(NULL AS TIMESTAMPTZ) AS imported_at "
+        "FROM mentions m JOIN episodes e ON e.uuid = m.episode_uuid WHERE m.entity_uuid = ?",
         [uuid],
     )
+    return rows
 
 
-def episodes_named(store: Store, uuids: Sequence[str]) -> dict[str, Row]:
-    """uuid -> (uuid, name, reference_time) of these episodes."""
-    if not uuids:
-        return {}
+def quoted_episodes(store: Store, episode_uuids: Sequence[str]) -> list[Row]:
+    """These episodes (``uuid``, ``name``, ``reference_time``) with their passages
+    (``passage_uuid``, ``position``, ``text``; None for an episode without any), in order."""
+    if not episode_uuids:
+        return []
     rows = store.fetch_dicts(
-        "SELECT uuid, name, reference_time FROM episodes WHERE uuid = ANY(?)", [list(uuids)]
+        """SELECT e.uuid, e.name, epoch_us(e.reference_time) AS reference_us,
+                  p.uuid AS passage_uuid, p.position, p.text
+           FROM (SELECT uuid, name, reference_time FROM episodes WHERE uuid = ANY($1)) AS e
+           LEFT JOIN (SELECT uuid, episode_uuid, position, text FROM passages
+                      WHERE episode_uuid = ANY($1)) AS p ON p.episode_uuid = e.uuid
+           ORDER BY e.uuid, p.position""",
+        [list(episode_uuids)],
     )
-    return {r["uuid"]: r for r in rows}
+    for row in rows:
+        row["reference_time"] = _from_us(row.pop("reference_us"))
+    return rows
+
+
+def _from_us(value: float | None) -> datetime | None:
+    """A time read as microseconds since the epoch (DuckDB converts a TIMESTAMPTZ to Python
+    several times slower than a number: a search answer reads these)."""
+    return None if value is None else datetime.fromtimestamp(value / 1_000_000, tz=UTC)
 
 
 def passages_in(store: Store, episode_uuids: Sequence[str]) -> list[Row]:

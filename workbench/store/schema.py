@@ -250,14 +250,15 @@ def _v8(dim: int) -> list[str]:
 def _v9(dim: int) -> list[str]:
     """Provenance. ``fact_sources``: every episode that stated a fact, the first one (the
     fact's ``episode_uuid``) and each that stated it again later (extraction found it
-    stored already), written with the episode; filled here from ``facts.episode_uuid`` for
-    the facts stored before. ``fact_imports``: the file an imported fact came from and when
-    (an imported fact has no episode)."""
+    stored already), written with the episode, with the episode's reference time
+    (``said_at``: a search ranks a fact's episodes without reading them); filled here from
+    ``facts.episode_uuid`` for the facts stored before. ``fact_imports``: the file an
+    imported fact came from and when (an imported fact has no episode)."""
     return [
         """CREATE TABLE IF NOT EXISTS fact_sources (
             fact_uuid VARCHAR NOT NULL,
             episode_uuid VARCHAR NOT NULL,
-            created_at TIMESTAMPTZ NOT NULL,
+            said_at TIMESTAMPTZ NOT NULL,
             PRIMARY KEY (fact_uuid, episode_uuid)
         )""",
         # a search reads its facts' sources by fact (DuckDB: through this index only)
@@ -268,10 +269,11 @@ def _v9(dim: int) -> list[str]:
             file VARCHAR NOT NULL,
             imported_at TIMESTAMPTZ NOT NULL
         )""",
-        """INSERT INTO fact_sources (fact_uuid, episode_uuid, created_at)
-           SELECT uuid, episode_uuid, created_at FROM facts
-           WHERE episode_uuid IS NOT NULL
-             AND NOT EXISTS (SELECT 1 FROM fact_sources s WHERE s.fact_uuid = facts.uuid)""",
+        """INSERT INTO fact_sources (fact_uuid, episode_uuid, said_at)
+           SELECT f.uuid, f.episode_uuid, coalesce(e.reference_time, f.created_at) FROM facts f
+           LEFT JOIN episodes e ON e.uuid = f.episode_uuid
+           WHERE f.episode_uuid IS NOT NULL
+             AND NOT EXISTS (SELECT 1 FROM fact_sources s WHERE s.fact_uuid = f.uuid)""",
     ]
 
 
