@@ -151,3 +151,18 @@ def test_a_database_of_schema_8_is_upgraded_with_its_facts_first_episodes(tmp_pa
         assert store.meta("schema_version") == str(len(MIGRATIONS))
     finally:
         store.close()
+
+
+def test_the_passages_quoted_are_those_sharing_most_words_with_the_fact():
+    passages = [
+        {"uuid": "a", "position": 0, "text": "Hello there, how are you?"},
+        {"uuid": "b", "position": 1, "text": "I moved to Lisbon last spring."},
+        {"uuid": "c", "position": 2, "text": "Lisbon is sunny."},
+    ]
+    assert [p["uuid"] for p in src.best_passages("Maria moved to Lisbon", passages, 1)] == ["b"]
+    assert [p["uuid"] for p in src.best_passages("Maria moved to Lisbon", passages, 2)] == [
+        "b",
+        "c",
+    ]  # in the episode's order
+    assert [p["uuid"] for p in src.best_passages("Tom likes tea", passages, 1)] == ["a"]
+    assert src.best_passages("anything", [], 3) == []
