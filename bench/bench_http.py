@@ -48,7 +48,7 @@ WORDS = [
 ]
 
 
-def add_sources(store: Store, facts: list[str], text: list[str], rng) -> None:
+def add_sources(store: Store, facts: list[str], text: list[str], rng, model: str) -> None:
     """Provenance as extraction leaves it: an episode per 5 facts, of 6 passages each, and
     every fact stated by 2 episodes (the ``sources`` each search answer reads)."""
     n_ep = max(1, len(facts) // 5)
@@ -75,6 +75,11 @@ def add_sources(store: Store, facts: list[str], text: list[str], rng) -> None:
         "INSERT INTO passages (uuid, episode_uuid, group_id, position, text, reference_time,"
         " created_at) SELECT uuid, ep, 'main', pos, text, t, t FROM _p"
     )
+    # with vectors: a passage without one is embedded by the service when it starts (the
+    # model would then compete with the searches measured)
+    vectors = rng.standard_normal((len(passages), DIM)).astype(np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    g.insert_vectors(store, "passage_embeddings", [p[0] for p in passages], vectors, model)
     links = [(f, episodes[i]) for f in facts for i in rng.integers(0, n_ep, 2)]
     store.register(
         "_s",
@@ -132,7 +137,7 @@ def fill_store(path: Path, n: int, model: str, seed: int = 0, sources: bool = Fa
         "created_at FROM _f"
     )
     if sources:
-        add_sources(store, facts, text, rng)
+        add_sources(store, facts, text, rng, model)
     basis = rng.standard_normal((48, DIM)).astype(np.float32)
     for kind, uuids in (("entity", ents), ("fact", facts)):
         for start in range(0, n, 50_000):

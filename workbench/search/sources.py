@@ -68,6 +68,8 @@ def best_passages(
     """The ``k`` passages (dicts with ``position`` and ``text``) sharing the most terms with
     ``text``, in their episode's order; none sharing any: the first ``k``. ``terms`` gives a
     passage's terms (default: tokenized here; a caller quoting several facts caches them)."""
+    if len(passages) <= k:  # nothing to choose
+        return sorted(passages, key=lambda p: p["position"])
     wanted = frozenset(tokenize(text))
     of = terms or (lambda p: frozenset(tokenize(p["text"] or "")))
     scored = sorted(((len(wanted & of(p)), p) for p in passages), key=_best)
@@ -170,11 +172,16 @@ def _shape(text: str, found: Row | None, limits: Limits, budget: list[int], term
 
 
 def fact_sources(
-    store: Store, facts: Sequence[tuple[str, str]], limits: Limits = SEARCH
+    store: Store,
+    facts: Sequence[tuple[str, str]],
+    limits: Limits = SEARCH,
+    imported: Sequence[str] | None = None,
 ) -> dict[str, Row]:
-    """uuid -> sources of each (uuid, fact text): two statements in all."""
+    """uuid -> sources of each (uuid, fact text): two statements in all (a third for the
+    facts of ``imported``, those without a first episode; None: any of them)."""
     uuids = list(dict.fromkeys(u for u, _ in facts))
-    found = _read(store, sql.links_of_facts(store, uuids), limits)
+    links = sql.links_of_facts(store, uuids, uuids if imported is None else imported)
+    found = _read(store, links, limits)
     budget, terms = [limits.total], _Terms()
     return {uuid: _shape(text, found.get(uuid), limits, budget, terms) for uuid, text in facts}
 
@@ -193,7 +200,8 @@ def attach(store: Store, hits: list[Row]) -> list[Row]:
     facts = [h for h in hits if "fact" in h and h.get("kind", "fact") == "fact"]
     if not facts:
         return hits
-    found = fact_sources(store, [(h["uuid"], h["fact"]) for h in facts])
+    imported = [h["uuid"] for h in facts if not h.get("episode_uuid")]
+    found = fact_sources(store, [(h["uuid"], h["fact"]) for h in facts], SEARCH, imported)
     for hit in facts:
         hit["sources"] = found[hit["uuid"]]
         if "episodes" in hit:

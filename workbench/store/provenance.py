@@ -128,23 +128,27 @@ def move_first_episode(store: Store, firsts: dict[str, str]) -> None:
 # costs two statements, whatever its number of facts. Times are read as numbers.
 
 
-def links_of_facts(store: Store, uuids: Sequence[str]) -> list[Row]:
+def links_of_facts(store: Store, uuids: Sequence[str], imported: Sequence[str] = ()) -> list[Row]:
     """The provenance of these facts: a row per (fact, episode) (``owner``,
-    ``episode_uuid``) and per imported fact (``owner``, ``file``, ``imported_at``)."""
-    if not uuids:
-        return []
-    rows = store.fetch_dicts(
-        """SELECT fact_uuid AS owner, episode_uuid, epoch_us(said_at) AS said_us,
-                  CAST(NULL AS VARCHAR) AS file, CAST(NULL AS DOUBLE) AS imported_us
-           FROM fact_sources WHERE fact_uuid = ANY($1)
-           UNION ALL
-           SELECT fact_uuid, NULL, NULL, file, epoch_us(imported_at) FROM fact_imports
-           WHERE fact_uuid = ANY($1)""",
-        [list(uuids)],
-    )
-    for row in rows:
-        row["said_at"] = _from_us(row.pop("said_us"))
-        row["imported_at"] = _from_us(row.pop("imported_us"))
+    ``episode_uuid``, ``said_at``), and per fact of ``imported`` (those with no first
+    episode) that was imported (``owner``, ``file``, ``imported_at``; no episode)."""
+    rows: list[Row] = []
+    if uuids:
+        for owner, episode, said in store.fetchall(
+            "SELECT fact_uuid, episode_uuid, epoch_us(said_at) FROM fact_sources "
+            "WHERE fact_uuid = ANY(?)",
+            [list(uuids)],
+        ):
+            rows.append({"owner": owner, "episode_uuid": episode, "said_at": _from_us(said)})
+    if imported:
+        for owner, file, when in store.fetchall(
+            "SELECT fact_uuid, file, epoch_us(imported_at) FROM fact_imports "
+            "WHERE fact_uuid = ANY(?)",
+            [list(imported)],
+        ):
+            rows.append(
+                {"owner": owner, "episode_uuid": None, "file": file, "imported_at": _from_us(when)}
+            )
     return rows
 
 
@@ -161,21 +165,21 @@ def links_of_entity(store: Store, uuid: str) -> list[Row]:
 
 def quoted_episodes(store: Store, episode_uuids: Sequence[str]) -> list[Row]:
     """These episodes (``uuid``, ``name``, ``reference_time``) with their passages
-    (``passage_uuid``, ``position``, ``text``; None for an episode without any), in order."""
+    (``passage_uuid``, ``position``, ``text``; None for an episode without any), by episode
+    and position."""
     if not episode_uuids:
         return []
-    rows = store.fetch_dicts(
-        """SELECT e.uuid, e.name, epoch_us(e.reference_time) AS reference_us,
-                  p.uuid AS passage_uuid, p.position, p.text
+    rows = store.fetchall(
+        """SELECT e.uuid, e.name, epoch_us(e.reference_time), p.uuid, p.position, p.text
            FROM (SELECT uuid, name, reference_time FROM episodes WHERE uuid = ANY($1)) AS e
            LEFT JOIN (SELECT uuid, episode_uuid, position, text FROM passages
-                      WHERE episode_uuid = ANY($1)) AS p ON p.episode_uuid = e.uuid
-           ORDER BY e.uuid, p.position""",
+                      WHERE episode_uuid = ANY($1)) AS p ON p.episode_uuid = e.uuid""",
         [list(episode_uuids)],
-    )
-    for row in rows:
-        row["reference_time"] = _from_us(row.pop("reference_us"))
-    return rows
+    )  # not sorted here: DuckDB's sort costs more than the caller's
+    keys = ("uuid", "name", "reference_time", "passage_uuid", "position", "text")
+    out = [dict(zip(keys, (u, n, _from_us(t), *rest))) for u, n, t, *rest in rows]
+    out.sort(key=lambda r: (r["uuid"], r["position"] if r["position"] is not None else -1))
+    return out
 
 
 def _from_us(value: float | None) -> datetime | None:
