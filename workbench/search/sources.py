@@ -12,19 +12,20 @@ left out). :func:`of` is ``get_sources``: every episode, :data:`FULL_PASSAGES` p
 each.
 
 Which passages: those sharing most of the memory's words (the fact's text, an entity's
-name; stemmed keyword terms, as the keyword index reads them), earlier first on a tie; an
+name; lower-cased words but stop words), earlier first on a tie; an
 episode whose passages share none with it shows its first passage (the fact was extracted
 from the whole episode).
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from workbench.errors import NotFound
-from workbench.index.tokens import tokenize
+from workbench.index.tokens import STOP_WORDS
 from workbench.store import Store, graph
 from workbench.store import provenance as sql
 
@@ -70,12 +71,22 @@ def best_passages(
     passage's terms (default: tokenized here; a caller quoting several facts caches them)."""
     if len(passages) <= k:  # nothing to choose
         return sorted(passages, key=lambda p: p["position"])
-    wanted = frozenset(tokenize(text))
-    of = terms or (lambda p: frozenset(tokenize(p["text"] or "")))
+    wanted = words(text)
+    of = terms or (lambda p: words(p["text"] or ""))
     scored = sorted(((len(wanted & of(p)), p) for p in passages), key=_best)
     if scored and scored[0][0] > 0:
         scored = [(n, p) for n, p in scored if n > 0]
     return sorted((p for _, p in scored[:k]), key=lambda p: p["position"])
+
+
+_WORD = re.compile(r"\w+")
+
+
+def words(text: str) -> frozenset[str]:
+    """The lower-cased words of ``text`` but stop words: what a passage and a fact are
+    compared by (no stemming: a search answer compares a hundred passages, and the fact was
+    extracted from the passage's own words)."""
+    return frozenset(w for w in _WORD.findall(text.lower()) if w not in STOP_WORDS)
 
 
 def _best(scored: tuple[int, Row]) -> tuple[int, int]:
@@ -91,7 +102,7 @@ class _Terms:
     def __call__(self, passage: Row) -> frozenset[str]:
         found = self.known.get(passage["uuid"])
         if found is None:
-            found = self.known[passage["uuid"]] = frozenset(tokenize(passage["text"] or ""))
+            found = self.known[passage["uuid"]] = words(passage["text"] or "")
         return found
 
 
