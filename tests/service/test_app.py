@@ -164,7 +164,7 @@ def test_status_queue_retry_maintenance_health_classify(client, ingested):
 
 def test_tool_table_and_openapi_schema(plain):
     tools = plain.get("/tools").json()["tools"]
-    assert len(tools) == 23
+    assert len(tools) == 25  # 23, and get_sources and get_timeline
     assert {t["name"] for t in tools if t["admin"]} == {
         "export_snapshot",
         "run_decay_maintenance",
