@@ -48,7 +48,48 @@ WORDS = [
 ]
 
 
-def fill_store(path: Path, n: int, model: str, seed: int = 0) -> float:
+def add_sources(store: Store, facts: list[str], text: list[str], rng, model: str) -> None:
+    """Provenance as extraction leaves it: an episode per 5 facts, of 6 passages each, and
+    every fact stated by 2 episodes (the ``sources`` each search answer reads)."""
+    n_ep = max(1, len(facts) // 5)
+    episodes = [str(uuidlib.uuid4()) for _ in range(n_ep)]
+    when = [T0] * n_ep
+    store.register(
+        "_ep",
+        pa.table({"uuid": episodes, "name": [f"session {i}" for i in range(n_ep)],
+                  "t": pa.array(when, pa.timestamp("us", tz="UTC"))}),
+    )  # fmt: skip
+    store.execute(
+        "INSERT INTO episodes (uuid, group_id, name, body, reference_time, created_at, status)"
+        " SELECT uuid, 'main', name, name, t, t, 'done' FROM _ep"
+    )
+    passages = [(str(uuidlib.uuid4()), e, k) for e in episodes for k in range(6)]
+    store.register(
+        "_p",
+        pa.table({"uuid": [p[0] for p in passages], "ep": [p[1] for p in passages],
+                  "pos": [p[2] for p in passages],
+                  "text": [text[i % len(text)] for i in range(len(passages))],
+                  "t": pa.array([T0] * len(passages), pa.timestamp("us", tz="UTC"))}),
+    )  # fmt: skip
+    store.execute(
+        "INSERT INTO passages (uuid, episode_uuid, group_id, position, text, reference_time,"
+        " created_at) SELECT uuid, ep, 'main', pos, text, t, t FROM _p"
+    )
+    # with vectors: a passage without one is embedded by the service when it starts (the
+    # model would then compete with the searches measured)
+    vectors = rng.standard_normal((len(passages), DIM)).astype(np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    g.insert_vectors(store, "passage_embeddings", [p[0] for p in passages], vectors, model)
+    links = [(f, episodes[i]) for f in facts for i in rng.integers(0, n_ep, 2)]
+    store.register(
+        "_s",
+        pa.table({"f": [x[0] for x in links], "e": [x[1] for x in links],
+                  "t": pa.array([T0] * len(links), pa.timestamp("us", tz="UTC"))}),
+    )  # fmt: skip
+    store.execute("INSERT INTO fact_sources SELECT DISTINCT f, e, t FROM _s ON CONFLICT DO NOTHING")
+
+
+def fill_store(path: Path, n: int, model: str, seed: int = 0, sources: bool = False) -> float:
     """N entities + N facts with clustered unit vectors, recorded as ``model``'s (the service's
     own, or it refuses the database); returns the seconds it took."""
     started = time.perf_counter()
@@ -95,6 +136,8 @@ def fill_store(path: Path, n: int, model: str, seed: int = 0) -> float:
         "created_at) SELECT uuid, group_id, source_uuid, target_uuid, fact, "
         "created_at FROM _f"
     )
+    if sources:
+        add_sources(store, facts, text, rng, model)
     basis = rng.standard_normal((48, DIM)).astype(np.float32)
     for kind, uuids in (("entity", ents), ("fact", facts)):
         for start in range(0, n, 50_000):
@@ -248,11 +291,16 @@ def main() -> None:
     )
     parser.add_argument("--embedder-threads", type=int, help="threads of one embedding")
     parser.add_argument("--json", type=Path, help="also write the results here")
+    parser.add_argument(
+        "--sources",
+        action="store_true",
+        help="give every fact two episodes that stated it (episodes, passages, fact_sources)",
+    )
     args = parser.parse_args()
 
     with tempfile.TemporaryDirectory() as tmp:
         db = Path(tmp) / "bench.duckdb"
-        fill = fill_store(db, args.memories, args.model)
+        fill = fill_store(db, args.memories, args.model, sources=args.sources)
         print(f"filled {args.memories} entities + {args.memories} facts in {fill:.1f} s")
         proc, url = start_service(db, Path(tmp) / "serve.log", args.model, args.embedder_threads)
         results: dict = {"memories": args.memories, "fill_seconds": round(fill, 1), "runs": []}

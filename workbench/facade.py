@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from datetime import date, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar, cast
@@ -43,7 +43,7 @@ from workbench.llm.health import LLMHealth
 from workbench.metrics import Metrics
 from workbench.results import browse as rb
 from workbench.safety import register_secret, scrub
-from workbench.search import SearchEngine, recall
+from workbench.search import SearchEngine, recall, sources, timeline
 from workbench.store import Store, views
 from workbench.store import graph as g
 from workbench.store import queue as q
@@ -309,17 +309,24 @@ class Workbench:
         progress: bool = False,
         group_id: str | None = None,
         first_line: int = 1,
+        file: str | None = None,
     ) -> r.ImportResult:
         """Import pre-extracted entities and facts (JSON lines), no LLM. ``first_line``
-        numbers the lines of ``source`` when it is a chunk of a larger file."""
+        numbers the lines of ``source`` when it is a chunk of a larger file; ``file`` names
+        it in the imported facts' sources (default: a path's file name)."""
         importer = Importer(
             self.store, self.embedder, self.clock, self._group(group_id), self.publisher
         )
-        report = importer.run(source, progress=progress, first_line=first_line)
+        report = importer.run(source, progress=progress, first_line=first_line, file=file)
         return cast(r.ImportResult, report.as_dict())
 
     def import_memories(
-        self, lines: Sequence[Any], group_id: str | None = None, first_line: int = 1, **options: Any
+        self,
+        lines: Sequence[Any],
+        group_id: str | None = None,
+        first_line: int = 1,
+        file: str | None = None,
+        **options: Any,
     ) -> r.ImportResult:
         """The tool of ``import_jsonl``: lines (JSON strings or objects) of an import file,
         numbered from ``first_line`` in the report's errors (a conversation export's with
@@ -334,7 +341,9 @@ class Workbench:
             return cast(
                 r.ImportResult, imported(self, lines, self._group(group_id), first_line, options)
             )
-        return self.import_jsonl(list(lines), group_id=group_id, first_line=first_line)
+        return self.import_jsonl(
+            list(lines), group_id=group_id, first_line=first_line, file=file or "import_memories"
+        )
 
     # --- search -------------------------------------------------------------------------
     def search_memory_nodes(
@@ -362,6 +371,7 @@ class Workbench:
         facts = self.search.search_facts(
             query, self._groups(group_ids), max_facts, center_node_uuid, **filters
         )
+        sources.attach(self.store, facts)
         found: r.FactsFound = {"message": f"{len(facts)} facts found", "facts": jsonable(facts)}
         return _noted(found, facts, self.store, self._groups(group_ids), self.chat is not None)
 
@@ -376,6 +386,7 @@ class Workbench:
         results = recall.search_memory(
             self.search, query, self._groups(group_ids), max_results, kinds, **filters
         )
+        sources.attach(self.store, results)
         return {"message": f"{len(results)} results found", "results": jsonable(results)}
 
     # --- episodes and edges -------------------------------------------------------------
@@ -411,7 +422,16 @@ class Workbench:
         fact = g.get_fact(self.store, accept.check_uuid(uuid))
         if fact is None:
             raise errors.NotFound(f"no fact (entity edge) with uuid {uuid}")
-        return cast(r.EntityEdge, jsonable(fact))
+        return cast(r.EntityEdge, jsonable(sources.attach(self.store, [fact])[0]))
+
+    def get_sources(self, uuid: str) -> r.SourcesResult:
+        """Every source of a fact or entity (episodes, passages, or its import)."""
+        return cast(r.SourcesResult, jsonable(sources.of(self.store, accept.check_uuid(uuid))))
+
+    def get_timeline(self, group_ids: Sequence[str] | None = None, **page: Any) -> r.TimelineResult:
+        """What happened, in time order, a page at a time (:mod:`workbench.search.timeline`)."""
+        answer = timeline.get_timeline(self.store, self._groups(group_ids) or None, **page)
+        return cast(r.TimelineResult, jsonable(answer))
 
     def delete_entity_edge(self, uuid: str) -> r.Message:
         accept.check_uuid(uuid)
@@ -483,26 +503,7 @@ class Workbench:
 
     # --- status and queue ---------------------------------------------------------------
     def get_status(self) -> r.StatusResult:
-        answer: r.StatusResult = jsonable(
-            {
-                "status": "ok",
-                "database": self.store.path,
-                "llm": {
-                    "configured": self.chat is not None,
-                    "model": getattr(self.chat, "model", None),
-                    "detail": None if self.chat is not None else NO_LLM,
-                },
-                "embedder": {
-                    "model": self.embedder.model,
-                    "dimensions": self.embedder.dimensions,
-                    "provider": self.settings.embedder_kind,
-                },
-                "graph": g.graph_counts(self.store),
-                "queue": q.status(self.store, self.clock())["counts"],
-                "workers_running": self.queue.running,
-            }
-        )
-        return answer
+        return _status(self)
 
     def get_queue_status(self, group_ids: Sequence[str] | None = None) -> r.QueueStatusResult:
         status = q.status(self.store, self.clock(), self._groups(group_ids))
@@ -620,7 +621,7 @@ def _as_dict(value: Any) -> dict[str, Any]:
 
 
 def _own_episode(
-    store: Store, tenancy: Tenancy, episode: dict[str, Any], passages: list[dict[str, Any]]
+    store: Store, tenancy: Tenancy, episode: dict[str, Any], passages: Iterable[dict[str, Any]]
 ) -> dict[str, Any] | None:
     """The episode stored under ``episode``'s uuid in its group (a retry), or None. A uuid
     another group holds is not refused (that would let one tenant claim another's uuids
@@ -634,3 +635,27 @@ def _own_episode(
     for row in passages:  # named after their episode
         row.update(uuid=passage_uuid(scoped, row["position"]), episode_uuid=scoped)
     return g.get_episode(store, scoped)
+
+
+def _status(wb: Workbench) -> r.StatusResult:
+    """``get_status``'s answer."""
+    answer: r.StatusResult = jsonable(
+        {
+            "status": "ok",
+            "database": wb.store.path,
+            "llm": {
+                "configured": wb.chat is not None,
+                "model": getattr(wb.chat, "model", None),
+                "detail": None if wb.chat is not None else NO_LLM,
+            },
+            "embedder": {
+                "model": wb.embedder.model,
+                "dimensions": wb.embedder.dimensions,
+                "provider": wb.settings.embedder_kind,
+            },
+            "graph": g.graph_counts(wb.store),
+            "queue": q.status(wb.store, wb.clock())["counts"],
+            "workers_running": wb.queue.running,
+        }
+    )
+    return answer

@@ -117,6 +117,8 @@ ANSWERS: dict[str, type] = {
     "get_episodes": EpisodesResult,
     "delete_episode": r.DeleteEpisodeResult,
     "get_entity_edge": r.EntityEdge,
+    "get_sources": r.SourcesResult,
+    "get_timeline": r.TimelineResult,
     "delete_entity_edge": r.Message,
     "clear_graph": r.ClearGraphResult,
     "get_status": r.StatusResult,

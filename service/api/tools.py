@@ -283,6 +283,28 @@ class ImportArgs(Args):
         ge=0,
         description="Conversations: a new episode starts after a silence this long (0: never).",
     )
+    file: str | None = Field(
+        None,
+        min_length=1,
+        max_length=500,
+        description="The name of the file the lines come from: each imported fact's sources "
+        "name it (default 'import_memories').",
+    )
+
+
+class TimelineArgs(Args):
+    group_ids: GroupIds = Field(None, json_schema_extra=AS_GROUPS, description=_GROUPS)
+    entity_uuid: Uuid | None = Field(
+        None,
+        json_schema_extra=AS_UUID,
+        description="Only this entity: the episodes that mention it and its facts.",
+    )
+    after: str | None = Field(None, description="Only events at or after this time (ISO 8601).")
+    before: str | None = Field(None, description="Only events before this time (ISO 8601).")
+    max_items: int = Field(50, ge=1, le=500, description="Events per page.")
+    cursor: str | None = Field(
+        None, max_length=1000, description="The 'next' of the page before; omit for the first."
+    )
 
 
 RUN_ID_PATTERN = "^rx-[0-9a-f]{12}$"  # workbench.ingest.reextract names runs so
@@ -458,8 +480,9 @@ TOOLS: tuple[Tool, ...] = (
     Tool(
         "search_memory_facts",
         "Search remembered facts (relationships between entities, e.g. 'Alice works at Acme') "
-        "by meaning. Returns facts with validity dates and a relevance score. Use for questions "
-        "about relationships and events. No LLM call.",
+        "by meaning. Returns facts with validity dates, a relevance score and their sources "
+        "(the episodes and passages that stated them). Use for questions about relationships "
+        "and events. No LLM call.",
         SearchFactsArgs,
         "search_memory_facts",
         read_only=True,
@@ -491,9 +514,29 @@ TOOLS: tuple[Tool, ...] = (
     ),
     Tool(
         "get_entity_edge",
-        "Get one fact (entity edge) by uuid, with its endpoints, validity and decay state.",
+        "Get one fact (entity edge) by uuid, with its endpoints, validity, decay state and "
+        "sources.",
         UuidArgs,
         "get_entity_edge",
+        read_only=True,
+    ),
+    Tool(
+        "get_sources",
+        "Where a memory came from: for a fact, every episode that stated it (name, time) with "
+        "the passages that say it, first and last time said, or the file it was imported "
+        "from; for an entity, the episodes and passages that mention it. No LLM call.",
+        UuidArgs,
+        "get_sources",
+        read_only=True,
+    ),
+    Tool(
+        "get_timeline",
+        "What happened, in time order: episodes, facts that became true and facts that "
+        "stopped being true (with what superseded them), for some groups or one entity, "
+        "within a window (after/before), a page at a time (pass 'next' as cursor). Use for "
+        "'what changed since March' or 'how long before'. No LLM call.",
+        TimelineArgs,
+        "get_timeline",
         read_only=True,
     ),
     Tool(

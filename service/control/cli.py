@@ -298,7 +298,7 @@ def import_through(live, path: str, group_id: str | None, progress: bool) -> dic
     bar = tqdm(desc="import", unit="record", disable=not progress)
 
     def send() -> None:
-        arguments = {"lines": chunk, "first_line": first}
+        arguments = {"lines": chunk, "first_line": first, "file": Path(path).name}
         if group_id:
             arguments["group_id"] = group_id
         report = live.call("import_memories", arguments)

@@ -164,7 +164,8 @@ def test_status_queue_retry_maintenance_health_classify(client, ingested):
 
 def test_tool_table_and_openapi_schema(plain):
     tools = plain.get("/tools").json()["tools"]
-    assert len(tools) == 30  # 23, and the 7 that browse a group (the memory browser)
+    assert len(tools) == 32  # 23, the 7 that browse a group (the memory browser),
+    # and get_sources and get_timeline
     assert {t["name"] for t in tools if t["admin"]} == {
         "export_snapshot",
         "run_decay_maintenance",

@@ -71,3 +71,13 @@ def test_the_entities_file_beside_goes_first_through_a_running_service(live, tmp
     report = import_through(live, str(path), None, progress=False)
     assert report["entities_created"] == 3 and report["facts_created"] == 2
     assert report["entities_existing"] == 3 and report["error_count"] == 0
+
+
+def test_facts_imported_through_a_running_service_name_their_file(live, tmp_path):
+    path = tmp_path / "team.jsonl"
+    fact = {"type": "fact", "source": "Ana", "target": "Initech", "fact": "Ana works at Initech"}
+    path.write_text(json.dumps(fact) + "\n")
+    assert import_through(live, str(path), None, progress=False)["facts_created"] == 1
+    [found] = live.call("search_memory_facts", {"query": "Ana works at Initech"})["facts"]
+    assert found["sources"]["imported"]["file"] == "team.jsonl"
+    assert found["sources"]["episodes"] == []

@@ -23,6 +23,8 @@ DESIGN_TOOLS = {
     "get_episodes",
     "delete_episode",
     "get_entity_edge",
+    "get_sources",
+    "get_timeline",
     "delete_entity_edge",
     "clear_graph",
     "get_status",

@@ -448,11 +448,50 @@ def test_facts_are_looked_up_by_their_entities_through_an_index_also_after_an_up
     assert indexed(store)
     assert store.meta("postgres_schema_version") == str(len(log_sql.POSTGRES_DDL))
     store.execute("DROP INDEX facts_ends")
-    store.execute(
-        "UPDATE meta SET value = ? WHERE key = 'postgres_schema_version'",
-        [str(len(log_sql.POSTGRES_DDL) - 1)],
-    )
+    step = next(i for i, s in enumerate(log_sql.POSTGRES_DDL) if "facts_ends" in " ".join(s))
+    store.execute("UPDATE meta SET value = ? WHERE key = 'postgres_schema_version'", [str(step)])
     assert not indexed(store)
     again = stores()
     assert indexed(again)
     assert g.existing_facts(again, [("g", "a", "b", "x")]) == set()
+
+
+def test_a_timeline_reads_through_indexes_also_after_an_upgrade(stores):
+    """A group's timeline reads episodes and facts by (group, time): a database made before
+    those indexes gets them at the next open."""
+
+    def indexes(store: Store) -> set[str]:
+        rows = store.fetchall(
+            "SELECT indexname FROM pg_indexes WHERE schemaname = current_schema()"
+        )
+        return {r[0] for r in rows} & {
+            "episodes_group_time",
+            "facts_group_valid",
+            "facts_group_invalid",
+        }
+
+    store = stores()
+    assert len(indexes(store)) == 3
+    for name in indexes(store):
+        store.execute(f"DROP INDEX {name}")
+    store.execute(
+        "UPDATE meta SET value = ? WHERE key = 'postgres_schema_version'",
+        [str(len(log_sql.POSTGRES_DDL) - 1)],
+    )
+    assert indexes(stores()) == {"episodes_group_time", "facts_group_valid", "facts_group_invalid"}
+
+
+def test_a_database_of_schema_8_gets_its_facts_sources_at_the_next_open(stores):
+    """Schema 9 (provenance) fills ``fact_sources`` from each fact's first episode."""
+    store = stores()
+    store.execute("DROP TABLE fact_sources")
+    store.execute("DROP TABLE fact_imports")
+    store.execute("UPDATE meta SET value = '8' WHERE key = 'schema_version'")
+    store.execute(
+        "INSERT INTO facts (uuid, group_id, source_uuid, target_uuid, fact, episode_uuid, "
+        "created_at) VALUES ('f1', 'g', 's', 't', 'x', 'e1', now()), "
+        "('f2', 'g', 's', 't', 'y', NULL, now())"
+    )
+    again = stores()
+    assert again.fetchall("SELECT fact_uuid, episode_uuid FROM fact_sources") == [("f1", "e1")]
+    assert again.fetchall("SELECT count(*) FROM fact_imports") == [(0,)]

@@ -374,6 +374,8 @@ class Extractor:
             if (key not in known or key in forget) and key not in seen:
                 seen.add(key)
                 self._new_fact(episode, key, edge, existing, now, changes)
+            else:  # stored already (or made by the run or this reply): stated again
+                changes.restated.append(key)
 
     @staticmethod
     def _new_fact(

@@ -109,6 +109,18 @@ class Built:
     mentions: list[dict[str, Any]]
     episodes: set[str]
     vectors: dict[str, dict[str, Any]]
+    links: list[dict[str, Any]] = field(default_factory=list)  # its fact_sources rows
+
+    def links_for(self, swap: Swap, live: set[str]) -> list[dict[str, Any]]:
+        """The shadow's (fact, episode) links of the facts a promote writes, under the
+        uuids it writes them with, for the live graph's episodes."""
+        written = {f["uuid"] for f in swap.facts}
+        out = []
+        for link in self.links:
+            fact = swap.renamed.get(link["fact_uuid"], link["fact_uuid"])
+            if fact in written and link["episode_uuid"] in live:
+                out.append({**link, "fact_uuid": fact})
+        return out
 
 
 def entity_key(row: dict[str, Any]) -> tuple[str, str]:

@@ -43,7 +43,7 @@ from workbench.errors import InvalidInput
 from workbench.index.publish import Publisher
 from workbench.ingest.records import entity_text
 from workbench.names import GROUP_ID_RULE, is_group_id, name_key, relation_name
-from workbench.store import Store, bulk
+from workbench.store import Store, bulk, provenance
 from workbench.store import graph as g
 
 # lines per chunk, one transaction each: a DuckDB commit costs about as much as writing a
@@ -314,11 +314,21 @@ class Importer:
         self.clock = clock
         self.default_group = default_group
         self.index = index  # told of each chunk after its commit, under its gate
+        self.file = "import"  # what the imported facts' provenance names (set by run)
 
     def run(
-        self, source: str | Path | Iterable[Any], progress: bool = False, first_line: int = 1
+        self,
+        source: str | Path | Iterable[Any],
+        progress: bool = False,
+        first_line: int = 1,
+        file: str | None = None,
     ) -> ImportReport:
+        """Import ``source``; ``file`` names it in the facts' provenance (default: a path's
+        file name, else ``import``)."""
         report = ImportReport()
+        if file is None:
+            file = Path(source).name if isinstance(source, (str, Path)) else "import"
+        self.file = file
         lines = entities_beside(source, report, self.embedder.dimensions)
         records = read_lines(source, first_line, arrays=True)
         lines += parse(records, report, self.embedder.dimensions)
@@ -446,6 +456,9 @@ class Importer:
         nothing to update)."""
         bulk.insert_entities(self.store, plan.new_entities)
         bulk.insert_facts(self.store, plan.facts)
+        provenance.insert_fact_imports(
+            self.store, [f["uuid"] for f in plan.facts], self.file, self.clock()
+        )
         model = self.embedder.model
         uuids = [e["uuid"] for e in plan.new_entities]
         bulk.insert_new_vectors(self.store, "entity", uuids, ent_vecs, model)

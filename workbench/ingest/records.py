@@ -56,6 +56,9 @@ class EpisodeChanges:
     kept_vectors: dict[str, int] = field(default_factory=dict)
     mentioned: list[str] = field(default_factory=list)
     new_facts: list[dict[str, Any]] = field(default_factory=list)
+    # facts the episode stated that are stored already (source, target, lower-cased text):
+    # the episode is recorded as one of their sources
+    restated: list[tuple[str, str, str]] = field(default_factory=list)
     invalidated: list[str] = field(default_factory=list)
     # when the invalidated facts stopped being true: the earliest valid_at of the facts that
     # invalidate them (else the episode's reference time)

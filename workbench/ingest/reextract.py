@@ -298,6 +298,7 @@ class Reextraction:
                     kind: rx.vectors_of(shadow.store, kind, [r["uuid"] for r in rows])
                     for kind, rows in (("entity", entities), ("fact", facts))
                 },
+                rx.table_rows(shadow.store, "fact_sources"),
             )
 
     def _swap(self, run: Row, built: Built) -> tuple[Swap, list[Upsert]]:
@@ -330,7 +331,12 @@ class Reextraction:
             self.store,
             sorted(live),
             {"entity": removed, "fact": [f["uuid"] for f in old_facts]},
-            {"entity": swap.entities, "fact": swap.facts, "mention": swap.mentions},
+            {
+                "entity": swap.entities,
+                "fact": swap.facts,
+                "mention": swap.mentions,
+                "fact_source": built.links_for(swap, live),
+            },
         )
         changes = self._write_vectors(swap, built.vectors)
         rx.set_episode_counts(self.store, swap.counts(live))

@@ -347,6 +347,7 @@ class RunPreparer:
         for i, episode in enumerate(episodes):
             mine = changes[i]
             mine.new_facts, mine.invalidated, mine.invalid_from = [], [], None
+            mine.restated = []
             reply = replies[i]
             if reply is None:
                 continue

@@ -25,6 +25,7 @@ from workbench.ingest.records import PreparedEpisode, entity_text
 from workbench.ingest.reembed import ReembedPolicy
 from workbench.ingest.setbacks import PrepareAgain
 from workbench.store import graph as g
+from workbench.store import provenance
 
 
 class EpisodeWriter:
@@ -67,6 +68,8 @@ class EpisodeWriter:
             # an episode's mentions are written once, with it (checked above): no conflicts
             g.insert_mention_rows(self.store, rows.mentions)
             g.insert_facts(self.store, rows.facts)
+            provenance.insert_fact_sources(self.store, rows.sources)
+            provenance.record_restated(self.store, rows.restated)
             g.invalidate_facts_from(self.store, rows.invalid, now)
             g.insert_embeddings(
                 self.store,
@@ -184,6 +187,10 @@ class _Rows:
     mentions: list[tuple[str, str]] = field(default_factory=list)
     facts: list[dict[str, Any]] = field(default_factory=list)
     invalid: list[tuple[str, datetime]] = field(default_factory=list)
+    # (fact, episode, its reference time) of the new facts; (group, source, target, fact
+    # text, episode, its reference time) of the facts stated again
+    sources: list[tuple[str, str, datetime]] = field(default_factory=list)
+    restated: list[tuple[str, str, str, str, str, datetime]] = field(default_factory=list)
     done: list[tuple[str, int, int]] = field(default_factory=list)
     entities: list[dict[str, Any]] = field(default_factory=list)  # new and updated: (re-)embedded
     kept: dict[str, int] = field(default_factory=dict)  # grown summaries that keep their vector
@@ -210,6 +217,10 @@ class _Rows:
             rows.summaries += [(u, upd["summary"]) for u, upd in changes.summary_updates.items()]
             rows.mentions += [(item.episode_uuid, u) for u in changes.mentioned]
             rows.facts += changes.new_facts
+            rows.sources += [(f["uuid"], item.episode_uuid, when) for f in changes.new_facts]
+            rows.restated += [
+                (item.group_id, *key, item.episode_uuid, when) for key in changes.restated
+            ]
             rows.invalid += [(u, invalid_from) for u in invalidated]
             rows.done.append(
                 (item.episode_uuid, len(set(changes.mentioned)), len(changes.new_facts))
@@ -234,11 +245,17 @@ class _Rows:
         """Leave these new facts (and their vectors) out of the write."""
         gone = set(uuids)
         keep = [i for i, f in enumerate(self.facts) if f["uuid"] not in gone]
+        said = {episode: when for _, episode, when in self.sources}
+        self.sources = [s for s in self.sources if s[0] not in gone]
         dropped: dict[str, int] = {}
         for fact in self.facts:
             if fact["uuid"] in gone:
                 episode = fact.get("episode_uuid") or ""
                 dropped[episode] = dropped.get(episode, 0) + 1
+                # stored by another writer meanwhile: this episode stated it again
+                key = (fact["group_id"], fact["source_uuid"], fact["target_uuid"], fact["fact"])
+                if episode in said:
+                    self.restated.append((*key, episode, said[episode]))
         self.facts = [self.facts[i] for i in keep]
         self.fact_vectors = self.fact_vectors[keep]
         self.done = [(u, m, n - dropped.get(u, 0)) for u, m, n in self.done]

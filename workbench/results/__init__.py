@@ -78,6 +78,50 @@ class NodesFound(TypedDict):
     note: NotRequired[Annotated[str, Field(description=_UNEXTRACTED)]]
 
 
+# --- provenance ----------------------------------------------------------------------------
+
+
+class SourcePassage(TypedDict):
+    uuid: Uuid
+    position: Annotated[int, Field(description="The passage's place in its episode, from 0.")]
+    text: str
+
+
+class SourceEpisode(TypedDict):
+    episode_uuid: Uuid
+    episode_name: str
+    reference_time: Timestamp
+    passages: Annotated[
+        list[SourcePassage],
+        Field(description="The passages of the episode that best say it (by shared words)."),
+    ]
+
+
+class ImportSource(TypedDict):
+    file: str
+    imported_at: Timestamp
+
+
+class Sources(TypedDict):
+    episodes: Annotated[
+        list[SourceEpisode],
+        Field(
+            description="The episodes that stated it, in time order (in a search: the first "
+            "and the latest two; get_sources lists all)."
+        ),
+    ]
+    episode_count: Annotated[int, Field(description="Every episode that stated it.")]
+    first_said: Timestamp | None
+    last_said: Timestamp | None
+    imported: Annotated[
+        ImportSource | None, Field(description="The file it was imported from, and when.")
+    ]
+    complete: Annotated[
+        bool,
+        Field(description="False when episodes, or passages for lack of room, were left out."),
+    ]
+
+
 class Fact(Scored, MemoryState):
     uuid: Uuid
     fact: str
@@ -90,6 +134,7 @@ class Fact(Scored, MemoryState):
     valid_at: Timestamp | None
     invalid_at: Timestamp | None
     expired_at: Timestamp | None
+    sources: Annotated[Sources, Field(description="Where it came from (bounded in a search).")]
 
 
 class FactsFound(TypedDict):
@@ -101,7 +146,8 @@ class FactsFound(TypedDict):
 class RecalledFact(Fact):
     kind: Literal["fact"]
     episodes: Annotated[
-        list[Uuid], Field(description="The episodes the fact came from (none: imported).")
+        list[Uuid],
+        Field(description="The episodes its sources quote, in time order (none: imported)."),
     ]
 
 
@@ -171,6 +217,46 @@ class EntityEdge(TypedDict):
     last_accessed_at: Timestamp | None
     access_count: int
     soft_deleted_at: Timestamp | None
+    sources: Sources
+
+
+class SourcesResult(TypedDict):
+    uuid: Uuid
+    kind: Literal["fact", "entity"]
+    group_id: str
+    text: Annotated[str, Field(description="The fact's text, or the entity's name.")]
+    sources: Sources
+
+
+class TimelineEvent(TypedDict):
+    event: Annotated[
+        Literal["episode", "fact_valid", "fact_invalid"],
+        Field(description="An episode; a fact became true; a fact stopped being true."),
+    ]
+    at: Timestamp
+    uuid: Uuid
+    group_id: str
+    name: NotRequired[Annotated[str, Field(description="An episode's name.")]]
+    source: NotRequired[Annotated[str, Field(description="An episode's source kind.")]]
+    fact: NotRequired[str]
+    relation: NotRequired[str]
+    source_node_uuid: NotRequired[Uuid]
+    target_node_uuid: NotRequired[Uuid]
+    valid_at: NotRequired[Timestamp | None]
+    invalid_at: NotRequired[Timestamp | None]
+    superseded_by: NotRequired[
+        Annotated[
+            list[dict[str, str]],
+            Field(description="The facts (uuid, fact) that superseded it, when known."),
+        ]
+    ]
+
+
+class TimelineResult(TypedDict):
+    events: Annotated[list[TimelineEvent], Field(description="In time order.")]
+    next: Annotated[
+        str | None, Field(description="The cursor of the next page (None: no more events).")
+    ]
 
 
 class Message(TypedDict):

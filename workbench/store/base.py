@@ -58,6 +58,8 @@ TABLES = (
     "decay_history",
     "audit_log",
     "reextract_runs",
+    "fact_sources",
+    "fact_imports",
 )
 
 DEFAULT_DIM = 384  # all-MiniLM-L6-v2's

@@ -103,6 +103,14 @@ POSTGRES_DDL: list[list[str]] = [
     # a fact looked up by its two entities (the duplicate check of every write and import:
     # without it PostgreSQL scans the group's facts, a cost that grows with the store)
     ["CREATE INDEX IF NOT EXISTS facts_ends ON facts(source_uuid, target_uuid)"],
+    # a group's timeline (``store.timeline``): episodes and facts read in time order within
+    # a window (DuckDB prunes these scans by zone maps; an index there would make every
+    # update of a fact a delete and re-insert)
+    [
+        "CREATE INDEX IF NOT EXISTS episodes_group_time ON episodes(group_id, reference_time)",
+        "CREATE INDEX IF NOT EXISTS facts_group_valid ON facts(group_id, valid_at)",
+        "CREATE INDEX IF NOT EXISTS facts_group_invalid ON facts(group_id, invalid_at)",
+    ],
 ]
 
 

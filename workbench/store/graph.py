@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from workbench.store import Store
+from workbench.store import Store, provenance
 from workbench.store.passages import delete_passages, passages_of_episodes
 from workbench.store.schema import VECTOR_SEQ
 
@@ -148,13 +148,16 @@ def mark_episodes_done(store: Store, counts: Sequence[tuple[str, int, int]], now
 
 
 def delete_episode(store: Store, uuid: str) -> dict[str, list[str]]:
-    """Remove an episode, its passages, the facts it created and the entities only it
-    mentioned.
+    """Remove an episode, its passages, the facts only it stated (a fact another episode
+    stated again stays, that episode its first now) and the entities only it mentioned.
 
     Returns the uuids removed per kind (the caller updates the search indexes).
     Runs inside the caller's transaction when there is one.
     """
+    kept = provenance.restated_elsewhere(store, uuid)
+    provenance.move_first_episode(store, kept)
     facts = [r[0] for r in store.fetchall("SELECT uuid FROM facts WHERE episode_uuid = ?", [uuid])]
+    provenance.delete_of_episode(store, uuid)
     orphans = [
         r[0]
         for r in store.fetchall(
@@ -207,11 +210,12 @@ def clear_groups(
         yield {"passage": passages[start : start + step]}
     with store.transaction():
         episodes = store.one(f"SELECT count(*) FROM episodes WHERE {in_groups}", groups)[0]
-        store.execute(
-            "DELETE FROM mentions WHERE episode_uuid IN "
-            f"(SELECT uuid FROM episodes WHERE {in_groups})",
-            groups,
-        )
+        for table in ("mentions", "fact_sources"):
+            store.execute(
+                f"DELETE FROM {table} WHERE episode_uuid IN "
+                f"(SELECT uuid FROM episodes WHERE {in_groups})",
+                groups,
+            )
         store.execute(f"DELETE FROM queue WHERE {in_groups}", groups)
         store.execute(f"DELETE FROM episodes WHERE {in_groups}", groups)
     yield {"episodes": episodes}
@@ -447,6 +451,7 @@ def get_fact(store: Store, uuid: str) -> dict[str, Any] | None:
 
 def delete_facts(store: Store, uuids: Sequence[str]) -> None:
     if uuids:
+        provenance.delete_of_facts(store, uuids)
         for table in ("fact_embeddings", "facts"):
             store.execute(
                 f"DELETE FROM {table} WHERE uuid IN (SELECT unnest(?::VARCHAR[]))",

@@ -260,6 +260,10 @@ def _purge(store: Store, run_id: int | None) -> dict[str, int]:
     store.execute(
         "DELETE FROM mentions WHERE entity_uuid IN (SELECT uuid FROM _mpurge WHERE kind = 'entity')"
     )
+    for table in ("fact_sources", "fact_imports"):  # a purged fact's provenance
+        store.execute(
+            f"DELETE FROM {table} WHERE fact_uuid IN (SELECT uuid FROM _mpurge WHERE kind = 'fact')"
+        )
     rows = store.fetchall("SELECT kind, cascaded, count(*) FROM _mpurge GROUP BY 1, 2")
     counts = {"entities": 0, "facts": 0, "cascaded_facts": 0}
     for kind, cascaded, n in rows:

@@ -184,8 +184,9 @@ def replace_graph(
     store: Store, episodes: Sequence[str], old: dict[str, list[str]], new: dict[str, list[Row]]
 ) -> None:
     """Inside the caller's transaction: delete the ``old`` entity and fact uuids (with their
-    vectors and mentions) and the mentions ``episodes`` made (of kept entities too), and insert
-    the ``new`` rows: ``entity``, ``fact``, ``mention`` (dicts of their tables' columns)."""
+    vectors, mentions and provenance) and the mentions ``episodes`` made (of kept entities
+    too), and insert the ``new`` rows: ``entity``, ``fact``, ``mention`` and ``fact_source``
+    (dicts of their tables' columns)."""
     g.delete_facts(store, old["fact"])
     g.delete_entities(store, old["entity"])
     store.execute(
@@ -196,6 +197,7 @@ def replace_graph(
         ("entities", new["entity"]),
         ("facts", new["fact"]),
         ("mentions", new["mention"]),
+        ("fact_sources", new.get("fact_source", [])),
     ):
         _insert_rows(store, table, rows)
 
@@ -220,7 +222,14 @@ def _insert_rows(store: Store, table: str, rows: list[Row]) -> None:
 
 
 # --- reads of a graph (live or shadow) ------------------------------------------------------
-READABLE = ("episodes", "entities", "facts", "mentions", "llm_calls")  # see table_rows
+READABLE = (
+    "episodes",
+    "entities",
+    "facts",
+    "mentions",
+    "llm_calls",
+    "fact_sources",
+)  # see table_rows
 
 
 def table_rows(store: Store, table: str) -> list[dict[str, Any]]:

@@ -247,6 +247,36 @@ def _v8(dim: int) -> list[str]:
     ]
 
 
+def _v9(dim: int) -> list[str]:
+    """Provenance. ``fact_sources``: every episode that stated a fact, the first one (the
+    fact's ``episode_uuid``) and each that stated it again later (extraction found it
+    stored already), written with the episode, with the episode's reference time
+    (``said_at``: a search ranks a fact's episodes without reading them); filled here from
+    ``facts.episode_uuid`` for the facts stored before. ``fact_imports``: the file an
+    imported fact came from and when (an imported fact has no episode)."""
+    return [
+        """CREATE TABLE IF NOT EXISTS fact_sources (
+            fact_uuid VARCHAR NOT NULL,
+            episode_uuid VARCHAR NOT NULL,
+            said_at TIMESTAMPTZ NOT NULL,
+            PRIMARY KEY (fact_uuid, episode_uuid)
+        )""",
+        # a search reads its facts' sources by fact (DuckDB: through this index only)
+        "CREATE INDEX IF NOT EXISTS fact_sources_fact ON fact_sources(fact_uuid)",
+        "CREATE INDEX IF NOT EXISTS fact_sources_episode ON fact_sources(episode_uuid)",
+        """CREATE TABLE IF NOT EXISTS fact_imports (
+            fact_uuid VARCHAR PRIMARY KEY,
+            file VARCHAR NOT NULL,
+            imported_at TIMESTAMPTZ NOT NULL
+        )""",
+        """INSERT INTO fact_sources (fact_uuid, episode_uuid, said_at)
+           SELECT f.uuid, f.episode_uuid, coalesce(e.reference_time, f.created_at) FROM facts f
+           LEFT JOIN episodes e ON e.uuid = f.episode_uuid
+           WHERE f.episode_uuid IS NOT NULL
+             AND NOT EXISTS (SELECT 1 FROM fact_sources s WHERE s.fact_uuid = f.uuid)""",
+    ]
+
+
 def embeddings_table(name: str, dim: int) -> str:
     """The statement creating an embeddings table as the migrations leave it (for a table
     that replaces one: ``workbench reembed``)."""
@@ -284,7 +314,7 @@ def _v6(dim: int) -> list[str]:
 
 
 VECTOR_SEQ = "vector_seq"
-MIGRATIONS: list[Callable[[int], list[str]]] = [_v1, _v2, _v3, _v4, _v5, _v6, _v7, _v8]
+MIGRATIONS: list[Callable[[int], list[str]]] = [_v1, _v2, _v3, _v4, _v5, _v6, _v7, _v8, _v9]
 SCHEMA_VERSION = len(MIGRATIONS)
 
 LIFECYCLE_STATES = ("ACTIVE", "DORMANT", "ARCHIVED", "EXPIRED", "SOFT_DELETED", "PERMANENT")
