@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from datetime import date, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar, cast
@@ -33,7 +33,7 @@ from workbench.ingest.context import IngestContext
 from workbench.ingest.episode_queue import EpisodeQueue, QueueConfig
 from workbench.ingest.generations import one_action
 from workbench.ingest.importer import Importer
-from workbench.ingest.passages import passage_uuid
+from workbench.ingest.intake import Intake
 from workbench.ingest.pipeline import NO_LLM, EpisodePipeline
 from workbench.ingest.reextract import Reextraction
 from workbench.ingest.verbatim import PassageWriter
@@ -125,6 +125,10 @@ class Workbench:
         self.tenancy = Tenancy(store, clock)
         self.pages = GroupPages(store, clock)
         self.passages = PassageWriter.of(ctx)
+        self.intake = Intake(
+            store, self.publisher, self.passages, self.queue, self.tenancy, settings, clock,
+            lambda: self.chat is not None,
+        )  # fmt: skip
         self.scheduler = MaintenanceScheduler.from_settings(
             store, settings, metrics, clock, chat=chat, index=self.publisher
         )
@@ -221,60 +225,11 @@ class Workbench:
         priority: str = "normal",
     ) -> r.AddMemoryResult:
         """Store an episode, its passages searchable at once, and queue it for extraction;
-        returns at once."""
-        episode = accept.episode_row(
-            name,
-            episode_body,
-            self._group(group_id),
-            source,
-            source_description,
-            uuid,
-            reference_time,
-            priority,
-            max_chars=self.settings.max_episode_chars,
-            now=self.clock(),
-            llm_configured=self.chat is not None,
-        )
-        passages = self.passages.prepare(episode)
-        with self.publisher:
-            with self.store.transaction():
-                existing = _own_episode(self.store, self.tenancy, episode, passages)
-                if existing is None:
-                    self._room_in_queue()
-                    g.insert_episode(self.store, episode)
-                    q.enqueue(
-                        self.store,
-                        episode["uuid"],
-                        episode["group_id"],
-                        episode["priority"],
-                        episode["created_at"],
-                    )
-                    self.passages.write(passages)
-            if existing is None:  # what was said is searchable from now on (embedded soon)
-                self.passages.publish(passages)
-        if existing is not None:
-            return cast(r.AddMemoryResult, accept.added_before(existing, episode))
-        self.queue.notify_enqueued(episode["priority"])
-        status = "queued" if self.chat is not None else NO_LLM
-        return {
-            "message": f"Episode '{episode['name']}' queued for processing",
-            "episode_uuid": episode["uuid"],
-            "group_id": episode["group_id"],
-            "status": "queued",
-            "detail": status,
-        }
-
-    def _room_in_queue(self) -> None:
-        """Refuse a new episode while the queue holds ``max_queued_episodes`` waiting ones:
-        a client that sends faster than extraction runs is told so, not queued without end."""
-        cap = self.settings.max_queued_episodes
-        waiting = q.waiting(self.store)
-        if waiting >= cap:
-            raise errors.QueueFull(
-                f"the extraction queue holds {waiting} episodes, its cap "
-                f"(SVC_KNOWLEDGE_MAX_QUEUED_EPISODES={cap}): send again once it has "
-                "drained (see get_queue_status)"
-            )
+        returns at once (:class:`~workbench.ingest.intake.Intake`)."""
+        return self.intake.add(
+            name, episode_body, self._group(group_id), source, source_description, uuid,
+            reference_time, priority,
+        )  # fmt: skip
 
     def add_memories(
         self, episodes: Sequence[dict[str, Any]], progress: bool = False
@@ -618,23 +573,6 @@ def _as_dict(value: Any) -> dict[str, Any]:
         dumped: dict[str, Any] = value.model_dump()
         return dumped
     return dict(value)
-
-
-def _own_episode(
-    store: Store, tenancy: Tenancy, episode: dict[str, Any], passages: Iterable[dict[str, Any]]
-) -> dict[str, Any] | None:
-    """The episode stored under ``episode``'s uuid in its group (a retry), or None. A uuid
-    another group holds is not refused (that would let one tenant claim another's uuids
-    first, and tell it the uuid was used): the episode and its passages take a uuid derived
-    from it and its group under the database's secret, the same on every retry."""
-    existing = g.get_episode(store, episode["uuid"])
-    if existing is None or existing["group_id"] == episode["group_id"]:
-        return existing
-    scoped = tenancy.scoped_uuid("uuid", episode["group_id"], episode["uuid"])
-    episode["uuid"] = scoped
-    for row in passages:  # named after their episode
-        row.update(uuid=passage_uuid(scoped, row["position"]), episode_uuid=scoped)
-    return g.get_episode(store, scoped)
 
 
 def _status(wb: Workbench) -> r.StatusResult:
