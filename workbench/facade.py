@@ -331,10 +331,11 @@ class Workbench:
         center_node_uuid: str | None = None,
         **filters: Any,
     ) -> r.FactsFound:
-        facts = self.search.search_facts(
+        facts, omitted = self.search.search_facts_counting(
             query, self._groups(group_ids), max_facts, center_node_uuid, **filters
         )
-        return {"message": f"{len(facts)} facts found", "facts": jsonable(facts)}
+        return {"message": f"{len(facts)} facts found", "facts": jsonable(facts),
+                "superseded_omitted": omitted}  # fmt: skip
 
     def search_memory(
         self,
@@ -344,10 +345,13 @@ class Workbench:
         kinds: Sequence[str] | None = None,
         **filters: Any,
     ) -> r.SearchMemoryResult:
-        results = recall.search_memory(
+        found = recall.recall(
             self.search, query, self._groups(group_ids), max_results, kinds, **filters
         )
-        return {"message": f"{len(results)} results found", "results": jsonable(results)}
+        window = found.time_window.as_dict() if found.time_window else None
+        return {"message": f"{len(found.results)} results found",
+                "results": jsonable(found.results), "time_window": window,
+                "superseded_omitted": found.superseded_omitted}  # fmt: skip
 
     # --- episodes and edges -------------------------------------------------------------
     def get_episodes(

@@ -24,6 +24,7 @@ __all__ = [
     "check_states",
     "check_window",
     "check_date",
+    "check_about",
     "clean_list",
     "check_group_ids",
     "check_groups_known",
@@ -45,6 +46,11 @@ class SearchFilters:
     relation_types: tuple[str, ...] | None = None
     include_invalidated: bool = True
     now: datetime | None = None
+    # the time a memory is about (not when it was stored): a passage's reference time, a
+    # fact's validity interval (see :func:`check_about`); facts valid at ``as_of``
+    about_after: datetime | None = None
+    about_before: datetime | None = None
+    as_of: datetime | None = None
 
     def accepts(self, kind: str, row: dict[str, Any]) -> bool:
         if self.group_ids is not None and row["group_id"] not in self.group_ids:
@@ -66,6 +72,9 @@ class SearchFilters:
         return bool(
             self.created_after
             or self.created_before
+            or self.about_after
+            or self.about_before
+            or self.as_of
             or self.entity_types
             or self.relation_types
             or (self.states is not None and set(self.states) < set(DEFAULT_STATES))
@@ -151,6 +160,16 @@ def check_window(after: object, before: object) -> tuple[datetime | None, dateti
         raise InvalidInput(
             f"'created_after' ({start.isoformat()}) must be earlier than "
             f"'created_before' ({end.isoformat()})"
+        )
+    return start, end
+
+
+def check_about(after: object, before: object) -> tuple[datetime | None, datetime | None]:
+    """``after`` / ``before``: the window of the time memories are about."""
+    start, end = check_date("after", after), check_date("before", before)
+    if start is not None and end is not None and start >= end:
+        raise InvalidInput(
+            f"'after' ({start.isoformat()}) must be earlier than 'before' ({end.isoformat()})"
         )
     return start, end
 
