@@ -127,6 +127,12 @@ def _overlapping(
     return keep
 
 
+def _about(filters: Filters) -> bool:
+    """Whether the filters name a window of time the memories are about (a fact valid in a
+    past window is kept though superseded since, as with ``as_of``)."""
+    return filters.about_after is not None or filters.about_before is not None
+
+
 def to_micros(value: datetime | None) -> int:
     """A timestamp as microseconds since the epoch (naive means UTC); None -> ``NO_TIME``."""
     if value is None:
@@ -286,6 +292,9 @@ class RowCache:
                 keep &= _within(self.about(slots)[0], filters.about_after, filters.about_before)
             return keep
         if self.kind == "entity":
+            if filters.about_after is not None or filters.about_before is not None:
+                # first seen in the window (the searcher adds those with a fact about it)
+                keep &= _within(created, filters.about_after, filters.about_before)
             if filters.entity_types:
                 codes = self._codes["entity_type"].known(filters.entity_types)
                 keep &= np.isin(a["entity_type"][slots], codes)
@@ -300,7 +309,7 @@ class RowCache:
         if filters.as_of is not None:  # valid then, superseded since or not
             start, end = self.about(slots)
             keep &= _overlapping(start, end, filters.as_of, filters.as_of + _MICRO)
-        elif not filters.include_invalidated:
+        elif not filters.include_invalidated and not _about(filters):
             keep &= a["expired_at"][slots] == NO_TIME
             invalid = a["invalid_at"][slots]
             if filters.now is None:

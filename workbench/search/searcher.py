@@ -68,6 +68,14 @@ Link = tuple[str, set[str]]
 Found = tuple[list[tuple[str, float]], list[tuple[str, float, float]]]
 
 
+def _unless_about(kind: str, filters: SearchFilters) -> SearchFilters:
+    """The filters the row cache applies: for entities, all but the window they are about
+    (:meth:`Searcher._about_entities` applies it, reading their facts too)."""
+    if kind != "entity" or (filters.about_after is None and filters.about_before is None):
+        return filters
+    return replace(filters, about_after=None, about_before=None)
+
+
 class Searcher:
     """Ranks the memories of the live ``indexes`` for a query (see the module docstring)."""
 
@@ -162,6 +170,8 @@ class Searcher:
         filters = query.filters
         if query.kind != "fact" or filters.include_invalidated or filters.as_of is not None:
             return 0
+        if filters.about_after is not None or filters.about_before is not None:
+            return 0  # a window keeps the facts valid in it, superseded since or not
         shown = set(rows)
         everything = replace(filters, include_invalidated=True)
         superseded = [u for u in self._passing("fact", cands, everything) if u not in shown]
@@ -194,7 +204,7 @@ class Searcher:
         uuids = list(cands)
         with self._lock:
             cache = self.indexes.rows[kind]
-            keep = cache.accepting(cache.slots(uuids), filters)
+            keep = cache.accepting(cache.slots(uuids), _unless_about(kind, filters))
             passing = [u for u, ok in zip(uuids, keep.tolist()) if ok]
             return self._about_entities(passing, filters) if kind == "entity" else passing
 
@@ -202,7 +212,7 @@ class Searcher:
         with self._lock:
             cache = self.indexes.rows[kind]
             slots = cache.all_slots()
-            allowed = cache.uuids_at(slots[cache.accepting(slots, filters)])
+            allowed = cache.uuids_at(slots[cache.accepting(slots, _unless_about(kind, filters))])
             return set(self._about_entities(allowed, filters) if kind == "entity" else allowed)
 
     def _about_entities(self, uuids: list[str], filters: SearchFilters) -> list[str]:
@@ -212,8 +222,7 @@ class Searcher:
         if filters.about_after is None and filters.about_before is None:
             return uuids
         entities, facts = self.indexes.rows["entity"], self.indexes.rows["fact"]
-        window = SearchFilters(about_after=filters.about_after, about_before=filters.about_before,
-                               include_invalidated=True)  # fmt: skip
+        window = SearchFilters(about_after=filters.about_after, about_before=filters.about_before)
         first_seen = entities.accepting(entities.slots(uuids), window)
         out = []
         for uuid, seen in zip(uuids, first_seen.tolist()):

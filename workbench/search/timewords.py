@@ -201,7 +201,7 @@ _PRESENT = re.compile(
     r"|actual(?:mente)?|ahora|todav[ií]a|aún|hoy\s+en\s+d[ií]a|más\s+reciente"
     r"|aktuell(?:e[nmrs]?)?|jetzt|derzeit(?:ig)?|zurzeit|momentan|immer\s+noch|neueste[nmrs]?"
     r"|actuel(?:le)?(?:ment)?|maintenant|en\s+ce\s+moment|toujours|encore|plus\s+récent)\b"
-    r"|現在|今は|今の|いま|まだ|最新|目前|现在|現今|当前|當前|仍然|还在|還在|最新",
+    r"|現在|今(?![日週月年度回朝晩夜天])|いま|まだ|最新|目前|现在|現今|当前|當前|仍然|还在|還在",
     re.I,
 )
 
@@ -320,8 +320,10 @@ def _year_after(text: str, at: int) -> int | None:
 def _find_month(text: str, now: datetime) -> Found | None:
     for m in _MONTH_RE.finditer(text):
         name = m.group(1)
-        if name.lower() in _ENGLISH_AMBIGUOUS and not name[0].isupper() and not m.group(2):
-            continue
+        if name.lower() in _ENGLISH_AMBIGUOUS and not m.group(2) and (
+            not name[0].isupper() or not text[: m.start()].strip()
+        ):
+            continue  # "may", "march", or "May I…": a verb
         return (*_month_window(_MONTH_OF[name.lower()], m.group(2), now), m.start(), m.end())
     m = _CJK_MONTH_RE.search(text)
     if m:
