@@ -66,9 +66,11 @@ def load(path: Path) -> list[dict[str, Any]]:
 def iso(date: str) -> str:
     """'2023/05/30 (Tue) 23:40' -> ISO 8601 (UTC)."""
     day, _, clock = date.partition(") ")
-    return datetime.strptime(f"{day.split(' (')[0]} {clock}", "%Y/%m/%d %H:%M").replace(
-        tzinfo=UTC
-    ).isoformat()
+    return (
+        datetime.strptime(f"{day.split(' (')[0]} {clock}", "%Y/%m/%d %H:%M")
+        .replace(tzinfo=UTC)
+        .isoformat()
+    )
 
 
 def episodes(q: dict[str, Any]) -> list[tuple[dict[str, Any], str, list[str], set[str]]]:
@@ -167,11 +169,14 @@ def variants(engine: Any, question: str, now: str) -> dict[str, list[str]]:
     for w_time, w_recent in GRID:
         mine = replace(boost, window_weight=w_time, recency_weight=w_recent)
         ranked = {
-            kind: engine.ranked(kind, question, K_TURN * OVERSAMPLE, filters, engine.weights,
-                                None, None, mine)  # fmt: skip
+            kind: engine.ranked(
+                kind, question, K_TURN * OVERSAMPLE, filters, engine.weights, None, None, mine
+            )  # fmt: skip
             for kind in ("fact", "passage")
         }
-        out[f"time {w_time} recency {w_recent}"] = [c.uuid for c in fuse(_candidates(ranked), K_TURN)]
+        out[f"time {w_time} recency {w_recent}"] = [
+            c.uuid for c in fuse(_candidates(ranked), K_TURN)
+        ]
     return out
 
 
@@ -184,8 +189,11 @@ def summary(results: list[tuple[str, dict[str, tuple[bool, bool]]]]) -> dict[str
             sums[method][qtype].append(hit)
     return {
         method: {
-            label: {"n": len(v), "turn_any@10": round(sum(t for t, _ in v) / len(v), 3),
-                    "session_any@5": round(sum(s for _, s in v) / len(v), 3)}  # fmt: skip
+            label: {
+                "n": len(v),
+                "turn_any@10": round(sum(t for t, _ in v) / len(v), 3),
+                "session_any@5": round(sum(s for _, s in v) / len(v), 3),
+            }  # fmt: skip
             for label, v in sorted(by.items())
         }
         for method, by in sums.items()

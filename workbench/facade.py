@@ -348,7 +348,10 @@ class Workbench:
         found = recall.recall(
             self.search, query, self._groups(group_ids), max_results, kinds, **filters
         )
-        window = found.time_window.as_dict() if found.time_window else None
+        window: r.TimeWindow | None = None
+        if found.time_window is not None:
+            w = found.time_window
+            window = {"start": w.start.isoformat(), "end": w.end.isoformat(), "text": w.text}
         return {"message": f"{len(found.results)} results found",
                 "results": jsonable(found.results), "time_window": window,
                 "superseded_omitted": found.superseded_omitted}  # fmt: skip

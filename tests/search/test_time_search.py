@@ -82,8 +82,11 @@ def test_what_did_i_say_last_week_ranks_last_weeks_passages_first(wb):
     last_week = said(wb, "I planted basil in the garden", NOW - 6 * DAY)  # Thursday before
     said(wb, "I planted roses in the garden", NOW - DAY)
     out = wb.search_memory("what did I say about the garden last week?", now=NOW.isoformat())
-    assert out["time_window"] == {"start": "2026-03-02T00:00:00+00:00",
-                                  "end": "2026-03-09T00:00:00+00:00", "text": "last week"}
+    assert out["time_window"] == {
+        "start": "2026-03-02T00:00:00+00:00",
+        "end": "2026-03-09T00:00:00+00:00",
+        "text": "last week",
+    }
     first = out["results"][0]
     assert first["episode_uuid"] == last_week and first["score_parts"]["time"] == 1.0
     assert len(out["results"]) == 3  # a boost, not a filter
@@ -134,7 +137,9 @@ def test_a_fact_superseded_last_month_is_found_as_of_before_then_and_not_by_defa
     both = wb.search_memory_facts("where does Alice live", include_superseded=True)
     by_text = {f["fact"]: f for f in both["facts"]}
     assert set(by_text) == {"Alice lives in Lisbon", "Alice lives in Porto"}
-    assert by_text["Alice lives in Lisbon"]["superseded_by"] == by_text["Alice lives in Porto"]["uuid"]
+    assert (
+        by_text["Alice lives in Lisbon"]["superseded_by"] == by_text["Alice lives in Porto"]["uuid"]
+    )
     assert by_text["Alice lives in Lisbon"]["invalid_at"] == moved.isoformat()
     assert by_text["Alice lives in Porto"]["superseded_by"] is None
     assert both["superseded_omitted"] == 0
@@ -151,8 +156,8 @@ def test_a_fact_without_valid_at_is_about_the_time_it_was_stored(wb):
 
 
 def test_an_entity_is_about_the_times_of_its_facts(wb):
-    facts(wb, {"source": "Carla", "target": "Rome", "fact": "Carla visited Rome",
-               "valid_at": "2025-06-01T00:00:00Z", "invalid_at": "2025-06-10T00:00:00Z"})  # fmt: skip
+    visit = {"valid_at": "2025-06-01T00:00:00Z", "invalid_at": "2025-06-10T00:00:00Z"}
+    facts(wb, {"source": "Carla", "target": "Rome", "fact": "Carla visited Rome", **visit})
     found = wb.search_memory_nodes("Carla", after="2025-06-05", before="2025-07-01")["nodes"]
     assert "Carla" in [n["name"] for n in found]
     later = wb.search_memory_nodes("Carla", after="2025-08-01", before="2025-09-01")["nodes"]
@@ -162,7 +167,8 @@ def test_an_entity_is_about_the_times_of_its_facts(wb):
 @pytest.mark.parametrize(("args", "says"), [
     ({"after": "last tuesday"}, "'after' is not an ISO 8601"),
     ({"before": "2026-13-01"}, "'before' is not an ISO 8601"),
-    ({"after": "2026-02-01", "before": "2026-01-01"}, "'after' (2026-02-01T00:00:00+00:00) must be earlier"),
+    ({"after": "2026-02-01", "before": "2026-01-01"},
+     "'after' (2026-02-01T00:00:00+00:00) must be earlier"),
     ({"as_of": "yesterday"}, "'as_of' is not an ISO 8601"),
     ({"now": "soon"}, "'now' is not an ISO 8601"),
 ])  # fmt: skip

@@ -28,7 +28,10 @@ def test_the_development_set_is_read_right(case):
         assert window is None
     else:
         assert window is not None
-        assert (window.start, window.end) == (day(case["window"]["start"]), day(case["window"]["end"]))
+        assert (window.start, window.end) == (
+            day(case["window"]["start"]),
+            day(case["window"]["end"]),
+        )
         assert window.text and window.text in case["query"]
     assert asks_present(case["query"]) is case["present"]
 

@@ -29,12 +29,22 @@ class ScoreParts(TypedDict):
     freshness: float
     importance: float
     time: NotRequired[
-        Annotated[float, Field(description="Inside the window the query's time words name: "
-                               "1, falling to 0 one window length away (search_memory).")]
+        Annotated[
+            float,
+            Field(
+                description="Inside the window the query's time words name: "
+                "1, falling to 0 one window length away (search_memory)."
+            ),
+        ]
     ]
     recency: NotRequired[
-        Annotated[float, Field(description="How new among the candidates, 0 to 1, for a "
-                               "question about the present (search_memory).")]
+        Annotated[
+            float,
+            Field(
+                description="How new among the candidates, 0 to 1, for a "
+                "question about the present (search_memory)."
+            ),
+        ]
     ]
 
 
@@ -93,8 +103,10 @@ class Fact(Scored, MemoryState):
     superseded_by: NotRequired[
         Annotated[
             Uuid | None,
-            Field(description="For a superseded fact, the fact that replaced it when it can "
-                  "be told; null for a current fact."),
+            Field(
+                description="For a superseded fact, the fact that replaced it when it can "
+                "be told; null for a current fact."
+            ),
         ]
     ]
 
@@ -148,8 +160,10 @@ class SearchMemoryResult(TypedDict):
     time_window: NotRequired[
         Annotated[
             TimeWindow | None,
-            Field(description="The window the query's time words named (it boosts the "
-                  "memories about it), or null."),
+            Field(
+                description="The window the query's time words named (it boosts the "
+                "memories about it), or null."
+            ),
         ]
     ]
     superseded_omitted: NotRequired[Annotated[int, Field(description=_OMITTED)]]

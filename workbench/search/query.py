@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from workbench.errors import InvalidInput
+from workbench.index.rows import to_micros
 from workbench.search.filters import (
     SearchFilters,
     check_about,
@@ -24,7 +25,6 @@ from workbench.search.filters import (
 )
 from workbench.search.ranking import TimeBoost, Weights
 from workbench.search.timewords import TimeWindow, asks_present, read_window
-from workbench.index.rows import to_micros
 
 __all__ = ["Centre", "Query", "check_now", "fact_query", "node_query", "time_boost"]
 

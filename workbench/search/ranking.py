@@ -156,11 +156,12 @@ def window_score(when: np.ndarray, start: int, end: int) -> np.ndarray:
     """1 for a memory about a time inside ``[start, end)``, falling linearly to 0 at one
     window length outside it (questions name times loosely); 0 for no time (``when`` holds
     microseconds; the minimum int64 is no time)."""
-    when = when.astype(np.float64)
+    unknown = when == np.iinfo(np.int64).min
+    at = when.astype(np.float64)
     length = max(float(end - start), 1.0)
-    outside = np.maximum(start - when, when - (end - 1)).clip(min=0.0)
-    score = np.clip(1.0 - outside / length, 0.0, 1.0)
-    score[when == float(np.iinfo(np.int64).min)] = 0.0
+    outside = np.maximum(start - at, at - (end - 1)).clip(min=0.0)
+    score: np.ndarray = np.clip(1.0 - outside / length, 0.0, 1.0)
+    score[unknown] = 0.0
     return np.round(score, 6)
 
 

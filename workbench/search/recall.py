@@ -36,10 +36,10 @@ from workbench.search.engine import SearchEngine
 from workbench.search.filters import (
     DEFAULT_STATES,
     SearchFilters,
-    check_max,
-    check_min_score,
     check_about,
     check_date,
+    check_max,
+    check_min_score,
     check_query,
     check_window,
     clean_list,

@@ -54,17 +54,29 @@ class TimeWindow:
     end: datetime
     text: str
 
-    def as_dict(self) -> dict[str, str]:
-        return {"start": self.start.isoformat(), "end": self.end.isoformat(), "text": self.text}
-
-    def contains(self, when: datetime) -> bool:
-        return self.start <= when < self.end
-
 
 # --- vocabulary ----------------------------------------------------------------------------
 _NUMBERS = {
-    **dict.fromkeys(["a", "an", "one", "um", "uma", "un", "una", "uno", "ein", "eine", "einem",
-                     "einer", "einen", "une", "一"], 1),  # fmt: skip
+    **dict.fromkeys(
+        [
+            "a",
+            "an",
+            "one",
+            "um",
+            "uma",
+            "un",
+            "una",
+            "uno",
+            "ein",
+            "eine",
+            "einem",
+            "einer",
+            "einen",
+            "une",
+            "一",
+        ],
+        1,
+    ),  # fmt: skip
     **dict.fromkeys(["two", "couple", "dois", "duas", "dos", "zwei", "deux", "二", "两", "兩"], 2),
     **dict.fromkeys(["three", "few", "três", "tres", "drei", "trois", "三"], 3),
     **dict.fromkeys(["four", "quatro", "cuatro", "vier", "quatre", "四"], 4),
@@ -101,21 +113,45 @@ _PAST_N = [
 _NAMED: list[tuple[str, str, int]] = [
     (r"\byesterday\b|\bontem\b|\bayer\b|\bgestern\b|\bhier\b|昨日|昨天", "day", 1),
     (r"\btoday\b|\bhoje\b|\bhoy\b|\bheute\b|\baujourd'hui\b|今日|今天", "day", 0),
-    (r"\b(?:last|past|previous)\s+week\b|\bsemana\s+passada\b|\bsemana\s+pasada\b"
-     r"|\b(?:letzte|vergangene|vorige)n?\s+woche\b|\bsemaine\s+(?:dernière|passée)\b"
-     r"|先週|上周|上個?个?星期|上礼拜|上禮拜", "week", 1),  # fmt: skip
-    (r"\bthis\s+week\b|\besta\s+semana\b|\bdiese\s+woche\b|\bcette\s+semaine\b"
-     r"|今週|这周|這週|本周|这个星期", "week", 0),  # fmt: skip
-    (r"\b(?:last|past|previous)\s+month\b|\bm[eê]s\s+passado\b|\bmes\s+pasado\b"
-     r"|\b(?:letzte|vergangene|vorige)n?\s+monat\b|\bmois\s+(?:dernier|passé)\b"
-     r"|先月|上个月|上個月", "month", 1),  # fmt: skip
-    (r"\bthis\s+month\b|\beste\s+m[eê]s\b|\bdiese[nm]?\s+monat\b|\bce\s+mois\b"
-     r"|今月|这个月|這個月|本月", "month", 0),  # fmt: skip
-    (r"\b(?:last|past|previous)\s+year\b|\bano\s+passado\b|\baño\s+pasado\b"
-     r"|\b(?:letzte|vergangene|vorige)[sn]?\s+jahr\b|\bl'année\s+(?:dernière|passée)\b"
-     r"|\ban\s+dernier\b|去年|昨年", "year", 1),  # fmt: skip
-    (r"\bthis\s+year\b|\beste\s+ano\b|\beste\s+año\b|\bdiese[sm]\s+jahr\b|\bcette\s+année\b"
-     r"|今年", "year", 0),  # fmt: skip
+    (
+        r"\b(?:last|past|previous)\s+week\b|\bsemana\s+passada\b|\bsemana\s+pasada\b"
+        r"|\b(?:letzte|vergangene|vorige)n?\s+woche\b|\bsemaine\s+(?:dernière|passée)\b"
+        r"|先週|上周|上個?个?星期|上礼拜|上禮拜",
+        "week",
+        1,
+    ),  # fmt: skip
+    (
+        r"\bthis\s+week\b|\besta\s+semana\b|\bdiese\s+woche\b|\bcette\s+semaine\b"
+        r"|今週|这周|這週|本周|这个星期",
+        "week",
+        0,
+    ),  # fmt: skip
+    (
+        r"\b(?:last|past|previous)\s+month\b|\bm[eê]s\s+passado\b|\bmes\s+pasado\b"
+        r"|\b(?:letzte|vergangene|vorige)n?\s+monat\b|\bmois\s+(?:dernier|passé)\b"
+        r"|先月|上个月|上個月",
+        "month",
+        1,
+    ),  # fmt: skip
+    (
+        r"\bthis\s+month\b|\beste\s+m[eê]s\b|\bdiese[nm]?\s+monat\b|\bce\s+mois\b"
+        r"|今月|这个月|這個月|本月",
+        "month",
+        0,
+    ),  # fmt: skip
+    (
+        r"\b(?:last|past|previous)\s+year\b|\bano\s+passado\b|\baño\s+pasado\b"
+        r"|\b(?:letzte|vergangene|vorige)[sn]?\s+jahr\b|\bl'année\s+(?:dernière|passée)\b"
+        r"|\ban\s+dernier\b|去年|昨年",
+        "year",
+        1,
+    ),  # fmt: skip
+    (
+        r"\bthis\s+year\b|\beste\s+ano\b|\beste\s+año\b|\bdiese[sm]\s+jahr\b|\bcette\s+année\b"
+        r"|今年",
+        "year",
+        0,
+    ),  # fmt: skip
 ]
 _NAMED_RE = [(re.compile(p, re.I), unit, back) for p, unit, back in _NAMED]
 _MONTHS = [
@@ -140,28 +176,51 @@ _MONTH_RE = re.compile(
     rf"\b({_MONTH_NAMES})\b(?:\s+(?:de\s+|of\s+)?(\d{{4}}))?(?!\s*\d{{1,2}}\b)", re.I
 )
 _CJK_DIGITS = {c: i for i, c in enumerate("〇一二三四五六七八九")}
-_CJK_MONTH_RE = re.compile(r"(?:(\d{4})\s*年\s*)?(\d{1,2}|十[一二]?|[一二三四五六七八九])\s*月(?!\s*\d|[一二三四五六七八九十]+[日号號])")
+_CJK_MONTH_RE = re.compile(
+    r"(?:(\d{4})\s*年\s*)?(\d{1,2}|十[一二]?|[一二三四五六七八九])\s*月(?!\s*\d|[一二三四五六七八九十]+[日号號])"
+)
 _YEAR_RE = re.compile(
     r"\b(?:in|em|en|im|during|durante|since|desde|seit|depuis|before|after|antes\s+de"
     r"|depois\s+de|después\s+de|vor|nach|avant|après)\s+((?:19|20)\d\d)\b|((?:19|20)\d\d)\s*年(?!\s*\d)",
     re.I,
 )
 _HOLIDAYS: list[tuple[str, Any]] = [
-    (r"\bchristmas\b|\bxmas\b|\bnatal\b|\bnavidad\b|\bweihnachten\b|\bno[eë]l\b|クリスマス"
-     r"|圣诞节?|聖誕節?", (12, 25)),  # fmt: skip
-    (r"\bnew\s+year'?s?(?:\s+day|\s+eve)?\b|\bano\s+novo\b|\baño\s+nuevo\b|\bneujahr\b"
-     r"|\bnouvel\s+an\b|お?正月|元旦|新年", (1, 1)),  # fmt: skip
-    (r"\bvalentine'?s?(?:\s+day)?\b|\bdia\s+dos\s+namorados\b|\bsan\s+valent[ií]n\b"
-     r"|\bvalentinstag\b|\bsaint[- ]valentin\b|バレンタイン|情人节|情人節", (2, 14)),  # fmt: skip
+    (
+        r"\bchristmas\b|\bxmas\b|\bnatal\b|\bnavidad\b|\bweihnachten\b|\bno[eë]l\b|クリスマス"
+        r"|圣诞节?|聖誕節?",
+        (12, 25),
+    ),  # fmt: skip
+    (
+        r"\bnew\s+year'?s?(?:\s+day|\s+eve)?\b|\bano\s+novo\b|\baño\s+nuevo\b|\bneujahr\b"
+        r"|\bnouvel\s+an\b|お?正月|元旦|新年",
+        (1, 1),
+    ),  # fmt: skip
+    (
+        r"\bvalentine'?s?(?:\s+day)?\b|\bdia\s+dos\s+namorados\b|\bsan\s+valent[ií]n\b"
+        r"|\bvalentinstag\b|\bsaint[- ]valentin\b|バレンタイン|情人节|情人節",
+        (2, 14),
+    ),  # fmt: skip
     (r"\bhalloween\b|ハロウィン|万圣节|萬聖節", (10, 31)),
-    (r"\bthanksgiving\b|\bação\s+de\s+graças\b|\bacción\s+de\s+gracias\b|感恩节|感謝祭",
-     "thanksgiving"),  # fmt: skip
+    (
+        r"\bthanksgiving\b|\bação\s+de\s+graças\b|\bacción\s+de\s+gracias\b|感恩节|感謝祭",
+        "thanksgiving",
+    ),  # fmt: skip
 ]
 _HOLIDAY_RE = [(re.compile(p, re.I), when) for p, when in _HOLIDAYS]
 _WEEKDAYS = [
     ("monday", "segunda", "lunes", "montag", "lundi", "月曜", "星期一", "周一", "礼拜一"),
     ("tuesday", "terça", "martes", "dienstag", "mardi", "火曜", "星期二", "周二", "礼拜二"),
-    ("wednesday", "quarta", "miércoles", "mittwoch", "mercredi", "水曜", "星期三", "周三", "礼拜三"),
+    (
+        "wednesday",
+        "quarta",
+        "miércoles",
+        "mittwoch",
+        "mercredi",
+        "水曜",
+        "星期三",
+        "周三",
+        "礼拜三",
+    ),
     ("thursday", "quinta", "jueves", "donnerstag", "jeudi", "木曜", "星期四", "周四", "礼拜四"),
     ("friday", "sexta", "viernes", "freitag", "vendredi", "金曜", "星期五", "周五", "礼拜五"),
     ("saturday", "sábado", "sábado", "samstag", "samedi", "土曜", "星期六", "周六", "礼拜六"),
@@ -229,7 +288,9 @@ def _period(unit: str, when: datetime) -> tuple[datetime, datetime]:
 def _add_months(when: datetime, months: int) -> datetime:
     month = when.month - 1 + months
     year, month = when.year + month // 12, month % 12 + 1
-    return when.replace(year=year, month=month, day=min(when.day, calendar.monthrange(year, month)[1]))
+    return when.replace(
+        year=year, month=month, day=min(when.day, calendar.monthrange(year, month)[1])
+    )
 
 
 def _back(unit: str, now: datetime, n: int) -> datetime:
@@ -320,16 +381,18 @@ def _year_after(text: str, at: int) -> int | None:
 def _find_month(text: str, now: datetime) -> Found | None:
     for m in _MONTH_RE.finditer(text):
         name = m.group(1)
-        if name.lower() in _ENGLISH_AMBIGUOUS and not m.group(2) and (
-            not name[0].isupper() or not text[: m.start()].strip()
+        if (
+            name.lower() in _ENGLISH_AMBIGUOUS
+            and not m.group(2)
+            and (not name[0].isupper() or not text[: m.start()].strip())
         ):
             continue  # "may", "march", or "May I…": a verb
         return (*_month_window(_MONTH_OF[name.lower()], m.group(2), now), m.start(), m.end())
-    m = _CJK_MONTH_RE.search(text)
-    if m:
-        month = _cjk_number(m.group(2))
+    cjk = _CJK_MONTH_RE.search(text)
+    if cjk:
+        month = _cjk_number(cjk.group(2))
         if 1 <= month <= 12:
-            return (*_month_window(month, m.group(1), now), m.start(), m.end())
+            return (*_month_window(month, cjk.group(1), now), cjk.start(), cjk.end())
     return None
 
 
