@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-__all__ = ["BEFORE_SPAN", "TimeWindow", "asks_present", "read_window"]
+__all__ = ["BEFORE_SPAN", "TimeWindow", "asks_present", "read_window", "warm_up"]
 
 BEFORE_SPAN = timedelta(days=30)  # "before X": the month before X (a boost, not a filter)
 _DAY = timedelta(days=1)
@@ -471,6 +471,17 @@ def _date_parser(now: datetime) -> Any:
 
 
 _LANGUAGES = ("en", "pt", "es", "de", "fr", "ja", "zh")
+# a written date per language: reading the first of a language costs ``dateparser`` about a
+# second (its language data), later ones about a millisecond
+_WARM_UP = ("May 3rd", "3 de maio", "3 de mayo", "3. Mai", "3 mai", "5月3日", "2023-05-03")
+
+
+def warm_up() -> None:
+    """Load what reading a written date needs, so the first question with one is not slow
+    (a service calls it in a thread at start)."""
+    now = datetime.now(UTC).replace(second=0, microsecond=0)
+    for text in _WARM_UP:
+        _dateparser_data(text, now)
 
 
 # the most specific first: "two weeks ago" before a bare month, a month before its year
