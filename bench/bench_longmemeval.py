@@ -6,6 +6,8 @@ JSON (gzip'd or not), a list of questions each with its own haystack of ~48 sess
     .venv/bin/python bench/bench_longmemeval.py PATH [--limit N] [--types T,T]
         [--no-vectors] [--model multilingual-e5-small] [--json]
 
+``--limit N`` keeps the first N questions of each type, ``--types`` some types only.
+
 Per question: a fresh store; its sessions, in date order, added through ``add_memory`` as
 ``message`` episodes (one ``role: text`` line a turn) with the session's date as
 ``reference_time``; every passage embedded (``--no-vectors``: an embedder that carries no
@@ -114,6 +116,17 @@ def passage_turns(body: str, ids: list[str]) -> list[set[str]]:
     return out
 
 
+def first_of_each(questions: list[dict[str, Any]], n: int) -> list[dict[str, Any]]:
+    """The first ``n`` questions of each type."""
+    taken: dict[str, int] = defaultdict(int)
+    out = []
+    for q in questions:
+        taken[q["question_type"]] += 1
+        if taken[q["question_type"]] <= n:
+            out.append(q)
+    return out
+
+
 def scored(q: dict[str, Any]) -> bool:
     return not q["question_id"].endswith("_abs")
 
@@ -203,7 +216,7 @@ def summary(results: list[tuple[str, dict[str, tuple[bool, bool]]]]) -> dict[str
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("path", type=Path, help="longmemeval_s JSON (or .json.gz)")
-    parser.add_argument("--limit", type=int, help="at most this many questions")
+    parser.add_argument("--limit", type=int, help="at most this many questions of each type")
     parser.add_argument("--types", help="only these question types (comma-separated)")
     parser.add_argument("--no-vectors", action="store_true", help="keyword ranking only")
     parser.add_argument("--model", help="local embedding model (default: the configured one)")
@@ -215,7 +228,8 @@ def main() -> None:
     if args.types:
         wanted = {t.strip() for t in args.types.split(",")}
         questions = [q for q in questions if q["question_type"] in wanted]
-    questions = questions[: args.limit] if args.limit else questions
+    if args.limit:
+        questions = first_of_each(questions, args.limit)
     if not questions:
         parser.error("no questions left to ask")
     embedder = BlankEmbedder() if args.no_vectors else None
@@ -232,7 +246,9 @@ def main() -> None:
             got = ask(q, embedder, Path(scratch))
             results.append((q["question_type"], got["methods"]))
             took.append(got["seconds"])
-            print(f"{n}/{len(questions)} {q['question_type']} {got['window']}", file=sys.stderr)
+            line = {"n": n, "of": len(questions), "type": q["question_type"],
+                    "window": got["window"], "methods": got["methods"]}  # fmt: skip
+            print(json.dumps(line), file=sys.stderr, flush=True)  # a partial run can be read
     took.sort()
     report = {
         "questions": len(questions),

@@ -249,8 +249,9 @@ _AFTER_POST = re.compile(r"^\s*(?:の後|後|以降|から|之后|之後|以后|
 _DATE_LIKE = re.compile(
     r"\d{4}-\d{1,2}-\d{1,2}|\d{1,2}/\d{1,2}/\d{2,4}|\d{1,2}\.\d{1,2}\.\d{2,4}"
     r"|\d{1,2}\s*月\s*\d{1,2}\s*[日号號]"
-    rf"|\b(?:{_MONTH_NAMES})\s+\d{{1,2}}(?:st|nd|rd|th)?\b|\b\d{{1,2}}\.\s*(?:{_MONTH_NAMES})\b"
-    rf"|\b\d{{1,2}}(?:st|nd|rd|th|º)?\s+(?:de\s+|of\s+)?(?:{_MONTH_NAMES})\b",
+    rf"|\b(?:{_MONTH_NAMES})\s+\d{{1,2}}(?:st|nd|rd|th)?\b(?:,?\s+\d{{4}}\b)?"
+    rf"|\b\d{{1,2}}(?:st|nd|rd|th|º|\.)?\s*(?:de\s+|of\s+)?(?:{_MONTH_NAMES})\b"
+    rf"(?:,?\s+(?:de\s+)?\d{{4}}\b)?",
     re.I,
 )
 _PRESENT = re.compile(
