@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from workbench.clock import TimeOutOfRange, as_utc
@@ -61,11 +61,23 @@ class SearchFilters:
             return False
         if self.created_before is not None and row["created_at"] >= self.created_before:
             return False
+        about = self.about_after is not None or self.about_before is not None
+        if kind == "passage":
+            said = row["reference_time"] or row["created_at"]
+            return not about or _overlaps(said, said, self.about_after, self.about_before)
         if kind == "entity":
+            if about and not _overlaps(row["created_at"], row["created_at"], self.about_after,
+                                       self.about_before):  # fmt: skip
+                return False
             return not self.entity_types or row["entity_type"] in self.entity_types
         if self.relation_types and row["relation"] not in self.relation_types:
             return False
-        return self.include_invalidated or _still_valid(row, self.now)
+        start, end = row["valid_at"] or row["created_at"], row["invalid_at"]
+        if about and not _overlaps(start, end, self.about_after, self.about_before):
+            return False
+        if self.as_of is not None:
+            return _overlaps(start, end, self.as_of, self.as_of + timedelta(microseconds=1))
+        return self.include_invalidated or about or _still_valid(row, self.now)
 
     def narrowing(self) -> bool:
         """True when the filters may drop many rows (worth pre-filtering every row)."""
@@ -79,6 +91,17 @@ class SearchFilters:
             or self.relation_types
             or (self.states is not None and set(self.states) < set(DEFAULT_STATES))
         )
+
+
+def _overlaps(
+    start: datetime, end: datetime | None, after: datetime | None, before: datetime | None
+) -> bool:
+    """Whether ``[start, end)`` (``end`` None: open) overlaps ``[after, before)``; an interval
+    ending where it starts is a point, inside or not (the row-by-row twin of the row cache's
+    vectorised rule)."""
+    if after is not None and not (end is None or end > after or (end == start and start >= after)):
+        return False
+    return before is None or start < before
 
 
 def _still_valid(row: dict[str, Any], now: datetime | None) -> bool:
