@@ -67,8 +67,10 @@ def wb():
 
 def said(wb: Workbench, text: str, when: datetime, group: str = "g") -> str:
     body = f"user: {text}"
-    return wb.add_memory(f"chat {when:%F}", body, group_id=group, source="message",
+    uuid = wb.add_memory(f"chat {when:%F}", body, group_id=group, source="message",
                          reference_time=when.isoformat())["episode_uuid"]  # fmt: skip
+    assert wb.passages.flush(timeout=30)  # embedded: every passage ranked on the same parts
+    return uuid
 
 
 def facts(wb: Workbench, *lines: dict) -> None:

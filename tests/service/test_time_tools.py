@@ -42,6 +42,7 @@ def wb():
          "relation": "LIVES_IN", "fact": "Alice lives in Porto", "valid_at": MOVED.isoformat()},
     ]  # fmt: skip
     workbench.import_jsonl([json.dumps(line) for line in lines])
+    assert workbench.passages.flush(timeout=30)  # every passage embedded
     yield workbench
     workbench.close()
 
