@@ -323,11 +323,12 @@ class Workbench:
         center_node_uuid: str | None = None,
         **filters: Any,
     ) -> r.FactsFound:
-        facts = self.search.search_facts(
+        facts, omitted = self.search.search_facts_counting(
             query, self._groups(group_ids), max_facts, center_node_uuid, **filters
         )
         sources.attach(self.store, facts)
-        found: r.FactsFound = {"message": f"{len(facts)} facts found", "facts": jsonable(facts)}
+        found: r.FactsFound = {"message": f"{len(facts)} facts found", "facts": jsonable(facts),
+                               "superseded_omitted": omitted}  # fmt: skip
         return _noted(found, facts, self.store, self._groups(group_ids), self.chat is not None)
 
     def search_memory(
@@ -338,11 +339,17 @@ class Workbench:
         kinds: Sequence[str] | None = None,
         **filters: Any,
     ) -> r.SearchMemoryResult:
-        results = recall.search_memory(
+        found = recall.recall(
             self.search, query, self._groups(group_ids), max_results, kinds, **filters
         )
-        sources.attach(self.store, results)
-        return {"message": f"{len(results)} results found", "results": jsonable(results)}
+        sources.attach(self.store, found.results)
+        window: r.TimeWindow | None = None
+        if found.time_window is not None:
+            w = found.time_window
+            window = {"start": w.start.isoformat(), "end": w.end.isoformat(), "text": w.text}
+        return {"message": f"{len(found.results)} results found",
+                "results": jsonable(found.results), "time_window": window,
+                "superseded_omitted": found.superseded_omitted}  # fmt: skip
 
     # --- episodes and edges -------------------------------------------------------------
     def get_episodes(

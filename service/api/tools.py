@@ -79,6 +79,24 @@ _STATES = (
 )
 _AFTER = "Only memories created at or after this time (ISO 8601)."
 _BEFORE = "Only memories created before this time (ISO 8601)."
+_ABOUT_AFTER = (
+    "Only memories about a time at or after this (ISO 8601): a passage said then, a fact "
+    "valid at some time since (from its valid_at, else when it was stored)"
+)
+_ABOUT_BEFORE = "Only memories about a time before this (ISO 8601); see 'after'"
+_AS_OF = (
+    "Facts as they were at this instant (ISO 8601): those valid then, including ones "
+    "superseded since; default: facts true now."
+)
+_SUPERSEDED = (
+    "Also return superseded facts (no longer true), each with its invalid_at and "
+    "superseded_by; default false (the response counts them in superseded_omitted)."
+)
+_NOW = (
+    "When the question is asked (ISO 8601), that time words in the query ('last week', "
+    "'two days ago') and 'current' are read against; default the server's clock. A client "
+    "replaying an old conversation passes its date."
+)
 
 
 class Args(BaseModel):
@@ -134,6 +152,10 @@ class SearchNodesArgs(Args):
     created_after: str | None = Field(None, description=_AFTER)
     created_before: str | None = Field(None, description=_BEFORE)
     states: list[State] | None = Field(None, description=_STATES)
+    after: str | None = Field(
+        None, description=_ABOUT_AFTER + ", for an entity one of its facts, or first seen then."
+    )
+    before: str | None = Field(None, description=_ABOUT_BEFORE + ".")
     include_weighted_scores: bool | None = Field(
         None,
         description="Rank by similarity, keyword match, freshness and importance "
@@ -172,6 +194,10 @@ class SearchFactsArgs(Args):
     )
     states: list[State] | None = Field(None, description=_STATES)
     min_score: float | None = Field(None, allow_inf_nan=False, description=_MIN_SCORE)
+    after: str | None = Field(None, description=_ABOUT_AFTER + ".")
+    before: str | None = Field(None, description=_ABOUT_BEFORE + ".")
+    as_of: str | None = Field(None, description=_AS_OF)
+    include_superseded: bool | None = Field(None, description=_SUPERSEDED)
 
 
 class SearchMemoryArgs(Args):
@@ -186,6 +212,11 @@ class SearchMemoryArgs(Args):
     created_after: str | None = Field(None, description=_AFTER)
     created_before: str | None = Field(None, description=_BEFORE)
     min_score: float | None = Field(None, allow_inf_nan=False, description=_MIN_SCORE)
+    after: str | None = Field(None, description=_ABOUT_AFTER + ".")
+    before: str | None = Field(None, description=_ABOUT_BEFORE + ".")
+    as_of: str | None = Field(None, description=_AS_OF)
+    include_superseded: bool | None = Field(None, description=_SUPERSEDED)
+    now: str | None = Field(None, description=_NOW)
 
 
 class QueueStatusArgs(Args):

@@ -39,6 +39,7 @@ from serving.logs import setup_logging
 from workbench.config import Settings
 from workbench.errors import ConfigError, EmbedderError, StoreLocked, StoreUnavailable
 from workbench.llm.health import LLMHealth
+from workbench.search import timewords
 
 if TYPE_CHECKING:
     from workbench.facade import Workbench
@@ -324,6 +325,8 @@ def serve(
         else:
             warming = warm_in_background(embedder, loaded, embedder_failed)
         workbench = open_workbench(settings, embedder=embedder, llm_health=llm_health)
+        # the date parser of search's time words loads its languages meanwhile (seconds)
+        threading.Thread(target=timewords.warm_up, name="timewords-warm-up", daemon=True).start()
     except BaseException as exc:
         main_sock.close()
         metrics_sock.close()

@@ -44,6 +44,10 @@ def _rows(kind: str, n: int, seed: int = 3) -> list[dict]:
             row.update(name=name, name_norm=name.lower(), entity_type=rng.choice(["Person",
                        "Organization", "Entity"]), summary=rng.choice(["", "a summary"]),
                        updated_at=_when(rng, nullable=False))  # fmt: skip
+        elif kind == "passage":
+            row.update(text=f"said {i}", speaker=rng.choice([None, "Ann"]), position=i % 4,
+                       episode_uuid=rng.choice(["ep-1", "ep-2"]), episode_name="chat",
+                       reference_time=_when(rng))  # fmt: skip
         else:
             row.update(fact=f"fact {i}", relation=rng.choice(["WORKS_AT", "LIVES_IN"]),
                        source_uuid=f"e{rng.randint(0, 5)}", target_uuid=f"e{rng.randint(0, 5)}",
@@ -90,14 +94,15 @@ def test_replacing_and_removing_rows_reuses_slots_and_keeps_the_links(kind):
             assert r["uuid"] in cache.named_uuids(r["group_id"], r["name_norm"])
 
 
-@pytest.mark.parametrize("kind", ["entity", "fact"])
-@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("kind", ["entity", "fact", "passage"])
+@pytest.mark.parametrize("seed", range(8))
 def test_the_vectorised_filters_agree_with_the_row_by_row_ones(kind, seed):
     rows = _rows(kind, 300, seed)
     cache = RowCache(kind)
     cache.put(rows)
     rng = random.Random(seed)
     after = _when(rng) if rng.random() < 0.5 else None
+    about = _when(rng) if rng.random() < 0.6 else None  # the time a memory is about
     filters = SearchFilters(
         group_ids=tuple(rng.sample(["a", "b", "c", "nope"], rng.randint(1, 3)))
         if rng.random() < 0.7
@@ -109,6 +114,9 @@ def test_the_vectorised_filters_agree_with_the_row_by_row_ones(kind, seed):
         relation_types=("WORKS_AT",) if kind == "fact" and rng.random() < 0.5 else None,
         include_invalidated=rng.random() < 0.5,
         now=T0 if rng.random() < 0.8 else None,
+        about_after=about if rng.random() < 0.7 else None,
+        about_before=about + timedelta(days=rng.randint(1, 20)) if about else None,
+        as_of=_when(rng) if rng.random() < 0.3 else None,
     )
     asked = [r["uuid"] for r in rows] + ["missing"]
     mask = cache.accepting(cache.slots(asked), filters)

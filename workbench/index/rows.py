@@ -41,7 +41,7 @@ from workbench.store.access import REACTIVATED_FROM
 if TYPE_CHECKING:
     import pyarrow as pa
 
-__all__ = ["RowCache", "name_key", "to_micros"]
+__all__ = ["NO_END", "NO_TIME", "RowCache", "name_key", "to_micros"]
 
 NO_TIME = np.iinfo(np.int64).min  # a NULL timestamp
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -89,6 +89,48 @@ class Filters(Protocol):
     def include_invalidated(self) -> bool: ...
     @property
     def now(self) -> datetime | None: ...
+    @property
+    def about_after(self) -> datetime | None: ...
+    @property
+    def about_before(self) -> datetime | None: ...
+    @property
+    def as_of(self) -> datetime | None: ...
+
+
+NO_END = np.iinfo(np.int64).max  # an open end of a validity interval
+_MICRO = timedelta(microseconds=1)
+
+
+def _within(
+    when: NDArray[np.int64], after: datetime | None, before: datetime | None
+) -> NDArray[np.bool_]:
+    keep = np.ones(len(when), dtype=bool)
+    if after is not None:
+        keep &= when >= to_micros(after)
+    if before is not None:
+        keep &= when < to_micros(before)
+    return keep
+
+
+def _overlapping(
+    start: NDArray[np.int64], end: NDArray[np.int64], after: datetime | None,
+    before: datetime | None,
+) -> NDArray[np.bool_]:  # fmt: skip
+    """Which intervals ``[start, end)`` overlap ``[after, before)`` (None: unbounded); an
+    interval that ends where it starts (a point) overlaps when the point is inside."""
+    keep = np.ones(len(start), dtype=bool)
+    if after is not None:
+        at = to_micros(after)
+        keep &= (end > at) | ((end == start) & (start >= at))
+    if before is not None:
+        keep &= start < to_micros(before)
+    return keep
+
+
+def _about(filters: Filters) -> bool:
+    """Whether the filters name a window of time the memories are about (a fact valid in a
+    past window is kept though superseded since, as with ``as_of``)."""
+    return filters.about_after is not None or filters.about_before is not None
 
 
 def to_micros(value: datetime | None) -> int:
@@ -246,8 +288,13 @@ class RowCache:
         if filters.created_before is not None:
             keep &= created < to_micros(filters.created_before)
         if self.kind == "passage":
+            if filters.about_after is not None or filters.about_before is not None:
+                keep &= _within(self.about(slots)[0], filters.about_after, filters.about_before)
             return keep
         if self.kind == "entity":
+            if filters.about_after is not None or filters.about_before is not None:
+                # first seen in the window (the searcher adds those with a fact about it)
+                keep &= _within(created, filters.about_after, filters.about_before)
             if filters.entity_types:
                 codes = self._codes["entity_type"].known(filters.entity_types)
                 keep &= np.isin(a["entity_type"][slots], codes)
@@ -256,7 +303,13 @@ class RowCache:
             keep &= np.isin(
                 a["relation"][slots], self._codes["relation"].known(filters.relation_types)
             )
-        if not filters.include_invalidated:
+        if filters.about_after is not None or filters.about_before is not None:
+            start, end = self.about(slots)
+            keep &= _overlapping(start, end, filters.about_after, filters.about_before)
+        if filters.as_of is not None:  # valid then, superseded since or not
+            start, end = self.about(slots)
+            keep &= _overlapping(start, end, filters.as_of, filters.as_of + _MICRO)
+        elif not filters.include_invalidated and not _about(filters):
             keep &= a["expired_at"][slots] == NO_TIME
             invalid = a["invalid_at"][slots]
             if filters.now is None:
@@ -264,6 +317,23 @@ class RowCache:
             else:
                 keep &= (invalid == NO_TIME) | (invalid > to_micros(filters.now))
         return keep
+
+    def about(self, slots: NDArray[np.int64]) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
+        """The time these memories are about, as microseconds ``[start, end)``: a passage's
+        reference time (its creation when it has none) for both; a fact's validity, from its
+        ``valid_at`` (else its creation) to its ``invalid_at`` (``NO_END`` when none); an
+        entity's creation to ``NO_END``."""
+        a = self._arrays
+        created = a["created_at"][slots]
+        if self.kind == "passage":
+            said = a["reference_time"][slots]
+            said = np.where(said == NO_TIME, created, said)
+            return said, said
+        if self.kind == "entity":
+            return created, np.full(len(slots), NO_END, dtype=np.int64)
+        valid, invalid = a["valid_at"][slots], a["invalid_at"][slots]
+        start = np.where(valid == NO_TIME, created, valid)
+        return start, np.where(invalid == NO_TIME, NO_END, invalid)
 
     def uuids_at(self, slots: NDArray[np.int64]) -> list[str]:
         uuid = self._uuid

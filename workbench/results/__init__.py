@@ -28,6 +28,24 @@ class ScoreParts(TypedDict):
     keyword: float
     freshness: float
     importance: float
+    time: NotRequired[
+        Annotated[
+            float,
+            Field(
+                description="Inside the window the query's time words name: "
+                "1, falling to 0 one window length away (search_memory)."
+            ),
+        ]
+    ]
+    recency: NotRequired[
+        Annotated[
+            float,
+            Field(
+                description="How new among the candidates, 0 to 1, for a "
+                "question about the present (search_memory)."
+            ),
+        ]
+    ]
 
 
 class MemoryState(TypedDict):
@@ -135,12 +153,28 @@ class Fact(Scored, MemoryState):
     invalid_at: Timestamp | None
     expired_at: Timestamp | None
     sources: Annotated[Sources, Field(description="Where it came from (bounded in a search).")]
+    superseded_by: NotRequired[
+        Annotated[
+            Uuid | None,
+            Field(
+                description="For a superseded fact, the fact that replaced it when it can "
+                "be told; null for a current fact."
+            ),
+        ]
+    ]
+
+
+_OMITTED = (
+    "How many superseded facts (no longer true) were left out that would have ranked among "
+    "the results: ask again with include_superseded to see them."
+)
 
 
 class FactsFound(TypedDict):
     message: str
     facts: list[Fact]
     note: NotRequired[Annotated[str, Field(description=_UNEXTRACTED)]]
+    superseded_omitted: NotRequired[Annotated[int, Field(description=_OMITTED)]]
 
 
 class RecalledFact(Fact):
@@ -166,12 +200,28 @@ class RecalledPassage(Scored, MemoryState):
     reference_time: Timestamp
 
 
+class TimeWindow(TypedDict):
+    start: Timestamp
+    end: Annotated[Timestamp, Field(description="The end of the window (not in it).")]
+    text: Annotated[str, Field(description="The words of the query that named it.")]
+
+
 class SearchMemoryResult(TypedDict):
     message: str
     results: Annotated[
         list[RecalledFact | RecalledPassage],
         Field(description="Facts and passages, best first, scored on one scale."),
     ]
+    time_window: NotRequired[
+        Annotated[
+            TimeWindow | None,
+            Field(
+                description="The window the query's time words named (it boosts the "
+                "memories about it), or null."
+            ),
+        ]
+    ]
+    superseded_omitted: NotRequired[Annotated[int, Field(description=_OMITTED)]]
 
 
 class Episode(TypedDict):

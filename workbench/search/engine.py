@@ -38,9 +38,9 @@ from workbench.index.live import LiveIndexes
 from workbench.index.saves import IndexSaves
 from workbench.metrics import Metrics
 from workbench.search.filters import SearchFilters
-from workbench.search.hits import fact_out, node_out
+from workbench.search.hits import fact_out, node_out, successor
 from workbench.search.query import Centre, Query, fact_query, node_query
-from workbench.search.ranking import DEFAULT_FLOOR, Weights, keyword_weight_for
+from workbench.search.ranking import DEFAULT_FLOOR, TimeBoost, Weights, keyword_weight_for
 from workbench.search.searcher import Ranked, Searcher
 from workbench.store import Store
 
@@ -120,6 +120,8 @@ class SearchEngine:
         states: Sequence[str] | None = None,
         include_weighted_scores: bool = True,
         min_score: float | None = None,
+        after: datetime | str | None = None,
+        before: datetime | str | None = None,
     ) -> list[dict[str, Any]]:
         """Entities best matching ``query``, best first (see
         :class:`~workbench.search.searcher.Searcher`); with ``min_score``, only those scoring
@@ -133,7 +135,8 @@ class SearchEngine:
         asked = node_query(
             query, weights, self.max_results, self.clock(), group_ids=group_ids,
             max_nodes=max_nodes, entity_types=entity_types, created_after=created_after,
-            created_before=created_before, states=states, min_score=min_score,
+            created_before=created_before, states=states, min_score=min_score, after=after,
+            before=before,
         )  # fmt: skip
         hits = self.searcher.accessed("entity", self.searcher.ranked(asked))
         self.metrics.record_search(time.perf_counter() - started)
@@ -151,27 +154,58 @@ class SearchEngine:
         include_invalidated: bool = False,
         states: Sequence[str] | None = None,
         min_score: float | None = None,
+        **about: Any,
     ) -> list[dict[str, Any]]:
         """Facts best matching ``query``, best first (see the module docstring); with
-        ``min_score``, only those scoring at least that."""
+        ``min_score``, only those scoring at least that. ``about``: ``after``, ``before``,
+        ``as_of``, ``include_superseded`` (see :meth:`search_facts_counting`)."""
+        return self.search_facts_counting(
+            query, group_ids, max_facts, center_node_uuid, created_after, created_before,
+            relation_types, include_invalidated, states, min_score, **about,
+        )[0]  # fmt: skip
+
+    def search_facts_counting(
+        self,
+        query: str,
+        group_ids: Sequence[str] | None = None,
+        max_facts: int = 10,
+        center_node_uuid: str | None = None,
+        created_after: datetime | str | None = None,
+        created_before: datetime | str | None = None,
+        relation_types: Sequence[str] | None = None,
+        include_invalidated: bool = False,
+        states: Sequence[str] | None = None,
+        min_score: float | None = None,
+        after: datetime | str | None = None,
+        before: datetime | str | None = None,
+        as_of: datetime | str | None = None,
+        include_superseded: bool | None = None,
+    ) -> tuple[list[dict[str, Any]], int]:
+        """:meth:`search_facts` and how many superseded facts it left out that would have
+        ranked among them. ``after`` / ``before``: facts valid at some time in that window;
+        ``as_of``: facts valid at that instant, superseded since or not;
+        ``include_superseded``: superseded facts too (each names its ``superseded_by``)."""
         started = time.perf_counter()
         asked = fact_query(
             query, self.searcher.weights, self.max_results, self.clock(), group_ids=group_ids,
             max_facts=max_facts, created_after=created_after, created_before=created_before,
             relation_types=relation_types, include_invalidated=include_invalidated,
-            states=states, min_score=min_score,
+            states=states, min_score=min_score, after=after, before=before, as_of=as_of,
+            include_superseded=include_superseded,
         )  # fmt: skip
         centre = self.searcher.centre(center_node_uuid)
         if centre is not None:
             asked = replace(asked, centre=centre)
-        hits = self.searcher.accessed("fact", self.searcher.ranked(asked))
+        ranked, omitted = self.searcher.ranked_counting(asked)
+        hits = self.searcher.accessed("fact", ranked)
         self.metrics.record_search(time.perf_counter() - started)
         with self.indexes.lock:  # a name read while a writer reuses the slot could be another's
-            names = self.indexes.rows["entity"]
+            names, facts = self.indexes.rows["entity"], self.indexes.rows["fact"]
             return [
                 fact_out(row, parts, score, tier if centre else None, self.searcher.weights, names)
+                | {"superseded_by": successor(facts, row)}
                 for row, parts, score, tier in hits
-            ]
+            ], omitted
 
     def ranked(
         self,
@@ -182,10 +216,27 @@ class SearchEngine:
         weights: Weights,
         centre: Centre | None = None,
         min_score: float | None = None,
+        boost: TimeBoost | None = None,
     ) -> list[Ranked]:
         """The best ``k`` memories of ``kind`` for the checked query ``text``: (row, score
         parts, score, graph tier), best first; no access is recorded (see :meth:`accessed`)."""
-        return self.searcher.ranked(Query(kind, text, k, filters, weights, centre, min_score))
+        return self.ranked_counting(kind, text, k, filters, weights, centre, min_score, boost)[0]
+
+    def ranked_counting(
+        self,
+        kind: str,
+        text: str,
+        k: int,
+        filters: SearchFilters,
+        weights: Weights,
+        centre: Centre | None = None,
+        min_score: float | None = None,
+        boost: TimeBoost | None = None,
+    ) -> tuple[list[Ranked], int]:
+        """:meth:`ranked` and how many superseded facts it left out that would have ranked
+        among them (:meth:`Searcher.ranked_counting`)."""
+        asked = Query(kind, text, k, filters, weights, centre, min_score, boost or TimeBoost())
+        return self.searcher.ranked_counting(asked)
 
     def close(self) -> None:
         """Stop the search workers, then close the live indexes (see

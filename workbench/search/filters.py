@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from workbench.clock import TimeOutOfRange, as_utc
@@ -24,6 +24,7 @@ __all__ = [
     "check_states",
     "check_window",
     "check_date",
+    "check_about",
     "clean_list",
     "check_group_ids",
     "check_groups_known",
@@ -45,6 +46,11 @@ class SearchFilters:
     relation_types: tuple[str, ...] | None = None
     include_invalidated: bool = True
     now: datetime | None = None
+    # the time a memory is about (not when it was stored): a passage's reference time, a
+    # fact's validity interval (see :func:`check_about`); facts valid at ``as_of``
+    about_after: datetime | None = None
+    about_before: datetime | None = None
+    as_of: datetime | None = None
 
     def accepts(self, kind: str, row: dict[str, Any]) -> bool:
         if self.group_ids is not None and row["group_id"] not in self.group_ids:
@@ -55,21 +61,47 @@ class SearchFilters:
             return False
         if self.created_before is not None and row["created_at"] >= self.created_before:
             return False
+        about = self.about_after is not None or self.about_before is not None
+        if kind == "passage":
+            said = row["reference_time"] or row["created_at"]
+            return not about or _overlaps(said, said, self.about_after, self.about_before)
         if kind == "entity":
+            if about and not _overlaps(row["created_at"], row["created_at"], self.about_after,
+                                       self.about_before):  # fmt: skip
+                return False
             return not self.entity_types or row["entity_type"] in self.entity_types
         if self.relation_types and row["relation"] not in self.relation_types:
             return False
-        return self.include_invalidated or _still_valid(row, self.now)
+        start, end = row["valid_at"] or row["created_at"], row["invalid_at"]
+        if about and not _overlaps(start, end, self.about_after, self.about_before):
+            return False
+        if self.as_of is not None:
+            return _overlaps(start, end, self.as_of, self.as_of + timedelta(microseconds=1))
+        return self.include_invalidated or about or _still_valid(row, self.now)
 
     def narrowing(self) -> bool:
         """True when the filters may drop many rows (worth pre-filtering every row)."""
         return bool(
             self.created_after
             or self.created_before
+            or self.about_after
+            or self.about_before
+            or self.as_of
             or self.entity_types
             or self.relation_types
             or (self.states is not None and set(self.states) < set(DEFAULT_STATES))
         )
+
+
+def _overlaps(
+    start: datetime, end: datetime | None, after: datetime | None, before: datetime | None
+) -> bool:
+    """Whether ``[start, end)`` (``end`` None: open) overlaps ``[after, before)``; an interval
+    ending where it starts is a point, inside or not (the row-by-row twin of the row cache's
+    vectorised rule)."""
+    if after is not None and not (end is None or end > after or (end == start and start >= after)):
+        return False
+    return before is None or start < before
 
 
 def _still_valid(row: dict[str, Any], now: datetime | None) -> bool:
@@ -151,6 +183,16 @@ def check_window(after: object, before: object) -> tuple[datetime | None, dateti
         raise InvalidInput(
             f"'created_after' ({start.isoformat()}) must be earlier than "
             f"'created_before' ({end.isoformat()})"
+        )
+    return start, end
+
+
+def check_about(after: object, before: object) -> tuple[datetime | None, datetime | None]:
+    """``after`` / ``before``: the window of the time memories are about."""
+    start, end = check_date("after", after), check_date("before", before)
+    if start is not None and end is not None and start >= end:
+        raise InvalidInput(
+            f"'after' ({start.isoformat()}) must be earlier than 'before' ({end.isoformat()})"
         )
     return start, end
 

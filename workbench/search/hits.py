@@ -8,7 +8,7 @@ from typing import Any
 from workbench.index.rows import RowCache
 from workbench.search.ranking import Weights
 
-__all__ = ["node_out", "fact_out", "passage_out"]
+__all__ = ["node_out", "fact_out", "passage_out", "successor"]
 
 Row = dict[str, Any]  # a memory's row (:meth:`RowCache.get`)
 Parts = dict[str, float]  # the parts of its score
@@ -101,3 +101,31 @@ def passage_out(row: Row, parts: Parts, score: float, weights: Weights) -> dict[
         "reference_time": _iso(row["reference_time"]),
         **_memory(row, parts, score, weights),
     }
+
+
+def successor(facts: RowCache, row: Row) -> str | None:
+    """The fact that replaced a superseded fact, when it can be told (None for a current
+    fact). The store keeps when a fact ended (``invalid_at``, ``expired_at``), not what
+    ended it, so it is read from the graph: among the facts sharing an end with it (those of
+    the same relation first), one stated no earlier than it whose validity starts where its
+    own ended; failing that, the last one stated before it expired."""
+    ended, expired = row.get("invalid_at"), row.get("expired_at")
+    if ended is None and expired is None:
+        return None
+    ends = (row["source_uuid"], row["target_uuid"])
+    near = {u for end in ends for u in facts.touching_of(end)} - {row["uuid"]}
+    found: list[tuple[int, int, float, str]] = []
+    for uuid in near:
+        other = facts.get(uuid)
+        if other is None or other["created_at"] < row["created_at"]:
+            continue
+        starts = other["valid_at"] or other["created_at"]
+        if ended is not None and starts == ended:
+            rank = 0
+        elif expired is not None and other["created_at"] <= expired:
+            rank = 1
+        else:
+            continue
+        same = 0 if other["relation"] == row["relation"] else 1
+        found.append((same, rank, -other["created_at"].timestamp(), uuid))
+    return min(found)[3] if found else None

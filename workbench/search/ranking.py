@@ -35,16 +35,23 @@ import numpy as np
 __all__ = [
     "DEFAULT_FLOOR",
     "LINKED_RANKED",
+    "RECENCY_WEIGHT",
+    "TIME_WEIGHT",
+    "TimeBoost",
     "Weights",
     "after_link",
     "best",
+    "boosted",
     "calibrated",
     "freshness",
     "importance_score",
     "relevant",
+    "recency_score",
     "rrf",
     "score_arrays",
     "tier",
+    "time_parts",
+    "window_score",
 ]
 
 # Tuned on data/retrieval_set.jsonl (workbench.eval.retrieval); see the module docstring.
@@ -122,6 +129,71 @@ def score_arrays(
         + weights.importance * parts["importance"]
     )
     return score, parts
+
+
+# Tuned on LongMemEval's temporal-reasoning and knowledge-update questions
+# (bench/bench_longmemeval.py; figures in docs/performance.md): the boost of a memory inside
+# the window a query names, and of the newer memories for a question about the present.
+TIME_WEIGHT = 0.2
+RECENCY_WEIGHT = 0.1
+
+
+@dataclass(frozen=True)
+class TimeBoost:
+    """What a query's time words ask of the ranking: the window it names (microseconds since
+    the epoch, ``[start, end)``; None: none) and whether it asks about the present."""
+
+    window: tuple[int, int] | None = None
+    recent: bool = False
+    window_weight: float = TIME_WEIGHT
+    recency_weight: float = RECENCY_WEIGHT
+
+    def __bool__(self) -> bool:
+        return self.window is not None or self.recent
+
+
+def window_score(when: np.ndarray, start: int, end: int) -> np.ndarray:
+    """1 for a memory about a time inside ``[start, end)``, falling linearly to 0 at one
+    window length outside it (questions name times loosely); 0 for no time (``when`` holds
+    microseconds; the minimum int64 is no time)."""
+    unknown = when == np.iinfo(np.int64).min
+    at = when.astype(np.float64)
+    length = max(float(end - start), 1.0)
+    outside = np.maximum(start - at, at - (end - 1)).clip(min=0.0)
+    score: np.ndarray = np.clip(1.0 - outside / length, 0.0, 1.0)
+    score[unknown] = 0.0
+    return np.round(score, 6)
+
+
+def recency_score(when: np.ndarray) -> np.ndarray:
+    """How new each memory is among these candidates: 0 for the oldest, 1 for the newest,
+    linear in time between (all 0 when they share one time)."""
+    if not len(when):
+        return np.zeros(0)
+    low, high = float(when.min()), float(when.max())
+    if high <= low:
+        return np.zeros(len(when))
+    return np.round((when.astype(np.float64) - low) / (high - low), 6)
+
+
+def time_parts(when: np.ndarray, boost: TimeBoost) -> dict[str, np.ndarray]:
+    """The score parts a :class:`TimeBoost` adds (``time``, ``recency``), for the memories
+    about times ``when`` (microseconds)."""
+    parts = {}
+    if boost.window is not None:
+        parts["time"] = window_score(when, *boost.window)
+    if boost.recent:
+        parts["recency"] = recency_score(when)
+    return parts
+
+
+def boosted(score: np.ndarray, parts: dict[str, np.ndarray], boost: TimeBoost) -> np.ndarray:
+    """``score`` with the weighted time parts added."""
+    if "time" in parts:
+        score = score + boost.window_weight * parts["time"]
+    if "recency" in parts:
+        score = score + boost.recency_weight * parts["recency"]
+    return score
 
 
 def calibrated(cosine: np.ndarray, baseline: float) -> np.ndarray:

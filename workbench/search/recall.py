@@ -36,17 +36,29 @@ from workbench.search.engine import SearchEngine
 from workbench.search.filters import (
     DEFAULT_STATES,
     SearchFilters,
+    check_about,
+    check_date,
     check_max,
     check_min_score,
     check_query,
     check_window,
     clean_list,
 )
-from workbench.search.hits import fact_out, passage_out
+from workbench.search.hits import fact_out, passage_out, successor
+from workbench.search.query import check_now, check_superseded, time_boost
 from workbench.search.ranking import Weights
 from workbench.search.searcher import Ranked
+from workbench.search.timewords import TimeWindow
 
-__all__ = ["RECALL_KINDS", "NEAR_DUPLICATE", "Candidate", "fuse", "search_memory"]
+__all__ = [
+    "RECALL_KINDS",
+    "NEAR_DUPLICATE",
+    "Candidate",
+    "Recalled",
+    "fuse",
+    "recall",
+    "search_memory",
+]
 
 RECALL_KINDS = ("fact", "passage")
 NEAR_DUPLICATE = 0.8  # share of a result's terms in a higher one that makes it a near-duplicate
@@ -127,32 +139,82 @@ def search_memory(
     min_score: float | None = None,
     created_after: datetime | str | None = None,
     created_before: datetime | str | None = None,
+    **about: Any,
 ) -> list[dict[str, Any]]:
-    """Facts and passages best matching ``query``, best first (see the module docstring)."""
+    """Facts and passages best matching ``query``, best first (see the module docstring);
+    ``about``: the time arguments of :func:`recall`."""
+    return recall(
+        engine, query, group_ids, max_results, kinds, min_score, created_after, created_before,
+        **about,
+    ).results  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Recalled:
+    """What :func:`recall` found: the results, the window the query's time words named
+    (None: none) and how many superseded facts were left out that would have ranked among
+    the results."""
+
+    results: list[dict[str, Any]]
+    time_window: TimeWindow | None
+    superseded_omitted: int
+
+
+def recall(
+    engine: SearchEngine,
+    query: str,
+    group_ids: Sequence[str] | None = None,
+    max_results: int = 10,
+    kinds: Sequence[str] | None = None,
+    min_score: float | None = None,
+    created_after: datetime | str | None = None,
+    created_before: datetime | str | None = None,
+    after: datetime | str | None = None,
+    before: datetime | str | None = None,
+    as_of: datetime | str | None = None,
+    include_superseded: bool | None = None,
+    now: datetime | str | None = None,
+) -> Recalled:
+    """:func:`search_memory` with what it read of time. ``after`` / ``before`` keep the
+    memories about that window (a passage said in it, a fact valid at some time in it);
+    ``as_of``: facts valid at that instant, superseded since or not; ``include_superseded``:
+    superseded facts too; ``now``: when the question is asked (default the server clock),
+    which the query's time words ("last week") and "current" are read against. The window
+    those words name boosts the memories inside it, a question about the present the newer
+    memories (:mod:`workbench.search.timewords`)."""
     started = time.perf_counter()
     text = check_query(query)
     k = check_max("max_results", max_results, engine.max_results)
     chosen_kinds = check_kinds(kinds)
-    after, before = check_window(created_after, created_before)
+    after_c, before_c = check_window(created_after, created_before)
+    about_after, about_before = check_about(after, before)
+    asked_at = check_now(now, engine.clock())
     filters = SearchFilters(
         group_ids=clean_list("group_ids", group_ids),
         states=DEFAULT_STATES,
-        created_after=after,
-        created_before=before,
-        include_invalidated=False,
-        now=engine.clock(),
+        created_after=after_c,
+        created_before=before_c,
+        include_invalidated=check_superseded(include_superseded),
+        now=asked_at,
+        about_after=about_after,
+        about_before=about_before,
+        as_of=check_date("as_of", as_of),
     )
     floor = check_min_score(min_score)
-    ranked = {
-        kind: engine.ranked(
-            kind, text, k * OVERSAMPLE, filters, engine.searcher.weights, None, floor
+    window, boost = time_boost(text, asked_at)
+    counted = {
+        kind: engine.ranked_counting(
+            kind, text, k * OVERSAMPLE, filters, engine.searcher.weights, None, floor, boost
         )
         for kind in chosen_kinds
     }
+    ranked = {kind: hits for kind, (hits, _) in counted.items()}
     best = fuse(_candidates(ranked), k)
     hits = _accessed(engine, ranked, best)
     engine.metrics.record_search(time.perf_counter() - started)
-    return _shaped(engine, best, hits)
+    # the superseded facts that would have ranked among the facts considered for the list
+    omitted = counted["fact"][1] if "fact" in counted else 0
+    return Recalled(_shaped(engine, best, hits), window, omitted)
 
 
 def _candidates(ranked: dict[str, list[Ranked]]) -> list[Candidate]:
@@ -181,11 +243,12 @@ def _shaped(
     engine: SearchEngine, best: list[Candidate], hits: dict[tuple[str, str], Ranked]
 ) -> list[dict[str, Any]]:
     out = []
-    with engine.indexes.cached_rows() as (entities, _facts):
+    with engine.indexes.cached_rows() as (entities, facts):
         for cand in best:
             row, parts, score, _tier = hits[(cand.kind, cand.uuid)]
             if cand.kind == "fact":
-                out.append(fact_hit(row, parts, score, engine.searcher.weights, entities))
+                hit = fact_hit(row, parts, score, engine.searcher.weights, entities)
+                out.append(hit | {"superseded_by": successor(facts, row)})
             else:
                 out.append(passage_out(row, parts, score, engine.searcher.weights))
     return out

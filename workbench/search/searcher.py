@@ -21,6 +21,7 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -46,10 +47,12 @@ from workbench.search.ranking import (
     Weights,
     after_link,
     best,
+    boosted,
     calibrated,
     relevant,
     score_arrays,
     tier,
+    time_parts,
 )
 
 __all__ = ["Ranked", "Searcher", "SEARCH_WORKERS"]
@@ -63,6 +66,14 @@ Ranked = tuple[dict[str, Any], dict[str, float], float, int]
 # a followed link: (the linking fact, the facts of its other end)
 Link = tuple[str, set[str]]
 Found = tuple[list[tuple[str, float]], list[tuple[str, float, float]]]
+
+
+def _unless_about(kind: str, filters: SearchFilters) -> SearchFilters:
+    """The filters the row cache applies: for entities, all but the window they are about
+    (:meth:`Searcher._about_entities` applies it, reading their facts too)."""
+    if kind != "entity" or (filters.about_after is None and filters.about_before is None):
+        return filters
+    return replace(filters, about_after=None, about_before=None)
 
 
 class Searcher:
@@ -120,12 +131,17 @@ class Searcher:
     def ranked(self, query: Query) -> list[Ranked]:
         """The best ``query.k`` memories of ``query.kind``, best first; no access is recorded
         (see :meth:`accessed`)."""
+        return self.ranked_counting(query)[0]
+
+    def ranked_counting(self, query: Query) -> tuple[list[Ranked], int]:
+        """:meth:`ranked`, and how many superseded facts it left out that would have ranked
+        among them (0 for other kinds, or when superseded facts are asked for)."""
         self.indexes.maybe_sync()
         kind, text, k, filters = query.kind, query.text, query.k, query.filters
         with self._lock:
             vec, kw = self.indexes.vectors[kind], self.indexes.keywords[kind]
         if len(vec) == 0 and len(kw) == 0:
-            return []
+            return [], 0
         if filters.group_ids is not None:
             check_groups_known(self.indexes.store, filters.group_ids, vec.groups() | kw.groups())
         pool = max(self.candidate_pool, 5 * k)
@@ -143,7 +159,29 @@ class Searcher:
         link = None
         if kind == "fact" and self.follow_links and rows:
             link, rows = self.linked(query, rows, cands, query_vec)
-        return self._rank(query, rows, cands, query.k, query.min_score, link)
+        ranked = self._rank(query, rows, cands, query.k, query.min_score, link)
+        return ranked, self._superseded_omitted(query, cands, rows, ranked)
+
+    def _superseded_omitted(
+        self, query: Query, cands: Candidates, rows: list[str], ranked: list[Ranked]
+    ) -> int:
+        """How many of the candidates left out only for being superseded would have ranked
+        among ``ranked`` (scoring at least its last, or any while it holds fewer than k)."""
+        filters = query.filters
+        if query.kind != "fact" or filters.include_invalidated or filters.as_of is not None:
+            return 0
+        if filters.about_after is not None or filters.about_before is not None:
+            return 0  # a window keeps the facts valid in it, superseded since or not
+        shown = set(rows)
+        everything = replace(filters, include_invalidated=True)
+        superseded = [u for u in self._passing("fact", cands, everything) if u not in shown]
+        if not superseded:
+            return 0
+        theirs = self._rank(query, superseded, cands, len(superseded), query.min_score)
+        if len(ranked) < query.k:
+            return len(theirs)
+        last = ranked[-1][2]
+        return sum(1 for _, _, score, _ in theirs if score >= last)
 
     def accessed(self, kind: str, ranked: list[Ranked]) -> list[Ranked]:
         """Record the access of these ranked hits of ``kind`` (what a search returns);
@@ -166,14 +204,32 @@ class Searcher:
         uuids = list(cands)
         with self._lock:
             cache = self.indexes.rows[kind]
-            keep = cache.accepting(cache.slots(uuids), filters)
-        return [u for u, ok in zip(uuids, keep.tolist()) if ok]
+            keep = cache.accepting(cache.slots(uuids), _unless_about(kind, filters))
+            passing = [u for u, ok in zip(uuids, keep.tolist()) if ok]
+            return self._about_entities(passing, filters) if kind == "entity" else passing
 
     def _allowed(self, kind: str, filters: SearchFilters) -> set[str]:
         with self._lock:
             cache = self.indexes.rows[kind]
             slots = cache.all_slots()
-            return set(cache.uuids_at(slots[cache.accepting(slots, filters)]))
+            allowed = cache.uuids_at(slots[cache.accepting(slots, _unless_about(kind, filters))])
+            return set(self._about_entities(allowed, filters) if kind == "entity" else allowed)
+
+    def _about_entities(self, uuids: list[str], filters: SearchFilters) -> list[str]:
+        """Those of these entities that are about the filters' window (``after`` /
+        ``before``): one of their facts is valid in it (as a fact search reads validity), or
+        they were first seen in it (an entity mentioned only then). Under the lock."""
+        if filters.about_after is None and filters.about_before is None:
+            return uuids
+        entities, facts = self.indexes.rows["entity"], self.indexes.rows["fact"]
+        window = SearchFilters(about_after=filters.about_after, about_before=filters.about_before)
+        first_seen = entities.accepting(entities.slots(uuids), window)
+        out = []
+        for uuid, seen in zip(uuids, first_seen.tolist()):
+            touching = list(facts.touching_of(uuid))
+            if seen or (touching and facts.accepting(facts.slots(touching), window).any()):
+                out.append(uuid)
+        return out
 
     # --- candidates -----------------------------------------------------------------------
     def _embed_and_match(
@@ -336,6 +392,7 @@ class Searcher:
             decay = cache.column("decay_score", slots)
             importance = cache.column("importance", slots).astype(np.float64)
             ends = [cache.ends(u) for u in uuids] if centre else None
+            when = cache.about(slots)[0] if query.boost else None
         sim = calibrated(np.array([cands[u][0] for u in uuids], dtype=np.float64), self.baseline)
         kw = np.array([cands[u][1] for u in uuids], dtype=np.float64)
         keep = relevant(sim, kw, self.min_similarity)
@@ -343,9 +400,13 @@ class Searcher:
             uuids = [u for u, ok in zip(uuids, keep) if ok]
             sim, kw, decay, importance = (a[keep] for a in (sim, kw, decay, importance))
             ends = [e for e, ok in zip(ends, keep) if ok] if ends is not None else None
+            when = when[keep] if when is not None else None
         if not uuids:
             return []
         scores, parts = score_arrays(sim, kw, decay, importance, query.weights)
+        if when is not None:
+            more = time_parts(when, query.boost)
+            scores, parts = boosted(scores, more, query.boost), parts | more
         if link is not None:
             scores = after_link(uuids, scores, *link)
         if centre is not None and ends is not None:

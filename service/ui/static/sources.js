@@ -43,7 +43,8 @@ function timelineItem(item) {
 export async function factSources(fact) {
   if (takes('get_sources', ['uuid'])) {
     const answer = await call('get_sources', { uuid: fact.uuid });
-    return (answer.sources || []).map((src) => ({
+    const said = answer.sources || {};
+    return (Array.isArray(said) ? said : said.episodes || []).map((src) => ({
       episode_uuid: src.episode_uuid, episode_name: src.episode_name || src.name,
       reference_time: src.reference_time,
       passages: (src.passages || (src.text ? [src] : [])).map((p) => p.text ?? String(p)),
