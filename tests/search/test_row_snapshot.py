@@ -232,7 +232,8 @@ def test_a_damaged_or_stale_snapshot_is_a_full_read(pg_location, full_reads, cap
         with caplog.at_level(logging.INFO, logger="workbench.index"):
             engine_b = _engine(b)
         assert set(GRAPHED) <= set(full_reads)
-        assert "reading them from the store" in caplog.text
+        # refused by the save's checksum, or by the snapshot's own checks: read from the store
+        assert "from the store" in caplog.text
         assert_current(engine_b, b)
     finally:
         for engine in (engine_b, engine_a):

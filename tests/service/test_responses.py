@@ -45,11 +45,11 @@ def _answers(client) -> dict[str, dict]:
     out["get_episodes"] = call(client, "get_episodes", {})
     fact = out["search_memory_facts"]["facts"][0]["uuid"]
     out["get_entity_edge"] = call(client, "get_entity_edge", {"uuid": fact})
-    _browse(client, out)
     out["get_sources"] = call(client, "get_sources", {"uuid": fact})
     out["get_timeline"] = call(client, "get_timeline", {"max_items": 3})
     assert out["get_timeline"]["next"] and out["get_sources"]["sources"]["episodes"]
     assert out["get_entity_edge"]["sources"]["episode_count"] == 1
+    _browse(client, out)  # (its deletes last: the timeline above pages over what was added)
     for name in ("get_status", "get_queue_status", "get_knowledge_health", "export_snapshot"):
         out[name] = call(client, name)
     out["classify_memory"] = call(client, "classify_memory", {"text": "Maria is vegetarian"})
