@@ -183,7 +183,14 @@ def variants(engine: Any, question: str, now: str) -> dict[str, list[str]]:
         mine = replace(boost, window_weight=w_time, recency_weight=w_recent)
         ranked = {
             kind: engine.ranked(
-                kind, question, K_TURN * OVERSAMPLE, filters, engine.searcher.weights, None, None, mine
+                kind,
+                question,
+                K_TURN * OVERSAMPLE,
+                filters,
+                engine.searcher.weights,
+                None,
+                None,
+                mine,
             )  # fmt: skip
             for kind in ("fact", "passage")
         }
