@@ -28,16 +28,16 @@ from workbench.decay.rules import DecayPolicy
 from workbench.embedding import Embedder, build_embedder
 from workbench.embedding.batching import BatchingEmbedder
 from workbench.ingest import accept
-from workbench.ingest.budget import DailyBudget
 from workbench.ingest.context import IngestContext
-from workbench.ingest.episode_queue import EpisodeQueue, QueueConfig
-from workbench.ingest.generations import one_action
-from workbench.ingest.importer import Importer
 from workbench.ingest.intake import Intake
 from workbench.ingest.pipeline import NO_LLM, EpisodePipeline
-from workbench.ingest.reextract import Reextraction
+from workbench.ingest.queue.budget import DailyBudget
+from workbench.ingest.queue.episode_queue import EpisodeQueue, QueueConfig
 from workbench.ingest.verbatim import PassageWriter
+from workbench.jobs.generations import one_action
 from workbench.jobs.history import imported
+from workbench.jobs.importer import Importer
+from workbench.jobs.reextract import Reextraction
 from workbench.llm.client import build_chat_model
 from workbench.llm.health import LLMHealth
 from workbench.metrics import Metrics

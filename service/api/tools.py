@@ -338,7 +338,7 @@ class TimelineArgs(Args):
     )
 
 
-RUN_ID_PATTERN = "^rx-[0-9a-f]{12}$"  # workbench.ingest.reextract names runs so
+RUN_ID_PATTERN = "^rx-[0-9a-f]{12}$"  # workbench.jobs.reextract names runs so
 
 
 class ReextractArgs(Args):

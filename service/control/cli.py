@@ -283,7 +283,7 @@ def import_through(live, path: str, group_id: str | None, progress: bool) -> dic
     its transactions); the report is the sum of the chunks' reports, with file line numbers."""
     from tqdm.auto import tqdm
 
-    from workbench.ingest.importer import beside_records, entities_file, read_lines
+    from workbench.jobs.importer import beside_records, entities_file, read_lines
 
     total = {
         "entities_created": 0,
@@ -386,7 +386,7 @@ def cmd_reembed(args: argparse.Namespace) -> int:
     from service.client.live import find_live
     from serving.logs import setup_logging
     from workbench.errors import InvalidInput
-    from workbench.ingest.switch_model import copy_database
+    from workbench.jobs.switch_model import copy_database
     from workbench.store import Store
 
     settings = settings_from(args, embedder_model=args.model)
@@ -448,7 +448,7 @@ def embedder_for(settings: Settings) -> Embedder:
 def _reembed(store, embedder, quiet: bool) -> int:
     from tqdm.auto import tqdm
 
-    from workbench.ingest.switch_model import reembed
+    from workbench.jobs.switch_model import reembed
     from workbench.store.reembed import memory_count
 
     try:

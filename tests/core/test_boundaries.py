@@ -184,8 +184,8 @@ def test_ingest_and_decay_reach_the_indexes_without_the_search_engine():
 
 
 def test_the_apart_rule_would_catch_ingest_importing_the_search_engine():
-    graph = {"workbench.ingest.reextract": {"workbench.search.engine", "workbench.index.live"}}
-    assert through_search(graph) == [("workbench.ingest.reextract", "workbench.search.engine")]
+    graph = {"workbench.jobs.reextract": {"workbench.search.engine", "workbench.index.live"}}
+    assert through_search(graph) == [("workbench.jobs.reextract", "workbench.search.engine")]
 
 
 def test_the_core_imports_neither_the_service_nor_the_voice_server():
@@ -257,7 +257,7 @@ def test_at_most_eight_modules_at_the_top_of_the_core():
 def test_importing_the_core_loads_no_adapter_and_no_model_library():
     code = (
         "import sys, workbench, workbench.facade, workbench.search, workbench.decay.maintenance, "
-        "workbench.llm, workbench.ingest.pipeline, workbench.ingest.importer\n"
+        "workbench.llm, workbench.ingest.pipeline, workbench.jobs.importer\n"
         f"print([m for m in {FORBIDDEN!r} if m in sys.modules])"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

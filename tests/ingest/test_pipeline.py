@@ -157,7 +157,7 @@ def test_bad_structured_output_fails_the_episode_naming_the_structure(
 ):
     fake_llm.set_responder(lambda req: reply)
     out = wb.add_memory("a", "Tom works at Globex.")
-    with caplog.at_level(logging.ERROR, logger="workbench.ingest.episode_queue"):
+    with caplog.at_level(logging.ERROR, logger="workbench.ingest.queue.episode_queue"):
         wb.process_pending()
     status = wb.get_queue_status()
     failed = status["failed"][0]

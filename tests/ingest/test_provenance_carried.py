@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 
 from tests.ingest.test_pipeline import open_wb
-from tests.ingest.test_reextract import built, other_settings  # noqa: F401 - the fixture
+from tests.jobs.test_reextract import built, other_settings  # noqa: F401 - the fixture
 from tests.search.test_provenance import said
 from workbench.fakes import rule_llm
 from workbench.search import sources as src

@@ -302,7 +302,7 @@ def test_duckdb_reads_the_live_tables_through_its_postgres_extension(stores, loc
 
 
 def test_reembedding_keeps_the_change_log_of_the_replaced_tables(stores):
-    from workbench.ingest.switch_model import reembed
+    from workbench.jobs.switch_model import reembed
 
     a = stores()
     insert(a, "entity", [entity("Maria")], np.ones((1, 8), dtype=np.float32))

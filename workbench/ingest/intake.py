@@ -21,9 +21,9 @@ from workbench import results as r
 from workbench.clock import Clock
 from workbench.config import Settings
 from workbench.ingest import accept
-from workbench.ingest.episode_queue import EpisodeQueue
 from workbench.ingest.passages import passage_uuid
 from workbench.ingest.pipeline import NO_LLM
+from workbench.ingest.queue.episode_queue import EpisodeQueue
 from workbench.ingest.verbatim import PassageWriter
 from workbench.store import Store
 from workbench.store import graph as g

@@ -29,7 +29,7 @@ NO_LLM = (
 
 
 class EpisodePipeline:
-    """The queue's :class:`~workbench.ingest.work.EpisodeWork` for episodes:
+    """The queue's :class:`~workbench.ingest.queue.work.EpisodeWork` for episodes:
     extraction, then the write."""
 
     def __init__(self, ctx: IngestContext, context_episodes: int = 2):

@@ -20,10 +20,10 @@ from numpy.typing import NDArray
 
 from workbench.ingest import reads
 from workbench.ingest.context import IngestContext
+from workbench.ingest.queue.setbacks import PrepareAgain
 from workbench.ingest.recent import RecentEpisodes
 from workbench.ingest.records import PreparedEpisode, entity_text
 from workbench.ingest.reembed import ReembedPolicy
-from workbench.ingest.setbacks import PrepareAgain
 from workbench.store import graph as g
 from workbench.store import provenance
 

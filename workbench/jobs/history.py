@@ -14,7 +14,7 @@ no queue message (no LLM call, no cost). With it, the new episodes (and the grou
 ones this file names) are queued at ``low`` priority, behind live traffic, in the order of
 their reference times; the group's daily budget applies as to any episode. ``dry_run``
 writes nothing and returns the counts and the extraction's predicted calls and cost
-(:func:`workbench.ingest.generations.estimate`, as ``workbench reextract --dry-run``).
+(:func:`workbench.jobs.generations.estimate`, as ``workbench reextract --dry-run``).
 """
 
 from __future__ import annotations
@@ -31,9 +31,8 @@ from workbench.clock import Clock
 from workbench.config import Settings
 from workbench.index.publish import Publisher
 from workbench.ingest import accept
-from workbench.ingest.episode_queue import EpisodeQueue
-from workbench.ingest.generations import estimate
 from workbench.ingest.passages import passage_rows
+from workbench.ingest.queue.episode_queue import EpisodeQueue
 from workbench.ingest.verbatim import PassageWriter, cached_row
 from workbench.jobs.conversations import (
     FORMATS,
@@ -45,6 +44,7 @@ from workbench.jobs.conversations import (
     read_records,
     sessions,
 )
+from workbench.jobs.generations import estimate
 from workbench.llm.pricing import PriceTable
 from workbench.store import Store
 from workbench.store import history as h

@@ -25,7 +25,7 @@ from workbench.store.queue import QueueMessage
 STALE_LIMIT = 3
 SINGLES_SECONDS = 300.0  # one message at a time after a group's run failed as a whole
 
-log = logging.getLogger("workbench.ingest.episode_queue")
+log = logging.getLogger("workbench.ingest.queue.episode_queue")
 
 
 class PrepareAgain(Exception):  # noqa: N818 - an outcome, not a fault

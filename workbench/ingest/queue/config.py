@@ -13,7 +13,7 @@ QUEUE_NAME = "episodes"
 
 @dataclass(frozen=True)
 class QueueConfig:
-    """How an :class:`~workbench.ingest.episode_queue.EpisodeQueue` claims, prepares,
+    """How an :class:`~workbench.ingest.queue.episode_queue.EpisodeQueue` claims, prepares,
     writes and retries."""
 
     concurrency: int = 4  # units prepared at once (LLM calls are I/O bound)

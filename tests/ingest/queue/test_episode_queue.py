@@ -9,7 +9,7 @@ from workbench import errors
 from workbench.clock import ManualClock
 from workbench.index.publish import Publisher
 from workbench.ingest.context import IngestContext
-from workbench.ingest.episode_queue import EpisodeQueue, QueueConfig
+from workbench.ingest.queue.episode_queue import EpisodeQueue, QueueConfig
 from workbench.metrics import Metrics
 from workbench.store import Store
 from workbench.store import graph as g
@@ -241,7 +241,7 @@ def blocking_group_commit():
     holding "bad" fail, and which records the batches it wrote."""
     import threading
 
-    from workbench.ingest.group_commit import GroupCommit
+    from workbench.ingest.queue.group_commit import GroupCommit
 
     batches: list[list[str]] = []
     first_write_started, release_first = threading.Event(), threading.Event()
@@ -446,7 +446,7 @@ def test_workers_hand_their_episodes_to_one_shared_commit(env, monkeypatch):
     """A prepared episode waits (up to the linger) for those still being prepared."""
     import time
 
-    from workbench.ingest import dispatch as queue_module
+    from workbench.ingest.queue import dispatch as queue_module
 
     store, clock, metrics, _, _, _, add = env
     monkeypatch.setattr(queue_module, "COMMIT_LINGER_SECONDS", 5.0)
@@ -575,7 +575,7 @@ def test_a_retry_falls_due_and_runs_although_leases_are_shorter_than_the_poll(en
 def test_a_failure_that_cannot_be_recorded_does_not_strand_the_batch(env, monkeypatch):
     import time
 
-    from workbench.ingest import dispatch as queue_module
+    from workbench.ingest.queue import dispatch as queue_module
 
     store, clock, metrics, _, _, _, add = env
     monkeypatch.setattr(queue_module, "COMMIT_LINGER_SECONDS", 5.0)  # one batch for both
@@ -686,7 +686,7 @@ def test_the_dispatcher_keeps_the_leases_of_unfinished_messages(env):
 
 
 def test_an_interrupted_group_write_marks_every_waiting_item_failed():
-    from workbench.ingest.group_commit import GroupCommit, _Ticket
+    from workbench.ingest.queue.group_commit import GroupCommit, _Ticket
 
     def write(items):
         raise SystemExit("stopping")
@@ -702,7 +702,7 @@ def test_an_interrupted_group_write_marks_every_waiting_item_failed():
 
 
 def test_a_leader_keeps_writing_until_its_own_item_is_written():
-    from workbench.ingest.group_commit import GroupCommit, _Ticket
+    from workbench.ingest.queue.group_commit import GroupCommit, _Ticket
 
     written: list[str] = []
     commit = GroupCommit(lambda items: written.extend(items), max_batch=2)

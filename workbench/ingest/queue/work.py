@@ -26,7 +26,7 @@ class EpisodeWork(Protocol):
 
     def commit(self, results: list[Any], ack: Callable[[], None]) -> None:
         """Write the prepared results in one transaction that also calls ``ack()``; raises
-        :class:`~workbench.ingest.setbacks.PrepareAgain` when they went stale."""
+        :class:`~workbench.ingest.queue.setbacks.PrepareAgain` when they went stale."""
         ...
 
     def available(self) -> bool:

@@ -3,7 +3,7 @@ it (``workbench reextract``).
 
 The episodes are all kept, so the graph is a view of them that can be rebuilt with a better
 model, prompt or structured-output mode. The pure rules (estimate, carry-over, comparison) are
-in :mod:`workbench.ingest.generations`. A run:
+in :mod:`workbench.jobs.generations`. A run:
 
 * **predicts its cost first** (``estimate``): per episode the calls and tokens its first
   extraction made (``llm_calls``), else the group's average, else two calls (entities, then
@@ -13,7 +13,7 @@ in :mod:`workbench.ingest.generations`. A run:
   order, a group's backlog in runs, leases), the pipeline and a search engine of its own.
   Nothing of it reaches the live graph, its rows or its indexes: searches keep answering from
   the live graph. Killed, it resumes where it stopped (``reextract`` again: the queue returns
-  the episodes in flight; an episode is written once; see :mod:`workbench.ingest.shadow`).
+  the episodes in flight; an episode is written once; see :mod:`workbench.jobs.shadow`).
   Its calls are written to ``llm_calls`` under the run's id as they are made. Beside live
   ingestion in one process (the service's ``reextract`` tool, a notebook), its calls go
   through live ingestion's throttle and in-flight slots when both call one LLM server, so a
@@ -58,7 +58,8 @@ from workbench.clock import Clock
 from workbench.config import Settings
 from workbench.errors import InvalidInput, LLMNotConfigured, NotFound, WorkbenchError
 from workbench.index.publish import Publisher, Upsert
-from workbench.ingest.generations import (
+from workbench.ingest.pipeline import NO_LLM
+from workbench.jobs.generations import (
     Built,
     Estimate,
     Swap,
@@ -67,8 +68,7 @@ from workbench.ingest.generations import (
     entity_key,
     estimate,
 )
-from workbench.ingest.pipeline import NO_LLM
-from workbench.ingest.shadow import (
+from workbench.jobs.shadow import (
     Progress,
     Shadow,
     check_run_id,
@@ -86,7 +86,7 @@ from workbench.store import reextract as rx
 from workbench.store.reextract import Row
 from workbench.store.snapshots import Snapshots
 
-log = logging.getLogger("workbench.ingest.reextract")
+log = logging.getLogger("workbench.jobs.reextract")
 
 GRAPH_TABLES = ("episodes", "entities", "facts", "mentions")
 __all__ = ["Reextraction", "Shadow", "default_shadow_dir"]

@@ -6,12 +6,12 @@ group's episodes are written in order while groups run in parallel up to ``concu
 group with a backlog may be leased a *run* of its next ``run_size`` messages, which the work
 prepares together and which are written in one transaction, in order
 (:mod:`workbench.ingest.run`). What is done with a message belongs to one collaborator, an
-:class:`~workbench.ingest.work.EpisodeWork` (for episodes:
+:class:`~workbench.ingest.queue.work.EpisodeWork` (for episodes:
 :class:`~workbench.ingest.pipeline.EpisodePipeline`): ``prepare`` (the LLM calls and reads;
 writes nothing) and ``commit`` (the write, with the queue's acknowledgement in the same
 transaction), ``prefetch`` reading a claimed batch's episodes at once.
 
-There is one loop (:class:`~workbench.ingest.dispatch.Dispatcher`) and two ways to run it: in
+There is one loop (:class:`~workbench.ingest.queue.dispatch.Dispatcher`) and two ways to run it: in
 the background (:meth:`EpisodeQueue.start`: a dispatcher thread and a pool of ``concurrency``
 worker threads, LLM calls being I/O bound), and on the caller's thread until no due message is
 left (:meth:`EpisodeQueue.drain`: notebooks, the CLI, tests; its own pool prepares, so the
@@ -21,9 +21,9 @@ transaction is what lets ingestion keep up with a fast LLM (figures in
 ``docs/performance.md``).
 
 Claims and commits hold the ``gate`` (the search engine's publisher): a claimed episode sees
-everything written before it. Failures follow :mod:`workbench.ingest.retry`
-(:mod:`workbench.ingest.outcomes`); the messages of a process that died come back through
-:mod:`workbench.ingest.recovery`; failed messages keep their category and message and can be
+everything written before it. Failures follow :mod:`workbench.ingest.queue.retry`
+(:mod:`workbench.ingest.queue.outcomes`); the messages of a process that died come back through
+:mod:`workbench.ingest.queue.recovery`; failed messages keep their category and message and can be
 re-queued (:meth:`EpisodeQueue.retry_failed`).
 """
 
@@ -41,21 +41,21 @@ from dataclasses import replace
 from typing import Any
 
 from workbench.errors import StoreError
-from workbench.ingest.budget import DailyBudget
 from workbench.ingest.context import IngestContext
-from workbench.ingest.dispatch import Dispatcher, QueueParts
-from workbench.ingest.group_commit import GroupCommit
-from workbench.ingest.outcomes import Outcomes, QueueGauges
-from workbench.ingest.queue_config import QUEUE_NAME, QueueConfig
-from workbench.ingest.recovery import Recovery
-from workbench.ingest.setbacks import SingleGroups
-from workbench.ingest.work import EpisodeWork, RunWork
+from workbench.ingest.queue.budget import DailyBudget
+from workbench.ingest.queue.config import QUEUE_NAME, QueueConfig
+from workbench.ingest.queue.dispatch import Dispatcher, QueueParts
+from workbench.ingest.queue.group_commit import GroupCommit
+from workbench.ingest.queue.outcomes import Outcomes, QueueGauges
+from workbench.ingest.queue.recovery import Recovery
+from workbench.ingest.queue.setbacks import SingleGroups
+from workbench.ingest.queue.work import EpisodeWork, RunWork
 from workbench.store import queue as q
 from workbench.store.queue import QueueMessage
 
 __all__ = ["QUEUE_NAME", "EpisodeQueue", "EpisodeWork", "QueueConfig", "RunWork"]
 
-log = logging.getLogger("workbench.ingest.episode_queue")
+log = logging.getLogger("workbench.ingest.queue.episode_queue")
 
 
 class EpisodeQueue:
@@ -79,7 +79,8 @@ class EpisodeQueue:
         self.ctx, self.store, self.clock = ctx, ctx.store, ctx.clock
         self.config = config
         self.queue_name = config.queue_name
-        self.budget = budget  # groups at their daily LLM budget wait (workbench.ingest.budget)
+        # groups at their daily LLM budget wait (workbench.ingest.queue.budget)
+        self.budget = budget
         self.gauges = QueueGauges(ctx.store, ctx.metrics, config.concurrency, config.queue_name)
         self.outcomes = Outcomes(
             ctx.store, ctx.clock, work, self.gauges, config.max_attempts, config.base_delay

@@ -2,7 +2,7 @@ import pydantic
 import pytest
 
 from workbench import errors
-from workbench.ingest.retry import categorize, decide
+from workbench.ingest.queue.retry import categorize, decide
 
 
 class RateLimitError(Exception):

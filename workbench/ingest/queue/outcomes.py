@@ -1,8 +1,8 @@
 """What happened to a claimed message, recorded: written, retried later, failed for good, or
 waiting for the LLM; and the queue's gauges (depth, busy workers, estimated lag).
 
-:class:`Outcomes` applies :mod:`workbench.ingest.retry` to a failure (a transient failure while
-the LLM is known to be down spends no attempt) and writes the message's new state and its
+:class:`Outcomes` applies :mod:`workbench.ingest.queue.retry` to a failure (a transient failure
+while the LLM is known to be down spends no attempt) and writes the message's new state and its
 episode's status; a message another delivery wrote, deleted or added again meanwhile is left
 as it is. :class:`QueueGauges` counts the messages being prepared and keeps a moving average of
 an episode's duration for the lag estimate.
@@ -16,9 +16,9 @@ import time
 from datetime import datetime, timedelta
 
 from workbench.clock import Clock
-from workbench.ingest.retry import TRANSIENT, categorize, decide
-from workbench.ingest.setbacks import StaleCounts
-from workbench.ingest.work import EpisodeWork
+from workbench.ingest.queue.retry import TRANSIENT, categorize, decide
+from workbench.ingest.queue.setbacks import StaleCounts
+from workbench.ingest.queue.work import EpisodeWork
 from workbench.metrics import Metrics
 from workbench.store import Store
 from workbench.store import queue as q
@@ -27,7 +27,7 @@ from workbench.store.schema import PRIORITY_NAMES
 
 __all__ = ["Outcomes", "QueueGauges"]
 
-log = logging.getLogger("workbench.ingest.episode_queue")
+log = logging.getLogger("workbench.ingest.queue.episode_queue")
 
 
 class QueueGauges:

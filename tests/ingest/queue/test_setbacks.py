@@ -1,4 +1,4 @@
-"""The queue's setbacks that spend no attempt (workbench.ingest.setbacks): stale preparations
+"""The queue's setbacks that spend no attempt (workbench.ingest.queue.setbacks): stale preparations
 are retried a bounded number of times; held messages are released once, in order, and kept
 when the store fails again part way."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from workbench.errors import StoreUnavailable
-from workbench.ingest.setbacks import STALE_LIMIT, HeldMessages, StaleCounts
+from workbench.ingest.queue.setbacks import STALE_LIMIT, HeldMessages, StaleCounts
 
 
 def test_a_preparation_gone_stale_again_and_again_stops_being_free():

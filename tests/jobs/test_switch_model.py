@@ -13,7 +13,7 @@ from workbench.config import LOCAL_EMBEDDER_MODEL, load_settings
 from workbench.errors import DimensionMismatch
 from workbench.facade import Workbench
 from workbench.fakes.embedder import HashEmbedder
-from workbench.ingest.switch_model import reembed
+from workbench.jobs.switch_model import reembed
 from workbench.store import Store
 
 FACTS = [
@@ -96,7 +96,7 @@ def test_an_interrupted_reembed_leaves_the_old_vectors(tmp_path):
 
     store = Store.open(db, dim=None)
     before = store.fetchall("SELECT uuid, vector FROM fact_embeddings ORDER BY uuid")
-    import workbench.ingest.switch_model as module
+    import workbench.jobs.switch_model as module
 
     module_batch, module.BATCH = module.BATCH, 2
     try:

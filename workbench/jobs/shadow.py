@@ -1,4 +1,4 @@
-"""A re-extraction's shadow graph (see :mod:`workbench.ingest.reextract`): its own DuckDB
+"""A re-extraction's shadow graph (see :mod:`workbench.jobs.reextract`): its own DuckDB
 file, store, live indexes, pipeline and queue, and the rules of where it lives and what it
 may keep.
 
@@ -31,8 +31,8 @@ from workbench.errors import InvalidInput, LLMNotConfigured
 from workbench.index.live import LiveIndexes
 from workbench.index.saves import IndexSaves
 from workbench.ingest.context import IngestContext
-from workbench.ingest.episode_queue import EpisodeQueue, QueueConfig
 from workbench.ingest.pipeline import NO_LLM, EpisodePipeline
+from workbench.ingest.queue.episode_queue import EpisodeQueue, QueueConfig
 from workbench.llm.client import build_chat_model
 from workbench.metrics import Metrics
 from workbench.store import Store
@@ -41,7 +41,7 @@ from workbench.store import queue as q
 from workbench.store import reextract as rx
 from workbench.store.reextract import RUN_ID, Row
 
-log = logging.getLogger("workbench.ingest.shadow")
+log = logging.getLogger("workbench.jobs.shadow")
 
 QUEUE_NAME = "reextract"  # the queue_name label of the shadow queue's metrics
 DRAIN_STEP = 16  # episodes between two updates of the progress bar

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-log = logging.getLogger("workbench.ingest.group_commit")
+log = logging.getLogger("workbench.ingest.queue.group_commit")
 
 
 class GroupCommit:

@@ -8,7 +8,7 @@ import pytest
 
 from workbench.config import load_settings
 from workbench.facade import Workbench
-from workbench.ingest import importer
+from workbench.jobs import importer
 from workbench.names import name_key
 
 

@@ -1,4 +1,4 @@
-"""Pure rules of re-extraction (``workbench reextract``, :mod:`workbench.ingest.reextract`):
+"""Pure rules of re-extraction (``workbench reextract``, :mod:`workbench.jobs.reextract`):
 the cost estimate of a run, the match of new memories with old ones across generations (what a
 promote writes), and the comparison of two graphs. Plain functions over rows (dicts of the
 tables' columns)."""

@@ -16,7 +16,7 @@ from workbench.config import load_settings
 from workbench.errors import InvalidInput
 from workbench.fakes import rule_llm
 from workbench.fakes.chat_server import chat_settings_env, structure_name
-from workbench.ingest.generations import carry_over, compare_graphs, estimate
+from workbench.jobs.generations import carry_over, compare_graphs, estimate
 from workbench.llm.pricing import PriceTable
 
 
@@ -260,7 +260,7 @@ def test_compare_counts_added_removed_changed_duplicates_and_invalidations():
 
 
 def test_a_second_run_of_a_group_in_the_same_process_is_refused(built, fake_llm, tmp_path):
-    from workbench.ingest.reextract import _busy
+    from workbench.jobs.reextract import _busy
 
     runs = built.reextraction(other_settings(fake_llm), tmp_path)
     with _busy("tom"), pytest.raises(InvalidInput, match="running in this process"):
@@ -329,7 +329,7 @@ def test_another_replica_on_postgres_swaps_a_promoted_group_in_at_once(
 
 
 def test_a_run_beside_live_ingestion_shares_its_llm_throttle_and_slots(built, fake_llm, tmp_path):
-    from workbench.ingest.reextract import Shadow
+    from workbench.jobs.reextract import Shadow
 
     def shadow(name, settings):
         return Shadow(str(tmp_path / name), built.embedder, settings, built.metrics,
@@ -404,7 +404,7 @@ def built_file(fake_llm, hash_embedder, tmp_path):
 
 @pytest.mark.parametrize("in_use", [False, True])
 def test_a_deleted_episode_is_not_brought_back_by_a_promote(built_file, fake_llm, tmp_path, in_use):
-    from workbench.ingest.reextract import _busy
+    from workbench.jobs.reextract import _busy
 
     wb = built_file
     secret = with_secret(wb)
@@ -440,7 +440,7 @@ def test_clearing_a_group_discards_its_open_run(built_file, fake_llm, tmp_path):
 
 
 def test_a_run_discarded_by_a_clear_while_it_builds_stays_discarded(built, fake_llm, tmp_path):
-    from workbench.ingest.reextract import _busy
+    from workbench.jobs.reextract import _busy
 
     wb = built
     runs = wb.reextraction(other_settings(fake_llm), tmp_path)

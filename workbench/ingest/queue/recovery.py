@@ -19,7 +19,7 @@ from workbench.store import queue as q
 
 __all__ = ["Recovery"]
 
-log = logging.getLogger("workbench.ingest.episode_queue")
+log = logging.getLogger("workbench.ingest.queue.episode_queue")
 
 
 class Recovery:

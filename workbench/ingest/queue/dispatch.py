@@ -1,8 +1,8 @@
 """The episode queue's one loop: claim for a pool of preparers, write what they prepared.
 
 A :class:`Dispatcher` is one driver of a queue: the background thread of
-:meth:`~workbench.ingest.episode_queue.EpisodeQueue.start` runs :meth:`Dispatcher.run`, and
-:meth:`~workbench.ingest.episode_queue.EpisodeQueue.drain` runs the same turns on the caller's
+:meth:`~workbench.ingest.queue.episode_queue.EpisodeQueue.start` runs :meth:`Dispatcher.run`, and
+:meth:`~workbench.ingest.queue.episode_queue.EpisodeQueue.drain` runs the same turns on the caller's
 thread (:meth:`Dispatcher.drain`). Each turn returns held messages once the store is back,
 writes the prepared ones when it is time, claims more when at most ``concurrency`` are being
 prepared, and renews the leases of everything unfinished every lease/3.
@@ -11,7 +11,7 @@ A claim takes the heads of up to ``2 × concurrency`` (at least ``run_size``, at
 ``batch_size``) minus those being prepared, in one transaction, under the ``gate``; each unit
 (a message, or a run of one group's consecutive messages) goes to the pool. A prepared unit
 joins the ones waiting to be written; they are written in one transaction
-(:class:`~workbench.ingest.group_commit.GroupCommit`) once there are ``batch_size`` of them,
+(:class:`~workbench.ingest.queue.group_commit.GroupCommit`) once there are ``batch_size`` of them,
 nothing else is being prepared, or the oldest has waited ``COMMIT_LINGER_SECONDS`` (a group's
 next episode waits for that write: it must see what the previous one wrote). A claim costs
 ~2-5 ms even when it finds nothing, so after one that left no runnable head the next waits for
@@ -32,20 +32,20 @@ from typing import Any, Final, cast
 
 from workbench.clock import Clock
 from workbench.errors import StoreError, StoreUnavailable
-from workbench.ingest.budget import DailyBudget
-from workbench.ingest.group_commit import GroupCommit
-from workbench.ingest.outcomes import Outcomes, QueueGauges
-from workbench.ingest.queue_config import QueueConfig
-from workbench.ingest.recovery import Recovery
-from workbench.ingest.setbacks import HeldMessages, PrepareAgain, SingleGroups
-from workbench.ingest.work import EpisodeWork, RunWork, Unit, units_of
+from workbench.ingest.queue.budget import DailyBudget
+from workbench.ingest.queue.config import QueueConfig
+from workbench.ingest.queue.group_commit import GroupCommit
+from workbench.ingest.queue.outcomes import Outcomes, QueueGauges
+from workbench.ingest.queue.recovery import Recovery
+from workbench.ingest.queue.setbacks import HeldMessages, PrepareAgain, SingleGroups
+from workbench.ingest.queue.work import EpisodeWork, RunWork, Unit, units_of
 from workbench.store import Store
 from workbench.store import queue as q
 from workbench.store.queue import QueueMessage
 
 __all__ = ["COMMIT_LINGER_SECONDS", "Dispatcher", "QueueParts"]
 
-log = logging.getLogger("workbench.ingest.episode_queue")
+log = logging.getLogger("workbench.ingest.queue.episode_queue")
 
 # how long a prepared episode may wait for others to share its commit while more are being
 # prepared: a commit costs ~20 ms of DuckDB work however many episodes it writes
@@ -101,7 +101,7 @@ class Dispatcher:
         self._unfinished: dict[Future[Prepared], Unit] = {}
         self._ready: list[tuple[QueueMessage, bool, Any, float, int]] = []
         self._lock = threading.Lock()
-        self._held = HeldMessages()  # outcomes the store was away for (ingest.setbacks)
+        self._held = HeldMessages()  # outcomes the store was away for (ingest.queue.setbacks)
         self._units = 0
         self._ready_since = 0.0
         # False after a claim left no runnable head, until something may have changed that;

@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 
 from tests.ingest.test_pipeline import open_wb
-from tests.ingest.test_reextract import facts_of, other_settings, responder
 from tests.ingest.test_runs import history
+from tests.jobs.test_reextract import facts_of, other_settings, responder
 from workbench.search.engine import SearchEngine
 from workbench.store import saved_indexes
 from workbench.store import search as search_sql
