@@ -82,7 +82,10 @@ def _noted(
 ) -> _Found:
     """An empty search of entities or facts says when its groups have episodes not extracted
     yet (its ``note``)."""
-    note = None if hits else q.unextracted_note(store, groups, llm)
+    try:
+        note = None if hits else q.unextracted_note(store, groups, llm)
+    except errors.StoreUnavailable:  # a search answers from memory through an outage
+        note = None
     if note:
         found["note"] = note
     return found

@@ -6,9 +6,11 @@ from pathlib import Path
 from typing import Any
 
 from litestar import HttpMethod, Request, Response, get, route
+from litestar.openapi import ResponseSpec
 from litestar.params import FromPath
 
 from service.api.access import caller_of
+from service.api.responses import ERRORS, ErrorBody
 from workbench.errors import NotFound
 
 STATIC = Path(__file__).with_name("static")
@@ -80,6 +82,8 @@ def ui_static(name: FromPath[str]) -> Response[bytes]:
     f"{PREFIX}/session",
     tags=["ui"],
     summary="Who the bearer token is: its groups and whether it may write (memory browser).",
+    # once any token exists, a request without a valid one is refused as every tool's is
+    responses={401: ResponseSpec(ErrorBody, description=ERRORS[401], generate_examples=False)},
     sync_to_thread=False,
 )
 def ui_session(request: Request) -> Response[dict[str, Any]]:

@@ -127,6 +127,8 @@ CATALOG: dict[str, tuple[str, tuple[str, ...]]] = {
     "messaging_consumer_saturation": ("gauge", ("queue_name",)),
     "messaging_consumer_lag_seconds": ("gauge", ("queue_name",)),
     "knowledge_groups_at_daily_budget": ("gauge", ()),
+    "knowledge_passages_without_vector": ("gauge", ()),
+    "knowledge_search_saves_rejected": ("counter", ("kind", "part")),
     "messaging_processing_duration_seconds": ("histogram", ()),
     "messaging_wait_time_seconds": ("histogram", ()),
     "messaging_end_to_end_latency_seconds": ("histogram", ()),
@@ -160,6 +162,8 @@ def record_everything(m: Metrics) -> None:
     m.record_retry("episodes")
     m.update_queue_depth("episodes", 4, "high")
     m.update_consumer_metrics("episodes", 2, 0.5, 12.0)
+    m.passages_without_vector.set(12)
+    m.search_saves_rejected.labels("fact", "graph").inc()
 
 
 # --- the catalog as a whole ------------------------------------------------------------------

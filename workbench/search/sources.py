@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from workbench.errors import NotFound
+from workbench.errors import NotFound, StoreUnavailable
 from workbench.index.keyword.tokens import STOP_WORDS
 from workbench.store import Store, graph
 from workbench.store import provenance as sql
@@ -204,15 +204,26 @@ def entity_sources(store: Store, uuid: str, name: str) -> Row:
     return _shape(name, found.get(uuid), FULL, [FULL.total], _Terms())
 
 
+# the sources of a fact while the database is unreachable: none listed, and said so
+UNREACHABLE: Row = {
+    "episodes": [], "episode_count": 0, "first_said": None, "last_said": None,
+    "imported": None, "complete": False,
+}  # fmt: skip
+
+
 def attach(store: Store, hits: list[Row]) -> list[Row]:
     """The fact hits (dicts with ``uuid`` and ``fact``; other kinds pass untouched) with their
     ``sources``, in place; ``episodes`` (a ``search_memory`` fact's) lists every episode
-    quoted. Two statements for all of them."""
+    quoted. Two statements for all of them. While the database is unreachable a search still
+    answers (from the live indexes): its facts' sources are then empty, ``complete`` false."""
     facts = [h for h in hits if "fact" in h and h.get("kind", "fact") == "fact"]
     if not facts:
         return hits
     imported = [h["uuid"] for h in facts if not h.get("episode_uuid")]
-    found = fact_sources(store, [(h["uuid"], h["fact"]) for h in facts], SEARCH, imported)
+    try:
+        found = fact_sources(store, [(h["uuid"], h["fact"]) for h in facts], SEARCH, imported)
+    except StoreUnavailable:  # a search answers from memory through an outage: sources later
+        found = {h["uuid"]: {**UNREACHABLE, "episodes": []} for h in facts}
     for hit in facts:
         hit["sources"] = found[hit["uuid"]]
         if "episodes" in hit:
