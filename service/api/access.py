@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
+from serving.asgi import ASGIApp, Receive, Scope, Send
 from serving.errors import retry_headers, send_error
 from serving.middleware import UNAUTHORIZED_HEADERS, bearer_refusal
 from workbench.errors import Forbidden, NotFound, StoreError, WorkbenchError
@@ -157,7 +158,7 @@ class TokenResolver:
         return hit is not None and hit[1] is not None and self.clock() < hit[0]
 
 
-def _bearer(scope) -> str | None:
+def _bearer(scope: Scope) -> str | None:
     for key, value in scope.get("headers", []):
         if key == b"authorization":
             text = value.decode("latin-1")
@@ -168,12 +169,12 @@ def _bearer(scope) -> str | None:
 class ScopedAuthMiddleware:
     """401 without a valid token when tokens exist; the caller into ``scope[CALLER_KEY]``."""
 
-    def __init__(self, app, resolver: TokenResolver, exempt: Iterable[str] = EXEMPT_PATHS):
+    def __init__(self, app: ASGIApp, resolver: TokenResolver, exempt: Iterable[str] = EXEMPT_PATHS):
         self.app = app
         self.resolver = resolver
         self._exempt = frozenset(exempt)
 
-    async def __call__(self, scope, receive, send) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope.get("path") not in self._exempt:
             given = _bearer(scope)
             try:
