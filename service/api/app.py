@@ -43,6 +43,7 @@ from service.api.responses import ERRORS, RESULTS, ErrorBody, ToolTable
 from service.api.tools import TOOLS, Tool, get_tool
 from service.ui import exempt_paths, ui_routes
 from serving import apidocs
+from serving.asgi import for_litestar
 from serving.errors import exception_handler
 from serving.logs import RequestContextMiddleware
 from serving.middleware import (
@@ -107,7 +108,7 @@ def tool_route(workbench: Workbench, tool: Tool):
     if tool.name == "add_memory":
 
         def handler(
-            request: Request, data: Any, idempotency_key: IdempotencyKey = None
+            request: Request[Any, Any, Any], data: Any, idempotency_key: IdempotencyKey = None
         ) -> dict[str, Any]:
             args = tool.parse(data)
             caller = caller_of(request.scope)
@@ -119,13 +120,13 @@ def tool_route(workbench: Workbench, tool: Tool):
         handler.__annotations__["data"] = JSONBody[tool.args]
     elif tool.args_optional:
 
-        def handler(request: Request, data: Any = None) -> dict[str, Any]:
+        def handler(request: Request[Any, Any, Any], data: Any = None) -> dict[str, Any]:
             return tool.invoke(workbench, data, caller_of(request.scope))
 
         handler.__annotations__["data"] = JSONBody[tool.args | None]
     else:
 
-        def handler(request: Request, data: Any) -> dict[str, Any]:
+        def handler(request: Request[Any, Any, Any], data: Any) -> dict[str, Any]:
             return tool.invoke(workbench, data, caller_of(request.scope))
 
         handler.__annotations__["data"] = JSONBody[tool.args]
@@ -226,21 +227,27 @@ def middleware_stack(
     per_minute = settings.rate_limit_per_minute
     buckets = TokenBuckets(per_minute, rate_clock) if per_minute > 0 else None
     stack = [
-        RequestContextMiddleware,
-        DefineMiddleware(ExposureMiddleware, exposure=exposure),
+        for_litestar(RequestContextMiddleware),
+        DefineMiddleware(for_litestar(ExposureMiddleware), exposure=exposure),
         DefineMiddleware(
-            RateLimitMiddleware,
+            for_litestar(RateLimitMiddleware),
             buckets=buckets,
             trusted_proxies=settings.trusted_proxy_list,
             known=resolver.known,
         ),
         # the memory browser's static files hold no data: the page loads, then asks for a token
         DefineMiddleware(
-            ScopedAuthMiddleware, resolver=resolver, exempt=EXEMPT_PATHS | exempt_paths()
+            for_litestar(ScopedAuthMiddleware),
+            resolver=resolver,
+            exempt=EXEMPT_PATHS | exempt_paths(),
         ),
     ]
-    stack.append(DefineMiddleware(BodyLimitMiddleware, max_bytes=max_body_bytes(settings)))
-    stack.append(DefineMiddleware(JsonBodyMiddleware, max_bytes=max_body_bytes(settings)))
+    stack.append(
+        DefineMiddleware(for_litestar(BodyLimitMiddleware), max_bytes=max_body_bytes(settings))
+    )
+    stack.append(
+        DefineMiddleware(for_litestar(JsonBodyMiddleware), max_bytes=max_body_bytes(settings))
+    )
     return stack
 
 

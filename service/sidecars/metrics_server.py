@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from litestar import Litestar, Response, get
 from litestar.middleware import DefineMiddleware
 
+from serving.asgi import for_litestar
 from serving.errors import exception_handler
 from serving.middleware import BearerAuthMiddleware
 from workbench.metrics import CONTENT_TYPE
@@ -55,7 +56,10 @@ def create_metrics_app(workbench: Workbench, token: str | None = None) -> Litest
         route_handlers=[metrics, health_decay],
         middleware=[
             DefineMiddleware(
-                BearerAuthMiddleware, token=token, exempt=(), setting="SVC_KNOWLEDGE_METRICS_TOKEN"
+                for_litestar(BearerAuthMiddleware),
+                token=token,
+                exempt=(),
+                setting="SVC_KNOWLEDGE_METRICS_TOKEN",
             )
         ]
         if token

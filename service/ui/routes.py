@@ -82,7 +82,7 @@ def ui_static(name: FromPath[str]) -> Response[bytes]:
     summary="Who the bearer token is: its groups and whether it may write (memory browser).",
     sync_to_thread=False,
 )
-def ui_session(request: Request) -> Response[dict[str, Any]]:
+def ui_session(request: Request[Any, Any, Any]) -> Response[dict[str, Any]]:
     caller = caller_of(request.scope)
     if caller is None:  # no token in use: the local user, every group, every tool
         body = {"token": None, "admin": True, "read_only": False, "groups": None}
