@@ -24,7 +24,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeGuard, cast
 
 import anyio
 
@@ -36,6 +36,7 @@ from workbench.store.tenancy import ADMIN, Caller, token_hash
 
 if TYPE_CHECKING:
     from service.api.seam import ToolTarget
+    from workbench.config import Settings
     from workbench.store.tenancy import Tenancy
 
 CALLER_KEY = "workbench.caller"
@@ -56,7 +57,7 @@ class TokenResolver:
 
     def __init__(
         self,
-        tenancy: Any,
+        tenancy: Tenancy | None,
         admin_token: str = "",
         ttl: float = 5.0,
         clock: Callable[[], float] = time.monotonic,
@@ -77,6 +78,7 @@ class TokenResolver:
         known = self.required_known()
         if known is not None:
             return known
+        assert self.tenancy is not None  # known is None: only the store can tell
         try:
             value = self.tenancy.any_tokens()
         except Exception:
@@ -239,10 +241,11 @@ def guarded_call(
     _audit(tool, workbench, args, caller, "ok")
     if _limited(caller):
         result = _visible(result, caller)
-    return _covered(tool, workbench, args, result)
+    answer: dict[str, Any] = _covered(tool, workbench, args, result)
+    return answer
 
 
-def _limited(caller: Caller | None) -> bool:
+def _limited(caller: Caller | None) -> TypeGuard[Caller]:
     return caller is not None and not caller.admin
 
 
@@ -268,7 +271,9 @@ def scoped(tool: Any, workbench: ToolTarget, args: Any, caller: Caller | None) -
     if "group_id" in fields:
         group = args.group_id
         if group is None and tool.groups_omitted == "default":
-            group = update["group_id"] = workbench.settings.default_group_id
+            # a limited caller exists only in the local service: its target is the Workbench
+            settings = cast("Settings", workbench.settings)
+            group = update["group_id"] = settings.default_group_id
         if group is not None:
             _check_groups([group], caller, tool)
         elif not _uuids(args):
@@ -289,7 +294,8 @@ def scoped(tool: Any, workbench: ToolTarget, args: Any, caller: Caller | None) -
 
 def _ours(workbench: ToolTarget, caller: Caller, uuid: str) -> bool:
     """Whether ``uuid`` names nothing, or an item of a group ``caller`` may use."""
-    group = workbench.tenancy.group_of(uuid)
+    tenancy = cast("Tenancy", workbench.tenancy)  # the local service's, as in scoped()
+    group = tenancy.group_of(uuid)
     return group is None or caller.may_use(group)
 
 

@@ -154,9 +154,11 @@ def read_record(settings: Settings) -> ServiceRecord | None:
         return None
     pid, url, started = body.get("pid"), body.get("url"), body.get("started")
     if not isinstance(pid, int) or pid <= 0 or not isinstance(url, str):
-        return _untrusted(path, "is malformed", False)
+        _untrusted(path, "is malformed", False)
+        return None
     if body.get("database") != str(Path(db).expanduser().resolve()):
-        return _untrusted(path, f"names another database ({body.get('database')!r})", False)
+        _untrusted(path, f"names another database ({body.get('database')!r})", False)
+        return None
     if not started or process_started(pid) != started:
         log.debug("the service record %s is stale: process %s is gone", path, pid)
         return None  # a killed service's (or a copied) record
@@ -165,9 +167,8 @@ def read_record(settings: Settings) -> ServiceRecord | None:
     if parts.scheme not in ("http", "https") or not (
         is_loopback(host) or host == settings.host.strip("[]")
     ):
-        return _untrusted(
-            path, f"points to {url!r}, neither loopback nor the configured host", False
-        )
+        _untrusted(path, f"points to {url!r}, neither loopback nor the configured host", False)
+        return None
     snapshots, models = body.get("snapshots"), body.get("models")
     return ServiceRecord(
         url,
@@ -215,7 +216,7 @@ class LiveService:
                 f"the service holding the database at {self.url} does not answer ({exc}); "
                 "is it stopping?"
             ) from None
-        body = _json(response)
+        body: dict[str, Any] = _json(response)
         if response.status_code == 200:
             return body
         raise from_response(response, body)  # the same kind, message and Retry-After

@@ -65,7 +65,9 @@ class OpenAIError(Exception):
         )
 
 
-def openai_error_body(message: str, type_: str, param: str | None, code: str | None) -> dict:
+def openai_error_body(
+    message: str, type_: str, param: str | None, code: str | None
+) -> dict[str, Any]:
     return {"error": {"message": message, "type": type_, "param": param, "code": code}}
 
 
