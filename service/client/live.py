@@ -35,7 +35,7 @@ import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 import duckdb
@@ -191,6 +191,13 @@ def held_by(settings: Settings, message: str) -> str:
     )
 
 
+class ToolCaller(Protocol):
+    """What calls a live service's tools: :class:`LiveService`, or
+    ``service.control.shared.SharedService`` (which joins the service again when it goes)."""
+
+    def call(self, tool: str, arguments: dict[str, Any] | None = None) -> dict[str, Any]: ...
+
+
 class LiveService:
     """The tools of the service that holds a database, over REST."""
 
@@ -291,7 +298,7 @@ def _check_owned(path: Path, kind: Callable[[int], bool], private: bool) -> Path
 class RemoteWorkbench:
     """The facade's tool methods, forwarded to a live service (see ``service.api.tools``)."""
 
-    def __init__(self, live: LiveService):
+    def __init__(self, live: ToolCaller):
         from service.api.tools import TOOLS
 
         self.live = live
