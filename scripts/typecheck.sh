@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # The strict type check: mypy as pyproject.toml's [tool.mypy] configures it (strict, over
-# workbench/); exits non-zero when it reports an error.
-#   scripts/typecheck.sh                  the whole core
+# workbench/, service/, serving/ and voice/); exits non-zero when it reports an error.
+#   scripts/typecheck.sh                  all four packages
 #   scripts/typecheck.sh workbench/llm    only these modules (extra arguments go to mypy)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 MYPY=${MYPY:-.venv/bin/mypy}
-# this tree's workbench/, not an installed copy of the package
+# this tree's packages, not an installed copy
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 exec "$MYPY" "$@"

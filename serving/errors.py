@@ -32,12 +32,14 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from litestar import MediaType, Request, Response
 from litestar.exceptions import HTTPException, ValidationException
 from pydantic import ValidationError
 
+from serving.asgi import Send
 from serving.logs import REQUEST_ID
 from workbench.errors import WorkbenchError
 from workbench.safety import scrub
@@ -67,7 +69,7 @@ def error_payload(kind: str, message: str, retry_after: int | None = None) -> di
     return {"error": error}
 
 
-def validation_message(errors: list[dict[str, Any]], limit: int = 5) -> str:
+def validation_message(errors: Sequence[Mapping[str, Any]], limit: int = 5) -> str:
     """``max_nodes: Input should be less than or equal to 100; query: Field required``."""
     parts = []
     for err in errors[:limit]:
@@ -100,7 +102,7 @@ def describe(exc: BaseException) -> tuple[int, str, str]:
     """``(status, type, message)`` for any exception; unknown ones are internal errors. The
     message is scrubbed of secrets (an upstream's error text may echo a key)."""
     status, kind, message = _describe(exc)
-    return status, kind, scrub(message)
+    return status, kind, scrub(message) or ""  # a str in, a str out
 
 
 def _describe(exc: BaseException) -> tuple[int, str, str]:
@@ -133,7 +135,7 @@ def retry_headers(exc: BaseException) -> dict[str, str]:
     return {"Retry-After": str(seconds)} if seconds is not None else {}
 
 
-def to_response(exc: BaseException, headers: dict[str, str] | None = None) -> Response:
+def to_response(exc: BaseException, headers: dict[str, str] | None = None) -> Response[Any]:
     status, kind, message = describe(exc)
     rid = REQUEST_ID.get()
     if status >= 500:
@@ -153,13 +155,13 @@ def to_response(exc: BaseException, headers: dict[str, str] | None = None) -> Re
     )
 
 
-def exception_handler(_request: Request, exc: Exception) -> Response:
+def exception_handler(_request: Request[Any, Any, Any], exc: Exception) -> Response[Any]:
     """The one Litestar exception handler (registered for ``Exception``)."""
     return to_response(exc)
 
 
 async def send_error(
-    send, status: int, kind: str, message: str, headers: dict[str, str] | None = None
+    send: Send, status: int, kind: str, message: str, headers: dict[str, str] | None = None
 ) -> None:
     """Answer from a pure ASGI middleware (auth, rate limit) with the same body shape."""
     body = json.dumps(error_payload(kind, message)).encode()

@@ -20,9 +20,15 @@ import uuid
 from collections.abc import Iterable
 from contextvars import ContextVar
 from datetime import UTC, datetime
-from typing import Any
+from types import TracebackType
+from typing import Any, TextIO, TypeAlias
 
+from serving.asgi import ASGIApp, Message, Receive, Scope, Send
 from workbench.safety import Redactor
+
+_ExcInfo: TypeAlias = (
+    tuple[type[BaseException], BaseException, TracebackType | None] | tuple[None, None, None]
+)
 
 REQUEST_ID: ContextVar[str] = ContextVar("workbench_request_id", default="-")
 REQUEST_ID_HEADER = "x-request-id"
@@ -104,7 +110,7 @@ class PlainFormatter(logging.Formatter):
     def formatMessage(self, record: logging.LogRecord) -> str:  # noqa: N802 - logging's name
         return escape_controls(super().formatMessage(record))
 
-    def formatException(self, ei) -> str:  # noqa: N802
+    def formatException(self, ei: _ExcInfo) -> str:  # noqa: N802
         return _continuation(super().formatException(ei))
 
     def formatStack(self, stack_info: str) -> str:  # noqa: N802
@@ -116,7 +122,10 @@ def _continuation(text: str) -> str:
 
 
 def setup_logging(
-    level: str = "INFO", secrets: Iterable[str | None] = (), fmt: str = "json", stream=None
+    level: str = "INFO",
+    secrets: Iterable[str | None] = (),
+    fmt: str = "json",
+    stream: TextIO | None = None,
 ) -> Redactor:
     """Send every log record to ``stream`` (stderr) through one redacting formatter."""
     redactor = Redactor(secrets)
@@ -150,10 +159,10 @@ def new_request_id() -> str:
 class RequestContextMiddleware:
     """Pure ASGI: set the request id, echo it as ``X-Request-ID``, log an access line."""
 
-    def __init__(self, app):
+    def __init__(self, app: ASGIApp):
         self.app = app
 
-    async def __call__(self, scope, receive, send) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
@@ -162,7 +171,7 @@ class RequestContextMiddleware:
         state = {"status": 500}
         started = time.perf_counter()
 
-        async def send_with_id(message) -> None:
+        async def send_with_id(message: Message) -> None:
             if message["type"] == "http.response.start":
                 state["status"] = message["status"]
                 headers = list(message.get("headers", []))
@@ -187,7 +196,7 @@ class RequestContextMiddleware:
             REQUEST_ID.reset(token)
 
 
-def _incoming_id(scope) -> str | None:
+def _incoming_id(scope: Scope) -> str | None:
     for key, value in scope.get("headers", []):
         if key == REQUEST_ID_HEADER.encode():
             text = value.decode("latin-1")

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from serving.addresses import is_loopback
+from serving.asgi import ASGIApp, Message, Receive, Scope, Send
 from serving.errors import send_error
 from workbench.safety import MAX_JSON_DEPTH, json_depth
 
@@ -35,19 +36,19 @@ EXEMPT_PATHS = frozenset({"/health"})
 ErrorSender = Callable[..., Awaitable[None]]
 
 
-def _header(scope, name: bytes) -> bytes | None:
+def _header(scope: Scope, name: bytes) -> bytes | None:
     for key, value in scope.get("headers", []):
         if key == name:
-            return value
+            return bytes(value)
     return None
 
 
 class BodyLimitMiddleware:
-    def __init__(self, app, max_bytes: int):
+    def __init__(self, app: ASGIApp, max_bytes: int):
         self.app = app
         self.max_bytes = max_bytes
 
-    async def __call__(self, scope, receive, send) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
             declared = _header(scope, b"content-length")
             if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
@@ -76,7 +77,7 @@ def bearer_refusal(given: bool, setting: str) -> str:
 class BearerAuthMiddleware:
     def __init__(
         self,
-        app,
+        app: ASGIApp,
         token: str,
         exempt: Iterable[str] = EXEMPT_PATHS,
         setting: str = "SVC_KNOWLEDGE_API_TOKEN",
@@ -88,7 +89,7 @@ class BearerAuthMiddleware:
         self._exempt = frozenset(exempt)
         self._setting = setting
 
-    async def __call__(self, scope, receive, send) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope.get("path") not in self._exempt:
             given = _header(scope, b"authorization") or b""
             if not hmac.compare_digest(given, self._expected):
@@ -129,7 +130,7 @@ class TokenBuckets:
 
 
 def client_key(
-    scope,
+    scope: Scope,
     trusted_proxies: frozenset[str] = frozenset(),
     tokens: Iterable[str] = (),
     known: Callable[[bytes], bool] | None = None,
@@ -152,7 +153,7 @@ def client_key(
 
 
 def _verified_token(
-    scope, tokens: Iterable[str], known: Callable[[bytes], bool] | None = None
+    scope: Scope, tokens: Iterable[str], known: Callable[[bytes], bool] | None = None
 ) -> bytes | None:
     auth = _header(scope, b"authorization") or b""
     if not auth.lower().startswith(b"bearer "):
@@ -171,7 +172,7 @@ class RateLimitMiddleware:
 
     def __init__(
         self,
-        app,
+        app: ASGIApp,
         buckets: TokenBuckets | None,
         exempt: Iterable[str] = EXEMPT_PATHS,
         trusted_proxies: Iterable[str] = (),
@@ -185,7 +186,7 @@ class RateLimitMiddleware:
         self._tokens = tuple(tokens)  # the valid tokens: a request sending one counts on it
         self._known = known  # or a check of tokens verified before
 
-    async def __call__(self, scope, receive, send) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if (
             self.buckets is not None
             and scope["type"] == "http"
@@ -248,7 +249,8 @@ class Exposure:
             return True
         parts = urlsplit(origin)
         return (
-            bool(host)
+            host is not None
+            and bool(host)
             and parts.scheme in ("http", "https")
             and parts.netloc.lower() == host.strip().lower()
         )
@@ -260,7 +262,7 @@ class ExposureMiddleware:
 
     def __init__(
         self,
-        app,
+        app: ASGIApp,
         exposure: Exposure,
         json_paths: tuple[str, ...] = ("/tools/",),
         error: ErrorSender = send_error,
@@ -270,7 +272,7 @@ class ExposureMiddleware:
         self.exposure = exposure
         self.json_paths = json_paths
 
-    async def __call__(self, scope, receive, send) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
             problem = self.problem(scope)
             if problem is not None:
@@ -278,7 +280,7 @@ class ExposureMiddleware:
                 return
         await self.app(scope, receive, send)
 
-    def problem(self, scope) -> tuple[int, str, str] | None:
+    def problem(self, scope: Scope) -> tuple[int, str, str] | None:
         host = (_header(scope, b"host") or b"").decode("latin-1") or None
         if not self.exposure.host_allowed(host):
             return (
@@ -308,7 +310,7 @@ class ExposureMiddleware:
         return None
 
 
-def _has_body(scope) -> bool:
+def _has_body(scope: Scope) -> bool:
     length = _header(scope, b"content-length")
     if length is not None:
         return length.strip() not in (b"", b"0")
@@ -319,12 +321,12 @@ class JsonBodyMiddleware:
     """Reads a JSON request body (up to ``max_bytes``), refuses one that is not UTF-8 or nests
     deeper than ``max_depth`` with a 400, and hands the body on unchanged."""
 
-    def __init__(self, app, max_bytes: int, max_depth: int = MAX_JSON_DEPTH):
+    def __init__(self, app: ASGIApp, max_bytes: int, max_depth: int = MAX_JSON_DEPTH):
         self.app = app
         self.max_bytes = max_bytes
         self.max_depth = max_depth
 
-    async def __call__(self, scope, receive, send) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         kind = (_header(scope, b"content-type") or b"").split(b";")[0].strip().lower()
         if scope["type"] != "http" or not (kind == b"application/json" or kind.endswith(b"+json")):
             await self.app(scope, receive, send)
@@ -370,11 +372,11 @@ class JsonBodyMiddleware:
         return None
 
 
-def _replay(messages: list[dict], receive):
+def _replay(messages: list[Message], receive: Receive) -> Receive:
     """A ``receive`` that gives the messages read already, then the client's own."""
     pending = list(messages)
 
-    async def replay() -> dict:
+    async def replay() -> Message:
         if pending:
             return pending.pop(0)
         return await receive()

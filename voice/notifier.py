@@ -17,7 +17,7 @@ import dataclasses
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Generator, Iterable, Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -32,7 +32,7 @@ from voice.playback import PacedChunks
 from voice.pronunciation import NO_RULES, Rules, apply_rules
 from voice.queueing import PlaybackQueue, expired
 from voice.speech import Speech, pauses_after, stream_speech
-from voice.text import plan_chunks
+from voice.text import Chunk, plan_chunks
 from voice.voices import Voice
 
 log = logging.getLogger(__name__)
@@ -262,7 +262,7 @@ class Notifier:
         return outcome
 
     def _source(
-        self, key: str | None, speech: Speech, plan: list, outcome: Outcome
+        self, key: str | None, speech: Speech, plan: list[Chunk], outcome: Outcome
     ) -> tuple[Iterator[np.ndarray], PacedChunks | None]:
         """The cached audio, or the engine's stream paced (synthesis starts here, before the
         sink opens its output, which can take a few hundred ms)."""
@@ -344,7 +344,7 @@ class Notifier:
         started: float,
         volume: float,
         kept: list[np.ndarray],
-    ) -> Iterator[np.ndarray]:
+    ) -> Generator[np.ndarray, None, None]:
         for chunk in chunks:
             kept.append(chunk)
             if outcome.first_audio_seconds is None:

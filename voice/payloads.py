@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass
+from typing import Any
 
 from voice.engine import MAX_SPEED, MIN_SPEED
 from voice.errors import RequestInvalid
@@ -47,7 +48,7 @@ class SpeechRequest:
 SPEECH_FORMATS = ("wav", "pcm")
 
 
-def parse_json_object(raw: bytes) -> dict:
+def parse_json_object(raw: bytes) -> dict[str, Any]:
     if not raw.strip():
         raise RequestInvalid("request body is empty; send a JSON object such as "
                              '{"message": "Hello", "voice_id": "1"}')  # fmt: skip
@@ -62,7 +63,7 @@ def parse_json_object(raw: bytes) -> dict:
     return body
 
 
-def _text(body: dict, name: str, limit: int) -> str:
+def _text(body: dict[str, Any], name: str, limit: int) -> str:
     value = body.get(name)
     if value is None:
         raise RequestInvalid(f"'{name}' is required: the text to speak")

@@ -13,6 +13,7 @@ import json
 import logging
 import math
 from pathlib import Path
+from typing import Any
 
 from litestar import Litestar, Request, Response, get, post
 from litestar.di import NamedDependency, Provide
@@ -23,6 +24,7 @@ from litestar.response import Stream
 
 from serving import apidocs
 from serving.addresses import is_loopback
+from serving.asgi import Send, for_litestar
 from serving.middleware import BearerAuthMiddleware, Exposure, ExposureMiddleware
 from serving.version import package_version
 from voice.assets import VOICES_FILE
@@ -54,11 +56,11 @@ def status_for(exc: VoiceError) -> int:
     return next((code for cls, code in _STATUS.items() if isinstance(exc, cls)), 500)
 
 
-def _error(message: str, status: int, headers: dict[str, str] | None = None) -> Response:
+def _error(message: str, status: int, headers: dict[str, str] | None = None) -> Response[Any]:
     return Response({"status": "error", "message": message}, status_code=status, headers=headers)
 
 
-def _voice_error(_: Request, exc: VoiceError) -> Response:
+def _voice_error(_: Request[Any, Any, Any], exc: VoiceError) -> Response[Any]:
     status = status_for(exc)
     if status == 500:
         log.exception("unexpected voice error", exc_info=exc)
@@ -67,21 +69,23 @@ def _voice_error(_: Request, exc: VoiceError) -> Response:
     return _error(str(exc), status, headers)
 
 
-def _http_error(_: Request, exc: HTTPException) -> Response:
+def _http_error(_: Request[Any, Any, Any], exc: HTTPException) -> Response[Any]:
     return _error(str(exc.detail), exc.status_code, exc.headers)
 
 
-def _unexpected(_: Request, exc: Exception) -> Response:
+def _unexpected(_: Request[Any, Any, Any], exc: Exception) -> Response[Any]:
     log.exception("unexpected error", exc_info=exc)
     return _error(f"internal error ({type(exc).__name__}); see the server log", 500)
 
 
-def _client(request: Request) -> str:
+def _client(request: Request[Any, Any, Any]) -> str:
     return request.client.host if request.client else "unknown"
 
 
 @post("/notify", status_code=202)
-async def notify(request: Request, service: NamedDependency[VoiceService]) -> Response:
+async def notify(
+    request: Request[Any, Any, Any], service: NamedDependency[VoiceService]
+) -> Response[Any]:
     service.check_rate(_client(request))
     payload = parse_notify(await request.body(), service.settings.max_message_chars,
                            service.settings.default_voice_id)  # fmt: skip
@@ -112,7 +116,7 @@ async def health(service: NamedDependency[VoiceService]) -> dict[str, object]:
 
 
 @post("/v1/audio/speech", status_code=200)
-async def speech(request: Request, service: NamedDependency[VoiceService]) -> Stream:
+async def speech(request: Request[Any, Any, Any], service: NamedDependency[VoiceService]) -> Stream:
     service.check_rate(_client(request))
     payload = parse_speech(await request.body(), service.settings.max_message_chars,
                            service.settings.default_voice_id)  # fmt: skip
@@ -200,7 +204,7 @@ MIN_TOKEN_CHARS = 16
 
 
 async def _send_error(
-    send, status: int, _kind: str, message: str, headers: dict[str, str] | None = None
+    send: Send, status: int, _kind: str, message: str, headers: dict[str, str] | None = None
 ) -> None:
     """A middleware's answer in this server's error shape."""
     body = json.dumps({"status": "error", "message": message}).encode()
@@ -210,19 +214,22 @@ async def _send_error(
     await send({"type": "http.response.body", "body": body})
 
 
-def guards(settings: Settings) -> list:
+def guards(settings: Settings) -> list[DefineMiddleware]:
     """What a browser page must not do (a foreign Host or Origin, a body that is not JSON) and,
     with a token, who may post at all."""
     exposure = Exposure(settings.host, settings.allowed_hosts, settings.allowed_origins)
     stack = [
         DefineMiddleware(
-            ExposureMiddleware, exposure=exposure, json_paths=POST_PATHS, error=_send_error
+            for_litestar(ExposureMiddleware),
+            exposure=exposure,
+            json_paths=POST_PATHS,
+            error=_send_error,
         )
     ]
     if settings.token:
         stack.append(
             DefineMiddleware(
-                BearerAuthMiddleware,
+                for_litestar(BearerAuthMiddleware),
                 token=settings.token,
                 exempt=("/health", "/metrics"),
                 setting="VOICE_TOKEN",

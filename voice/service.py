@@ -9,6 +9,8 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+import numpy as np
+
 from voice.audio import AudioSink
 from voice.cache import AudioCache
 from voice.engine import Engine
@@ -168,7 +170,7 @@ def _outcome(outcome: Outcome) -> dict[str, object]:
     return fields
 
 
-def _encoded(header: bytes, chunks: Iterator) -> Iterator[bytes]:
+def _encoded(header: bytes, chunks: Iterator[np.ndarray]) -> Iterator[bytes]:
     if header:
         yield header
     for chunk in chunks:

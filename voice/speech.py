@@ -101,7 +101,7 @@ def _produce(
     engine: Engine,
     speech: Speech,
     chunks: list[Chunk],
-    out: queue.Queue,
+    out: queue.Queue[object],
     stop: threading.Event,
     meter: SynthesisMeter | None,
 ) -> None:
@@ -124,7 +124,7 @@ def _produce(
         _put(out, exc, stop)
 
 
-def _put(out: queue.Queue, item: object, stop: threading.Event) -> None:
+def _put(out: queue.Queue[object], item: object, stop: threading.Event) -> None:
     while not stop.is_set():
         try:
             out.put(item, timeout=0.1)
@@ -150,7 +150,7 @@ class SpeechStream(Iterator[np.ndarray]):
         meter: SynthesisMeter | None = None,
     ) -> None:
         self.plan = plan
-        self._out: queue.Queue = queue.Queue(maxsize=max(1, lookahead))
+        self._out: queue.Queue[object] = queue.Queue(maxsize=max(1, lookahead))
         self._stop = threading.Event()
         self._worker = threading.Thread(
             target=_produce,
@@ -184,13 +184,13 @@ class SpeechStream(Iterator[np.ndarray]):
             item = self._out.get(timeout=timeout)
         except queue.Empty:
             return None
-        if item is _DONE or isinstance(item, BaseException):
-            self._done = True
-            self.close()
-            if item is _DONE:
-                raise StopIteration
+        if isinstance(item, np.ndarray):
+            return item
+        self._done = True  # the end (_DONE), or the engine's error
+        self.close()
+        if isinstance(item, BaseException):
             raise item
-        return item
+        raise StopIteration
 
     def close(self) -> None:
         """Stop synthesizing; the stream yields nothing more."""

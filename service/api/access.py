@@ -24,10 +24,11 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeGuard, cast
 
 import anyio
 
+from serving.asgi import ASGIApp, Receive, Scope, Send
 from serving.errors import retry_headers, send_error
 from serving.middleware import UNAUTHORIZED_HEADERS, bearer_refusal
 from workbench.errors import Forbidden, NotFound, StoreError, WorkbenchError
@@ -35,6 +36,7 @@ from workbench.store.tenancy import ADMIN, Caller, token_hash
 
 if TYPE_CHECKING:
     from service.api.seam import ToolTarget
+    from workbench.config import Settings
     from workbench.store.tenancy import Tenancy
 
 CALLER_KEY = "workbench.caller"
@@ -55,7 +57,7 @@ class TokenResolver:
 
     def __init__(
         self,
-        tenancy: Any,
+        tenancy: Tenancy | None,
         admin_token: str = "",
         ttl: float = 5.0,
         clock: Callable[[], float] = time.monotonic,
@@ -76,6 +78,7 @@ class TokenResolver:
         known = self.required_known()
         if known is not None:
             return known
+        assert self.tenancy is not None  # known is None: only the store can tell
         try:
             value = self.tenancy.any_tokens()
         except Exception:
@@ -157,7 +160,7 @@ class TokenResolver:
         return hit is not None and hit[1] is not None and self.clock() < hit[0]
 
 
-def _bearer(scope) -> str | None:
+def _bearer(scope: Scope) -> str | None:
     for key, value in scope.get("headers", []):
         if key == b"authorization":
             text = value.decode("latin-1")
@@ -168,12 +171,12 @@ def _bearer(scope) -> str | None:
 class ScopedAuthMiddleware:
     """401 without a valid token when tokens exist; the caller into ``scope[CALLER_KEY]``."""
 
-    def __init__(self, app, resolver: TokenResolver, exempt: Iterable[str] = EXEMPT_PATHS):
+    def __init__(self, app: ASGIApp, resolver: TokenResolver, exempt: Iterable[str] = EXEMPT_PATHS):
         self.app = app
         self.resolver = resolver
         self._exempt = frozenset(exempt)
 
-    async def __call__(self, scope, receive, send) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope.get("path") not in self._exempt:
             given = _bearer(scope)
             try:
@@ -238,10 +241,11 @@ def guarded_call(
     _audit(tool, workbench, args, caller, "ok")
     if _limited(caller):
         result = _visible(result, caller)
-    return _covered(tool, workbench, args, result)
+    answer: dict[str, Any] = _covered(tool, workbench, args, result)
+    return answer
 
 
-def _limited(caller: Caller | None) -> bool:
+def _limited(caller: Caller | None) -> TypeGuard[Caller]:
     return caller is not None and not caller.admin
 
 
@@ -267,7 +271,9 @@ def scoped(tool: Any, workbench: ToolTarget, args: Any, caller: Caller | None) -
     if "group_id" in fields:
         group = args.group_id
         if group is None and tool.groups_omitted == "default":
-            group = update["group_id"] = workbench.settings.default_group_id
+            # a limited caller exists only in the local service: its target is the Workbench
+            settings = cast("Settings", workbench.settings)
+            group = update["group_id"] = settings.default_group_id
         if group is not None:
             _check_groups([group], caller, tool)
         elif not _uuids(args):
@@ -288,7 +294,8 @@ def scoped(tool: Any, workbench: ToolTarget, args: Any, caller: Caller | None) -
 
 def _ours(workbench: ToolTarget, caller: Caller, uuid: str) -> bool:
     """Whether ``uuid`` names nothing, or an item of a group ``caller`` may use."""
-    group = workbench.tenancy.group_of(uuid)
+    tenancy = cast("Tenancy", workbench.tenancy)  # the local service's, as in scoped()
+    group = tenancy.group_of(uuid)
     return group is None or caller.may_use(group)
 
 

@@ -22,13 +22,14 @@ from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Annotated, Any
 
 from litestar import HttpMethod, Litestar, Request, Response, get, post, route
-from litestar.handlers import asgi
+from litestar.handlers import HTTPRouteHandler, asgi
 from litestar.middleware import DefineMiddleware
 from litestar.openapi import OpenAPIConfig, ResponseSpec
 from litestar.params import FromHeader, FromPath, HeaderParameter, JSONBody
 from litestar.plugins.pydantic import PydanticPlugin
 from litestar.response import Redirect
-from litestar.types import Receive, Scope, Send
+from litestar.types import Middleware, Receive, Scope, Send
+from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 
 from service.api.access import (
     EXEMPT_PATHS,
@@ -40,9 +41,10 @@ from service.api.access import (
 from service.api.health import EmbedderProbe, details_allowed, health
 from service.api.mcp_server import build_mcp_server, build_session_manager
 from service.api.responses import ERRORS, RESULTS, ErrorBody, ToolTable
-from service.api.tools import TOOLS, Tool, get_tool
+from service.api.tools import TOOLS, AddMemoryArgs, Tool, get_tool
 from service.ui import exempt_paths, ui_routes
 from serving import apidocs
+from serving.asgi import for_litestar
 from serving.errors import exception_handler
 from serving.logs import RequestContextMiddleware
 from serving.middleware import (
@@ -100,35 +102,41 @@ ERROR_RESPONSES = {
 }
 
 
-def tool_route(workbench: Workbench, tool: Tool):
+def tool_route(workbench: Workbench, tool: Tool) -> HTTPRouteHandler:
     """``POST /tools/<name>``: the body is validated against the tool's argument model (a tool
     without arguments takes no body or ``{}``); the OpenAPI schema names its result model and
     the error body for every error status."""
+    body: Any = JSONBody  # subscripted with the tool's model at run time, for the schema
+    handler: Callable[..., dict[str, Any]]
     if tool.name == "add_memory":
 
-        def handler(
-            request: Request, data: Any, idempotency_key: IdempotencyKey = None
+        def add_handler(
+            request: Request[Any, Any, Any], data: Any, idempotency_key: IdempotencyKey = None
         ) -> dict[str, Any]:
             args = tool.parse(data)
+            assert isinstance(args, AddMemoryArgs)  # add_memory's model (TOOLS)
             caller = caller_of(request.scope)
             if idempotency_key and args.uuid is None:
                 scoped = idempotent_uuid(workbench, caller, args.group_id, idempotency_key)
                 args = args.model_copy(update={"uuid": scoped})
             return tool.invoke(workbench, args, caller)
 
-        handler.__annotations__["data"] = JSONBody[tool.args]
+        handler = add_handler
+        handler.__annotations__["data"] = body[tool.args]
     elif tool.args_optional:
 
-        def handler(request: Request, data: Any = None) -> dict[str, Any]:
+        def optional_handler(request: Request[Any, Any, Any], data: Any = None) -> dict[str, Any]:
             return tool.invoke(workbench, data, caller_of(request.scope))
 
-        handler.__annotations__["data"] = JSONBody[tool.args | None]
+        handler = optional_handler
+        handler.__annotations__["data"] = body[tool.args | None]
     else:
 
-        def handler(request: Request, data: Any) -> dict[str, Any]:
+        def args_handler(request: Request[Any, Any, Any], data: Any) -> dict[str, Any]:
             return tool.invoke(workbench, data, caller_of(request.scope))
 
-        handler.__annotations__["data"] = JSONBody[tool.args]
+        handler = args_handler
+        handler.__annotations__["data"] = body[tool.args]
     handler.__annotations__["return"] = RESULTS[tool.name]  # the schema; the dict is sent as is
     handler.__name__ = handler.__qualname__ = tool.name
     return post(
@@ -184,7 +192,7 @@ def health_route(
     workbench: Workbench,
     resolver: TokenResolver,
     embedder_loaded: threading.Event | None = None,
-):
+) -> HTTPRouteHandler:
     """``GET /health`` needs no token (probes); once a token is needed (the admin token is set,
     or the store holds any), only an admin caller sees the details (paths, models, URLs)."""
     probe = EmbedderProbe(workbench.embedder, loaded=embedder_loaded)
@@ -222,25 +230,31 @@ def middleware_stack(
     rate_clock: Callable[[], float],
     exposure: Exposure,
     resolver: TokenResolver,
-) -> list:
+) -> list[Middleware]:
     per_minute = settings.rate_limit_per_minute
     buckets = TokenBuckets(per_minute, rate_clock) if per_minute > 0 else None
-    stack = [
-        RequestContextMiddleware,
-        DefineMiddleware(ExposureMiddleware, exposure=exposure),
+    stack: list[Middleware] = [
+        for_litestar(RequestContextMiddleware),
+        DefineMiddleware(for_litestar(ExposureMiddleware), exposure=exposure),
         DefineMiddleware(
-            RateLimitMiddleware,
+            for_litestar(RateLimitMiddleware),
             buckets=buckets,
             trusted_proxies=settings.trusted_proxy_list,
             known=resolver.known,
         ),
         # the memory browser's static files hold no data: the page loads, then asks for a token
         DefineMiddleware(
-            ScopedAuthMiddleware, resolver=resolver, exempt=EXEMPT_PATHS | exempt_paths()
+            for_litestar(ScopedAuthMiddleware),
+            resolver=resolver,
+            exempt=EXEMPT_PATHS | exempt_paths(),
         ),
     ]
-    stack.append(DefineMiddleware(BodyLimitMiddleware, max_bytes=max_body_bytes(settings)))
-    stack.append(DefineMiddleware(JsonBodyMiddleware, max_bytes=max_body_bytes(settings)))
+    stack.append(
+        DefineMiddleware(for_litestar(BodyLimitMiddleware), max_bytes=max_body_bytes(settings))
+    )
+    stack.append(
+        DefineMiddleware(for_litestar(JsonBodyMiddleware), max_bytes=max_body_bytes(settings))
+    )
     return stack
 
 
@@ -264,11 +278,14 @@ def create_app(
     token = settings.api_token.get_secret_value() if settings.api_token else ""
     resolver = TokenResolver(tenancy_of(workbench), token)
     mcp_server = build_mcp_server(workbench, package_version())
-    managers: list = []  # a fresh session manager per app start (one may run only once)
+    managers: list[
+        StreamableHTTPSessionManager
+    ] = []  # a fresh session manager per app start (one may run only once)
 
     @asgi("/mcp", is_mount=True, copy_scope=True)
     async def mcp_endpoint(scope: Scope, receive: Receive, send: Send) -> None:
-        await managers[-1].handle_request(scope, receive, send)
+        # the same ASGI call: Litestar types its scope and events as TypedDicts, mcp as mappings
+        await managers[-1].handle_request(scope, receive, send)  # type: ignore[arg-type]
 
     @asynccontextmanager
     async def mcp_lifespan(_app: Litestar) -> AsyncIterator[None]:

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import mcp_types as types
 from mcp.server import Server
+from mcp.server.context import ServerRequestContext
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
 
@@ -102,10 +103,14 @@ def build_mcp_server(workbench: ToolTarget, version: str = "0.1.0") -> Server:
     tools = [mcp_tool(t) for t in TOOLS]
     schemas = {t.name: t.input_schema() for t in TOOLS}
 
-    async def on_list_tools(_ctx, _params) -> types.ListToolsResult:
+    async def on_list_tools(
+        _ctx: ServerRequestContext[Any], _params: types.PaginatedRequestParams | None
+    ) -> types.ListToolsResult:
         return types.ListToolsResult(tools=tools)
 
-    async def on_call_tool(ctx, params: types.CallToolRequestParams) -> types.CallToolResult:
+    async def on_call_tool(
+        ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
+    ) -> types.CallToolResult:
         # over HTTP the auth middleware put the caller into the request's scope; stdio has
         # no request (the local user: every group)
         request = getattr(ctx, "request", None)

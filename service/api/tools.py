@@ -477,7 +477,10 @@ class Tool:
 
     def call(self, workbench: ToolTarget, args: Args) -> dict[str, Any]:
         """The facade method on validated arguments (no scope: use :meth:`invoke`)."""
-        return method_of(workbench, self.method)(**args.model_dump(exclude_none=True))
+        result: dict[str, Any] = method_of(workbench, self.method)(
+            **args.model_dump(exclude_none=True)
+        )
+        return result
 
 
 def method_of(workbench: ToolTarget, method: str) -> Any:

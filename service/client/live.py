@@ -35,7 +35,7 @@ import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 import duckdb
@@ -154,9 +154,11 @@ def read_record(settings: Settings) -> ServiceRecord | None:
         return None
     pid, url, started = body.get("pid"), body.get("url"), body.get("started")
     if not isinstance(pid, int) or pid <= 0 or not isinstance(url, str):
-        return _untrusted(path, "is malformed", False)
+        _untrusted(path, "is malformed", False)
+        return None
     if body.get("database") != str(Path(db).expanduser().resolve()):
-        return _untrusted(path, f"names another database ({body.get('database')!r})", False)
+        _untrusted(path, f"names another database ({body.get('database')!r})", False)
+        return None
     if not started or process_started(pid) != started:
         log.debug("the service record %s is stale: process %s is gone", path, pid)
         return None  # a killed service's (or a copied) record
@@ -165,9 +167,8 @@ def read_record(settings: Settings) -> ServiceRecord | None:
     if parts.scheme not in ("http", "https") or not (
         is_loopback(host) or host == settings.host.strip("[]")
     ):
-        return _untrusted(
-            path, f"points to {url!r}, neither loopback nor the configured host", False
-        )
+        _untrusted(path, f"points to {url!r}, neither loopback nor the configured host", False)
+        return None
     snapshots, models = body.get("snapshots"), body.get("models")
     return ServiceRecord(
         url,
@@ -188,6 +189,13 @@ def held_by(settings: Settings, message: str) -> str:
         f"{record.url} (PID {record.pid}): stop it, or use it (the CLI, `workbench mcp` and "
         "notebooks go through its tools)"
     )
+
+
+class ToolCaller(Protocol):
+    """What calls a live service's tools: :class:`LiveService`, or
+    ``service.control.shared.SharedService`` (which joins the service again when it goes)."""
+
+    def call(self, tool: str, arguments: dict[str, Any] | None = None) -> dict[str, Any]: ...
 
 
 class LiveService:
@@ -215,7 +223,7 @@ class LiveService:
                 f"the service holding the database at {self.url} does not answer ({exc}); "
                 "is it stopping?"
             ) from None
-        body = _json(response)
+        body: dict[str, Any] = _json(response)
         if response.status_code == 200:
             return body
         raise from_response(response, body)  # the same kind, message and Retry-After
@@ -290,7 +298,7 @@ def _check_owned(path: Path, kind: Callable[[int], bool], private: bool) -> Path
 class RemoteWorkbench:
     """The facade's tool methods, forwarded to a live service (see ``service.api.tools``)."""
 
-    def __init__(self, live: LiveService):
+    def __init__(self, live: ToolCaller):
         from service.api.tools import TOOLS
 
         self.live = live

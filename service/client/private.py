@@ -45,17 +45,19 @@ def _read_private(
     except FileNotFoundError:
         return None
     except OSError as exc:
-        return _untrusted(path, f"cannot be opened ({exc.strerror}; a symbolic link?)", quiet, what)
+        _untrusted(path, f"cannot be opened ({exc.strerror}; a symbolic link?)", quiet, what)
+        return None
     with os.fdopen(fd, "rb") as source:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
-            return _untrusted(path, "is not a regular file", quiet, what)
+            _untrusted(path, "is not a regular file", quiet, what)
+            return None
         if info.st_uid != os.getuid():
-            return _untrusted(path, f"belongs to another user (uid {info.st_uid})", quiet, what)
+            _untrusted(path, f"belongs to another user (uid {info.st_uid})", quiet, what)
+            return None
         if info.st_mode & 0o077:
-            return _untrusted(
-                path, f"is open to others (mode {info.st_mode & 0o777:o})", quiet, what
-            )
+            _untrusted(path, f"is open to others (mode {info.st_mode & 0o777:o})", quiet, what)
+            return None
         try:
             body = json.loads(source.read(MAX_RECORD_BYTES))
         except (OSError, ValueError):

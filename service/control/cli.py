@@ -34,8 +34,10 @@ from workbench.errors import ConfigError, WorkbenchError
 from workbench.names import GROUP_ID_RULE, is_group_id
 
 if TYPE_CHECKING:
+    from service.client.live import LiveService
     from workbench.embedding import Embedder
     from workbench.facade import Workbench
+    from workbench.store.base import Store
 
 log = logging.getLogger("service.cli")
 
@@ -150,7 +152,11 @@ def cmd_embed_server(args: argparse.Namespace) -> int:
     return serve_embeddings(settings, host=args.host or "127.0.0.1", port=port, model=model)
 
 
-def on_database(args: argparse.Namespace, local, remote) -> Any:
+def on_database(
+    args: argparse.Namespace,
+    local: Callable[[Workbench], Any],
+    remote: Callable[[LiveService], Any],
+) -> Any:
     """``remote(live)`` through the service that holds the database, else ``local(workbench)``
     on the database itself."""
     from service.client.live import find_live
@@ -278,7 +284,9 @@ IMPORT_CHUNK = 1000
 IMPORT_CHUNK_BYTES = 512 * 1024
 
 
-def import_through(live, path: str, group_id: str | None, progress: bool) -> dict[str, Any]:
+def import_through(
+    live: LiveService, path: str, group_id: str | None, progress: bool
+) -> dict[str, Any]:
     """Stream an import file to the live service in chunks (the service imports each in
     its transactions); the report is the sum of the chunks' reports, with file line numbers."""
     from tqdm.auto import tqdm
@@ -356,7 +364,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
-def moved_snapshot(live, target: Path) -> dict[str, str]:
+def moved_snapshot(live: LiveService, target: Path) -> dict[str, str]:
     """A snapshot the live service writes for this request, moved into ``target`` (created
     when missing; a table's file there is replaced, as a local export does). Only files
     :func:`service.client.live.snapshot_files` vouches for are moved; their emptied folder is
@@ -445,7 +453,7 @@ def embedder_for(settings: Settings) -> Embedder:
     return embedder
 
 
-def _reembed(store, embedder, quiet: bool) -> int:
+def _reembed(store: Store, embedder: Embedder, quiet: bool) -> int:
     from tqdm.auto import tqdm
 
     from workbench.jobs.switch_model import reembed
@@ -502,7 +510,7 @@ def cmd_tokens_revoke(args: argparse.Namespace) -> int:
     return 0
 
 
-def _add_tokens(sub) -> None:
+def _add_tokens(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     tokens = sub.add_parser(
         "tokens",
         help="create, list and revoke scoped API tokens",
@@ -596,7 +604,9 @@ def _reextract(
         return runs.run(args.group, bar.update)
 
 
-def _reextract_remote(live, args: argparse.Namespace, arguments: dict[str, Any]) -> dict:
+def _reextract_remote(
+    live: LiveService, args: argparse.Namespace, arguments: dict[str, Any]
+) -> dict[str, Any]:
     from workbench.errors import InvalidInput
 
     if args.labelled or args.shadow_dir:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import errno
 import os
 import stat
+from collections.abc import Callable
 from pathlib import Path
 
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
@@ -67,7 +68,7 @@ def read_private(path: Path, limit: int) -> str:
         return source.read(limit).decode(errors="replace")
 
 
-def check(path: Path, info: os.stat_result, kind, what: str) -> None:
+def check(path: Path, info: os.stat_result, kind: Callable[[int], bool], what: str) -> None:
     if not kind(info.st_mode):
         raise Untrusted(path, f"not {what} (a symbolic link or something planted?)")
     if info.st_uid != os.getuid():

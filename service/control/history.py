@@ -72,7 +72,9 @@ def import_through(live: Any, args: argparse.Namespace) -> dict[str, Any]:
     return _with_problems(total, problems)
 
 
-def _sum(live: Any, conversations: list[Conversation], base: dict[str, Any], fmt: str, bar: Any):
+def _sum(
+    live: Any, conversations: list[Conversation], base: dict[str, Any], fmt: str, bar: Any
+) -> dict[str, Any]:
     total: dict[str, Any] = {"format": fmt, **dict.fromkeys(SUMS, 0), "errors": []}
     estimates = []
     for lines, count, too_large in _chunks(conversations):
@@ -137,7 +139,7 @@ def _summed(estimates: list[dict[str, Any]]) -> dict[str, Any] | None:
     for key in ("episodes", "calls", "prompt_tokens", "completion_tokens"):
         out[key] = sum(e.get(key) or 0 for e in estimates)
     usd = [e.get("usd") for e in estimates]
-    out["usd"] = None if None in usd else round(sum(usd), 6)
+    out["usd"] = None if None in usd else round(sum(u for u in usd if u is not None), 6)
     return out
 
 

@@ -24,9 +24,9 @@ import socket
 import stat
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import uvicorn
 
@@ -42,8 +42,10 @@ from workbench.llm.health import LLMHealth
 from workbench.search import timewords
 
 if TYPE_CHECKING:
+    from service.control.shared import IdleWatch
+    from workbench.embedding import Embedder
     from workbench.facade import Workbench
-    from workbench.llm.client import ChatModel
+    from workbench.llm.client import ChatModel, CompatChatModel
 
 log = logging.getLogger("service")
 
@@ -112,7 +114,7 @@ def bound_port(sock: socket.socket) -> int:
     return int(sock.getsockname()[1])
 
 
-def prepare_embedder(settings: Settings, background: bool = False):
+def prepare_embedder(settings: Settings, background: bool = False) -> Embedder:
     """Build the embedder; a compat one is probed now (its errors name the URL and sizes).
 
     A local model is loaded now, or with ``background`` returned unloaded: the caller warms it
@@ -129,7 +131,7 @@ def prepare_embedder(settings: Settings, background: bool = False):
 
 
 def warm_in_background(
-    embedder, loaded: threading.Event, on_failure: Callable[[str], None]
+    embedder: Embedder, loaded: threading.Event, on_failure: Callable[[str], None]
 ) -> threading.Thread:
     """Load the model in a thread; ``loaded`` is set when done, ``on_failure(message)`` else."""
 
@@ -160,7 +162,8 @@ def probe_llm_in_background(chat: ChatModel | None) -> threading.Thread | None:
         if chat.probe():
             log.info("the LLM %s answered its start-up probe", chat.model)
             return
-        status = chat.health.status()
+        # only the compat client answers a probe: its health is what GET /health shows
+        status = cast("CompatChatModel", chat).health.status()
         log.warning(
             "the LLM %s at %s does not answer usably (%s: %s): episodes will fail until it "
             "does; GET /health shows its state",
@@ -210,7 +213,7 @@ class _Server(uvicorn.Server):
         self.name = name
 
     @contextlib.contextmanager
-    def capture_signals(self):
+    def capture_signals(self) -> Iterator[None]:
         yield
 
     async def serve(self, sockets: list[socket.socket] | None = None) -> None:
@@ -443,7 +446,7 @@ def tool_threads(count: int = TOOL_THREADS) -> None:
     set_asyncio_executor(ThreadPoolExecutor(count, thread_name_prefix="tools"))
 
 
-def idle_watch(settings: Settings, grace: float | None, servers: list[Any]):
+def idle_watch(settings: Settings, grace: float | None, servers: list[Any]) -> IdleWatch | None:
     """With ``--idle-exit``: stop the servers once the database's stdio clients have gone."""
     if grace is None:
         return None

@@ -34,7 +34,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -138,7 +138,7 @@ def _sweep(folder: Path, remove: Callable[[str], bool], alive: list[str] | None 
         os.close(fd)
 
 
-def _lease_state(entry: os.DirEntry, folder_fd: int) -> bool | None:
+def _lease_state(entry: os.DirEntry[str], folder_fd: int) -> bool | None:
     """True: a lease of a running client; False: of a gone one; None: not a lease."""
     if not entry.name.isdigit() or not entry.is_file(follow_symlinks=False):
         return None
@@ -204,7 +204,7 @@ class IdleWatch:
 
 
 @contextmanager
-def _start_lock(db: str):
+def _start_lock(db: str) -> Iterator[None]:
     """One client at a time looks for the service and starts it (across processes)."""
     with os.fdopen(open_private(_beside(db, LOCK_SUFFIX), os.O_RDWR), "rb") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
@@ -261,7 +261,7 @@ def background_environ(environ: Mapping[str, str] | None = None) -> dict[str, st
     return {**(os.environ if environ is None else environ), "SVC_KNOWLEDGE_API_TOKEN": ""}
 
 
-def start_background(settings: Settings) -> subprocess.Popen:
+def start_background(settings: Settings) -> subprocess.Popen[bytes]:
     """``workbench serve`` for the database, detached from this process (its own session: a
     client that closes does not take the service down with it). A thread waits for it, so a
     service that ends (stopped when idle, or killed) never stays a zombie of this client."""
@@ -286,7 +286,9 @@ def start_background(settings: Settings) -> subprocess.Popen:
     return process
 
 
-def _wait_for_record(settings: Settings, process: subprocess.Popen, timeout: float) -> LiveService:
+def _wait_for_record(
+    settings: Settings, process: subprocess.Popen[bytes], timeout: float
+) -> LiveService:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         live = find_live(settings)

@@ -10,7 +10,7 @@ admin token for the owner, saves it where the owner's local clients find it
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from service.client.owner import OWNER_NAME, save_owner_token
@@ -39,7 +39,7 @@ def ensure_owner(settings: Settings, call: ToolCall) -> str | None:
     )
 
 
-def _names():
+def _names() -> Iterator[str]:
     yield OWNER_NAME
     number = 2
     while True:

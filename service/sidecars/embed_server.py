@@ -28,6 +28,7 @@ from litestar import Litestar, MediaType, Request, Response, get, post
 from litestar.exceptions import HTTPException
 from litestar.params import FromPath, RawBody
 
+from serving.asgi import for_litestar
 from serving.errors import retry_headers
 from serving.logs import RequestContextMiddleware
 from workbench.embedding import Embedder, check_texts
@@ -64,7 +65,9 @@ class OpenAIError(Exception):
         )
 
 
-def openai_error_body(message: str, type_: str, param: str | None, code: str | None) -> dict:
+def openai_error_body(
+    message: str, type_: str, param: str | None, code: str | None
+) -> dict[str, Any]:
     return {"error": {"message": message, "type": type_, "param": param, "code": code}}
 
 
@@ -167,7 +170,7 @@ def embeddings_response(
     }
 
 
-def _handle_error(_request: Request, exc: Exception) -> Response:
+def _handle_error(_request: Request[Any, Any, Any], exc: Exception) -> Response[Any]:
     headers: dict[str, str] = {}
     if isinstance(exc, OpenAIError):
         status, body = exc.status, openai_error_body(exc.message, exc.type, exc.param, exc.code)
@@ -228,7 +231,7 @@ def create_embed_app(
     return Litestar(
         route_handlers=[embeddings, models, model, health],
         exception_handlers={Exception: _handle_error},
-        middleware=[RequestContextMiddleware],
+        middleware=[for_litestar(RequestContextMiddleware)],
         request_max_body_size=max_body_bytes,
         openapi_config=None,
         logging_config=None,  # serving.logs owns the log format

@@ -83,7 +83,7 @@ class LocalLLM:
         self.max_restarts = max_restarts
         self.health = health if health is not None else LLMHealth()
         self.model = MODEL
-        self.proc: subprocess.Popen | None = None
+        self.proc: subprocess.Popen[bytes] | None = None
         self.port = 0
         self.base_url = ""
         self.restarts = 0
@@ -229,7 +229,8 @@ class LocalLLM:
 def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+        port: int = sock.getsockname()[1]
+        return port
 
 
 # --- the model server's process -------------------------------------------------------------

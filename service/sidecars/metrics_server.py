@@ -9,11 +9,12 @@ paths need ``Authorization: Bearer <token>`` (Prometheus: ``authorization.creden
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from litestar import Litestar, Response, get
 from litestar.middleware import DefineMiddleware
 
+from serving.asgi import for_litestar
 from serving.errors import exception_handler
 from serving.middleware import BearerAuthMiddleware
 from workbench.metrics import CONTENT_TYPE
@@ -49,13 +50,16 @@ def create_metrics_app(workbench: Workbench, token: str | None = None) -> Litest
     @get("/health/decay", sync_to_thread=True)
     def health_decay() -> dict[str, Any]:
         # always 200: the spec's JSON carries the verdict in "status" (healthy/degraded/...)
-        return workbench.get_knowledge_health()
+        return cast("dict[str, Any]", workbench.get_knowledge_health())  # a TypedDict, sent as is
 
     return Litestar(
         route_handlers=[metrics, health_decay],
         middleware=[
             DefineMiddleware(
-                BearerAuthMiddleware, token=token, exempt=(), setting="SVC_KNOWLEDGE_METRICS_TOKEN"
+                for_litestar(BearerAuthMiddleware),
+                token=token,
+                exempt=(),
+                setting="SVC_KNOWLEDGE_METRICS_TOKEN",
             )
         ]
         if token

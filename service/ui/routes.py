@@ -86,10 +86,10 @@ def ui_static(name: FromPath[str]) -> Response[bytes]:
     responses={401: ResponseSpec(ErrorBody, description=ERRORS[401], generate_examples=False)},
     sync_to_thread=False,
 )
-def ui_session(request: Request) -> Response[dict[str, Any]]:
+def ui_session(request: Request[Any, Any, Any]) -> Response[dict[str, Any]]:
     caller = caller_of(request.scope)
     if caller is None:  # no token in use: the local user, every group, every tool
-        body = {"token": None, "admin": True, "read_only": False, "groups": None}
+        body: dict[str, Any] = {"token": None, "admin": True, "read_only": False, "groups": None}
     else:
         groups = None if caller.admin else sorted(caller.groups or ())
         body = {
