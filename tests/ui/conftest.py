@@ -46,7 +46,7 @@ def _unavailable(why: str) -> None:
     pytest.skip(why)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")  # its event loop ends with the module: later tests run their own
 def browser() -> Iterator:
     try:
         from playwright.sync_api import sync_playwright
