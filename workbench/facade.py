@@ -273,7 +273,7 @@ class Workbench:
             self.store, self.embedder, self.clock, self._group(group_id), self.publisher
         )
         report = importer.run(source, progress=progress, first_line=first_line, file=file)
-        return cast(r.ImportResult, report.as_dict())
+        return report.as_dict()
 
     def import_memories(
         self,
@@ -293,9 +293,7 @@ class Workbench:
                 f"'lines' has {len(lines)} items; send at most {MAX_IMPORT_LINES} a call"
             )
         if options.get("format", "facts") != "facts":
-            return cast(
-                r.ImportResult, imported(self, lines, self._group(group_id), first_line, options)
-            )
+            return imported(self, lines, self._group(group_id), first_line, options)
         return self.import_jsonl(
             list(lines), group_id=group_id, first_line=first_line, file=file or "import_memories"
         )
@@ -524,18 +522,18 @@ class Workbench:
 
     # --- many people on one service (store.tenancy) -------------------------------------
     def list_groups(self, group_ids: Sequence[str] | None = None) -> r.GroupsResult:
-        return cast(r.GroupsResult, jsonable(self.tenancy.list_groups(self._groups(group_ids))))
+        return self.tenancy.list_groups(self._groups(group_ids))
 
     def add_token(
         self, name: str, groups: Sequence[str] = (), read_only: bool = False, admin: bool = False
     ) -> r.NewToken:
-        return cast(r.NewToken, self.tenancy.add_token(name, groups, read_only, admin))
+        return self.tenancy.add_token(name, groups, read_only, admin)
 
     def list_tokens(self) -> r.TokensResult:
-        return cast(r.TokensResult, jsonable(self.tenancy.list_tokens()))
+        return self.tenancy.list_tokens()
 
     def revoke_token(self, name: str) -> r.RevokeResult:
-        return cast(r.RevokeResult, self.tenancy.revoke_token(name))
+        return self.tenancy.revoke_token(name)
 
     def delete_entity(self, uuid: str) -> rb.DeleteEntityResult:
         with self.publisher:  # the browsing tools are self.pages' (store.browse)
@@ -558,7 +556,7 @@ class Workbench:
         private temporary folder on this host (the caller, on the same machine, moves or
         reads the files; a caller never chooses where the service writes). At most
         ``snapshots.KEEP`` exist at once: older ones are removed (see ``store.snapshots``)."""
-        return cast(r.SnapshotResult, self.snapshots.write(self.export_parquet))
+        return self.snapshots.write(self.export_parquet)
 
 
 def _scrubbed(rows: list[dict[str, Any]], field: str) -> list[dict[str, Any]]:
