@@ -46,9 +46,9 @@ from workbench.jobs.conversations import (
 )
 from workbench.jobs.generations import estimate
 from workbench.llm.pricing import PriceTable
+from workbench.results import ImportResult
 from workbench.store import Store
 from workbench.store import history as h
-from workbench.results import ImportResult
 from workbench.store.schema import PRIORITIES
 
 __all__ = [
