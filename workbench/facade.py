@@ -510,7 +510,7 @@ class Workbench:
     def classify_memory(self, text: str) -> r.ClassifyResult:
         check_classify_text(text, self.settings.max_episode_chars)
         result = classify_texts(self.chat, [text], self.metrics)[0]
-        return cast(r.ClassifyResult, jsonable(_as_dict(result)))
+        return result.as_dict()
 
     def recover_soft_deleted(self, uuid: str) -> r.RecoverResult:
         with self.publisher:
@@ -518,7 +518,7 @@ class Workbench:
                 self.store, accept.check_uuid(uuid), self.clock
             )
             self.publisher.states_changed()
-        return cast(r.RecoverResult, jsonable(result))
+        return result
 
     # --- many people on one service (store.tenancy) -------------------------------------
     def list_groups(self, group_ids: Sequence[str] | None = None) -> r.GroupsResult:

@@ -33,12 +33,13 @@ from collections.abc import Mapping
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, overload
 
 from workbench.clock import Clock, as_utc, utcnow
 from workbench.decay.classification import classify_pending
 from workbench.decay.rules import SOFT_DELETED, DecayPolicy
 from workbench.errors import Conflict, InvalidInput, NotFound, StoreError, WorkbenchError
+from workbench.results import RecoverResult
 from workbench.store import Store
 from workbench.store import maintenance as sql
 from workbench.store.tenancy import prune_audit
@@ -56,6 +57,12 @@ _locks_guard = threading.Lock()
 _run_locks: weakref.WeakKeyDictionary[Store, threading.Lock] = weakref.WeakKeyDictionary()
 
 
+@overload
+def iso_utc(value: datetime) -> str: ...
+@overload
+def iso_utc(value: None) -> None: ...
+@overload
+def iso_utc(value: datetime | None) -> str | None: ...
 def iso_utc(value: datetime | None) -> str | None:
     """ISO 8601 in UTC with a ``Z`` suffix (None stays None)."""
     if value is None:
@@ -340,7 +347,7 @@ def _run_json(run: dict[str, Any] | None) -> dict[str, Any] | None:
 
 
 # --- recovery -----------------------------------------------------------------------------
-def recover_soft_deleted(store: Store, uuid: str, clock: Clock = utcnow) -> dict[str, Any]:
+def recover_soft_deleted(store: Store, uuid: str, clock: Clock = utcnow) -> RecoverResult:
     """Bring a soft-deleted entity or fact back (SOFT_DELETED → ARCHIVED) before its purge.
 
     The recovery clears ``soft_deleted_at`` and restarts the decay clock, so the next
@@ -364,8 +371,8 @@ def recover_soft_deleted(store: Store, uuid: str, clock: Clock = utcnow) -> dict
         sql.recover_memory(store, kind, uuid, now)
     return {
         "uuid": uuid,
-        "kind": kind,
-        "from_state": SOFT_DELETED,
+        "kind": "entity" if kind == "entity" else "fact",
+        "from_state": "SOFT_DELETED",
         "to_state": "ARCHIVED",
         "recovered_at": iso_utc(now),
     }
