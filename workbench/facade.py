@@ -38,7 +38,7 @@ from workbench.jobs.generations import one_action
 from workbench.jobs.history import imported
 from workbench.jobs.importer import Importer
 from workbench.jobs.reextract import Reextraction
-from workbench.llm.client import build_chat_model
+from workbench.llm.client import ChatModel, build_chat_model
 from workbench.llm.health import LLMHealth
 from workbench.metrics import Metrics
 from workbench.results import browse as rb
@@ -58,7 +58,13 @@ log = logging.getLogger("workbench")
 
 MAX_LIST = 1000
 MAX_IMPORT_LINES = 5000
-_DEFAULT = object()
+
+
+class _Default:
+    """``Workbench.open``'s ``chat`` left out: the chat model the settings configure."""
+
+
+_DEFAULT = _Default()
 
 
 def jsonable(value: Any) -> Any:
@@ -96,7 +102,7 @@ class Workbench:
         settings: Settings,
         store: Store,
         embedder: Embedder,
-        chat: Any,
+        chat: ChatModel | None,
         metrics: Metrics,
         clock: Clock = utcnow,
     ):
@@ -141,7 +147,7 @@ class Workbench:
         *,
         db_path: str | None = None,
         embedder: Embedder | None = None,
-        chat: Any = _DEFAULT,
+        chat: ChatModel | None | _Default = _DEFAULT,
         clock: Clock = utcnow,
         metrics: Metrics | None = None,
         llm_health: LLMHealth | None = None,
@@ -168,7 +174,7 @@ class Workbench:
             pool_size=settings.database_pool_size,
         )
         log.info("database %s", store.path)
-        if chat is _DEFAULT:
+        if isinstance(chat, _Default):
             chat = build_chat_model(
                 settings, metrics=metrics, store=store, clock=clock, health=llm_health
             )

@@ -45,6 +45,7 @@ from workbench.jobs.conversations import (
     sessions,
 )
 from workbench.jobs.generations import estimate
+from workbench.llm.client import ChatModel
 from workbench.llm.pricing import PriceTable
 from workbench.results import ImportResult
 from workbench.store import Store
@@ -118,7 +119,7 @@ class Host(Protocol):
     passages: PassageWriter
     clock: Clock
     settings: Settings
-    chat: Any
+    chat: ChatModel | None
     queue: EpisodeQueue
 
 
