@@ -498,7 +498,7 @@ class Workbench:
     def run_decay_maintenance(self, dry_run: bool = False) -> r.MaintenanceResult:
         # a real run refreshes the search rows itself (through the publisher, under its gate)
         report = self.scheduler.run_now(dry_run=dry_run, classify=not dry_run)
-        return cast(r.MaintenanceResult, jsonable(_as_dict(report)))
+        return report.as_dict()
 
     def get_knowledge_health(self) -> r.KnowledgeHealthResult:
         answer: r.KnowledgeHealthResult = jsonable(
@@ -568,22 +568,6 @@ class Workbench:
 def _scrubbed(rows: list[dict[str, Any]], field: str) -> list[dict[str, Any]]:
     """The rows with ``field`` scrubbed of secrets (rows stored before scrubbing existed)."""
     return [{**row, field: scrub(row.get(field))} if row.get(field) else row for row in rows]
-
-
-def _as_dict(value: Any) -> dict[str, Any]:
-    if isinstance(value, dict):
-        return value
-    if hasattr(value, "as_dict"):
-        as_dict: dict[str, Any] = value.as_dict()
-        return as_dict
-    if hasattr(value, "__dataclass_fields__"):
-        from dataclasses import asdict
-
-        return asdict(value)
-    if hasattr(value, "model_dump"):
-        dumped: dict[str, Any] = value.model_dump()
-        return dumped
-    return dict(value)
 
 
 def _status(wb: Workbench) -> r.StatusResult:

@@ -33,13 +33,13 @@ from collections.abc import Mapping
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, Protocol, overload
+from typing import TYPE_CHECKING, Any, Protocol, get_args, overload
 
 from workbench.clock import Clock, as_utc, utcnow
 from workbench.decay.classification import classify_pending
 from workbench.decay.rules import SOFT_DELETED, DecayPolicy
 from workbench.errors import Conflict, InvalidInput, NotFound, StoreError, WorkbenchError
-from workbench.results import RecoverResult
+from workbench.results import MaintenanceResult, RecoverResult, State
 from workbench.store import Store
 from workbench.store import maintenance as sql
 from workbench.store.tenancy import prune_audit
@@ -94,7 +94,7 @@ class MaintenanceReport:
     def transitions_total(self) -> int:
         return sum(self.transitions.values())
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> MaintenanceResult:
         """JSON-able: transitions as a list of {from_state, to_state, count}."""
         return {
             "run_id": self.run_id,
@@ -104,7 +104,7 @@ class MaintenanceReport:
             "duration_seconds": round(self.duration_seconds, 6),
             "scores_updated": self.scores_updated,
             "transitions": [
-                {"from_state": a, "to_state": b, "count": n}
+                {"from_state": _state(a), "to_state": _state(b), "count": n}
                 for (a, b), n in sorted(self.transitions.items())
             ],
             "transitions_total": self.transitions_total,
@@ -119,6 +119,14 @@ class MaintenanceReport:
         }
 
     to_dict = as_dict
+
+
+_STATES: dict[str, State] = {state: state for state in get_args(State)}
+
+
+def _state(name: str) -> State:
+    """A lifecycle state's name as the answers' ``State`` (an unknown name is a bug)."""
+    return _STATES[name]
 
 
 def _run_lock(store: Store) -> threading.Lock:
