@@ -38,7 +38,7 @@ from workbench.jobs.generations import one_action
 from workbench.jobs.history import imported
 from workbench.jobs.importer import Importer
 from workbench.jobs.reextract import Reextraction
-from workbench.llm.client import build_chat_model
+from workbench.llm.client import ChatModel, build_chat_model
 from workbench.llm.health import LLMHealth
 from workbench.metrics import Metrics
 from workbench.results import browse as rb
@@ -58,7 +58,13 @@ log = logging.getLogger("workbench")
 
 MAX_LIST = 1000
 MAX_IMPORT_LINES = 5000
-_DEFAULT = object()
+
+
+class _Default:
+    """``Workbench.open``'s ``chat`` left out: the chat model the settings configure."""
+
+
+_DEFAULT = _Default()
 
 
 def jsonable(value: Any) -> Any:
@@ -99,7 +105,7 @@ class Workbench:
         settings: Settings,
         store: Store,
         embedder: Embedder,
-        chat: Any,
+        chat: ChatModel | None,
         metrics: Metrics,
         clock: Clock = utcnow,
     ):
@@ -144,7 +150,7 @@ class Workbench:
         *,
         db_path: str | None = None,
         embedder: Embedder | None = None,
-        chat: Any = _DEFAULT,
+        chat: ChatModel | None | _Default = _DEFAULT,
         clock: Clock = utcnow,
         metrics: Metrics | None = None,
         llm_health: LLMHealth | None = None,
@@ -171,7 +177,7 @@ class Workbench:
             pool_size=settings.database_pool_size,
         )
         log.info("database %s", store.path)
-        if chat is _DEFAULT:
+        if isinstance(chat, _Default):
             chat = build_chat_model(
                 settings, metrics=metrics, store=store, clock=clock, health=llm_health
             )
@@ -276,7 +282,7 @@ class Workbench:
             self.store, self.embedder, self.clock, self._group(group_id), self.publisher
         )
         report = importer.run(source, progress=progress, first_line=first_line, file=file)
-        return cast(r.ImportResult, report.as_dict())
+        return report.as_dict()
 
     def import_memories(
         self,
@@ -296,9 +302,7 @@ class Workbench:
                 f"'lines' has {len(lines)} items; send at most {MAX_IMPORT_LINES} a call"
             )
         if options.get("format", "facts") != "facts":
-            return cast(
-                r.ImportResult, imported(self, lines, self._group(group_id), first_line, options)
-            )
+            return imported(self, lines, self._group(group_id), first_line, options)
         return self.import_jsonl(
             list(lines), group_id=group_id, first_line=first_line, file=file or "import_memories"
         )
@@ -497,7 +501,7 @@ class Workbench:
     def run_decay_maintenance(self, dry_run: bool = False) -> r.MaintenanceResult:
         # a real run refreshes the search rows itself (through the publisher, under its gate)
         report = self.scheduler.run_now(dry_run=dry_run, classify=not dry_run)
-        return cast(r.MaintenanceResult, jsonable(_as_dict(report)))
+        return report.as_dict()
 
     def get_knowledge_health(self) -> r.KnowledgeHealthResult:
         answer: r.KnowledgeHealthResult = jsonable(
@@ -515,7 +519,7 @@ class Workbench:
     def classify_memory(self, text: str) -> r.ClassifyResult:
         check_classify_text(text, self.settings.max_episode_chars)
         result = classify_texts(self.chat, [text], self.metrics)[0]
-        return cast(r.ClassifyResult, jsonable(_as_dict(result)))
+        return result.as_dict()
 
     def recover_soft_deleted(self, uuid: str) -> r.RecoverResult:
         with self.publisher:
@@ -523,22 +527,22 @@ class Workbench:
                 self.store, accept.check_uuid(uuid), self.clock
             )
             self.publisher.states_changed()
-        return cast(r.RecoverResult, jsonable(result))
+        return result
 
     # --- many people on one service (store.tenancy) -------------------------------------
     def list_groups(self, group_ids: Sequence[str] | None = None) -> r.GroupsResult:
-        return cast(r.GroupsResult, jsonable(self.tenancy.list_groups(self._groups(group_ids))))
+        return self.tenancy.list_groups(self._groups(group_ids))
 
     def add_token(
         self, name: str, groups: Sequence[str] = (), read_only: bool = False, admin: bool = False
     ) -> r.NewToken:
-        return cast(r.NewToken, self.tenancy.add_token(name, groups, read_only, admin))
+        return self.tenancy.add_token(name, groups, read_only, admin)
 
     def list_tokens(self) -> r.TokensResult:
-        return cast(r.TokensResult, jsonable(self.tenancy.list_tokens()))
+        return self.tenancy.list_tokens()
 
     def revoke_token(self, name: str) -> r.RevokeResult:
-        return cast(r.RevokeResult, self.tenancy.revoke_token(name))
+        return self.tenancy.revoke_token(name)
 
     def delete_entity(self, uuid: str) -> rb.DeleteEntityResult:
         with self.publisher:  # the browsing tools are self.pages' (store.browse)
@@ -561,28 +565,12 @@ class Workbench:
         private temporary folder on this host (the caller, on the same machine, moves or
         reads the files; a caller never chooses where the service writes). At most
         ``snapshots.KEEP`` exist at once: older ones are removed (see ``store.snapshots``)."""
-        return cast(r.SnapshotResult, self.snapshots.write(self.export_parquet))
+        return self.snapshots.write(self.export_parquet)
 
 
 def _scrubbed(rows: list[dict[str, Any]], field: str) -> list[dict[str, Any]]:
     """The rows with ``field`` scrubbed of secrets (rows stored before scrubbing existed)."""
     return [{**row, field: scrub(row.get(field))} if row.get(field) else row for row in rows]
-
-
-def _as_dict(value: Any) -> dict[str, Any]:
-    if isinstance(value, dict):
-        return value
-    if hasattr(value, "as_dict"):
-        as_dict: dict[str, Any] = value.as_dict()
-        return as_dict
-    if hasattr(value, "__dataclass_fields__"):
-        from dataclasses import asdict
-
-        return asdict(value)
-    if hasattr(value, "model_dump"):
-        dumped: dict[str, Any] = value.model_dump()
-        return dumped
-    return dict(value)
 
 
 def _status(wb: Workbench) -> r.StatusResult:

@@ -23,13 +23,14 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from pydantic import ValidationError
 
 from workbench.errors import InvalidInput, LLMError, LLMNotConfigured
 from workbench.prompts import classify_memories as prompt
+from workbench.results import ClassifyResult
 from workbench.safety import scrub
 from workbench.store import Store
 from workbench.store import classification as sql
@@ -56,8 +57,9 @@ class Classification:
     status: str
     error: str | None = None
 
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
+    def as_dict(self) -> ClassifyResult:
+        return {"importance": self.importance, "stability": self.stability,
+                "status": self.status, "error": self.error}  # fmt: skip
 
 
 def _default(status: str, error: str | None = None) -> Classification:

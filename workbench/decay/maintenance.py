@@ -33,12 +33,13 @@ from collections.abc import Mapping
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, get_args, overload
 
 from workbench.clock import Clock, as_utc, utcnow
 from workbench.decay.classification import classify_pending
 from workbench.decay.rules import SOFT_DELETED, DecayPolicy
 from workbench.errors import Conflict, InvalidInput, NotFound, StoreError, WorkbenchError
+from workbench.results import MaintenanceResult, RecoverResult, State
 from workbench.store import Store
 from workbench.store import maintenance as sql
 from workbench.store.tenancy import prune_audit
@@ -56,6 +57,12 @@ _locks_guard = threading.Lock()
 _run_locks: weakref.WeakKeyDictionary[Store, threading.Lock] = weakref.WeakKeyDictionary()
 
 
+@overload
+def iso_utc(value: datetime) -> str: ...
+@overload
+def iso_utc(value: None) -> None: ...
+@overload
+def iso_utc(value: datetime | None) -> str | None: ...
 def iso_utc(value: datetime | None) -> str | None:
     """ISO 8601 in UTC with a ``Z`` suffix (None stays None)."""
     if value is None:
@@ -87,7 +94,7 @@ class MaintenanceReport:
     def transitions_total(self) -> int:
         return sum(self.transitions.values())
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> MaintenanceResult:
         """JSON-able: transitions as a list of {from_state, to_state, count}."""
         return {
             "run_id": self.run_id,
@@ -97,7 +104,7 @@ class MaintenanceReport:
             "duration_seconds": round(self.duration_seconds, 6),
             "scores_updated": self.scores_updated,
             "transitions": [
-                {"from_state": a, "to_state": b, "count": n}
+                {"from_state": _state(a), "to_state": _state(b), "count": n}
                 for (a, b), n in sorted(self.transitions.items())
             ],
             "transitions_total": self.transitions_total,
@@ -112,6 +119,14 @@ class MaintenanceReport:
         }
 
     to_dict = as_dict
+
+
+_STATES: dict[str, State] = {state: state for state in get_args(State)}
+
+
+def _state(name: str) -> State:
+    """A lifecycle state's name as the answers' ``State`` (an unknown name is a bug)."""
+    return _STATES[name]
 
 
 def _run_lock(store: Store) -> threading.Lock:
@@ -340,7 +355,7 @@ def _run_json(run: dict[str, Any] | None) -> dict[str, Any] | None:
 
 
 # --- recovery -----------------------------------------------------------------------------
-def recover_soft_deleted(store: Store, uuid: str, clock: Clock = utcnow) -> dict[str, Any]:
+def recover_soft_deleted(store: Store, uuid: str, clock: Clock = utcnow) -> RecoverResult:
     """Bring a soft-deleted entity or fact back (SOFT_DELETED → ARCHIVED) before its purge.
 
     The recovery clears ``soft_deleted_at`` and restarts the decay clock, so the next
@@ -364,8 +379,8 @@ def recover_soft_deleted(store: Store, uuid: str, clock: Clock = utcnow) -> dict
         sql.recover_memory(store, kind, uuid, now)
     return {
         "uuid": uuid,
-        "kind": kind,
-        "from_state": SOFT_DELETED,
+        "kind": "entity" if kind == "entity" else "fact",
+        "from_state": "SOFT_DELETED",
         "to_state": "ARCHIVED",
         "recovered_at": iso_utc(now),
     }

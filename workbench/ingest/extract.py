@@ -27,8 +27,10 @@ from typing import Any, TypeVar
 
 import numpy as np
 from numpy.typing import NDArray
+from pydantic import BaseModel
 
 from workbench.clock import as_utc
+from workbench.errors import LLMNotConfigured
 from workbench.ingest.context import IngestContext
 from workbench.ingest.reads import CachedReads, FactKey
 from workbench.ingest.recent import RecentEpisodes
@@ -47,7 +49,7 @@ from workbench.store import graph as g
 
 log = logging.getLogger("workbench.ingest.extract")
 
-_Reply = TypeVar("_Reply")  # the structured reply a prompt's call parses
+_Reply = TypeVar("_Reply", bound=BaseModel)  # the structured reply a prompt's call parses
 
 
 @dataclass
@@ -85,7 +87,7 @@ class Extractor:
         parts = ctx.episode_parts()
         embedder = parts.embedder
         self.store = ctx.store
-        self.chat: Any = ctx.chat
+        self.chat = ctx.chat
         self.embedder = embedder
         self.metrics = ctx.metrics
         self.clock = ctx.clock
@@ -133,6 +135,8 @@ class Extractor:
         episode_uuid: str,
         changes: EpisodeChanges,
     ) -> tuple[_Reply, float]:
+        if self.chat is None:  # the queue runs extraction only with an LLM configured
+            raise LLMNotConfigured("extraction needs an LLM; none is configured")
         started = time.perf_counter()
         changes.llm_calls += 1
         result = self.chat.complete(prompt_name, messages, model, episode_uuid=episode_uuid)

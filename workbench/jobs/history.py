@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import uuid as uuidlib
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Protocol
@@ -45,7 +45,9 @@ from workbench.jobs.conversations import (
     sessions,
 )
 from workbench.jobs.generations import estimate
+from workbench.llm.client import ChatModel
 from workbench.llm.pricing import PriceTable
+from workbench.results import ImportResult
 from workbench.store import Store
 from workbench.store import history as h
 from workbench.store.schema import PRIORITIES
@@ -91,8 +93,15 @@ class HistoryReport:
         if len(self.errors) < MAX_ERRORS:
             self.errors.append(message)
 
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
+    def as_dict(self) -> ImportResult:
+        """The import tool's answer (no entities or facts: those come from extraction)."""
+        return {"entities_created": 0, "entities_existing": 0, "facts_created": 0,
+                "facts_existing": 0, "format": self.format, "conversations": self.conversations,
+                "episodes_created": self.episodes_created,
+                "episodes_existing": self.episodes_existing, "passages": self.passages,
+                "extraction_queued": self.extraction_queued, "dry_run": self.dry_run,
+                "estimate": self.estimate, "errors": list(self.errors),
+                "error_count": self.error_count}  # fmt: skip
 
 
 @dataclass
@@ -110,7 +119,7 @@ class Host(Protocol):
     passages: PassageWriter
     clock: Clock
     settings: Settings
-    chat: Any
+    chat: ChatModel | None
     queue: EpisodeQueue
 
 
@@ -370,7 +379,7 @@ def _bar(total: int, enabled: bool) -> Any:
 
 def imported(
     host: Host, lines: Sequence[Any], group_id: str, first: int, options: dict[str, Any]
-) -> Any:
+) -> ImportResult:
     """The ``import_memories`` tool's answer for a conversation export (``options``: the
     tool's ``format``, ``extract``, ``dry_run`` and ``session_gap_hours``)."""
     report = import_history(
@@ -383,5 +392,4 @@ def imported(
         extract=bool(options.get("extract")),
         dry_run=bool(options.get("dry_run")),
     )
-    return {"entities_created": 0, "entities_existing": 0, "facts_created": 0,
-            "facts_existing": 0, **report.as_dict()}  # fmt: skip
+    return report.as_dict()

@@ -43,6 +43,7 @@ from workbench.errors import InvalidInput
 from workbench.index.publish import Publisher
 from workbench.ingest.records import entity_text
 from workbench.names import GROUP_ID_RULE, is_group_id, name_key, relation_name
+from workbench.results import ImportResult
 from workbench.store import Store, bulk, provenance
 from workbench.store import graph as g
 
@@ -150,8 +151,15 @@ class ImportReport:
     facts_existing: int = 0
     errors: list[str] = field(default_factory=list)
 
-    def as_dict(self) -> dict[str, Any]:
-        return {**self.__dict__, "errors": self.errors[:100], "error_count": len(self.errors)}
+    def as_dict(self) -> ImportResult:
+        return {
+            "entities_created": self.entities_created,
+            "entities_existing": self.entities_existing,
+            "facts_created": self.facts_created,
+            "facts_existing": self.facts_existing,
+            "errors": self.errors[:100],
+            "error_count": len(self.errors),
+        }
 
 
 def read_lines(

@@ -77,6 +77,7 @@ from workbench.jobs.shadow import (
     remove_shadow,
     shadow_file,
 )
+from workbench.llm.client import ChatModel
 from workbench.llm.pricing import PriceTable
 from workbench.metrics import Metrics
 from workbench.store import Store
@@ -108,7 +109,7 @@ class Reextraction:
         shadow_dir: str | Path | None = None,
         snapshots: Snapshots | None = None,
         *,
-        live_chat: object = None,
+        live_chat: ChatModel | None = None,
     ):
         self.store = store
         self.live_chat = live_chat  # live ingestion's model: its LLM limits are shared

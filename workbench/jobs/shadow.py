@@ -33,7 +33,7 @@ from workbench.index.saves import IndexSaves
 from workbench.ingest.context import IngestContext
 from workbench.ingest.pipeline import NO_LLM, EpisodePipeline
 from workbench.ingest.queue.episode_queue import EpisodeQueue, QueueConfig
-from workbench.llm.client import build_chat_model
+from workbench.llm.client import ChatModel, build_chat_model
 from workbench.metrics import Metrics
 from workbench.store import Store
 from workbench.store import graph as g
@@ -109,7 +109,7 @@ class Shadow:
         clock: Clock,
         *,
         with_llm: bool = True,
-        live_chat: object = None,
+        live_chat: ChatModel | None = None,
         calls_to: tuple[Store, str] | None = None,
     ):
         Path(path).parent.mkdir(parents=True, exist_ok=True)

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from workbench.clock import Clock, utcnow
+from workbench.config import Settings
 from workbench.embedding.base import Embedder
 from workbench.index import shared_saves
 from workbench.index.live import LiveIndexes
@@ -56,7 +57,7 @@ class SearchEngine:
         embedder: Embedder,
         metrics: Metrics | None = None,
         clock: Clock = utcnow,
-        settings: Any = None,
+        settings: Settings | None = None,
         *,
         weights: Weights | None = None,
         ann_threshold: int = 20_000,

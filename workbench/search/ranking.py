@@ -28,9 +28,10 @@ from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 from dataclasses import asdict, dataclass
-from typing import Any
 
 import numpy as np
+
+from workbench.config import Settings
 
 __all__ = [
     "DEFAULT_FLOOR",
@@ -75,7 +76,7 @@ class Weights:
     keyword: float = DEFAULT_KEYWORD_WEIGHT
 
     @classmethod
-    def from_settings(cls, settings: Any, keyword: float = DEFAULT_KEYWORD_WEIGHT) -> Weights:
+    def from_settings(cls, settings: Settings, keyword: float = DEFAULT_KEYWORD_WEIGHT) -> Weights:
         """The settings' weights; ``keyword`` where they leave the keyword weight unset (the
         embedder's own: :func:`keyword_weight_for`)."""
         configured = getattr(settings, "search_weight_keyword", None)

@@ -28,6 +28,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from workbench.errors import StoreError
+from workbench.results import SnapshotResult
 
 KEEP = 2
 PREFIX = "workbench-snapshots-"
@@ -113,7 +114,7 @@ class Snapshots:
                 self._folder = Path(tempfile.mkdtemp(prefix=PREFIX))
         return private_folder(self._folder)
 
-    def write(self, export: Callable[[Path], dict[str, str]]) -> dict[str, object]:
+    def write(self, export: Callable[[Path], dict[str, str]]) -> SnapshotResult:
         """``export(folder)`` into a new private folder; older snapshots past the cap go
         first. Returns ``{"directory", "tables"}``."""
         with self._lock:

@@ -19,9 +19,10 @@ import uuid as uuidlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Literal
 
 from workbench import errors, names
+from workbench import results as r
 from workbench.store import Store
 
 __all__ = [
@@ -81,9 +82,21 @@ def add_token(
     return True
 
 
-def list_tokens(store: Store) -> list[dict[str, Any]]:
+def list_tokens(store: Store) -> list[r.TokenInfo]:
     rows = store.fetchall(f"SELECT {_TOKEN_COLUMNS} FROM api_tokens ORDER BY name")
-    return [_row(r) for r in rows]
+    return [_token_info(_row(row)) for row in rows]
+
+
+def _token_info(row: dict[str, Any]) -> r.TokenInfo:
+    """A token's row as the ``list_tokens`` tool shows it (times in ISO 8601)."""
+    used = row["last_used_at"]
+    return {"name": row["name"], "groups": row["groups"], "read_only": row["read_only"],
+            "admin": row["admin"], "created_at": _iso(row["created_at"]),
+            "last_used_at": None if used is None else _iso(used)}  # fmt: skip
+
+
+def _iso(value: datetime | str) -> str:
+    return value if isinstance(value, str) else value.isoformat()
 
 
 def revoke_token(store: Store, name: str) -> bool:
@@ -146,21 +159,30 @@ def group_of(store: Store, uuid: str) -> str | None:
     return row[0] if row else None
 
 
-def group_counts(store: Store, groups: Sequence[str] | None) -> list[dict[str, Any]]:
+def group_counts(store: Store, groups: Sequence[str] | None) -> list[r.GroupCounts]:
     """Episodes, entities and facts per group (``groups``: these only, even when empty;
     None: every group that holds anything)."""
-    counts: dict[str, dict[str, Any]] = {}
+    counts: dict[str, r.GroupCounts] = {}
     if groups is not None:
-        counts = {g: {"group_id": g, "episodes": 0, "entities": 0, "facts": 0} for g in groups}
-    for table in ("episodes", "entities", "facts"):
+        counts = {g: _no_counts(g) for g in groups}
+    for table in _COUNTED:
         for group, n in store.fetchall(f"SELECT group_id, count(*) FROM {table} GROUP BY 1"):
             if groups is None:
-                counts.setdefault(
-                    group, {"group_id": group, "episodes": 0, "entities": 0, "facts": 0}
-                )
+                counts.setdefault(group, _no_counts(group))
             if group in counts:
                 counts[group][table] = int(n)
     return [counts[g] for g in sorted(counts)]
+
+
+_COUNTED: tuple[Literal["episodes"], Literal["entities"], Literal["facts"]] = (
+    "episodes",
+    "entities",
+    "facts",
+)
+
+
+def _no_counts(group: str) -> r.GroupCounts:
+    return {"group_id": group, "episodes": 0, "entities": 0, "facts": 0}
 
 
 def hold_group(store: Store, group: str, until: datetime, detail: str) -> int:
@@ -268,7 +290,7 @@ class Tenancy:
 
     def add_token(
         self, name: str, groups: Sequence[str] = (), read_only: bool = False, admin: bool = False
-    ) -> dict[str, Any]:
+    ) -> r.NewToken:
         """A new token (shown once: only its hash is kept)."""
         name = _token_name(name)
         groups = names.group_ids(groups) or []
@@ -282,10 +304,10 @@ class Tenancy:
         return {"name": name, "groups": groups, "read_only": read_only, "admin": admin,
                 "token": token}  # fmt: skip
 
-    def list_tokens(self) -> dict[str, Any]:
+    def list_tokens(self) -> r.TokensResult:
         return {"tokens": list_tokens(self.store)}
 
-    def revoke_token(self, name: str) -> dict[str, Any]:
+    def revoke_token(self, name: str) -> r.RevokeResult:
         if not revoke_token(self.store, _token_name(name)):
             raise errors.NotFound(f"no token named {name!r}")
         return {"message": f"token {name} revoked", "name": name}
@@ -309,7 +331,7 @@ class Tenancy:
     def prune_audit(self, days: float) -> int:
         return prune_audit(self.store, self.clock() - timedelta(days=days))
 
-    def list_groups(self, groups: Sequence[str] | None) -> dict[str, Any]:
+    def list_groups(self, groups: Sequence[str] | None) -> r.GroupsResult:
         return {"groups": group_counts(self.store, groups)}
 
     def group_names(self) -> list[str]:
