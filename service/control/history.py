@@ -38,12 +38,12 @@ def import_locally(wb: Workbench, args: argparse.Namespace) -> dict[str, Any]:
     fmt = None if args.format == "auto" else args.format
     run = {"first": 1, **options(args)}
     if args.extract or args.dry_run:
-        plan = import_history(job, args.file, fmt, group, dry_run=True, **run).as_dict()
+        plan = dict(import_history(job, args.file, fmt, group, dry_run=True, **run).as_dict())
         print_estimate(plan)
         if args.dry_run:
             return plan
     report = import_history(job, args.file, fmt, group, progress=not args.quiet, **run)
-    answer = report.as_dict()
+    answer = dict(report.as_dict())  # and what the command line shows beside the tool's
     answer["passages_without_vector"] = wb.passages.waiting()
     return answer
 
