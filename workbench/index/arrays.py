@@ -4,6 +4,7 @@ fingerprints of vectors and texts."""
 from __future__ import annotations
 
 import contextlib
+import threading
 from collections.abc import Sequence
 from typing import Any
 
@@ -11,7 +12,21 @@ import numpy as np
 
 from workbench.errors import DimensionMismatch
 
-__all__ = ["unit_rows", "grow", "top_positions", "one_blas_thread", "row_prints", "text_prints"]
+__all__ = [
+    "NPY_HEADERS",
+    "grow",
+    "one_blas_thread",
+    "row_prints",
+    "text_prints",
+    "top_positions",
+    "unit_rows",
+]
+
+# numpy reads every .npy header with ast.literal_eval, and CPython 3.11's AST constructor keeps
+# a recursion-depth count that two threads parsing at once can corrupt ("SystemError: AST
+# constructor recursion depth mismatch", seen when the indexes of several kinds load in
+# parallel): every read or write of an .npy/.npz file of the indexes holds this lock
+NPY_HEADERS = threading.Lock()
 
 
 def unit_rows(vectors: np.ndarray, dim: int) -> np.ndarray:

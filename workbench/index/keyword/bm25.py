@@ -33,7 +33,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from workbench.index.arrays import positions_in, top_positions
+from workbench.index.arrays import NPY_HEADERS, positions_in, top_positions
 from workbench.index.keyword.documents import K1, B, KeywordDocuments
 from workbench.index.keyword.tokens import STOP_WORDS, document_prints, stem, tokenize
 
@@ -191,7 +191,7 @@ class KeywordIndex:
                 if manifest.get("sha256") != hashlib.file_digest(handle, "sha256").hexdigest():
                     return None
                 handle.seek(0)
-                with np.load(handle, allow_pickle=False) as data:
+                with NPY_HEADERS, np.load(handle, allow_pickle=False) as data:
                     index._restore(manifest, {k: data[k] for k in data.files})
         except (OSError, ValueError, KeyError, TypeError):
             return None

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import numpy as np
 
+from workbench.index.arrays import NPY_HEADERS
+
 __all__ = ["BLOCK_ROWS", "FileRows", "open_rows"]
 
 # rows of a saved vectors file read by one pread when a read wants most of a stretch of them
@@ -75,7 +77,8 @@ def open_rows(path: Path, size: int, dim: int) -> np.ndarray | None:
     """The saved float16 vectors, memory-mapped copy-on-write; None when the file is missing
     or is not what the manifest says (too few rows, another width or type)."""
     try:
-        mapped: np.ndarray = np.load(path, mmap_mode="c", allow_pickle=False)
+        with NPY_HEADERS:
+            mapped: np.ndarray = np.load(path, mmap_mode="c", allow_pickle=False)
     except (OSError, ValueError):
         return None
     ok = mapped.dtype == np.float16 and mapped.ndim == 2 and mapped.shape[1] == dim

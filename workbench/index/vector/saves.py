@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from workbench.index.arrays import (
+    NPY_HEADERS,
     positions_in,
     row_prints,
     unit_rows,
@@ -358,7 +359,8 @@ def saved_graph(graph_dir: str | Path, kind: str) -> SavedGraph | None:
             "graph": f"{kind}.usearch",
             "prints": f"{kind}.prints.npy",
         }
-        prints = np.load(folder / files["prints"], allow_pickle=False)
+        with NPY_HEADERS:
+            prints = np.load(folder / files["prints"], allow_pickle=False)
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
     layout = manifest.get("slots")
@@ -384,7 +386,8 @@ def write_synced(
     disk: the manifest that names it is written after."""
     first = read(slice(0, 0))
     shape = ((capacity or count),) + first.shape[1:]
-    out = np.lib.format.open_memmap(path, mode="w+", dtype=first.dtype, shape=shape)
+    with NPY_HEADERS:
+        out = np.lib.format.open_memmap(path, mode="w+", dtype=first.dtype, shape=shape)
     for start in range(0, count, WRITE_ROWS):
         end = min(start + WRITE_ROWS, count)
         out[start:end] = read(slice(start, end))
