@@ -39,7 +39,7 @@ import re
 import tempfile
 import time
 from collections import defaultdict
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -153,21 +153,25 @@ def session_episodes(sample: dict[str, Any], group: str) -> list[tuple[dict, lis
     return out
 
 
-def passage_turns(body: str, ids: list[str]) -> list[set[str]]:
+def passage_turns(
+    body: str, ids: list[str], as_ids: Callable[[str], set[str]] | None = None
+) -> list[set[str]]:
     """The turn ids each passage of a message episode holds (in the passages' order): a
-    passage's lines are its turns, or pieces of one long turn, in order."""
+    passage's lines are its turns, or pieces of one long turn, in order. ``as_ids``: a turn's
+    id as the benchmark cites it (default: LoCoMo's ``D1:3`` form, :func:`turn_ids`)."""
     from workbench.ingest.passages import split_episode, turns_of
 
+    cited = as_ids or (lambda turn: turn_ids([turn]))
     said = [" ".join(text.split()) for _, text in turns_of(body)]
     out, at = [], 0
     for passage in split_episode(body, "message"):
-        held = set()
+        held: set[str] = set()
         for line in passage.text.splitlines():
             piece = " ".join(line.split(": ", 1)[-1].split())
             while at < len(said) and piece not in said[at]:
                 at += 1
             if at < len(said):
-                held |= turn_ids([ids[at]])
+                held |= cited(ids[at])
         out.append(held)
     return out
 

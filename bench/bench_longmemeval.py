@@ -98,22 +98,12 @@ def episodes(q: dict[str, Any]) -> list[tuple[dict[str, Any], str, list[str], se
 
 
 def passage_turns(body: str, ids: list[str]) -> list[set[str]]:
-    """The turn ids each passage of a message episode holds, in the passages' order (a
-    passage's lines are its turns, or pieces of one long turn, in order)."""
-    from workbench.ingest.passages import split_episode, turns_of
+    """The turn ids each passage of a message episode holds, in the passages' order
+    (``bench_locomo.passage_turns``, with this benchmark's own turn ids as they are)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from bench_locomo import passage_turns as held_turns
 
-    said = [" ".join(text.split()) for _, text in turns_of(body)]
-    out, at = [], 0
-    for passage in split_episode(body, "message"):
-        held = set()
-        for line in passage.text.splitlines():
-            piece = " ".join(line.split(": ", 1)[-1].split())
-            while at < len(said) and piece not in said[at]:
-                at += 1
-            if at < len(said):
-                held.add(ids[at])
-        out.append(held)
-    return out
+    return held_turns(body, ids, lambda turn: {turn})
 
 
 def first_of_each(questions: list[dict[str, Any]], n: int) -> list[dict[str, Any]]:
